@@ -1,0 +1,179 @@
+"""The object catalog: one item per object version that Lethe has seen in the raw or lake bucket.
+
+Table layout (template.yaml `ObjectCatalogTable`, docs/CATALOG.md):
+
+    object_url (HASH)   s3://<bucket>/<key>
+    version_id (RANGE)  the S3 version id, or "null" for an unversioned write
+    GSI by_dataset      dataset_id (HASH), object_url (RANGE); sparse: IGNORED items have no dataset
+
+S3 and EventBridge deliver at least once and out of order, so every write is conditional on the
+event's `sequencer`: an item is only replaced by an event with a strictly greater sequencer. A
+duplicate delivery (same sequencer) and a late, older event both leave the item as it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
+from enum import Enum
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+NULL_VERSION = "null"
+SEQUENCER_WIDTH = 32
+
+
+class Zone(str, Enum):
+    RAW = "raw"
+    LAKE = "lake"
+
+
+class ObjectStatus(str, Enum):
+    RECEIVED = "RECEIVED"  # a raw object under a registered dataset, waiting for ingestion
+    STORED = "STORED"  # a lake object under a registered dataset
+    IGNORED = "IGNORED"  # outside any registered dataset prefix
+    DELETED = "DELETED"  # permanently deleted, or hidden by a delete marker
+
+
+def normalize_sequencer(sequencer: str) -> str:
+    """Make S3 sequencers comparable as strings.
+
+    A sequencer is a hexadecimal number; two of them compare by value, and S3 does not promise a
+    fixed width. Left-padding with zeros to a fixed width makes string order equal numeric order,
+    which is what DynamoDB's `<` on strings needs.
+    """
+    value = sequencer.strip().upper()
+    if not value or len(value) > SEQUENCER_WIDTH or any(c not in "0123456789ABCDEF" for c in value):
+        raise ValueError(f"sequencer {sequencer!r} is not a hexadecimal string")
+    return value.rjust(SEQUENCER_WIDTH, "0")
+
+
+def object_url(bucket: str, key: str) -> str:
+    return f"s3://{bucket}/{key}"
+
+
+class CatalogItem(BaseModel):
+    """One object version as the catalog records it."""
+
+    model_config = ConfigDict(frozen=True, use_enum_values=False)
+
+    bucket: str
+    key: str
+    version_id: str = NULL_VERSION
+    zone: Zone
+    status: ObjectStatus
+    sequencer: str  # normalized, see normalize_sequencer
+    dataset_id: str | None = None
+    etag: str = ""
+    size: int | None = None
+    delete_marker: bool = False
+    event_reason: str = ""
+    event_time: str = ""
+    updated_at: str = Field(default_factory=lambda: datetime.now(UTC).isoformat())
+
+    @property
+    def object_url(self) -> str:
+        return object_url(self.bucket, self.key)
+
+    def to_item(self) -> dict[str, Any]:
+        item: dict[str, Any] = {
+            "object_url": self.object_url,
+            "version_id": self.version_id,
+            "bucket": self.bucket,
+            "key": self.key,
+            "zone": self.zone.value,
+            "status": self.status.value,
+            "sequencer": self.sequencer,
+            "etag": self.etag,
+            "delete_marker": self.delete_marker,
+            "event_reason": self.event_reason,
+            "event_time": self.event_time,
+            "updated_at": self.updated_at,
+        }
+        if self.dataset_id is not None:  # absent, not empty: keeps the GSI sparse
+            item["dataset_id"] = self.dataset_id
+        if self.size is not None:
+            item["size"] = self.size
+        return item
+
+    @classmethod
+    def from_item(cls, item: dict[str, Any]) -> CatalogItem:
+        return cls(
+            bucket=item["bucket"],
+            key=item["key"],
+            version_id=item["version_id"],
+            zone=Zone(item["zone"]),
+            status=ObjectStatus(item["status"]),
+            sequencer=item["sequencer"],
+            dataset_id=item.get("dataset_id"),
+            etag=item.get("etag", ""),
+            size=int(item["size"]) if item.get("size") is not None else None,
+            delete_marker=bool(item.get("delete_marker", False)),
+            event_reason=item.get("event_reason", ""),
+            event_time=item.get("event_time", ""),
+            updated_at=item.get("updated_at", ""),
+        )
+
+
+class ObjectCatalog(Protocol):
+    """Storage port of the object catalog."""
+
+    def put_if_newer(self, item: CatalogItem) -> bool:
+        """Write `item` unless an item with an equal or greater sequencer is there. True if written."""
+
+    def versions(self, bucket: str, key: str) -> list[CatalogItem]:
+        """Every recorded version of one object."""
+
+    def by_dataset(self, dataset_id: str) -> Iterator[CatalogItem]:
+        """Every recorded version of every object of a dataset."""
+
+
+def latest(items: Iterable[CatalogItem]) -> CatalogItem | None:
+    """The version the newest event speaks of: the object's current state."""
+    return max(items, key=lambda i: i.sequencer, default=None)
+
+
+class DynamoObjectCatalog:
+    """ObjectCatalog on the DynamoDB table described in the module docstring."""
+
+    def __init__(self, table: Any) -> None:
+        self._table = table  # a boto3 dynamodb Table resource
+
+    def put_if_newer(self, item: CatalogItem) -> bool:
+        try:
+            self._table.put_item(
+                Item=item.to_item(),
+                ConditionExpression="attribute_not_exists(object_url) OR sequencer < :seq",
+                ExpressionAttributeValues={":seq": item.sequencer},
+            )
+        except self._table.meta.client.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
+
+    def versions(self, bucket: str, key: str) -> list[CatalogItem]:
+        items: list[CatalogItem] = []
+        kwargs: dict[str, Any] = {
+            "KeyConditionExpression": "object_url = :url",
+            "ExpressionAttributeValues": {":url": object_url(bucket, key)},
+            "ConsistentRead": True,
+        }
+        while True:
+            page = self._table.query(**kwargs)
+            items.extend(CatalogItem.from_item(i) for i in page.get("Items", []))
+            if "LastEvaluatedKey" not in page:
+                return items
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def by_dataset(self, dataset_id: str) -> Iterator[CatalogItem]:
+        kwargs: dict[str, Any] = {
+            "IndexName": "by_dataset",
+            "KeyConditionExpression": "dataset_id = :d",
+            "ExpressionAttributeValues": {":d": dataset_id},
+        }
+        while True:
+            page = self._table.query(**kwargs)
+            yield from (CatalogItem.from_item(i) for i in page.get("Items", []))
+            if "LastEvaluatedKey" not in page:
+                return
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]

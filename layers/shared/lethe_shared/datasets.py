@@ -1,0 +1,300 @@
+"""The dataset document: what a dataset's raw files look like and who its data subjects are.
+
+The document is a public contract (see docs/DATASETS.md). Validation is complete here, without
+Spark, so that the API, the CLI and the Lambda functions reject a bad document with every problem
+named at once. Column types are Spark SQL DDL strings; `parse_type` turns them into a small tree
+that is enough to resolve nested subject columns (`customer.id`) and to check partition columns.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from lethe_shared.errors import DatasetValidationError
+
+DATASET_ID_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+
+_PRIMITIVES = {
+    "string": "string",
+    "varchar": "string",
+    "char": "string",
+    "int": "int",
+    "integer": "int",
+    "long": "long",
+    "bigint": "long",
+    "short": "short",
+    "smallint": "short",
+    "byte": "byte",
+    "tinyint": "byte",
+    "double": "double",
+    "float": "float",
+    "real": "float",
+    "boolean": "boolean",
+    "bool": "boolean",
+    "date": "date",
+    "timestamp": "timestamp",
+    "timestamp_ntz": "timestamp_ntz",
+    "binary": "binary",
+}
+# Types a subject column or a partition column may have: values with a stable text form.
+KEY_TYPES = frozenset({"string", "int", "long", "short", "byte", "date", "decimal", "boolean"})
+
+
+@dataclass(frozen=True)
+class DataType:
+    """A parsed Spark DDL type. `name` is canonical: `int`, not `integer`."""
+
+    name: str
+    fields: tuple[tuple[str, DataType], ...] = ()  # struct
+    element: DataType | None = None  # array element, map value
+    key: DataType | None = None  # map key
+    precision: int | None = None  # decimal
+    scale: int | None = None  # decimal
+
+    @property
+    def is_primitive(self) -> bool:
+        return self.name not in {"struct", "array", "map"}
+
+    def field(self, name: str) -> DataType | None:
+        return next((t for n, t in self.fields if n == name), None)
+
+    def ddl(self) -> str:
+        if self.name == "decimal":
+            return f"decimal({self.precision},{self.scale})"
+        if self.name == "struct":
+            return "struct<" + ",".join(f"{n}:{t.ddl()}" for n, t in self.fields) + ">"
+        if self.name == "array":
+            assert self.element is not None
+            return f"array<{self.element.ddl()}>"
+        if self.name == "map":
+            assert self.key is not None and self.element is not None
+            return f"map<{self.key.ddl()},{self.element.ddl()}>"
+        return self.name
+
+
+class _TypeParser:
+    _TOKEN = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*|\d+|[<>(),:])")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.tokens: list[str] = []
+        pos = 0
+        while pos < len(text):
+            if text[pos:].strip() == "":
+                break
+            match = self._TOKEN.match(text, pos)
+            if not match:
+                raise ValueError(f"unexpected character {text[pos:].strip()[0]!r}")
+            self.tokens.append(match.group(1))
+            pos = match.end()
+        self.pos = 0
+
+    def _next(self) -> str:
+        if self.pos >= len(self.tokens):
+            raise ValueError("unexpected end of type")
+        token = self.tokens[self.pos]
+        self.pos += 1
+        return token
+
+    def _expect(self, token: str) -> None:
+        got = self._next()
+        if got != token:
+            raise ValueError(f"expected {token!r}, found {got!r}")
+
+    def _peek(self) -> str | None:
+        return self.tokens[self.pos] if self.pos < len(self.tokens) else None
+
+    def parse(self) -> DataType:
+        result = self._type()
+        if self.pos != len(self.tokens):
+            raise ValueError(f"unexpected {self.tokens[self.pos]!r} after the type")
+        return result
+
+    def _type(self) -> DataType:
+        word = self._next().lower()
+        if word in _PRIMITIVES:
+            return DataType(_PRIMITIVES[word])
+        if word in {"decimal", "dec", "numeric"}:
+            precision, scale = 10, 0
+            if self._peek() == "(":
+                self._next()
+                precision = int(self._next())
+                if self._peek() == ",":
+                    self._next()
+                    scale = int(self._next())
+                self._expect(")")
+            if not 1 <= precision <= 38 or not 0 <= scale <= precision:
+                raise ValueError(f"decimal({precision},{scale}) is out of range")
+            return DataType("decimal", precision=precision, scale=scale)
+        if word == "array":
+            self._expect("<")
+            element = self._type()
+            self._expect(">")
+            return DataType("array", element=element)
+        if word == "map":
+            self._expect("<")
+            key = self._type()
+            self._expect(",")
+            value = self._type()
+            self._expect(">")
+            return DataType("map", key=key, element=value)
+        if word == "struct":
+            self._expect("<")
+            fields: list[tuple[str, DataType]] = []
+            while True:
+                name = self._next()
+                self._expect(":")
+                fields.append((name, self._type()))
+                token = self._next()
+                if token == ">":
+                    break
+                if token != ",":
+                    raise ValueError(f"expected ',' or '>', found {token!r}")
+            names = [n for n, _ in fields]
+            if len(set(names)) != len(names):
+                raise ValueError("struct has duplicate field names")
+            return DataType("struct", fields=tuple(fields))
+        raise ValueError(f"unknown type {word!r}")
+
+
+def parse_type(text: str) -> DataType:
+    """Parse a Spark SQL DDL type string. Raises ValueError with the reason."""
+    return _TypeParser(text).parse()
+
+
+class DataFormat(str, Enum):
+    CSV = "csv"
+    JSONL = "jsonl"
+    PARQUET = "parquet"
+
+
+class Compression(str, Enum):
+    AUTO = "auto"  # detected from the bytes (gzip magic number), not from the key's extension
+    GZIP = "gzip"
+    NONE = "none"
+
+
+class Column(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1, max_length=255)
+    type: str = Field(min_length=1)
+    nullable: bool = True
+
+
+class CsvOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    delimiter: str = Field(default=",", min_length=1, max_length=1)
+    header: bool = True
+    quote: str = Field(default='"', min_length=1, max_length=1)
+    escape: str = Field(default='"', min_length=1, max_length=1)
+
+
+class Dataset(BaseModel):
+    """A registered dataset. Unknown top-level fields are kept (the contract allows more fields)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    dataset_id: str = Field(pattern=DATASET_ID_PATTERN)
+    format: DataFormat
+    compression: Compression = Compression.AUTO
+    subject_columns: list[str] = Field(min_length=1)
+    partition_by: list[str] = Field(default_factory=list)
+    schema_: list[Column] = Field(alias="schema", min_length=1)
+    csv: CsvOptions = Field(default_factory=CsvOptions)
+    description: str = ""
+
+    @field_validator("subject_columns", "partition_by")
+    @classmethod
+    def _unique(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError("names must be unique")
+        return value
+
+    def column_type(self, path: str) -> DataType | None:
+        """The type at a dotted column path (`customer.id`), or None where there is none."""
+        head, *rest = path.split(".")
+        column = next((c for c in self.schema_ if c.name == head), None)
+        if column is None:
+            return None
+        current: DataType | None = parse_type(column.type)
+        for part in rest:
+            if current is None or current.name != "struct":
+                return None
+            current = current.field(part)
+        return current
+
+    def document(self) -> dict[str, Any]:
+        """The JSON document, as the contract spells it."""
+        return self.model_dump(mode="json", by_alias=True)
+
+
+@dataclass
+class _Problems:
+    items: list[str] = field(default_factory=list)
+
+    def add(self, where: str, what: str) -> None:
+        self.items.append(f"{where}: {what}")
+
+
+def _check_semantics(dataset: Dataset) -> list[str]:
+    problems = _Problems()
+    names = [c.name for c in dataset.schema_]
+    for duplicate in sorted({n for n in names if names.count(n) > 1}):
+        problems.add("schema", f"column {duplicate!r} is declared more than once")
+    for index, column in enumerate(dataset.schema_):
+        try:
+            parse_type(column.type)
+        except ValueError as exc:
+            problems.add(f"schema[{index}].type", f"{column.type!r} is not a valid type ({exc})")
+    if problems.items:
+        return problems.items  # the checks below need parseable types
+    for index, path in enumerate(dataset.subject_columns):
+        found = dataset.column_type(path)
+        if found is None:
+            problems.add(f"subject_columns[{index}]", f"{path!r} is not a column of the schema")
+        elif found.name not in KEY_TYPES:
+            problems.add(
+                f"subject_columns[{index}]",
+                f"{path!r} has type {found.ddl()}; a subject column must be one of "
+                + ", ".join(sorted(KEY_TYPES)),
+            )
+    for index, name in enumerate(dataset.partition_by):
+        part_type = dataset.column_type(name) if "." not in name else None
+        if "." in name:
+            problems.add(f"partition_by[{index}]", f"{name!r}: partition columns must be top level")
+        elif part_type is None:
+            problems.add(f"partition_by[{index}]", f"{name!r} is not a column of the schema")
+        elif part_type.name not in KEY_TYPES:
+            problems.add(
+                f"partition_by[{index}]",
+                f"{name!r} has type {part_type.ddl()}; partition by a simple type instead",
+            )
+    if dataset.format is DataFormat.PARQUET and dataset.compression is Compression.GZIP:
+        problems.add("compression", "parquet files carry their own codec; use 'auto' or 'none'")
+    return problems.items
+
+
+def parse_dataset(document: Any) -> Dataset:
+    """Validate a dataset document. Raises DatasetValidationError listing every problem."""
+    if not isinstance(document, dict):
+        raise DatasetValidationError(["document: must be a JSON object"])
+    try:
+        dataset = Dataset.model_validate(document)
+    except ValidationError as exc:
+        raise DatasetValidationError(
+            [
+                f"{'.'.join(str(p) for p in err['loc']) or 'document'}: {err['msg']}"
+                for err in exc.errors()
+            ]
+        ) from exc
+    problems = _check_semantics(dataset)
+    if problems:
+        raise DatasetValidationError(problems)
+    return dataset

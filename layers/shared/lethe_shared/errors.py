@@ -1,0 +1,25 @@
+"""Every error Lethe raises on purpose. Handlers map these types, never message strings."""
+
+
+class LetheError(Exception):
+    """Base class of Lethe's own errors."""
+
+
+class ConfigurationError(LetheError):
+    """A required setting is missing or invalid; raised at cold start."""
+
+
+class MalformedEventError(LetheError):
+    """An incoming event does not have the shape Lethe expects; retrying cannot help."""
+
+
+class DatasetValidationError(LetheError):
+    """A dataset document is invalid. `errors` lists every problem, each with its field path."""
+
+    def __init__(self, errors: list[str]) -> None:
+        self.errors = errors
+        super().__init__("invalid dataset document: " + "; ".join(errors))
+
+
+class DatasetNotFoundError(LetheError):
+    """No dataset is registered under that id."""

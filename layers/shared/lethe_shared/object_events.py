@@ -1,0 +1,97 @@
+"""Domain logic of the object events handler: an S3 event becomes a catalog item.
+
+Pure apart from the two ports it is given, so it is tested with in-memory fakes and with moto.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from lethe_shared.catalog import (
+    NULL_VERSION,
+    CatalogItem,
+    ObjectCatalog,
+    ObjectStatus,
+    Zone,
+    normalize_sequencer,
+)
+from lethe_shared.errors import MalformedEventError
+from lethe_shared.registry import DatasetRegistry, dataset_of_key
+
+DELETE_MARKER_CREATED = "Delete Marker Created"
+
+
+class EventKind(str, Enum):
+    CREATED = "Object Created"
+    DELETED = "Object Deleted"
+
+
+@dataclass(frozen=True)
+class ObjectEvent:
+    """The parts of an S3 EventBridge event that the catalog needs, already validated."""
+
+    kind: EventKind
+    bucket: str
+    key: str
+    version_id: str | None
+    sequencer: str
+    etag: str = ""
+    size: int | None = None
+    reason: str = ""
+    deletion_type: str = ""
+    time: str = ""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    item: CatalogItem
+    written: bool  # False: a duplicate or an older event; the catalog already knows better
+
+
+def catalog_item_for(event: ObjectEvent, zone: Zone, dataset_id: str | None) -> CatalogItem:
+    try:
+        sequencer = normalize_sequencer(event.sequencer)
+    except ValueError as exc:
+        raise MalformedEventError(str(exc)) from exc
+    if event.kind is EventKind.DELETED:
+        status = ObjectStatus.DELETED
+    elif dataset_id is None:
+        status = ObjectStatus.IGNORED
+    else:
+        status = ObjectStatus.RECEIVED if zone is Zone.RAW else ObjectStatus.STORED
+    return CatalogItem(
+        bucket=event.bucket,
+        key=event.key,
+        version_id=event.version_id or NULL_VERSION,
+        zone=zone,
+        status=status,
+        sequencer=sequencer,
+        dataset_id=dataset_id,
+        etag=event.etag,
+        size=event.size,
+        delete_marker=event.deletion_type == DELETE_MARKER_CREATED,
+        event_reason=event.reason,
+        event_time=event.time,
+    )
+
+
+def record_object_event(
+    event: ObjectEvent,
+    *,
+    zones: dict[str, Zone],
+    registry: DatasetRegistry,
+    catalog: ObjectCatalog,
+) -> Outcome:
+    """Record one S3 object event in the catalog, idempotently and in sequencer order.
+
+    `zones` maps the raw and lake bucket names to their zone; an event from any other bucket is
+    malformed for this deployment (the EventBridge rule should never deliver it).
+    """
+    zone = zones.get(event.bucket)
+    if zone is None:
+        raise MalformedEventError(f"bucket {event.bucket!r} is neither the raw nor the lake bucket")
+    candidate = dataset_of_key(event.key)
+    dataset_id = candidate if candidate and registry.get(candidate) is not None else None
+    item = catalog_item_for(event, zone, dataset_id)
+    return Outcome(item=item, written=catalog.put_if_newer(item))
