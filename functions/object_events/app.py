@@ -8,6 +8,8 @@ so a malformed event is logged with its reason, retried a bounded number of time
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import timedelta
 from functools import cache
 from typing import Any
 
@@ -34,17 +36,27 @@ class ObjectEventsSettings(Settings):
     datasets_table: str = Field(alias="DATASETS_TABLE", min_length=1)
     raw_bucket: str = Field(alias="RAW_BUCKET", min_length=3)
     lake_bucket: str = Field(alias="LAKE_BUCKET", min_length=3)
+    ignored_retention_days: int = Field(alias="IGNORED_RETENTION_DAYS", ge=1)
+
+
+@dataclass(frozen=True)
+class _Dependencies:
+    zones: dict[str, Zone]
+    registry: DynamoDatasetRegistry
+    catalog: DynamoObjectCatalog
+    ignored_retention: timedelta
 
 
 @cache
-def _dependencies() -> tuple[dict[str, Zone], DynamoDatasetRegistry, DynamoObjectCatalog]:
+def _dependencies() -> _Dependencies:
+    """Built once per execution environment, at the first invocation (not at import)."""
     settings = load_settings(ObjectEventsSettings)
     dynamodb = boto3.resource("dynamodb")
-    zones = {settings.raw_bucket: Zone.RAW, settings.lake_bucket: Zone.LAKE}
-    return (
-        zones,
-        DynamoDatasetRegistry(dynamodb.Table(settings.datasets_table)),
-        DynamoObjectCatalog(dynamodb.Table(settings.catalog_table)),
+    return _Dependencies(
+        zones={settings.raw_bucket: Zone.RAW, settings.lake_bucket: Zone.LAKE},
+        registry=DynamoDatasetRegistry(dynamodb.Table(settings.datasets_table)),
+        catalog=DynamoObjectCatalog(dynamodb.Table(settings.catalog_table)),
+        ignored_retention=timedelta(days=settings.ignored_retention_days),
     )
 
 
@@ -82,7 +94,7 @@ def to_object_event(raw: dict[str, Any]) -> ObjectEvent:
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    zones, registry, catalog = _dependencies()
+    deps = _dependencies()
     try:
         object_event = to_object_event(event)
     except MalformedEventError as exc:
@@ -90,7 +102,13 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         logger.error("malformed object event; Lambda retries it, then the DLQ keeps it",
                      extra={"reason": str(exc), "event_id": event.get("id")})
         raise
-    outcome = record_object_event(object_event, zones=zones, registry=registry, catalog=catalog)
+    outcome = record_object_event(
+        object_event,
+        zones=deps.zones,
+        registry=deps.registry,
+        catalog=deps.catalog,
+        ignored_retention=deps.ignored_retention,
+    )
     item = outcome.item
     logger.info(
         "object event recorded" if outcome.written else "object event already known; skipped",

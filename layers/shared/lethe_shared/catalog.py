@@ -71,6 +71,7 @@ class CatalogItem(BaseModel):
     event_reason: str = ""
     event_time: str = ""
     updated_at: str = Field(default_factory=lambda: datetime.now(UTC).isoformat())
+    expires_at: int | None = None  # epoch seconds; DynamoDB TTL removes the item after it
 
     @property
     def object_url(self) -> str:
@@ -95,6 +96,8 @@ class CatalogItem(BaseModel):
             item["dataset_id"] = self.dataset_id
         if self.size is not None:
             item["size"] = self.size
+        if self.expires_at is not None:
+            item["expires_at"] = self.expires_at
         return item
 
     @classmethod
@@ -113,6 +116,7 @@ class CatalogItem(BaseModel):
             event_reason=item.get("event_reason", ""),
             event_time=item.get("event_time", ""),
             updated_at=item.get("updated_at", ""),
+            expires_at=int(item["expires_at"]) if item.get("expires_at") is not None else None,
         )
 
 

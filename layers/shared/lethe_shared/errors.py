@@ -23,3 +23,7 @@ class DatasetValidationError(LetheError):
 
 class DatasetNotFoundError(LetheError):
     """No dataset is registered under that id."""
+
+
+class BucketVersioningError(LetheError):
+    """A bucket that must keep versions (to erase every version) does not have versioning on."""

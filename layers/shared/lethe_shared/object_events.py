@@ -6,6 +6,7 @@ Pure apart from the two ports it is given, so it is tested with in-memory fakes 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from enum import Enum
 
 from lethe_shared.catalog import (
@@ -49,7 +50,16 @@ class Outcome:
     written: bool  # False: a duplicate or an older event; the catalog already knows better
 
 
-def catalog_item_for(event: ObjectEvent, zone: Zone, dataset_id: str | None) -> CatalogItem:
+def catalog_item_for(
+    event: ObjectEvent,
+    zone: Zone,
+    dataset_id: str | None,
+    *,
+    ignored_retention: timedelta,
+    now: datetime | None = None,
+) -> CatalogItem:
+    """The catalog item an event leads to. Records of objects outside any dataset expire after
+    `ignored_retention` (DynamoDB TTL); everything else is kept as the audit trail."""
     try:
         sequencer = normalize_sequencer(event.sequencer)
     except ValueError as exc:
@@ -60,7 +70,11 @@ def catalog_item_for(event: ObjectEvent, zone: Zone, dataset_id: str | None) -> 
         status = ObjectStatus.IGNORED
     else:
         status = ObjectStatus.RECEIVED if zone is Zone.RAW else ObjectStatus.STORED
+    expires_at = None
+    if dataset_id is None:
+        expires_at = int(((now or datetime.now(UTC)) + ignored_retention).timestamp())
     return CatalogItem(
+        expires_at=expires_at,
         bucket=event.bucket,
         key=event.key,
         version_id=event.version_id or NULL_VERSION,
@@ -82,6 +96,7 @@ def record_object_event(
     zones: dict[str, Zone],
     registry: DatasetRegistry,
     catalog: ObjectCatalog,
+    ignored_retention: timedelta = timedelta(days=30),
 ) -> Outcome:
     """Record one S3 object event in the catalog, idempotently and in sequencer order.
 
@@ -93,5 +108,5 @@ def record_object_event(
         raise MalformedEventError(f"bucket {event.bucket!r} is neither the raw nor the lake bucket")
     candidate = dataset_of_key(event.key)
     dataset_id = candidate if candidate and registry.get(candidate) is not None else None
-    item = catalog_item_for(event, zone, dataset_id)
+    item = catalog_item_for(event, zone, dataset_id, ignored_retention=ignored_retention)
     return Outcome(item=item, written=catalog.put_if_newer(item))

@@ -18,7 +18,8 @@ from lethe_shared.errors import DatasetNotFoundError
 class DatasetRegistry(Protocol):
     def get(self, dataset_id: str) -> Dataset | None: ...
 
-    def put(self, dataset: Dataset) -> None: ...
+    def put(self, dataset: Dataset) -> int:
+        """Store the document; returns its new version (1 when the dataset is new)."""
 
     def list(self) -> Iterator[Dataset]: ...
 
@@ -43,8 +44,8 @@ class DynamoDatasetRegistry:
             raise DatasetNotFoundError(f"dataset {dataset_id!r} is not registered")
         return dataset
 
-    def put(self, dataset: Dataset) -> None:
-        self._table.update_item(
+    def put(self, dataset: Dataset) -> int:
+        result = self._table.update_item(
             Key={"dataset_id": dataset.dataset_id},
             UpdateExpression="SET #doc = :doc, updated_at = :now ADD version :one",
             ExpressionAttributeNames={"#doc": "document"},
@@ -53,7 +54,9 @@ class DynamoDatasetRegistry:
                 ":now": datetime.now(UTC).isoformat(),
                 ":one": 1,
             },
+            ReturnValues="UPDATED_NEW",
         )
+        return int(result["Attributes"]["version"])
 
     def list(self) -> Iterator[Dataset]:
         kwargs: dict[str, Any] = {}

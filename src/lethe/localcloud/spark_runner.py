@@ -1,0 +1,356 @@
+"""Run one Spark job script on this machine the way Glue or EMR Serverless would run it.
+
+The local cloud's Step Functions hooks (`sfn_hooks.py`) call `run_spark_job` for every
+`glue:startJobRun.sync` and `emr-serverless:startJobRun.sync` task. What a job sees:
+
+- its script and every py-file are downloaded from the (moto) S3 endpoint into a fresh working
+  directory, as the services do; the working directory is removed afterwards;
+- it runs as `python script.py ARGS...` with the project's interpreter, in its own process group,
+  so one `killpg` ends the driver and the JVM it started;
+- its environment is this process's environment plus `Endpoints.client_environment()` (boto3 and
+  pyarrow talk to the local cloud), `PYSPARK_PYTHON`/`PYSPARK_DRIVER_PYTHON` (workers get the
+  venv's pyarrow), `SPARK_LOCAL_IP=127.0.0.1`, `PYTHONPATH` with the py-files first (zip files
+  work on PYTHONPATH, for the driver and for the Python workers Spark starts), and
+  `LETHE_SPARK_MASTER` (the job builds its own SparkSession and takes its master from there);
+- Spark configuration the service would apply (`--conf k=v`, EMR `spark-defaults`) reaches the
+  job through `PYSPARK_SUBMIT_ARGS`, which pyspark reads when it starts the JVM, together with
+  local defaults (driver bound to 127.0.0.1, UI off) that the job may override in its builder.
+  Keys that would make Spark download something or change the deployment mode are dropped;
+- stdout and stderr go to `<logs_dir>/spark-<run_id>.log`; on failure `error_message` is the
+  final line(s) of the last Python traceback on stderr (what Glue's ErrorMessage and EMR's
+  stateDetails show), or the last meaningful stderr lines when there is no traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+from urllib.parse import urlparse
+
+import boto3
+
+from lethe.localcloud.deployment import Endpoints
+
+LOG = logging.getLogger(__name__)
+
+DEFAULT_MASTER = "local[2]"
+_POLL_SECONDS = 0.25
+_KILL_GRACE_SECONDS = 10.0
+_STDERR_TAIL_LINES = 400
+_MAX_ERROR_CHARS = 2000
+
+# Local defaults for every job; a job's own SparkSession.builder.config(...) wins over these.
+_LOCAL_SPARK_DEFAULTS: Mapping[str, str] = {
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.ui.enabled": "false",
+}
+# Configuration that cannot work on this machine (no Maven, no cluster manager, no s3a) or that
+# would change how the job is deployed. Dropped with a log line, never passed to Spark.
+_DROPPED_CONF_KEYS = frozenset({
+    "spark.master",
+    "spark.submit.deployMode",
+    "spark.submit.pyFiles",
+    "spark.jars",
+    "spark.jars.packages",
+    "spark.jars.repositories",
+    "spark.jars.ivy",
+    "spark.archives",
+    "spark.files",
+    "spark.pyspark.python",
+    "spark.pyspark.driver.python",
+})
+_DROPPED_CONF_PREFIXES = ("spark.emr-serverless.", "spark.kubernetes.", "spark.yarn.")
+
+# log4j lines as Spark prints them: "26/01/02 10:11:12 INFO SparkContext: ..."
+_LOG4J_LINE = re.compile(r"^\d{2}/\d{2}/\d{2} \d{2}:\d{2}:\d{2} [A-Z]+ ")
+_TRACEBACK_START = "Traceback (most recent call last):"
+
+
+@dataclass(frozen=True)
+class SparkRunResult:
+    """How one job run ended."""
+
+    succeeded: bool
+    exit_code: int | None  # None when the process was never started (e.g. the script is missing)
+    error_message: str  # "" on success
+    log_path: Path
+    duration: float  # seconds, wall clock, download included
+    timed_out: bool = False
+    cancelled: bool = False
+
+
+@dataclass(frozen=True)
+class SparkSubmitOptions:
+    """What the local run honours of a spark-submit command line."""
+
+    py_files: list[str] = field(default_factory=list)
+    conf: dict[str, str] = field(default_factory=dict)
+    ignored: list[str] = field(default_factory=list)
+
+
+def parse_spark_submit_parameters(parameters: str | None) -> SparkSubmitOptions:
+    """Parse EMR Serverless `SparkSubmitParameters`: `--py-files a,b` and `--conf k=v` count
+    (`--opt=value` spelling too); every other option is ignored and reported in `ignored`."""
+    options = SparkSubmitOptions()
+    tokens = shlex.split(parameters or "")
+    index = 0
+    while index < len(tokens):
+        token = tokens[index]
+        name, has_inline, inline_value = token.partition("=") if token.startswith("--") else (
+            token, "", "")
+        value: str | None = inline_value if has_inline else None
+        if value is None and name.startswith("--") and index + 1 < len(tokens) \
+                and not tokens[index + 1].startswith("--"):
+            value = tokens[index + 1]
+            index += 1
+        index += 1
+        if name == "--py-files" and value:
+            options.py_files.extend(part for part in value.split(",") if part)
+        elif name == "--conf" and value and "=" in value:
+            key, _, conf_value = value.partition("=")
+            options.conf[key.strip()] = conf_value.strip()
+        else:
+            options.ignored.append(token if value is None else f"{name} {value}")
+    return options
+
+
+def usable_spark_conf(conf: Mapping[str, str]) -> dict[str, str]:
+    """The part of a job's Spark configuration that is passed on to the local run."""
+    kept: dict[str, str] = {}
+    for key, value in conf.items():
+        if key in _DROPPED_CONF_KEYS or key.startswith(_DROPPED_CONF_PREFIXES) \
+                or not key.startswith("spark."):
+            LOG.info("local Spark run ignores configuration %s=%s", key, value)
+            continue
+        kept[key] = value
+    return kept
+
+
+def extract_error_message(stderr_lines: Iterable[str], exit_code: int | None) -> str:
+    """What an operator needs to see first: the exception line(s) of the last Python traceback,
+    else the last meaningful stderr lines, else the exit code."""
+    lines = [line.rstrip("\n") for line in stderr_lines]
+    start = max((i for i, line in enumerate(lines) if line.startswith(_TRACEBACK_START)),
+                default=None)
+    if start is not None:
+        message = _exception_after_traceback(lines[start + 1:])
+        if message:
+            return message[:_MAX_ERROR_CHARS]
+    meaningful = [line for line in lines
+                  if line.strip() and not _LOG4J_LINE.match(line) and not line.startswith("\t")]
+    if meaningful:
+        return "\n".join(meaningful[-3:])[:_MAX_ERROR_CHARS]
+    return f"the job exited with code {exit_code}" if exit_code is not None else "the job failed"
+
+
+def _exception_after_traceback(lines: Sequence[str]) -> str:
+    for index, line in enumerate(lines):
+        if not line.strip() or line.startswith((" ", "\t")):
+            continue  # a frame ("  File ...") or its source line
+        message = [line]
+        for follow in lines[index + 1:index + 6]:  # multi-line messages (Py4JJavaError: ...)
+            if not follow.strip() or _LOG4J_LINE.match(follow) or follow.startswith(
+                    (" ", "\t", _TRACEBACK_START)):
+                break
+            message.append(follow)
+        return "\n".join(message)
+    return ""
+
+
+def run_spark_job(
+    script_url: str,
+    args: Sequence[str],
+    py_files: Sequence[str],
+    *,
+    endpoints: Endpoints,
+    logs_dir: Path,
+    run_id: str,
+    timeout_seconds: float,
+    spark_conf: Mapping[str, str] | None = None,
+    extra_env: Mapping[str, str] | None = None,
+    master: str = DEFAULT_MASTER,
+    should_continue: Callable[[], bool] | None = None,
+    base_dir: Path | None = None,
+) -> SparkRunResult:
+    """Run `python <script> *args` as Glue / EMR Serverless would, and wait for it.
+
+    `script_url` and `py_files` are `s3://bucket/key` URLs on the local cloud's S3 (local paths
+    and `file://` URLs work too, relative ones against `base_dir`). The run is killed (whole
+    process group) when `timeout_seconds` pass or when `should_continue()` returns False (the
+    Step Functions task was stopped or timed out). Never raises for a failing job: the result says
+    what happened.
+    """
+    started = time.monotonic()
+    logs_dir.mkdir(parents=True, exist_ok=True)
+    log_path = logs_dir / f"spark-{_safe_name(run_id)}.log"
+    workdir = Path(tempfile.mkdtemp(prefix=f"lethe-spark-{_safe_name(run_id)[:40]}-"))
+    try:
+        with log_path.open("w", encoding="utf-8") as log:
+            log.write(f"# lethe local Spark run {run_id}\n# script {script_url}\n"
+                      f"# args {list(args)}\n# py-files {list(py_files)}\n")
+            try:
+                script = _fetch(script_url, workdir, endpoints, base_dir)
+                # One folder per py-file: two `helpers.py` from different prefixes both import.
+                deps = [_fetch(url, workdir / "py-files" / str(number), endpoints, base_dir)
+                        for number, url in enumerate(py_files)]
+            except Exception as exc:  # noqa: BLE001 - any download failure fails the run, as in AWS
+                message = f"could not download the job's files: {exc}"
+                log.write(f"# {message}\n")
+                return SparkRunResult(False, None, message, log_path,
+                                      time.monotonic() - started)
+            env = _job_environment(endpoints, deps, master, spark_conf or {}, extra_env or {})
+            command = [sys.executable, str(script), *args]
+            log.write(f"# command {shlex.join(command)}\n")
+            log.write(f"# PYSPARK_SUBMIT_ARGS {env['PYSPARK_SUBMIT_ARGS']}\n")
+            log.flush()
+            return _run(command, env, workdir, log, log_path, started, timeout_seconds,
+                        should_continue)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _run(command: list[str], env: dict[str, str], workdir: Path, log: IO[str], log_path: Path,
+         started: float, timeout_seconds: float,
+         should_continue: Callable[[], bool] | None) -> SparkRunResult:
+    process = subprocess.Popen(  # noqa: S603 - our interpreter, our downloaded script
+        command, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=log,
+        stderr=subprocess.PIPE, text=True, encoding="utf-8", errors="replace",
+        start_new_session=True)
+    tail: deque[str] = deque(maxlen=_STDERR_TAIL_LINES)
+    lock = threading.Lock()
+    assert process.stderr is not None
+    pump = threading.Thread(target=_pump_stderr, args=(process.stderr, log, lock, tail),
+                            name=f"spark-stderr-{process.pid}", daemon=True)
+    pump.start()
+    deadline = started + timeout_seconds
+    timed_out = cancelled = False
+    while process.poll() is None:
+        if time.monotonic() >= deadline:
+            timed_out = True
+        elif should_continue is not None and not _still_wanted(should_continue):
+            cancelled = True
+        if timed_out or cancelled:
+            _kill_group(process)
+            break
+        time.sleep(_POLL_SECONDS)
+    exit_code = process.wait()
+    pump.join(timeout=5)
+    duration = time.monotonic() - started
+    with lock:
+        log.write(f"\n# exit code {exit_code} after {duration:.1f} s\n")
+    if timed_out:
+        return SparkRunResult(False, exit_code, f"the job run timed out after {timeout_seconds:g} s",
+                              log_path, duration, timed_out=True)
+    if cancelled:
+        return SparkRunResult(False, exit_code, "the job run was cancelled", log_path, duration,
+                              cancelled=True)
+    if exit_code == 0:
+        return SparkRunResult(True, 0, "", log_path, duration)
+    return SparkRunResult(False, exit_code, extract_error_message(tail, exit_code), log_path,
+                          duration)
+
+
+def _still_wanted(should_continue: Callable[[], bool]) -> bool:
+    try:
+        return bool(should_continue())
+    except Exception:  # noqa: BLE001 - a broken probe must not kill a healthy job
+        LOG.exception("should_continue probe failed; the job keeps running")
+        return True
+
+
+def _pump_stderr(stream: IO[str], log: IO[str], lock: threading.Lock, tail: deque[str]) -> None:
+    for line in stream:
+        tail.append(line)
+        with lock:
+            log.write(line)
+            log.flush()
+
+
+def _kill_group(process: subprocess.Popen[Any]) -> None:
+    """SIGTERM the run's process group (driver and JVM), SIGKILL what is left after a grace."""
+    for sig, grace in ((signal.SIGTERM, _KILL_GRACE_SECONDS), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _job_environment(endpoints: Endpoints, deps: Sequence[Path], master: str,
+                     spark_conf: Mapping[str, str], extra_env: Mapping[str, str]) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(endpoints.client_environment())
+    python_path: list[str] = []
+    for dep in deps:
+        entry = str(dep.parent if dep.suffix == ".py" else dep)
+        if entry not in python_path:
+            python_path.append(entry)
+    if env.get("PYTHONPATH"):
+        python_path.append(env["PYTHONPATH"])
+    conf = {**_LOCAL_SPARK_DEFAULTS, **usable_spark_conf(spark_conf)}
+    submit = [part for key, value in conf.items() for part in ("--conf", f"{key}={value}")]
+    env.update({
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "LETHE_SPARK_MASTER": master,
+        "PYTHONPATH": os.pathsep.join(python_path),
+        "PYSPARK_SUBMIT_ARGS": shlex.join([*submit, "pyspark-shell"]),
+        "PYTHONUNBUFFERED": "1",
+    })
+    if not env["PYTHONPATH"]:
+        del env["PYTHONPATH"]
+    env.update(extra_env)
+    return env
+
+
+def _fetch(url: str, target_dir: Path, endpoints: Endpoints, base_dir: Path | None) -> Path:
+    target_dir.mkdir(parents=True, exist_ok=True)
+    parsed = urlparse(url)
+    if parsed.scheme in {"s3", "s3a", "s3n"}:
+        key = parsed.path.lstrip("/")
+        if not parsed.netloc or not key:
+            raise ValueError(f"not an S3 object URL: {url}")
+        target = target_dir / Path(key).name
+        _s3_client(endpoints).download_file(parsed.netloc, key, str(target))
+        return target
+    if parsed.scheme in {"", "file"}:
+        source = Path(parsed.path if parsed.scheme == "file" else url)
+        if not source.is_absolute() and base_dir is not None:
+            source = base_dir / source
+        target = target_dir / source.name
+        shutil.copyfile(source, target)
+        return target
+    raise ValueError(f"unsupported location {url!r} (use s3://bucket/key)")
+
+
+def _s3_client(endpoints: Endpoints) -> Any:
+    env = endpoints.client_environment()
+    return boto3.client(
+        "s3", endpoint_url=endpoints.endpoint_url, region_name=endpoints.region,
+        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+        aws_session_token=env["AWS_SESSION_TOKEN"])
+
+
+def _safe_name(value: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", value) or "run"

@@ -1,0 +1,81 @@
+"""Integration tier: handlers and adapters against moto (in-process `mock_aws`).
+
+Tables are created from their definitions in template.yaml, so a key schema change in the
+template is what these tests exercise.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import boto3
+import pytest
+from lethe.localcloud.template import load_template
+from moto import mock_aws
+
+from tests.conftest import EVENTS_DIR
+
+REGION = "us-east-1"
+RAW = "lethe-local-raw-123456789012-us-east-1"
+LAKE = "lethe-local-lake-123456789012-us-east-1"
+TABLES = {"DatasetsTable": "lethe-local-datasets", "ObjectCatalogTable": "lethe-local-object-catalog"}
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    for name in ("AWS_ENDPOINT_URL", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
+    monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "Lethe")
+    monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "lethe")
+    with mock_aws():
+        yield
+
+
+def create_table_from_template(logical_id: str, name: str) -> Any:
+    """Create one of template.yaml's DynamoDB tables under `name`, keys and indexes as declared."""
+    props = load_template()["Resources"][logical_id]["Properties"]
+    kwargs: dict[str, Any] = {
+        "TableName": name,
+        "KeySchema": props["KeySchema"],
+        "AttributeDefinitions": props["AttributeDefinitions"],
+        "BillingMode": props["BillingMode"],
+    }
+    if props.get("GlobalSecondaryIndexes"):
+        kwargs["GlobalSecondaryIndexes"] = props["GlobalSecondaryIndexes"]
+    return boto3.resource("dynamodb", region_name=REGION).create_table(**kwargs)
+
+
+@pytest.fixture
+def lethe_tables(aws: None) -> dict[str, Any]:
+    return {logical: create_table_from_template(logical, name) for logical, name in TABLES.items()}
+
+
+@pytest.fixture
+def lethe_buckets(aws: None) -> Callable[..., None]:
+    def _create(*, versioned: bool = True) -> None:
+        s3 = boto3.client("s3", region_name=REGION)
+        for bucket in (RAW, LAKE):
+            s3.create_bucket(Bucket=bucket)
+            if versioned:
+                s3.put_bucket_versioning(Bucket=bucket,
+                                         VersioningConfiguration={"Status": "Enabled"})
+
+    return _create
+
+
+@pytest.fixture
+def handler_env(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
+    """Set a function's environment from events/env.json (what `sam local invoke` gets)."""
+
+    def _set(function_logical_id: str) -> None:
+        env = json.loads((EVENTS_DIR / "env.json").read_text())
+        for key, value in env[function_logical_id].items():
+            monkeypatch.setenv(key, value)
+
+    return _set

@@ -1,0 +1,130 @@
+"""ObjectEventsFunction against moto DynamoDB, driven by the event files in events/."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from lethe_shared.errors import ConfigurationError, MalformedEventError
+
+from tests.conftest import FakeLambdaContext, load_function_module
+
+Event = Callable[[str], dict[str, Any]]
+RAW_KEY = "s3://lethe-local-raw-123456789012-us-east-1/reviews/2026/11/22/reviews-001.jsonl"
+
+
+@pytest.fixture
+def app(lethe_tables: dict[str, Any], handler_env: Callable[[str], None]) -> Any:
+    handler_env("ObjectEventsFunction")
+    module = load_function_module("object_events")
+    lethe_tables["DatasetsTable"].put_item(Item={
+        "dataset_id": "reviews",
+        "document": '{"dataset_id": "reviews", "format": "jsonl", "subject_columns": ["user_id"],'
+                    ' "schema": [{"name": "user_id", "type": "string"}]}',
+    })
+    return module
+
+
+def _items(tables: dict[str, Any]) -> list[dict[str, Any]]:
+    return sorted(tables["ObjectCatalogTable"].scan()["Items"],
+                  key=lambda i: (i["object_url"], i["sequencer"]))
+
+
+def test_created_event_writes_one_catalog_item(
+    app: Any, lethe_tables: dict[str, Any], load_event: Event, lambda_context: FakeLambdaContext
+) -> None:
+    result = app.handler(load_event("object_created_raw.json"), lambda_context)
+
+    assert result == {"object_url": RAW_KEY, "version_id": "3HL4kqtJlcpXroDTDmJ.rmSpXd3dIbrHY",
+                      "status": "RECEIVED", "dataset_id": "reviews", "written": True}
+    (item,) = _items(lethe_tables)
+    assert item["etag"] == "b1946ac92492d2347c6235b4d2611184"
+    assert item["size"] == 1024
+    assert item["zone"] == "raw"
+    assert item["sequencer"] == "00000000000000" + "0062E99A88DC407460"
+    assert "expires_at" not in item
+
+
+def test_same_event_twice_leaves_one_item(
+    app: Any, lethe_tables: dict[str, Any], load_event: Event, lambda_context: FakeLambdaContext
+) -> None:
+    first = app.handler(load_event("object_created_raw.json"), lambda_context)
+    second = app.handler(load_event("object_created_raw.json"), lambda_context)
+
+    assert (first["written"], second["written"]) == (True, False)
+    assert len(_items(lethe_tables)) == 1
+
+
+def test_delete_arriving_before_create_wins(
+    app: Any, lethe_tables: dict[str, Any], load_event: Event, lambda_context: FakeLambdaContext
+) -> None:
+    app.handler(load_event("object_deleted_raw.json"), lambda_context)
+    late = app.handler(load_event("object_created_raw.json"), lambda_context)
+
+    assert late["written"] is False
+    (item,) = _items(lethe_tables)
+    assert item["status"] == "DELETED"
+
+
+def test_delete_marker_adds_a_deleted_version(
+    app: Any, lethe_tables: dict[str, Any], load_event: Event, lambda_context: FakeLambdaContext
+) -> None:
+    app.handler(load_event("object_created_raw.json"), lambda_context)
+    app.handler(load_event("object_delete_marker_raw.json"), lambda_context)
+
+    statuses = [(i["version_id"], i["status"], i["delete_marker"]) for i in _items(lethe_tables)]
+    assert statuses == [("3HL4kqtJlcpXroDTDmJ.rmSpXd3dIbrHY", "RECEIVED", False),
+                        ("Xq1w2E3r4T5y6U7i8O9p0AsDfGhJkLzX", "DELETED", True)]
+
+
+def test_outside_dataset_is_ignored_and_expires(
+    app: Any, lethe_tables: dict[str, Any], load_event: Event, lambda_context: FakeLambdaContext
+) -> None:
+    result = app.handler(load_event("object_created_raw_outside_dataset.json"), lambda_context)
+
+    assert result["status"] == "IGNORED"
+    (item,) = _items(lethe_tables)
+    assert "dataset_id" not in item
+    assert item["expires_at"] > 0
+
+
+def test_lake_object_is_stored_and_listed_by_dataset(
+    app: Any, lethe_tables: dict[str, Any], load_event: Event, lambda_context: FakeLambdaContext
+) -> None:
+    app.handler(load_event("object_created_lake.json"), lambda_context)
+    app.handler(load_event("object_created_raw_outside_dataset.json"), lambda_context)
+
+    listed = lethe_tables["ObjectCatalogTable"].query(
+        IndexName="by_dataset", KeyConditionExpression="dataset_id = :d",
+        ExpressionAttributeValues={":d": "reviews"})["Items"]
+    assert [(i["zone"], i["status"]) for i in listed] == [("lake", "STORED")]
+
+
+def test_malformed_event_raises_and_writes_nothing(
+    app: Any, lethe_tables: dict[str, Any], load_event: Event, lambda_context: FakeLambdaContext,
+) -> None:
+    records: list[logging.LogRecord] = []
+    collector = logging.Handler()
+    collector.emit = records.append  # type: ignore[method-assign]
+    logging.getLogger("lethe").addHandler(collector)  # Powertools' logger for service "lethe"
+    try:
+        with pytest.raises(MalformedEventError):
+            app.handler(load_event("object_created_malformed.json"), lambda_context)
+    finally:
+        logging.getLogger("lethe").removeHandler(collector)
+
+    assert _items(lethe_tables) == []
+    (error,) = [r for r in records if r.levelno == logging.ERROR]
+    assert error.getMessage().startswith("malformed object event")
+    assert error.reason == "not an S3 EventBridge event: detail.object.key: Field required"
+
+
+def test_missing_configuration_fails_at_cold_start(
+    lethe_tables: dict[str, Any], load_event: Event, lambda_context: FakeLambdaContext,
+) -> None:
+    module = load_function_module("object_events")  # no handler_env: nothing is configured
+
+    with pytest.raises(ConfigurationError, match="CATALOG_TABLE: Field required"):
+        module.handler(load_event("object_created_raw.json"), lambda_context)

@@ -1,0 +1,67 @@
+"""Object catalog items and sequencer ordering."""
+
+from __future__ import annotations
+
+import pytest
+from lethe_shared.catalog import CatalogItem, ObjectStatus, Zone, latest, normalize_sequencer
+
+
+@pytest.mark.parametrize(
+    ("earlier", "later"),
+    [
+        ("0062E99A88DC407460", "0062E99A88DC407470"),
+        ("FF", "0100"),  # shorter but numerically smaller: compare by value, not by text
+        ("9", "0A"),
+        ("0055aed6dcd90281e5", "0055AED6DCD90281E6"),  # case does not matter
+    ],
+)
+def test_normalized_sequencers_order_by_value(earlier: str, later: str) -> None:
+    assert normalize_sequencer(earlier) < normalize_sequencer(later)
+
+
+def test_equal_values_normalize_equal() -> None:
+    assert normalize_sequencer("00ff") == normalize_sequencer("FF")
+
+
+@pytest.mark.parametrize("bad", ["", "xyz", "12G4", "1" * 33])
+def test_invalid_sequencer(bad: str) -> None:
+    with pytest.raises(ValueError, match="is not a hexadecimal string"):
+        normalize_sequencer(bad)
+
+
+def _item(version: str, sequencer: str, status: ObjectStatus = ObjectStatus.RECEIVED) -> CatalogItem:
+    return CatalogItem(
+        bucket="raw", key="reviews/a.jsonl", version_id=version, zone=Zone.RAW, status=status,
+        sequencer=normalize_sequencer(sequencer), dataset_id="reviews", etag="e", size=3,
+    )
+
+
+def test_item_round_trips_through_dynamodb_shape() -> None:
+    item = _item("v1", "0A")
+
+    stored = item.to_item()
+
+    assert stored["object_url"] == "s3://raw/reviews/a.jsonl"
+    assert stored["sequencer"] == "0" * 30 + "0A"
+    assert CatalogItem.from_item(stored) == item
+
+
+def test_item_without_dataset_has_no_dataset_attribute() -> None:
+    item = CatalogItem(bucket="raw", key="x/y", zone=Zone.RAW, status=ObjectStatus.IGNORED,
+                       sequencer=normalize_sequencer("1"), expires_at=1_800_000_000)
+
+    stored = item.to_item()
+
+    assert "dataset_id" not in stored  # keeps the by_dataset index sparse
+    assert stored["version_id"] == "null"
+    assert stored["expires_at"] == 1_800_000_000
+
+
+def test_latest_is_the_greatest_sequencer() -> None:
+    items = [_item("v2", "10"), _item("v3", "0F", ObjectStatus.DELETED), _item("v1", "2")]
+
+    newest = latest(items)
+
+    assert newest is not None
+    assert newest.version_id == "v2"
+    assert latest([]) is None

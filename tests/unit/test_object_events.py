@@ -1,0 +1,158 @@
+"""Object events domain: status, idempotency and ordering, with in-memory ports."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from lethe_shared.catalog import CatalogItem, ObjectStatus, Zone, latest
+from lethe_shared.datasets import Dataset, parse_dataset
+from lethe_shared.errors import MalformedEventError
+from lethe_shared.object_events import EventKind, ObjectEvent, catalog_item_for, record_object_event
+
+RAW, LAKE = "raw-bucket", "lake-bucket"
+ZONES = {RAW: Zone.RAW, LAKE: Zone.LAKE}
+
+
+class MemoryRegistry:
+    def __init__(self, *ids: str) -> None:
+        self._datasets = {
+            i: parse_dataset({"dataset_id": i, "format": "csv", "subject_columns": ["u"],
+                              "schema": [{"name": "u", "type": "string"}]})
+            for i in ids
+        }
+
+    def get(self, dataset_id: str) -> Dataset | None:
+        return self._datasets.get(dataset_id)
+
+    def put(self, dataset: Dataset) -> int:
+        raise NotImplementedError
+
+    def list(self) -> Iterator[Dataset]:
+        return iter(self._datasets.values())
+
+
+class MemoryCatalog:
+    """Same semantics as DynamoObjectCatalog.put_if_newer: strictly newer sequencer wins."""
+
+    def __init__(self) -> None:
+        self.items: dict[tuple[str, str], CatalogItem] = {}
+
+    def put_if_newer(self, item: CatalogItem) -> bool:
+        key = (item.object_url, item.version_id)
+        current = self.items.get(key)
+        if current is not None and not current.sequencer < item.sequencer:
+            return False
+        self.items[key] = item
+        return True
+
+    def versions(self, bucket: str, key: str) -> list[CatalogItem]:
+        return [i for (url, _), i in self.items.items() if url == f"s3://{bucket}/{key}"]
+
+    def by_dataset(self, dataset_id: str) -> Iterator[CatalogItem]:
+        return (i for i in self.items.values() if i.dataset_id == dataset_id)
+
+
+def _event(kind: EventKind = EventKind.CREATED, *, bucket: str = RAW,
+           key: str = "reviews/a.jsonl", version: str | None = "v1", seq: str = "10",
+           deletion: str = "") -> ObjectEvent:
+    return ObjectEvent(kind=kind, bucket=bucket, key=key, version_id=version, sequencer=seq,
+                       etag="abc", size=10, reason="PutObject", deletion_type=deletion)
+
+
+@pytest.fixture
+def catalog() -> MemoryCatalog:
+    return MemoryCatalog()
+
+
+def _record(event: ObjectEvent, catalog: MemoryCatalog) -> bool:
+    outcome = record_object_event(event, zones=ZONES, registry=MemoryRegistry("reviews"),
+                                  catalog=catalog)
+    return outcome.written
+
+
+@pytest.mark.parametrize(
+    ("bucket", "key", "status", "dataset"),
+    [
+        (RAW, "reviews/2026/a.jsonl", ObjectStatus.RECEIVED, "reviews"),
+        (LAKE, "reviews/review_date=2026-11-22/p.parquet", ObjectStatus.STORED, "reviews"),
+        (RAW, "unknown/a.jsonl", ObjectStatus.IGNORED, None),
+        (RAW, "reviews", ObjectStatus.IGNORED, None),  # no prefix: the dataset's folder itself
+        (RAW, "top-level.csv", ObjectStatus.IGNORED, None),
+    ],
+)
+def test_created_status_by_zone_and_dataset(
+    catalog: MemoryCatalog, bucket: str, key: str, status: ObjectStatus, dataset: str | None
+) -> None:
+    assert _record(_event(bucket=bucket, key=key), catalog)
+
+    (item,) = catalog.items.values()
+    assert item.status is status
+    assert item.dataset_id == dataset
+
+
+def test_duplicate_delivery_leaves_one_item(catalog: MemoryCatalog) -> None:
+    assert _record(_event(), catalog) is True
+    assert _record(_event(), catalog) is False
+
+    assert len(catalog.items) == 1
+
+
+def test_delete_after_create_marks_version_deleted(catalog: MemoryCatalog) -> None:
+    _record(_event(seq="10"), catalog)
+    _record(_event(EventKind.DELETED, seq="11", deletion="Permanently Deleted"), catalog)
+
+    (item,) = catalog.items.values()
+    assert item.status is ObjectStatus.DELETED
+    assert item.dataset_id == "reviews"
+
+
+def test_out_of_order_delete_then_create_converges_to_deleted(catalog: MemoryCatalog) -> None:
+    _record(_event(EventKind.DELETED, seq="11", deletion="Permanently Deleted"), catalog)
+    assert _record(_event(seq="10"), catalog) is False
+
+    (item,) = catalog.items.values()
+    assert item.status is ObjectStatus.DELETED
+
+
+def test_delete_marker_is_a_new_version_and_the_latest(catalog: MemoryCatalog) -> None:
+    _record(_event(version="v1", seq="10"), catalog)
+    _record(_event(EventKind.DELETED, version="dm1", seq="12", deletion="Delete Marker Created"),
+            catalog)
+
+    newest = latest(catalog.versions(RAW, "reviews/a.jsonl"))
+    assert newest is not None
+    assert (newest.version_id, newest.status, newest.delete_marker) == (
+        "dm1", ObjectStatus.DELETED, True)
+    assert catalog.items[("s3://raw-bucket/reviews/a.jsonl", "v1")].status is ObjectStatus.RECEIVED
+
+
+def test_unversioned_write_uses_null_version(catalog: MemoryCatalog) -> None:
+    _record(_event(version=None), catalog)
+
+    assert list(catalog.items) == [("s3://raw-bucket/reviews/a.jsonl", "null")]
+
+
+def test_ignored_items_expire_and_dataset_items_do_not() -> None:
+    now = datetime(2026, 11, 22, tzinfo=UTC)
+
+    ignored = catalog_item_for(_event(key="x/y"), Zone.RAW, None,
+                               ignored_retention=timedelta(days=30), now=now)
+    kept = catalog_item_for(_event(), Zone.RAW, "reviews",
+                            ignored_retention=timedelta(days=30), now=now)
+
+    assert ignored.expires_at == int(datetime(2026, 12, 22, tzinfo=UTC).timestamp())
+    assert kept.expires_at is None
+
+
+def test_event_from_another_bucket_is_malformed(catalog: MemoryCatalog) -> None:
+    with pytest.raises(MalformedEventError, match="'elsewhere' is neither the raw nor the lake"):
+        _record(_event(bucket="elsewhere"), catalog)
+    assert catalog.items == {}
+
+
+def test_bad_sequencer_is_malformed(catalog: MemoryCatalog) -> None:
+    with pytest.raises(MalformedEventError, match="not a hexadecimal string"):
+        _record(_event(seq="not-hex"), catalog)
+    assert catalog.items == {}
