@@ -46,7 +46,8 @@ def load_function_module(function_dir: str) -> ModuleType:
     path = REPO_ROOT / "functions" / function_dir / "app.py"
     name = f"lethe_fn_{function_dir}_{uuid.uuid4().hex[:8]}"
     spec = importlib.util.spec_from_file_location(name, path)
-    assert spec and spec.loader
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)

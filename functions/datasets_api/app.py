@@ -16,12 +16,13 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
+from pydantic import Field
+
 from lethe_shared.buckets import require_versioning
 from lethe_shared.config import Settings, load_settings
 from lethe_shared.datasets import parse_dataset
 from lethe_shared.errors import BucketVersioningError, DatasetNotFoundError, DatasetValidationError
 from lethe_shared.registry import DynamoDatasetRegistry
-from pydantic import Field
 
 logger = Logger()
 tracer = Tracer()
@@ -53,8 +54,9 @@ def _dependencies() -> _Dependencies:
 
 
 def _json(status: int, body: dict[str, Any]) -> Response[str]:
-    return Response(status_code=status, content_type=content_types.APPLICATION_JSON,
-                    body=json.dumps(body))
+    return Response(
+        status_code=status, content_type=content_types.APPLICATION_JSON, body=json.dumps(body)
+    )
 
 
 class BadRequestError(Exception):

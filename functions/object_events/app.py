@@ -1,7 +1,8 @@
 """Object events: S3 Object Created / Object Deleted on the raw and lake buckets, via EventBridge.
 
 Entry point of every object that reaches Lethe. Records one catalog item per object version
-(see lethe_shared.catalog). Invoked asynchronously by the `ObjectEventsRule` EventBridge rule:
+(see lethe_shared.catalog) and starts the ingestion state machine for a new raw object version
+under a registered dataset. Invoked asynchronously by the `ObjectEventsRule` EventBridge rule:
 an exception makes Lambda retry twice and then park the event in `ObjectEventsDeadLetterQueue`,
 so a malformed event is logged with its reason, retried a bounded number of times, and kept.
 """
@@ -19,12 +20,14 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import parse
 from aws_lambda_powertools.utilities.parser.models import S3EventNotificationEventBridgeModel
 from aws_lambda_powertools.utilities.typing import LambdaContext
+from pydantic import Field, ValidationError
+
 from lethe_shared.catalog import DynamoObjectCatalog, Zone
 from lethe_shared.config import Settings, load_settings
 from lethe_shared.errors import MalformedEventError
+from lethe_shared.ingestion import StepFunctionsIngestionStarter
 from lethe_shared.object_events import EventKind, ObjectEvent, record_object_event
 from lethe_shared.registry import DynamoDatasetRegistry
-from pydantic import Field, ValidationError
 
 logger = Logger()
 tracer = Tracer()
@@ -37,6 +40,7 @@ class ObjectEventsSettings(Settings):
     raw_bucket: str = Field(alias="RAW_BUCKET", min_length=3)
     lake_bucket: str = Field(alias="LAKE_BUCKET", min_length=3)
     ignored_retention_days: int = Field(alias="IGNORED_RETENTION_DAYS", ge=1)
+    ingestion_state_machine_arn: str = Field(alias="INGESTION_STATE_MACHINE_ARN", min_length=20)
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,7 @@ class _Dependencies:
     zones: dict[str, Zone]
     registry: DynamoDatasetRegistry
     catalog: DynamoObjectCatalog
+    ingestion: StepFunctionsIngestionStarter
     ignored_retention: timedelta
 
 
@@ -56,6 +61,9 @@ def _dependencies() -> _Dependencies:
         zones={settings.raw_bucket: Zone.RAW, settings.lake_bucket: Zone.LAKE},
         registry=DynamoDatasetRegistry(dynamodb.Table(settings.datasets_table)),
         catalog=DynamoObjectCatalog(dynamodb.Table(settings.catalog_table)),
+        ingestion=StepFunctionsIngestionStarter(
+            boto3.client("stepfunctions"), settings.ingestion_state_machine_arn
+        ),
         ignored_retention=timedelta(days=settings.ignored_retention_days),
     )
 
@@ -99,14 +107,17 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         object_event = to_object_event(event)
     except MalformedEventError as exc:
         metrics.add_metric(name="MalformedObjectEvents", unit=MetricUnit.Count, value=1)
-        logger.error("malformed object event; Lambda retries it, then the DLQ keeps it",
-                     extra={"reason": str(exc), "event_id": event.get("id")})
+        logger.error(
+            "malformed object event; Lambda retries it, then the DLQ keeps it",
+            extra={"reason": str(exc), "event_id": event.get("id")},
+        )
         raise
     outcome = record_object_event(
         object_event,
         zones=deps.zones,
         registry=deps.registry,
         catalog=deps.catalog,
+        ingestion=deps.ingestion,
         ignored_retention=deps.ignored_retention,
     )
     item = outcome.item
@@ -118,6 +129,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             "status": item.status.value,
             "dataset_id": item.dataset_id,
             "sequencer": item.sequencer,
+            "ingestion_requested": outcome.ingestion_requested,
         },
     )
     metric = "ObjectEventsRecorded" if outcome.written else "ObjectEventsSkipped"
@@ -128,4 +140,5 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         "status": item.status.value,
         "dataset_id": item.dataset_id,
         "written": outcome.written,
+        "ingestion_requested": outcome.ingestion_requested,
     }

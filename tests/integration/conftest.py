@@ -12,15 +12,18 @@ from typing import Any
 
 import boto3
 import pytest
-from lethe.localcloud.template import load_template
 from moto import mock_aws
 
+from lethe.localcloud.template import load_template
 from tests.conftest import EVENTS_DIR
 
 REGION = "us-east-1"
 RAW = "lethe-local-raw-123456789012-us-east-1"
 LAKE = "lethe-local-lake-123456789012-us-east-1"
-TABLES = {"DatasetsTable": "lethe-local-datasets", "ObjectCatalogTable": "lethe-local-object-catalog"}
+TABLES = {
+    "DatasetsTable": "lethe-local-datasets",
+    "ObjectCatalogTable": "lethe-local-object-catalog",
+}
 
 
 @pytest.fixture
@@ -63,8 +66,9 @@ def lethe_buckets(aws: None) -> Callable[..., None]:
         for bucket in (RAW, LAKE):
             s3.create_bucket(Bucket=bucket)
             if versioned:
-                s3.put_bucket_versioning(Bucket=bucket,
-                                         VersioningConfiguration={"Status": "Enabled"})
+                s3.put_bucket_versioning(
+                    Bucket=bucket, VersioningConfiguration={"Status": "Enabled"}
+                )
 
     return _create
 

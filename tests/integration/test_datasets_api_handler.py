@@ -25,7 +25,9 @@ def _call(app: Any, event: dict[str, Any], ctx: FakeLambdaContext) -> tuple[int,
 
 
 def test_put_then_update_then_get(
-    app: Any, lethe_buckets: Callable[..., None], load_event: Event,
+    app: Any,
+    lethe_buckets: Callable[..., None],
+    load_event: Event,
     lambda_context: FakeLambdaContext,
 ) -> None:
     lethe_buckets()
@@ -42,7 +44,9 @@ def test_put_then_update_then_get(
 
 
 def test_invalid_document_lists_every_problem(
-    app: Any, lethe_buckets: Callable[..., None], load_event: Event,
+    app: Any,
+    lethe_buckets: Callable[..., None],
+    load_event: Event,
     lambda_context: FakeLambdaContext,
 ) -> None:
     lethe_buckets()
@@ -50,12 +54,16 @@ def test_invalid_document_lists_every_problem(
     status, body = _call(app, load_event("datasets_api_put_invalid.json"), lambda_context)
 
     assert status == 400
-    assert body == {"message": "invalid dataset document", "errors": [
-        "schema[0].type: 'strng' is not a valid type (unknown type 'strng')"]}
+    assert body == {
+        "message": "invalid dataset document",
+        "errors": ["schema[0].type: 'strng' is not a valid type (unknown type 'strng')"],
+    }
 
 
 def test_semantic_errors_after_types_parse(
-    app: Any, lethe_buckets: Callable[..., None], load_event: Event,
+    app: Any,
+    lethe_buckets: Callable[..., None],
+    load_event: Event,
     lambda_context: FakeLambdaContext,
 ) -> None:
     lethe_buckets()
@@ -68,13 +76,18 @@ def test_semantic_errors_after_types_parse(
     status, body = _call(app, event, lambda_context)
 
     assert status == 400
-    assert body["errors"] == ["subject_columns[0]: 'customer.id' is not a column of the schema",
-                              "partition_by[0]: 'country' is not a column of the schema"]
+    assert body["errors"] == [
+        "subject_columns[0]: 'customer.id' is not a column of the schema",
+        "partition_by[0]: 'country' is not a column of the schema",
+    ]
 
 
 def test_unversioned_bucket_is_refused(
-    app: Any, lethe_buckets: Callable[..., None], load_event: Event,
-    lambda_context: FakeLambdaContext, lethe_tables: dict[str, Any],
+    app: Any,
+    lethe_buckets: Callable[..., None],
+    load_event: Event,
+    lambda_context: FakeLambdaContext,
+    lethe_tables: dict[str, Any],
 ) -> None:
     lethe_buckets(versioned=False)
 
@@ -88,8 +101,14 @@ def test_unversioned_bucket_is_refused(
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        ("{not json", "body is not JSON: Expecting property name enclosed in double quotes at position 1"),
-        ('{"dataset_id": "other"}', "dataset_id 'other' in the body differs from 'reviews' in the path"),
+        (
+            "{not json",
+            "body is not JSON: Expecting property name enclosed in double quotes at position 1",
+        ),
+        (
+            '{"dataset_id": "other"}',
+            "dataset_id 'other' in the body differs from 'reviews' in the path",
+        ),
     ],
 )
 def test_bad_requests(
@@ -105,4 +124,6 @@ def test_get_unknown_dataset_is_404(
     app: Any, load_event: Event, lambda_context: FakeLambdaContext
 ) -> None:
     assert _call(app, load_event("datasets_api_get.json"), lambda_context) == (
-        404, {"message": "dataset 'reviews' is not registered"})
+        404,
+        {"message": "dataset 'reviews' is not registered"},
+    )

@@ -2,34 +2,51 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from typing import Any
 
+import boto3
 import pytest
-from lethe_shared.errors import ConfigurationError, MalformedEventError
 
-from tests.conftest import FakeLambdaContext, load_function_module
+from lethe_shared.errors import ConfigurationError, MalformedEventError
+from tests.conftest import REPO_ROOT, FakeLambdaContext, load_function_module
 
 Event = Callable[[str], dict[str, Any]]
 RAW_KEY = "s3://lethe-local-raw-123456789012-us-east-1/reviews/2026/11/22/reviews-001.jsonl"
 
 
+INGESTION_ARN = "arn:aws:states:us-east-1:123456789012:stateMachine:lethe-local-ingestion"
+
+
 @pytest.fixture
 def app(lethe_tables: dict[str, Any], handler_env: Callable[[str], None]) -> Any:
     handler_env("ObjectEventsFunction")
+    boto3.client("iam").create_role(RoleName="sfn", AssumeRolePolicyDocument="{}")
+    boto3.client("stepfunctions").create_state_machine(
+        name="lethe-local-ingestion",
+        definition=(REPO_ROOT / "statemachines" / "ingestion.asl.json").read_text(),
+        roleArn="arn:aws:iam::123456789012:role/sfn",
+    )
     module = load_function_module("object_events")
-    lethe_tables["DatasetsTable"].put_item(Item={
+    document = {
         "dataset_id": "reviews",
-        "document": '{"dataset_id": "reviews", "format": "jsonl", "subject_columns": ["user_id"],'
-                    ' "schema": [{"name": "user_id", "type": "string"}]}',
-    })
+        "format": "jsonl",
+        "subject_columns": ["user_id"],
+        "schema": [{"name": "user_id", "type": "string"}],
+    }
+    lethe_tables["DatasetsTable"].put_item(
+        Item={"dataset_id": "reviews", "document": json.dumps(document)}
+    )
     return module
 
 
 def _items(tables: dict[str, Any]) -> list[dict[str, Any]]:
-    return sorted(tables["ObjectCatalogTable"].scan()["Items"],
-                  key=lambda i: (i["object_url"], i["sequencer"]))
+    return sorted(
+        tables["ObjectCatalogTable"].scan()["Items"],
+        key=lambda i: (i["object_url"], i["sequencer"]),
+    )
 
 
 def test_created_event_writes_one_catalog_item(
@@ -37,8 +54,14 @@ def test_created_event_writes_one_catalog_item(
 ) -> None:
     result = app.handler(load_event("object_created_raw.json"), lambda_context)
 
-    assert result == {"object_url": RAW_KEY, "version_id": "3HL4kqtJlcpXroDTDmJ.rmSpXd3dIbrHY",
-                      "status": "RECEIVED", "dataset_id": "reviews", "written": True}
+    assert result == {
+        "object_url": RAW_KEY,
+        "version_id": "3HL4kqtJlcpXroDTDmJ.rmSpXd3dIbrHY",
+        "status": "RECEIVED",
+        "dataset_id": "reviews",
+        "written": True,
+        "ingestion_requested": True,
+    }
     (item,) = _items(lethe_tables)
     assert item["etag"] == "b1946ac92492d2347c6235b4d2611184"
     assert item["size"] == 1024
@@ -54,7 +77,23 @@ def test_same_event_twice_leaves_one_item(
     second = app.handler(load_event("object_created_raw.json"), lambda_context)
 
     assert (first["written"], second["written"]) == (True, False)
+    # Asking twice is safe: Step Functions answers a start with the name and input of a running
+    # execution with that execution, and refuses it once the execution has finished.
+    assert (first["ingestion_requested"], second["ingestion_requested"]) == (True, True)
     assert len(_items(lethe_tables)) == 1
+    executions = boto3.client("stepfunctions").list_executions(stateMachineArn=INGESTION_ARN)
+    (execution,) = executions["executions"]
+    assert execution["name"].startswith("reviews-")
+    described = boto3.client("stepfunctions").describe_execution(
+        executionArn=execution["executionArn"]
+    )
+    assert json.loads(described["input"]) == {
+        "dataset_id": "reviews",
+        "bucket": "lethe-local-raw-123456789012-us-east-1",
+        "key": "reviews/2026/11/22/reviews-001.jsonl",
+        "version_id": "3HL4kqtJlcpXroDTDmJ.rmSpXd3dIbrHY",
+        "object_url": RAW_KEY,
+    }
 
 
 def test_delete_arriving_before_create_wins(
@@ -75,8 +114,10 @@ def test_delete_marker_adds_a_deleted_version(
     app.handler(load_event("object_delete_marker_raw.json"), lambda_context)
 
     statuses = [(i["version_id"], i["status"], i["delete_marker"]) for i in _items(lethe_tables)]
-    assert statuses == [("3HL4kqtJlcpXroDTDmJ.rmSpXd3dIbrHY", "RECEIVED", False),
-                        ("Xq1w2E3r4T5y6U7i8O9p0AsDfGhJkLzX", "DELETED", True)]
+    assert statuses == [
+        ("3HL4kqtJlcpXroDTDmJ.rmSpXd3dIbrHY", "RECEIVED", False),
+        ("Xq1w2E3r4T5y6U7i8O9p0AsDfGhJkLzX", "DELETED", True),
+    ]
 
 
 def test_outside_dataset_is_ignored_and_expires(
@@ -97,13 +138,18 @@ def test_lake_object_is_stored_and_listed_by_dataset(
     app.handler(load_event("object_created_raw_outside_dataset.json"), lambda_context)
 
     listed = lethe_tables["ObjectCatalogTable"].query(
-        IndexName="by_dataset", KeyConditionExpression="dataset_id = :d",
-        ExpressionAttributeValues={":d": "reviews"})["Items"]
+        IndexName="by_dataset",
+        KeyConditionExpression="dataset_id = :d",
+        ExpressionAttributeValues={":d": "reviews"},
+    )["Items"]
     assert [(i["zone"], i["status"]) for i in listed] == [("lake", "STORED")]
 
 
 def test_malformed_event_raises_and_writes_nothing(
-    app: Any, lethe_tables: dict[str, Any], load_event: Event, lambda_context: FakeLambdaContext,
+    app: Any,
+    lethe_tables: dict[str, Any],
+    load_event: Event,
+    lambda_context: FakeLambdaContext,
 ) -> None:
     records: list[logging.LogRecord] = []
     collector = logging.Handler()
@@ -122,7 +168,9 @@ def test_malformed_event_raises_and_writes_nothing(
 
 
 def test_missing_configuration_fails_at_cold_start(
-    lethe_tables: dict[str, Any], load_event: Event, lambda_context: FakeLambdaContext,
+    lethe_tables: dict[str, Any],
+    load_event: Event,
+    lambda_context: FakeLambdaContext,
 ) -> None:
     module = load_function_module("object_events")  # no handler_env: nothing is configured
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from lethe_shared.catalog import CatalogItem, ObjectStatus, Zone, latest, normalize_sequencer
 
 
@@ -29,10 +30,19 @@ def test_invalid_sequencer(bad: str) -> None:
         normalize_sequencer(bad)
 
 
-def _item(version: str, sequencer: str, status: ObjectStatus = ObjectStatus.RECEIVED) -> CatalogItem:
+def _item(
+    version: str, sequencer: str, status: ObjectStatus = ObjectStatus.RECEIVED
+) -> CatalogItem:
     return CatalogItem(
-        bucket="raw", key="reviews/a.jsonl", version_id=version, zone=Zone.RAW, status=status,
-        sequencer=normalize_sequencer(sequencer), dataset_id="reviews", etag="e", size=3,
+        bucket="raw",
+        key="reviews/a.jsonl",
+        version_id=version,
+        zone=Zone.RAW,
+        status=status,
+        sequencer=normalize_sequencer(sequencer),
+        dataset_id="reviews",
+        etag="e",
+        size=3,
     )
 
 
@@ -47,8 +57,14 @@ def test_item_round_trips_through_dynamodb_shape() -> None:
 
 
 def test_item_without_dataset_has_no_dataset_attribute() -> None:
-    item = CatalogItem(bucket="raw", key="x/y", zone=Zone.RAW, status=ObjectStatus.IGNORED,
-                       sequencer=normalize_sequencer("1"), expires_at=1_800_000_000)
+    item = CatalogItem(
+        bucket="raw",
+        key="x/y",
+        zone=Zone.RAW,
+        status=ObjectStatus.IGNORED,
+        sequencer=normalize_sequencer("1"),
+        expires_at=1_800_000_000,
+    )
 
     stored = item.to_item()
 

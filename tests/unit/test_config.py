@@ -1,9 +1,10 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import Field
+
 from lethe_shared.config import Settings, load_settings
 from lethe_shared.errors import ConfigurationError
-from pydantic import Field
 
 
 class ExampleSettings(Settings):

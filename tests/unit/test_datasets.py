@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from lethe_shared.datasets import Compression, DataFormat, parse_dataset, parse_type
 from lethe_shared.errors import DatasetValidationError
 
@@ -81,8 +82,11 @@ def test_nested_and_composite_subject_columns() -> None:
             "partition_by[0]: 'country' is not a column of the schema",
         ),
         (
-            {"subject_columns": ["tags"], "schema": [{"name": "tags", "type": "array<string>"}],
-             "partition_by": []},
+            {
+                "subject_columns": ["tags"],
+                "schema": [{"name": "tags", "type": "array<string>"}],
+                "partition_by": [],
+            },
             "subject_columns[0]: 'tags' has type array<string>; a subject column must be one of "
             "boolean, byte, date, decimal, int, long, short, string",
         ),
@@ -91,8 +95,13 @@ def test_nested_and_composite_subject_columns() -> None:
             "compression: parquet files carry their own codec; use 'auto' or 'none'",
         ),
         (
-            {"schema": [{"name": "user_id", "type": "string"}, {"name": "user_id", "type": "int"}],
-             "partition_by": []},
+            {
+                "schema": [
+                    {"name": "user_id", "type": "string"},
+                    {"name": "user_id", "type": "int"},
+                ],
+                "partition_by": [],
+            },
             "schema: column 'user_id' is declared more than once",
         ),
     ],

@@ -6,9 +6,11 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
+
 from lethe_shared.catalog import CatalogItem, ObjectStatus, Zone, latest
 from lethe_shared.datasets import Dataset, parse_dataset
 from lethe_shared.errors import MalformedEventError
+from lethe_shared.ingestion import execution_name
 from lethe_shared.object_events import EventKind, ObjectEvent, catalog_item_for, record_object_event
 
 RAW, LAKE = "raw-bucket", "lake-bucket"
@@ -18,8 +20,14 @@ ZONES = {RAW: Zone.RAW, LAKE: Zone.LAKE}
 class MemoryRegistry:
     def __init__(self, *ids: str) -> None:
         self._datasets = {
-            i: parse_dataset({"dataset_id": i, "format": "csv", "subject_columns": ["u"],
-                              "schema": [{"name": "u", "type": "string"}]})
+            i: parse_dataset(
+                {
+                    "dataset_id": i,
+                    "format": "csv",
+                    "subject_columns": ["u"],
+                    "schema": [{"name": "u", "type": "string"}],
+                }
+            )
             for i in ids
         }
 
@@ -47,18 +55,50 @@ class MemoryCatalog:
         self.items[key] = item
         return True
 
+    def get(self, bucket: str, key: str, version_id: str) -> CatalogItem | None:
+        return self.items.get((f"s3://{bucket}/{key}", version_id))
+
     def versions(self, bucket: str, key: str) -> list[CatalogItem]:
         return [i for (url, _), i in self.items.items() if url == f"s3://{bucket}/{key}"]
+
+
+class RecordingStarter:
+    """Records the distinct executions asked for (Step Functions de-duplicates by name)."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+
+    def start(self, item: CatalogItem) -> bool:
+        name = execution_name(item)
+        if name in self.started:
+            return False
+        self.started.append(name)
+        return True
 
     def by_dataset(self, dataset_id: str) -> Iterator[CatalogItem]:
         return (i for i in self.items.values() if i.dataset_id == dataset_id)
 
 
-def _event(kind: EventKind = EventKind.CREATED, *, bucket: str = RAW,
-           key: str = "reviews/a.jsonl", version: str | None = "v1", seq: str = "10",
-           deletion: str = "") -> ObjectEvent:
-    return ObjectEvent(kind=kind, bucket=bucket, key=key, version_id=version, sequencer=seq,
-                       etag="abc", size=10, reason="PutObject", deletion_type=deletion)
+def _event(
+    kind: EventKind = EventKind.CREATED,
+    *,
+    bucket: str = RAW,
+    key: str = "reviews/a.jsonl",
+    version: str | None = "v1",
+    seq: str = "10",
+    deletion: str = "",
+) -> ObjectEvent:
+    return ObjectEvent(
+        kind=kind,
+        bucket=bucket,
+        key=key,
+        version_id=version,
+        sequencer=seq,
+        etag="abc",
+        size=10,
+        reason="PutObject",
+        deletion_type=deletion,
+    )
 
 
 @pytest.fixture
@@ -66,9 +106,21 @@ def catalog() -> MemoryCatalog:
     return MemoryCatalog()
 
 
-def _record(event: ObjectEvent, catalog: MemoryCatalog) -> bool:
-    outcome = record_object_event(event, zones=ZONES, registry=MemoryRegistry("reviews"),
-                                  catalog=catalog)
+@pytest.fixture
+def starter() -> RecordingStarter:
+    return RecordingStarter()
+
+
+def _record(
+    event: ObjectEvent, catalog: MemoryCatalog, starter: RecordingStarter | None = None
+) -> bool:
+    outcome = record_object_event(
+        event,
+        zones=ZONES,
+        registry=MemoryRegistry("reviews"),
+        catalog=catalog,
+        ingestion=starter or RecordingStarter(),
+    )
     return outcome.written
 
 
@@ -118,13 +170,18 @@ def test_out_of_order_delete_then_create_converges_to_deleted(catalog: MemoryCat
 
 def test_delete_marker_is_a_new_version_and_the_latest(catalog: MemoryCatalog) -> None:
     _record(_event(version="v1", seq="10"), catalog)
-    _record(_event(EventKind.DELETED, version="dm1", seq="12", deletion="Delete Marker Created"),
-            catalog)
+    _record(
+        _event(EventKind.DELETED, version="dm1", seq="12", deletion="Delete Marker Created"),
+        catalog,
+    )
 
     newest = latest(catalog.versions(RAW, "reviews/a.jsonl"))
     assert newest is not None
     assert (newest.version_id, newest.status, newest.delete_marker) == (
-        "dm1", ObjectStatus.DELETED, True)
+        "dm1",
+        ObjectStatus.DELETED,
+        True,
+    )
     assert catalog.items[("s3://raw-bucket/reviews/a.jsonl", "v1")].status is ObjectStatus.RECEIVED
 
 
@@ -137,10 +194,12 @@ def test_unversioned_write_uses_null_version(catalog: MemoryCatalog) -> None:
 def test_ignored_items_expire_and_dataset_items_do_not() -> None:
     now = datetime(2026, 11, 22, tzinfo=UTC)
 
-    ignored = catalog_item_for(_event(key="x/y"), Zone.RAW, None,
-                               ignored_retention=timedelta(days=30), now=now)
-    kept = catalog_item_for(_event(), Zone.RAW, "reviews",
-                            ignored_retention=timedelta(days=30), now=now)
+    ignored = catalog_item_for(
+        _event(key="x/y"), Zone.RAW, None, ignored_retention=timedelta(days=30), now=now
+    )
+    kept = catalog_item_for(
+        _event(), Zone.RAW, "reviews", ignored_retention=timedelta(days=30), now=now
+    )
 
     assert ignored.expires_at == int(datetime(2026, 12, 22, tzinfo=UTC).timestamp())
     assert kept.expires_at is None
@@ -156,3 +215,57 @@ def test_bad_sequencer_is_malformed(catalog: MemoryCatalog) -> None:
     with pytest.raises(MalformedEventError, match="not a hexadecimal string"):
         _record(_event(seq="not-hex"), catalog)
     assert catalog.items == {}
+
+
+def test_new_raw_version_starts_ingestion_once(
+    catalog: MemoryCatalog, starter: RecordingStarter
+) -> None:
+    _record(_event(), catalog, starter)
+    _record(_event(), catalog, starter)  # duplicate delivery
+
+    (item,) = catalog.items.values()
+    assert starter.started == [execution_name(item)]
+
+
+def test_redelivery_retries_a_start_that_never_happened(
+    catalog: MemoryCatalog, starter: RecordingStarter
+) -> None:
+    _record(_event(), catalog, RecordingStarter())  # first delivery: its start was lost
+    _record(_event(), catalog, starter)  # redelivery
+
+    assert len(starter.started) == 1
+
+
+@pytest.mark.parametrize(
+    ("bucket", "key"),
+    [(LAKE, "reviews/review_date=2026-11-22/p.parquet"), (RAW, "unknown/a.jsonl")],
+)
+def test_lake_and_ignored_objects_are_not_ingested(
+    catalog: MemoryCatalog, starter: RecordingStarter, bucket: str, key: str
+) -> None:
+    _record(_event(bucket=bucket, key=key), catalog, starter)
+
+    assert starter.started == []
+
+
+def test_deleted_version_is_not_ingested_on_late_create(
+    catalog: MemoryCatalog, starter: RecordingStarter
+) -> None:
+    _record(_event(EventKind.DELETED, seq="11", deletion="Permanently Deleted"), catalog, starter)
+    _record(_event(seq="10"), catalog, starter)
+
+    assert starter.started == []
+
+
+def test_execution_name_is_deterministic_and_valid() -> None:
+    item = catalog_item_for(_event(), Zone.RAW, "reviews", ignored_retention=timedelta(days=1))
+    other = catalog_item_for(
+        _event(version="v2"), Zone.RAW, "reviews", ignored_retention=timedelta(days=1)
+    )
+    long_id = catalog_item_for(_event(), Zone.RAW, "d" * 63, ignored_retention=timedelta(days=1))
+
+    assert execution_name(item) == execution_name(item)
+    assert execution_name(item) != execution_name(other)
+    assert execution_name(item).startswith("reviews-")
+    assert len(execution_name(long_id)) == 80
+    assert all(c.isalnum() or c in "-_" for c in execution_name(long_id))

@@ -6,9 +6,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+
 from lethe_shared.errors import MalformedEventError
 from lethe_shared.object_events import EventKind
-
 from tests.conftest import load_function_module
 
 app = load_function_module("object_events")

@@ -17,6 +17,7 @@ def require_versioning(s3_client: Any, buckets: list[str]) -> None:
     ]
     if unversioned:
         raise BucketVersioningError(
-            "bucket(s) without versioning enabled: " + ", ".join(unversioned)
+            "bucket(s) without versioning enabled: "
+            + ", ".join(unversioned)
             + "; enable versioning before registering a dataset there"
         )

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
-from enum import Enum
+from enum import StrEnum
 from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -24,12 +24,12 @@ NULL_VERSION = "null"
 SEQUENCER_WIDTH = 32
 
 
-class Zone(str, Enum):
+class Zone(StrEnum):
     RAW = "raw"
     LAKE = "lake"
 
 
-class ObjectStatus(str, Enum):
+class ObjectStatus(StrEnum):
     RECEIVED = "RECEIVED"  # a raw object under a registered dataset, waiting for ingestion
     STORED = "STORED"  # a lake object under a registered dataset
     IGNORED = "IGNORED"  # outside any registered dataset prefix
@@ -124,7 +124,10 @@ class ObjectCatalog(Protocol):
     """Storage port of the object catalog."""
 
     def put_if_newer(self, item: CatalogItem) -> bool:
-        """Write `item` unless an item with an equal or greater sequencer is there. True if written."""
+        """Write `item` unless one with an equal or greater sequencer is there; True if written."""
+
+    def get(self, bucket: str, key: str, version_id: str) -> CatalogItem | None:
+        """One object version, read consistently."""
 
     def versions(self, bucket: str, key: str) -> list[CatalogItem]:
         """Every recorded version of one object."""
@@ -154,6 +157,13 @@ class DynamoObjectCatalog:
         except self._table.meta.client.exceptions.ConditionalCheckFailedException:
             return False
         return True
+
+    def get(self, bucket: str, key: str, version_id: str) -> CatalogItem | None:
+        item = self._table.get_item(
+            Key={"object_url": object_url(bucket, key), "version_id": version_id},
+            ConsistentRead=True,
+        ).get("Item")
+        return CatalogItem.from_item(item) if item else None
 
     def versions(self, bucket: str, key: str) -> list[CatalogItem]:
         items: list[CatalogItem] = []

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from enum import Enum
-from typing import Any, Literal
+from enum import StrEnum
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -68,11 +68,9 @@ class DataType:
             return f"decimal({self.precision},{self.scale})"
         if self.name == "struct":
             return "struct<" + ",".join(f"{n}:{t.ddl()}" for n, t in self.fields) + ">"
-        if self.name == "array":
-            assert self.element is not None
+        if self.name == "array" and self.element is not None:
             return f"array<{self.element.ddl()}>"
-        if self.name == "map":
-            assert self.key is not None and self.element is not None
+        if self.name == "map" and self.key is not None and self.element is not None:
             return f"map<{self.key.ddl()},{self.element.ddl()}>"
         return self.name
 
@@ -119,47 +117,61 @@ class _TypeParser:
         word = self._next().lower()
         if word in _PRIMITIVES:
             return DataType(_PRIMITIVES[word])
-        if word in {"decimal", "dec", "numeric"}:
-            precision, scale = 10, 0
-            if self._peek() == "(":
+        composite = {
+            "decimal": self._decimal,
+            "dec": self._decimal,
+            "numeric": self._decimal,
+            "array": self._array,
+            "map": self._map,
+            "struct": self._struct,
+        }.get(word)
+        if composite is None:
+            raise ValueError(f"unknown type {word!r}")
+        return composite()
+
+    def _decimal(self) -> DataType:
+        precision, scale = 10, 0
+        if self._peek() == "(":
+            self._next()
+            precision = int(self._next())
+            if self._peek() == ",":
                 self._next()
-                precision = int(self._next())
-                if self._peek() == ",":
-                    self._next()
-                    scale = int(self._next())
-                self._expect(")")
-            if not 1 <= precision <= 38 or not 0 <= scale <= precision:
-                raise ValueError(f"decimal({precision},{scale}) is out of range")
-            return DataType("decimal", precision=precision, scale=scale)
-        if word == "array":
-            self._expect("<")
-            element = self._type()
-            self._expect(">")
-            return DataType("array", element=element)
-        if word == "map":
-            self._expect("<")
-            key = self._type()
-            self._expect(",")
-            value = self._type()
-            self._expect(">")
-            return DataType("map", key=key, element=value)
-        if word == "struct":
-            self._expect("<")
-            fields: list[tuple[str, DataType]] = []
-            while True:
-                name = self._next()
-                self._expect(":")
-                fields.append((name, self._type()))
-                token = self._next()
-                if token == ">":
-                    break
-                if token != ",":
-                    raise ValueError(f"expected ',' or '>', found {token!r}")
-            names = [n for n, _ in fields]
-            if len(set(names)) != len(names):
-                raise ValueError("struct has duplicate field names")
-            return DataType("struct", fields=tuple(fields))
-        raise ValueError(f"unknown type {word!r}")
+                scale = int(self._next())
+            self._expect(")")
+        if not 1 <= precision <= 38 or not 0 <= scale <= precision:
+            raise ValueError(f"decimal({precision},{scale}) is out of range")
+        return DataType("decimal", precision=precision, scale=scale)
+
+    def _array(self) -> DataType:
+        self._expect("<")
+        element = self._type()
+        self._expect(">")
+        return DataType("array", element=element)
+
+    def _map(self) -> DataType:
+        self._expect("<")
+        key = self._type()
+        self._expect(",")
+        value = self._type()
+        self._expect(">")
+        return DataType("map", key=key, element=value)
+
+    def _struct(self) -> DataType:
+        self._expect("<")
+        fields: list[tuple[str, DataType]] = []
+        while True:
+            name = self._next()
+            self._expect(":")
+            fields.append((name, self._type()))
+            separator = self._next()
+            if separator == ">":
+                break
+            if separator != ",":
+                raise ValueError(f"expected ',' or '>', found {separator!r}")
+        names = [n for n, _ in fields]
+        if len(set(names)) != len(names):
+            raise ValueError("struct has duplicate field names")
+        return DataType("struct", fields=tuple(fields))
 
 
 def parse_type(text: str) -> DataType:
@@ -167,13 +179,13 @@ def parse_type(text: str) -> DataType:
     return _TypeParser(text).parse()
 
 
-class DataFormat(str, Enum):
+class DataFormat(StrEnum):
     CSV = "csv"
     JSONL = "jsonl"
     PARQUET = "parquet"
 
 
-class Compression(str, Enum):
+class Compression(StrEnum):
     AUTO = "auto"  # detected from the bytes (gzip magic number), not from the key's extension
     GZIP = "gzip"
     NONE = "none"
@@ -243,8 +255,7 @@ class _Problems:
         self.items.append(f"{where}: {what}")
 
 
-def _check_semantics(dataset: Dataset) -> list[str]:
-    problems = _Problems()
+def _check_columns(dataset: Dataset, problems: _Problems) -> None:
     names = [c.name for c in dataset.schema_]
     for duplicate in sorted({n for n in names if names.count(n) > 1}):
         problems.add("schema", f"column {duplicate!r} is declared more than once")
@@ -253,8 +264,9 @@ def _check_semantics(dataset: Dataset) -> list[str]:
             parse_type(column.type)
         except ValueError as exc:
             problems.add(f"schema[{index}].type", f"{column.type!r} is not a valid type ({exc})")
-    if problems.items:
-        return problems.items  # the checks below need parseable types
+
+
+def _check_subject_columns(dataset: Dataset, problems: _Problems) -> None:
     for index, path in enumerate(dataset.subject_columns):
         found = dataset.column_type(path)
         if found is None:
@@ -265,17 +277,28 @@ def _check_semantics(dataset: Dataset) -> list[str]:
                 f"{path!r} has type {found.ddl()}; a subject column must be one of "
                 + ", ".join(sorted(KEY_TYPES)),
             )
+
+
+def _check_partitions(dataset: Dataset, problems: _Problems) -> None:
     for index, name in enumerate(dataset.partition_by):
-        part_type = dataset.column_type(name) if "." not in name else None
+        where = f"partition_by[{index}]"
         if "." in name:
-            problems.add(f"partition_by[{index}]", f"{name!r}: partition columns must be top level")
-        elif part_type is None:
-            problems.add(f"partition_by[{index}]", f"{name!r} is not a column of the schema")
+            problems.add(where, f"{name!r}: partition columns must be top level")
+            continue
+        part_type = dataset.column_type(name)
+        if part_type is None:
+            problems.add(where, f"{name!r} is not a column of the schema")
         elif part_type.name not in KEY_TYPES:
-            problems.add(
-                f"partition_by[{index}]",
-                f"{name!r} has type {part_type.ddl()}; partition by a simple type instead",
-            )
+            problems.add(where, f"{name!r} has type {part_type.ddl()}; partition by a simple type")
+
+
+def _check_semantics(dataset: Dataset) -> list[str]:
+    problems = _Problems()
+    _check_columns(dataset, problems)
+    if problems.items:
+        return problems.items  # the checks below need parseable types
+    _check_subject_columns(dataset, problems)
+    _check_partitions(dataset, problems)
     if dataset.format is DataFormat.PARQUET and dataset.compression is Compression.GZIP:
         problems.add("compression", "parquet files carry their own codec; use 'auto' or 'none'")
     return problems.items

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from enum import Enum
+from enum import StrEnum
 
 from lethe_shared.catalog import (
     NULL_VERSION,
@@ -18,12 +18,13 @@ from lethe_shared.catalog import (
     normalize_sequencer,
 )
 from lethe_shared.errors import MalformedEventError
+from lethe_shared.ingestion import IngestionStarter
 from lethe_shared.registry import DatasetRegistry, dataset_of_key
 
 DELETE_MARKER_CREATED = "Delete Marker Created"
 
 
-class EventKind(str, Enum):
+class EventKind(StrEnum):
     CREATED = "Object Created"
     DELETED = "Object Deleted"
 
@@ -48,6 +49,7 @@ class ObjectEvent:
 class Outcome:
     item: CatalogItem
     written: bool  # False: a duplicate or an older event; the catalog already knows better
+    ingestion_requested: bool = False  # see IngestionStarter.start
 
 
 def catalog_item_for(
@@ -90,15 +92,30 @@ def catalog_item_for(
     )
 
 
+def _wants_ingestion(outcome_item: CatalogItem, written: bool, catalog: ObjectCatalog) -> bool:
+    """A raw object version under a dataset is ingested once. A redelivered event (written is
+    False) still asks for it, in case the first delivery died between the catalog write and the
+    start; the deterministic execution name makes that second start a no-op. A version that a
+    newer event already marked deleted is not ingested."""
+    if outcome_item.status is not ObjectStatus.RECEIVED:
+        return False
+    if written:
+        return True
+    stored = catalog.get(outcome_item.bucket, outcome_item.key, outcome_item.version_id)
+    return stored is not None and stored.status is not ObjectStatus.DELETED
+
+
 def record_object_event(
     event: ObjectEvent,
     *,
     zones: dict[str, Zone],
     registry: DatasetRegistry,
     catalog: ObjectCatalog,
+    ingestion: IngestionStarter,
     ignored_retention: timedelta = timedelta(days=30),
 ) -> Outcome:
-    """Record one S3 object event in the catalog, idempotently and in sequencer order.
+    """Record one S3 object event in the catalog, idempotently and in sequencer order, and start
+    ingestion for a new raw object version under a registered dataset.
 
     `zones` maps the raw and lake bucket names to their zone; an event from any other bucket is
     malformed for this deployment (the EventBridge rule should never deliver it).
@@ -109,4 +126,6 @@ def record_object_event(
     candidate = dataset_of_key(event.key)
     dataset_id = candidate if candidate and registry.get(candidate) is not None else None
     item = catalog_item_for(event, zone, dataset_id, ignored_retention=ignored_retention)
-    return Outcome(item=item, written=catalog.put_if_newer(item))
+    written = catalog.put_if_newer(item)
+    requested = _wants_ingestion(item, written, catalog) and ingestion.start(item)
+    return Outcome(item=item, written=written, ingestion_requested=requested)

@@ -7,7 +7,9 @@ One translation serves both the quality gate (cfn-lint lints its output) and the
 from __future__ import annotations
 
 import json
-from pathlib import Path
+import os
+import sys
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from cfnlint.decode import cfn_yaml
@@ -54,25 +56,23 @@ def translate(
     Needs a region for ARNs it builds: AWS_DEFAULT_REGION is set by the caller or defaults to
     us-east-1 for linting, which changes no resource.
     """
-    import os
-
     os.environ.setdefault("AWS_DEFAULT_REGION", DEFAULT_REGION)
     translated = transform(
         with_local_code_as_s3(sam_template),
         dict(parameter_values or {}),
-        _OfflinePolicyLoader(),  # type: ignore[arg-type]
+        _OfflinePolicyLoader(),  # duck-typed: the translator only calls load()
     )
     return dict(_plain(translated))
 
 
 def with_local_code_as_s3(sam_template: dict[str, Any]) -> dict[str, Any]:
     """A copy of the template whose local code paths are placeholder S3 URIs."""
-    result = json.loads(json.dumps(sam_template))
+    result: dict[str, Any] = json.loads(json.dumps(sam_template))
     for resource in result.get("Resources", {}).values():
         prop = _LOCAL_URI_PROPERTIES.get(resource.get("Type", ""))
         value = resource.get("Properties", {}).get(prop) if prop else None
         if isinstance(value, str) and not value.startswith("s3://"):
-            relative = value.strip("./").rstrip("/") or "."
+            relative = str(PurePosixPath(value))  # "./functions/x/" -> "functions/x"
             resource["Properties"][prop] = f"s3://{LOCAL_CODE_BUCKET}/{relative}"
     return result
 
@@ -89,9 +89,7 @@ def translated_template(parameter_values: dict[str, Any] | None = None) -> dict[
 
 
 def main() -> None:
-    """`python -m lethe.localcloud.template OUT.json`: write the translated template (for cfn-lint)."""
-    import sys
-
+    """`python -m lethe.localcloud.template OUT.json`: the translated template, for cfn-lint."""
     out = Path(sys.argv[1])
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(translated_template(), indent=2, sort_keys=True) + "\n")

@@ -1,0 +1,132 @@
+# Lethe: every command a developer, CI or an operator needs. `make help` lists them.
+# On a fresh machine `make test` and `make demo` install everything they need, pinned.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+SAM_VENV := .venv-sam
+CHECKOV_VENV := .venv-checkov
+BUILD := .build
+PIP_VERSION := 25.3
+
+export SAM_CLI_TELEMETRY := 0
+export AWS_DEFAULT_REGION ?= us-east-1
+export PYSPARK_PYTHON := $(CURDIR)/$(BIN)/python
+export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(BIN)/python
+export SPARK_LOCAL_IP := 127.0.0.1
+export POWERTOOLS_TRACE_DISABLED := true
+export PYTHONDONTWRITEBYTECODE := 1
+
+PYTEST := $(BIN)/pytest
+ASL_FILES := $(wildcard statemachines/*.asl.json)
+FUNCTION_DIRS := $(wildcard functions/*)
+
+.PHONY: help
+help: ## List the targets
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
+
+# ------------------------------------------------------------------ environments
+.PHONY: venv tools system-deps
+venv: $(VENV)/.installed ## Create .venv with the pinned dev/test dependencies and the lethe CLI
+
+$(VENV)/.installed: requirements/dev.lock pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check --upgrade pip==$(PIP_VERSION)
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements/dev.lock
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e .
+	touch $@
+
+# SAM CLI and checkov pin boto3/pydantic versions that clash with moto: each gets its own venv.
+$(SAM_VENV)/.installed: requirements/sam.lock
+	$(PYTHON) -m venv $(SAM_VENV)
+	$(SAM_VENV)/bin/pip install --quiet --disable-pip-version-check --upgrade pip==$(PIP_VERSION)
+	$(SAM_VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements/sam.lock
+	touch $@
+
+$(CHECKOV_VENV)/.installed: requirements/checkov.lock
+	$(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/pip install --quiet --disable-pip-version-check --upgrade pip==$(PIP_VERSION)
+	$(CHECKOV_VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements/checkov.lock
+	touch $@
+
+tools: $(SAM_VENV)/.installed $(CHECKOV_VENV)/.installed ## Create the SAM CLI and checkov venvs
+
+system-deps: ## Check for Java 17 (Spark); install it with apt when missing
+	@if ! java -version 2>&1 | grep -q 'version "17'; then \
+	  echo "Java 17 not found: installing openjdk-17-jre-headless"; \
+	  apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless >/dev/null; \
+	fi
+
+# ------------------------------------------------------------------ quality gates
+.PHONY: lint ruff mypy statelint sam-validate cfn-lint checkov sam-build
+lint: ruff mypy statelint sam-validate cfn-lint checkov sam-build ## Every static gate
+
+ruff: venv ## ruff lint and format check
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+mypy: venv ## mypy: strict on lethe_shared and the Spark jobs, checked on the CLI and each function
+	$(BIN)/mypy layers/shared/lethe_shared spark_jobs src/lethe
+	@for dir in $(FUNCTION_DIRS); do \
+	  echo "mypy $$dir"; MYPYPATH=layers/shared $(BIN)/mypy $$dir/app.py || exit 1; \
+	done
+
+statelint: venv ## statelint on every state machine definition
+	@if [ -z "$(ASL_FILES)" ]; then echo "no ASL files"; exit 0; fi
+	$(BIN)/statelint --ignore=FLOAT $(ASL_FILES)
+
+sam-validate: $(SAM_VENV)/.installed ## sam validate --lint (cfn-lint rules SAM ships)
+	$(SAM_VENV)/bin/sam validate --lint --template template.yaml
+
+cfn-lint: venv ## cfn-lint on the SAM-translated template (.cfnlintrc lists the justified ignores)
+	$(BIN)/python -m lethe.localcloud.template $(BUILD)/template.cfn.json
+	$(BIN)/cfn-lint $(BUILD)/template.cfn.json
+
+checkov: $(CHECKOV_VENV)/.installed ## checkov on template.yaml (skips are justified inline)
+	$(CHECKOV_VENV)/bin/checkov -f template.yaml --framework cloudformation --skip-download --quiet --compact
+
+sam-build: $(SAM_VENV)/.installed ## sam build (no container)
+	$(SAM_VENV)/bin/sam build --template template.yaml --build-dir .aws-sam/build --cached --cache-dir .aws-sam/cache
+
+# ------------------------------------------------------------------ tests
+.PHONY: test unit integration spark sfn e2e
+test: lint unit integration spark sfn e2e ## Every gate and every test tier (what CI runs)
+
+unit: venv ## Unit tests (no network)
+	$(PYTEST) tests/unit -m unit -q
+
+integration: venv ## Handlers, adapters and local cloud parts against moto
+	$(PYTEST) tests/integration -m integration -q
+
+spark: venv system-deps ## PySpark jobs on a local[2] session
+	$(PYTEST) tests/spark -m spark -q
+
+sfn: venv system-deps ## State machines executed by moto's interpreter, from the deployed files
+	$(PYTEST) tests/sfn -m sfn -q
+
+e2e: venv system-deps ## End to end on the local cloud, started through the CLI
+	$(PYTEST) tests/e2e -m e2e -q
+
+# ------------------------------------------------------------------ running it
+.PHONY: demo local-up local-down build deploy-artifacts clean
+demo: venv system-deps ## The end-to-end scenario on the local cloud
+	$(BIN)/lethe demo
+
+local-up: venv system-deps ## Start the local cloud in the background (state in .lethe/local.json)
+	$(BIN)/lethe local up --detach --state-file .lethe/local.json
+
+local-down: venv ## Stop the local cloud
+	$(BIN)/lethe local down --state-file .lethe/local.json
+
+build: sam-build ## sam build
+
+deploy-artifacts: venv ## Upload the Spark job scripts to a deployed stack's artifacts bucket (BUCKET=...)
+	@test -n "$(BUCKET)" || (echo "usage: make deploy-artifacts BUCKET=<ArtifactsBucketName output>" && exit 2)
+	$(BIN)/lethe artifacts upload --bucket $(BUCKET)
+
+clean: ## Remove build output and caches (not the venvs)
+	rm -rf $(BUILD) .aws-sam .pytest_cache .mypy_cache .ruff_cache spark-warehouse
