@@ -72,6 +72,10 @@ class CatalogItem(BaseModel):
     event_time: str = ""
     updated_at: str = Field(default_factory=lambda: datetime.now(UTC).isoformat())
     expires_at: int | None = None  # epoch seconds; DynamoDB TTL removes the item after it
+    # Written by the ingest job on a raw version (None until it ran):
+    rows_read: int | None = None
+    rows_written: int | None = None
+    rows_quarantined: int | None = None
 
     @property
     def object_url(self) -> str:
@@ -96,8 +100,10 @@ class CatalogItem(BaseModel):
             item["dataset_id"] = self.dataset_id
         if self.size is not None:
             item["size"] = self.size
-        if self.expires_at is not None:
-            item["expires_at"] = self.expires_at
+        for name in ("expires_at", "rows_read", "rows_written", "rows_quarantined"):
+            value = getattr(self, name)
+            if value is not None:
+                item[name] = value
         return item
 
     @classmethod
@@ -111,13 +117,20 @@ class CatalogItem(BaseModel):
             sequencer=item["sequencer"],
             dataset_id=item.get("dataset_id"),
             etag=item.get("etag", ""),
-            size=int(item["size"]) if item.get("size") is not None else None,
+            size=_optional_int(item.get("size")),
             delete_marker=bool(item.get("delete_marker", False)),
             event_reason=item.get("event_reason", ""),
             event_time=item.get("event_time", ""),
             updated_at=item.get("updated_at", ""),
-            expires_at=int(item["expires_at"]) if item.get("expires_at") is not None else None,
+            expires_at=_optional_int(item.get("expires_at")),
+            rows_read=_optional_int(item.get("rows_read")),
+            rows_written=_optional_int(item.get("rows_written")),
+            rows_quarantined=_optional_int(item.get("rows_quarantined")),
         )
+
+
+def _optional_int(value: Any) -> int | None:
+    return int(value) if value is not None else None
 
 
 class ObjectCatalog(Protocol):
