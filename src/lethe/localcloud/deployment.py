@@ -26,7 +26,7 @@ class Endpoints:
             "AWS_DEFAULT_REGION": self.region,
             "AWS_REGION": self.region,
             "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",  # noqa: S105 - moto's fixed fake credentials
+            "AWS_SECRET_ACCESS_KEY": "testing",
             "AWS_SESSION_TOKEN": "testing",
         }
 

@@ -91,10 +91,18 @@ def _exception_document(
     return error_document(type(exc).__name__, str(exc), request_id, stack)
 
 
+def _log(line: str, stream: IO[str] | None = None) -> None:
+    """Write one line to the function's log (fd 1 and 2 both go to the log file)."""
+    out = stream or sys.stdout
+    out.write(line + "\n")
+    out.flush()
+
+
 def _log_exception(exc: BaseException) -> None:
     # The Python runtime logs "[ERROR] Type: message" plus the traceback for unhandled errors.
-    print(f"[ERROR] {type(exc).__name__}: {exc}", file=sys.stderr)
+    _log(f"[ERROR] {type(exc).__name__}: {exc}", sys.stderr)
     traceback.print_exception(exc, file=sys.stderr)
+    sys.stderr.flush()
 
 
 def _load_module(module_name: str, task_root: Path) -> ModuleType:
@@ -119,7 +127,9 @@ def load_handler(handler: str, task_root: Path) -> Callable[[Any, LambdaContext]
     """Resolve "module.function" like the Lambda Python runtime, with its error types."""
     module_name, _, function_name = handler.rpartition(".")
     if not module_name or not function_name:
-        raise _InitError("Runtime.MalformedHandlerName", f"Bad handler '{handler}': not enough values to unpack")
+        raise _InitError(
+            "Runtime.MalformedHandlerName", f"Bad handler '{handler}': not enough values to unpack"
+        )
     try:
         module = _load_module(module_name.replace("/", "."), task_root)
     except ImportError as exc:
@@ -128,9 +138,8 @@ def load_handler(handler: str, task_root: Path) -> Callable[[Any, LambdaContext]
         ) from exc
     function = getattr(module, function_name, None)
     if function is None:
-        raise _InitError(
-            "Runtime.HandlerNotFound", f"Handler '{function_name}' missing on module '{module_name}'"
-        )
+        message = f"Handler '{function_name}' missing on module '{module_name}'"
+        raise _InitError("Runtime.HandlerNotFound", message)
     return function  # type: ignore[no-any-return]
 
 
@@ -149,12 +158,15 @@ def _invoke(
     handler: Callable[[Any, LambdaContext], Any], request: dict[str, Any]
 ) -> tuple[bool, str]:
     request_id = str(request["request_id"])
-    context = LambdaContext(request_id, request["invoked_function_arn"], int(request["deadline_ms"]))
+    context = LambdaContext(
+        request_id, str(request["invoked_function_arn"]), int(request["deadline_ms"])
+    )
     raw = request.get("payload") or "{}"
     try:
         event = json.loads(raw)
     except json.JSONDecodeError as exc:
-        doc = error_document("Runtime.UnmarshalError", f"Unable to unmarshal input: {exc}", request_id)
+        message = f"Unable to unmarshal input: {exc}"
+        doc = error_document("Runtime.UnmarshalError", message, request_id)
         return False, json.dumps(doc)
     try:
         result = handler(event, context)
@@ -164,7 +176,8 @@ def _invoke(
     try:
         return True, json.dumps(result, cls=_JsonEncoder, ensure_ascii=False)
     except (TypeError, ValueError) as exc:
-        doc = error_document("Runtime.MarshalError", f"Unable to marshal response: {exc}", request_id)
+        message = f"Unable to marshal response: {exc}"
+        doc = error_document("Runtime.MarshalError", message, request_id)
         return False, json.dumps(doc)
 
 
@@ -177,7 +190,7 @@ def _serve(channel: IO[str], handler: Callable[[Any, LambdaContext], Any], init_
             continue
         request = json.loads(line)
         request_id = request["request_id"]
-        print(f"START RequestId: {request_id} Version: {version}", flush=True)
+        _log(f"START RequestId: {request_id} Version: {version}")
         started = time.perf_counter()
         ok, payload = _invoke(handler, request)
         elapsed = (time.perf_counter() - started) * 1000
@@ -185,11 +198,10 @@ def _serve(channel: IO[str], handler: Callable[[Any, LambdaContext], Any], init_
         sys.stderr.flush()
         _send(channel, {"type": "result", "ok": ok, "payload": payload})
         init = f"\tInit Duration: {init_ms:.2f} ms" if first else ""
-        print(f"END RequestId: {request_id}", flush=True)
-        print(
+        _log(f"END RequestId: {request_id}")
+        _log(
             f"REPORT RequestId: {request_id}\tDuration: {elapsed:.2f} ms\t"
-            f"Billed Duration: {max(1, round(elapsed))} ms\tMemory Size: {memory} MB{init}",
-            flush=True,
+            f"Billed Duration: {max(1, round(elapsed))} ms\tMemory Size: {memory} MB{init}"
         )
         first = False
 
@@ -202,12 +214,12 @@ def main() -> None:
 
     task_root = Path(os.environ.get("LAMBDA_TASK_ROOT", os.getcwd()))
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-    print(f"INIT_START {stamp} Runtime Version: python:3.11 (local worker)", flush=True)
+    _log(f"INIT_START {stamp} Runtime Version: python:3.11 (local worker)")
     started = time.perf_counter()
     try:
         handler = load_handler(os.environ["_HANDLER"], task_root)
     except _InitError as exc:
-        print(f"[ERROR] {exc.error_type}: {exc}", file=sys.stderr, flush=True)
+        _log(f"[ERROR] {exc.error_type}: {exc}", sys.stderr)
         doc = error_document(exc.error_type, str(exc))
         _send(channel, {"type": "ready", "init_ms": 0.0, "error": doc})
         return

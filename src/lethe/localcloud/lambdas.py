@@ -48,6 +48,7 @@ Lambda tasks, which call that API over HTTP) to the runtime; see its docstring f
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -65,12 +66,14 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+from moto.awslambda_simple.models import LambdaSimpleBackend
+from moto.core.config import default_user_config
 
 from lethe.localcloud.deployment import Deployment, FunctionSpec
 
 logger = logging.getLogger("lethe.localcloud.lambdas")
 
-#: Delays before the first and the second retry of a failed asynchronous invocation (AWS: ~1, ~2 min).
+#: Delays before the 1st and 2nd retry of a failed async invocation (AWS: about 1 and 2 minutes).
 ASYNC_RETRY_DELAYS_SECONDS: tuple[float, ...] = (0.5, 1.0)
 #: Lambda's init phase limit; local imports (pyarrow, pyspark) get at least the function timeout.
 INIT_TIMEOUT_SECONDS = 10.0
@@ -124,7 +127,7 @@ class _Worker:
         Raises TimeoutError if init does not finish before `deadline` (time.monotonic()).
         """
         with self._log_path.open("ab") as log:
-            self._proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+            self._proc = subprocess.Popen(
                 [sys.executable, "-m", "lethe.localcloud.lambda_worker"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
@@ -141,7 +144,8 @@ class _Worker:
         return None
 
     def send(self, message: dict[str, Any]) -> None:
-        assert self._proc is not None and self._proc.stdin is not None
+        assert self._proc is not None
+        assert self._proc.stdin is not None
         try:
             self._proc.stdin.write((json.dumps(message) + "\n").encode("utf-8"))
             self._proc.stdin.flush()
@@ -150,7 +154,8 @@ class _Worker:
 
     def receive(self, deadline: float) -> dict[str, Any]:
         """Read one protocol message; TimeoutError after `deadline`, _WorkerExited on EOF."""
-        assert self._proc is not None and self._proc.stdout is not None
+        assert self._proc is not None
+        assert self._proc.stdout is not None
         fd = self._proc.stdout.fileno()
         while b"\n" not in self._buffer:
             remaining = deadline - time.monotonic()
@@ -207,10 +212,8 @@ class _Worker:
         assert self._proc is not None
         for stream in (self._proc.stdin, self._proc.stdout):
             if stream is not None:
-                try:
+                with contextlib.suppress(OSError):
                     stream.close()
-                except OSError:
-                    pass
 
 
 class _Pool:
@@ -339,7 +342,13 @@ class LambdaRuntime:
         try:
             if not worker.started:
                 init_deadline = time.monotonic() + max(INIT_TIMEOUT_SECONDS, spec.timeout_seconds)
-                init_error = worker.start(init_deadline)
+                try:
+                    init_error = worker.start(init_deadline)
+                except OSError as exc:  # no code folder, no interpreter: nothing to run
+                    init_error = {
+                        "errorType": "Runtime.InvalidEntrypoint",
+                        "errorMessage": str(exc),
+                    }
                 if init_error is not None:
                     init_error["requestId"] = request_id
                     return False, json.dumps(init_error).encode(), False
@@ -355,9 +364,11 @@ class LambdaRuntime:
             message = worker.receive(deadline)
         except TimeoutError:
             worker.kill()
-            self._log_line(spec, f"{_iso_now()} {request_id} Task timed out after "
-                                 f"{spec.timeout_seconds:.2f} seconds")
-            return False, json.dumps(_timeout_document(request_id, spec.timeout_seconds)).encode(), False
+            seconds = spec.timeout_seconds
+            self._log_line(
+                spec, f"{_iso_now()} {request_id} Task timed out after {seconds:.2f} seconds"
+            )
+            return False, json.dumps(_timeout_document(request_id, seconds)).encode(), False
         except _WorkerExited as exc:
             document = _exit_document(request_id, exc.returncode)
             self._log_line(spec, f"RequestId: {request_id} {document['errorMessage']}")
@@ -437,7 +448,9 @@ class LambdaRuntime:
         thread.start()
         return request_id
 
-    def _run_async(self, spec: FunctionSpec, function_ref: str, event: Any, request_id: str) -> None:
+    def _run_async(
+        self, spec: FunctionSpec, function_ref: str, event: Any, request_id: str
+    ) -> None:
         try:
             payload = json.dumps(event).encode("utf-8")
             max_attempts = 1 + max(0, spec.async_config.maximum_retry_attempts)
@@ -456,7 +469,10 @@ class LambdaRuntime:
                     return
                 logger.info(
                     "async invocation %s of %s failed (attempt %d of %d)",
-                    request_id, spec.name, attempts, max_attempts,
+                    request_id,
+                    spec.name,
+                    attempts,
+                    max_attempts,
                 )
             if result is not None:
                 self._on_failure(spec, event, request_id, attempts, result)
@@ -474,7 +490,9 @@ class LambdaRuntime:
         if destination is None:
             logger.warning(
                 "async invocation %s of %s failed %d times; no on-failure destination, dropped",
-                request_id, spec.name, attempts,
+                request_id,
+                spec.name,
+                attempts,
             )
             return
         try:
@@ -543,8 +561,13 @@ def aws_client(deployment: Deployment, service: str, region: str | None = None) 
 
 # -- moto hook ---------------------------------------------------------------------------------
 
-_installed: LambdaRuntime | None = None
-_install_lock = threading.Lock()
+
+class _Hook:
+    """The installed runtime and moto's original method (one install per process)."""
+
+    lock = threading.Lock()
+    runtime: LambdaRuntime | None = None
+    original: Callable[..., Any] | None = None
 
 
 def _header(headers: Any, name: str) -> str | None:
@@ -555,6 +578,39 @@ def _header(headers: Any, name: str) -> str | None:
         lowered = name.lower()
         value = next((v for k, v in headers.items() if str(k).lower() == lowered), None)
     return None if value is None else str(value)
+
+
+def _moto_invoke(  # noqa: PLR0917 - moto's method signature
+    backend: Any,
+    function_name: str,
+    qualifier: str | None,
+    body: Any,
+    headers: Any,
+    response_headers: Any,
+) -> str | bytes | None:
+    """Replacement of LambdaSimpleBackend.invoke (same signature)."""
+    runtime, original = _Hook.runtime, _Hook.original
+    assert runtime is not None
+    assert original is not None
+    function = backend.get_function(function_name, qualifier)  # moto's 404 for unknown names
+    try:
+        spec = runtime.deployment.function(function.function_name)
+    except KeyError:
+        logger.warning("%s is not in the deployment: moto's canned answer", function_name)
+        return original(backend, function_name, qualifier, body, headers, response_headers)  # type: ignore[no-any-return]
+    payload = body.encode("utf-8") if isinstance(body, str) else bytes(body or b"")
+    invocation_type = _header(headers, "X-Amz-Invocation-Type") or "RequestResponse"
+    if invocation_type == "DryRun":
+        return b""
+    if invocation_type == "Event":
+        runtime.invoke_async(spec.arn, json.loads(payload or b"{}"))
+        return b""
+    result = runtime.invoke(spec.arn, payload)
+    if result.function_error:
+        response_headers["x-amz-function-error"] = result.function_error
+    response_headers["x-amz-executed-version"] = "$LATEST"
+    response_headers["Content-Length"] = str(len(result.payload))
+    return result.payload
 
 
 def install(runtime: LambdaRuntime) -> Callable[[], None]:
@@ -574,14 +630,10 @@ def install(runtime: LambdaRuntime) -> Callable[[], None]:
     - functions moto knows but the deployment does not keep moto's canned behaviour.
 
     Not routed: moto's deprecated InvokeAsync API and S3's direct Lambda notifications (both call
-    moto's Docker path); Lethe uses neither.
+    moto's Docker path); Lethe uses neither. Raises RuntimeError if already installed.
     """
-    global _installed
-    from moto.awslambda_simple.models import LambdaSimpleBackend
-    from moto.core.config import default_user_config
-
-    with _install_lock:
-        if _installed is not None:
+    with _Hook.lock:
+        if _Hook.runtime is not None:
             raise RuntimeError("lethe.localcloud.lambdas is already installed")
         if default_user_config.get("lambda", {}).get("use_docker", True) is not False:
             logger.warning(
@@ -589,43 +641,13 @@ def install(runtime: LambdaRuntime) -> Callable[[], None]:
                 '["use_docker"] = False or Invoke will not reach the local runtime'
             )
         original = LambdaSimpleBackend.invoke
-
-        def invoke(
-            self: Any,
-            function_name: str,
-            qualifier: str | None,
-            body: Any,
-            headers: Any,
-            response_headers: Any,
-        ) -> str | bytes | None:
-            function = self.get_function(function_name, qualifier)
-            try:
-                spec = runtime.deployment.function(function.function_name)
-            except KeyError:
-                logger.warning("%s is not in the deployment: moto's canned answer", function_name)
-                return original(self, function_name, qualifier, body, headers, response_headers)
-            payload = body.encode("utf-8") if isinstance(body, str) else bytes(body or b"")
-            invocation_type = _header(headers, "X-Amz-Invocation-Type") or "RequestResponse"
-            if invocation_type == "DryRun":
-                return b""
-            if invocation_type == "Event":
-                runtime.invoke_async(spec.arn, json.loads(payload or b"{}"))
-                return b""
-            result = runtime.invoke(spec.arn, payload)
-            if result.function_error:
-                response_headers["x-amz-function-error"] = result.function_error
-            response_headers["x-amz-executed-version"] = "$LATEST"
-            response_headers["Content-Length"] = str(len(result.payload))
-            return result.payload
-
-        LambdaSimpleBackend.invoke = invoke  # type: ignore[method-assign]
-        _installed = runtime
+        _Hook.runtime, _Hook.original = runtime, original
+        LambdaSimpleBackend.invoke = _moto_invoke  # type: ignore[method-assign,assignment]
 
     def uninstall() -> None:
-        global _installed
-        with _install_lock:
-            if _installed is runtime:
+        with _Hook.lock:
+            if _Hook.runtime is runtime:
                 LambdaSimpleBackend.invoke = original  # type: ignore[method-assign]
-                _installed = None
+                _Hook.runtime, _Hook.original = None, None
 
     return uninstall

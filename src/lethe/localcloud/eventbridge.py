@@ -1,0 +1,347 @@
+"""EventBridge delivery to Lambda and Step Functions targets, asynchronously.
+
+moto's ``Rule.send_to_targets`` delivers to SQS, CloudWatch Logs, archives and other buses only:
+a Lambda or Step Functions target raises NotImplementedError, which moto swallows and which stops
+delivery to the rules after it. `install(dispatcher)` replaces that method (the one patch of
+this module, reversible) so that every caller (``PutEvents``, archive replays, cross-bus
+targets) only *queues* the rule and the event; `EventDispatcher`'s thread then, per rule:
+
+- skips disabled rules and schedule-only rules (moto's matcher would match every event to a rule
+  without a pattern);
+- matches with moto's own matcher (``rule.event_pattern.matches_event``);
+- per target, with errors logged and never stopping the other targets or rules:
+  * ``arn:aws:lambda:...``: ``runtime.invoke_async(arn, input)`` (EventBridge invokes Lambda
+    asynchronously; retries and the on-failure destination are the function's);
+  * ``arn:aws:states:...``: ``StartExecution`` (boto3 against the local endpoint, name = a uuid,
+    input = the target input);
+  * anything else: moto's original code, for that one target.
+
+The target input follows EventBridge: ``Input`` (constant JSON), ``InputPath`` (JSONPath), or
+``InputTransformer`` (``InputPathsMap`` + ``InputTemplate``, including the reserved
+``<aws.events.event.json>``, ``<aws.events.rule-arn>``, ``<aws.events.rule-name>``,
+``<aws.events.event.ingestion-time>`` variables); otherwise the whole event, with its ``time``
+rendered as ISO-8601 (moto keeps epoch seconds internally) and moto's internal
+``ingestion-time`` removed.
+
+AWS services' own events (S3 via `lethe.localcloud.s3events`) enter through
+`EventDispatcher.dispatch(event)`, which matches them against the rules of the **default** bus of
+the event's account and region: AWS delivers S3 (and other service) events to the default bus
+only. moto's own S3 code tried every bus.
+
+Each delivery is logged at INFO on the ``lethe.localcloud.events`` logger (rule, target, event id).
+`EventDispatcher.wait_idle(timeout)` waits for the queue; `wait_settled(timeout)` also waits for
+the Lambda invocations that deliveries started (and for events those functions put, in turn).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import queue
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from jsonpath_ng.ext.parser import parse as parse_json_path  # moto's own dependency
+from moto.events.models import Rule, events_backends
+
+from lethe.localcloud.lambdas import LambdaRuntime, aws_client
+
+logger = logging.getLogger("lethe.localcloud.events")
+
+DEFAULT_BUS = "default"
+_PLACEHOLDER = re.compile(r"<([A-Za-z0-9_.\-]+)>")
+
+
+@dataclass
+class _Work:
+    event: dict[str, Any]
+    rule: Any = None  # a moto Rule; None: match the default bus of the event's account/region
+    transform_input: bool = False
+
+
+class EventDispatcher:
+    """Queue and thread that deliver events to rule targets (see the module docstring)."""
+
+    def __init__(self, runtime: LambdaRuntime) -> None:
+        self.runtime = runtime
+        self._queue: queue.Queue[_Work | None] = queue.Queue()
+        self._pending = 0
+        self._cond = threading.Condition()
+        self._thread = threading.Thread(
+            target=self._loop, name="eventbridge-dispatcher", daemon=True
+        )
+        self._stopped = False
+        self._thread.start()
+
+    # -- producers ---------------------------------------------------------------------------
+
+    def dispatch(self, event: dict[str, Any]) -> None:
+        """Queue an AWS service event for the default bus of its account and region."""
+        self._put(_Work(event=copy.deepcopy(event)))
+
+    def submit(self, rule: Any, event: dict[str, Any], transform_input: bool = True) -> None:
+        """Queue one (rule, event) pair, as moto's send_to_targets receives it."""
+        self._put(_Work(event=copy.deepcopy(event), rule=rule, transform_input=transform_input))
+
+    def _put(self, work: _Work) -> None:
+        if self._stopped:
+            logger.warning("dispatcher stopped: dropping event %s", work.event.get("id"))
+            return
+        with self._cond:
+            self._pending += 1
+        self._queue.put(work)
+
+    # -- waiting and stopping ----------------------------------------------------------------
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until every queued event was delivered; False if `timeout` passed first."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._pending:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+        return True
+
+    def wait_settled(self, timeout: float) -> bool:
+        """Wait until both the queue and the runtime's async invocations stay idle."""
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            if not self.wait_idle(remaining):
+                return False
+            if not self.runtime.wait_idle(max(0.0, deadline - time.monotonic())):
+                return False
+            with self._cond:
+                if self._pending == 0:
+                    return True
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the thread after the events already queued."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self._queue.put(None)
+        self._thread.join(timeout)
+
+    # -- delivery ----------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while True:
+            work = self._queue.get()
+            if work is None:
+                return
+            try:
+                self._process(work)
+            except Exception:
+                logger.exception("delivery of event %s failed", work.event.get("id"))
+            finally:
+                with self._cond:
+                    self._pending -= 1
+                    self._cond.notify_all()
+
+    def _process(self, work: _Work) -> None:
+        if work.rule is not None:
+            self._deliver(work.rule, work.event, work.transform_input)
+            return
+        backend = events_backends[str(work.event["account"])][str(work.event["region"])]
+        bus = backend.event_buses.get(DEFAULT_BUS)
+        if bus is None:
+            return
+        for rule in list(bus.rules.values()):
+            self._deliver(rule, copy.deepcopy(work.event), transform_input=False)
+
+    def _deliver(self, rule: Any, event: dict[str, Any], transform_input: bool) -> None:
+        if getattr(rule, "state", "ENABLED") != "ENABLED":
+            return
+        if getattr(rule, "scheduled_expression", None) and not rule.event_pattern.get_pattern():
+            return
+        if not rule.event_pattern.matches_event(event):
+            return
+        aws_event = to_aws_event(event)
+        for target in list(rule.targets):
+            arn = str(target["Arn"])
+            service = arn.split(":")[2] if arn.count(":") >= 2 else ""
+            try:
+                if service == "lambda":
+                    self.runtime.invoke_async(arn, target_input(target, aws_event, rule))
+                elif service == "states":
+                    self._start_execution(arn, target_input(target, aws_event, rule))
+                else:
+                    _moto_deliver(rule, target, event, transform_input)
+            except Exception:
+                logger.exception(
+                    "rule %s: delivery of event %s to %s failed", rule.name, event.get("id"), arn
+                )
+                continue
+            logger.info(
+                "rule %s delivered event %s to target %s (%s)",
+                rule.name,
+                event.get("id"),
+                target.get("Id"),
+                arn,
+            )
+
+    def _start_execution(self, state_machine_arn: str, payload: Any) -> None:
+        region = state_machine_arn.split(":")[3]
+        sfn = aws_client(self.runtime.deployment, "stepfunctions", region)
+        sfn.start_execution(
+            stateMachineArn=state_machine_arn, name=str(uuid.uuid4()), input=json.dumps(payload)
+        )
+
+
+# -- event shapes and target input -------------------------------------------------------------
+
+
+def _iso_time(value: Any) -> Any:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int | float):
+        return datetime.fromtimestamp(value, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return value
+
+
+def _epoch_time(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            parsed = datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+        except ValueError:
+            return value
+        return parsed.timestamp()
+    return value
+
+
+def to_aws_event(event: dict[str, Any]) -> dict[str, Any]:
+    """The event as EventBridge hands it to a target: ISO time, no moto-internal fields."""
+    result = {key: value for key, value in event.items() if key != "ingestion-time"}
+    if "time" in result:
+        result["time"] = _iso_time(result["time"])
+    return result
+
+
+def _json_path(path: str, event: Any) -> Any:
+    matches = parse_json_path(path).find(event)
+    return matches[0].value if matches else None
+
+
+def _is_escaped(text: str, index: int) -> bool:
+    backslashes = 0
+    while index - backslashes - 1 >= 0 and text[index - backslashes - 1] == "\\":
+        backslashes += 1
+    return backslashes % 2 == 1
+
+
+def render_input_template(template: str, values: dict[str, Any]) -> Any:
+    """Fill `<name>` placeholders like EventBridge: quoted ones as text, bare ones as JSON."""
+    out: list[str] = []
+    in_string = False
+    index = 0
+    while index < len(template):
+        char = template[index]
+        if char == '"' and not _is_escaped(template, index):
+            in_string = not in_string
+        elif char == "<":
+            match = _PLACEHOLDER.match(template, index)
+            if match and match.group(1) in values:
+                value = values[match.group(1)]
+                if in_string:
+                    text = value if isinstance(value, str) else json.dumps(value)
+                    out.append(json.dumps(text)[1:-1])
+                else:
+                    out.append(json.dumps(value))
+                index = match.end()
+                continue
+        out.append(char)
+        index += 1
+    rendered = "".join(out)
+    try:
+        return json.loads(rendered)
+    except ValueError:
+        return rendered
+
+
+def target_input(target: dict[str, Any], event: dict[str, Any], rule: Any) -> Any:
+    """What a target receives: Input, InputPath, InputTransformer, or the event."""
+    if target.get("Input") is not None:
+        return json.loads(target["Input"])
+    if target.get("InputPath"):
+        return _json_path(target["InputPath"], event)
+    transformer = target.get("InputTransformer")
+    if transformer:
+        values: dict[str, Any] = {
+            name: _json_path(path, event)
+            for name, path in (transformer.get("InputPathsMap") or {}).items()
+        }
+        values.update(
+            {
+                "aws.events.event.json": event,
+                "aws.events.event": event,
+                "aws.events.rule-arn": getattr(rule, "arn", ""),
+                "aws.events.rule-name": getattr(rule, "name", ""),
+                "aws.events.event.ingestion-time": event.get("time"),
+            }
+        )
+        return render_input_template(transformer.get("InputTemplate", ""), values)
+    return event
+
+
+# -- moto hook ---------------------------------------------------------------------------------
+
+
+class _Hook:
+    """moto's original send_to_targets while installed (one install per process)."""
+
+    lock = threading.Lock()
+    original: Callable[..., None] | None = None
+
+
+def _moto_deliver(
+    rule: Any, target: dict[str, Any], event: dict[str, Any], transform: bool
+) -> None:
+    """moto's original delivery, for one target, with the epoch time moto's code expects."""
+    original: Callable[..., None] = _Hook.original or Rule.send_to_targets
+    single = copy.copy(rule)
+    single.targets = [target]
+    moto_event = copy.deepcopy(event)
+    if "time" in moto_event:
+        moto_event["time"] = _epoch_time(moto_event["time"])
+    if transform and "ingestion-time" not in moto_event:
+        moto_event["ingestion-time"] = time.time()
+    original(single, moto_event, transform_input=transform)
+
+
+def install(dispatcher: EventDispatcher) -> Callable[[], None]:
+    """Patch ``moto.events.models.Rule.send_to_targets`` to queue on `dispatcher`.
+
+    Returns a callable that restores moto's method. Raises RuntimeError if already installed.
+    """
+    with _Hook.lock:
+        if _Hook.original is not None:
+            raise RuntimeError("lethe.localcloud.eventbridge is already installed")
+        original = Rule.send_to_targets
+
+        def send_to_targets(self: Any, original_event: Any, transform_input: bool = True) -> None:
+            dispatcher.submit(self, dict(original_event), transform_input)
+
+        _Hook.original = original
+        Rule.send_to_targets = send_to_targets  # type: ignore[method-assign]
+
+    def uninstall() -> None:
+        with _Hook.lock:
+            if _Hook.original is original:
+                Rule.send_to_targets = original  # type: ignore[method-assign]
+                _Hook.original = None
+
+    return uninstall
