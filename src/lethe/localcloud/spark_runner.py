@@ -23,6 +23,7 @@ The local cloud's Step Functions hooks (`sfn_hooks.py`) call `run_spark_job` for
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -61,19 +62,21 @@ _LOCAL_SPARK_DEFAULTS: Mapping[str, str] = {
 }
 # Configuration that cannot work on this machine (no Maven, no cluster manager, no s3a) or that
 # would change how the job is deployed. Dropped with a log line, never passed to Spark.
-_DROPPED_CONF_KEYS = frozenset({
-    "spark.master",
-    "spark.submit.deployMode",
-    "spark.submit.pyFiles",
-    "spark.jars",
-    "spark.jars.packages",
-    "spark.jars.repositories",
-    "spark.jars.ivy",
-    "spark.archives",
-    "spark.files",
-    "spark.pyspark.python",
-    "spark.pyspark.driver.python",
-})
+_DROPPED_CONF_KEYS = frozenset(
+    {
+        "spark.master",
+        "spark.submit.deployMode",
+        "spark.submit.pyFiles",
+        "spark.jars",
+        "spark.jars.packages",
+        "spark.jars.repositories",
+        "spark.jars.ivy",
+        "spark.archives",
+        "spark.files",
+        "spark.pyspark.python",
+        "spark.pyspark.driver.python",
+    }
+)
 _DROPPED_CONF_PREFIXES = ("spark.emr-serverless.", "spark.kubernetes.", "spark.yarn.")
 
 # log4j lines as Spark prints them: "26/01/02 10:11:12 INFO SparkContext: ..."
@@ -111,11 +114,16 @@ def parse_spark_submit_parameters(parameters: str | None) -> SparkSubmitOptions:
     index = 0
     while index < len(tokens):
         token = tokens[index]
-        name, has_inline, inline_value = token.partition("=") if token.startswith("--") else (
-            token, "", "")
+        name, has_inline, inline_value = (
+            token.partition("=") if token.startswith("--") else (token, "", "")
+        )
         value: str | None = inline_value if has_inline else None
-        if value is None and name.startswith("--") and index + 1 < len(tokens) \
-                and not tokens[index + 1].startswith("--"):
+        if (
+            value is None
+            and name.startswith("--")
+            and index + 1 < len(tokens)
+            and not tokens[index + 1].startswith("--")
+        ):
             value = tokens[index + 1]
             index += 1
         index += 1
@@ -133,8 +141,11 @@ def usable_spark_conf(conf: Mapping[str, str]) -> dict[str, str]:
     """The part of a job's Spark configuration that is passed on to the local run."""
     kept: dict[str, str] = {}
     for key, value in conf.items():
-        if key in _DROPPED_CONF_KEYS or key.startswith(_DROPPED_CONF_PREFIXES) \
-                or not key.startswith("spark."):
+        if (
+            key in _DROPPED_CONF_KEYS
+            or key.startswith(_DROPPED_CONF_PREFIXES)
+            or not key.startswith("spark.")
+        ):
             LOG.info("local Spark run ignores configuration %s=%s", key, value)
             continue
         kept[key] = value
@@ -145,14 +156,18 @@ def extract_error_message(stderr_lines: Iterable[str], exit_code: int | None) ->
     """What an operator needs to see first: the exception line(s) of the last Python traceback,
     else the last meaningful stderr lines, else the exit code."""
     lines = [line.rstrip("\n") for line in stderr_lines]
-    start = max((i for i, line in enumerate(lines) if line.startswith(_TRACEBACK_START)),
-                default=None)
+    start = max(
+        (i for i, line in enumerate(lines) if line.startswith(_TRACEBACK_START)), default=None
+    )
     if start is not None:
-        message = _exception_after_traceback(lines[start + 1:])
+        message = _exception_after_traceback(lines[start + 1 :])
         if message:
             return message[:_MAX_ERROR_CHARS]
-    meaningful = [line for line in lines
-                  if line.strip() and not _LOG4J_LINE.match(line) and not line.startswith("\t")]
+    meaningful = [
+        line
+        for line in lines
+        if line.strip() and not _LOG4J_LINE.match(line) and not line.startswith("\t")
+    ]
     if meaningful:
         return "\n".join(meaningful[-3:])[:_MAX_ERROR_CHARS]
     return f"the job exited with code {exit_code}" if exit_code is not None else "the job failed"
@@ -163,9 +178,12 @@ def _exception_after_traceback(lines: Sequence[str]) -> str:
         if not line.strip() or line.startswith((" ", "\t")):
             continue  # a frame ("  File ...") or its source line
         message = [line]
-        for follow in lines[index + 1:index + 6]:  # multi-line messages (Py4JJavaError: ...)
-            if not follow.strip() or _LOG4J_LINE.match(follow) or follow.startswith(
-                    (" ", "\t", _TRACEBACK_START)):
+        for follow in lines[index + 1 : index + 6]:  # multi-line messages (Py4JJavaError: ...)
+            if (
+                not follow.strip()
+                or _LOG4J_LINE.match(follow)
+                or follow.startswith((" ", "\t", _TRACEBACK_START))
+            ):
                 break
             message.append(follow)
         return "\n".join(message)
@@ -200,42 +218,75 @@ def run_spark_job(
     log_path = logs_dir / f"spark-{_safe_name(run_id)}.log"
     workdir = Path(tempfile.mkdtemp(prefix=f"lethe-spark-{_safe_name(run_id)[:40]}-"))
     try:
-        with log_path.open("w", encoding="utf-8") as log:
-            log.write(f"# lethe local Spark run {run_id}\n# script {script_url}\n"
-                      f"# args {list(args)}\n# py-files {list(py_files)}\n")
+        log_path.write_text("", encoding="utf-8")
+        # Append mode: the job's stdout (its own descriptor) and our lines never overwrite.
+        with log_path.open("a", encoding="utf-8") as log:
+            log.write(
+                f"# lethe local Spark run {run_id}\n# script {script_url}\n"
+                f"# args {list(args)}\n# py-files {list(py_files)}\n"
+            )
             try:
                 script = _fetch(script_url, workdir, endpoints, base_dir)
                 # One folder per py-file: two `helpers.py` from different prefixes both import.
-                deps = [_fetch(url, workdir / "py-files" / str(number), endpoints, base_dir)
-                        for number, url in enumerate(py_files)]
-            except Exception as exc:  # noqa: BLE001 - any download failure fails the run, as in AWS
+                deps = [
+                    _fetch(url, workdir / "py-files" / str(number), endpoints, base_dir)
+                    for number, url in enumerate(py_files)
+                ]
+            except Exception as exc:
                 message = f"could not download the job's files: {exc}"
                 log.write(f"# {message}\n")
-                return SparkRunResult(False, None, message, log_path,
-                                      time.monotonic() - started)
+                return SparkRunResult(False, None, message, log_path, time.monotonic() - started)
             env = _job_environment(endpoints, deps, master, spark_conf or {}, extra_env or {})
             command = [sys.executable, str(script), *args]
             log.write(f"# command {shlex.join(command)}\n")
             log.write(f"# PYSPARK_SUBMIT_ARGS {env['PYSPARK_SUBMIT_ARGS']}\n")
             log.flush()
-            return _run(command, env, workdir, log, log_path, started, timeout_seconds,
-                        should_continue)
+            return _run(
+                command,
+                env=env,
+                workdir=workdir,
+                log=log,
+                log_path=log_path,
+                started=started,
+                timeout_seconds=timeout_seconds,
+                should_continue=should_continue,
+            )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _run(command: list[str], env: dict[str, str], workdir: Path, log: IO[str], log_path: Path,
-         started: float, timeout_seconds: float,
-         should_continue: Callable[[], bool] | None) -> SparkRunResult:
+def _run(
+    command: list[str],
+    *,
+    env: dict[str, str],
+    workdir: Path,
+    log: IO[str],
+    log_path: Path,
+    started: float,
+    timeout_seconds: float,
+    should_continue: Callable[[], bool] | None,
+) -> SparkRunResult:
     process = subprocess.Popen(  # noqa: S603 - our interpreter, our downloaded script
-        command, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=log,
-        stderr=subprocess.PIPE, text=True, encoding="utf-8", errors="replace",
-        start_new_session=True)
+        command,
+        cwd=workdir,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.PIPE,
+        text=True,
+        encoding="utf-8",
+        errors="replace",
+        start_new_session=True,
+    )
     tail: deque[str] = deque(maxlen=_STDERR_TAIL_LINES)
     lock = threading.Lock()
     assert process.stderr is not None
-    pump = threading.Thread(target=_pump_stderr, args=(process.stderr, log, lock, tail),
-                            name=f"spark-stderr-{process.pid}", daemon=True)
+    pump = threading.Thread(
+        target=_pump_stderr,
+        args=(process.stderr, log, lock, tail),
+        name=f"spark-stderr-{process.pid}",
+        daemon=True,
+    )
     pump.start()
     deadline = started + timeout_seconds
     timed_out = cancelled = False
@@ -249,26 +300,29 @@ def _run(command: list[str], env: dict[str, str], workdir: Path, log: IO[str], l
             break
         time.sleep(_POLL_SECONDS)
     exit_code = process.wait()
+    _kill_stragglers(process.pid)
     pump.join(timeout=5)
     duration = time.monotonic() - started
     with lock:
         log.write(f"\n# exit code {exit_code} after {duration:.1f} s\n")
     if timed_out:
-        return SparkRunResult(False, exit_code, f"the job run timed out after {timeout_seconds:g} s",
-                              log_path, duration, timed_out=True)
+        message = f"the job run timed out after {timeout_seconds:g} s"
+        return SparkRunResult(False, exit_code, message, log_path, duration, timed_out=True)
     if cancelled:
-        return SparkRunResult(False, exit_code, "the job run was cancelled", log_path, duration,
-                              cancelled=True)
+        return SparkRunResult(
+            False, exit_code, "the job run was cancelled", log_path, duration, cancelled=True
+        )
     if exit_code == 0:
         return SparkRunResult(True, 0, "", log_path, duration)
-    return SparkRunResult(False, exit_code, extract_error_message(tail, exit_code), log_path,
-                          duration)
+    return SparkRunResult(
+        False, exit_code, extract_error_message(tail, exit_code), log_path, duration
+    )
 
 
 def _still_wanted(should_continue: Callable[[], bool]) -> bool:
     try:
         return bool(should_continue())
-    except Exception:  # noqa: BLE001 - a broken probe must not kill a healthy job
+    except Exception:
         LOG.exception("should_continue probe failed; the job keeps running")
         return True
 
@@ -277,6 +331,8 @@ def _pump_stderr(stream: IO[str], log: IO[str], lock: threading.Lock, tail: dequ
     for line in stream:
         tail.append(line)
         with lock:
+            if log.closed:  # a straggler after the run was reported: keep the tail only
+                continue
             log.write(line)
             log.flush()
 
@@ -295,8 +351,19 @@ def _kill_group(process: subprocess.Popen[Any]) -> None:
             continue
 
 
-def _job_environment(endpoints: Endpoints, deps: Sequence[Path], master: str,
-                     spark_conf: Mapping[str, str], extra_env: Mapping[str, str]) -> dict[str, str]:
+def _kill_stragglers(group: int) -> None:
+    """A JVM the driver left behind is still in the run's process group: end it too."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(group, signal.SIGKILL)
+
+
+def _job_environment(
+    endpoints: Endpoints,
+    deps: Sequence[Path],
+    master: str,
+    spark_conf: Mapping[str, str],
+    extra_env: Mapping[str, str],
+) -> dict[str, str]:
     env = dict(os.environ)
     env.update(endpoints.client_environment())
     python_path: list[str] = []
@@ -308,15 +375,17 @@ def _job_environment(endpoints: Endpoints, deps: Sequence[Path], master: str,
         python_path.append(env["PYTHONPATH"])
     conf = {**_LOCAL_SPARK_DEFAULTS, **usable_spark_conf(spark_conf)}
     submit = [part for key, value in conf.items() for part in ("--conf", f"{key}={value}")]
-    env.update({
-        "PYSPARK_PYTHON": sys.executable,
-        "PYSPARK_DRIVER_PYTHON": sys.executable,
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "LETHE_SPARK_MASTER": master,
-        "PYTHONPATH": os.pathsep.join(python_path),
-        "PYSPARK_SUBMIT_ARGS": shlex.join([*submit, "pyspark-shell"]),
-        "PYTHONUNBUFFERED": "1",
-    })
+    env.update(
+        {
+            "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "LETHE_SPARK_MASTER": master,
+            "PYTHONPATH": os.pathsep.join(python_path),
+            "PYSPARK_SUBMIT_ARGS": shlex.join([*submit, "pyspark-shell"]),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     if not env["PYTHONPATH"]:
         del env["PYTHONPATH"]
     env.update(extra_env)
@@ -346,10 +415,13 @@ def _fetch(url: str, target_dir: Path, endpoints: Endpoints, base_dir: Path | No
 def _s3_client(endpoints: Endpoints) -> Any:
     env = endpoints.client_environment()
     return boto3.client(
-        "s3", endpoint_url=endpoints.endpoint_url, region_name=endpoints.region,
+        "s3",
+        endpoint_url=endpoints.endpoint_url,
+        region_name=endpoints.region,
         aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
         aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
-        aws_session_token=env["AWS_SESSION_TOKEN"])
+        aws_session_token=env["AWS_SESSION_TOKEN"],
+    )
 
 
 def _safe_name(value: str) -> str:

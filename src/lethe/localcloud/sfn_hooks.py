@@ -1,0 +1,1121 @@
+"""Hooks that let moto's Step Functions interpreter run Lethe's state machines for real.
+
+moto 5.2.5 executes state machines with LocalStack's ASL engine, vendored in
+`moto/stepfunctions/parser`. Three things Lethe needs do not work there out of the box, so
+`install()` patches the engine. Every patch is pinned to moto 5.2.5: `install()` refuses any other
+version and checks that each target still looks as described below, so upgrading moto is a
+deliberate act (re-read the named files, adjust, bump `PINNED_MOTO_VERSION`).
+
+Patches (all applied by `install()`, all reverted by the callable it returns)
+----------------------------------------------------------------------------
+P1  JSONata evaluator.
+    Where: `moto/stepfunctions/parser/asl/jsonata/jsonata.py`, module global `_eval_jsonata`.
+    Why:   `eval_jsonata_expression()` calls `_eval_jsonata`, which moto ships as None (upstream
+           LocalStack fills it with a JVM bridge), so every `{% %}` expression, Choice
+           `Condition`, `Assign`, `Output`, `Arguments` and JSONPath variable sample (`$var`)
+           crashes. We set it to `evaluate_jsonata`, built on `jsonata-python`. The engine hands
+           over one self-contained expression, `($states:={...};$var:=...;EXPR)`, in which it has
+           already bound `$states.input/result/errorOutput/context` and the Assign variables.
+P2  JSON-safe variable declarations.
+    Where: `encode_jsonata_variable_declarations` in `asl/jsonata/jsonata.py`, imported by name
+           into `asl/eval/states.py` and `asl/eval/variable_store.py` (patched in all three).
+    Why:   moto writes string values as `"{value}"` without escaping, so an input or variable
+           holding `"`, `\\` or a newline breaks the generated expression. The replacement writes
+           every value as JSON, which is valid JSONata.
+P3  ASL's own JSONata functions.
+    Where: `get_intrinsic_functions_declarations`, imported by name into
+           `asl/component/common/string/string_expression.py` (source:
+           `asl/component/intrinsic/jsonata.py`).
+    Why:   moto declares `$partition`, `$range`, `$hash`, `$uuid`, `$parse` as JSONata code in
+           front of each expression; `$hash` and `$uuid` only return "not supported", `$parse`
+           uses `$eval`, and `$random([seed])` is missing. The wrapper drops moto's declarations
+           for these six; `evaluate_jsonata` binds Python implementations instead (see
+           `ASL_JSONATA_FUNCTIONS`).
+P4  JSONata errors become `States.QueryEvaluationError`.
+    Where: `StringJSONata._eval_body` in `asl/component/common/string/string_expression.py`.
+    Why:   without it a failing expression is a bare Python exception, which the engine reports
+           as `States.Runtime` and which no Retry/Catch can name as AWS documents. The wrapper
+           raises the engine's `FailureEventException` with `States.QueryEvaluationError`.
+P5  Spark tasks.
+    Where: `state_task_for`, imported by name into `asl/parse/preprocessor.py` (source:
+           `asl/component/state/exec/state_task/state_task_factory.py`).
+    Why:   `glue:startJobRun.sync` goes to `StateTaskServiceGlue`, whose .sync path crashes
+           (`StateTaskServiceCallback._eval_integration_pattern` calls `interrupt_all()` on a
+           callback endpoint that is None when `.waitForTaskToken` is unsupported) and would only
+           poll moto's fake job run; `emr-serverless` maps to `StateTaskServiceUnsupported`, which
+           has no .sync. The wrapper returns `GlueStartJobRunSync` /
+           `EmrServerlessStartJobRunSync` for exactly `glue:startJobRun.sync` and
+           `emr-serverless:startJobRun.sync`; every other resource gets moto's own class. Both
+           run the job's real script with `spark_runner.run_spark_job` and record the run in
+           moto's Glue (`moto/glue/models.py`: `FakeJob.job_runs`, subclass of `FakeJobRun`) or
+           EMR Serverless backend (`moto/emrserverless/models.py`:
+           `EMRServerlessBackend.start_job_run`, `JobRun.state`), so GetJobRun/GetJobRuns and
+           ListJobRuns show them.
+
+Outside the engine, `install()` also sets moto's `default_user_config["stepfunctions"]
+["execute_state_machine"] = True` and `MOTO_PORT` (the engine's aws-sdk and service tasks call
+`http://localhost:$MOTO_PORT`); both are restored on uninstall.
+
+What the Spark tasks return (as the AWS .sync integrations do)
+--------------------------------------------------------------
+glue:startJobRun.sync
+    TaskSubmitted output `{"JobName", "JobRunId"}`; task result = the GetJobRun JobRun:
+    `Id, Attempt, JobName, StartedOn, LastModifiedOn, CompletedOn` (epoch milliseconds, as Step
+    Functions serialises them), `JobRunState` (SUCCEEDED | FAILED | TIMEOUT | STOPPED),
+    `Arguments` (the run's own, as GetJobRun shows them), `ErrorMessage` (failures: the script's
+    final exception line), `ExecutionTime` (s), `Timeout` (min), `GlueVersion`, `WorkerType`,
+    `NumberOfWorkers`, `MaxCapacity`, `AllocatedCapacity`, `PredecessorRuns`, `LogGroupName`,
+    `ExecutionClass`. The script gets the merged arguments (DefaultArguments < task Arguments <
+    NonOverridableArguments) minus Glue's own parameters (`GLUE_SYSTEM_ARGUMENTS`), plus
+    `--JOB_NAME` and `--JOB_RUN_ID` as Glue passes them; `--extra-py-files` go on PYTHONPATH and
+    `--conf` into the Spark configuration. `--additional-python-modules` is not installed.
+emr-serverless:startJobRun.sync
+    TaskSubmitted output `{"ApplicationId", "JobRunId", "Arn"}`; task result = the GetJobRun
+    jobRun with Step Functions' PascalCase member names: `ApplicationId, JobRunId, Arn, Name,
+    CreatedBy, CreatedAt, UpdatedAt` (epoch ms), `ExecutionRole`, `State` (SUCCESS | FAILED |
+    CANCELLED), `StateDetails` (failures: "Job failed, ... ExitCode: N. Last few exceptions:
+    <exception>"), `ReleaseLabel`, `JobDriver`, `ConfigurationOverrides`,
+    `ExecutionTimeoutMinutes`, `TotalExecutionDurationSeconds`, `Tags`. Only SparkSubmit drivers
+    run; `--py-files` and `--conf` (over `spark-defaults` properties) count, other spark-submit
+    options are ignored.
+Failures
+    A job that ends badly fails the task with `States.TaskFailed`, cause = the JSON of that job
+    run (so Retry/Catch on States.TaskFailed work). API errors use the service's name, as Step
+    Functions does: `Glue.EntityNotFoundException`, `Glue.ConcurrentRunsExceededException`,
+    `EMRServerless.ResourceNotFoundException`, `EMRServerless.ValidationException`, cause = the
+    service's message. Each run's driver output is in `<logs_dir>/spark-<JobRunId>.log`.
+Not covered
+    Request-response `glue:startJobRun` (no .sync) still goes to moto's class, which records a
+    run but runs nothing; heartbeats are not sent; other emr-serverless actions are moto's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import random
+import threading
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final, Protocol, cast
+from urllib.parse import urlparse
+
+import jsonata
+import moto
+from jsonata.jexception import JException
+from moto.core import config as moto_config
+from moto.core.exceptions import JsonRESTError
+from moto.core.utils import utcnow
+from moto.emrserverless.models import emrserverless_backends
+from moto.glue.models import FakeJob, FakeJobRun, glue_backends
+from moto.stepfunctions.parser.api import (
+    EvaluationFailedEventDetails,
+    HistoryEventType,
+    TaskFailedEventDetails,
+)
+from moto.stepfunctions.parser.asl.component.common.error_name.custom_error_name import (
+    CustomErrorName,
+)
+from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import (
+    FailureEvent,
+    FailureEventException,
+)
+from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name import (
+    StatesErrorName,
+)
+from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import (
+    StatesErrorNameType,
+)
+from moto.stepfunctions.parser.asl.component.common.string import (
+    string_expression as _string_expression,
+)
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.credentials import (
+    StateCredentials,
+)
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.resource import (
+    ResourceCondition,
+    ResourceRuntimePart,
+    ServiceResource,
+)
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_callback import (  # noqa: E501
+    StateTaskServiceCallback,
+)
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_glue import (  # noqa: E501
+    StateTaskServiceGlue,
+)
+from moto.stepfunctions.parser.asl.eval import states as _eval_states
+from moto.stepfunctions.parser.asl.eval import variable_store as _eval_variable_store
+from moto.stepfunctions.parser.asl.eval.environment import Environment
+from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
+from moto.stepfunctions.parser.asl.jsonata import jsonata as _engine_jsonata
+from moto.stepfunctions.parser.asl.parse import preprocessor as _preprocessor
+
+from lethe.localcloud.deployment import Endpoints
+from lethe.localcloud.spark_runner import (
+    DEFAULT_MASTER,
+    SparkRunResult,
+    parse_spark_submit_parameters,
+    run_spark_job,
+)
+
+LOG = logging.getLogger(__name__)
+
+PINNED_MOTO_VERSION: Final = "5.2.5"
+DEFAULT_MAX_RUN_SECONDS: Final = 3600
+
+
+# ----------------------------------------------------------------------------------------------
+# Context
+
+
+class HookContextLike(Protocol):
+    """What `install()` needs; `Deployment` (deployment.py) and `HookContext` both provide it."""
+
+    @property
+    def endpoints(self) -> Endpoints: ...
+
+    @property
+    def logs_dir(self) -> Path: ...
+
+    @property
+    def repo_root(self) -> Path: ...
+
+
+@dataclass(frozen=True)
+class HookContext:
+    endpoints: Endpoints
+    logs_dir: Path  # spark-<run id>.log files go here
+    repo_root: Path  # relative script locations (not s3://) resolve against it
+    spark_master: str = DEFAULT_MASTER
+    max_run_seconds: float = DEFAULT_MAX_RUN_SECONDS  # cap on every Spark run
+
+
+@dataclass(frozen=True)
+class _Runtime:
+    endpoints: Endpoints
+    logs_dir: Path
+    repo_root: Path
+    spark_master: str
+    max_run_seconds: float
+
+    def run(
+        self,
+        env: Environment,
+        *,
+        script: str,
+        args: list[str],
+        py_files: list[str],
+        conf: Mapping[str, str],
+        run_id: str,
+        timeout_seconds: float,
+    ) -> SparkRunResult:
+        result = run_spark_job(
+            script,
+            args,
+            py_files,
+            endpoints=self.endpoints,
+            logs_dir=self.logs_dir,
+            run_id=run_id,
+            timeout_seconds=min(timeout_seconds, self.max_run_seconds),
+            spark_conf=conf,
+            master=self.spark_master,
+            should_continue=env.is_running,
+            base_dir=self.repo_root,
+        )
+        LOG.info(
+            "Spark run %s %s in %.1f s (log %s)%s",
+            run_id,
+            "succeeded" if result.succeeded else "failed",
+            result.duration,
+            result.log_path,
+            f": {result.error_message}" if result.error_message else "",
+        )
+        return result
+
+
+# ----------------------------------------------------------------------------------------------
+# P1-P4: JSONata
+
+
+class JSONataEvaluationError(Exception):
+    """A JSONata expression failed; `detail` is what jsonata-python said (code: message)."""
+
+    def __init__(self, detail: str):
+        super().__init__(detail)
+        self.detail = detail
+
+
+_HASH_ALGORITHMS: Final[Mapping[str, str]] = {
+    "MD5": "md5",
+    "SHA-1": "sha1",
+    "SHA-256": "sha256",
+    "SHA-384": "sha384",
+    "SHA-512": "sha512",
+}
+
+
+def _asl_hash(value: Any, algorithm: Any) -> str:
+    name = _HASH_ALGORITHMS.get(str(algorithm))
+    if name is None:
+        raise JSONataEvaluationError(
+            f"$hash: unsupported algorithm {algorithm!r} (use {', '.join(_HASH_ALGORITHMS)})"
+        )
+    data = (
+        value if isinstance(value, str) else json.dumps(_plain_json(value), separators=(",", ":"))
+    )
+    return hashlib.new(name, data.encode("utf-8")).hexdigest()
+
+
+def _asl_random(seed: Any = None) -> float:
+    if seed is None:
+        return random.random()  # noqa: S311 - $random is not for cryptography in ASL either
+    return random.Random(int(seed)).random()  # noqa: S311
+
+
+def _asl_uuid() -> str:
+    return str(uuid.uuid4())
+
+
+def _asl_parse(text: Any) -> Any:
+    if not isinstance(text, str):
+        raise JSONataEvaluationError("$parse: the argument must be a string holding JSON")
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise JSONataEvaluationError(f"$parse: not valid JSON: {exc}") from exc
+
+
+def _asl_partition(array: Any, size: Any) -> list[Any]:
+    items = list(array) if isinstance(array, list) else [array]
+    if not isinstance(size, int | float) or size < 1 or int(size) != size:
+        raise JSONataEvaluationError("$partition: the chunk size must be a positive integer")
+    step = int(size)
+    return [items[start : start + step] for start in range(0, len(items), step)]
+
+
+_RANGE_LIMIT: Final = 1_000_000  # a guard against a typo hanging the interpreter, not an AWS limit
+
+
+def _asl_range(start: Any, end: Any, step: Any = 1) -> list[Any]:
+    if not all(isinstance(v, int | float) for v in (start, end, step)) or step == 0:
+        raise JSONataEvaluationError("$range: start, end and a non-zero step must be numbers")
+    count = math.floor((end - start) / step) + 1
+    if count > _RANGE_LIMIT:
+        raise JSONataEvaluationError(f"$range: more than {_RANGE_LIMIT} items")
+    return [start + index * step for index in range(max(count, 0))]
+
+
+ASL_JSONATA_FUNCTIONS: Final[Mapping[str, Callable[..., Any]]] = {
+    "partition": _asl_partition,
+    "range": _asl_range,
+    "hash": _asl_hash,
+    "random": _asl_random,
+    "uuid": _asl_uuid,
+    "parse": _asl_parse,
+}
+_NATIVE_REFERENCES: Final = frozenset(f"${name}" for name in ASL_JSONATA_FUNCTIONS)
+
+
+def evaluate_jsonata(expression: str) -> Any:
+    """P1: evaluate one self-contained JSONata expression as Step Functions would."""
+    try:
+        compiled = jsonata.Jsonata(expression)
+        for name, function in ASL_JSONATA_FUNCTIONS.items():
+            compiled.register_lambda(name, function)
+        result = compiled.evaluate(None)
+    except JSONataEvaluationError:
+        raise
+    except JException as exc:
+        raise JSONataEvaluationError(f"{exc.error}: {exc}") from exc
+    except RecursionError as exc:
+        raise JSONataEvaluationError("the expression recursed too deeply") from exc
+    except Exception as exc:
+        raise JSONataEvaluationError(f"{type(exc).__name__}: {exc}") from exc
+    return _plain_json(result)
+
+
+def _plain_json(value: Any) -> Any:
+    """jsonata-python returns list subclasses and, for some expressions, functions or NaN: give
+    the engine plain JSON values, and fail (as AWS does) on what JSON cannot hold."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise JSONataEvaluationError("the expression returned a number JSON cannot hold")
+        return int(value) if value.is_integer() and abs(value) < 2**53 else value
+    if isinstance(value, list):
+        return [_plain_json(item) for item in value]
+    if isinstance(value, dict):
+        return {str(key): _plain_json(item) for key, item in value.items()}
+    raise JSONataEvaluationError(
+        f"the expression returned an unsupported result type ({type(value).__name__})"
+    )
+
+
+def _encode_variable_declarations(bindings: dict[str, Any]) -> str:
+    """P2: moto's `encode_jsonata_variable_declarations`, with strings written as JSON."""
+    return "".join(
+        f"{reference}:={json.dumps(value, separators=(',', ':'), default=_json_default)};"
+        for reference, value in bindings.items()
+    )
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return str(value)
+
+
+def _make_declarations_filter(original: Callable[[set[str]], str]) -> Callable[[set[str]], str]:
+    def get_intrinsic_functions_declarations(variable_references: set[str]) -> str:
+        """P3: moto's declarations minus the functions `evaluate_jsonata` binds natively."""
+        return original(set(variable_references) - _NATIVE_REFERENCES)
+
+    return get_intrinsic_functions_declarations
+
+
+def _make_string_jsonata_eval_body(
+    original: Callable[[Any, Environment], None],
+) -> Callable[[Any, Environment], None]:
+    def _eval_body(self: Any, env: Environment) -> None:
+        """P4: a failing expression is `States.QueryEvaluationError`, as in AWS."""
+        try:
+            original(self, env)
+        except JSONataEvaluationError as exc:
+            error = StatesErrorNameType.StatesQueryEvaluationError.to_name()
+            cause = (
+                f"The JSONata expression '{self.expression}' threw an error during "
+                f"evaluation: {exc.detail}"
+            )
+            raise FailureEventException(
+                FailureEvent(
+                    env=env,
+                    error_name=StatesErrorName(typ=StatesErrorNameType.StatesQueryEvaluationError),
+                    event_type=HistoryEventType.EvaluationFailed,
+                    event_details=_event_details(
+                        evaluationFailedEventDetails=(
+                            EvaluationFailedEventDetails(error=error, cause=cause)
+                        )
+                    ),
+                )
+            ) from exc
+
+    return _eval_body
+
+
+# ----------------------------------------------------------------------------------------------
+# P5: Spark tasks
+
+
+def _event_details(**details: Any) -> EventDetails:
+    """moto's EventDetails is a TypedDict of every event kind; an event sets exactly one."""
+    return cast(EventDetails, details)
+
+
+def _epoch_millis(value: datetime | None) -> int | None:
+    if value is None:
+        return None
+    aware = value if value.tzinfo else value.replace(tzinfo=UTC)
+    return int(aware.timestamp() * 1000)
+
+
+def _task_failed(
+    task: StateTaskServiceCallback,
+    env: Environment,
+    cause: dict[str, Any],
+) -> FailureEventException:
+    """The failure AWS reports when a .sync job ends badly: States.TaskFailed, job run as cause."""
+    error = StatesErrorNameType.StatesTaskFailed.to_name()
+    return FailureEventException(
+        FailureEvent(
+            env=env,
+            error_name=StatesErrorName(typ=StatesErrorNameType.StatesTaskFailed),
+            event_type=HistoryEventType.TaskFailed,
+            event_details=_event_details(
+                taskFailedEventDetails=TaskFailedEventDetails(
+                    error=error,
+                    cause=json.dumps(cause),
+                    resource=task._get_sfn_resource(),
+                    resourceType=task._get_sfn_resource_type(),
+                )
+            ),
+        )
+    )
+
+
+def _service_error(
+    task: StateTaskServiceCallback, env: Environment, service: str, code: str, message: str
+) -> FailureEventException:
+    """An API error of the integrated service, named as Step Functions names it (Glue.X)."""
+    error = f"{service}.{code}"
+    return FailureEventException(
+        FailureEvent(
+            env=env,
+            error_name=CustomErrorName(error),
+            event_type=HistoryEventType.TaskFailed,
+            event_details=_event_details(
+                taskFailedEventDetails=TaskFailedEventDetails(
+                    error=error,
+                    cause=message,
+                    resource=task._get_sfn_resource(),
+                    resourceType=task._get_sfn_resource_type(),
+                )
+            ),
+        )
+    )
+
+
+def _state_timeout_seconds(task: StateTaskServiceCallback, env: Environment) -> float:
+    task.timeout.eval(env=env)
+    return float(env.stack.pop())
+
+
+# Glue ------------------------------------------------------------------------------------------
+
+# Special job parameters Glue itself consumes (AWS Glue docs, "Using job parameters in AWS Glue
+# jobs"); the local run applies --extra-py-files and --conf and passes none of them to the script.
+GLUE_SYSTEM_ARGUMENTS: Final = frozenset(
+    {
+        "--additional-python-modules",
+        "--auto-scale-within-microbatch",
+        "--class",
+        "--conf",
+        "--continuous-log-conversionPattern",
+        "--continuous-log-logGroup",
+        "--continuous-log-logStreamPrefix",
+        "--customer-driver-env-vars",
+        "--customer-executor-env-vars",
+        "--datalake-formats",
+        "--disable-proxy-v2",
+        "--enable-auto-scaling",
+        "--enable-continuous-cloudwatch-log",
+        "--enable-continuous-log-filter",
+        "--enable-glue-datacatalog",
+        "--enable-job-insights",
+        "--enable-lakeformation-fine-grained-access",
+        "--enable-metrics",
+        "--enable-observability-metrics",
+        "--enable-rename-algorithm-v2",
+        "--enable-s3-parquet-optimized-committer",
+        "--enable-spark-ui",
+        "--encryption-type",
+        "--executor-cores",
+        "--extra-files",
+        "--extra-jars",
+        "--extra-py-files",
+        "--job-bookmark-option",
+        "--job-language",
+        "--python-modules-installer-option",
+        "--scriptLocation",
+        "--spark-event-logs-path",
+        "--TempDir",
+        "--use-postgres-driver",
+        "--user-jars-first",
+        "--write-shuffle-files-to-s3",
+        "--write-shuffle-spills-to-s3",
+        "--shuffle-storage-path",
+        "--JOB_NAME",
+        "--JOB_RUN_ID",
+        "--JOB_ID",
+    }
+)
+_GLUE_RUN_ACTIVE: Final = frozenset({"STARTING", "RUNNING", "STOPPING", "WAITING"})
+_GLUE_DEFAULT_TIMEOUT_MINUTES: Final = 2880
+
+
+@dataclass(frozen=True)
+class GlueRunPlan:
+    script: str
+    argv: list[str]
+    py_files: list[str]
+    conf: dict[str, str]
+
+
+def glue_run_plan(
+    *,
+    job_name: str,
+    run_id: str,
+    command: Mapping[str, Any],
+    default_arguments: Mapping[str, str],
+    run_arguments: Mapping[str, str],
+    non_overridable_arguments: Mapping[str, str],
+) -> GlueRunPlan:
+    """What Glue would run: the job's script, its arguments (defaults < run < non-overridable),
+    --extra-py-files and --conf applied, Glue's own parameters dropped, and --JOB_NAME and
+    --JOB_RUN_ID passed as Glue passes them (a script must tolerate unknown arguments)."""
+    script = command.get("ScriptLocation") or ""
+    if not script:
+        raise ValueError(f"Glue job {job_name} has no Command.ScriptLocation")
+    merged = {**default_arguments, **run_arguments, **non_overridable_arguments}
+    py_files = [
+        part.strip() for part in str(merged.get("--extra-py-files", "")).split(",") if part.strip()
+    ]
+    conf = parse_spark_submit_parameters(
+        f"--conf {merged['--conf']}" if merged.get("--conf") else ""
+    ).conf
+    argv = ["--JOB_NAME", job_name, "--JOB_RUN_ID", run_id]
+    for key, value in merged.items():
+        name = key if key.startswith("--") else f"--{key}"
+        if name in GLUE_SYSTEM_ARGUMENTS:
+            continue
+        argv.extend([name, str(value)])
+    return GlueRunPlan(script=script, argv=argv, py_files=py_files, conf=conf)
+
+
+class LocalGlueJobRun(FakeJobRun):
+    """A job run that really runs: moto's FakeJobRun with a state we set, not a state machine."""
+
+    def __init__(self, job: FakeJob, parameters: Mapping[str, Any]):
+        super().__init__(
+            job_name=job.name,
+            arguments=dict(parameters.get("Arguments") or {}),
+            allocated_capacity=parameters.get("AllocatedCapacity") or job.allocated_capacity,
+            max_capacity=parameters.get("MaxCapacity") or job.max_capacity,
+            timeout=parameters.get("Timeout") or job.timeout or _GLUE_DEFAULT_TIMEOUT_MINUTES,
+            worker_type=parameters.get("WorkerType") or job.worker_type,
+            security_configuration=(
+                parameters.get("SecurityConfiguration") or job.security_configuration
+            ),
+            number_of_workers=parameters.get("NumberOfWorkers") or job.number_of_workers,
+            notification_property=(
+                parameters.get("NotificationProperty") or job.notification_property
+            ),
+        )
+        self.run_state = "RUNNING"
+        self.error_message = ""
+        self.glue_version = job.glue_version or "5.0"
+        self.execution_class = parameters.get("ExecutionClass") or job.execution_class
+        self.completed_on: datetime | None = None  # type: ignore[assignment]  # None: running
+        self.execution_time = 0
+
+    @property
+    def status(self) -> str:
+        return self.run_state
+
+    @status.setter
+    def status(self, value: str) -> None:
+        self.run_state = value
+
+    def finish(self, state: str, error_message: str, seconds: float) -> None:
+        self.run_state = state
+        self.error_message = error_message
+        self.completed_on = self.modified_on = utcnow()
+        self.execution_time = max(1, round(seconds)) if state != "RUNNING" else 0
+
+    def as_dict(self) -> dict[str, Any]:
+        """GetJobRun / GetJobRuns (moto serialises the datetimes)."""
+        result = super().as_dict()
+        result.update(
+            {
+                "ExecutionTime": self.execution_time,
+                "GlueVersion": self.glue_version,
+                "LogGroupName": "/aws-glue/jobs",
+                "ExecutionClass": self.execution_class,
+            }
+        )
+        if self.completed_on is None:
+            result.pop("CompletedOn", None)
+        if self.error_message:
+            result["ErrorMessage"] = self.error_message
+        if not self.arguments:
+            result.pop("Arguments", None)
+        return result
+
+    def to_step_functions(self) -> dict[str, Any]:
+        """The task result of glue:startJobRun.sync: the JobRun, timestamps in epoch millis."""
+        result = self.as_dict()
+        for key in ("StartedOn", "LastModifiedOn", "CompletedOn"):
+            if key in result:
+                result[key] = _epoch_millis(result[key])
+        return {key: value for key, value in result.items() if value is not None}
+
+
+class GlueStartJobRunSync(StateTaskServiceGlue):
+    """`arn:aws:states:::glue:startJobRun.sync` that runs the job's script locally."""
+
+    def __init__(self, runtime: _Runtime):
+        super().__init__()  # type: ignore[no-untyped-call]
+        self._lethe = runtime
+
+    def _eval_service_task(
+        self,
+        env: Environment,
+        resource_runtime_part: ResourceRuntimePart,
+        normalised_parameters: dict[str, Any],
+        state_credentials: StateCredentials,
+    ) -> None:
+        job = self._job(env, resource_runtime_part, normalised_parameters.get("JobName"))
+        limit = int((job.execution_property or {}).get("MaxConcurrentRuns", 1))
+        if sum(run.status in _GLUE_RUN_ACTIVE for run in job.job_runs) >= limit:
+            raise _service_error(
+                self,
+                env,
+                "Glue",
+                "ConcurrentRunsExceededException",
+                f"Concurrent runs exceeded for {job.name}",
+            )
+        run = LocalGlueJobRun(job, normalised_parameters)
+        job.job_runs.append(run)
+        env.stack.append({"JobName": job.name, "JobRunId": run.job_run_id})
+
+    def _eval_integration_pattern(
+        self,
+        env: Environment,
+        resource_runtime_part: ResourceRuntimePart,
+        normalised_parameters: dict[str, Any],
+        state_credentials: StateCredentials,
+    ) -> None:
+        submitted = env.stack.pop()
+        job = self._job(env, resource_runtime_part, submitted["JobName"])
+        run = next(r for r in job.job_runs if r.job_run_id == submitted["JobRunId"])
+        assert isinstance(run, LocalGlueJobRun)
+        try:
+            plan = glue_run_plan(
+                job_name=job.name,
+                run_id=run.job_run_id,
+                command=cast(Mapping[str, Any], job.command or {}),
+                default_arguments=job.default_arguments or {},
+                run_arguments=normalised_parameters.get("Arguments") or {},
+                non_overridable_arguments=job.non_overridable_arguments or {},
+            )
+        except ValueError as exc:
+            run.finish("FAILED", str(exc), 0)
+            raise _task_failed(self, env, run.to_step_functions()) from exc
+        timeout = min(_state_timeout_seconds(self, env), float(run.timeout or 0) * 60 or math.inf)
+        result = self._lethe.run(
+            env,
+            script=plan.script,
+            args=plan.argv,
+            py_files=plan.py_files,
+            conf=plan.conf,
+            run_id=run.job_run_id,
+            timeout_seconds=timeout,
+        )
+        if result.succeeded:
+            run.finish("SUCCEEDED", "", result.duration)
+        elif result.timed_out:
+            run.finish("TIMEOUT", result.error_message, result.duration)
+        elif result.cancelled:
+            run.finish("STOPPED", "Job run was stopped", result.duration)
+        else:
+            run.finish("FAILED", result.error_message, result.duration)
+        output = run.to_step_functions()
+        if run.status != "SUCCEEDED":
+            raise _task_failed(self, env, output)
+        env.stack.append(output)
+
+    def _job(self, env: Environment, part: ResourceRuntimePart, name: Any) -> FakeJob:
+        try:
+            job: FakeJob = glue_backends[part.account][part.region].get_job(str(name))
+        except JsonRESTError as exc:
+            raise _service_error(self, env, "Glue", exc.error_type, exc.message) from exc
+        return job
+
+
+# EMR Serverless --------------------------------------------------------------------------------
+
+_EMR_PARAMETERS: Final = frozenset(
+    {
+        "ApplicationId",
+        "ClientToken",
+        "ExecutionRoleArn",
+        "JobDriver",
+        "ConfigurationOverrides",
+        "Tags",
+        "ExecutionTimeoutMinutes",
+        "Name",
+        "ExecutionIamPolicy",
+        "RetryPolicy",
+        "Mode",
+    }
+)
+_EMR_DEFAULT_TIMEOUT_MINUTES: Final = 720
+# Map values whose keys are data, not API member names (left as they are).
+_VERBATIM_MEMBERS: Final = frozenset({"Properties", "Tags", "LogTypes"})
+
+
+def _camel_case_members(value: Any) -> Any:
+    """ASL spells the EMR Serverless API in PascalCase; the API (and moto) uses camelCase."""
+    if isinstance(value, list):
+        return [_camel_case_members(item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    return {
+        key[:1].lower() + key[1:]: (item if key in _VERBATIM_MEMBERS else _camel_case_members(item))
+        for key, item in value.items()
+    }
+
+
+def _pascal_case_members(value: Any) -> Any:
+    """moto keeps the request in API spelling; Step Functions answers in PascalCase."""
+    if isinstance(value, list):
+        return [_pascal_case_members(item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    result = {}
+    for key, item in value.items():
+        name = key[:1].upper() + key[1:]
+        result[name] = item if name in _VERBATIM_MEMBERS else _pascal_case_members(item)
+    return result
+
+
+@dataclass(frozen=True)
+class EmrRunPlan:
+    script: str
+    argv: list[str]
+    py_files: list[str]
+    conf: dict[str, str]
+
+
+def emr_run_plan(parameters: Mapping[str, Any]) -> EmrRunPlan:
+    """What EMR Serverless would run for JobDriver.SparkSubmit: EntryPoint with
+    EntryPointArguments; --py-files and --conf from SparkSubmitParameters (over the
+    `spark-defaults` classification of ConfigurationOverrides); other spark-submit options are
+    ignored."""
+    driver = (parameters.get("JobDriver") or {}).get("SparkSubmit")
+    if not isinstance(driver, Mapping) or not driver.get("EntryPoint"):
+        raise ValueError(
+            "JobDriver.SparkSubmit.EntryPoint is required "
+            "(the local cloud runs Spark job drivers only)"
+        )
+    conf: dict[str, str] = {}
+    overrides = parameters.get("ConfigurationOverrides") or {}
+    for classification in overrides.get("ApplicationConfiguration") or []:
+        if classification.get("Classification") == "spark-defaults":
+            conf.update(
+                {str(k): str(v) for k, v in (classification.get("Properties") or {}).items()}
+            )
+    submit = parse_spark_submit_parameters(driver.get("SparkSubmitParameters"))
+    if submit.ignored:
+        LOG.info("local EMR Serverless run ignores spark-submit options %s", submit.ignored)
+    conf.update(submit.conf)
+    return EmrRunPlan(
+        script=str(driver["EntryPoint"]),
+        argv=[str(arg) for arg in driver.get("EntryPointArguments") or []],
+        py_files=submit.py_files,
+        conf=conf,
+    )
+
+
+def emr_job_run_output(job_run: Any) -> dict[str, Any]:
+    """The task result of emr-serverless:startJobRun.sync: the GetJobRun JobRun, with member
+    names in PascalCase as Step Functions returns them and timestamps in epoch millis."""
+    output: dict[str, Any] = {
+        "ApplicationId": job_run.application_id,
+        "JobRunId": job_run.id,
+        "Arn": job_run.arn,
+        "Name": job_run.name,
+        "CreatedBy": job_run.created_by,
+        "CreatedAt": _epoch_millis(job_run.created_at),
+        "UpdatedAt": _epoch_millis(job_run.updated_at),
+        "ExecutionRole": job_run.execution_role_arn,
+        "State": job_run.state,
+        "StateDetails": job_run.state_details or "",
+        "ReleaseLabel": job_run.release_label,
+        "JobDriver": _pascal_case_members(job_run.job_driver),
+        "ExecutionTimeoutMinutes": job_run.execution_timeout_minutes,
+        "TotalExecutionDurationSeconds": job_run.total_execution_duration_seconds,
+        "Tags": job_run.tags or {},
+    }
+    if job_run.configuration_overrides:
+        output["ConfigurationOverrides"] = _pascal_case_members(job_run.configuration_overrides)
+    return {key: value for key, value in output.items() if value is not None}
+
+
+class EmrServerlessStartJobRunSync(StateTaskServiceCallback):
+    """`arn:aws:states:::emr-serverless:startJobRun.sync` that runs the entry point locally."""
+
+    def __init__(self, runtime: _Runtime):
+        super().__init__(
+            supported_integration_patterns={cast(ResourceCondition, ResourceCondition.Sync)}
+        )
+        self._lethe = runtime
+
+    def _get_supported_parameters(self) -> set[str] | None:
+        return set(_EMR_PARAMETERS)
+
+    def _eval_service_task(
+        self,
+        env: Environment,
+        resource_runtime_part: ResourceRuntimePart,
+        normalised_parameters: dict[str, Any],
+        state_credentials: StateCredentials,
+    ) -> None:
+        try:
+            emr_run_plan(normalised_parameters)
+        except ValueError as exc:
+            raise _service_error(
+                self, env, "EMRServerless", "ValidationException", str(exc)
+            ) from exc
+        backend = emrserverless_backends[resource_runtime_part.account][
+            resource_runtime_part.region
+        ]
+        timeout = normalised_parameters.get("ExecutionTimeoutMinutes")
+        try:
+            job_run = backend.start_job_run(
+                application_id=str(normalised_parameters.get("ApplicationId")),
+                client_token=str(normalised_parameters.get("ClientToken") or uuid.uuid4()),
+                execution_role_arn=str(normalised_parameters.get("ExecutionRoleArn") or ""),
+                job_driver=_camel_case_members(normalised_parameters.get("JobDriver")),
+                configuration_overrides=_camel_case_members(
+                    normalised_parameters.get("ConfigurationOverrides")
+                ),
+                tags=normalised_parameters.get("Tags"),
+                execution_timeout_minutes=int(timeout) if timeout else None,
+                name=normalised_parameters.get("Name"),
+            )
+        except JsonRESTError as exc:
+            raise _service_error(self, env, "EMRServerless", exc.error_type, exc.message) from exc
+        except (IndexError, ValueError) as exc:  # e.g. an ExecutionRoleArn that is no ARN
+            raise _service_error(
+                self, env, "EMRServerless", "ValidationException", f"invalid request: {exc}"
+            ) from exc
+        job_run.state = "RUNNING"
+        job_run.created_at = job_run.updated_at = utcnow()
+        env.stack.append(
+            {"ApplicationId": job_run.application_id, "JobRunId": job_run.id, "Arn": job_run.arn}
+        )
+
+    def _eval_integration_pattern(
+        self,
+        env: Environment,
+        resource_runtime_part: ResourceRuntimePart,
+        normalised_parameters: dict[str, Any],
+        state_credentials: StateCredentials,
+    ) -> None:
+        submitted = env.stack.pop()
+        backend = emrserverless_backends[resource_runtime_part.account][
+            resource_runtime_part.region
+        ]
+        job_run = backend.get_job_run(submitted["ApplicationId"], submitted["JobRunId"])
+        plan = emr_run_plan(normalised_parameters)
+        timeout = min(
+            _state_timeout_seconds(self, env),
+            float(job_run.execution_timeout_minutes or _EMR_DEFAULT_TIMEOUT_MINUTES) * 60,
+        )
+        result = self._lethe.run(
+            env,
+            script=plan.script,
+            args=plan.argv,
+            py_files=plan.py_files,
+            conf=plan.conf,
+            run_id=job_run.id,
+            timeout_seconds=timeout,
+        )
+        if result.succeeded:
+            job_run.state, job_run.state_details = "SUCCESS", ""
+        elif result.timed_out or result.cancelled:
+            job_run.state = "CANCELLED"
+            job_run.state_details = (
+                "Job run timed out." if result.timed_out else "Job run was cancelled."
+            )
+        else:
+            job_run.state = "FAILED"
+            job_run.state_details = (
+                "Job failed, please check complete logs in configured logging destination. "
+                f"ExitCode: {result.exit_code}. Last few exceptions: {result.error_message}"
+            )
+        job_run.updated_at = utcnow()
+        job_run.total_execution_duration_seconds = max(1, round(result.duration))
+        output = emr_job_run_output(job_run)
+        if job_run.state != "SUCCESS":
+            raise _task_failed(self, env, output)
+        env.stack.append(output)
+
+
+def _make_state_task_for(
+    original: Callable[[Any], Any],
+    runtime: _Runtime,
+) -> Callable[[Any], Any]:
+    def state_task_for(resource: Any) -> Any:
+        """P5: Lethe's Spark tasks for the two .sync Spark integrations, moto's for the rest."""
+        if (
+            isinstance(resource, ServiceResource)
+            and resource.condition == ResourceCondition.Sync
+            and resource.api_action.lower() == "startjobrun"
+        ):
+            if resource.service_name == "glue":
+                return GlueStartJobRunSync(runtime)
+            if resource.service_name == "emr-serverless":
+                return EmrServerlessStartJobRunSync(runtime)
+        return original(resource)
+
+    return state_task_for
+
+
+# ----------------------------------------------------------------------------------------------
+# install / uninstall
+
+_MISSING: Final = object()
+
+
+@dataclass
+class _Patch:
+    owner: Any  # a module or a class
+    name: str
+    replacement: Any
+    original: Any = _MISSING
+    owned: bool = False  # whether `name` was in owner.__dict__ before we patched
+
+    def apply(self) -> None:
+        self.owned = self.name in vars(self.owner)
+        self.original = (
+            vars(self.owner)[self.name] if self.owned else getattr(self.owner, self.name)
+        )
+        setattr(self.owner, self.name, self.replacement)
+
+    def revert(self) -> None:
+        if vars(self.owner).get(self.name) is not self.replacement:
+            LOG.warning(
+                "%s.%s was changed by someone else after Lethe patched it; restoring "
+                "moto's original anyway",
+                getattr(self.owner, "__name__", self.owner),
+                self.name,
+            )
+        if self.owned:
+            setattr(self.owner, self.name, self.original)
+        else:
+            delattr(self.owner, self.name)
+
+
+class _Installation:
+    def __init__(
+        self, patches: list[_Patch], restore_env: dict[str, str | None], restore_execute: Any
+    ):
+        self._patches = patches
+        self._restore_env = restore_env
+        self._restore_execute = restore_execute
+        self._done = False
+
+    def uninstall(self) -> None:
+        with _install_lock:
+            if self._done:
+                return
+            for patch in reversed(self._patches):
+                patch.revert()
+            for key, value in self._restore_env.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+            moto_config.default_user_config["stepfunctions"]["execute_state_machine"] = (
+                self._restore_execute
+            )
+            self._done = True
+            if _current.installation is self:
+                _current.installation = None
+
+
+_install_lock = threading.Lock()
+
+
+class _Current:
+    installation: _Installation | None = None
+
+
+_current = _Current()
+
+
+def _check_pinned_engine() -> None:
+    problems = []
+    if moto.__version__ != PINNED_MOTO_VERSION:
+        problems.append(
+            f"moto is {moto.__version__}, the hooks are written for {PINNED_MOTO_VERSION}"
+        )
+    if getattr(_engine_jsonata, "_eval_jsonata", _MISSING) is not None:
+        problems.append("asl/jsonata/jsonata.py: _eval_jsonata is not the unset global (None)")
+    expected = [
+        (_engine_jsonata, "encode_jsonata_variable_declarations"),
+        (_eval_states, "encode_jsonata_variable_declarations"),
+        (_eval_variable_store, "encode_jsonata_variable_declarations"),
+        (_string_expression, "get_intrinsic_functions_declarations"),
+        (_string_expression.StringJSONata, "_eval_body"),
+        (_preprocessor, "state_task_for"),
+        (StateTaskServiceCallback, "_eval_integration_pattern"),
+    ]
+    problems += [
+        f"{getattr(owner, '__name__', owner)}.{name} is missing"
+        for owner, name in expected
+        if not hasattr(owner, name)
+    ]
+    if problems:
+        raise RuntimeError(
+            "Lethe's Step Functions hooks do not fit this moto: " + "; ".join(problems)
+        )
+
+
+def install(context: HookContextLike) -> Callable[[], None]:
+    """Patch moto's Step Functions interpreter (see the module docstring) and return the
+    callable that undoes it. Raises RuntimeError if the hooks are installed already or if moto
+    is not the version they are pinned to."""
+    runtime = _Runtime(
+        endpoints=context.endpoints,
+        logs_dir=Path(context.logs_dir),
+        repo_root=Path(context.repo_root),
+        spark_master=getattr(context, "spark_master", DEFAULT_MASTER),
+        max_run_seconds=float(getattr(context, "max_run_seconds", DEFAULT_MAX_RUN_SECONDS)),
+    )
+    with _install_lock:
+        if _current.installation is not None:
+            raise RuntimeError(
+                "Lethe's Step Functions hooks are installed already; call the "
+                "uninstall callable returned by install() first"
+            )
+        _check_pinned_engine()
+        patches = [
+            _Patch(_engine_jsonata, "_eval_jsonata", evaluate_jsonata),
+            *(
+                _Patch(
+                    module, "encode_jsonata_variable_declarations", _encode_variable_declarations
+                )
+                for module in (_engine_jsonata, _eval_states, _eval_variable_store)
+            ),
+            _Patch(
+                _string_expression,
+                "get_intrinsic_functions_declarations",
+                _make_declarations_filter(
+                    vars(_string_expression)["get_intrinsic_functions_declarations"]
+                ),
+            ),
+            _Patch(
+                _string_expression.StringJSONata,
+                "_eval_body",
+                _make_string_jsonata_eval_body(_string_expression.StringJSONata._eval_body),
+            ),
+            _Patch(
+                _preprocessor,
+                "state_task_for",
+                _make_state_task_for(vars(_preprocessor)["state_task_for"], runtime),
+            ),
+        ]
+        applied: list[_Patch] = []
+        try:
+            for patch in patches:
+                patch.apply()
+                applied.append(patch)
+        except Exception:
+            for patch in reversed(applied):
+                patch.revert()
+            raise
+        port = urlparse(runtime.endpoints.endpoint_url).port
+        restore_env: dict[str, str | None] = {}
+        if port is not None:
+            restore_env["MOTO_PORT"] = os.environ.get("MOTO_PORT")
+            os.environ["MOTO_PORT"] = str(port)
+        sfn_config = moto_config.default_user_config["stepfunctions"]
+        restore_execute = sfn_config.get("execute_state_machine", False)
+        sfn_config["execute_state_machine"] = True
+        installation = _Installation(applied, restore_env, restore_execute)
+        _current.installation = installation
+        LOG.info(
+            "Lethe Step Functions hooks installed (moto %s, Spark logs in %s)",
+            moto.__version__,
+            runtime.logs_dir,
+        )
+        return installation.uninstall

@@ -1,0 +1,614 @@
+"""The local cloud's Step Functions hooks, on real executions.
+
+A ThreadedMotoServer on 127.0.0.1 runs the state machines in tests/sfn/fixtures/hooks/ with
+lethe.localcloud.sfn_hooks installed: JSONata states, and Glue / EMR Serverless .sync tasks that
+run the real PySpark script fixtures/hooks/spark_job.py (two full Spark runs in this file; the
+failing runs fail before Spark starts).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import sys
+import time
+import zipfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from moto.core import config as moto_config
+from moto.server import ThreadedMotoServer
+from moto.stepfunctions.parser.asl.component.common.string import string_expression
+from moto.stepfunctions.parser.asl.component.state.exec.state_task import state_task_factory
+from moto.stepfunctions.parser.asl.jsonata import jsonata as engine_jsonata
+from moto.stepfunctions.parser.asl.parse import preprocessor
+
+from lethe.localcloud import sfn_hooks
+from lethe.localcloud.deployment import Endpoints
+from lethe.localcloud.spark_runner import (
+    extract_error_message,
+    parse_spark_submit_parameters,
+    run_spark_job,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures" / "hooks"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+REGION = "us-east-1"
+ACCOUNT = "123456789012"
+BUCKET = "lethe-hooks-artifacts"
+ROLE = f"arn:aws:iam::{ACCOUNT}:role/lethe-sfn"
+GLUE_JOB = "lethe-hooks-test"
+SCRIPT_URL = f"s3://{BUCKET}/scripts/spark_job.py"
+HELPER_ZIP_URL = f"s3://{BUCKET}/deps/lethe_hooks_helper.zip"
+EXECUTION_DEADLINE_SECONDS = 240
+EXPECTED_BUCKETS = {"0": 34, "1": 33, "2": 33}
+
+
+@dataclass
+class LocalCloud:
+    endpoints: Endpoints
+    logs_dir: Path
+    uninstall: Callable[[], None]
+    moto_port_before: str | None
+    execute_before: bool
+
+    def client(self, service: str) -> Any:
+        return boto3.client(
+            service,
+            endpoint_url=self.endpoints.endpoint_url,
+            region_name=REGION,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCloud]:
+    port = _free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    logs_dir = tmp_path_factory.mktemp("localcloud-logs")
+    moto_port_before = os.environ.get("MOTO_PORT")
+    execute_before = moto_config.default_user_config["stepfunctions"]["execute_state_machine"]
+    endpoints = Endpoints(
+        endpoint_url=f"http://127.0.0.1:{port}", region=REGION, account_id=ACCOUNT
+    )
+    uninstall = sfn_hooks.install(
+        sfn_hooks.HookContext(
+            endpoints=endpoints, logs_dir=logs_dir, repo_root=REPO_ROOT, max_run_seconds=180
+        )
+    )
+    local = LocalCloud(endpoints, logs_dir, uninstall, moto_port_before, execute_before)
+    try:
+        _upload_artifacts(local, tmp_path_factory.mktemp("artifacts"))
+        yield local
+    finally:
+        local.uninstall()
+        server.stop()
+
+
+def _upload_artifacts(cloud: LocalCloud, workdir: Path) -> None:
+    s3 = cloud.client("s3")
+    s3.create_bucket(Bucket=BUCKET)
+    s3.upload_file(str(FIXTURES / "spark_job.py"), BUCKET, "scripts/spark_job.py")
+    helper_zip = workdir / "lethe_hooks_helper.zip"
+    with zipfile.ZipFile(helper_zip, "w") as archive:
+        archive.write(FIXTURES / "lethe_hooks_helper.py", "lethe_hooks_helper.py")
+    s3.upload_file(str(helper_zip), BUCKET, "deps/lethe_hooks_helper.zip")
+
+
+def _state_machine(cloud: LocalCloud, name: str, definition_file: str) -> str:
+    sfn = cloud.client("stepfunctions")
+    definition = (FIXTURES / definition_file).read_text()
+    return str(
+        sfn.create_state_machine(name=name, definition=definition, roleArn=ROLE)["stateMachineArn"]
+    )
+
+
+def _execute(
+    cloud: LocalCloud, machine_arn: str, name: str, payload: dict[str, Any]
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    sfn = cloud.client("stepfunctions")
+    arn = sfn.start_execution(stateMachineArn=machine_arn, name=name, input=json.dumps(payload))[
+        "executionArn"
+    ]
+    deadline = time.monotonic() + EXECUTION_DEADLINE_SECONDS
+    while True:
+        execution = sfn.describe_execution(executionArn=arn)
+        if execution["status"] != "RUNNING":
+            break
+        assert time.monotonic() < deadline, f"execution {name} still running"
+        time.sleep(0.5)
+    events = sfn.get_execution_history(executionArn=arn, maxResults=1000)["events"]
+    return execution, events
+
+
+def _types(events: list[dict[str, Any]]) -> list[str]:
+    return [event["type"] for event in events]
+
+
+def _caught_error(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """The error the Catch handed to the Fail state (the input of FailStateEntered)."""
+    entered = [e for e in events if e["type"] == "FailStateEntered"]
+    assert len(entered) == 1
+    state_input = json.loads(entered[0]["stateEnteredEventDetails"]["input"])
+    return dict(state_input.get("error", state_input))
+
+
+def _read_result(cloud: LocalCloud, prefix: str) -> dict[str, Any]:
+    body = cloud.client("s3").get_object(Bucket=BUCKET, Key=f"{prefix}/result.json")["Body"]
+    return dict(json.loads(body.read()))
+
+
+def _has_result(cloud: LocalCloud, prefix: str) -> bool:
+    listing = cloud.client("s3").list_objects_v2(Bucket=BUCKET, Prefix=prefix)
+    return int(listing["KeyCount"]) > 0
+
+
+# ------------------------------------------------------------------------------------------------
+# JSONata
+
+
+def test_jsonata_pass_choice_assign_task_and_catch(cloud: LocalCloud) -> None:
+    machine = _state_machine(cloud, "lethe-hooks-jsonata", "jsonata.asl.json")
+    payload = {
+        "name": 'Ada "the" Lovelace',
+        "bucket": BUCKET,
+        "items": [{"sku": "a", "qty": 7}, {"sku": "b", "qty": 5}],
+    }
+
+    execution, _ = _execute(cloud, machine, "jsonata-big", payload)
+
+    assert execution["status"] == "SUCCEEDED", execution
+    assert json.loads(execution["output"]) == {
+        "size": "big",
+        "total": 12,
+        "greeting": 'She said "hi" to Ada "the" Lovelace',
+        "execName": "jsonata-big",
+        "depCount": 1,
+        "firstKey": "deps/lethe_hooks_helper.zip",
+        "asl": {
+            "partition": [[1, 2], [3, 4], [5]],
+            "range": [0, 2, 4, 6],
+            "hash": hashlib.sha256(b"abc").hexdigest(),
+            "parsed": {"a": [1, 2]},
+            "uuidLength": 36,
+            "seededRandomRepeats": True,
+        },
+        "caughtError": "States.QueryEvaluationError",
+        "causeNamesMessage": True,
+    }
+
+
+def test_jsonata_choice_default_branch(cloud: LocalCloud) -> None:
+    machine = _state_machine(cloud, "lethe-hooks-jsonata-small", "jsonata.asl.json")
+    payload = {"name": "Grace\\Hopper\n", "bucket": BUCKET, "items": [{"sku": "a", "qty": 4}]}
+
+    execution, _ = _execute(cloud, machine, "jsonata-small", payload)
+
+    assert execution["status"] == "SUCCEEDED", execution
+    assert json.loads(execution["output"]) == {
+        "size": "small",
+        "total": 4,
+        "greeting": 'She said "hi" to Grace\\Hopper\n',
+    }
+
+
+# ------------------------------------------------------------------------------------------------
+# Glue
+
+
+@pytest.fixture(scope="module")
+def glue_machine(cloud: LocalCloud) -> str:
+    cloud.client("glue").create_job(
+        Name=GLUE_JOB,
+        Role=ROLE,
+        GlueVersion="5.0",
+        Command={"Name": "glueetl", "ScriptLocation": SCRIPT_URL, "PythonVersion": "3"},
+        DefaultArguments={
+            "--extra-py-files": HELPER_ZIP_URL,
+            "--enable-metrics": "true",
+            "--job-language": "python",
+            "--TempDir": f"s3://{BUCKET}/tmp/",
+            "--label": "from-defaults",
+            "--output": f"s3://{BUCKET}/out/overridden",
+        },
+    )
+    return _state_machine(cloud, "lethe-hooks-glue", "glue_sync.asl.json")
+
+
+def test_glue_sync_runs_the_job_script(cloud: LocalCloud, glue_machine: str) -> None:
+    output_url = f"s3://{BUCKET}/out/glue-ok"
+    payload = {"job_name": GLUE_JOB, "arguments": {"--output": output_url, "--label": "glue-run"}}
+
+    execution, events = _execute(cloud, glue_machine, "glue-ok", payload)
+
+    assert execution["status"] == "SUCCEEDED", execution
+    job_run = json.loads(execution["output"])["job_run"]
+    assert job_run["JobRunState"] == "SUCCEEDED"
+    assert job_run["JobName"] == GLUE_JOB
+    assert job_run["Arguments"] == {"--output": output_url, "--label": "glue-run"}
+    assert job_run["GlueVersion"] == "5.0"
+    assert job_run["Id"].startswith("jr_")
+    assert isinstance(job_run["StartedOn"], int)
+    assert isinstance(job_run["CompletedOn"], int)
+    assert job_run["CompletedOn"] >= job_run["StartedOn"]
+    assert job_run["ExecutionTime"] >= 1
+    assert "ErrorMessage" not in job_run
+    assert _types(events).count("TaskSubmitted") == 1
+    assert _types(events).count("TaskSucceeded") == 1
+
+    assert _read_result(cloud, "out/glue-ok") == {
+        "label": "glue-run",
+        "buckets": EXPECTED_BUCKETS,
+        "helper_version": "helper-1",
+        "argv": [
+            "--JOB_NAME",
+            GLUE_JOB,
+            "--JOB_RUN_ID",
+            job_run["Id"],
+            "--label",
+            "glue-run",
+            "--output",
+            output_url,
+        ],
+        "conf_marker": "",
+        "defaults_marker": "",
+    }
+    assert not _has_result(cloud, "out/overridden")
+
+    recorded = cloud.client("glue").get_job_run(JobName=GLUE_JOB, RunId=job_run["Id"])["JobRun"]
+    assert recorded["JobRunState"] == "SUCCEEDED"
+    assert recorded["Arguments"] == {"--output": output_url, "--label": "glue-run"}
+    log_text = (cloud.logs_dir / f"spark-{job_run['Id']}.log").read_text()
+    assert "# exit code 0" in log_text
+
+
+def test_glue_sync_failure_is_retried_then_caught(cloud: LocalCloud, glue_machine: str) -> None:
+    payload = {
+        "job_name": GLUE_JOB,
+        "arguments": {
+            "--output": f"s3://{BUCKET}/out/glue-fail",
+            "--fail": "glue says no: bad input",
+        },
+    }
+
+    execution, events = _execute(cloud, glue_machine, "glue-fail", payload)
+
+    assert execution["status"] == "FAILED", execution
+    assert execution["error"] == "SparkJobFailed"
+    assert _caught_error(events)["Error"] == "States.TaskFailed"
+    cause = json.loads(execution["cause"])
+    assert cause["JobRunState"] == "FAILED"
+    assert cause["JobName"] == GLUE_JOB
+    assert cause["ErrorMessage"] == "RuntimeError: glue says no: bad input"
+    types = _types(events)
+    assert types.count("TaskScheduled") == 2
+    assert types.count("TaskFailed") == 2
+    assert types[-2:] == ["FailStateEntered", "ExecutionFailed"]
+    failures = [e["taskFailedEventDetails"] for e in events if e["type"] == "TaskFailed"]
+    assert [f["error"] for f in failures] == ["States.TaskFailed", "States.TaskFailed"]
+    assert [f["resource"] for f in failures] == ["startJobRun.sync", "startJobRun.sync"]
+    assert not _has_result(cloud, "out/glue-fail")
+
+    runs = cloud.client("glue").get_job_runs(JobName=GLUE_JOB)["JobRuns"]
+    failed = [run for run in runs if run["JobRunState"] == "FAILED"]
+    assert len(failed) == 2
+    assert {run["ErrorMessage"] for run in failed} == {"RuntimeError: glue says no: bad input"}
+
+
+def test_glue_sync_unknown_job_fails_with_the_glue_error(
+    cloud: LocalCloud, glue_machine: str
+) -> None:
+    payload = {"job_name": "no-such-job", "arguments": {}}
+
+    execution, events = _execute(cloud, glue_machine, "glue-missing", payload)
+
+    assert execution["status"] == "FAILED"
+    assert _caught_error(events) == {
+        "Error": "Glue.EntityNotFoundException",
+        "Cause": "Job no-such-job not found.",
+    }
+    # States.TaskFailed in a Retry matches every task error but States.Timeout (AWS semantics).
+    assert _types(events).count("TaskScheduled") == 2
+
+
+# ------------------------------------------------------------------------------------------------
+# EMR Serverless
+
+
+@pytest.fixture(scope="module")
+def emr(cloud: LocalCloud) -> tuple[str, str]:
+    application_id = cloud.client("emr-serverless").create_application(
+        name="lethe-spark", releaseLabel="emr-7.5.0", type="SPARK"
+    )["applicationId"]
+    machine = _state_machine(cloud, "lethe-hooks-emr", "emr_serverless_sync.asl.json")
+    return str(application_id), machine
+
+
+def test_emr_serverless_sync_runs_the_entry_point(cloud: LocalCloud, emr: tuple[str, str]) -> None:
+    application_id, machine = emr
+    output_url = f"s3://{BUCKET}/out/emr-ok"
+    payload = {
+        "application_id": application_id,
+        "entry_point": SCRIPT_URL,
+        "py_files": HELPER_ZIP_URL,
+        "arguments": ["--output", output_url, "--label", "emr-run"],
+    }
+
+    execution, events = _execute(cloud, machine, "emr-ok", payload)
+
+    assert execution["status"] == "SUCCEEDED", execution
+    job_run = json.loads(execution["output"])
+    assert job_run["State"] == "SUCCESS"
+    assert job_run["ApplicationId"] == application_id
+    assert job_run["Name"] == "lethe-emr-ok"
+    assert job_run["Arn"] == (
+        f"arn:aws:emr-serverless:{REGION}:{ACCOUNT}:/applications/"
+        f"{application_id}/jobruns/{job_run['JobRunId']}"
+    )
+    assert job_run["ExecutionRole"] == f"arn:aws:iam::{ACCOUNT}:role/lethe-emr-job"
+    assert job_run["JobDriver"]["SparkSubmit"]["EntryPoint"] == SCRIPT_URL
+    assert job_run["StateDetails"] == ""
+    assert isinstance(job_run["CreatedAt"], int)
+    assert job_run["TotalExecutionDurationSeconds"] >= 1
+    assert _types(events).count("TaskSucceeded") == 1
+
+    assert _read_result(cloud, "out/emr-ok") == {
+        "label": "emr-run",
+        "buckets": EXPECTED_BUCKETS,
+        "helper_version": "helper-1",
+        "argv": ["--output", output_url, "--label", "emr-run"],
+        "conf_marker": "from-submit",
+        "defaults_marker": "from-defaults",
+    }
+
+    recorded = cloud.client("emr-serverless").get_job_run(
+        applicationId=application_id, jobRunId=job_run["JobRunId"]
+    )["jobRun"]
+    assert recorded["state"] == "SUCCESS"
+
+
+def test_emr_serverless_sync_failure_is_retried_then_caught(
+    cloud: LocalCloud, emr: tuple[str, str]
+) -> None:
+    application_id, machine = emr
+    payload = {
+        "application_id": application_id,
+        "entry_point": SCRIPT_URL,
+        "py_files": HELPER_ZIP_URL,
+        "arguments": [
+            "--output",
+            f"s3://{BUCKET}/out/emr-fail",
+            "--fail",
+            "emr says no: bad input",
+        ],
+    }
+
+    execution, events = _execute(cloud, machine, "emr-fail", payload)
+
+    assert execution["status"] == "FAILED", execution
+    assert execution["error"] == "SparkJobFailed"
+    assert _caught_error(events)["Error"] == "States.TaskFailed"
+    cause = json.loads(execution["cause"])
+    assert cause["State"] == "FAILED"
+    assert cause["ApplicationId"] == application_id
+    assert cause["StateDetails"] == (
+        "Job failed, please check complete logs in configured logging destination. "
+        "ExitCode: 1. Last few exceptions: RuntimeError: emr says no: bad input"
+    )
+    types = _types(events)
+    assert types.count("TaskScheduled") == 2
+    assert types.count("TaskFailed") == 2
+    assert types[-2:] == ["FailStateEntered", "ExecutionFailed"]
+    assert not _has_result(cloud, "out/emr-fail")
+
+    runs = cloud.client("emr-serverless").list_job_runs(
+        applicationId=application_id, states=["FAILED"]
+    )["jobRuns"]
+    assert len(runs) == 2
+
+
+def test_emr_serverless_sync_unknown_application(cloud: LocalCloud, emr: tuple[str, str]) -> None:
+    _, machine = emr
+    payload = {
+        "application_id": "00nosuchapp",
+        "entry_point": SCRIPT_URL,
+        "py_files": HELPER_ZIP_URL,
+        "arguments": ["--output", f"s3://{BUCKET}/out/x"],
+    }
+
+    execution, events = _execute(cloud, machine, "emr-missing-app", payload)
+
+    assert execution["status"] == "FAILED"
+    assert _caught_error(events) == {
+        "Error": "EMRServerless.ResourceNotFoundException",
+        "Cause": "Application 00nosuchapp does not exist",
+    }
+    assert _types(events).count("TaskScheduled") == 2  # retried: see the Glue twin above
+
+
+# ------------------------------------------------------------------------------------------------
+# The hooks' own contract
+
+
+def test_install_twice_is_refused(cloud: LocalCloud) -> None:
+    with pytest.raises(RuntimeError, match="installed already"):
+        sfn_hooks.install(
+            sfn_hooks.HookContext(
+                endpoints=cloud.endpoints, logs_dir=cloud.logs_dir, repo_root=REPO_ROOT
+            )
+        )
+
+
+def test_glue_run_plan_merges_arguments_like_glue() -> None:
+    plan = sfn_hooks.glue_run_plan(
+        job_name="job",
+        run_id="jr_1",
+        command={"Name": "glueetl", "ScriptLocation": "s3://b/s.py"},
+        default_arguments={
+            "--extra-py-files": "s3://b/a.zip, s3://b/b.py",
+            "--a": "1",
+            "--conf": "spark.x=1 --conf spark.y=2",
+            "--TempDir": "s3://b/t",
+        },
+        run_arguments={"--a": "2", "--b": "3"},
+        non_overridable_arguments={"--b": "4"},
+    )
+
+    assert plan.script == "s3://b/s.py"
+    assert plan.py_files == ["s3://b/a.zip", "s3://b/b.py"]
+    assert plan.conf == {"spark.x": "1", "spark.y": "2"}
+    assert plan.argv == ["--JOB_NAME", "job", "--JOB_RUN_ID", "jr_1", "--a", "2", "--b", "4"]
+
+
+def test_spark_submit_parameters_keep_py_files_and_conf() -> None:
+    options = parse_spark_submit_parameters(
+        "--class Main --py-files s3://b/a.zip,s3://b/c.py --conf spark.a=1 "
+        "--conf=spark.b=x=y --driver-memory 2g --verbose"
+    )
+
+    assert options.py_files == ["s3://b/a.zip", "s3://b/c.py"]
+    assert options.conf == {"spark.a": "1", "spark.b": "x=y"}
+    assert options.ignored == ["--class Main", "--driver-memory 2g", "--verbose"]
+
+
+def test_error_message_is_the_last_traceback_line() -> None:
+    stderr = [
+        "26/01/02 10:11:12 INFO SparkContext: Running Spark version 3.5.9\n",
+        "Traceback (most recent call last):\n",
+        '  File "/tmp/x/job.py", line 9, in <module>\n',
+        "    main()\n",
+        "py4j.protocol.Py4JJavaError: An error occurred while calling o45.save.\n",
+        ": org.apache.spark.SparkException: Job aborted.\n",
+        "\tat org.apache.spark.Foo(Foo.scala:1)\n",
+        "26/01/02 10:11:13 INFO ShutdownHookManager: Shutdown hook called\n",
+    ]
+
+    assert extract_error_message(stderr, 1) == (
+        "py4j.protocol.Py4JJavaError: An error occurred while calling o45.save.\n"
+        ": org.apache.spark.SparkException: Job aborted."
+    )
+    assert extract_error_message(
+        [
+            "usage: job.py [-h] --output OUTPUT\n",
+            "job.py: error: the following arguments are required: --output\n",
+        ],
+        2,
+    ) == (
+        "usage: job.py [-h] --output OUTPUT\n"
+        "job.py: error: the following arguments are required: --output"
+    )
+    assert extract_error_message([], -9) == "the job exited with code -9"
+
+
+def test_run_is_killed_at_its_timeout(cloud: LocalCloud, tmp_path: Path) -> None:
+    script = tmp_path / "sleeper.py"
+    script.write_text("import time\nprint('sleeping', flush=True)\ntime.sleep(120)\n")
+    started = time.monotonic()
+
+    result = run_spark_job(
+        str(script),
+        [],
+        [],
+        endpoints=cloud.endpoints,
+        logs_dir=tmp_path,
+        run_id="sleeper",
+        timeout_seconds=2,
+    )
+
+    assert time.monotonic() - started < 20
+    assert (result.succeeded, result.timed_out) == (False, True)
+    assert result.error_message == "the job run timed out after 2 s"
+    assert "sleeping" in result.log_path.read_text()
+
+
+def test_missing_script_fails_the_run(cloud: LocalCloud, tmp_path: Path) -> None:
+    result = run_spark_job(
+        f"s3://{BUCKET}/scripts/missing.py",
+        [],
+        [],
+        endpoints=cloud.endpoints,
+        logs_dir=tmp_path,
+        run_id="missing",
+        timeout_seconds=30,
+    )
+
+    assert (result.succeeded, result.exit_code) == (False, None)
+    assert result.error_message.startswith("could not download the job's files:")
+
+
+def test_job_sees_the_local_cloud_environment(cloud: LocalCloud, tmp_path: Path) -> None:
+    script = tmp_path / "env_probe.py"
+    script.write_text(
+        "import json, os, sys\n"
+        "keys = ['AWS_ENDPOINT_URL', 'LETHE_SPARK_MASTER', 'SPARK_LOCAL_IP', 'PYSPARK_PYTHON',\n"
+        "        'PYSPARK_SUBMIT_ARGS']\n"
+        "print(json.dumps({k: os.environ.get(k) for k in keys}))\n"
+        "print(json.dumps(sys.argv[1:]))\n"
+    )
+
+    result = run_spark_job(
+        str(script),
+        ["--x", "1"],
+        [],
+        endpoints=cloud.endpoints,
+        logs_dir=tmp_path,
+        run_id="probe",
+        timeout_seconds=30,
+        spark_conf={"spark.lethe.a": "1", "spark.jars.packages": "x:y:1"},
+    )
+
+    assert result.succeeded
+    lines = [
+        line
+        for line in result.log_path.read_text().splitlines()
+        if not line.startswith("#") and line
+    ]
+    assert json.loads(lines[0]) == {
+        "AWS_ENDPOINT_URL": cloud.endpoints.endpoint_url,
+        "LETHE_SPARK_MASTER": "local[2]",
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_SUBMIT_ARGS": "--conf spark.driver.host=127.0.0.1 "
+        "--conf spark.driver.bindAddress=127.0.0.1 "
+        "--conf spark.ui.enabled=false --conf spark.lethe.a=1 "
+        "pyspark-shell",
+    }
+    assert json.loads(lines[1]) == ["--x", "1"]
+
+
+def test_uninstall_restores_moto_and_install_works_again(cloud: LocalCloud) -> None:
+    """Runs last: it swaps the module's installation for a fresh one."""
+    cloud.uninstall()
+    cloud.uninstall()  # a second call is a no-op
+
+    assert engine_jsonata._eval_jsonata is None
+    assert vars(preprocessor)["state_task_for"] is state_task_factory.state_task_for
+    assert "Function $uuid is currently not supported" in (
+        vars(string_expression)["get_intrinsic_functions_declarations"]({"$uuid"})
+    )
+    assert os.environ.get("MOTO_PORT") == cloud.moto_port_before
+    assert moto_config.default_user_config["stepfunctions"]["execute_state_machine"] is (
+        cloud.execute_before
+    )
+
+    cloud.uninstall = sfn_hooks.install(
+        sfn_hooks.HookContext(
+            endpoints=cloud.endpoints, logs_dir=cloud.logs_dir, repo_root=REPO_ROOT
+        )
+    )
+    assert engine_jsonata._eval_jsonata is sfn_hooks.evaluate_jsonata
+    assert os.environ["MOTO_PORT"] == cloud.endpoints.endpoint_url.rsplit(":", 1)[1]
