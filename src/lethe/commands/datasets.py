@@ -6,14 +6,11 @@ import argparse
 import json
 from pathlib import Path
 
+from lethe.commands import CommandError
 from lethe.target import add_target_arguments, resolve
 from lethe_shared.datasets import parse_dataset
 from lethe_shared.errors import DatasetValidationError
 from lethe_shared.registry import DynamoDatasetRegistry
-
-
-class CommandError(Exception):
-    """A user-facing failure: printed as one line on stderr, exit status 1."""
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

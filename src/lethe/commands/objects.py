@@ -36,11 +36,7 @@ def _lake_rows(target: Target, item: CatalogItem) -> int | None:
         scheme="http"
         if target.endpoint_url and target.endpoint_url.startswith("http:")
         else "https",
-        **(
-            {"access_key": "testing", "secret_key": "testing"}
-            if target.credentials
-            else {}
-        ),
+        **({"access_key": "testing", "secret_key": "testing"} if target.credentials else {}),
     )
     with s3.open_input_file(f"{item.bucket}/{item.key}") as handle:
         return int(pq.ParquetFile(handle).metadata.num_rows)

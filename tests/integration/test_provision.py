@@ -1,0 +1,365 @@
+"""Provisioning the REAL template.yaml into a moto server (lethe.localcloud.provision).
+
+A ThreadedMotoServer on 127.0.0.1 (free port) with the local cloud's moto configuration; the
+template is deployed twice, once per SparkEngine, under different stages so names never clash.
+Expected values are written here from the template's naming scheme, not read from the result.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from moto.s3.models import s3_backends
+from moto.server import ThreadedMotoServer
+
+from lethe.localcloud.cloud import configure_moto
+from lethe.localcloud.deployment import Deployment, Endpoints
+from lethe.localcloud.provision import (
+    NOT_EMULATED,
+    ProvisionError,
+    check_coverage,
+    localize_outputs,
+    provision,
+    substitute_definition,
+)
+from lethe.localcloud.s3events import eventbridge_enabled
+from lethe.localcloud.template import load_template, translate
+from tests.conftest import REPO_ROOT
+
+REGION = "us-east-1"
+ACCOUNT = "123456789012"
+STAGE = "itest"  # EMR_SERVERLESS deployment
+GLUE_STAGE = "itglue"  # GLUE deployment
+
+
+def parameters(stage: str, engine: str) -> dict[str, str]:
+    return {
+        "Stage": stage,
+        "ApproverEmails": "approver@example.com,second@example.com",
+        "SenderEmail": "lethe@example.com",
+        "SparkEngine": engine,
+    }
+
+
+@pytest.fixture(scope="module")
+def endpoints() -> Iterator[Endpoints]:
+    restore = configure_moto()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        port = server.get_host_and_port()[1]
+        yield Endpoints(f"http://127.0.0.1:{port}", REGION, ACCOUNT)
+    finally:
+        server.stop()
+        restore()
+
+
+def client(endpoints: Endpoints, service: str) -> Any:
+    return boto3.client(
+        service,  # type: ignore[call-overload]
+        endpoint_url=endpoints.endpoint_url,
+        region_name=REGION,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+
+
+@pytest.fixture(scope="module")
+def deployment(endpoints: Endpoints, tmp_path_factory: pytest.TempPathFactory) -> Deployment:
+    state_dir = tmp_path_factory.mktemp("provision-emr")
+    return provision(
+        endpoints, REPO_ROOT, state_dir, parameters(STAGE, "EMR_SERVERLESS"), f"lethe-{STAGE}"
+    )
+
+
+@pytest.fixture(scope="module")
+def glue_deployment(endpoints: Endpoints, tmp_path_factory: pytest.TempPathFactory) -> Deployment:
+    state_dir = tmp_path_factory.mktemp("provision-glue")
+    return provision(
+        endpoints, REPO_ROOT, state_dir, parameters(GLUE_STAGE, "GLUE"), f"lethe-{GLUE_STAGE}"
+    )
+
+
+def translated_resources(stage: str, engine: str) -> dict[str, Any]:
+    return dict(translate(load_template(), parameters(stage, engine))["Resources"])
+
+
+def raw_bucket(stage: str) -> str:
+    return f"lethe-{stage}-raw-{ACCOUNT}-{REGION}"
+
+
+# ------------------------------------------------------------------------------ coverage
+
+
+@pytest.mark.parametrize(
+    ("fixture", "stage", "engine"),
+    [("deployment", STAGE, "EMR_SERVERLESS"), ("glue_deployment", GLUE_STAGE, "GLUE")],
+)
+def test_every_logical_id_is_created_or_explained(
+    request: pytest.FixtureRequest, fixture: str, stage: str, engine: str
+) -> None:
+    result: Deployment = request.getfixturevalue(fixture)
+    resources = translated_resources(stage, engine)
+    assert set(resources) == set(result.physical_ids) | set(result.not_created)
+    assert not set(result.physical_ids) & set(result.not_created)
+    for logical_id, reason in result.not_created.items():
+        resource = resources[logical_id]
+        if resource["Type"] in NOT_EMULATED:
+            assert reason == NOT_EMULATED[resource["Type"]]
+        else:
+            assert reason == f"condition {resource['Condition']} is false"
+    permissions = [lid for lid, r in resources.items() if r["Type"] == "AWS::Lambda::Permission"]
+    assert permissions, "SAM's API and EventBridge events give Lambda permissions"
+    assert all("not enforced" in result.not_created[lid] for lid in permissions)
+
+
+def test_the_translated_template_is_kept_in_the_state_dir(deployment: Deployment) -> None:
+    kept = json.loads((deployment.state_dir / "translated-template.json").read_text())
+    assert set(kept["Resources"]) == set(translated_resources(STAGE, "EMR_SERVERLESS"))
+
+
+def test_check_coverage_refuses_a_lost_resource(deployment: Deployment) -> None:
+    template: dict[str, Any] = {"Resources": {"RawBucket": {}, "Ghost": {}}}
+    with pytest.raises(ProvisionError, match="neither created nor explained: Ghost"):
+        check_coverage(template, deployment)
+
+
+def test_an_unknown_resource_type_fails_naming_it(endpoints: Endpoints, tmp_path: Path) -> None:
+    # Given a copy of the repository whose template has a type without a handler
+    for folder in ("functions", "layers", "statemachines", "spark_jobs"):
+        if (REPO_ROOT / folder).exists():
+            (tmp_path / folder).symlink_to(REPO_ROOT / folder)
+    template = load_template()
+    template["Resources"]["Mystery"] = {"Type": "AWS::Mystery::Thing", "Properties": {}}
+    (tmp_path / "template.yaml").write_text(json.dumps(template))
+    # When it is provisioned, Then it fails before creating anything, naming the type
+    with pytest.raises(ProvisionError, match=r"Mystery \(AWS::Mystery::Thing\)"):
+        provision(endpoints, tmp_path, tmp_path / "state", parameters("unknown", "GLUE"), "x")
+    buckets = client(endpoints, "s3").list_buckets()["Buckets"]
+    assert raw_bucket("unknown") not in {b["Name"] for b in buckets}
+
+
+# ------------------------------------------------------------------------------ storage
+
+
+@pytest.mark.parametrize("kind", ["raw", "lake"])
+def test_data_buckets_are_versioned_with_eventbridge_notifications(
+    endpoints: Endpoints, deployment: Deployment, kind: str
+) -> None:
+    s3 = client(endpoints, "s3")
+    bucket = f"lethe-{STAGE}-{kind}-{ACCOUNT}-{REGION}"
+    assert s3.get_bucket_versioning(Bucket=bucket)["Status"] == "Enabled"
+    # moto's GetBucketNotificationConfiguration leaves EventBridgeConfiguration out: ask the
+    # backend, the way the local cloud's S3 events hook decides to emit events.
+    assert eventbridge_enabled(s3_backends[ACCOUNT]["aws"].buckets[bucket])
+    encryption = s3.get_bucket_encryption(Bucket=bucket)["ServerSideEncryptionConfiguration"]
+    assert encryption["Rules"][0]["ApplyServerSideEncryptionByDefault"]["SSEAlgorithm"] == "aws:kms"
+    access = s3.get_public_access_block(Bucket=bucket)["PublicAccessBlockConfiguration"]
+    assert access == {
+        "BlockPublicAcls": True,
+        "IgnorePublicAcls": True,
+        "BlockPublicPolicy": True,
+        "RestrictPublicBuckets": True,
+    }
+    rules = s3.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]
+    expire = next(r for r in rules if r["ID"] == "ExpireNoncurrentVersions")
+    assert expire["NoncurrentVersionExpiration"]["NoncurrentDays"] == 30
+
+
+def test_tls_only_buckets_accept_local_requests(
+    endpoints: Endpoints, deployment: Deployment
+) -> None:
+    # The TLS-only bucket policy is in place, and local (plain HTTP) requests still work.
+    s3 = client(endpoints, "s3")
+    bucket = raw_bucket(STAGE)
+    policy = json.loads(s3.get_bucket_policy(Bucket=bucket)["Policy"])
+    assert policy["Statement"][0]["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+    version = s3.put_object(Bucket=bucket, Key="reviews/a.csv", Body=b"user_id\nu1\n")["VersionId"]
+    assert (
+        s3.get_object(Bucket=bucket, Key="reviews/a.csv", VersionId=version)["Body"].read()
+        == b"user_id\nu1\n"
+    )
+
+
+def test_object_catalog_table(endpoints: Endpoints, deployment: Deployment) -> None:
+    dynamodb = client(endpoints, "dynamodb")
+    name = f"lethe-{STAGE}-object-catalog"
+    table = dynamodb.describe_table(TableName=name)["Table"]
+    assert {k["AttributeName"]: k["KeyType"] for k in table["KeySchema"]} == {
+        "object_url": "HASH",
+        "version_id": "RANGE",
+    }
+    assert [index["IndexName"] for index in table["GlobalSecondaryIndexes"]] == ["by_dataset"]
+    ttl = dynamodb.describe_time_to_live(TableName=name)["TimeToLiveDescription"]
+    assert ttl == {"TimeToLiveStatus": "ENABLED", "AttributeName": "expires_at"}
+    backups = dynamodb.describe_continuous_backups(TableName=name)["ContinuousBackupsDescription"]
+    assert backups["PointInTimeRecoveryDescription"]["PointInTimeRecoveryStatus"] == "ENABLED"
+    assert deployment.physical_ids["ObjectCatalogTable"] == name
+    assert deployment.attributes["ObjectCatalogTable"]["Arn"] == (
+        f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{name}"
+    )
+
+
+def test_sender_identity_is_verified(endpoints: Endpoints, deployment: Deployment) -> None:
+    ses = client(endpoints, "ses")
+    assert "lethe@example.com" in ses.list_identities(IdentityType="EmailAddress")["Identities"]
+
+
+# ------------------------------------------------------------------------------ functions
+
+
+def test_object_events_function_spec(deployment: Deployment) -> None:
+    spec = deployment.functions["ObjectEventsFunction"]
+    assert spec.name == f"lethe-{STAGE}-object-events"
+    assert spec.arn == f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:lethe-{STAGE}-object-events"
+    assert spec.code_uri == REPO_ROOT / "functions" / "object_events"
+    assert spec.handler == "app.handler"
+    assert spec.layer_paths == (REPO_ROOT / "layers" / "shared",)
+    assert spec.environment["CATALOG_TABLE"] == f"lethe-{STAGE}-object-catalog"
+    assert spec.environment["STAGE"] == STAGE
+    assert spec.environment["IGNORED_RETENTION_DAYS"] == "30"  # a Number parameter, as a string
+    assert spec.timeout_seconds == 30
+    assert spec.memory_mb == 256
+    assert spec.async_config.maximum_retry_attempts == 2
+    assert spec.async_config.on_failure_arn == (
+        f"arn:aws:sqs:{REGION}:{ACCOUNT}:lethe-{STAGE}-object-events-dlq"
+    )
+    assert deployment.function(spec.arn) is spec
+
+
+def test_functions_exist_in_moto_with_the_role(
+    endpoints: Endpoints, deployment: Deployment
+) -> None:
+    lam = client(endpoints, "lambda")
+    config = lam.get_function_configuration(FunctionName=f"lethe-{STAGE}-object-events")
+    assert config["Role"] == deployment.attributes["ObjectEventsFunctionRole"]["Arn"]
+    assert config["Environment"]["Variables"]["CATALOG_TABLE"] == f"lethe-{STAGE}-object-catalog"
+    assert (
+        lam.get_function_concurrency(FunctionName=f"lethe-{STAGE}-object-events")[
+            "ReservedConcurrentExecutions"
+        ]
+        == 50
+    )
+    iam = client(endpoints, "iam")
+    role = deployment.physical_ids["ObjectEventsFunctionRole"]
+    assert "ObjectEventsFunctionRolePolicy0" in iam.list_role_policies(RoleName=role)["PolicyNames"]
+
+
+def test_object_events_rule_targets_the_function(
+    endpoints: Endpoints, deployment: Deployment
+) -> None:
+    events = client(endpoints, "events")
+    rule = events.describe_rule(Name=f"lethe-{STAGE}-object-events")
+    pattern = json.loads(rule["EventPattern"])
+    assert pattern["source"] == ["aws.s3"]
+    assert pattern["detail"]["bucket"]["name"] == [
+        raw_bucket(STAGE),
+        f"lethe-{STAGE}-lake-{ACCOUNT}-{REGION}",
+    ]
+    targets = events.list_targets_by_rule(Rule=f"lethe-{STAGE}-object-events")["Targets"]
+    assert [t["Arn"] for t in targets] == [deployment.functions["ObjectEventsFunction"].arn]
+    assert targets[0]["RetryPolicy"]["MaximumRetryAttempts"] == 185
+    assert targets[0]["DeadLetterConfig"]["Arn"] == (
+        f"arn:aws:sqs:{REGION}:{ACCOUNT}:lethe-{STAGE}-object-events-dlq"
+    )
+
+
+# ------------------------------------------------------------------------------ API
+
+
+def test_api_routes_and_stage(endpoints: Endpoints, deployment: Deployment) -> None:
+    routes = {(r.method, r.path): r for r in deployment.api_routes}
+    for method in ("PUT", "GET"):
+        route = routes[(method, "/datasets/{dataset_id}")]
+        assert route.function_logical_id == "DatasetsApiFunction"
+        assert route.authorization == "AWS_IAM"
+    assert deployment.api_stage == STAGE
+    api_id = deployment.physical_ids["LetheApi"]
+    assert (
+        client(endpoints, "apigateway").get_rest_api(restApiId=api_id)["name"]
+        == f"lethe-{STAGE}-api"
+    )
+
+
+def test_outputs_resolve_to_created_names(deployment: Deployment) -> None:
+    outputs = deployment.outputs
+    assert outputs["RawBucketName"] == raw_bucket(STAGE)
+    assert outputs["LakeBucketName"] == f"lethe-{STAGE}-lake-{ACCOUNT}-{REGION}"
+    assert outputs["ArtifactsBucketName"] == f"lethe-{STAGE}-artifacts-{ACCOUNT}-{REGION}"
+    assert outputs["ObjectCatalogTableName"] == f"lethe-{STAGE}-object-catalog"
+    assert outputs["DatasetsTableName"] == f"lethe-{STAGE}-datasets"
+    assert (
+        outputs["NotificationsTopicArn"]
+        == f"arn:aws:sns:{REGION}:{ACCOUNT}:lethe-{STAGE}-notifications"
+    )
+    assert outputs["ObjectEventsDeadLetterQueueUrl"].endswith(
+        f"/{ACCOUNT}/lethe-{STAGE}-object-events-dlq"
+    )
+    assert outputs["SparkJobRoleArn"] == f"arn:aws:iam::{ACCOUNT}:role/lethe-{STAGE}-spark-{REGION}"
+    api_id = deployment.physical_ids["LetheApi"]
+    assert outputs["ApiUrl"] == f"https://{api_id}.execute-api.{REGION}.amazonaws.com/{STAGE}"
+
+
+def test_local_api_url_replaces_the_execute_api_url(deployment: Deployment) -> None:
+    outputs = localize_outputs(deployment, "http://127.0.0.1:4567/itest")
+    assert outputs["ApiUrl"] == "http://127.0.0.1:4567/itest"
+    assert outputs["RawBucketName"] == raw_bucket(STAGE)
+
+
+# ------------------------------------------------------------------------------ engines
+
+
+def test_emr_serverless_engine(endpoints: Endpoints, deployment: Deployment) -> None:
+    application_id = deployment.physical_ids["SparkApplication"]
+    application = client(endpoints, "emr-serverless").get_application(applicationId=application_id)
+    assert application["application"]["name"] == f"lethe-{STAGE}"
+    assert application["application"]["releaseLabel"] == "emr-7.5.0"
+    assert deployment.outputs["SparkApplicationId"] == application_id
+    assert deployment.not_created["IngestGlueJob"] == "condition UseGlue is false"
+    assert "IngestGlueJobName" not in deployment.outputs
+
+
+def test_glue_engine(endpoints: Endpoints, glue_deployment: Deployment) -> None:
+    job = client(endpoints, "glue").get_job(JobName=f"lethe-{GLUE_STAGE}-ingest")["Job"]
+    artifacts = f"lethe-{GLUE_STAGE}-artifacts-{ACCOUNT}-{REGION}"
+    assert job["Command"]["ScriptLocation"] == f"s3://{artifacts}/spark_jobs/ingest.py"
+    assert (
+        job["DefaultArguments"]["--extra-py-files"]
+        == f"s3://{artifacts}/spark_jobs/lethe_shared.zip"
+    )
+    assert job["GlueVersion"] == "5.0"
+    assert glue_deployment.outputs["IngestGlueJobName"] == f"lethe-{GLUE_STAGE}-ingest"
+    assert glue_deployment.not_created["SparkApplication"] == "condition UseEmrServerless is false"
+    assert "SparkApplicationId" not in glue_deployment.outputs
+
+
+def test_state_machines_get_their_substitutions(
+    endpoints: Endpoints, deployment: Deployment
+) -> None:
+    sam = load_template()["Resources"]
+    machines = {lid: r for lid, r in sam.items() if r["Type"] == "AWS::Serverless::StateMachine"}
+    assert machines, "the template has state machines"
+    sfn = client(endpoints, "stepfunctions")
+    for logical_id, resource in machines.items():
+        arn = deployment.physical_ids[logical_id]
+        definition = sfn.describe_state_machine(stateMachineArn=arn)["definition"]
+        for name in resource["Properties"].get("DefinitionSubstitutions", {}):
+            assert "${" + name + "}" not in definition, f"{logical_id}: ${{{name}}} left"
+        json.loads(definition)
+    ingestion = sfn.describe_state_machine(
+        stateMachineArn=deployment.physical_ids["IngestionStateMachine"]
+    )
+    assert ingestion["name"] == f"lethe-{STAGE}-ingestion"
+    assert f"lethe-{STAGE}-object-catalog" in ingestion["definition"]
+
+
+def test_substitution_is_textual_and_leaves_unknown_names() -> None:
+    text = '{"T": "${Table}", "N": ${Count}, "B": ${Flag}, "Keep": "${Other}"}'
+    assert substitute_definition(text, {"Table": "t1", "Count": 3, "Flag": True}) == (
+        '{"T": "t1", "N": 3, "B": true, "Keep": "${Other}"}'
+    )
