@@ -176,3 +176,30 @@ def test_missing_configuration_fails_at_cold_start(
 
     with pytest.raises(ConfigurationError, match="CATALOG_TABLE: Field required"):
         module.handler(load_event("object_created_raw.json"), lambda_context)
+
+
+def test_a_newer_event_keeps_what_ingestion_wrote(
+    app: Any, lethe_tables: dict[str, Any], load_event: Event, lambda_context: FakeLambdaContext
+) -> None:
+    table = lethe_tables["ObjectCatalogTable"]
+    app.handler(load_event("object_created_raw.json"), lambda_context)
+    key = {"object_url": RAW_KEY, "version_id": "3HL4kqtJlcpXroDTDmJ.rmSpXd3dIbrHY"}
+    table.update_item(  # what the ingest job writes
+        Key=key,
+        UpdateExpression="SET #s = :s, rows_written = :n, lake_objects = :l",
+        ExpressionAttributeNames={"#s": "status"},
+        ExpressionAttributeValues={
+            ":s": "INGESTED",
+            ":n": 2,
+            ":l": ["s3://lake/reviews/p.parquet"],
+        },
+    )
+
+    app.handler(load_event("object_deleted_raw.json"), lambda_context)
+
+    item = table.get_item(Key=key)["Item"]
+    assert item["status"] == "DELETED"
+    assert item["rows_written"] == 2
+    assert item["lake_objects"] == ["s3://lake/reviews/p.parquet"]
+    assert item["event_reason"] == "DeleteObject"
+    assert "size" not in item  # a delete event carries no size: the created size is removed

@@ -81,3 +81,19 @@ def test_latest_is_the_greatest_sequencer() -> None:
     assert newest is not None
     assert newest.version_id == "v2"
     assert latest([]) is None
+
+
+def test_an_ingested_item_parses_with_its_counts() -> None:
+    stored = {
+        **_item("v1", "0A").to_item(),
+        "status": "INGESTED",
+        "rows_read": 4,
+        "rows_written": 3,
+        "rows_quarantined": 1,
+        "lake_objects": ["s3://lake/reviews/review_date=2026-11-22/part-1.parquet"],
+    }
+
+    item = CatalogItem.from_item(stored)
+
+    assert item.status is ObjectStatus.INGESTED
+    assert (item.rows_read, item.rows_written, item.rows_quarantined) == (4, 3, 1)

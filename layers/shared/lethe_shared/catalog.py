@@ -31,6 +31,10 @@ class Zone(StrEnum):
 
 class ObjectStatus(StrEnum):
     RECEIVED = "RECEIVED"  # a raw object under a registered dataset, waiting for ingestion
+    INGESTING = "INGESTING"  # the ingestion state machine runs the Spark ingest job for it
+    INGESTED = "INGESTED"  # its valid rows are in the lake (rejected ones in quarantine)
+    QUARANTINED = "QUARANTINED"  # unreadable, or every row rejected
+    FAILED = "FAILED"  # the ingest job failed after its retries (ingest_error says why)
     STORED = "STORED"  # a lake object under a registered dataset
     IGNORED = "IGNORED"  # outside any registered dataset prefix
     DELETED = "DELETED"  # permanently deleted, or hidden by a delete marker
@@ -129,6 +133,11 @@ class CatalogItem(BaseModel):
         )
 
 
+_KEY_ATTRIBUTES = ("object_url", "version_id")
+# Event attributes that an event may leave out; a newer event without them removes them.
+_OPTIONAL_EVENT_ATTRIBUTES = ("dataset_id", "size", "expires_at")
+
+
 def _optional_int(value: Any) -> int | None:
     return int(value) if value is not None else None
 
@@ -161,11 +170,25 @@ class DynamoObjectCatalog:
         self._table = table  # a boto3 dynamodb Table resource
 
     def put_if_newer(self, item: CatalogItem) -> bool:
+        """Conditional UpdateItem of the event's attributes only: what the ingestion workflow
+        wrote on the version (counts, lake objects) survives a newer event, such as the
+        permanent delete of that version."""
+        event_fields = {k: v for k, v in item.to_item().items() if k not in _KEY_ATTRIBUTES}
+        removed = [a for a in _OPTIONAL_EVENT_ATTRIBUTES if a not in event_fields]
+        names = {f"#a{i}": name for i, name in enumerate(event_fields)}
+        values = {f":v{i}": value for i, value in enumerate(event_fields.values())}
+        expression = "SET " + ", ".join(f"#a{i} = :v{i}" for i in range(len(event_fields)))
+        if removed:
+            names.update({f"#r{i}": name for i, name in enumerate(removed)})
+            expression += " REMOVE " + ", ".join(f"#r{i}" for i in range(len(removed)))
+        names["#seq"] = "sequencer"
         try:
-            self._table.put_item(
-                Item=item.to_item(),
-                ConditionExpression="attribute_not_exists(object_url) OR sequencer < :seq",
-                ExpressionAttributeValues={":seq": item.sequencer},
+            self._table.update_item(
+                Key={"object_url": item.object_url, "version_id": item.version_id},
+                UpdateExpression=expression,
+                ConditionExpression="attribute_not_exists(#seq) OR #seq < :seq",
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues={**values, ":seq": item.sequencer},
             )
         except self._table.meta.client.exceptions.ConditionalCheckFailedException:
             return False
