@@ -1,0 +1,59 @@
+"""Spark job `ingest`: validate one raw object version and write it to the curated lake.
+
+    python spark_jobs/ingest.py --dataset-id reviews --raw-bucket RAW --key reviews/a.csv \
+        --version-id VERSION --lake-bucket LAKE --datasets-table DATASETS \
+        --catalog-table CATALOG --correlation-id EXECUTION_NAME
+
+The same script runs on Glue 5.0, EMR Serverless 7.x and locally (LETHE_SPARK_MASTER set).
+Prints one JSON summary line on stdout; logs go to stderr. Exits 0 when the object was ingested
+or quarantined, non-zero (with the exception's message) when the run should be retried or
+looked at. What happens is described in lethe_jobs.ingest_core.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+import boto3
+from pyspark.sql import SparkSession
+
+from lethe_jobs.ingest_core import AwsPorts, parse_args, run_ingest
+from lethe_jobs.session import build_session, configure_logging
+
+LOG = logging.getLogger("lethe.ingest")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args, ignored = parse_args(argv)
+    configure_logging(args.correlation_id)
+    if ignored:
+        LOG.info(
+            "ignoring %d argument(s) meant for the engine: %s",
+            len(ignored),
+            " ".join(a for a in ignored if a.startswith("--")),
+        )
+    owns_session = SparkSession.getActiveSession() is None
+    spark = build_session("lethe-ingest", os.environ.get("LETHE_SPARK_MASTER") or None)
+    dynamodb = boto3.resource("dynamodb")
+    aws = AwsPorts(
+        s3=boto3.client("s3"),
+        datasets=dynamodb.Table(args.datasets_table),
+        catalog=dynamodb.Table(args.catalog_table),
+    )
+    try:
+        result = run_ingest(spark, args, aws, datetime.now(UTC))
+    finally:
+        if owns_session:
+            spark.stop()
+    sys.stdout.write(json.dumps(result.summary()) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

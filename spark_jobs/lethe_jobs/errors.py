@@ -1,0 +1,26 @@
+"""Errors the Spark jobs raise on purpose."""
+
+from __future__ import annotations
+
+
+class JobError(Exception):
+    """A job cannot do its work; the run fails and Step Functions sees a failed job.
+
+    (Not a subclass of lethe_shared's LetheError: nothing maps job errors by type in-process,
+    the state machine sees a failed job run, and `mypy spark_jobs` then checks on its own.)"""
+
+
+class RawObjectNotFoundError(JobError):
+    """The raw object version the job was started for does not exist (or is a delete marker)."""
+
+
+class CatalogItemMissingError(JobError):
+    """The object catalog has no item for the version being ingested."""
+
+
+class UnreadableFileError(Exception):
+    """A raw file cannot be read at all. Not a job failure: the file is quarantined whole."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)

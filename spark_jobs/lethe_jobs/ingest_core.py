@@ -1,0 +1,313 @@
+"""The ingest job: one raw object version in, curated Parquet and quarantine out.
+
+1. load and validate the dataset document (DatasetsTable);
+2. stream the exact raw object version to a local file; read it (`readers`);
+3. conform the records in Spark (`validate`, pure transformations);
+4. write valid rows as Parquet per partition (`layout`), with pyarrow, and remove the files an
+   earlier ingestion of the same raw key wrote that this run did not rewrite;
+5. write rejected rows (or the unreadable file's reason) to the quarantine prefix;
+6. record the outcome on the raw object's catalog item and return the summary.
+
+Quarantining is a success of the job. Failures worth a retry or an investigation (AWS errors,
+an unregistered dataset, a missing version, a missing catalog item) raise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql import DataFrame, SparkSession
+
+from lethe_jobs import layout
+from lethe_jobs.arrow_bridge import arrow_schema, dataframe_to_table, table_to_dataframe
+from lethe_jobs.errors import UnreadableFileError
+from lethe_jobs.readers import RawRecords, RejectedRecord, read_raw
+from lethe_jobs.s3io import (
+    IngestionRecord,
+    delete_if_present,
+    download_version,
+    earlier_lake_objects,
+    put_file,
+    record_ingestion,
+)
+from lethe_jobs.validate import (
+    POSITION,
+    REASONS,
+    RECORD,
+    conform,
+    extra_columns,
+    extract_json_fields,
+    rejected_rows,
+    schema_of,
+    valid_rows,
+    with_record,
+)
+from lethe_shared.datasets import Dataset
+from lethe_shared.registry import DynamoDatasetRegistry
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb.service_resource import Table
+    from mypy_boto3_s3.client import S3Client
+
+LOG = logging.getLogger("lethe.ingest")
+INGESTED = "INGESTED"
+QUARANTINED = "QUARANTINED"
+PARQUET_CONTENT_TYPE = "application/vnd.apache.parquet"
+JSONL_CONTENT_TYPE = "application/x-ndjson"
+JSON_CONTENT_TYPE = "application/json"
+
+
+@dataclass(frozen=True)
+class IngestArgs:
+    dataset_id: str
+    raw_bucket: str
+    key: str
+    version_id: str
+    lake_bucket: str
+    datasets_table: str
+    catalog_table: str
+    correlation_id: str
+
+    @property
+    def object_url(self) -> str:
+        return layout.s3_url(self.raw_bucket, self.key)
+
+    @property
+    def digest(self) -> str:
+        return layout.object_hash(self.raw_bucket, self.key)
+
+
+def parse_args(argv: Sequence[str] | None) -> tuple[IngestArgs, list[str]]:
+    """`--key value` arguments; unknown ones (Glue adds --JOB_ID, --JOB_RUN_ID,
+    --job-bookmark-option, ...) are returned apart and ignored."""
+    parser = argparse.ArgumentParser(prog="ingest", description="Lethe ingest job")
+    for name in IngestArgs.__dataclass_fields__:
+        flag = name.replace("_", "-")
+        parser.add_argument(f"--{flag}", f"--{name}", dest=name, required=True)
+    known, unknown = parser.parse_known_args(argv)
+    return IngestArgs(**vars(known)), unknown
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    status: str
+    rows_read: int
+    rows_written: int
+    rows_quarantined: int
+    lake_objects: list[str]
+    quarantine_object: str | None
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "rows_read": self.rows_read,
+            "rows_written": self.rows_written,
+            "rows_quarantined": self.rows_quarantined,
+            "lake_objects": self.lake_objects,
+            "quarantine_object": self.quarantine_object,
+        }
+
+
+@dataclass(frozen=True)
+class AwsPorts:
+    s3: S3Client
+    datasets: Table
+    catalog: Table
+
+
+@dataclass(frozen=True)
+class _Run:
+    """Everything one run's steps share."""
+
+    args: IngestArgs
+    dataset: Dataset
+    s3: S3Client
+    workdir: Path
+    now: datetime
+
+
+def run_ingest(spark: SparkSession, args: IngestArgs, aws: AwsPorts, now: datetime) -> IngestResult:
+    dataset = DynamoDatasetRegistry(aws.datasets).require(args.dataset_id)
+    earlier = earlier_lake_objects(aws.catalog, args.object_url)
+    LOG.info(
+        "ingesting %s version %s into dataset %s (%s)",
+        args.object_url,
+        args.version_id,
+        dataset.dataset_id,
+        dataset.format.value,
+    )
+    with tempfile.TemporaryDirectory(prefix="lethe-ingest-") as tmp:
+        run = _Run(args, dataset, aws.s3, Path(tmp), now)
+        raw_path = download_version(
+            aws.s3, args.raw_bucket, args.key, args.version_id, run.workdir / "raw"
+        )
+        try:
+            records = read_raw(raw_path, dataset, run.workdir)
+        except UnreadableFileError as exc:
+            result = _quarantine_file(run, exc.reason)
+        else:
+            result = _ingest_records(spark, run, records)
+    _remove_stale(run, earlier, result)
+    record_ingestion(
+        aws.catalog,
+        args.object_url,
+        args.version_id,
+        IngestionRecord(
+            result.status,
+            result.rows_read,
+            result.rows_written,
+            result.rows_quarantined,
+            result.lake_objects,
+            result.quarantine_object,
+            args.correlation_id,
+            now,
+        ),
+    )
+    LOG.info(
+        "%s: %d rows read, %d written, %d quarantined",
+        result.status,
+        result.rows_read,
+        result.rows_written,
+        result.rows_quarantined,
+    )
+    return result
+
+
+def _ingest_records(spark: SparkSession, run: _Run, records: RawRecords) -> IngestResult:
+    extras = extra_columns(records.columns, run.dataset)
+    if extras:
+        LOG.info("dropping columns the schema does not declare: %s", ", ".join(extras))
+    valid, rejected = _validate(spark, run.dataset, records)
+    rejected = sorted([*records.rejected, *rejected], key=lambda r: r.position)
+    lake_objects = _write_partitions(run, valid)
+    quarantine_object = _write_quarantined_rows(run, records.coordinate, rejected)
+    written = int(valid.num_rows)
+    status = INGESTED if written or not records.rows_read else QUARANTINED
+    return IngestResult(
+        status, records.rows_read, written, len(rejected), lake_objects, quarantine_object
+    )
+
+
+def _validate(
+    spark: SparkSession, dataset: Dataset, records: RawRecords
+) -> tuple[Any, list[RejectedRecord]]:
+    """Valid rows (Arrow, POSITION and schema columns, in source order) and rejected rows."""
+    if records.table.num_rows == 0:
+        empty = arrow_schema(schema_of(dataset)).empty_table()
+        return empty.add_column(0, POSITION, pa.array([], pa.int64())), []
+    frame: DataFrame = table_to_dataframe(spark, records.table)
+    if records.json_text:
+        frame = frame.transform(extract_json_fields(dataset))
+    conformed = frame.transform(with_record).transform(conform(dataset)).persist()
+    try:
+        valid = dataframe_to_table(valid_rows(conformed).orderBy(POSITION))
+        rejected = [
+            RejectedRecord(int(row[POSITION]), tuple(row[REASONS]), str(row[RECORD]))
+            for row in rejected_rows(conformed).orderBy(POSITION).collect()
+        ]
+    finally:
+        conformed.unpersist()
+    return valid, rejected
+
+
+def _file_schema(run: _Run) -> Any:
+    """The Parquet schema of a lake file: every schema column but the partition columns, with
+    the declared types and nullability, and where the rows came from in the metadata."""
+    fields = [
+        f for f in arrow_schema(schema_of(run.dataset)) if f.name not in run.dataset.partition_by
+    ]
+    return pa.schema(fields).with_metadata(
+        {"lethe.source_object": run.args.object_url, "lethe.source_version_id": run.args.version_id}
+    )
+
+
+def _write_partitions(run: _Run, valid: Any) -> list[str]:
+    schema = _file_schema(run)
+    written: list[str] = []
+    for partition, indices in layout.partition_groups(valid, run.dataset.partition_by).items():
+        part = valid.take(pa.array(indices, pa.int64())).select(schema.names).cast(schema)
+        key = layout.lake_key(run.dataset.dataset_id, partition, run.args.digest)
+        local = run.workdir / f"part-{len(written)}.parquet"
+        pq.write_table(part, local, compression="snappy")
+        version = put_file(run.s3, run.args.lake_bucket, key, local, PARQUET_CONTENT_TYPE)
+        written.append(layout.s3_url(run.args.lake_bucket, key))
+        LOG.info("wrote %d rows to %s (version %s)", part.num_rows, written[-1], version)
+    return written
+
+
+def _source(run: _Run) -> dict[str, Any]:
+    return {"object": run.args.object_url, "version_id": run.args.version_id}
+
+
+def _quarantine_line(run: _Run, coordinate: str, rejected: RejectedRecord) -> str:
+    """One JSON Lines record; the rejected record's JSON text is kept byte for byte."""
+    head = json.dumps(
+        {"source": {**_source(run), coordinate: rejected.position}, "reasons": rejected.reasons},
+        ensure_ascii=False,
+    )
+    tail = json.dumps(
+        {"correlation_id": run.args.correlation_id, "rejected_at": run.now.isoformat()}
+    )
+    return f'{head[:-1]}, "record": {rejected.record_json}, {tail[1:]}\n'
+
+
+def _write_quarantined_rows(
+    run: _Run, coordinate: str, rejected: list[RejectedRecord]
+) -> str | None:
+    if not rejected:
+        return None
+    key = layout.quarantine_rows_key(run.dataset.dataset_id, run.args.digest)
+    local = run.workdir / "quarantine.jsonl"
+    with local.open("w", encoding="utf-8") as out:
+        for record in rejected:
+            out.write(_quarantine_line(run, coordinate, record))
+    put_file(run.s3, run.args.lake_bucket, key, local, JSONL_CONTENT_TYPE)
+    url = layout.s3_url(run.args.lake_bucket, key)
+    LOG.info("quarantined %d rows to %s", len(rejected), url)
+    return url
+
+
+def _quarantine_file(run: _Run, reason: str) -> IngestResult:
+    LOG.warning("the file cannot be read, quarantining it whole: %s", reason)
+    key = layout.quarantine_file_key(run.dataset.dataset_id, run.args.digest)
+    local = run.workdir / "quarantine.file.json"
+    document = {
+        "source": _source(run),
+        "reason": reason,
+        "correlation_id": run.args.correlation_id,
+        "rejected_at": run.now.isoformat(),
+    }
+    local.write_text(json.dumps(document, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+    put_file(run.s3, run.args.lake_bucket, key, local, JSON_CONTENT_TYPE)
+    return IngestResult(QUARANTINED, 0, 0, 0, [], layout.s3_url(run.args.lake_bucket, key))
+
+
+def _remove_stale(run: _Run, earlier: set[str], result: IngestResult) -> None:
+    """Delete what an earlier ingestion of this raw key wrote and this run did not rewrite:
+    partition files whose rows moved or went away, and a quarantine object of the other kind
+    (or of rows, when no row was rejected this time)."""
+    lake, dataset_id, digest = run.args.lake_bucket, run.dataset.dataset_id, run.args.digest
+    for url in sorted(earlier - set(result.lake_objects)):
+        bucket, key = layout.split_s3_url(url)
+        if bucket != lake or not layout.is_lake_object_of(key, dataset_id, digest):
+            LOG.warning("not removing %s: not a lake file of this raw object", url)
+            continue
+        if delete_if_present(run.s3, bucket, key):
+            LOG.info("removed stale lake object %s", url)
+    for key in (
+        layout.quarantine_rows_key(dataset_id, digest),
+        layout.quarantine_file_key(dataset_id, digest),
+    ):
+        url = layout.s3_url(lake, key)
+        if url != result.quarantine_object and delete_if_present(run.s3, lake, key):
+            LOG.info("removed stale quarantine object %s", url)

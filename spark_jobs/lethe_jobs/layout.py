@@ -1,0 +1,94 @@
+"""Where ingested data lives in the lake bucket (docs: the lake layout).
+
+    s3://<lake>/<dataset_id>/<p1>=<v1>/<p2>=<v2>/part-<h>.parquet    valid rows, Hive layout
+    s3://<lake>/<dataset_id>/_quarantine/<h>.jsonl                     rejected rows
+    s3://<lake>/<dataset_id>/_quarantine/<h>.file.json                 a wholly unreadable file
+
+`h` is the first 16 hex digits of sha256("<raw bucket>/<raw key>"): one name per raw KEY, so
+ingesting the same object again (the same or a newer version) overwrites its files instead of
+adding duplicates. Spark and Hive skip paths that start with `_`, so quarantine never shows up
+as a partition. Partition values are rendered and escaped as Hive does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+QUARANTINE_PREFIX = "_quarantine"
+# Hive's FileUtils.escapePathName: these characters are written as %XX in partition values.
+_HIVE_ESCAPED = frozenset([chr(c) for c in range(0x01, 0x20)] + list("\"#%'*/:=?\\\x7f{[]^"))
+
+
+def object_hash(bucket: str, key: str) -> str:
+    return hashlib.sha256(f"{bucket}/{key}".encode()).hexdigest()[:16]
+
+
+def s3_url(bucket: str, key: str) -> str:
+    return f"s3://{bucket}/{key}"
+
+
+def split_s3_url(url: str) -> tuple[str, str]:
+    """("bucket", "key") of an s3:// URL. Raises ValueError for anything else."""
+    if not url.startswith("s3://"):
+        raise ValueError(f"not an s3:// URL: {url!r}")
+    bucket, _, key = url[len("s3://") :].partition("/")
+    if not bucket or not key:
+        raise ValueError(f"not an S3 object URL: {url!r}")
+    return bucket, key
+
+
+def escape_partition_value(text: str) -> str:
+    return "".join(f"%{ord(c):02X}" if c in _HIVE_ESCAPED else c for c in text)
+
+
+def render_partition_value(value: Any) -> str:
+    """A partition value as Hive writes it in a path."""
+    if value is None or value == "":
+        return HIVE_DEFAULT_PARTITION
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return escape_partition_value(str(value))  # dates ISO (2026-11-22), decimals as stored
+
+
+def partition_path(names: Sequence[str], values: Sequence[Any]) -> str:
+    """`p1=v1/p2=v2` ("" without partition columns)."""
+    return "/".join(
+        f"{escape_partition_value(n)}={render_partition_value(v)}"
+        for n, v in zip(names, values, strict=True)
+    )
+
+
+def lake_key(dataset_id: str, partition: str, digest: str) -> str:
+    parts = (
+        [dataset_id, partition, f"part-{digest}.parquet"]
+        if partition
+        else [dataset_id, f"part-{digest}.parquet"]
+    )
+    return "/".join(parts)
+
+
+def quarantine_rows_key(dataset_id: str, digest: str) -> str:
+    return f"{dataset_id}/{QUARANTINE_PREFIX}/{digest}.jsonl"
+
+
+def quarantine_file_key(dataset_id: str, digest: str) -> str:
+    return f"{dataset_id}/{QUARANTINE_PREFIX}/{digest}.file.json"
+
+
+def is_lake_object_of(key: str, dataset_id: str, digest: str) -> bool:
+    """Whether `key` is a data file this layout gives the raw key with hash `digest`."""
+    return key.startswith(f"{dataset_id}/") and key.endswith(f"/part-{digest}.parquet")
+
+
+def partition_groups(table: Any, names: Sequence[str]) -> dict[str, list[int]]:
+    """Row indices of an Arrow table per partition path, in row order, paths sorted."""
+    if not names:
+        return {"": list(range(table.num_rows))} if table.num_rows else {}
+    columns = [table.column(n).to_pylist() for n in names]
+    groups: dict[str, list[int]] = {}
+    for index, values in enumerate(zip(*columns, strict=True)):
+        groups.setdefault(partition_path(names, values), []).append(index)
+    return dict(sorted(groups.items()))

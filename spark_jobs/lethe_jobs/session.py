@@ -1,0 +1,64 @@
+"""The one place a job builds its SparkSession and configures its logging."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from pyspark.sql import SparkSession
+
+LOG_FORMAT = "%(asctime)s %(levelname)s [%(correlation_id)s] %(name)s: %(message)s"
+_QUIET_LOGGERS = ("py4j", "botocore", "boto3", "urllib3", "s3transfer")
+
+
+class _CorrelationFilter(logging.Filter):
+    """Stamps the job's correlation id on every record the handler emits."""
+
+    def __init__(self, correlation_id: str) -> None:
+        super().__init__()
+        self.correlation_id = correlation_id
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.correlation_id = self.correlation_id
+        return True
+
+
+def configure_logging(correlation_id: str, level: int = logging.INFO) -> None:
+    """Log to stderr (stdout carries the job's one-line JSON summary), correlation id on every
+    line. Replaces handlers installed by an earlier call, so a second run in one process logs
+    with its own id."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if getattr(handler, "lethe_job_handler", False):
+            root.removeHandler(handler)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    handler.addFilter(_CorrelationFilter(correlation_id))
+    handler.lethe_job_handler = True  # type: ignore[attr-defined]
+    root.addHandler(handler)
+    root.setLevel(level)
+    for name in _QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def build_session(app_name: str, master: str | None) -> SparkSession:
+    """The job's SparkSession.
+
+    `master` comes from LETHE_SPARK_MASTER (read by the entry script): set on this machine, unset
+    on Glue and EMR Serverless, where the cluster decides. Times are UTC whatever the host says.
+    An already active session (the test suite's) is reused; runtime settings still apply.
+    """
+    builder = (
+        SparkSession.builder.appName(app_name)
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.ui.showConsoleProgress", "false")
+    )
+    if master:
+        builder = (
+            builder.master(master)
+            .config("spark.ui.enabled", "false")
+            .config("spark.driver.host", "127.0.0.1")
+            .config("spark.driver.bindAddress", "127.0.0.1")
+        )
+    return builder.getOrCreate()

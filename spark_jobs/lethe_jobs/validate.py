@@ -1,0 +1,336 @@
+"""Conform raw rows to a dataset schema: pure DataFrame -> DataFrame transformations.
+
+Input frames hold one column per data column as read (strings from CSV and JSON Lines, Arrow
+types from Parquet), optionally with the meta columns POSITION (source coordinate), RECORD (the
+record as read, JSON text) and REASONS (reasons found earlier). `conform(dataset)` returns, per
+row, POSITION (when given), every schema column converted to its declared type, REASONS (every
+reason the row is rejected for, an empty array for a valid row) and RECORD (when given).
+
+Rules, in the order their reasons are listed:
+1. type: a value converts with `try_cast` semantics (Spark's ANSI cast, null instead of an
+   error). A string that is empty is a null, not an error (CSV has no other null); any other value
+   that does not convert is rejected: "column stars: 'abc' is not a valid int". Nested types
+   (struct, array, map) are read from JSON text: every leaf is parsed as text first and then cast,
+   so a leaf of the wrong type is caught, not silently nulled. A file column whose type cannot be
+   cast at all (a Parquet struct declared as int) rejects every row that has a value there.
+   A schema column the file lacks is null in every row (schema evolution), not an error.
+2. nullability: a column declared `nullable: false` must hold a value: "column x must not be null".
+3. subjects: every subject column (`user_id`, `customer.id`) must hold a value:
+   "subject column customer.id is missing". Only null counts as missing: the empty string and 0
+   are valid subject ids, because they are values a producer wrote and erasure can match exactly;
+   turning them into "missing" would hide such rows from an erasure that names them.
+A column whose value failed rule 1 is not reported again by rules 2 and 3.
+Columns of the file that are not in the schema are dropped (`extra_columns` names them).
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from pyspark.errors import AnalysisException
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from lethe_shared.datasets import Column as SchemaColumn
+from lethe_shared.datasets import Dataset, parse_type
+from lethe_shared.datasets import DataType as DdlType
+
+POSITION = "_lethe_position"
+REASONS = "_lethe_reasons"
+RECORD = "_lethe_record"
+META_COLUMNS = (POSITION, REASONS, RECORD)
+MAX_VALUE_CHARS = 200  # a value quoted in a reason is cut to this length
+
+_CORRUPT = "_corrupt"
+_JSON_OPTIONS = {"columnNameOfCorruptRecord": _CORRUPT, "mode": "PERMISSIVE"}
+_PRIMITIVES: dict[str, T.DataType] = {
+    "string": T.StringType(),
+    "int": T.IntegerType(),
+    "long": T.LongType(),
+    "short": T.ShortType(),
+    "byte": T.ByteType(),
+    "double": T.DoubleType(),
+    "float": T.FloatType(),
+    "boolean": T.BooleanType(),
+    "date": T.DateType(),
+    "timestamp": T.TimestampType(),
+    "timestamp_ntz": T.TimestampNTZType(),
+    "binary": T.BinaryType(),
+}
+
+Transform = Callable[[DataFrame], DataFrame]
+
+
+def col(name: str) -> Column:
+    """A column by its exact name (dots, spaces and backticks are not syntax)."""
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
+def spark_type(ddl: DdlType) -> T.DataType:
+    """The Spark type of a parsed dataset column type."""
+    if ddl.name in _PRIMITIVES:
+        return _PRIMITIVES[ddl.name]
+    if ddl.name == "decimal":
+        return T.DecimalType(ddl.precision or 10, ddl.scale or 0)
+    if ddl.name == "array" and ddl.element is not None:
+        return T.ArrayType(spark_type(ddl.element))
+    if ddl.name == "map" and ddl.key is not None and ddl.element is not None:
+        return T.MapType(spark_type(ddl.key), spark_type(ddl.element))
+    if ddl.name == "struct":
+        return T.StructType([T.StructField(n, spark_type(t)) for n, t in ddl.fields])
+    raise ValueError(f"unsupported type {ddl.ddl()}")
+
+
+def schema_of(dataset: Dataset) -> T.StructType:
+    """The dataset's schema as Spark types, with the declared nullability."""
+    return T.StructType(
+        [
+            T.StructField(c.name, spark_type(parse_type(c.type)), nullable=c.nullable)
+            for c in dataset.schema_
+        ]
+    )
+
+
+def extra_columns(columns: Iterable[str], dataset: Dataset) -> list[str]:
+    """Data columns of a file that the schema does not declare (they are dropped)."""
+    declared = {c.name for c in dataset.schema_}
+    return [c for c in columns if c not in declared and c not in META_COLUMNS]
+
+
+def extract_json_fields(dataset: Dataset) -> Transform:
+    """JSON Lines: one string column per top-level schema column, taken from the RECORD text
+    (strings unquoted, numbers and booleans as written, objects and arrays as JSON text)."""
+    names = [c.name for c in dataset.schema_]
+
+    def transform(df: DataFrame) -> DataFrame:
+        fields = F.json_tuple(col(RECORD), *names).alias(*names)
+        return df.select(col(POSITION), col(RECORD), fields)
+
+    return transform
+
+
+def with_record(df: DataFrame) -> DataFrame:
+    """Add RECORD (the data columns as a JSON object) when the frame has none."""
+    if RECORD in df.columns:
+        return df
+    data = [col(c) for c in df.columns if c not in META_COLUMNS]
+    record = F.to_json(F.struct(*data)) if data else F.lit("{}")
+    return df.withColumn(RECORD, record)
+
+
+def valid_rows(df: DataFrame) -> DataFrame:
+    """Rows of a conformed frame with no reason, without REASONS and RECORD."""
+    keep = [col(c) for c in df.columns if c not in (REASONS, RECORD)]
+    return df.where(F.size(col(REASONS)) == 0).select(*keep)
+
+
+def rejected_rows(df: DataFrame) -> DataFrame:
+    """POSITION, REASONS and RECORD of the rows of a conformed frame that have a reason."""
+    return df.where(F.size(col(REASONS)) > 0).select(col(POSITION), col(REASONS), col(RECORD))
+
+
+# ---------------------------------------------------------------------------------- conform
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """How one schema column is converted. Stage 1 selects `sources` (helper columns named
+    `_lethe_raw_<i>`, `_lethe_json_<i>`), stage 2 adds `value`; `failed` (boolean, never null)
+    and `reason` refer only to helper columns."""
+
+    column: SchemaColumn
+    index: int
+    sources: tuple[tuple[str, Column], ...]
+    value: Column
+    failed: Column
+    reason: Column
+
+    @property
+    def value_name(self) -> str:
+        return f"_lethe_value_{self.index}"
+
+
+def conform(dataset: Dataset) -> Transform:
+    """The transformation that converts and checks every row against `dataset` (module doc)."""
+
+    def transform(df: DataFrame) -> DataFrame:
+        plans = [_plan(df, column, index) for index, column in enumerate(dataset.schema_)]
+        meta = [c for c in (POSITION, REASONS, RECORD) if c in df.columns]
+        sources = [source.alias(name) for p in plans for name, source in p.sources]
+        staged = df.select(*[col(c) for c in meta], *sources)
+        staged = staged.select(
+            *[col(c) for c in staged.columns], *[p.value.alias(p.value_name) for p in plans]
+        )
+        earlier = col(REASONS) if REASONS in meta else F.array().cast("array<string>")
+        reasons = F.concat(earlier, _reasons(dataset, plans))
+        output = [col(POSITION)] if POSITION in meta else []
+        output += [col(p.value_name).alias(p.column.name) for p in plans]
+        output.append(reasons.alias(REASONS))
+        if RECORD in meta:
+            output.append(col(RECORD))
+        return staged.select(*output)
+
+    return transform
+
+
+def _reasons(dataset: Dataset, plans: Sequence[_Plan]) -> Column:
+    by_name = {p.column.name: p for p in plans}
+    subject_heads = {path.split(".")[0] for path in dataset.subject_columns}
+    candidates = [F.when(p.failed, p.reason) for p in plans]
+    for plan in plans:
+        if not plan.column.nullable and plan.column.name not in subject_heads:
+            missing = col(plan.value_name).isNull() & ~plan.failed
+            candidates.append(F.when(missing, F.lit(f"column {plan.column.name} must not be null")))
+    for path in dataset.subject_columns:
+        head, *rest = path.split(".")
+        plan = by_name[head]
+        value = functools.reduce(Column.getField, rest, col(plan.value_name))
+        missing = value.isNull() & ~plan.failed
+        candidates.append(F.when(missing, F.lit(f"subject column {path} is missing")))
+    return F.array_compact(F.array(*candidates))
+
+
+def _plan(df: DataFrame, column: SchemaColumn, index: int) -> _Plan:
+    declared = parse_type(column.type)
+    target = spark_type(declared)
+    raw_name = f"_lethe_raw_{index}"
+    if column.name not in df.columns:  # schema evolution: null in every row
+        missing = ((raw_name, F.lit(None).cast(target)),)
+        return _Plan(column, index, missing, _raw(index), F.lit(False), F.lit(None))
+    raw_type = df.schema[column.name].dataType
+    if raw_type == target:
+        same = ((raw_name, col(column.name)),)
+        return _Plan(column, index, same, _raw(index), F.lit(False), F.lit(None))
+    if isinstance(raw_type, T.StringType):
+        if isinstance(target, T.StructType | T.ArrayType | T.MapType):
+            return _from_json(column, index, declared, target)
+        return _from_text(column, index, declared, target)
+    return _from_typed(df, column, index, target)
+
+
+def _raw(index: int) -> Column:
+    return col(f"_lethe_raw_{index}")
+
+
+def _quoted(value: Column) -> Column:
+    cut = F.when(
+        F.length(value) > MAX_VALUE_CHARS,
+        F.concat(F.substring(value, 1, MAX_VALUE_CHARS), F.lit("...")),
+    ).otherwise(value)
+    return F.concat(F.lit("'"), cut, F.lit("'"))
+
+
+def _invalid(column: SchemaColumn, declared: DdlType, shown: Column) -> Column:
+    return F.concat(
+        F.lit(f"column {column.name}: "), _quoted(shown), F.lit(f" is not a valid {declared.ddl()}")
+    )
+
+
+def _try_cast(expression: str, target: T.DataType) -> Column:
+    return F.expr(f"try_cast({expression} AS {target.simpleString()})")
+
+
+def _from_text(column: SchemaColumn, index: int, declared: DdlType, target: T.DataType) -> _Plan:
+    raw = _raw(index)
+    value = _try_cast(f"`_lethe_raw_{index}`", target)
+    failed = F.coalesce(raw.isNotNull() & (raw != "") & value.isNull(), F.lit(False))
+    sources = ((f"_lethe_raw_{index}", col(column.name)),)
+    return _Plan(column, index, sources, value, failed, _invalid(column, declared, raw))
+
+
+def _text_leaves(data_type: T.DataType) -> T.DataType:
+    """The same structure with every leaf a string: how nested JSON is parsed first."""
+    if isinstance(data_type, T.StructType):
+        return T.StructType([T.StructField(f.name, _text_leaves(f.dataType)) for f in data_type])
+    if isinstance(data_type, T.ArrayType):
+        return T.ArrayType(_text_leaves(data_type.elementType))
+    if isinstance(data_type, T.MapType):
+        return T.MapType(T.StringType(), _text_leaves(data_type.valueType))
+    return T.StringType()
+
+
+def _from_json(column: SchemaColumn, index: int, declared: DdlType, target: T.DataType) -> _Plan:
+    """Nested values from JSON text: wrapped as {"v": <text>} so that every JSON value (object,
+    array, or a scalar in the wrong place) parses or lands in the corrupt-record column."""
+    text = col(column.name)
+    leaves = _text_leaves(target)
+    wrapper = T.StructType([T.StructField("v", leaves), T.StructField(_CORRUPT, T.StringType())])
+    wrapped = F.concat(F.lit('{"v":'), text, F.lit("}"))
+    parsed = F.when(F.trim(text) != "", F.from_json(wrapped, wrapper, _JSON_OPTIONS))
+    json_name = f"_lethe_json_{index}"
+    value = _try_cast(f"`{json_name}`.v", target)
+    json = col(json_name)
+    bad = json[_CORRUPT].isNotNull() | _leaf_failed(json["v"], value, leaves, target)
+    failed = F.coalesce(json.isNotNull() & bad, F.lit(False))
+    sources = ((f"_lethe_raw_{index}", text), (json_name, parsed))
+    return _Plan(column, index, sources, value, failed, _invalid(column, declared, _raw(index)))
+
+
+def _from_typed(df: DataFrame, column: SchemaColumn, index: int, target: T.DataType) -> _Plan:
+    """A typed file column (Parquet) of another type than declared."""
+    declared = parse_type(column.type)
+    raw_type = df.schema[column.name].dataType
+    raw = _raw(index)
+    sources = ((f"_lethe_raw_{index}", col(column.name)),)
+    try:
+        _ = df.select(_try_cast(f"`{column.name.replace('`', '``')}`", target)).schema  # analyse
+    except AnalysisException:
+        reason = F.lit(
+            f"column {column.name}: type {raw_type.simpleString()} in the file cannot be "
+            f"converted to {declared.ddl()}"
+        )
+        failed = F.coalesce(raw.isNotNull(), F.lit(False))
+        return _Plan(column, index, sources, F.lit(None).cast(target), failed, reason)
+    value = _try_cast(f"`_lethe_raw_{index}`", target)
+    failed = F.coalesce(_leaf_failed(raw, value, raw_type, target), F.lit(False))
+    reason = _invalid(column, declared, raw.cast("string"))
+    return _Plan(column, index, sources, value, failed, reason)
+
+
+def _any(conditions: Sequence[Column]) -> Column:
+    return functools.reduce(operator.or_, conditions) if conditions else F.lit(False)
+
+
+def _leaf_failed(
+    source: Column, value: Column, source_type: T.DataType, target: T.DataType
+) -> Column:
+    """True where `source` holds a value somewhere (at any depth) that `value`, its cast to
+    `target`, lost. Null where both are null (callers coalesce)."""
+    lost = source.isNotNull() & value.isNull()
+    if isinstance(source_type, T.StructType) and isinstance(target, T.StructType):
+        pairs = zip(source_type.fields, target.fields, strict=False)
+        inner = [
+            F.coalesce(
+                _leaf_failed(source[s.name], value[t.name], s.dataType, t.dataType), F.lit(False)
+            )
+            for s, t in pairs
+        ]
+        return lost | _any(inner)
+    if isinstance(source_type, T.ArrayType) and isinstance(target, T.ArrayType):
+        return lost | _elements_failed(source, value, source_type.elementType, target.elementType)
+    if isinstance(source_type, T.MapType) and isinstance(target, T.MapType):
+        keys = _elements_failed(
+            F.map_keys(source), F.map_keys(value), source_type.keyType, target.keyType
+        )
+        values = _elements_failed(
+            F.map_values(source), F.map_values(value), source_type.valueType, target.valueType
+        )
+        return lost | keys | values
+    if isinstance(source_type, T.StringType) and not isinstance(target, T.StringType):
+        return lost & (source != "")
+    return lost
+
+
+def _elements_failed(
+    source: Column, value: Column, source_type: T.DataType, target: T.DataType
+) -> Column:
+    pairs = F.zip_with(
+        source,
+        value,
+        lambda s, v: F.coalesce(_leaf_failed(s, v, source_type, target), F.lit(False)),
+    )
+    return F.coalesce(F.exists(pairs, lambda failed: failed), F.lit(False))
