@@ -316,6 +316,9 @@ class LocalCloud:
         server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         server.start()
         self._undo.append(("moto server", server.stop))
+        # moto's backends are process-wide: the resources of this cloud must not outlive it
+        # (a second LocalCloud in the same process, as in the test suite, starts empty).
+        self._undo.append(("moto state", _reset_moto_backends))
         port = server.get_host_and_port()[1]
         previous_port = os.environ.get("MOTO_PORT")
         os.environ["MOTO_PORT"] = str(port)  # the Step Functions interpreter calls this port
@@ -427,6 +430,12 @@ class LocalCloud:
         state["stopped_at"] = datetime.now(UTC).isoformat(timespec="seconds")
         with contextlib.suppress(OSError):
             write_state(self.state_file, state)
+
+
+def _reset_moto_backends() -> None:
+    from moto.moto_api._internal.models import moto_api_backend  # noqa: PLC0415 - heavy
+
+    moto_api_backend.reset()
 
 
 def raise_keyboard_interrupt(signum: int, frame: Any) -> None:
