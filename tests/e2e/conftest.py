@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import boto3
 import pytest
 
+from lethe.localcloud.deployment import Endpoints
 from tests.conftest import REPO_ROOT
 
 LETHE = str(Path(sys.executable).parent / "lethe")
@@ -33,13 +34,9 @@ class LocalCloud:
         return dict(self.state["outputs"])
 
     def client(self, service: str) -> Any:
-        return boto3.client(
-            service,
-            endpoint_url=self.state["endpoint_url"],
-            region_name=self.state["region"],
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-        )
+        return Endpoints(
+            self.state["endpoint_url"], self.state["region"], self.state["account_id"]
+        ).client(service)
 
     def table(self, output_name: str) -> Any:
         return boto3.resource(

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import boto3
 import pytest
 from moto import mock_aws
+from moto.core.config import default_user_config
+from moto.server import ThreadedMotoServer
 
+from lethe.localcloud.deployment import Endpoints
 from lethe.localcloud.template import load_template
 from tests.conftest import EVENTS_DIR
 
@@ -83,3 +87,22 @@ def handler_env(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
             monkeypatch.setenv(key, value)
 
     return _set
+
+
+@contextmanager
+def moto_server(account: str = "123456789012") -> Iterator[Endpoints]:
+    """A moto server on 127.0.0.1 (free port) configured as the local cloud configures it:
+    Lambda's Docker-free backend, state machines executed, MOTO_PORT pointing the Step Functions
+    interpreter at it."""
+    patch = pytest.MonkeyPatch()
+    patch.setitem(default_user_config["lambda"], "use_docker", False)
+    patch.setitem(default_user_config["stepfunctions"], "execute_state_machine", True)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    port = server.get_host_and_port()[1]
+    patch.setenv("MOTO_PORT", str(port))
+    try:
+        yield Endpoints(f"http://127.0.0.1:{port}", REGION, account)
+    finally:
+        server.stop()
+        patch.undo()

@@ -10,26 +10,23 @@ from __future__ import annotations
 import json
 import logging
 import re
-import socket
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 from aws_lambda_powertools.utilities.parser import parse
 from aws_lambda_powertools.utilities.parser.models import S3EventNotificationEventBridgeModel
-from moto.core.config import default_user_config
 from moto.events.models import Rule
 from moto.s3 import notifications
 from moto.s3.models import S3Backend
-from moto.server import ThreadedMotoServer
 
 from lethe.localcloud import eventbridge, lambdas, s3events
 from lethe.localcloud.deployment import Deployment, Endpoints, FunctionSpec
 from lethe.localcloud.eventbridge import EventDispatcher
 from lethe.localcloud.lambdas import LambdaRuntime
+from tests.integration.conftest import moto_server
 
 # moto's methods as imported, before any install.
 _ORIGINAL_SEND: Callable[..., None] = Rule.send_to_targets
@@ -48,35 +45,10 @@ SEQUENCER = re.compile(r"^[0-9A-F]{18}$")
 ISO_SECONDS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def endpoints() -> Iterator[Endpoints]:
-    port = _free_port()
-    patch = pytest.MonkeyPatch()
-    patch.setenv("MOTO_PORT", str(port))
-    patch.setitem(default_user_config["lambda"], "use_docker", False)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        yield Endpoints(f"http://127.0.0.1:{port}", REGION, ACCOUNT)
-    finally:
-        server.stop()
-        patch.undo()
-
-
-def _client(endpoints: Endpoints, service: str) -> Any:
-    return boto3.client(
-        service,  # type: ignore[call-overload]
-        endpoint_url=endpoints.endpoint_url,
-        region_name=REGION,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
+    with moto_server(ACCOUNT) as started:
+        yield started
 
 
 @pytest.fixture(scope="module")
@@ -136,9 +108,9 @@ def dispatcher(endpoints: Endpoints, record_file: Path) -> Iterator[EventDispatc
 @pytest.fixture(scope="module")
 def aws(endpoints: Endpoints, dispatcher: EventDispatcher) -> dict[str, Any]:
     """Buckets, queues and rules shared by the tests; returns clients and queue URLs."""
-    s3 = _client(endpoints, "s3")
-    sqs = _client(endpoints, "sqs")
-    events = _client(endpoints, "events")
+    s3 = endpoints.client("s3")
+    sqs = endpoints.client("sqs")
+    events = endpoints.client("events")
     for bucket in (VERSIONED, UNVERSIONED, SILENT):
         s3.create_bucket(Bucket=bucket)
     s3.put_bucket_versioning(Bucket=VERSIONED, VersioningConfiguration={"Status": "Enabled"})
@@ -356,7 +328,7 @@ def test_put_events_reaches_lambda_step_functions_and_sqs_targets(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     events, sqs = aws["events"], aws["sqs"]
-    sfn = _client(endpoints, "stepfunctions")
+    sfn = endpoints.client("stepfunctions")
     machine = sfn.create_state_machine(
         name="lt-ev-pass",
         definition=json.dumps({"StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}}),

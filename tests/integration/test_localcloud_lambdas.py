@@ -9,7 +9,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import socket
 import threading
 import time
 import zipfile
@@ -17,15 +16,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 from moto.awslambda_simple.models import LambdaSimpleBackend
-from moto.core.config import default_user_config
-from moto.server import ThreadedMotoServer
 
 from lethe.localcloud import lambdas
 from lethe.localcloud.deployment import AsyncInvokeConfig, Deployment, Endpoints, FunctionSpec
 from lethe.localcloud.lambdas import LambdaRuntime
+from tests.integration.conftest import moto_server
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
@@ -33,12 +30,6 @@ FIXTURES = Path(__file__).parent / "fixtures" / "localcloud"
 FAILURE_QUEUE = "lt-lambda-failures"
 ECHO_ARN = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:lt-echo"
 FAILING_ARN = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:lt-failing"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _spec(
@@ -67,28 +58,8 @@ def _spec(
 
 @pytest.fixture(scope="module")
 def endpoints() -> Iterator[Endpoints]:
-    port = _free_port()
-    patch = pytest.MonkeyPatch()
-    patch.setenv("MOTO_PORT", str(port))
-    patch.setitem(default_user_config["lambda"], "use_docker", False)
-    patch.setitem(default_user_config["stepfunctions"], "execute_state_machine", True)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        yield Endpoints(f"http://127.0.0.1:{port}", REGION, ACCOUNT)
-    finally:
-        server.stop()
-        patch.undo()
-
-
-def _client(endpoints: Endpoints, service: str) -> Any:
-    return boto3.client(
-        service,  # type: ignore[call-overload]
-        endpoint_url=endpoints.endpoint_url,
-        region_name=REGION,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
+    with moto_server(ACCOUNT) as started:
+        yield started
 
 
 @pytest.fixture(scope="module")
@@ -158,7 +129,7 @@ def runtime(deployment: Deployment) -> Iterator[LambdaRuntime]:
 @pytest.fixture(scope="module")
 def moto_functions(endpoints: Endpoints, deployment: Deployment) -> str:
     """Create the functions in moto (dummy code) so the Invoke API knows them; returns the role."""
-    iam = _client(endpoints, "iam")
+    iam = endpoints.client("iam")
     role = iam.create_role(
         RoleName="lt-lambda-role",
         AssumeRolePolicyDocument=json.dumps(
@@ -177,7 +148,7 @@ def moto_functions(endpoints: Endpoints, deployment: Deployment) -> str:
     archive = io.BytesIO()
     with zipfile.ZipFile(archive, "w") as zf:
         zf.writestr("app.py", "def handler(event, context):\n    return 'moto'\n")
-    lam = _client(endpoints, "lambda")
+    lam = endpoints.client("lambda")
     for name in ("lt-echo", "lt-failing", "lt-recorder"):
         lam.create_function(
             FunctionName=name,
@@ -312,7 +283,7 @@ def test_function_output_goes_to_its_log_file_not_to_the_protocol(
 def test_boto3_invoke_against_moto_runs_the_real_handler(
     runtime: LambdaRuntime, endpoints: Endpoints, state_dir: Path
 ) -> None:
-    lam = _client(endpoints, "lambda")
+    lam = endpoints.client("lambda")
 
     ok = lam.invoke(FunctionName="lt-echo", Payload=b'{"via": "boto3"}')
     failed = lam.invoke(FunctionName=FAILING_ARN, Payload=b'{"dataset": "orders"}')
@@ -343,7 +314,7 @@ def _wait_for_execution(sfn: Any, arn: str, timeout: float = 30) -> dict[str, An
 def test_step_functions_lambda_tasks_run_the_handler_and_surface_its_error(
     runtime: LambdaRuntime, endpoints: Endpoints, moto_functions: str
 ) -> None:
-    sfn = _client(endpoints, "stepfunctions")
+    sfn = endpoints.client("stepfunctions")
     definition = {
         "StartAt": "Echo",
         "States": {
@@ -384,7 +355,7 @@ def test_step_functions_lambda_tasks_run_the_handler_and_surface_its_error(
 def test_async_invoke_retries_then_sends_one_destination_record(
     runtime: LambdaRuntime, endpoints: Endpoints, state_dir: Path
 ) -> None:
-    sqs = _client(endpoints, "sqs")
+    sqs = endpoints.client("sqs")
     queue_url = sqs.create_queue(QueueName=FAILURE_QUEUE)["QueueUrl"]
     event = {"dataset": "orders", "attempt_marker": "x"}
 

@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 from moto.s3.models import s3_backends
 from moto.server import ThreadedMotoServer
@@ -57,16 +56,6 @@ def endpoints() -> Iterator[Endpoints]:
     finally:
         server.stop()
         restore()
-
-
-def client(endpoints: Endpoints, service: str) -> Any:
-    return boto3.client(
-        service,  # type: ignore[call-overload]
-        endpoint_url=endpoints.endpoint_url,
-        region_name=REGION,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +129,7 @@ def test_an_unknown_resource_type_fails_naming_it(endpoints: Endpoints, tmp_path
     # When it is provisioned, Then it fails before creating anything, naming the type
     with pytest.raises(ProvisionError, match=r"Mystery \(AWS::Mystery::Thing\)"):
         provision(endpoints, tmp_path, tmp_path / "state", parameters("unknown", "GLUE"), "x")
-    buckets = client(endpoints, "s3").list_buckets()["Buckets"]
+    buckets = endpoints.client("s3").list_buckets()["Buckets"]
     assert raw_bucket("unknown") not in {b["Name"] for b in buckets}
 
 
@@ -151,7 +140,7 @@ def test_an_unknown_resource_type_fails_naming_it(endpoints: Endpoints, tmp_path
 def test_data_buckets_are_versioned_with_eventbridge_notifications(
     endpoints: Endpoints, deployment: Deployment, kind: str
 ) -> None:
-    s3 = client(endpoints, "s3")
+    s3 = endpoints.client("s3")
     bucket = f"lethe-{STAGE}-{kind}-{ACCOUNT}-{REGION}"
     assert s3.get_bucket_versioning(Bucket=bucket)["Status"] == "Enabled"
     # moto's GetBucketNotificationConfiguration leaves EventBridgeConfiguration out: ask the
@@ -175,7 +164,7 @@ def test_tls_only_buckets_accept_local_requests(
     endpoints: Endpoints, deployment: Deployment
 ) -> None:
     # The TLS-only bucket policy is in place, and local (plain HTTP) requests still work.
-    s3 = client(endpoints, "s3")
+    s3 = endpoints.client("s3")
     bucket = raw_bucket(STAGE)
     policy = json.loads(s3.get_bucket_policy(Bucket=bucket)["Policy"])
     assert policy["Statement"][0]["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
@@ -187,7 +176,7 @@ def test_tls_only_buckets_accept_local_requests(
 
 
 def test_object_catalog_table(endpoints: Endpoints, deployment: Deployment) -> None:
-    dynamodb = client(endpoints, "dynamodb")
+    dynamodb = endpoints.client("dynamodb")
     name = f"lethe-{STAGE}-object-catalog"
     table = dynamodb.describe_table(TableName=name)["Table"]
     assert {k["AttributeName"]: k["KeyType"] for k in table["KeySchema"]} == {
@@ -206,7 +195,7 @@ def test_object_catalog_table(endpoints: Endpoints, deployment: Deployment) -> N
 
 
 def test_sender_identity_is_verified(endpoints: Endpoints, deployment: Deployment) -> None:
-    ses = client(endpoints, "ses")
+    ses = endpoints.client("ses")
     assert "lethe@example.com" in ses.list_identities(IdentityType="EmailAddress")["Identities"]
 
 
@@ -235,7 +224,7 @@ def test_object_events_function_spec(deployment: Deployment) -> None:
 def test_functions_exist_in_moto_with_the_role(
     endpoints: Endpoints, deployment: Deployment
 ) -> None:
-    lam = client(endpoints, "lambda")
+    lam = endpoints.client("lambda")
     config = lam.get_function_configuration(FunctionName=f"lethe-{STAGE}-object-events")
     assert config["Role"] == deployment.attributes["ObjectEventsFunctionRole"]["Arn"]
     assert config["Environment"]["Variables"]["CATALOG_TABLE"] == f"lethe-{STAGE}-object-catalog"
@@ -245,7 +234,7 @@ def test_functions_exist_in_moto_with_the_role(
         ]
         == 50
     )
-    iam = client(endpoints, "iam")
+    iam = endpoints.client("iam")
     role = deployment.physical_ids["ObjectEventsFunctionRole"]
     assert "ObjectEventsFunctionRolePolicy0" in iam.list_role_policies(RoleName=role)["PolicyNames"]
 
@@ -253,7 +242,7 @@ def test_functions_exist_in_moto_with_the_role(
 def test_object_events_rule_targets_the_function(
     endpoints: Endpoints, deployment: Deployment
 ) -> None:
-    events = client(endpoints, "events")
+    events = endpoints.client("events")
     rule = events.describe_rule(Name=f"lethe-{STAGE}-object-events")
     pattern = json.loads(rule["EventPattern"])
     assert pattern["source"] == ["aws.s3"]
@@ -281,7 +270,7 @@ def test_api_routes_and_stage(endpoints: Endpoints, deployment: Deployment) -> N
     assert deployment.api_stage == STAGE
     api_id = deployment.physical_ids["LetheApi"]
     assert (
-        client(endpoints, "apigateway").get_rest_api(restApiId=api_id)["name"]
+        endpoints.client("apigateway").get_rest_api(restApiId=api_id)["name"]
         == f"lethe-{STAGE}-api"
     )
 
@@ -316,7 +305,7 @@ def test_local_api_url_replaces_the_execute_api_url(deployment: Deployment) -> N
 
 def test_emr_serverless_engine(endpoints: Endpoints, deployment: Deployment) -> None:
     application_id = deployment.physical_ids["SparkApplication"]
-    application = client(endpoints, "emr-serverless").get_application(applicationId=application_id)
+    application = endpoints.client("emr-serverless").get_application(applicationId=application_id)
     assert application["application"]["name"] == f"lethe-{STAGE}"
     assert application["application"]["releaseLabel"] == "emr-7.5.0"
     assert deployment.outputs["SparkApplicationId"] == application_id
@@ -325,7 +314,7 @@ def test_emr_serverless_engine(endpoints: Endpoints, deployment: Deployment) -> 
 
 
 def test_glue_engine(endpoints: Endpoints, glue_deployment: Deployment) -> None:
-    job = client(endpoints, "glue").get_job(JobName=f"lethe-{GLUE_STAGE}-ingest")["Job"]
+    job = endpoints.client("glue").get_job(JobName=f"lethe-{GLUE_STAGE}-ingest")["Job"]
     artifacts = f"lethe-{GLUE_STAGE}-artifacts-{ACCOUNT}-{REGION}"
     assert job["Command"]["ScriptLocation"] == f"s3://{artifacts}/spark_jobs/ingest.py"
     assert (
@@ -344,7 +333,7 @@ def test_state_machines_get_their_substitutions(
     sam = load_template()["Resources"]
     machines = {lid: r for lid, r in sam.items() if r["Type"] == "AWS::Serverless::StateMachine"}
     assert machines, "the template has state machines"
-    sfn = client(endpoints, "stepfunctions")
+    sfn = endpoints.client("stepfunctions")
     for logical_id, resource in machines.items():
         arn = deployment.physical_ids[logical_id]
         definition = sfn.describe_state_machine(stateMachineArn=arn)["definition"]

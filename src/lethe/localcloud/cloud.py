@@ -345,13 +345,12 @@ class LocalCloud:
         return runtime
 
     def _upload_artifacts(self, deployment: Deployment) -> None:
-        from lethe.localcloud.lambdas import aws_client  # noqa: PLC0415 - heavy, see the top
 
         bucket = deployment.outputs.get("ArtifactsBucketName")
         if not bucket:
             logger.warning("no ArtifactsBucketName output: Spark artifacts not uploaded")
             return
-        uris = upload_spark_artifacts(aws_client(deployment, "s3"), bucket, self.repo_root)
+        uris = upload_spark_artifacts(deployment.endpoints.client("s3"), bucket, self.repo_root)
         logger.info("Spark artifacts: %s", ", ".join(uris))
 
     def _start_api(self, deployment: Deployment, runtime: Any) -> None:

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import boto3
 
 
 @dataclass(frozen=True)
@@ -18,6 +21,18 @@ class Endpoints:
     endpoint_url: str  # the moto server, http://127.0.0.1:<port>
     region: str
     account_id: str
+
+    def client(self, service: Any, region: str | None = None) -> Any:
+        """A boto3 client for `service` against this endpoint, with the fake credentials."""
+        credentials = self.client_environment()
+        return boto3.client(
+            service,
+            endpoint_url=self.endpoint_url,
+            region_name=region or self.region,
+            aws_access_key_id=credentials["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=credentials["AWS_SECRET_ACCESS_KEY"],
+            aws_session_token=credentials["AWS_SESSION_TOKEN"],
+        )
 
     def client_environment(self) -> dict[str, str]:
         """Environment that points boto3, pyarrow and the AWS CLI at the local cloud."""

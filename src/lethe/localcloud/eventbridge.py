@@ -51,7 +51,7 @@ from typing import Any
 from jsonpath_ng.ext.parser import parse as parse_json_path  # moto's own dependency
 from moto.events.models import Rule, events_backends
 
-from lethe.localcloud.lambdas import LambdaRuntime, aws_client
+from lethe.localcloud.lambdas import LambdaRuntime
 
 logger = logging.getLogger("lethe.localcloud.events")
 
@@ -194,7 +194,7 @@ class EventDispatcher:
 
     def _start_execution(self, state_machine_arn: str, payload: Any) -> None:
         region = state_machine_arn.split(":")[3]
-        sfn = aws_client(self.runtime.deployment, "stepfunctions", region)
+        sfn = self.runtime.deployment.endpoints.client("stepfunctions", region)
         sfn.start_execution(
             stateMachineArn=state_machine_arn, name=str(uuid.uuid4()), input=json.dumps(payload)
         )

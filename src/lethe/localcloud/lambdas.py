@@ -65,7 +65,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import boto3
 from moto.awslambda_simple.models import LambdaSimpleBackend
 from moto.core.config import default_user_config
 
@@ -517,7 +516,7 @@ class LambdaRuntime:
             "responsePayload": response_payload,
         }
         _, _, _, region, account, queue_name = destination.split(":", 5)
-        sqs = aws_client(self.deployment, "sqs", region)
+        sqs = self.deployment.endpoints.client("sqs", region)
         queue_url = sqs.get_queue_url(QueueName=queue_name, QueueOwnerAWSAccountId=account)
         sqs.send_message(QueueUrl=queue_url["QueueUrl"], MessageBody=json.dumps(record))
         logger.info("async invocation %s of %s sent to %s", request_id, spec.name, destination)
@@ -543,20 +542,6 @@ class LambdaRuntime:
             self._pools.clear()
         for pool in pools:
             pool.close()
-
-
-def aws_client(deployment: Deployment, service: str, region: str | None = None) -> Any:
-    """A boto3 client for `service` against the local cloud's endpoint."""
-    endpoints = deployment.endpoints
-    credentials = endpoints.client_environment()
-    return boto3.client(
-        service,  # type: ignore[call-overload]
-        endpoint_url=endpoints.endpoint_url,
-        region_name=region or endpoints.region,
-        aws_access_key_id=credentials["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=credentials["AWS_SECRET_ACCESS_KEY"],
-        aws_session_token=credentials["AWS_SESSION_TOKEN"],
-    )
 
 
 # -- moto hook ---------------------------------------------------------------------------------

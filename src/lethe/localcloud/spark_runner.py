@@ -42,8 +42,6 @@ from pathlib import Path
 from typing import IO, Any
 from urllib.parse import urlparse
 
-import boto3
-
 from lethe.localcloud.deployment import Endpoints
 
 LOG = logging.getLogger(__name__)
@@ -400,7 +398,7 @@ def _fetch(url: str, target_dir: Path, endpoints: Endpoints, base_dir: Path | No
         if not parsed.netloc or not key:
             raise ValueError(f"not an S3 object URL: {url}")
         target = target_dir / Path(key).name
-        _s3_client(endpoints).download_file(parsed.netloc, key, str(target))
+        endpoints.client("s3").download_file(parsed.netloc, key, str(target))
         return target
     if parsed.scheme in {"", "file"}:
         source = Path(parsed.path if parsed.scheme == "file" else url)
@@ -410,18 +408,6 @@ def _fetch(url: str, target_dir: Path, endpoints: Endpoints, base_dir: Path | No
         shutil.copyfile(source, target)
         return target
     raise ValueError(f"unsupported location {url!r} (use s3://bucket/key)")
-
-
-def _s3_client(endpoints: Endpoints) -> Any:
-    env = endpoints.client_environment()
-    return boto3.client(
-        "s3",
-        endpoint_url=endpoints.endpoint_url,
-        region_name=endpoints.region,
-        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
-        aws_session_token=env["AWS_SESSION_TOKEN"],
-    )
 
 
 def _safe_name(value: str) -> str:
