@@ -471,3 +471,39 @@ def test_a_version_with_only_rejected_rows_is_quarantined_and_replaces_the_old_r
         (2, ["not a JSON object: Expecting value: line 1 column 1 (char 0)"], {"_raw": "not json"}),
     ]
     assert cloud.catalog_item(EVENTS_KEY, v2)["status"] == "QUARANTINED"
+
+
+def test_a_nullable_column_added_to_the_dataset_appears_in_the_lake(
+    cloud: Cloud, run_job: JobRunner
+) -> None:
+    # Given the events dataset, ingested once with its first schema
+    cloud.register(EVENTS)
+    first_key = "events/2026/11/before.jsonl"
+    first = b'{"customer": {"id": "c-1", "tier": 1}, "at": "2026-11-22T10:00:00", "tags": []}\n'
+    run_job("events", first_key, cloud.upload(first_key, first, "events"))
+    # When the document gains a nullable column and a file carrying it arrives
+    evolved = {**EVENTS, "schema": [*EVENTS["schema"], {"name": "channel", "type": "string"}]}
+    cloud.register(evolved)
+    second_key = "events/2026/11/after.jsonl"
+    second = (
+        b'{"customer": {"id": "c-2", "tier": 2}, "at": "2026-11-22T11:00:00", "tags": ["x"],'
+        b' "channel": "web"}\n'
+    )
+    summary = run_job("events", second_key, cloud.upload(second_key, second, "events"))
+
+    # Then the new file's lake object has the column with its value; the old one is untouched
+    assert (summary["status"], summary["rows_written"], summary["rows_quarantined"]) == (
+        "INGESTED",
+        1,
+        0,
+    )
+    (after,) = [cloud.lake_parquet(url.split("/", 3)[3]) for url in summary["lake_objects"]]
+    assert after.schema.names == ["customer", "at", "tags", "channel"]
+    assert after.column("channel").to_pylist() == ["web"]
+    before_keys = [k for k in cloud.lake_keys() if not k.startswith("events/_quarantine")]
+    before = [
+        cloud.lake_parquet(k)
+        for k in before_keys
+        if k not in [u.split("/", 3)[3] for u in summary["lake_objects"]]
+    ]
+    assert [t.schema.names for t in before] == [["customer", "at", "tags"]]
