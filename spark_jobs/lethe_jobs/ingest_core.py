@@ -37,6 +37,7 @@ from lethe_jobs.s3io import (
     delete_if_present,
     download_version,
     earlier_lake_objects,
+    newer_version_of,
     put_file,
     record_ingestion,
 )
@@ -138,6 +139,17 @@ class _Run:
 
 def run_ingest(spark: SparkSession, args: IngestArgs, aws: AwsPorts, now: datetime) -> IngestResult:
     dataset = DynamoDatasetRegistry(aws.datasets).require(args.dataset_id)
+    newer = newer_version_of(aws.catalog, args.object_url, args.version_id)
+    if newer is not None:
+        LOG.warning(
+            "%s version %s is superseded by version %s: nothing is written",
+            args.object_url,
+            args.version_id,
+            newer,
+        )
+        superseded = IngestResult("SUPERSEDED", 0, 0, 0, [], None)
+        _record(aws, args, superseded, now)
+        return superseded
     earlier = earlier_lake_objects(aws.catalog, args.object_url)
     LOG.info(
         "ingesting %s version %s into dataset %s (%s)",
@@ -158,6 +170,18 @@ def run_ingest(spark: SparkSession, args: IngestArgs, aws: AwsPorts, now: dateti
         else:
             result = _ingest_records(spark, run, records)
     _remove_stale(run, earlier, result)
+    _record(aws, args, result, now)
+    LOG.info(
+        "%s: %d rows read, %d written, %d quarantined",
+        result.status,
+        result.rows_read,
+        result.rows_written,
+        result.rows_quarantined,
+    )
+    return result
+
+
+def _record(aws: AwsPorts, args: IngestArgs, result: IngestResult, now: datetime) -> None:
     record_ingestion(
         aws.catalog,
         args.object_url,
@@ -173,14 +197,6 @@ def run_ingest(spark: SparkSession, args: IngestArgs, aws: AwsPorts, now: dateti
             now,
         ),
     )
-    LOG.info(
-        "%s: %d rows read, %d written, %d quarantined",
-        result.status,
-        result.rows_read,
-        result.rows_written,
-        result.rows_quarantined,
-    )
-    return result
 
 
 def _ingest_records(spark: SparkSession, run: _Run, records: RawRecords) -> IngestResult:

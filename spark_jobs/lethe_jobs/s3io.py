@@ -94,6 +94,30 @@ def earlier_lake_objects(catalog: Table, object_url: str) -> set[str]:
         kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
 
+def newer_version_of(catalog: Table, object_url: str, version_id: str) -> str | None:
+    """The version id of a newer event on this raw object than `version_id`'s, if the catalog
+    has one (S3 sequencers, normalized, order events on one key). An older version ingested
+    after a newer one must not replace the newer one's lake rows."""
+    items: list[dict[str, Any]] = []
+    kwargs: dict[str, Any] = {
+        "KeyConditionExpression": "object_url = :url",
+        "ExpressionAttributeValues": {":url": object_url},
+        "ProjectionExpression": "version_id, sequencer",
+        "ConsistentRead": True,
+    }
+    while True:
+        page = catalog.query(**kwargs)
+        items.extend(page.get("Items", []))
+        if "LastEvaluatedKey" not in page:
+            break
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    own = next((str(i["sequencer"]) for i in items if i["version_id"] == version_id), None)
+    if own is None:
+        return None
+    newer = [i for i in items if str(i["sequencer"]) > own]
+    return str(max(newer, key=lambda i: str(i["sequencer"]))["version_id"]) if newer else None
+
+
 def _as_list(value: Any) -> Iterable[Any]:
     return value if isinstance(value, list | set | tuple) else ()
 

@@ -326,6 +326,33 @@ def test_a_new_version_whose_rows_moved_removes_the_old_partition_file(
     assert len(cloud.catalog_item(REVIEWS_KEY, v1)["lake_objects"]) == 2
 
 
+def test_an_older_version_ingested_last_is_superseded_and_writes_nothing(
+    cloud: Cloud, run_job: JobRunner
+) -> None:
+    # Given version 2 of a key ingested before the late run of version 1
+    cloud.register(REVIEWS)
+    v1 = cloud.upload(REVIEWS_KEY, REVIEWS_CSV, "reviews", sequencer="1")
+    v2_body = b"user_id,stars,review_date,amount,comment\nu1,3,2026-12-01,1.00,changed\n"
+    v2 = cloud.upload(REVIEWS_KEY, v2_body, "reviews", sequencer="2")
+    run_job("reviews", REVIEWS_KEY, v2)
+    keys = cloud.lake_keys()
+
+    summary = run_job("reviews", REVIEWS_KEY, v1, correlation_id="exec-late")
+
+    assert summary == {
+        "status": "SUPERSEDED",
+        "rows_read": 0,
+        "rows_written": 0,
+        "rows_quarantined": 0,
+        "lake_objects": [],
+        "quarantine_object": None,
+    }
+    assert cloud.lake_keys() == keys
+    new_day = f"reviews/review_date=2026-12-01/part-{REVIEWS_HASH}.parquet"
+    assert cloud.lake_parquet(new_day).column("comment").to_pylist() == ["changed"]
+    assert cloud.catalog_item(REVIEWS_KEY, v1)["status"] == "SUPERSEDED"
+
+
 def test_gzipped_json_lines_without_gz_in_the_key(cloud: Cloud, run_job: JobRunner) -> None:
     cloud.register(EVENTS)
     lines = [

@@ -35,6 +35,7 @@ class ObjectStatus(StrEnum):
     INGESTED = "INGESTED"  # its valid rows are in the lake (rejected ones in quarantine)
     QUARANTINED = "QUARANTINED"  # unreadable, or every row rejected
     FAILED = "FAILED"  # the ingest job failed after its retries (ingest_error says why)
+    SUPERSEDED = "SUPERSEDED"  # a newer version of the key exists: this one was not ingested
     STORED = "STORED"  # a lake object under a registered dataset
     IGNORED = "IGNORED"  # outside any registered dataset prefix
     DELETED = "DELETED"  # permanently deleted, or hidden by a delete marker
