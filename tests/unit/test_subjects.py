@@ -1,0 +1,108 @@
+"""Keyed hashing of subject ids: canonical forms, composite keys, and the index entry."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import hmac
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from lethe_shared.subjects import (
+    MAX_ROW_HINTS,
+    IndexEntry,
+    canonical_text,
+    composite_text,
+    hash_of_id,
+    hash_of_keys,
+    key_from_secret,
+    subject_hash,
+)
+
+KEY = b"k" * 32
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        ("u-1001", "u-1001"),
+        ("", ""),  # the empty string is an id, not a missing value
+        (" padded ", " padded "),
+        (0, "0"),
+        (1001, "1001"),
+        (True, "true"),
+        (False, "false"),
+        (dt.date(2026, 11, 22), "2026-11-22"),
+        (Decimal("12.50"), "12.5"),
+        (Decimal("1E+2"), "100"),
+        (Decimal("-0.0"), "0"),
+    ],
+)
+def test_canonical_text(value: Any, text: str) -> None:
+    assert canonical_text(value) == text
+
+
+@pytest.mark.parametrize("value", [None, 1.5, dt.datetime(2026, 1, 1), [1]])
+def test_values_that_are_no_subject_ids(value: Any) -> None:
+    with pytest.raises(TypeError):
+        canonical_text(value)
+
+
+def test_the_hash_is_hmac_sha256_of_the_canonical_text() -> None:
+    expected = hmac.new(KEY, b"u-1001", hashlib.sha256).hexdigest()
+
+    assert subject_hash(KEY, ["user_id"], ["u-1001"]) == expected
+    assert hash_of_id(KEY, "u-1001") == expected
+
+
+def test_an_integer_column_matches_the_id_given_as_text() -> None:
+    assert subject_hash(KEY, ["user_id"], [1001]) == hash_of_id(KEY, "1001")
+
+
+def test_zero_and_empty_string_are_distinct_subjects() -> None:
+    assert hash_of_id(KEY, "0") != hash_of_id(KEY, "")
+
+
+def test_a_different_key_gives_a_different_hash() -> None:
+    assert hash_of_id(KEY, "u-1001") != hash_of_id(b"j" * 32, "u-1001")
+
+
+def test_composite_keys_name_their_columns_and_keep_their_order() -> None:
+    assert composite_text(["tenant", "user_id"], ["acme", 1001]) == (
+        '[["tenant","acme"],["user_id","1001"]]'
+    )
+    by_keys = hash_of_keys(KEY, ["tenant", "user_id"], {"user_id": "1001", "tenant": "acme"})
+    assert by_keys == subject_hash(KEY, ["tenant", "user_id"], ["acme", 1001])
+    assert by_keys != hash_of_id(KEY, "acme")
+
+
+def test_composite_lookup_needs_every_column() -> None:
+    with pytest.raises(ValueError, match="subject_keys lacks user_id"):
+        hash_of_keys(KEY, ["tenant", "user_id"], {"tenant": "acme"})
+
+
+def test_short_keys_are_refused() -> None:
+    with pytest.raises(ValueError, match="at least 32 bytes"):
+        subject_hash(b"short", ["id"], ["x"])
+    with pytest.raises(ValueError, match="at least 32 bytes"):
+        key_from_secret("short")
+
+
+def test_index_entry_keeps_a_bounded_number_of_hints() -> None:
+    entry = IndexEntry(
+        subject_hash=hash_of_id(KEY, "u-1"),
+        object_url="s3://lake/reviews/p.parquet",
+        dataset_id="reviews",
+        zone="lake",
+        format="parquet",
+        rows=100,
+        row_hints=tuple(range(100)),
+    )
+
+    item = entry.to_item()
+
+    assert len(item["row_hints"]) == MAX_ROW_HINTS
+    assert item["hints_complete"] is False
+    assert IndexEntry.from_item(item).row_hints == tuple(range(MAX_ROW_HINTS))
