@@ -1,0 +1,94 @@
+"""Index entries of one object, from its rows as an Arrow table.
+
+Used by everything that indexes: the ingest job (lake files, the raw object, quarantine), the
+Spark index and reconcile jobs (one object per task), and the small-object indexer Lambda. One
+implementation, so that a backfill gives exactly the index ingestion would.
+
+Imports pyarrow: import this module only where pyarrow is installed (Spark, the indexer Lambda's
+layer, tests), never from lethe_shared's other modules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lethe_shared.datasets import Dataset
+from lethe_shared.subjects import IndexEntry, subject_hash
+
+
+@dataclass(frozen=True)
+class ObjectRef:
+    """The object whose rows are indexed, and how its rows are located."""
+
+    object_url: str
+    zone: str  # raw | lake
+    format: str  # csv | jsonl | parquet
+    version_id: str = "null"
+    etag: str = ""
+    # Values of columns that are not in the rows, e.g. Hive partition values of a lake file.
+    constants: Mapping[str, Any] = field(default_factory=dict)
+
+
+def subject_values(table: pa.Table, path: str, constants: Mapping[str, Any]) -> list[Any]:
+    """The values of one subject column path (`customer.id`) for every row."""
+    head, *rest = path.split(".")
+    if head not in table.column_names:
+        if head in constants and not rest:
+            return [constants[head]] * table.num_rows
+        return [None] * table.num_rows
+    column: Any = table.column(head)
+    for part in rest:
+        if not pa.types.is_struct(column.type) or column.type.get_field_index(part) < 0:
+            return [None] * table.num_rows
+        column = pc.struct_field(column, part)
+    return list(column.to_pylist())
+
+
+def entries_from_table(
+    table: pa.Table,
+    dataset: Dataset,
+    ref: ObjectRef,
+    *,
+    key: bytes,
+    coordinates: Sequence[int] | None = None,
+) -> list[IndexEntry]:
+    """One IndexEntry per distinct subject in `table`, with its row count and row hints.
+
+    `coordinates` locate each row in the object (line numbers of a CSV or JSON Lines file);
+    without them the row's index in the table is its hint (a Parquet row). Rows whose subject
+    columns hold a null are nobody's: they are not indexed.
+    """
+    if coordinates is not None and len(coordinates) != table.num_rows:
+        raise ValueError("one coordinate per row")
+    columns = dataset.subject_columns
+    per_column = [subject_values(table, path, ref.constants) for path in columns]
+    rows: dict[str, list[int]] = {}
+    cache: dict[tuple[Any, ...], str] = {}  # keyed with types: True == 1 in Python
+    for index, values in enumerate(zip(*per_column, strict=True)):
+        if any(v is None for v in values):
+            continue
+        typed = tuple((type(v), v) for v in values)
+        digest = cache.get(typed)
+        if digest is None:
+            digest = subject_hash(key, columns, list(values))
+            cache[typed] = digest
+        rows.setdefault(digest, []).append(coordinates[index] if coordinates is not None else index)
+    return [
+        IndexEntry(
+            subject_hash=digest,
+            object_url=ref.object_url,
+            dataset_id=dataset.dataset_id,
+            zone=ref.zone,
+            format=ref.format,
+            rows=len(hints),
+            row_hints=tuple(hints),
+            version_id=ref.version_id,
+            etag=ref.etag,
+        )
+        for digest, hints in sorted(rows.items())
+    ]
