@@ -1,10 +1,13 @@
 """Object events: S3 Object Created / Object Deleted on the raw and lake buckets, via EventBridge.
 
 Entry point of every object that reaches Lethe. Records one catalog item per object version
-(see lethe_shared.catalog) and starts the ingestion state machine for a new raw object version
-under a registered dataset. Invoked asynchronously by the `ObjectEventsRule` EventBridge rule:
-an exception makes Lambda retry twice and then park the event in `ObjectEventsDeadLetterQueue`,
-so a malformed event is logged with its reason, retried a bounded number of times, and kept.
+(see lethe_shared.catalog), starts the ingestion state machine for a new raw object version
+under a registered dataset, and keeps the subject index current for lake objects that arrive by
+other means and for deletes (lethe_shared.index_maintenance).
+
+Invoked asynchronously by the `ObjectChanged` EventBridge rule: an exception makes Lambda retry
+twice and then park the event in `ObjectEventsDeadLetterQueue`, so a malformed event is logged
+with its reason, retried a bounded number of times, and kept.
 """
 
 from __future__ import annotations
@@ -25,9 +28,11 @@ from pydantic import Field, ValidationError
 from lethe_shared.catalog import DynamoObjectCatalog, Zone
 from lethe_shared.config import Settings, load_settings
 from lethe_shared.errors import MalformedEventError
+from lethe_shared.index_maintenance import AwsIndexRequester, IndexMaintainer
 from lethe_shared.ingestion import StepFunctionsIngestionStarter
 from lethe_shared.object_events import EventKind, ObjectEvent, record_object_event
 from lethe_shared.registry import DynamoDatasetRegistry
+from lethe_shared.subjects import DynamoSubjectIndex
 
 logger = Logger()
 tracer = Tracer()
@@ -41,6 +46,12 @@ class ObjectEventsSettings(Settings):
     lake_bucket: str = Field(alias="LAKE_BUCKET", min_length=3)
     ignored_retention_days: int = Field(alias="IGNORED_RETENTION_DAYS", ge=1)
     ingestion_state_machine_arn: str = Field(alias="INGESTION_STATE_MACHINE_ARN", min_length=20)
+    index_table: str = Field(alias="INDEX_TABLE", min_length=1)
+    indexer_function_name: str = Field(alias="INDEXER_FUNCTION_NAME", min_length=1)
+    index_backfill_state_machine_arn: str = Field(
+        alias="INDEX_BACKFILL_STATE_MACHINE_ARN", min_length=20
+    )
+    lambda_index_max_bytes: int = Field(alias="LAMBDA_INDEX_MAX_BYTES", ge=0)
 
 
 @dataclass(frozen=True)
@@ -49,6 +60,7 @@ class _Dependencies:
     registry: DynamoDatasetRegistry
     catalog: DynamoObjectCatalog
     ingestion: StepFunctionsIngestionStarter
+    index: IndexMaintainer
     ignored_retention: timedelta
 
 
@@ -57,12 +69,24 @@ def _dependencies() -> _Dependencies:
     """Built once per execution environment, at the first invocation (not at import)."""
     settings = load_settings(ObjectEventsSettings)
     dynamodb = boto3.resource("dynamodb")
+    stepfunctions = boto3.client("stepfunctions")
     return _Dependencies(
         zones={settings.raw_bucket: Zone.RAW, settings.lake_bucket: Zone.LAKE},
         registry=DynamoDatasetRegistry(dynamodb.Table(settings.datasets_table)),
         catalog=DynamoObjectCatalog(dynamodb.Table(settings.catalog_table)),
         ingestion=StepFunctionsIngestionStarter(
-            boto3.client("stepfunctions"), settings.ingestion_state_machine_arn
+            stepfunctions, settings.ingestion_state_machine_arn
+        ),
+        index=IndexMaintainer(
+            index=DynamoSubjectIndex(dynamodb.Table(settings.index_table)),
+            s3=boto3.client("s3"),
+            requester=AwsIndexRequester(
+                lambda_client=boto3.client("lambda"),
+                function_name=settings.indexer_function_name,
+                sfn_client=stepfunctions,
+                backfill_state_machine_arn=settings.index_backfill_state_machine_arn,
+            ),
+            max_lambda_bytes=settings.lambda_index_max_bytes,
         ),
         ignored_retention=timedelta(days=settings.ignored_retention_days),
     )
@@ -118,6 +142,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         registry=deps.registry,
         catalog=deps.catalog,
         ingestion=deps.ingestion,
+        index=deps.index,
         ignored_retention=deps.ignored_retention,
     )
     item = outcome.item
@@ -130,6 +155,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             "dataset_id": item.dataset_id,
             "sequencer": item.sequencer,
             "ingestion_requested": outcome.ingestion_requested,
+            "index_action": outcome.index_action,
         },
     )
     metric = "ObjectEventsRecorded" if outcome.written else "ObjectEventsSkipped"
@@ -141,4 +167,5 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         "dataset_id": item.dataset_id,
         "written": outcome.written,
         "ingestion_requested": outcome.ingestion_requested,
+        "index_action": outcome.index_action,
     }

@@ -27,6 +27,7 @@ LAKE = "lethe-local-lake-123456789012-us-east-1"
 TABLES = {
     "DatasetsTable": "lethe-local-datasets",
     "ObjectCatalogTable": "lethe-local-object-catalog",
+    "SubjectIndexTable": "lethe-local-subject-index",
 }
 
 

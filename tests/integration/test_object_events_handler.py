@@ -21,8 +21,13 @@ INGESTION_ARN = "arn:aws:states:us-east-1:123456789012:stateMachine:lethe-local-
 
 
 @pytest.fixture
-def app(lethe_tables: dict[str, Any], handler_env: Callable[[str], None]) -> Any:
+def app(
+    lethe_tables: dict[str, Any],
+    lethe_buckets: Callable[..., None],
+    handler_env: Callable[[str], None],
+) -> Any:
     handler_env("ObjectEventsFunction")
+    lethe_buckets()
     boto3.client("iam").create_role(RoleName="sfn", AssumeRolePolicyDocument="{}")
     boto3.client("stepfunctions").create_state_machine(
         name="lethe-local-ingestion",
@@ -61,6 +66,7 @@ def test_created_event_writes_one_catalog_item(
         "dataset_id": "reviews",
         "written": True,
         "ingestion_requested": True,
+        "index_action": None,  # raw objects are indexed by their ingestion
     }
     (item,) = _items(lethe_tables)
     assert item["etag"] == "b1946ac92492d2347c6235b4d2611184"
@@ -134,9 +140,11 @@ def test_outside_dataset_is_ignored_and_expires(
 def test_lake_object_is_stored_and_listed_by_dataset(
     app: Any, lethe_tables: dict[str, Any], load_event: Event, lambda_context: FakeLambdaContext
 ) -> None:
-    app.handler(load_event("object_created_lake.json"), lambda_context)
+    result = app.handler(load_event("object_created_lake.json"), lambda_context)
     app.handler(load_event("object_created_raw_outside_dataset.json"), lambda_context)
 
+    # the event's object version was never uploaded here: nothing to index
+    assert result["index_action"] == "object-gone"
     listed = lethe_tables["ObjectCatalogTable"].query(
         IndexName="by_dataset",
         KeyConditionExpression="dataset_id = :d",
@@ -203,3 +211,43 @@ def test_a_newer_event_keeps_what_ingestion_wrote(
     assert item["lake_objects"] == ["s3://lake/reviews/p.parquet"]
     assert item["event_reason"] == "DeleteObject"
     assert "size" not in item  # a delete event carries no size: the created size is removed
+
+
+def test_a_lake_object_from_elsewhere_is_sent_to_the_indexer(
+    app: Any, lethe_tables: dict[str, Any], load_event: Event, lambda_context: FakeLambdaContext
+) -> None:
+    event = load_event("object_created_lake.json")
+    put = boto3.client("s3").put_object(
+        Bucket=event["detail"]["bucket"]["name"], Key=event["detail"]["object"]["key"], Body=b"x"
+    )
+    event["detail"]["object"]["version-id"] = put["VersionId"]
+    invoked: list[dict[str, Any]] = []
+    app._dependencies().index.requester.lambda_client.invoke = lambda **kw: invoked.append(kw)
+
+    result = app.handler(event, lambda_context)
+
+    assert result["index_action"] == "index-requested-lambda"
+    (call,) = invoked
+    assert call["FunctionName"] == "lethe-local-index-object"
+    assert call["InvocationType"] == "Event"
+    assert json.loads(call["Payload"]) == {
+        "dataset_id": "reviews",
+        "bucket": "lethe-local-lake-123456789012-us-east-1",
+        "key": "reviews/review_date=2026-11-22/part-00000-3f2a.parquet",
+        "version_id": put["VersionId"],
+    }
+
+
+def test_a_delete_marker_flags_the_keys_index_entries(
+    app: Any, lethe_tables: dict[str, Any], load_event: Event, lambda_context: FakeLambdaContext
+) -> None:
+    index = lethe_tables["SubjectIndexTable"]
+    entry = {"subject_hash": "a" * 64, "object_url": RAW_KEY, "dataset_id": "reviews", "rows": 1}
+    index.put_item(Item=entry)
+    app.handler(load_event("object_created_raw.json"), lambda_context)
+
+    result = app.handler(load_event("object_delete_marker_raw.json"), lambda_context)
+
+    assert result["index_action"] == "entries-flagged-deleted"
+    stored = index.get_item(Key={"subject_hash": "a" * 64, "object_url": RAW_KEY})["Item"]
+    assert stored["deleted"] is True

@@ -10,6 +10,7 @@ import pytest
 from lethe_shared.catalog import CatalogItem, ObjectStatus, Zone, latest
 from lethe_shared.datasets import Dataset, parse_dataset
 from lethe_shared.errors import MalformedEventError
+from lethe_shared.index_maintenance import IndexAction
 from lethe_shared.ingestion import execution_name
 from lethe_shared.object_events import EventKind, ObjectEvent, catalog_item_for, record_object_event
 
@@ -106,13 +107,31 @@ def catalog() -> MemoryCatalog:
     return MemoryCatalog()
 
 
+class RecordingIndex:
+    """Records which index maintenance the domain asked for."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    def on_created(self, item: CatalogItem) -> IndexAction | None:
+        self.calls.append(("created", item.version_id))
+        return IndexAction.LAMBDA
+
+    def on_deleted(self, item: CatalogItem) -> IndexAction | None:
+        self.calls.append(("deleted", item.version_id))
+        return IndexAction.FLAGGED
+
+
 @pytest.fixture
 def starter() -> RecordingStarter:
     return RecordingStarter()
 
 
 def _record(
-    event: ObjectEvent, catalog: MemoryCatalog, starter: RecordingStarter | None = None
+    event: ObjectEvent,
+    catalog: MemoryCatalog,
+    starter: RecordingStarter | None = None,
+    index: RecordingIndex | None = None,
 ) -> bool:
     outcome = record_object_event(
         event,
@@ -120,6 +139,7 @@ def _record(
         registry=MemoryRegistry("reviews"),
         catalog=catalog,
         ingestion=starter or RecordingStarter(),
+        index=index or RecordingIndex(),
     )
     return outcome.written
 
@@ -269,3 +289,30 @@ def test_execution_name_is_deterministic_and_valid() -> None:
     assert execution_name(item).startswith("reviews-")
     assert len(execution_name(long_id)) == 80
     assert all(c.isalnum() or c in "-_" for c in execution_name(long_id))
+
+
+def test_a_lake_object_under_a_dataset_is_handed_to_index_maintenance(
+    catalog: MemoryCatalog,
+) -> None:
+    index = RecordingIndex()
+
+    _record(_event(bucket=LAKE, key="reviews/p=1/f.parquet"), catalog, index=index)
+    _record(_event(bucket=RAW, key="reviews/a.csv"), catalog, index=index)  # ingestion indexes raw
+    _record(_event(bucket=LAKE, key="elsewhere/f.parquet"), catalog, index=index)  # IGNORED
+
+    assert index.calls == [("created", "v1")]
+
+
+def test_a_delete_is_handed_to_index_maintenance_but_a_late_one_is_not(
+    catalog: MemoryCatalog,
+) -> None:
+    index = RecordingIndex()
+    _record(_event(seq="10"), catalog, index=index)
+    _record(
+        _event(EventKind.DELETED, seq="12", deletion="Permanently Deleted"), catalog, index=index
+    )
+    late = _event(EventKind.DELETED, seq="11", deletion="Permanently Deleted")
+
+    _record(late, catalog, index=index)
+
+    assert index.calls == [("deleted", "v1")]

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
+from urllib.parse import unquote
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -321,3 +322,19 @@ def parse_dataset(document: Any) -> Dataset:
     if problems:
         raise DatasetValidationError(problems)
     return dataset
+
+
+HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+
+
+def hive_partition_values(key: str, dataset: Dataset) -> dict[str, str | None]:
+    """The partition values a lake key carries (`<dataset>/<p>=<v>/.../file`), unescaped, as
+    text (its canonical form as a subject id); `__HIVE_DEFAULT_PARTITION__` is null. Only the
+    dataset's own partition columns are read."""
+    values: dict[str, str | None] = {}
+    for segment in key.split("/")[1:-1]:
+        name, sep, raw = segment.partition("=")
+        if sep and name in dataset.partition_by:
+            text = unquote(raw)
+            values[name] = None if text == HIVE_DEFAULT_PARTITION else text
+    return values

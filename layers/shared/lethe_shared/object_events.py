@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
+from typing import Protocol
 
 from lethe_shared.catalog import (
     NULL_VERSION,
@@ -18,6 +19,7 @@ from lethe_shared.catalog import (
     normalize_sequencer,
 )
 from lethe_shared.errors import MalformedEventError
+from lethe_shared.index_maintenance import IndexAction
 from lethe_shared.ingestion import IngestionStarter
 from lethe_shared.registry import DatasetRegistry, dataset_of_key
 
@@ -45,11 +47,20 @@ class ObjectEvent:
     time: str = ""
 
 
+class IndexMaintenance(Protocol):
+    """See lethe_shared.index_maintenance.IndexMaintainer."""
+
+    def on_created(self, item: CatalogItem) -> IndexAction | None: ...
+
+    def on_deleted(self, item: CatalogItem) -> IndexAction | None: ...
+
+
 @dataclass(frozen=True)
 class Outcome:
     item: CatalogItem
     written: bool  # False: a duplicate or an older event; the catalog already knows better
     ingestion_requested: bool = False  # see IngestionStarter.start
+    index_action: IndexAction | None = None
 
 
 def catalog_item_for(
@@ -92,17 +103,28 @@ def catalog_item_for(
     )
 
 
-def _wants_ingestion(outcome_item: CatalogItem, written: bool, catalog: ObjectCatalog) -> bool:
-    """A raw object version under a dataset is ingested once. A redelivered event (written is
-    False) still asks for it, in case the first delivery died between the catalog write and the
-    start; the deterministic execution name makes that second start a no-op. A version that a
-    newer event already marked deleted is not ingested."""
-    if outcome_item.status is not ObjectStatus.RECEIVED:
-        return False
+def _still_wanted(item: CatalogItem, written: bool, catalog: ObjectCatalog) -> bool:
+    """Follow-up work of a creation (ingestion, indexing) is asked for again on a redelivered
+    event (written is False), in case the first delivery died between the catalog write and the
+    request; the requests are idempotent. A version that a newer event already marked deleted
+    gets none."""
     if written:
         return True
-    stored = catalog.get(outcome_item.bucket, outcome_item.key, outcome_item.version_id)
+    stored = catalog.get(item.bucket, item.key, item.version_id)
     return stored is not None and stored.status is not ObjectStatus.DELETED
+
+
+def _maintain_index(
+    item: CatalogItem, written: bool, catalog: ObjectCatalog, index: IndexMaintenance
+) -> IndexAction | None:
+    if item.dataset_id is None:
+        return None
+    if item.status is ObjectStatus.DELETED:
+        # Only the newest event speaks for the key: a late delete must not touch the index.
+        return index.on_deleted(item) if written else None
+    if item.status is ObjectStatus.STORED and _still_wanted(item, written, catalog):
+        return index.on_created(item)
+    return None
 
 
 def record_object_event(
@@ -112,10 +134,12 @@ def record_object_event(
     registry: DatasetRegistry,
     catalog: ObjectCatalog,
     ingestion: IngestionStarter,
+    index: IndexMaintenance,
     ignored_retention: timedelta = timedelta(days=30),
 ) -> Outcome:
-    """Record one S3 object event in the catalog, idempotently and in sequencer order, and start
-    ingestion for a new raw object version under a registered dataset.
+    """Record one S3 object event in the catalog, idempotently and in sequencer order; start
+    ingestion for a new raw object version under a registered dataset; keep the subject index
+    current for lake objects that arrive by other means and for deletes.
 
     `zones` maps the raw and lake bucket names to their zone; an event from any other bucket is
     malformed for this deployment (the EventBridge rule should never deliver it).
@@ -127,5 +151,12 @@ def record_object_event(
     dataset_id = candidate if candidate and registry.get(candidate) is not None else None
     item = catalog_item_for(event, zone, dataset_id, ignored_retention=ignored_retention)
     written = catalog.put_if_newer(item)
-    requested = _wants_ingestion(item, written, catalog) and ingestion.start(item)
-    return Outcome(item=item, written=written, ingestion_requested=requested)
+    requested = (
+        item.status is ObjectStatus.RECEIVED
+        and _still_wanted(item, written, catalog)
+        and ingestion.start(item)
+    )
+    index_action = _maintain_index(item, written, catalog, index)
+    return Outcome(
+        item=item, written=written, ingestion_requested=requested, index_action=index_action
+    )

@@ -99,12 +99,15 @@ class IndexEntry(BaseModel):
     row_hints: tuple[int, ...] = ()  # line numbers (csv/jsonl) or row indexes (parquet)
     version_id: str = "null"
     etag: str = ""
+    deleted: bool = False  # the key's current version is a delete marker (see flag_deleted)
     updated_at: str = Field(default_factory=lambda: dt.datetime.now(dt.UTC).isoformat())
 
     def to_item(self) -> dict[str, Any]:
         item = self.model_dump()
         item["row_hints"] = list(self.row_hints[:MAX_ROW_HINTS])
         item["hints_complete"] = len(self.row_hints) <= MAX_ROW_HINTS
+        if not self.deleted:
+            del item["deleted"]  # absent unless flagged: a re-index clears it by replacing
         return item
 
     @classmethod
@@ -119,6 +122,7 @@ class IndexEntry(BaseModel):
             row_hints=tuple(int(h) for h in item.get("row_hints", [])),
             version_id=item.get("version_id", "null"),
             etag=item.get("etag", ""),
+            deleted=bool(item.get("deleted", False)),
             updated_at=item.get("updated_at", ""),
         )
 
@@ -127,6 +131,8 @@ class SubjectIndex(Protocol):
     def lookup(self, subject_hash: str) -> list[IndexEntry]: ...
 
     def replace_object(self, object_url: str, entries: Iterable[IndexEntry]) -> None: ...
+
+    def flag_deleted(self, object_url: str, deleted: bool = True) -> int: ...
 
     def remove_object(self, object_url: str) -> int: ...
 
@@ -170,6 +176,20 @@ class DynamoSubjectIndex:
                 batch.put_item(Item=entry.to_item())
             for subject in sorted(stale):
                 batch.delete_item(Key={"subject_hash": subject, "object_url": object_url})
+
+    def flag_deleted(self, object_url: str, deleted: bool = True) -> int:
+        """Mark the object's entries as belonging to a key whose current version is a delete
+        marker. The data still sits in older versions until erased or expired, so the entries
+        stay (erasure needs them); lookups hide them. Re-indexing the key clears the flag."""
+        subjects = self.subjects_of(object_url)
+        for subject in sorted(subjects):
+            self._table.update_item(
+                Key={"subject_hash": subject, "object_url": object_url},
+                UpdateExpression="SET deleted = :d",
+                ConditionExpression="attribute_exists(subject_hash)",
+                ExpressionAttributeValues={":d": deleted},
+            )
+        return len(subjects)
 
     def remove_object(self, object_url: str) -> int:
         subjects = self.subjects_of(object_url)
