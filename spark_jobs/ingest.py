@@ -2,7 +2,8 @@
 
     python spark_jobs/ingest.py --dataset-id reviews --raw-bucket RAW --key reviews/a.csv \
         --version-id VERSION --lake-bucket LAKE --datasets-table DATASETS \
-        --catalog-table CATALOG --correlation-id EXECUTION_NAME
+        --catalog-table CATALOG --index-table INDEX --hash-key-secret SECRET_ARN \
+        --correlation-id EXECUTION_NAME
 
 The same script runs on Glue 5.0, EMR Serverless 7.x and locally (LETHE_SPARK_MASTER set).
 Prints one JSON summary line on stdout; logs go to stderr. Exits 0 when the object was ingested
@@ -24,6 +25,8 @@ from pyspark.sql import SparkSession
 
 from lethe_jobs.ingest_core import AwsPorts, parse_args, run_ingest
 from lethe_jobs.session import build_session, configure_logging
+from lethe_jobs.subject_index import load_hash_key
+from lethe_shared.subjects import DynamoSubjectIndex
 
 LOG = logging.getLogger("lethe.ingest")
 
@@ -37,6 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             len(ignored),
             " ".join(a for a in ignored if a.startswith("--")),
         )
+    hash_key = load_hash_key(boto3.client("secretsmanager"), args.hash_key_secret)
     owns_session = SparkSession.getActiveSession() is None
     spark = build_session("lethe-ingest", os.environ.get("LETHE_SPARK_MASTER") or None)
     dynamodb = boto3.resource("dynamodb")
@@ -44,6 +48,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         s3=boto3.client("s3"),
         datasets=dynamodb.Table(args.datasets_table),
         catalog=dynamodb.Table(args.catalog_table),
+        index=DynamoSubjectIndex(dynamodb.Table(args.index_table)),
+        hash_key=hash_key,
     )
     try:
         result = run_ingest(spark, args, aws, datetime.now(UTC))

@@ -24,3 +24,11 @@ class UnreadableFileError(Exception):
     def __init__(self, reason: str) -> None:
         self.reason = reason
         super().__init__(reason)
+
+
+class HashKeyError(JobError):
+    """The subject hash key cannot be read from its secret, or is too short."""
+
+
+class InvalidObjectListError(JobError):
+    """The objects given to the index job are not a list of objects of the dataset."""

@@ -6,7 +6,14 @@
 4. write valid rows as Parquet per partition (`layout`), with pyarrow, and remove the files an
    earlier ingestion of the same raw key wrote that this run did not rewrite;
 5. write rejected rows (or the unreadable file's reason) to the quarantine prefix;
-6. record the outcome on the raw object's catalog item and return the summary.
+6. index what it wrote and read (`indexing`): entries for every lake file, the quarantine file and
+   the raw object version, each object's entries replaced as a whole (`replace_object`);
+7. remove the files an earlier ingestion of the same raw key wrote that this run did not
+   rewrite, and their entries;
+8. record the outcome on the raw object's catalog item and return the summary.
+
+Every lake object it writes carries the S3 metadata `lethe-producer: ingest`: the object events
+path sees these writes too, and leaves their indexing to this job.
 
 Quarantining is a success of the job. Failures worth a retry or an investigation (AWS errors,
 an unregistered dataset, a missing version, a missing catalog item) raise.
@@ -19,7 +26,7 @@ import json
 import logging
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,9 +38,19 @@ from pyspark.sql import DataFrame, SparkSession
 from lethe_jobs import layout
 from lethe_jobs.arrow_bridge import arrow_schema, dataframe_to_table, table_to_dataframe
 from lethe_jobs.errors import UnreadableFileError
+from lethe_jobs.indexing import (
+    SubjectRows,
+    entries_of_rows,
+    lake_file_ref,
+    lake_parquet_entries,
+    quarantine_entries,
+    raw_subject_rows,
+    with_typed_subjects,
+)
 from lethe_jobs.readers import RawRecords, RejectedRecord, read_raw
 from lethe_jobs.s3io import (
     IngestionRecord,
+    StoredVersion,
     delete_if_present,
     download_version,
     earlier_lake_objects,
@@ -45,6 +62,7 @@ from lethe_jobs.validate import (
     POSITION,
     REASONS,
     RECORD,
+    col,
     conform,
     extra_columns,
     extract_json_fields,
@@ -53,8 +71,10 @@ from lethe_jobs.validate import (
     valid_rows,
     with_record,
 )
+from lethe_shared.arrow_index import ObjectRef
 from lethe_shared.datasets import Dataset
 from lethe_shared.registry import DynamoDatasetRegistry
+from lethe_shared.subjects import DynamoSubjectIndex, IndexEntry
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.service_resource import Table
@@ -77,6 +97,8 @@ class IngestArgs:
     lake_bucket: str
     datasets_table: str
     catalog_table: str
+    index_table: str
+    hash_key_secret: str  # ARN or name of the secret whose SecretString is the HMAC key
     correlation_id: str
 
     @property
@@ -124,6 +146,8 @@ class AwsPorts:
     s3: S3Client
     datasets: Table
     catalog: Table
+    index: DynamoSubjectIndex
+    hash_key: bytes = field(repr=False)  # the subject HMAC key: never logged
 
 
 @dataclass(frozen=True)
@@ -135,6 +159,17 @@ class _Run:
     s3: S3Client
     workdir: Path
     now: datetime
+    hash_key: bytes = field(repr=False)
+
+
+@dataclass
+class _Indexing:
+    """The entries of the objects a run wrote and read, by object URL, written at the end."""
+
+    entries: dict[str, list[IndexEntry]] = field(default_factory=dict)
+
+    def add(self, object_url: str, entries: list[IndexEntry]) -> None:
+        self.entries[object_url] = entries
 
 
 def run_ingest(spark: SparkSession, args: IngestArgs, aws: AwsPorts, now: datetime) -> IngestResult:
@@ -158,18 +193,20 @@ def run_ingest(spark: SparkSession, args: IngestArgs, aws: AwsPorts, now: dateti
         dataset.dataset_id,
         dataset.format.value,
     )
+    indexing = _Indexing()
     with tempfile.TemporaryDirectory(prefix="lethe-ingest-") as tmp:
-        run = _Run(args, dataset, aws.s3, Path(tmp), now)
-        raw_path = download_version(
-            aws.s3, args.raw_bucket, args.key, args.version_id, run.workdir / "raw"
-        )
+        run = _Run(args, dataset, aws.s3, Path(tmp), now, aws.hash_key)
+        raw_path = run.workdir / "raw"
+        raw = download_version(aws.s3, args.raw_bucket, args.key, args.version_id, raw_path)
         try:
             records = read_raw(raw_path, dataset, run.workdir)
         except UnreadableFileError as exc:
             result = _quarantine_file(run, exc.reason)
+            indexing.add(args.object_url, [])  # no row can be read: nobody's rows
         else:
-            result = _ingest_records(spark, run, records)
-    _remove_stale(run, earlier, result)
+            result = _ingest_records(spark, run, records, _raw_ref(args, dataset, raw), indexing)
+    _write_index(aws.index, indexing)
+    _remove_stale(run, earlier, result, aws.index)
     _record(aws, args, result, now)
     LOG.info(
         "%s: %d rows read, %d written, %d quarantined",
@@ -179,6 +216,19 @@ def run_ingest(spark: SparkSession, args: IngestArgs, aws: AwsPorts, now: dateti
         result.rows_quarantined,
     )
     return result
+
+
+def _raw_ref(args: IngestArgs, dataset: Dataset, raw: StoredVersion) -> ObjectRef:
+    return ObjectRef(args.object_url, "raw", dataset.format.value, args.version_id, raw.etag)
+
+
+def _write_index(index: DynamoSubjectIndex, indexing: _Indexing) -> None:
+    """Each object's entries become exactly the ones computed: written, then the entries of
+    subjects the object no longer holds deleted (lethe_shared's replace_object)."""
+    for url, entries in indexing.entries.items():
+        index.replace_object(url, entries)
+    count = sum(len(e) for e in indexing.entries.values())
+    LOG.info("indexed %d objects: %d subject entries", len(indexing.entries), count)
 
 
 def _record(aws: AwsPorts, args: IngestArgs, result: IngestResult, now: datetime) -> None:
@@ -199,14 +249,17 @@ def _record(aws: AwsPorts, args: IngestArgs, result: IngestResult, now: datetime
     )
 
 
-def _ingest_records(spark: SparkSession, run: _Run, records: RawRecords) -> IngestResult:
+def _ingest_records(
+    spark: SparkSession, run: _Run, records: RawRecords, raw_ref: ObjectRef, indexing: _Indexing
+) -> IngestResult:
     extras = extra_columns(records.columns, run.dataset)
     if extras:
         LOG.info("dropping columns the schema does not declare: %s", ", ".join(extras))
-    valid, rejected = _validate(spark, run.dataset, records)
+    valid, rejected, typed_subjects = _validate(spark, run.dataset, records)
     rejected = sorted([*records.rejected, *rejected], key=lambda r: r.position)
-    lake_objects = _write_partitions(run, valid)
-    quarantine_object = _write_quarantined_rows(run, records.coordinate, rejected)
+    lake_objects = _write_partitions(run, valid, indexing)
+    quarantine_object = _write_quarantined_rows(run, records.coordinate, rejected, indexing)
+    indexing.add(raw_ref.object_url, _raw_entries(run, records, typed_subjects, raw_ref))
     written = int(valid.num_rows)
     status = INGESTED if written or not records.rows_read else QUARANTINED
     return IngestResult(
@@ -214,13 +267,29 @@ def _ingest_records(spark: SparkSession, run: _Run, records: RawRecords) -> Inge
     )
 
 
+def _raw_entries(
+    run: _Run, records: RawRecords, typed_subjects: Any, ref: ObjectRef
+) -> list[IndexEntry]:
+    """The raw object's entries: every record it holds, valid or rejected; subject values as
+    validation typed them, or as read where they did not convert (indexing module)."""
+    rows: SubjectRows = raw_subject_rows(records, run.dataset)
+    if typed_subjects is not None:
+        rows = with_typed_subjects(rows, typed_subjects, run.dataset)
+    return entries_of_rows(rows, run.dataset, ref, key=run.hash_key)
+
+
+def _subject_heads(dataset: Dataset) -> list[str]:
+    return sorted({path.split(".")[0] for path in dataset.subject_columns})
+
+
 def _validate(
     spark: SparkSession, dataset: Dataset, records: RawRecords
-) -> tuple[Any, list[RejectedRecord]]:
-    """Valid rows (Arrow, POSITION and schema columns, in source order) and rejected rows."""
+) -> tuple[Any, list[RejectedRecord], Any]:
+    """Valid rows (Arrow, POSITION and schema columns, in source order), rejected rows, and
+    the subject columns of every row as validation typed them (Arrow, POSITION first)."""
     if records.table.num_rows == 0:
         empty = arrow_schema(schema_of(dataset)).empty_table()
-        return empty.add_column(0, POSITION, pa.array([], pa.int64())), []
+        return empty.add_column(0, POSITION, pa.array([], pa.int64())), [], None
     frame: DataFrame = table_to_dataframe(spark, records.table)
     if records.json_text:
         frame = frame.transform(extract_json_fields(dataset))
@@ -231,9 +300,11 @@ def _validate(
             RejectedRecord(int(row[POSITION]), tuple(row[REASONS]), str(row[RECORD]))
             for row in rejected_rows(conformed).orderBy(POSITION).collect()
         ]
+        heads = [col(POSITION), *[col(h) for h in _subject_heads(dataset)]]
+        typed_subjects = dataframe_to_table(conformed.select(*heads))
     finally:
         conformed.unpersist()
-    return valid, rejected
+    return valid, rejected, typed_subjects
 
 
 def _file_schema(run: _Run) -> Any:
@@ -247,7 +318,7 @@ def _file_schema(run: _Run) -> Any:
     )
 
 
-def _write_partitions(run: _Run, valid: Any) -> list[str]:
+def _write_partitions(run: _Run, valid: Any, indexing: _Indexing) -> list[str]:
     schema = _file_schema(run)
     written: list[str] = []
     for partition, indices in layout.partition_groups(valid, run.dataset.partition_by).items():
@@ -255,9 +326,12 @@ def _write_partitions(run: _Run, valid: Any) -> list[str]:
         key = layout.lake_key(run.dataset.dataset_id, partition, run.args.digest)
         local = run.workdir / f"part-{len(written)}.parquet"
         pq.write_table(part, local, compression="snappy")
-        version = put_file(run.s3, run.args.lake_bucket, key, local, PARQUET_CONTENT_TYPE)
-        written.append(layout.s3_url(run.args.lake_bucket, key))
-        LOG.info("wrote %d rows to %s (version %s)", part.num_rows, written[-1], version)
+        stored = put_file(run.s3, run.args.lake_bucket, key, local, PARQUET_CONTENT_TYPE)
+        url = layout.s3_url(run.args.lake_bucket, key)
+        written.append(url)
+        LOG.info("wrote %d rows to %s (version %s)", part.num_rows, url, stored.version_id)
+        ref = lake_file_ref(url, key, run.dataset, stored.version_id, stored.etag)
+        indexing.add(url, lake_parquet_entries(local, key, run.dataset, ref, key=run.hash_key))
     return written
 
 
@@ -278,7 +352,7 @@ def _quarantine_line(run: _Run, coordinate: str, rejected: RejectedRecord) -> st
 
 
 def _write_quarantined_rows(
-    run: _Run, coordinate: str, rejected: list[RejectedRecord]
+    run: _Run, coordinate: str, rejected: list[RejectedRecord], indexing: _Indexing
 ) -> str | None:
     if not rejected:
         return None
@@ -287,9 +361,11 @@ def _write_quarantined_rows(
     with local.open("w", encoding="utf-8") as out:
         for record in rejected:
             out.write(_quarantine_line(run, coordinate, record))
-    put_file(run.s3, run.args.lake_bucket, key, local, JSONL_CONTENT_TYPE)
+    stored = put_file(run.s3, run.args.lake_bucket, key, local, JSONL_CONTENT_TYPE)
     url = layout.s3_url(run.args.lake_bucket, key)
     LOG.info("quarantined %d rows to %s", len(rejected), url)
+    ref = ObjectRef(url, "lake", "jsonl", stored.version_id, stored.etag)
+    indexing.add(url, quarantine_entries(local, run.dataset, ref, key=run.hash_key))
     return url
 
 
@@ -308,10 +384,13 @@ def _quarantine_file(run: _Run, reason: str) -> IngestResult:
     return IngestResult(QUARANTINED, 0, 0, 0, [], layout.s3_url(run.args.lake_bucket, key))
 
 
-def _remove_stale(run: _Run, earlier: set[str], result: IngestResult) -> None:
+def _remove_stale(
+    run: _Run, earlier: set[str], result: IngestResult, index: DynamoSubjectIndex
+) -> None:
     """Delete what an earlier ingestion of this raw key wrote and this run did not rewrite:
     partition files whose rows moved or went away, and a quarantine object of the other kind
-    (or of rows, when no row was rejected this time)."""
+    (or of rows, when no row was rejected this time). Their index entries go with them, also
+    when the file is gone already (a retry after a failure between the two steps)."""
     lake, dataset_id, digest = run.args.lake_bucket, run.dataset.dataset_id, run.args.digest
     for url in sorted(earlier - set(result.lake_objects)):
         bucket, key = layout.split_s3_url(url)
@@ -320,10 +399,20 @@ def _remove_stale(run: _Run, earlier: set[str], result: IngestResult) -> None:
             continue
         if delete_if_present(run.s3, bucket, key):
             LOG.info("removed stale lake object %s", url)
+        _unindex(index, url)
     for key in (
         layout.quarantine_rows_key(dataset_id, digest),
         layout.quarantine_file_key(dataset_id, digest),
     ):
         url = layout.s3_url(lake, key)
-        if url != result.quarantine_object and delete_if_present(run.s3, lake, key):
+        if url == result.quarantine_object:
+            continue
+        if delete_if_present(run.s3, lake, key):
             LOG.info("removed stale quarantine object %s", url)
+        _unindex(index, url)
+
+
+def _unindex(index: DynamoSubjectIndex, url: str) -> None:
+    removed = index.remove_object(url)
+    if removed:
+        LOG.info("removed %d index entries of %s", removed, url)

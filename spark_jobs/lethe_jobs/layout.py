@@ -92,3 +92,20 @@ def partition_groups(table: Any, names: Sequence[str]) -> dict[str, list[int]]:
     for index, values in enumerate(zip(*columns, strict=True)):
         groups.setdefault(partition_path(names, values), []).append(index)
     return dict(sorted(groups.items()))
+
+
+def is_quarantine_key(key: str, dataset_id: str) -> bool:
+    return key.startswith(f"{dataset_id}/{QUARANTINE_PREFIX}/")
+
+
+def is_quarantine_rows_key(key: str, dataset_id: str) -> bool:
+    """A quarantine file of rejected rows (JSON Lines), not the report of an unreadable file."""
+    return is_quarantine_key(key, dataset_id) and key.endswith(".jsonl")
+
+
+def is_hidden_key(key: str, dataset_id: str) -> bool:
+    """Whether a lake key is hidden from Spark, Hive and Athena (a path segment below the
+    dataset starts with `_` or `.`: quarantine, `_SUCCESS`, `_delta_log/`, `.hive-staging`), or
+    names a "directory" (ends with `/`)."""
+    rest = key.removeprefix(f"{dataset_id}/")
+    return key.endswith("/") or any(s.startswith(("_", ".")) for s in rest.split("/"))

@@ -18,6 +18,7 @@ from botocore.exceptions import ClientError
 
 from lethe_jobs.errors import CatalogItemMissingError, RawObjectNotFoundError
 from lethe_shared.catalog import NULL_VERSION
+from lethe_shared.index_maintenance import INGEST_PRODUCER, PRODUCER_METADATA
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.service_resource import Table
@@ -25,19 +26,35 @@ if TYPE_CHECKING:
 
 LOG = logging.getLogger(__name__)
 CHUNK_BYTES = 1024 * 1024
+
 # get_object on a version that is not there: NoSuchKey / NoSuchVersion, a malformed version id:
 # InvalidArgument, a delete marker: MethodNotAllowed (405).
 _MISSING_OBJECT_CODES = frozenset(
     {"NoSuchKey", "NoSuchVersion", "InvalidArgument", "MethodNotAllowed", "404", "405"}
 )
-_NOT_FOUND_CODES = frozenset({"404", "NoSuchKey", "NotFound"})
+NOT_FOUND_CODES = frozenset({"404", "NoSuchKey", "NotFound"})
 
 
-def _error_code(exc: ClientError) -> str:
+def error_code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
 
-def download_version(s3: S3Client, bucket: str, key: str, version_id: str, target: Path) -> Path:
+@dataclass(frozen=True)
+class StoredVersion:
+    """One object version as S3 reported it: version id ("null" when unversioned) and ETag
+    (without the quotes S3 puts around it, as the object catalog and the index store it)."""
+
+    version_id: str
+    etag: str
+
+
+def plain_etag(etag: Any) -> str:
+    return str(etag or "").strip('"')
+
+
+def download_version(
+    s3: S3Client, bucket: str, key: str, version_id: str, target: Path
+) -> StoredVersion:
     """Stream one exact object version to `target`. "null" names an unversioned object."""
     params: dict[str, Any] = {"Bucket": bucket, "Key": key}
     if version_id != NULL_VERSION:
@@ -45,22 +62,34 @@ def download_version(s3: S3Client, bucket: str, key: str, version_id: str, targe
     try:
         response = s3.get_object(**params)
     except ClientError as exc:
-        if _error_code(exc) in _MISSING_OBJECT_CODES:
+        if error_code(exc) in _MISSING_OBJECT_CODES:
             raise RawObjectNotFoundError(
-                f"s3://{bucket}/{key} version {version_id} cannot be read: {_error_code(exc)}"
+                f"s3://{bucket}/{key} version {version_id} cannot be read: {error_code(exc)}"
             ) from exc
         raise
     with target.open("wb") as out:
         for chunk in response["Body"].iter_chunks(CHUNK_BYTES):
             out.write(chunk)
-    return target
+    return StoredVersion(
+        str(response.get("VersionId") or version_id), plain_etag(response.get("ETag"))
+    )
 
 
-def put_file(s3: S3Client, bucket: str, key: str, path: Path, content_type: str) -> str:
-    """Upload a local file (streamed); returns the new version id ("null" when unversioned)."""
+def put_file(s3: S3Client, bucket: str, key: str, path: Path, content_type: str) -> StoredVersion:
+    """Upload a local file (streamed) as a lake object the ingest job produced: its
+    `lethe-producer: ingest` metadata tells the object events path (which sees this write too)
+    that the job indexed it. Returns the new version and its ETag."""
     with path.open("rb") as body:
-        response = s3.put_object(Bucket=bucket, Key=key, Body=body, ContentType=content_type)
-    return str(response.get("VersionId") or NULL_VERSION)
+        response = s3.put_object(
+            Bucket=bucket,
+            Key=key,
+            Body=body,
+            ContentType=content_type,
+            Metadata={PRODUCER_METADATA: INGEST_PRODUCER},
+        )
+    return StoredVersion(
+        str(response.get("VersionId") or NULL_VERSION), plain_etag(response.get("ETag"))
+    )
 
 
 def delete_if_present(s3: S3Client, bucket: str, key: str) -> bool:
@@ -69,7 +98,7 @@ def delete_if_present(s3: S3Client, bucket: str, key: str) -> bool:
     try:
         s3.head_object(Bucket=bucket, Key=key)
     except ClientError as exc:
-        if _error_code(exc) in _NOT_FOUND_CODES:
+        if error_code(exc) in NOT_FOUND_CODES:
             return False
         raise
     s3.delete_object(Bucket=bucket, Key=key)
@@ -168,7 +197,7 @@ def record_ingestion(
             ExpressionAttributeValues=values,
         )
     except ClientError as exc:
-        if _error_code(exc) == "ConditionalCheckFailedException":
+        if error_code(exc) == "ConditionalCheckFailedException":
             raise CatalogItemMissingError(
                 f"the object catalog has no item for {object_url} version {version_id}"
             ) from exc

@@ -1,8 +1,8 @@
 """The whole ingest job (`spark_jobs/ingest.py` main) against a moto server.
 
 The server runs in a thread on 127.0.0.1 (server mode, as the local cloud runs it); the job
-reaches it through AWS_ENDPOINT_URL like the local cloud's Spark runner sets it. Tables have the
-keys of template.yaml's DatasetsTable and ObjectCatalogTable.
+reaches it through AWS_ENDPOINT_URL like the local cloud's Spark runner sets it (tests/spark/
+cloud.py). Besides the lake, the tests check the subject index entries the job writes.
 """
 
 from __future__ import annotations
@@ -11,35 +11,18 @@ import datetime as dt
 import gzip
 import io
 import json
-import logging
-import socket
-from collections.abc import Iterator
-from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import requests
-from moto.server import ThreadedMotoServer
-from pyspark.sql import SparkSession
 
 from ingest import main
-from lethe.localcloud.template import load_template
-from lethe_jobs.errors import RawObjectNotFoundError
-from lethe_shared.catalog import CatalogItem, ObjectStatus, Zone, normalize_sequencer
-from lethe_shared.datasets import parse_dataset
+from lethe_jobs.errors import HashKeyError, RawObjectNotFoundError
 from lethe_shared.errors import DatasetNotFoundError
-from lethe_shared.registry import DynamoDatasetRegistry
-
-REGION = "us-east-1"
-RAW = "lethe-test-raw"
-LAKE = "lethe-test-lake"
-DATASETS = "lethe-test-datasets"
-CATALOG = "lethe-test-object-catalog"
+from tests.spark.cloud import GLUE_ARGS, LAKE, RAW, Cloud, JobRunner, h, ingest_args
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REVIEWS = json.loads((FIXTURES / "reviews.dataset.json").read_text())
@@ -47,6 +30,9 @@ REVIEWS_KEY = "reviews/2026/11/batch-1.csv"
 REVIEWS_HASH = "bf6f28df84c0c9eb"  # sha256("lethe-test-raw/reviews/2026/11/batch-1.csv")[:16]
 # u1 (line 2) and u3 (lines 4-5, a quoted newline) are valid; u2 (line 3) has stars "abc"
 REVIEWS_CSV = (FIXTURES / "reviews-batch-1.csv").read_bytes()
+DAY1 = f"reviews/review_date=2026-11-22/part-{REVIEWS_HASH}.parquet"
+DAY2 = f"reviews/review_date=2026-11-23/part-{REVIEWS_HASH}.parquet"
+REVIEWS_QUARANTINE = f"reviews/_quarantine/{REVIEWS_HASH}.jsonl"
 EVENTS = {
     "dataset_id": "events",
     "format": "jsonl",
@@ -78,142 +64,29 @@ BROKEN_KEY = "metrics/broken.parquet"
 BROKEN_HASH = "034583dcf346b19a"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def moto_endpoint() -> Iterator[str]:
-    port = _free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
-
-
-@dataclass
-class Cloud:
-    endpoint: str
-    s3: Any
-    datasets: Any
-    catalog: Any
-
-    def register(self, document: dict[str, Any]) -> None:
-        DynamoDatasetRegistry(self.datasets).put(parse_dataset(document))
-
-    def upload(self, key: str, body: bytes, dataset_id: str, sequencer: str = "1") -> str:
-        """Put a raw object and record it in the catalog as the object events handler does."""
-        version = self.s3.put_object(Bucket=RAW, Key=key, Body=body)["VersionId"]
-        item = CatalogItem(
-            bucket=RAW,
-            key=key,
-            version_id=version,
-            zone=Zone.RAW,
-            status=ObjectStatus.RECEIVED,
-            sequencer=normalize_sequencer(sequencer),
-            dataset_id=dataset_id,
-            size=len(body),
-        )
-        self.catalog.put_item(Item=item.to_item())
-        return str(version)
-
-    def lake_keys(self) -> list[str]:
-        listing = self.s3.list_objects_v2(Bucket=LAKE)
-        return sorted(o["Key"] for o in listing.get("Contents", []))
-
-    def lake_object(self, key: str) -> bytes:
-        return bytes(self.s3.get_object(Bucket=LAKE, Key=key)["Body"].read())
-
-    def lake_parquet(self, key: str) -> pa.Table:
-        return pq.read_table(io.BytesIO(self.lake_object(key)))
-
-    def catalog_item(self, key: str, version: str) -> dict[str, Any]:
-        found = self.catalog.get_item(
-            Key={"object_url": f"s3://{RAW}/{key}", "version_id": version}
-        )
-        return dict(found["Item"])
-
-
-def _create_table(dynamodb: Any, logical_id: str, name: str) -> Any:
-    props = load_template()["Resources"][logical_id]["Properties"]
-    kwargs: dict[str, Any] = {
-        "TableName": name,
-        "KeySchema": props["KeySchema"],
-        "AttributeDefinitions": props["AttributeDefinitions"],
-        "BillingMode": "PAY_PER_REQUEST",
-    }
-    if props.get("GlobalSecondaryIndexes"):
-        kwargs["GlobalSecondaryIndexes"] = props["GlobalSecondaryIndexes"]
-    return dynamodb.create_table(**kwargs)
-
-
-@pytest.fixture
-def cloud(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch, spark: SparkSession) -> Cloud:
-    """A fresh moto state: versioned raw and lake buckets, the datasets and catalog tables."""
-    requests.post(f"{moto_endpoint}/moto-api/reset", timeout=10).raise_for_status()
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
-    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    s3 = boto3.client("s3", region_name=REGION)
-    for bucket in (RAW, LAKE):
-        s3.create_bucket(Bucket=bucket)
-        s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
-    dynamodb = boto3.resource("dynamodb", region_name=REGION)
-    return Cloud(
-        moto_endpoint,
-        s3,
-        _create_table(dynamodb, "DatasetsTable", DATASETS),
-        _create_table(dynamodb, "ObjectCatalogTable", CATALOG),
-    )
-
-
-class JobRunner:
-    """Runs main() in this process, as the local cloud's runner would run the script."""
+class IngestRunner:
+    """Runs ingest's main() in this process; returns the JSON summary it printed."""
 
     def __init__(self, capsys: pytest.CaptureFixture[str]) -> None:
-        self._capsys = capsys
-        self.logs = ""  # stderr of the last run
+        self._runner = JobRunner(main, GLUE_ARGS, capsys)
+
+    @property
+    def logs(self) -> str:
+        return self._runner.logs
 
     def __call__(
         self, dataset_id: str, key: str, version: str, correlation_id: str = "exec-1"
     ) -> Any:
-        """Returns the JSON summary the job printed on stdout."""
-        self._capsys.readouterr()
-        try:
-            code = main(
-                [
-                    "--dataset-id", dataset_id,
-                    "--raw-bucket", RAW,
-                    "--key", key,
-                    "--version-id", version,
-                    "--lake-bucket", LAKE,
-                    "--datasets-table", DATASETS,
-                    "--catalog-table", CATALOG,
-                    "--correlation-id", correlation_id,
-                    "--JOB_ID", "j_123", "--job-bookmark-option", "job-bookmark-disable",
-                ]
-            )  # fmt: skip
-        finally:
-            captured = self._capsys.readouterr()
-            self.logs = captured.err
-        assert code == 0
-        lines = captured.out.strip().splitlines()
-        assert len(lines) == 1
-        return json.loads(lines[0])
+        return self._runner(*ingest_args(dataset_id, key, version, correlation_id))
 
 
 @pytest.fixture
-def run_job(cloud: Cloud, capsys: pytest.CaptureFixture[str]) -> JobRunner:
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # the moto server's request log
-    return JobRunner(capsys)
+def run_job(cloud: Cloud, capsys: pytest.CaptureFixture[str]) -> IngestRunner:
+    return IngestRunner(capsys)
 
 
 def test_csv_rows_are_partitioned_and_the_bad_row_is_quarantined(
-    cloud: Cloud, run_job: JobRunner
+    cloud: Cloud, run_job: IngestRunner
 ) -> None:
     # Given a CSV with two good rows on two days and one row whose stars are not a number
     cloud.register(REVIEWS)
@@ -283,25 +156,69 @@ def test_csv_rows_are_partitioned_and_the_bad_row_is_quarantined(
     assert all("[exec-csv]" in line for line in log_lines)
 
 
+def test_ingestion_indexes_its_lake_files_the_raw_object_and_quarantine(
+    cloud: Cloud, run_job: IngestRunner
+) -> None:
+    # Given the CSV: u1 (line 2) and u3 (line 4) valid on two days, u2 (line 3) rejected
+    cloud.register(REVIEWS)
+    version = cloud.upload(REVIEWS_KEY, REVIEWS_CSV, "reviews")
+
+    run_job("reviews", REVIEWS_KEY, version)
+
+    raw = f"s3://{RAW}/{REVIEWS_KEY}"
+    raw_v = cloud.current(RAW, REVIEWS_KEY)
+    day1, day2, quarantine = (cloud.current(LAKE, k) for k in (DAY1, DAY2, REVIEWS_QUARANTINE))
+    # Then each subject is found in the lake file (row in the file) and the raw object (line)
+    assert raw_v[0] == version
+    assert cloud.lookup(h("u1")) == [
+        (h("u1"), f"s3://{LAKE}/{DAY1}", "lake", "parquet", 1, (0,), *day1, False),
+        (h("u1"), raw, "raw", "csv", 1, (2,), *raw_v, False),
+    ]
+    assert cloud.lookup(h("u3")) == [
+        (h("u3"), f"s3://{LAKE}/{DAY2}", "lake", "parquet", 1, (0,), *day2, False),
+        (h("u3"), raw, "raw", "csv", 1, (4,), *raw_v, False),
+    ]
+    # and the rejected row's subject in the raw object and in quarantine (line 1 there)
+    assert cloud.lookup(h("u2")) == [
+        (h("u2"), f"s3://{LAKE}/{REVIEWS_QUARANTINE}", "lake", "jsonl", 1, (1,), *quarantine,
+         False),
+        (h("u2"), raw, "raw", "csv", 1, (3,), *raw_v, False),
+    ]  # fmt: skip
+    assert len(cloud.entries()) == 6
+    # and no raw subject id is stored anywhere in the index
+    assert not any({"u1", "u2", "u3"} & {str(v) for e in cloud.entries() for v in e})
+    # and every object the job wrote says that ingestion indexed it
+    for key in (DAY1, DAY2, REVIEWS_QUARANTINE):
+        metadata = cloud.s3.head_object(Bucket=LAKE, Key=key)["Metadata"]
+        assert metadata == {"lethe-producer": "ingest"}
+
+
 def test_rerunning_the_same_version_overwrites_instead_of_duplicating(
-    cloud: Cloud, run_job: JobRunner
+    cloud: Cloud, run_job: IngestRunner
 ) -> None:
     cloud.register(REVIEWS)
     version = cloud.upload(REVIEWS_KEY, REVIEWS_CSV, "reviews")
     first = run_job("reviews", REVIEWS_KEY, version)
     keys = cloud.lake_keys()
 
+    entries = cloud.entries()
+
     second = run_job("reviews", REVIEWS_KEY, version, correlation_id="exec-retry")
 
     assert second == first
     assert cloud.lake_keys() == keys
+    # the same entries, now describing the lake files' new versions
+    again = cloud.entries()
+    assert {e[:6] for e in again} == {e[:6] for e in entries}
+    assert len(again) == len(entries) == 6
+    assert all(e[6:8] == cloud.current(*e[1][len("s3://") :].split("/", 1)) for e in again)
     day1 = f"reviews/review_date=2026-11-22/part-{REVIEWS_HASH}.parquet"
     assert cloud.lake_parquet(day1).num_rows == 1
     assert cloud.catalog_item(REVIEWS_KEY, version)["ingest_correlation_id"] == "exec-retry"
 
 
 def test_a_new_version_whose_rows_moved_removes_the_old_partition_file(
-    cloud: Cloud, run_job: JobRunner
+    cloud: Cloud, run_job: IngestRunner
 ) -> None:
     # Given version 1 ingested into two days, with one row quarantined
     cloud.register(REVIEWS)
@@ -324,10 +241,14 @@ def test_a_new_version_whose_rows_moved_removes_the_old_partition_file(
     assert "quarantine_object" not in item
     # the first version's item still tells what its run wrote
     assert len(cloud.catalog_item(REVIEWS_KEY, v1)["lake_objects"]) == 2
+    # and the index holds only what version 2 holds: the removed files lost their entries
+    raw = (f"s3://{RAW}/{REVIEWS_KEY}", "raw", "csv", 1, (2,), *cloud.current(RAW, REVIEWS_KEY))
+    lake = (f"s3://{LAKE}/{new_day}", "lake", "parquet", 1, (0,), *cloud.current(LAKE, new_day))
+    assert cloud.entries() == {(h("u1"), *raw, False), (h("u1"), *lake, False)}
 
 
 def test_an_older_version_ingested_last_is_superseded_and_writes_nothing(
-    cloud: Cloud, run_job: JobRunner
+    cloud: Cloud, run_job: IngestRunner
 ) -> None:
     # Given version 2 of a key ingested before the late run of version 1
     cloud.register(REVIEWS)
@@ -353,7 +274,7 @@ def test_an_older_version_ingested_last_is_superseded_and_writes_nothing(
     assert cloud.catalog_item(REVIEWS_KEY, v1)["status"] == "SUPERSEDED"
 
 
-def test_gzipped_json_lines_without_gz_in_the_key(cloud: Cloud, run_job: JobRunner) -> None:
+def test_gzipped_json_lines_without_gz_in_the_key(cloud: Cloud, run_job: IngestRunner) -> None:
     cloud.register(EVENTS)
     lines = [
         {"customer": {"id": "c1", "tier": 2}, "at": "2026-11-22T10:00:00Z", "tags": ["a"]},
@@ -394,7 +315,7 @@ def test_gzipped_json_lines_without_gz_in_the_key(cloud: Cloud, run_job: JobRunn
 
 
 def test_parquet_file_with_schema_evolution_and_a_type_conflict(
-    cloud: Cloud, run_job: JobRunner
+    cloud: Cloud, run_job: IngestRunner
 ) -> None:
     # Given a Parquet file: device as int32 (declared long), value as text (declared double),
     # no firmware column (declared, nullable) and a column the schema does not know
@@ -432,7 +353,7 @@ def test_parquet_file_with_schema_evolution_and_a_type_conflict(
     assert rejected["record"] == {"device": 3, "site": "north", "value": "high", "debug": "z"}
 
 
-def test_an_unreadable_file_is_quarantined_whole(cloud: Cloud, run_job: JobRunner) -> None:
+def test_an_unreadable_file_is_quarantined_whole(cloud: Cloud, run_job: IngestRunner) -> None:
     cloud.register(METRICS)
     version = cloud.upload(BROKEN_KEY, b"this is not parquet", "metrics")
 
@@ -453,10 +374,11 @@ def test_an_unreadable_file_is_quarantined_whole(cloud: Cloud, run_job: JobRunne
     assert report["reason"].startswith("not a Parquet file")
     assert report["correlation_id"] == "exec-broken"
     assert cloud.catalog_item(BROKEN_KEY, version)["status"] == "QUARANTINED"
+    assert cloud.entries() == set()  # no row could be read: nobody's rows
 
 
 def test_unregistered_dataset_and_missing_version_fail_the_run(
-    cloud: Cloud, run_job: JobRunner
+    cloud: Cloud, run_job: IngestRunner
 ) -> None:
     version = cloud.upload(REVIEWS_KEY, REVIEWS_CSV, "reviews")
     with pytest.raises(DatasetNotFoundError, match="reviews"):
@@ -468,8 +390,21 @@ def test_unregistered_dataset_and_missing_version_fail_the_run(
     assert cloud.lake_keys() == []
 
 
+def test_a_missing_hash_key_secret_fails_the_run_before_anything_is_written(
+    cloud: Cloud, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cloud.register(REVIEWS)
+    version = cloud.upload(REVIEWS_KEY, REVIEWS_CSV, "reviews")
+    args = ingest_args("reviews", REVIEWS_KEY, version)
+    args[args.index("--hash-key-secret") + 1] = "no-such-secret"
+
+    with pytest.raises(HashKeyError, match="cannot be read: ResourceNotFoundException"):
+        JobRunner(main, GLUE_ARGS, capsys)(*args)
+    assert cloud.lake_keys() == []
+
+
 def test_a_version_with_only_rejected_rows_is_quarantined_and_replaces_the_old_rows(
-    cloud: Cloud, run_job: JobRunner
+    cloud: Cloud, run_job: IngestRunner
 ) -> None:
     # Given version 1 of a JSON Lines object ingested into the lake
     cloud.register(EVENTS)
@@ -498,10 +433,12 @@ def test_a_version_with_only_rejected_rows_is_quarantined_and_replaces_the_old_r
         (2, ["not a JSON object: Expecting value: line 1 column 1 (char 0)"], {"_raw": "not json"}),
     ]
     assert cloud.catalog_item(EVENTS_KEY, v2)["status"] == "QUARANTINED"
+    # no line names a subject any more; c1's lake file is gone with its entry
+    assert cloud.entries() == set()
 
 
 def test_a_nullable_column_added_to_the_dataset_appears_in_the_lake(
-    cloud: Cloud, run_job: JobRunner
+    cloud: Cloud, run_job: IngestRunner
 ) -> None:
     # Given the events dataset, ingested once with its first schema
     cloud.register(EVENTS)

@@ -184,3 +184,11 @@ def test_permanent_delete_leaving_a_delete_marker_current_flags_the_entries() ->
 
     assert maintainer.on_deleted(_item(status=ObjectStatus.DELETED)) is IndexAction.FLAGGED
     assert index.calls == [("flag", f"s3://{LAKE}/{KEY}")]
+
+
+def test_a_small_quarantine_file_still_goes_to_spark() -> None:
+    maintainer, _, requester = _maintainer(FakeS3(head={"ContentLength": 10, "Metadata": {}}))
+    item = _item().model_copy(update={"key": "reviews/_quarantine/abc.jsonl"})
+
+    assert maintainer.on_created(item) is IndexAction.SPARK
+    assert requester.lambdas == []

@@ -10,7 +10,6 @@ layer, tests), never from lethe_shared's other modules.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -19,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from lethe_shared.datasets import Dataset, hive_partition_values
+from lethe_shared.datasets import Dataset, hive_partition_values, is_quarantine_key
 from lethe_shared.subjects import IndexEntry, subject_hash
 
 
@@ -96,44 +95,14 @@ def entries_from_table(
     ]
 
 
-QUARANTINE_SEGMENT = "/_quarantine/"
-
-
 def lake_object_entries(
     body: bytes, object_key: str, dataset: Dataset, ref: ObjectRef, *, key: bytes
 ) -> list[IndexEntry]:
-    """Index entries of one lake object from its bytes: a Parquet file (partition values from
-    its Hive path), a quarantine JSON Lines file (each line's `record`, hint = line number), or
-    a quarantine report of an unreadable file (no rows: no entries)."""
-    if QUARANTINE_SEGMENT in f"/{object_key}":
-        if not object_key.endswith(".jsonl"):
-            return []
-        lines = [(n, json.loads(t)) for n, t in enumerate(body.decode().splitlines(), 1) if t]
-        records = [_as_record(row.get("record")) for _, row in lines]
-        table = _table_of_records(records, dataset)
-        quarantine_ref = replace(ref, format="jsonl")
-        return entries_from_table(
-            table, dataset, quarantine_ref, key=key, coordinates=[n for n, _ in lines]
-        )
+    """Index entries of one lake Parquet file from its bytes; partition values from its Hive
+    path. Used by the indexer Lambda and by the Spark jobs, so a file gets the same entries
+    whoever indexes it."""
+    if is_quarantine_key(object_key):
+        raise ValueError(f"{object_key} is a quarantine file: the Spark index job reads those")
     table = pq.read_table(pa.BufferReader(body))
     constants = {**hive_partition_values(object_key, dataset), **ref.constants}
     return entries_from_table(table, dataset, replace(ref, constants=constants), key=key)
-
-
-def _as_record(record: Any) -> dict[str, Any]:
-    """A quarantined row's values: a dict (CSV, Parquet) or the original JSON Lines text."""
-    if isinstance(record, dict):
-        return record
-    if isinstance(record, str):
-        try:
-            parsed = json.loads(record)
-        except ValueError:
-            return {}  # the line was not JSON: no subject can be read from it
-        return parsed if isinstance(parsed, dict) else {}
-    return {}
-
-
-def _table_of_records(records: list[dict[str, Any]], dataset: Dataset) -> pa.Table:
-    """The subject columns of raw records (values as read) as an Arrow table."""
-    heads = sorted({path.split(".")[0] for path in dataset.subject_columns})
-    return pa.table({h: pa.array([r.get(h) for r in records]) for h in heads})

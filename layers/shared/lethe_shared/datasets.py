@@ -338,3 +338,13 @@ def hive_partition_values(key: str, dataset: Dataset) -> dict[str, str | None]:
             text = unquote(raw)
             values[name] = None if text == HIVE_DEFAULT_PARTITION else text
     return values
+
+
+QUARANTINE_SEGMENT = "/_quarantine/"
+
+
+def is_quarantine_key(object_key: str) -> bool:
+    """Quarantine files (rows rejected by ingestion, `<dataset>/_quarantine/...`) hold raw
+    records as JSON Lines: only the Spark jobs read them (spark_jobs/lethe_jobs/indexing.py
+    types their values as ingestion does)."""
+    return QUARANTINE_SEGMENT in f"/{object_key}"

@@ -22,6 +22,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from lethe_shared.catalog import CatalogItem, Zone
+from lethe_shared.datasets import is_quarantine_key
 from lethe_shared.subjects import SubjectIndex
 
 PRODUCER_METADATA = "lethe-producer"  # S3 user metadata (x-amz-meta-lethe-producer)
@@ -86,7 +87,7 @@ class IndexMaintainer:
         return self._request(older, size)
 
     def _request(self, item: CatalogItem, size: int) -> IndexAction:
-        if size <= self.max_lambda_bytes:
+        if size <= self.max_lambda_bytes and not is_quarantine_key(item.key):
             self.requester.by_lambda(
                 {
                     "dataset_id": item.dataset_id or "",

@@ -1,0 +1,353 @@
+"""The index job: make the subject index entries of given objects match their current content.
+
+For a lake that existed before Lethe (backfill), for lake objects too large for the indexer
+Lambda, and for raw keys whose current version changed by a delete. One Spark task per object:
+
+1. classify the key (`objects.object_kind`): raw, lake Parquet, quarantine rows, or no rows
+   (a quarantine report, `_SUCCESS`, ...: skipped);
+2. HEAD the key's current version. None: the key's entries are flagged `deleted` when older
+   versions still hold its data (a delete marker), removed when nothing is left ("missing").
+   A requested `version_id` that is no longer current is skipped: the current version is
+   indexed by its own event;
+3. skip objects whose `lethe-producer` metadata names the producer to skip (ingestion indexes
+   what it writes), and objects whose entries all describe this version and ETag (unless
+   `force`);
+4. download that exact version, compute its entries (`indexing.object_entries`) and make them
+   the object's entries (`replace_object`: put, then delete the subjects it no longer holds).
+
+Failures worth a retry raise (AWS errors, an unregistered dataset, the hash key): the job
+fails and Step Functions retries it. An unreadable lake object is reported and keeps no entry.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import boto3
+from botocore.exceptions import ClientError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pyspark.sql import SparkSession
+
+from lethe_jobs import layout
+from lethe_jobs.errors import InvalidObjectListError
+from lethe_jobs.indexing import StoredObject, UnreadableObjectError, object_entries
+from lethe_jobs.objects import (
+    ObjectHead,
+    ObjectKind,
+    has_older_versions,
+    head_current,
+    missing_object_error,
+    object_kind,
+)
+from lethe_jobs.session import configure_logging
+from lethe_jobs.subject_index import describe_version
+from lethe_shared.catalog import NULL_VERSION
+from lethe_shared.datasets import Dataset
+from lethe_shared.registry import DynamoDatasetRegistry
+from lethe_shared.subjects import DynamoSubjectIndex
+
+LOG = logging.getLogger("lethe.index")
+NO_PRODUCER = "none"
+TRUE_WORDS = frozenset({"true", "yes", "1"})
+FALSE_WORDS = frozenset({"false", "no", "0"})
+
+
+class ObjectLocation(BaseModel):
+    """One object to index: `{"bucket", "key"}`, optionally `"version_id"`."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    bucket: str = Field(min_length=3)
+    key: str = Field(min_length=1)
+    version_id: str | None = None
+
+    @property
+    def url(self) -> str:
+        return layout.s3_url(self.bucket, self.key)
+
+
+@dataclass(frozen=True)
+class IndexArgs:
+    dataset_id: str
+    raw_bucket: str
+    lake_bucket: str
+    datasets_table: str
+    index_table: str
+    hash_key_secret: str
+    correlation_id: str
+    objects_json: str | None
+    objects_manifest: str | None
+    skip_producer: str | None  # None: index every object
+    force: bool
+
+
+def _flag(value: str) -> bool:
+    """`--force` alone, or with a value (Glue passes every argument as a key and a value)."""
+    word = value.strip().lower()
+    if word not in TRUE_WORDS | FALSE_WORDS:
+        raise argparse.ArgumentTypeError(f"expected true or false, found {value!r}")
+    return word in TRUE_WORDS
+
+
+def add_flag(parser: argparse.ArgumentParser, name: str, help_text: str) -> None:
+    parser.add_argument(
+        f"--{name}", type=_flag, nargs="?", const=True, default=False, help=help_text
+    )
+
+
+def add_required(parser: argparse.ArgumentParser, names: Sequence[str]) -> None:
+    for name in names:
+        parser.add_argument(f"--{name.replace('_', '-')}", f"--{name}", dest=name, required=True)
+
+
+def parse_args(argv: Sequence[str] | None) -> tuple[IndexArgs, list[str]]:
+    """`--key value` arguments; unknown ones (Glue's own) are returned apart and ignored."""
+    parser = argparse.ArgumentParser(prog="index", description="Lethe subject index job")
+    add_required(
+        parser,
+        [
+            "dataset_id",
+            "raw_bucket",
+            "lake_bucket",
+            "datasets_table",
+            "index_table",
+            "hash_key_secret",
+            "correlation_id",
+        ],
+    )
+    objects = parser.add_mutually_exclusive_group(required=True)
+    objects.add_argument("--objects-json", dest="objects_json")
+    objects.add_argument("--objects-manifest", dest="objects_manifest")
+    parser.add_argument("--skip-producer", dest="skip_producer", default="ingest")
+    add_flag(parser, "force", "index even objects whose entries describe their current version")
+    known, unknown = parser.parse_known_args(argv)
+    values = vars(known)
+    if values["skip_producer"] in ("", NO_PRODUCER):
+        values["skip_producer"] = None
+    return IndexArgs(**values), unknown
+
+
+def parse_objects(document: Any, dataset_id: str, buckets: Sequence[str]) -> list[ObjectLocation]:
+    """The object list: a JSON list of `{"bucket", "key"[, "version_id"]}`, every object under
+    the dataset's prefix in its raw or lake bucket; duplicates dropped, order kept."""
+    if not isinstance(document, list):
+        raise InvalidObjectListError("the objects must be a JSON list")
+    try:
+        locations = [ObjectLocation.model_validate(item) for item in document]
+    except ValidationError as exc:
+        raise InvalidObjectListError(f"not an object list: {exc}") from exc
+    outside = [
+        loc.url
+        for loc in locations
+        if loc.bucket not in buckets or not loc.key.startswith(f"{dataset_id}/")
+    ]
+    if outside:
+        raise InvalidObjectListError(
+            f"{len(outside)} object(s) are not under dataset {dataset_id!r} in the raw or lake "
+            f"bucket, e.g. {outside[0]}"
+        )
+    return list(dict.fromkeys(locations))
+
+
+def read_objects(s3: Any, args: IndexArgs) -> list[ObjectLocation]:
+    if args.objects_json is not None:
+        text = args.objects_json
+    else:
+        bucket, key = layout.split_s3_url(args.objects_manifest or "")
+        text = s3.get_object(Bucket=bucket, Key=key)["Body"].read().decode("utf-8")
+    try:
+        document = json.loads(text)
+    except ValueError as exc:
+        raise InvalidObjectListError(f"the object list is not JSON: {exc}") from exc
+    return parse_objects(document, args.dataset_id, (args.raw_bucket, args.lake_bucket))
+
+
+@dataclass(frozen=True)
+class IndexSettings:
+    """What every task needs; travels to the executors with the task."""
+
+    dataset: Dataset
+    raw_bucket: str
+    lake_bucket: str
+    index_table: str
+    correlation_id: str
+    hash_key: bytes = field(repr=False)
+    skip_producer: str | None = None
+    force: bool = False
+    clear_unindexable: bool = False  # remove the entries of objects that hold no rows
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What happened to one object."""
+
+    status: str  # indexed | skipped | missing | unreadable
+    entries_written: int = 0
+    entries_deleted: int = 0
+    rows: int = 0
+
+
+@dataclass(frozen=True)
+class _Aws:
+    s3: Any
+    dynamodb: Any
+    index: DynamoSubjectIndex
+
+    @classmethod
+    def connect(cls, index_table: str) -> _Aws:
+        dynamodb = boto3.resource("dynamodb")
+        return cls(boto3.client("s3"), dynamodb, DynamoSubjectIndex(dynamodb.Table(index_table)))
+
+
+def _gone(aws: _Aws, location: ObjectLocation) -> Outcome:
+    """The key has no current version: keep (flagged) the entries of data older versions
+    still hold, remove them when nothing is left."""
+    if has_older_versions(aws.s3, location.bucket, location.key):
+        flagged = aws.index.flag_deleted(location.url)
+        LOG.info("%s is hidden by a delete marker: %d entries flagged", location.url, flagged)
+        return Outcome("missing")
+    removed = aws.index.remove_object(location.url)
+    LOG.info("%s does not exist: %d entries removed", location.url, removed)
+    return Outcome("missing", entries_deleted=removed)
+
+
+def _skip_reason(
+    aws: _Aws, location: ObjectLocation, head: ObjectHead, existing: set[str], ctx: IndexSettings
+) -> str | None:
+    if location.version_id is not None and location.version_id != head.version_id:
+        return f"version {location.version_id} is not the current one ({head.version_id})"
+    if ctx.skip_producer is not None and head.producer == ctx.skip_producer:
+        return f"written by {head.producer}, which indexed it"
+    if ctx.force or not existing:
+        return None
+    if describe_version(
+        aws.dynamodb,
+        ctx.index_table,
+        location.url,
+        sorted(existing),
+        version_id=head.version_id,
+        etag=head.etag,
+    ):
+        return "already indexed at this version"
+    return None
+
+
+def _download(aws: _Aws, location: ObjectLocation, head: ObjectHead, target: Path) -> bool:
+    """Download exactly the version that was headed; False when it is gone meanwhile."""
+    extra = {"VersionId": head.version_id} if head.version_id != NULL_VERSION else None
+    try:
+        aws.s3.download_file(location.bucket, location.key, str(target), ExtraArgs=extra)
+    except ClientError as exc:
+        if missing_object_error(exc):
+            return False
+        raise
+    return True
+
+
+def index_object(aws: _Aws, location: ObjectLocation, ctx: IndexSettings) -> Outcome:
+    """Make one object's index entries match its current version (module docstring)."""
+    kind = object_kind(
+        ctx.dataset.dataset_id,
+        location.bucket,
+        location.key,
+        raw_bucket=ctx.raw_bucket,
+        lake_bucket=ctx.lake_bucket,
+    )
+    if kind is ObjectKind.NO_ROWS:
+        removed = aws.index.remove_object(location.url) if ctx.clear_unindexable else 0
+        return Outcome("skipped", entries_deleted=removed)
+    head = head_current(aws.s3, location.bucket, location.key)
+    if head is None:
+        return _gone(aws, location)
+    existing = aws.index.subjects_of(location.url)
+    reason = _skip_reason(aws, location, head, existing, ctx)
+    if reason is not None:
+        LOG.info("skipping %s: %s", location.url, reason)
+        return Outcome("skipped")
+    with tempfile.TemporaryDirectory(prefix="lethe-index-") as tmp:
+        stored = StoredObject(
+            location.bucket, location.key, head.version_id, head.etag, Path(tmp) / "object"
+        )
+        if not _download(aws, location, head, stored.path):
+            return _gone(aws, location)  # deleted between the HEAD and the read
+        try:
+            entries = object_entries(kind, stored, ctx.dataset, key=ctx.hash_key, workdir=Path(tmp))
+            status = "indexed"
+        except UnreadableObjectError as exc:
+            LOG.warning("%s cannot be read, it keeps no entries: %s", location.url, exc)
+            entries, status = [], "unreadable"
+    aws.index.replace_object(location.url, entries)
+    deleted = len(existing - {e.subject_hash for e in entries})
+    return Outcome(status, len(entries), deleted, sum(e.rows for e in entries))
+
+
+def index_partition(items: Iterable[str], ctx: IndexSettings) -> Iterator[dict[str, Any]]:
+    """A Spark task: index the objects of one partition (JSON object locations)."""
+    configure_logging(ctx.correlation_id)  # an executor's Python worker logs on its own
+    aws = _Aws.connect(ctx.index_table)
+    for item in items:
+        location = ObjectLocation.model_validate_json(item)
+        yield asdict(index_object(aws, location, ctx))
+
+
+def index_objects(
+    spark: SparkSession, locations: Sequence[ObjectLocation], ctx: IndexSettings
+) -> list[Outcome]:
+    """One Spark task per object; the outcomes in the order of `locations`."""
+    if not locations:
+        return []
+    items = [loc.model_dump_json() for loc in locations]
+    rdd = spark.sparkContext.parallelize(items, numSlices=len(items))
+    return [Outcome(**o) for o in rdd.mapPartitions(lambda p: index_partition(p, ctx)).collect()]
+
+
+def summarize(outcomes: Sequence[Outcome]) -> dict[str, int]:
+    """The job's one-line summary."""
+    count = {s: sum(o.status == s for o in outcomes) for s in ("indexed", "skipped", "missing")}
+    return {
+        "objects": len(outcomes),
+        **count,
+        "unreadable": sum(o.status == "unreadable" for o in outcomes),
+        "entries_written": sum(o.entries_written for o in outcomes),
+        "entries_deleted": sum(o.entries_deleted for o in outcomes),
+        "rows": sum(o.rows for o in outcomes),
+    }
+
+
+@dataclass(frozen=True)
+class IndexPorts:
+    s3: Any  # boto3 S3 client (the manifest)
+    datasets: Any  # DatasetsTable
+    hash_key: bytes = field(repr=False)
+
+
+def run_index(spark: SparkSession, args: IndexArgs, ports: IndexPorts) -> dict[str, int]:
+    dataset = DynamoDatasetRegistry(ports.datasets).require(args.dataset_id)
+    locations = read_objects(ports.s3, args)
+    LOG.info(
+        "indexing %d objects of dataset %s (skip producer: %s, force: %s)",
+        len(locations),
+        dataset.dataset_id,
+        args.skip_producer or NO_PRODUCER,
+        args.force,
+    )
+    settings = IndexSettings(
+        dataset=dataset,
+        raw_bucket=args.raw_bucket,
+        lake_bucket=args.lake_bucket,
+        index_table=args.index_table,
+        correlation_id=args.correlation_id,
+        hash_key=ports.hash_key,
+        skip_producer=args.skip_producer,
+        force=args.force,
+    )
+    summary = summarize(index_objects(spark, locations, settings))
+    LOG.info("done: %s", json.dumps(summary, sort_keys=True))
+    return summary

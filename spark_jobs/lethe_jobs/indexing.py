@@ -1,0 +1,263 @@
+"""Index entries of one object, from its content: what the ingest, index and reconcile jobs
+write or expect. No AWS here: the callers download the object and write the entries.
+
+- **lake Parquet files**: `lethe_shared.arrow_index.lake_object_entries`, the function the
+  indexer Lambda uses (row hint = row in the file; partition values from the Hive path), so a
+  file gets the same entries whoever indexes it;
+- **raw objects**: read with the ingest job's readers; each row's subject values typed as the
+  ingest validation types them (`subject_values`); hint = the record's line (CSV, JSON Lines)
+  or row (Parquet). The ingest job, which has validated the rows in Spark, uses Spark's typed
+  values where they exist (`with_typed_subjects`): the same values wherever Spark's conversion
+  and `subject_values` agree, which tests/spark/test_index_subject_values.py checks;
+- **quarantine files**: each line's `record` (the rejected row as read), typed the same way, so
+  a rejected row has the same subject in its raw object and in quarantine; hint = line.
+
+Every path ends in `lethe_shared.arrow_index.entries_from_table`, the one implementation that
+turns rows into entries: the typed values go to it as their canonical texts.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from lethe_jobs.errors import UnreadableFileError
+from lethe_jobs.objects import ObjectKind
+from lethe_jobs.readers import RawRecords, read_raw
+from lethe_jobs.subject_values import json_leaf_text, subject_text
+from lethe_jobs.validate import POSITION, RECORD
+from lethe_shared.arrow_index import ObjectRef, entries_from_table, lake_object_entries
+from lethe_shared.datasets import Dataset, hive_partition_values
+from lethe_shared.subjects import IndexEntry
+
+_ARROW_ERRORS = (pa.ArrowException, TypeError, ValueError)
+
+
+class UnreadableObjectError(Exception):
+    """A lake object whose rows cannot be read (not Parquet, not JSON Lines): it cannot be
+    indexed, and no entry of it can be trusted either."""
+
+
+@dataclass(frozen=True)
+class SubjectRows:
+    """Rows of an object as the index sees them: each row's location (line or row) and the
+    canonical text of each subject column (None: null, the row is nobody's)."""
+
+    coordinates: list[int]
+    texts: list[list[str | None]]  # one list per subject column, one item per row
+
+    def sorted(self) -> SubjectRows:
+        order = sorted(range(len(self.coordinates)), key=self.coordinates.__getitem__)
+        return SubjectRows(
+            [self.coordinates[i] for i in order], [[c[i] for i in order] for c in self.texts]
+        )
+
+
+def _json_object(text: Any) -> dict[str, Any] | None:
+    if isinstance(text, Mapping):
+        return dict(text)
+    if not isinstance(text, str):
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _walk(value: Any, parts: Sequence[str], from_json: bool) -> Any:
+    """The value at `parts` below a column value: into dicts, and into JSON text (a struct
+    column held as text, which validation parses the same way)."""
+    for part in parts:
+        if isinstance(value, str):
+            value, from_json = _json_object(value), True
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(part)
+    return json_leaf_text(value) if from_json else value
+
+
+def _texts(
+    dataset: Dataset, heads: Mapping[str, Sequence[Any]], count: int, from_json: bool
+) -> list[list[str | None]]:
+    """Canonical subject texts per subject column, from the rows' top-level column values."""
+    columns: list[list[str | None]] = []
+    for path in dataset.subject_columns:
+        head, *rest = path.split(".")
+        declared = dataset.column_type(path)
+        values = heads.get(head) or [None] * count
+        columns.append([subject_text(_walk(v, rest, from_json), declared) for v in values])
+    return columns
+
+
+def _record_heads(dataset: Dataset, records: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
+    heads = {path.split(".")[0] for path in dataset.subject_columns}
+    return {h: [r.get(h) for r in records] for h in heads}
+
+
+def raw_subject_rows(records: RawRecords, dataset: Dataset) -> SubjectRows:
+    """Every record of a raw object (those the reader rejected too) with its subject values as
+    read, typed as validation would type them."""
+    table = records.table
+    positions = [int(p) for p in table.column(POSITION).to_pylist()]
+    if records.json_text:
+        documents = [_json_object(t) or {} for t in table.column(RECORD).to_pylist()]
+        texts = _texts(dataset, _record_heads(dataset, documents), len(positions), True)
+    else:
+        heads = {
+            h: table.column(h).to_pylist()
+            for h in {p.split(".")[0] for p in dataset.subject_columns}
+            if h in table.column_names
+        }
+        texts = _texts(dataset, heads, len(positions), False)
+    rejected = [_json_object(r.record_json) or {} for r in records.rejected]
+    rejected_texts = _texts(dataset, _record_heads(dataset, rejected), len(rejected), True)
+    return SubjectRows(
+        positions + [r.position for r in records.rejected],
+        [a + b for a, b in zip(texts, rejected_texts, strict=True)],
+    ).sorted()
+
+
+def with_typed_subjects(rows: SubjectRows, typed: Any, dataset: Dataset) -> SubjectRows:
+    """`rows` with the subject values Spark typed (an Arrow table: POSITION and the subject
+    columns as validation converted them) wherever Spark's value is not null."""
+    index = {position: i for i, position in enumerate(rows.coordinates)}
+    positions = [int(p) for p in typed.column(POSITION).to_pylist()]
+    columns = [list(c) for c in rows.texts]
+    typed_texts = _texts(
+        dataset,
+        {n: typed.column(n).to_pylist() for n in typed.column_names if n != POSITION},
+        len(positions),
+        False,
+    )
+    for column, values in zip(columns, typed_texts, strict=True):
+        for position, text in zip(positions, values, strict=True):
+            if text is not None and position in index:
+                column[index[position]] = text
+    return SubjectRows(rows.coordinates, columns)
+
+
+def quarantine_subject_rows(lines: Iterable[str], dataset: Dataset) -> SubjectRows:
+    """The rows of a quarantine JSON Lines file: each line's `record` (an object; for JSON
+    Lines rows the original line), located by its line. Raises UnreadableObjectError."""
+    coordinates: list[int] = []
+    records: list[dict[str, Any]] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        document = _json_object(line)
+        if document is None:
+            raise UnreadableObjectError(f"line {number} is not a JSON object")
+        coordinates.append(number)
+        records.append(_json_object(document.get("record")) or {})
+    return SubjectRows(
+        coordinates, _texts(dataset, _record_heads(dataset, records), len(records), True)
+    )
+
+
+def _subject_array(node: Any) -> Any:
+    if isinstance(node, list):
+        return pa.array(node, pa.string())
+    children = [_subject_array(child) for child in node.values()]
+    return pa.StructArray.from_arrays(children, names=list(node))
+
+
+def subject_table(dataset: Dataset, texts: Sequence[Sequence[str | None]]) -> Any:
+    """The subject columns as an Arrow table of canonical texts, nested like the dataset's
+    subject paths (`customer.id` is field `id` of struct column `customer`)."""
+    tree: dict[str, Any] = {}
+    for path, values in zip(dataset.subject_columns, texts, strict=True):
+        *parents, leaf = path.split(".")
+        node = tree
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = list(values)
+    return pa.table({name: _subject_array(node) for name, node in tree.items()})
+
+
+def entries_of_rows(
+    rows: SubjectRows, dataset: Dataset, ref: ObjectRef, *, key: bytes
+) -> list[IndexEntry]:
+    if not rows.coordinates:
+        return []
+    table = subject_table(dataset, rows.texts)
+    return entries_from_table(table, dataset, ref, key=key, coordinates=rows.coordinates)
+
+
+def raw_entries(
+    path: Path, dataset: Dataset, ref: ObjectRef, *, key: bytes, workdir: Path
+) -> list[IndexEntry]:
+    """Entries of a raw object stored at `path`; an unreadable file has no rows, so none."""
+    try:
+        records = read_raw(path, dataset, workdir)
+    except UnreadableFileError:
+        return []
+    return entries_of_rows(raw_subject_rows(records, dataset), dataset, ref, key=key)
+
+
+def quarantine_entries(
+    path: Path, dataset: Dataset, ref: ObjectRef, *, key: bytes
+) -> list[IndexEntry]:
+    with path.open(encoding="utf-8") as lines:
+        rows = quarantine_subject_rows(lines, dataset)
+    return entries_of_rows(rows, dataset, ref, key=key)
+
+
+def lake_file_ref(
+    object_url: str, object_key: str, dataset: Dataset, version_id: str, etag: str
+) -> ObjectRef:
+    """A lake Parquet file: constants are the partition values its Hive path carries."""
+    return ObjectRef(
+        object_url=object_url,
+        zone="lake",
+        format="parquet",
+        version_id=version_id,
+        etag=etag,
+        constants=hive_partition_values(object_key, dataset),
+    )
+
+
+def lake_parquet_entries(
+    path: Path, object_key: str, dataset: Dataset, ref: ObjectRef, *, key: bytes
+) -> list[IndexEntry]:
+    try:
+        return lake_object_entries(path.read_bytes(), object_key, dataset, ref, key=key)
+    except _ARROW_ERRORS as exc:
+        raise UnreadableObjectError(f"not a readable Parquet file: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    """An object version downloaded to `path`."""
+
+    bucket: str
+    key: str
+    version_id: str
+    etag: str
+    path: Path
+
+    @property
+    def url(self) -> str:
+        return f"s3://{self.bucket}/{self.key}"
+
+
+def object_entries(
+    kind: ObjectKind, stored: StoredObject, dataset: Dataset, *, key: bytes, workdir: Path
+) -> list[IndexEntry]:
+    """The entries an object of `kind` should have. Raises UnreadableObjectError for a lake
+    object that cannot be read."""
+    if kind is ObjectKind.RAW:
+        ref = ObjectRef(stored.url, "raw", dataset.format.value, stored.version_id, stored.etag)
+        return raw_entries(stored.path, dataset, ref, key=key, workdir=workdir)
+    if kind is ObjectKind.QUARANTINE_ROWS:
+        ref = ObjectRef(stored.url, "lake", "jsonl", stored.version_id, stored.etag)
+        return quarantine_entries(stored.path, dataset, ref, key=key)
+    if kind is ObjectKind.LAKE_PARQUET:
+        ref = lake_file_ref(stored.url, stored.key, dataset, stored.version_id, stored.etag)
+        return lake_parquet_entries(stored.path, stored.key, dataset, ref, key=key)
+    return []

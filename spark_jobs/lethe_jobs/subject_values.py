@@ -1,0 +1,235 @@
+"""Subject column values as the ingest job's validation would type them, without Spark.
+
+The subject index hashes a subject's canonical text (lethe_shared.subjects), so one subject must
+reach the hash with the same value whether it comes from a validated lake row, a raw object
+read again by the index job, or a rejected row. `subject_value(value, declared)` gives what
+Spark's `try_cast(value AS <declared type>)` gives (validate.py converts with it), and the raw
+value (as Spark would print it) where Spark gives null, so a rejected row is still indexed
+under the value it holds:
+
+- text: surrounding ASCII control characters and spaces are trimmed as Spark does; integers
+  `[+-]digits` in range (`01001` is 1001, `1001.0` is not an int); decimals rounded half up to
+  the declared scale, null beyond the precision (`12.555` is 12.56 as decimal(10,2)); dates
+  `yyyy`, `yyyy-[m]m`, `yyyy-[m]m-[d]d` optionally followed by ` ...` or `T...`; booleans
+  t/true/y/yes/1 and f/false/n/no/0 in any case. An empty text is null for every type but
+  string (CSV has no other null);
+- typed values (Parquet): integers and booleans as they are, doubles and decimals truncated to
+  integers, timestamps to their UTC date;
+- JSON values are first turned into the text Spark's JSON functions give (`json_leaf_text`:
+  integers as written, doubles as Java prints them, objects and arrays as compact JSON).
+
+Known differences with Spark, all outside what a subject id plausibly holds: years outside
+1..9999 (Python dates cannot hold them), doubles whose Java and Python shortest forms differ.
+tests/spark/test_index_subject_values.py checks the agreement with Spark itself.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import re
+from collections.abc import Callable, Mapping
+from decimal import ROUND_DOWN, ROUND_HALF_UP, Context, Decimal, InvalidOperation, localcontext
+from typing import Any
+
+from lethe_shared.datasets import DataType
+from lethe_shared.subjects import canonical_text
+
+_CONTROL_AND_SPACE = "".join(chr(c) for c in range(0x21))
+_SPARK_TRIM = _CONTROL_AND_SPACE + "\x7f"  # integers, dates, booleans (UTF8String.trimAll)
+_INTEGER_BITS = {"byte": 8, "short": 16, "int": 32, "long": 64}
+_INTEGER_TEXT = re.compile(r"[+-]?[0-9]+")
+_DECIMAL_TEXT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_DATE_TEXT = re.compile(r"\+?([0-9]{4})(?:-([0-9]{1,2})(?:-([0-9]{1,2})(?:[ T].*)?)?)?", re.DOTALL)
+_TRUE_TEXT = frozenset({"t", "true", "y", "yes", "1"})
+_FALSE_TEXT = frozenset({"f", "false", "n", "no", "0"})
+_DECIMAL_CONTEXT = Context(prec=200, Emax=10_000, Emin=-10_000)
+
+
+def java_double_text(value: float) -> str:
+    """A double as Java's Double.toString prints it (what Spark's JSON functions and casts
+    to string give): `1.5`, `100.0`, `1.0E20`, `1.0E-5`, `NaN`, `Infinity`."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    if value == 0:
+        return "-0.0" if math.copysign(1.0, value) < 0 else "0.0"
+    if 1e-3 <= abs(value) < 1e7:
+        text = repr(value)
+        return text if "." in text or "e" in text else f"{text}.0"
+    sign, digits, exponent = Decimal(repr(value)).as_tuple()
+    shown = "".join(str(d) for d in digits).rstrip("0") or "0"
+    power = len(digits) + int(exponent) - 1
+    mantissa = f"{shown[0]}.{shown[1:] or '0'}"
+    return f"{'-' if sign else ''}{mantissa}E{power}"
+
+
+def _timestamp_text(value: dt.datetime) -> str:
+    if value.tzinfo is not None:
+        value = value.astimezone(dt.UTC).replace(tzinfo=None)
+    text = value.isoformat(sep=" ")
+    return text.rstrip("0") if "." in text else text
+
+
+def _boolean_text(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _date_text(value: dt.date) -> str:
+    return value.isoformat()
+
+
+def _bytes_text(value: bytes) -> str:
+    return value.decode("utf-8", errors="replace")
+
+
+# Checked in order: bool before int, datetime before date (subclasses).
+_TEXT_OF_TYPE: tuple[tuple[type, Callable[[Any], str]], ...] = (
+    (str, str),
+    (bool, _boolean_text),
+    (int, str),
+    (float, java_double_text),
+    (Decimal, lambda value: format(value, "f")),
+    (dt.datetime, _timestamp_text),
+    (dt.date, _date_text),
+    (bytes, _bytes_text),
+)
+
+
+def spark_text(value: Any) -> str | None:
+    """`CAST(value AS STRING)` as Spark prints a typed value."""
+    if value is None:
+        return None
+    for kind, text in _TEXT_OF_TYPE:
+        if isinstance(value, kind):
+            return text(value)
+    return _complex_text(value)
+
+
+def _complex_text(value: Any) -> str:
+    """Spark's text of a struct (`{a, 1}`) or an array (`[a, b]`); nulls print as `null`."""
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(spark_text(v) or "null" for v in value.values()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(spark_text(v) or "null" for v in value) + "]"
+    return str(value)
+
+
+def json_leaf_text(value: Any) -> str | None:
+    """The text Spark's JSON functions (json_tuple, from_json into a string) give a parsed
+    JSON value: strings as they are, numbers and booleans as text, objects and arrays as
+    compact JSON."""
+    if isinstance(value, dict | list):
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    return spark_text(value)
+
+
+def _integer(value: Any, declared: DataType) -> int | None:
+    bits = _INTEGER_BITS[declared.name]
+    number: int | None = None
+    if isinstance(value, bool | int):
+        return int(value)  # out of range it stays rejected, and prints the same digits
+    if isinstance(value, float) and math.isfinite(value):
+        number = int(value)  # truncated toward zero, as Spark casts
+    elif isinstance(value, Decimal) and value.is_finite():
+        number = int(value.to_integral_value(rounding=ROUND_DOWN))
+    elif isinstance(value, str):
+        text = value.strip(_SPARK_TRIM)
+        number = int(text) if _INTEGER_TEXT.fullmatch(text) else None
+    if number is None or not -(2 ** (bits - 1)) <= number < 2 ** (bits - 1):
+        return None
+    return number
+
+
+def _decimal_of(value: Any) -> Decimal | None:
+    if isinstance(value, bool):
+        return Decimal(int(value))
+    if isinstance(value, int | Decimal):
+        return Decimal(value)
+    if isinstance(value, float):
+        return Decimal(java_double_text(value)) if math.isfinite(value) else None
+    if isinstance(value, str):
+        text = value.strip(_CONTROL_AND_SPACE)
+        return Decimal(text) if _DECIMAL_TEXT.fullmatch(text) else None
+    return None
+
+
+def _decimal(value: Any, declared: DataType) -> Decimal | None:
+    precision, scale = declared.precision or 10, declared.scale or 0
+    with localcontext(_DECIMAL_CONTEXT):
+        number = _decimal_of(value)
+        if number is None or not number.is_finite():
+            return None
+        try:
+            rounded = number.quantize(Decimal(1).scaleb(-scale), rounding=ROUND_HALF_UP)
+        except InvalidOperation:
+            return None
+    if rounded.is_zero():
+        rounded = rounded.copy_abs()  # Spark has no negative zero
+    return rounded if len(rounded.as_tuple().digits) <= precision else None
+
+
+def _date(value: Any, _declared: DataType) -> dt.date | None:
+    if isinstance(value, dt.datetime):
+        return value.astimezone(dt.UTC).date() if value.tzinfo is not None else value.date()
+    if isinstance(value, dt.date):
+        return value
+    if not isinstance(value, str):
+        return None
+    match = _DATE_TEXT.fullmatch(value.strip(_SPARK_TRIM))
+    if match is None:
+        return None
+    year, month, day = (int(part) if part else 1 for part in match.groups())
+    try:
+        return dt.date(year, month, day)
+    except ValueError:
+        return None
+
+
+def _boolean(value: Any, _declared: DataType) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int | float | Decimal):
+        return bool(value != 0)
+    if isinstance(value, str):
+        text = value.strip(_SPARK_TRIM).lower()
+        if text in _TRUE_TEXT or text in _FALSE_TEXT:
+            return text in _TRUE_TEXT
+    return None
+
+
+def _string(value: Any, _declared: DataType) -> str | None:
+    return spark_text(value)
+
+
+_CONVERTERS: dict[str, Callable[[Any, DataType], Any]] = {
+    "string": _string,
+    "byte": _integer,
+    "short": _integer,
+    "int": _integer,
+    "long": _integer,
+    "decimal": _decimal,
+    "date": _date,
+    "boolean": _boolean,
+}
+
+
+def subject_value(value: Any, declared: DataType | None) -> Any:
+    """The value a subject column holds once typed as `declared` (module docstring); None
+    for no subject. Never a type canonical_text refuses."""
+    if value is None:
+        return None
+    if declared is None or declared.name not in _CONVERTERS:
+        return spark_text(value)
+    if value == "" and declared.name != "string":
+        return None  # an empty text is a null for every other type (validate.py)
+    converted = _CONVERTERS[declared.name](value, declared)
+    return converted if converted is not None else spark_text(value)
+
+
+def subject_text(value: Any, declared: DataType | None) -> str | None:
+    """The canonical text a subject column value hashes as, None for no subject."""
+    typed = subject_value(value, declared)
+    return None if typed is None else canonical_text(typed)

@@ -1,0 +1,57 @@
+"""Spark job `reconcile`: compare a dataset's subject index with a full scan, and repair it.
+
+    python spark_jobs/reconcile.py --dataset-id reviews --raw-bucket RAW --lake-bucket LAKE \
+        --datasets-table DATASETS --index-table INDEX --hash-key-secret SECRET_ARN \
+        --reports-bucket REPORTS --correlation-id EXECUTION_NAME [--fix]
+
+Writes the drift report to s3://REPORTS/reconcile/<dataset>/<correlation id>.json and prints
+one JSON line on stdout: {"report", "missing", "stale", "wrong_rows", "fixed"}; logs go to
+stderr. Exits non-zero only for failures worth a retry or a look (AWS errors, an unregistered
+dataset, the hash key). What is compared is described in lethe_jobs.reconcile_core.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+import boto3
+from pyspark.sql import SparkSession
+
+from lethe_jobs.reconcile_core import ReconcilePorts, parse_args, run_reconcile
+from lethe_jobs.session import build_session, configure_logging
+from lethe_jobs.subject_index import load_hash_key
+
+LOG = logging.getLogger("lethe.reconcile")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args, ignored = parse_args(argv)
+    configure_logging(args.correlation_id)
+    if ignored:
+        LOG.info("ignoring %d argument(s) meant for the engine", len(ignored))
+    dynamodb = boto3.resource("dynamodb")
+    ports = ReconcilePorts(
+        s3=boto3.client("s3"),
+        datasets=dynamodb.Table(args.datasets_table),
+        index=dynamodb.Table(args.index_table),
+        hash_key=load_hash_key(boto3.client("secretsmanager"), args.hash_key_secret),
+    )
+    owns_session = SparkSession.getActiveSession() is None
+    spark = build_session("lethe-reconcile", os.environ.get("LETHE_SPARK_MASTER") or None)
+    try:
+        result = run_reconcile(spark, args, ports, datetime.now(UTC))
+    finally:
+        if owns_session:
+            spark.stop()
+    sys.stdout.write(json.dumps(result) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
