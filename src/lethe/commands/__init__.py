@@ -25,6 +25,7 @@ GROUPS: Final[tuple[str, ...]] = (
     "local",
     "datasets",
     "objects",
+    "index",
     "artifacts",
     "demo",
 )

@@ -1,0 +1,481 @@
+"""`lethe index lookup | backfill | reconcile`: the subject index (docs/INDEX.md).
+
+Subject ids are personal data. This module never prints or logs a raw id nor the hash key: it
+hashes ids with the deployment's key (`SubjectHashKeySecretArn`) as soon as they are read, and
+refers to a subject by that keyed hash, which is what the index stores.
+
+`backfill` and `reconcile` start the state machines of template.yaml (outputs
+`IndexBackfillStateMachineArn`, `IndexReconcileStateMachineArn`) and follow them until they end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime
+from typing import Any, Final
+from urllib.parse import urlparse
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from lethe.commands import CommandError, UsageError
+from lethe.target import Target, add_target_arguments, resolve
+from lethe_shared.datasets import DATASET_ID_PATTERN
+from lethe_shared.registry import DynamoDatasetRegistry
+from lethe_shared.subjects import IndexEntry, hash_of_id, hash_of_keys, key_from_secret
+
+ZONES: Final = ("lake", "raw")
+EXECUTION_NAME_MAX: Final = 80
+WAIT_TIMEOUT_SECONDS: Final = 6 * 3600.0
+POLL_FIRST_SECONDS: Final = 1.0
+POLL_MAX_SECONDS: Final = 10.0  # the poll interval grows to this and stays there
+HASH_SHOWN: Final = 16  # hex digits of a subject hash in text output
+DRIFT_KINDS: Final = ("missing", "stale", "wrong_rows")  # sections of a reconcile report
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser("index", help="the subject index: lookup, backfill, reconcile")
+    commands = parser.add_subparsers(dest="index_command", metavar="COMMAND", required=True)
+
+    lookup = commands.add_parser(
+        "lookup",
+        help="objects that hold a subject's rows",
+        description="Hashes the subject ids with the deployment's key and lists the index "
+        "entries of those hashes. Raw ids are never printed.",
+    )
+    lookup.add_argument(
+        "--subject",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="a subject id, matched in every dataset with a single subject column (repeatable)",
+    )
+    lookup.add_argument(
+        "--subject-key",
+        action="append",
+        default=[],
+        metavar="COLUMN=VALUE",
+        help="one column of a composite subject key; give every subject column (needs --dataset)",
+    )
+    lookup.add_argument("--dataset", help="only this dataset's objects")
+    lookup.add_argument(
+        "--all",
+        action="store_true",
+        help="include entries of keys whose current version is a delete marker "
+        "(their data still sits in older versions until erased or expired)",
+    )
+    lookup.add_argument("--json", action="store_true", help="print a JSON list")
+    add_target_arguments(lookup)
+    lookup.set_defaults(func=lookup_subjects)
+
+    backfill = commands.add_parser(
+        "backfill",
+        help="index a dataset's existing objects (the index backfill state machine)",
+    )
+    backfill.add_argument("--dataset", required=True, help="dataset id")
+    backfill.add_argument(
+        "--zones",
+        type=_zones,
+        default=None,
+        help="comma-separated zones to index, in order (default: lake,raw)",
+    )
+    backfill.add_argument(
+        "--batch-size", type=int, default=100, help="objects per Spark job run (1-500)"
+    )
+    backfill.add_argument(
+        "--max-concurrency", type=int, default=4, help="job runs at a time (1-50)"
+    )
+    backfill.add_argument(
+        "--force",
+        action="store_true",
+        help="re-index objects already indexed at their current version (after a key rotation)",
+    )
+    _wait_arguments(backfill)
+    add_target_arguments(backfill)
+    backfill.set_defaults(func=backfill_dataset)
+
+    reconcile = commands.add_parser(
+        "reconcile",
+        help="compare a dataset's index with a full scan (the index reconcile state machine)",
+    )
+    reconcile.add_argument("--dataset", required=True, help="dataset id")
+    reconcile.add_argument("--fix", action="store_true", help="repair the drift it finds")
+    reconcile.add_argument("--json", action="store_true", help="print the report JSON")
+    reconcile.add_argument(
+        "--timeout",
+        type=float,
+        default=WAIT_TIMEOUT_SECONDS,
+        help="seconds to wait for the execution to end",
+    )
+    add_target_arguments(reconcile)
+    reconcile.set_defaults(func=reconcile_dataset)
+
+
+def _wait_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--no-wait", action="store_true", help="print the execution ARN and return at once"
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=WAIT_TIMEOUT_SECONDS,
+        help="seconds to wait for the execution to end (it goes on after that)",
+    )
+
+
+def _zones(text: str) -> list[str]:
+    zones = [z.strip() for z in text.split(",") if z.strip()]
+    if not zones or any(z not in ZONES for z in zones) or len(set(zones)) != len(zones):
+        raise argparse.ArgumentTypeError("zones are lake and/or raw, comma-separated, once each")
+    return zones
+
+
+# ------------------------------------------------------------------------------------- lookup
+
+
+def lookup_subjects(args: argparse.Namespace) -> int:
+    if not args.subject and not args.subject_key:
+        raise UsageError("give --subject ID or --subject-key COLUMN=VALUE")
+    if args.subject_key and not args.dataset:
+        raise UsageError("--subject-key needs --dataset (the dataset gives the subject columns)")
+    composite = _subject_key_pairs(args.subject_key)
+    target = resolve(args)
+    key = key_from_secret(
+        target.client("secretsmanager").get_secret_value(
+            SecretId=target.output("SubjectHashKeySecretArn")
+        )["SecretString"]
+    )
+    hashes = [hash_of_id(key, subject) for subject in args.subject]
+    if composite:
+        hashes.append(_composite_hash(target, args.dataset, composite, key))
+    table = target.resource("dynamodb").Table(target.output("SubjectIndexTableName"))
+    entries = [
+        entry
+        for subject_hash in dict.fromkeys(hashes)  # each subject once, in the given order
+        for entry in _entries(table, subject_hash)
+        if (args.dataset is None or entry.dataset_id == args.dataset)
+        and (args.all or not entry.deleted)
+    ]
+    rows = sorted(
+        (_lookup_row(entry, with_deleted=args.all) for entry in entries),
+        key=lambda r: (r["dataset"], r["zone"], r["key"], r["subject_hash"]),
+    )
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        _print_lookup(rows, list(dict.fromkeys(hashes)))
+    return 0
+
+
+def _print_lookup(rows: list[dict[str, Any]], hashes: list[str]) -> None:
+    """A table; subjects are numbered in the order they were given (#1 is the first
+    --subject, the composite --subject-key comes last) and shown by hash."""
+    number = {subject_hash: n for n, subject_hash in enumerate(hashes, start=1)}
+    for subject_hash, n in number.items():
+        print(f"#{n}: subject hash {subject_hash}")
+    if not rows:
+        print("no index entries for these subjects")
+        return
+    print(f"{'#':>3} {'DATASET':16} {'ZONE':4} {'ROWS':>6}  OBJECT")
+    for row in rows:
+        flag = "  (deleted: older versions only)" if row.get("deleted") else ""
+        print(
+            f"{'#' + str(number[row['subject_hash']]):>3} {row['dataset']:16} {row['zone']:4} "
+            f"{row['rows']:>6}  s3://{row['bucket']}/{row['key']}{flag}"
+        )
+
+
+def _subject_key_pairs(items: Sequence[str]) -> dict[str, str]:
+    pairs: dict[str, str] = {}
+    for item in items:
+        column, sep, value = item.partition("=")
+        if not sep or not column:
+            raise UsageError("--subject-key takes COLUMN=VALUE")  # the value is never echoed
+        if column in pairs:
+            raise UsageError(f"--subject-key gives column {column} twice")
+        pairs[column] = value
+    return pairs
+
+
+def _composite_hash(target: Target, dataset_id: str, pairs: dict[str, str], key: bytes) -> str:
+    registry = DynamoDatasetRegistry(
+        target.resource("dynamodb").Table(target.output("DatasetsTableName"))
+    )
+    dataset = registry.get(dataset_id)
+    if dataset is None:
+        raise CommandError(f"dataset {dataset_id} is not registered")
+    unknown = sorted(set(pairs) - set(dataset.subject_columns))
+    if unknown:
+        raise UsageError(
+            f"{', '.join(unknown)}: not a subject column of {dataset_id} "
+            f"(subject columns: {', '.join(dataset.subject_columns)})"
+        )
+    try:
+        digest: str = hash_of_keys(key, dataset.subject_columns, pairs)
+    except ValueError as exc:  # names the missing columns, never a value
+        raise UsageError(f"--subject-key: {exc}") from exc
+    return digest
+
+
+def _entries(table: Any, subject_hash: str) -> Iterator[IndexEntry]:
+    """Every index entry of one subject hash, deleted ones included (the caller filters)."""
+    kwargs: dict[str, Any] = {
+        "KeyConditionExpression": "subject_hash = :h",
+        "ExpressionAttributeValues": {":h": subject_hash},
+        "ConsistentRead": True,
+    }
+    while True:
+        page = table.query(**kwargs)
+        for item in page.get("Items", []):
+            yield IndexEntry.from_item(item)
+        if "LastEvaluatedKey" not in page:
+            return
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def _lookup_row(entry: IndexEntry, *, with_deleted: bool) -> dict[str, Any]:
+    bucket, key = _split_s3_url(entry.object_url)
+    row: dict[str, Any] = {
+        "dataset": entry.dataset_id,
+        "zone": entry.zone,
+        "bucket": bucket,
+        "key": key,
+        "rows": entry.rows,
+        "version_id": entry.version_id,
+        "subject_hash": entry.subject_hash,
+    }
+    if with_deleted:
+        row["deleted"] = entry.deleted
+    return row
+
+
+def _split_s3_url(url: str) -> tuple[str, str]:
+    parsed = urlparse(url)
+    if parsed.scheme != "s3" or not parsed.netloc or not parsed.path.lstrip("/"):
+        raise CommandError(f"not an s3://bucket/key URL: {url}")
+    return parsed.netloc, parsed.path.lstrip("/")
+
+
+# ----------------------------------------------------------------------------------- backfill
+
+
+def backfill_dataset(args: argparse.Namespace) -> int:
+    _check_dataset_id(args.dataset)
+    if not 1 <= args.batch_size <= 500:
+        raise UsageError("--batch-size must be from 1 to 500")
+    if not 1 <= args.max_concurrency <= 50:
+        raise UsageError("--max-concurrency must be from 1 to 50")
+    document: dict[str, Any] = {
+        "dataset_id": args.dataset,
+        "batch_size": args.batch_size,
+        "max_concurrency": args.max_concurrency,
+        "force": args.force,
+    }
+    if args.zones:
+        document["zones"] = args.zones
+    target = resolve(args)
+    sfn = target.client("stepfunctions")
+    execution_arn = _start(
+        sfn,
+        target.output("IndexBackfillStateMachineArn"),
+        execution_name(args.dataset, "backfill"),
+        document,
+    )
+    print(execution_arn)
+    if args.no_wait:
+        return 0
+    described = wait_for_execution(
+        sfn, execution_arn, timeout=args.timeout, progress=BatchProgress(sfn, execution_arn)
+    )
+    output = _finished(described, "backfill")
+    print(
+        f"backfill of {args.dataset} SUCCEEDED: {output.get('objects', 0)} objects "
+        f"in {output.get('batches', 0)} batches (zones: {', '.join(output.get('zones', []))})"
+    )
+    return 0
+
+
+class BatchProgress:
+    """Batch counts of the backfill's Map Runs (one per listed page), when the API has them;
+    else the number of Map Runs started and ended, read from the execution history."""
+
+    def __init__(self, sfn: Any, execution_arn: str) -> None:
+        self._sfn = sfn
+        self._execution_arn = execution_arn
+        self._map_runs_api = True
+
+    def __call__(self) -> str:
+        if self._map_runs_api:
+            try:
+                return self._from_map_runs()
+            except (ClientError, BotoCoreError, KeyError):  # no Map Run API: use the history
+                self._map_runs_api = False
+        return self._from_history()
+
+    def _from_map_runs(self) -> str:
+        counts = {"succeeded": 0, "failed": 0, "running": 0, "pending": 0}
+        runs = 0
+        pages = self._sfn.get_paginator("list_map_runs").paginate(executionArn=self._execution_arn)
+        for page in pages:
+            for run in page.get("mapRuns", []):
+                runs += 1
+                items = self._sfn.describe_map_run(mapRunArn=run["mapRunArn"])["itemCounts"]
+                for name in counts:
+                    counts[name] += int(items.get(name, 0))
+        if not runs:
+            return "listing objects"
+        return (
+            f"batches: {counts['succeeded']} done, {counts['running']} running, "
+            f"{counts['pending']} pending, {counts['failed']} failed; pages listed: {runs}"
+        )
+
+    def _from_history(self) -> str:
+        started = ended = 0
+        pages = self._sfn.get_paginator("get_execution_history").paginate(
+            executionArn=self._execution_arn
+        )
+        for page in pages:
+            for event in page.get("events", []):
+                started += event["type"] == "MapRunStarted"
+                ended += event["type"] in {"MapRunSucceeded", "MapRunFailed", "MapRunAborted"}
+        return f"pages: {ended} of {started} indexed"
+
+
+# ---------------------------------------------------------------------------------- reconcile
+
+
+def reconcile_dataset(args: argparse.Namespace) -> int:
+    _check_dataset_id(args.dataset)
+    target = resolve(args)
+    sfn = target.client("stepfunctions")
+    execution_arn = _start(
+        sfn,
+        target.output("IndexReconcileStateMachineArn"),
+        execution_name(args.dataset, "reconcile"),
+        {"dataset_id": args.dataset, "fix": args.fix},
+    )
+    print(execution_arn, file=sys.stderr if args.json else sys.stdout)
+    described = wait_for_execution(sfn, execution_arn, timeout=args.timeout)
+    output = _finished(described, "reconcile")
+    bucket, key = _split_s3_url(str(output["report"]))
+    body = target.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read()
+    report: dict[str, Any] = json.loads(body)
+    if args.json:
+        print(json.dumps(report, indent=2, sort_keys=True))
+        return 0
+    for line in report_summary(report, str(output["report"])):
+        print(line)
+    return 0
+
+
+def report_summary(report: dict[str, Any], url: str) -> list[str]:
+    """A few lines a person reads; samples show subject hashes and objects only."""
+    lines = [
+        f"reconcile of {report.get('dataset_id')}: report {url}",
+        f"objects scanned {report.get('objects_scanned', 0)}, index entries expected "
+        f"{report.get('entries_expected', 0)}, found {report.get('entries_found', 0)}",
+    ]
+    for name in DRIFT_KINDS:
+        label = name.replace("_", " ")
+        part = report.get(name) or {}
+        lines.append(f"{label + ':':12}{part.get('count', 0)}")
+        lines.extend(f"    {_sample_text(sample)}" for sample in part.get("sample", [])[:5])
+    drift = sum(int((report.get(n) or {}).get("count", 0)) for n in DRIFT_KINDS)
+    fixed = report.get("fixed")
+    lines.append(
+        "no drift"
+        if drift == 0
+        else f"drift: {drift} entries ({'fixed' if fixed else 'not fixed; --fix repairs it'})"
+    )
+    return lines
+
+
+def _sample_text(sample: Any) -> str:
+    if not isinstance(sample, dict):
+        return str(sample)
+    subject = str(sample.get("subject_hash", ""))[:HASH_SHOWN]
+    where = sample.get("object_url") or sample.get("key") or ""
+    extra = {k: v for k, v in sample.items() if k not in {"subject_hash", "object_url", "key"}}
+    details = " ".join(f"{k}={v}" for k, v in sorted(extra.items()))
+    parts = (f"{subject}…" if subject else "", str(where), details)
+    return " ".join(part for part in parts if part)
+
+
+# ------------------------------------------------------------------------------------ helpers
+
+
+def _check_dataset_id(dataset_id: str) -> None:
+    if not re.fullmatch(DATASET_ID_PATTERN, dataset_id):
+        raise UsageError(f"--dataset {dataset_id!r} is not a dataset id")
+
+
+def execution_name(dataset_id: str, kind: str, now: datetime | None = None) -> str:
+    """`<dataset>-<kind>-<UTC timestamp>`, within Step Functions' 80 characters: a long
+    dataset id is cut and keeps a short hash of itself, so that names stay distinct."""
+    stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
+    name = f"{dataset_id}-{kind}-{stamp}"
+    if len(name) <= EXECUTION_NAME_MAX:
+        return name
+    digest = hashlib.sha256(dataset_id.encode()).hexdigest()[:8]
+    room = EXECUTION_NAME_MAX - len(f"-{digest}-{kind}-{stamp}")
+    return f"{dataset_id[:room]}-{digest}-{kind}-{stamp}"
+
+
+def _start(sfn: Any, state_machine_arn: str, name: str, document: dict[str, Any]) -> str:
+    try:
+        started = sfn.start_execution(
+            stateMachineArn=state_machine_arn, name=name, input=json.dumps(document)
+        )
+    except sfn.exceptions.ExecutionAlreadyExists as exc:
+        raise CommandError(
+            f"an execution named {name} with another input exists; try again in a second"
+        ) from exc
+    return str(started["executionArn"])
+
+
+def wait_for_execution(
+    sfn: Any,
+    execution_arn: str,
+    *,
+    timeout: float,
+    progress: Callable[[], str] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> dict[str, Any]:
+    """describe_execution until the execution ends; progress lines go to stderr when they
+    change. The interval grows from 1 s to 10 s; after `timeout` s it raises CommandError
+    (the execution goes on)."""
+    deadline = clock() + timeout
+    interval = POLL_FIRST_SECONDS
+    shown = ""
+    while True:
+        described: dict[str, Any] = sfn.describe_execution(executionArn=execution_arn)
+        if described["status"] != "RUNNING":
+            return described
+        if progress is not None:
+            line = progress()
+            if line != shown:
+                print(f"  {line}", file=sys.stderr)
+                shown = line
+        if clock() + interval > deadline:
+            raise CommandError(f"still RUNNING after {timeout:.0f} s; it goes on: {execution_arn}")
+        sleep(interval)
+        interval = min(interval * 1.5, POLL_MAX_SECONDS)
+
+
+def _finished(described: dict[str, Any], what: str) -> dict[str, Any]:
+    status = described["status"]
+    if status != "SUCCEEDED":
+        error = described.get("error", "")
+        cause = described.get("cause", "")
+        raise CommandError(
+            f"{what} {status}: {error}: {cause}".rstrip(": ")
+            + f"\nexecution: {described['executionArn']}"
+        )
+    output: dict[str, Any] = json.loads(described.get("output") or "{}")
+    return output

@@ -1,0 +1,182 @@
+"""The subject index on the running local cloud, through the CLI: ingestion indexes what it
+reads and writes, `lethe index lookup` finds exactly the objects that hold a subject (checked
+against a full scan the test does itself), backfill and reconcile run end to end, and the
+subject's raw id is never printed."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import subprocess
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.e2e.conftest import LETHE, SAMPLES, LocalCloud, wait_for
+
+SUBJECT = "u-1001"
+UPLOADS = {  # raw key -> sample
+    "reviews/2026/11/21/batch-001.csv": "reviews-2026-11-21.csv",
+    "orders/2026/11/21/orders-0001": "orders-2026-11-21.jsonl.gz.bin",
+}
+# Datasets whose single subject column a plain subject id matches: dataset -> column path.
+SUBJECT_COLUMNS = {"reviews": "user_id", "orders": "customer.id"}
+TERMINAL = {"INGESTED", "QUARANTINED", "FAILED"}
+Found = tuple[str, str, str, str, int]  # dataset, zone, bucket, key, rows
+
+
+def _lethe(cloud: LocalCloud, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """The CLI against this cloud, with room for Spark runs (the conftest helper allows 120 s)."""
+    return subprocess.run(
+        [LETHE, *args, "--state-file", str(cloud.state_file)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def ingested(registered: LocalCloud) -> LocalCloud:
+    """The samples holding u-1001 uploaded as a producer would, and ingested."""
+    s3 = registered.client("s3")
+    raw = registered.outputs["RawBucketName"]
+    versions = {
+        key: s3.put_object(Bucket=raw, Key=key, Body=(SAMPLES / sample).read_bytes())["VersionId"]
+        for key, sample in UPLOADS.items()
+    }
+    catalog = registered.table("ObjectCatalogTableName")
+
+    def settled() -> bool:
+        for key, version in versions.items():
+            item = catalog.get_item(
+                Key={"object_url": f"s3://{raw}/{key}", "version_id": version},
+                ConsistentRead=True,
+            ).get("Item")
+            if item is None or item["status"] not in TERMINAL:
+                return False
+        return True
+
+    wait_for(settled, timeout=600, what="ingestion of the uploads")
+    return registered
+
+
+def _subject_values(record: dict[str, Any], path: str) -> Any:
+    value: Any = record
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def _records(dataset: str, zone: str, key: str, body: bytes) -> Iterator[dict[str, Any]]:
+    """The rows of one object, as dictionaries, whatever its format."""
+    if body[:2] == b"\x1f\x8b":
+        body = gzip.decompress(body)
+    if key.endswith(".parquet"):
+        yield from pq.read_table(io.BytesIO(body)).to_pylist()
+    elif "/_quarantine/" in key:
+        if key.endswith(".jsonl"):  # rejected rows; a JSON Lines record is its original line
+            for line in body.decode("utf-8").splitlines():
+                record = json.loads(line)["record"]
+                yield json.loads(record) if isinstance(record, str) else record
+    elif zone == "raw" and dataset == "reviews":
+        yield from csv.DictReader(io.StringIO(body.decode("utf-8-sig"), newline=""))
+    elif zone == "raw" and dataset == "orders":
+        for line in body.decode("utf-8").splitlines():
+            if line.strip():
+                yield json.loads(line)
+
+
+def _full_scan(cloud: LocalCloud, subject: str) -> set[Found]:
+    """Every current raw and lake object of the samples' datasets that holds the subject."""
+    s3 = cloud.client("s3")
+    found: set[Found] = set()
+    for dataset, column in SUBJECT_COLUMNS.items():
+        for zone, bucket in (
+            ("raw", cloud.outputs["RawBucketName"]),
+            ("lake", cloud.outputs["LakeBucketName"]),
+        ):
+            listing = s3.list_objects_v2(Bucket=bucket, Prefix=f"{dataset}/")
+            for summary in listing.get("Contents", []):
+                key = summary["Key"]
+                body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+                rows = sum(
+                    1
+                    for record in _records(dataset, zone, key, body)
+                    if _subject_values(record, column) == subject
+                )
+                if rows:
+                    found.add((dataset, zone, bucket, key, rows))
+    return found
+
+
+def _looked_up(cloud: LocalCloud, *args: str) -> tuple[set[Found], str]:
+    result = _lethe(cloud, "index", "lookup", "--subject", SUBJECT, "--json", *args)
+    assert result.returncode == 0, result.stderr
+    listed = json.loads(result.stdout)
+    return {(e["dataset"], e["zone"], e["bucket"], e["key"], e["rows"]) for e in listed}, (
+        result.stdout + result.stderr
+    )
+
+
+def test_lookup_lists_exactly_the_objects_a_full_scan_finds(ingested: LocalCloud) -> None:
+    expected = _full_scan(ingested, SUBJECT)
+    # Written down from the samples: the raw CSV and JSON Lines files, and the lake partitions
+    # 2026-11-20 and 2026-11-21 of reviews, 2026-11-20 of orders.
+    assert {(d, z, k.split("/")[1]) for d, z, _, k, _ in expected} >= {
+        ("reviews", "raw", "2026"),
+        ("reviews", "lake", "review_date=2026-11-20"),
+        ("reviews", "lake", "review_date=2026-11-21"),
+        ("orders", "raw", "2026"),
+        ("orders", "lake", "order_date=2026-11-20"),
+    }
+
+    found, _ = _looked_up(ingested)
+
+    assert found == expected
+
+
+def test_lookup_never_prints_the_raw_subject_id(ingested: LocalCloud) -> None:
+    _, as_json = _looked_up(ingested)
+    as_text = _lethe(ingested, "index", "lookup", "--subject", SUBJECT)
+
+    assert as_text.returncode == 0, as_text.stderr
+    assert "u-1001" not in as_json
+    assert "u-1001" not in as_text.stdout + as_text.stderr
+    assert "reviews" in as_text.stdout  # the objects are listed, by subject hash
+
+
+def test_lookup_filters_by_dataset(ingested: LocalCloud) -> None:
+    found, _ = _looked_up(ingested, "--dataset", "orders")
+
+    assert found
+    assert {dataset for dataset, *_ in found} == {"orders"}
+
+
+def test_backfill_completes(ingested: LocalCloud) -> None:
+    before, _ = _looked_up(ingested)
+
+    result = _lethe(ingested, "index", "backfill", "--dataset", "reviews")
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("arn:aws:states:")
+    assert ":execution:lethe-local-index-backfill:reviews-backfill-" in lines[0]
+    assert "backfill of reviews SUCCEEDED" in lines[-1]
+    after, _ = _looked_up(ingested)
+    assert after == before  # everything was indexed already: a backfill changes nothing
+
+
+def test_reconcile_reports_zero_drift(ingested: LocalCloud) -> None:
+    result = _lethe(ingested, "index", "reconcile", "--dataset", "reviews", "--json")
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    assert report["dataset_id"] == "reviews"
+    assert report["objects_scanned"] > 0
+    assert report["entries_found"] == report["entries_expected"] > 0
+    assert [report[k]["count"] for k in ("missing", "stale", "wrong_rows")] == [0, 0, 0]

@@ -1,0 +1,411 @@
+"""statemachines/index_backfill.asl.json and index_reconcile.asl.json with
+SparkEngine=EMR_SERVERLESS, executed from the deployed files with the real Spark jobs.
+
+A lake that existed before Lethe: Parquet files written straight into the lake bucket (and one
+into the raw bucket) while no dataset owned their prefix, so the object events handler only
+recorded them as IGNORED; then the dataset is registered. The backfill indexes them in batches
+on a Distributed Map; the "objects" mode indexes exactly the objects it is given; a job that
+fails is retried, caught, notified and fails the execution; reconcile reports drift and fixes
+it."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from lethe_shared.subjects import hash_of_id, key_from_secret
+from tests.sfn.conftest import Cloud, entered_states, start_cloud
+
+DATASET = "legacy_sales"
+DOCUMENT = {
+    "dataset_id": DATASET,
+    "format": "parquet",
+    "compression": "auto",
+    "subject_columns": ["user_id"],
+    "partition_by": ["day"],
+    "schema": [
+        {"name": "user_id", "type": "string"},
+        {"name": "day", "type": "date"},
+        {"name": "amount", "type": "int"},
+    ],
+}
+# Hive-partitioned lake files, without the partition column: key -> (user_id, amount) rows.
+LAKE_FILES: dict[str, list[tuple[str | None, int]]] = {
+    f"{DATASET}/day=2026-01-01/part-0.parquet": [("u-1", 10), ("u-2", 5), ("u-1", 7)],
+    f"{DATASET}/day=2026-01-01/part-1.parquet": [("u-3", 1)],
+    f"{DATASET}/day=2026-01-02/part-0.parquet": [("u-2", 2), ("u-2", 3)],
+    f"{DATASET}/day=2026-01-03/part-0.parquet": [("u-1", 4), ("u-3", 4), (None, 1)],
+    f"{DATASET}/day=2026-01-04/part-0.parquet": [("u-4", 9)],
+}
+# A raw export in the dataset's format, partition column included.
+RAW_FILES: dict[str, list[tuple[str | None, int]]] = {
+    f"{DATASET}/2026/01/05/export.parquet": [("u-1", 1), ("u-5", 2), ("u-5", 3)],
+}
+# What the index must hold afterwards, written down from the files above: (zone, key) ->
+# {subject id: rows}. The null user_id is nobody's row.
+EXPECTED: dict[tuple[str, str], dict[str, int]] = {
+    ("lake", f"{DATASET}/day=2026-01-01/part-0.parquet"): {"u-1": 2, "u-2": 1},
+    ("lake", f"{DATASET}/day=2026-01-01/part-1.parquet"): {"u-3": 1},
+    ("lake", f"{DATASET}/day=2026-01-02/part-0.parquet"): {"u-2": 2},
+    ("lake", f"{DATASET}/day=2026-01-03/part-0.parquet"): {"u-1": 1, "u-3": 1},
+    ("lake", f"{DATASET}/day=2026-01-04/part-0.parquet"): {"u-4": 1},
+    ("raw", f"{DATASET}/2026/01/05/export.parquet"): {"u-1": 1, "u-5": 2},
+}
+BACKFILL_TIMEOUT = 240.0
+
+
+def _parquet(rows: list[tuple[str | None, int]], *, day: str | None = None) -> bytes:
+    columns: dict[str, Any] = {
+        "user_id": pa.array([r[0] for r in rows], pa.string()),
+        "amount": pa.array([r[1] for r in rows], pa.int32()),
+    }
+    if day is not None:
+        columns["day"] = pa.array([day] * len(rows), pa.string())
+    sink = io.BytesIO()
+    pq.write_table(pa.table(columns), sink)
+    return sink.getvalue()
+
+
+class Workflows:
+    """The module's cloud, plus what the tests need to run and inspect the index workflows."""
+
+    def __init__(self, cloud: Cloud) -> None:
+        self.cloud = cloud
+        self.outputs = cloud.outputs
+        self.raw = cloud.outputs["RawBucketName"]
+        self.lake = cloud.outputs["LakeBucketName"]
+        secret = cloud.client("secretsmanager").get_secret_value(
+            SecretId=cloud.outputs["SubjectHashKeySecretArn"]
+        )["SecretString"]
+        self.key = key_from_secret(secret)
+        self.dynamodb = cloud.client("dynamodb")
+        self.sfn = cloud.client("stepfunctions")
+
+    def bucket(self, zone: str) -> str:
+        return self.raw if zone == "raw" else self.lake
+
+    def url(self, zone: str, key: str) -> str:
+        return f"s3://{self.bucket(zone)}/{key}"
+
+    def execute(self, output: str, name: str, document: dict[str, Any]) -> dict[str, Any]:
+        arn = self.sfn.start_execution(
+            stateMachineArn=self.outputs[output], name=name, input=json.dumps(document)
+        )["executionArn"]
+        deadline = time.monotonic() + BACKFILL_TIMEOUT
+        while time.monotonic() < deadline:
+            described = self.sfn.describe_execution(executionArn=arn)
+            if described["status"] != "RUNNING":
+                history = self.sfn.get_execution_history(executionArn=arn, maxResults=1000)
+                return {"execution": described, "history": history["events"]}
+            time.sleep(0.5)
+        raise AssertionError(f"execution {name} still running after {BACKFILL_TIMEOUT} s")
+
+    def entries(self) -> dict[tuple[str, str], dict[str, int]]:
+        """The dataset's index entries as (zone, key) -> {subject hash: rows}."""
+        found: dict[tuple[str, str], dict[str, int]] = {}
+        kwargs: dict[str, Any] = {
+            "TableName": self.outputs["SubjectIndexTableName"],
+            "IndexName": "by_dataset",
+            "KeyConditionExpression": "dataset_id = :d",
+            "ExpressionAttributeValues": {":d": {"S": DATASET}},
+        }
+        while True:
+            page = self.dynamodb.query(**kwargs)
+            for item in page["Items"]:
+                bucket, key = item["object_url"]["S"][len("s3://") :].split("/", 1)
+                zone = "raw" if bucket == self.raw else "lake"
+                found.setdefault((zone, key), {})[item["subject_hash"]["S"]] = int(
+                    item["rows"]["N"]
+                )
+            if "LastEvaluatedKey" not in page:
+                return found
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def hashed(
+        self, expected: dict[tuple[str, str], dict[str, int]]
+    ) -> dict[tuple[str, str], dict[str, int]]:
+        return {
+            where: {hash_of_id(self.key, subject): rows for subject, rows in subjects.items()}
+            for where, subjects in expected.items()
+        }
+
+    def index_item(self, zone: str, key: str, subject: str) -> dict[str, Any] | None:
+        item = self.dynamodb.get_item(
+            TableName=self.outputs["SubjectIndexTableName"],
+            Key={
+                "subject_hash": {"S": hash_of_id(self.key, subject)},
+                "object_url": {"S": self.url(zone, key)},
+            },
+            ConsistentRead=True,
+        ).get("Item")
+        return dict(item) if item else None
+
+    def delete_entry(self, zone: str, key: str, subject: str) -> dict[str, Any]:
+        item = self.index_item(zone, key, subject)
+        assert item is not None, f"no entry of {subject} in {key}"
+        self.dynamodb.delete_item(
+            TableName=self.outputs["SubjectIndexTableName"],
+            Key={"subject_hash": item["subject_hash"], "object_url": item["object_url"]},
+        )
+        return item
+
+    def report(self, url: str) -> dict[str, Any]:
+        bucket, key = url[len("s3://") :].split("/", 1)
+        body = self.cloud.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read()
+        return dict(json.loads(body))
+
+
+def _wait_ignored(cloud: Cloud, bucket: str, key: str, version: str) -> None:
+    """The object events handler saw the write and recorded it outside any dataset."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if cloud.catalog_item(bucket, key, version)["status"] == "IGNORED":
+                return
+        except KeyError:
+            pass
+        time.sleep(0.25)
+    raise AssertionError(f"{key} was not recorded as IGNORED")
+
+
+@pytest.fixture(scope="module")
+def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cloud]:
+    with start_cloud(tmp_path_factory, SparkEngine="EMR_SERVERLESS") as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def flows(cloud: Cloud) -> Workflows:
+    """The legacy lake written before the dataset was registered, then the dataset."""
+    flows = Workflows(cloud)
+    s3 = cloud.client("s3")
+    written = []
+    for key, rows in LAKE_FILES.items():
+        put = s3.put_object(Bucket=flows.lake, Key=key, Body=_parquet(rows))
+        written.append((flows.lake, key, put["VersionId"]))
+    for key, rows in RAW_FILES.items():
+        put = s3.put_object(Bucket=flows.raw, Key=key, Body=_parquet(rows, day="2026-01-05"))
+        written.append((flows.raw, key, put["VersionId"]))
+    for bucket, key, version in written:
+        _wait_ignored(cloud, bucket, key, version)
+    flows.dynamodb.put_item(
+        TableName=cloud.outputs["DatasetsTableName"],
+        Item={"dataset_id": {"S": DATASET}, "document": {"S": json.dumps(DOCUMENT)}},
+    )
+    return flows
+
+
+@pytest.fixture(scope="module")
+def backfilled(flows: Workflows) -> dict[str, Any]:
+    """The first backfill of the legacy lake: 5 lake objects, 1 raw, batches of 2, 2 at a time
+    (so each listed page holds 4 keys)."""
+    assert flows.entries() == {}, "nothing may have indexed the legacy lake before the backfill"
+    return flows.execute(
+        "IndexBackfillStateMachineArn",
+        "backfill-legacy",
+        {"dataset_id": DATASET, "batch_size": 2, "max_concurrency": 2},
+    )
+
+
+def test_backfill_indexes_a_lake_that_existed_before_lethe(
+    flows: Workflows, backfilled: dict[str, Any]
+) -> None:
+    execution = backfilled["execution"]
+
+    assert execution["status"] == "SUCCEEDED", execution.get("cause")
+    assert json.loads(execution["output"]) == {
+        "dataset_id": DATASET,
+        "zones": ["lake", "raw"],
+        "status": "COMPLETED",
+        "objects": 6,
+        "batches": 4,  # ceil(5 / 2) lake batches + ceil(1 / 2) raw batch
+    }
+    assert flows.entries() == flows.hashed(EXPECTED)
+
+
+def test_backfill_runs_a_distributed_map_per_page_of_batches(
+    flows: Workflows, backfilled: dict[str, Any]
+) -> None:
+    history = backfilled["history"]
+    map_runs = flows.sfn.list_map_runs(executionArn=backfilled["execution"]["executionArn"])
+
+    assert entered_states(history).count("Index Batches") == 3  # lake: 4 + 1 keys; raw: 1
+    assert [e["type"] for e in history].count("MapRunSucceeded") == 3
+    counts = [
+        flows.sfn.describe_map_run(mapRunArn=run["mapRunArn"])["itemCounts"]
+        for run in map_runs["mapRuns"]
+    ]
+    assert sorted(c["total"] for c in counts) == [1, 1, 2]
+    assert sum(c["succeeded"] for c in counts) == 4
+    assert sum(c["failed"] for c in counts) == 0
+
+
+def test_a_second_backfill_finds_everything_indexed(
+    flows: Workflows, backfilled: dict[str, Any]
+) -> None:
+    again = flows.execute(
+        "IndexBackfillStateMachineArn", "backfill-legacy-again", {"dataset_id": DATASET}
+    )
+
+    assert again["execution"]["status"] == "SUCCEEDED", again["execution"].get("cause")
+    assert json.loads(again["execution"]["output"])["batches"] == 2  # one per zone
+    assert flows.entries() == flows.hashed(EXPECTED)
+
+
+def test_objects_mode_indexes_exactly_the_given_objects(
+    flows: Workflows, backfilled: dict[str, Any]
+) -> None:
+    given = f"{DATASET}/day=2026-01-02/part-0.parquet"
+    other = f"{DATASET}/day=2026-01-04/part-0.parquet"
+    flows.delete_entry("lake", given, "u-2")
+    removed = flows.delete_entry("lake", other, "u-4")
+    try:
+        result = flows.execute(
+            "IndexBackfillStateMachineArn",
+            "index-one-object",
+            {"dataset_id": DATASET, "objects": [{"bucket": flows.lake, "key": given}]},
+        )
+
+        assert result["execution"]["status"] == "SUCCEEDED", result["execution"].get("cause")
+        assert entered_states(result["history"]) == [
+            "Normalise Input",
+            "Is Input Valid",
+            "Select Spark Engine",
+            "Which Spark Engine",
+            "Index Objects On EMR Serverless",
+            "Objects Indexed",
+        ]
+        assert json.loads(result["execution"]["output"]) == {
+            "dataset_id": DATASET,
+            "zones": ["lake"],
+            "status": "COMPLETED",
+            "objects": 1,
+            "batches": 1,
+        }
+        entry = flows.index_item("lake", given, "u-2")
+        assert entry is not None
+        assert entry["rows"] == {"N": "2"}
+        assert flows.index_item("lake", other, "u-4") is None  # not given: not indexed
+    finally:
+        flows.dynamodb.put_item(TableName=flows.outputs["SubjectIndexTableName"], Item=removed)
+    assert flows.entries() == flows.hashed(EXPECTED)
+
+
+def test_a_failing_job_is_retried_then_notified_and_the_backfill_fails(
+    flows: Workflows, cloud: Cloud
+) -> None:
+    notified = cloud.capture(
+        "index-backfill-failures", topic=flows.outputs["NotificationsTopicArn"]
+    )
+    cloud.client("s3").put_object(
+        Bucket=flows.lake, Key="ghost/day=2026-01-01/part-0.parquet", Body=_parquet([("u-9", 1)])
+    )
+
+    # "ghost" is no registered dataset: the index job exits non-zero on every attempt.
+    result = flows.execute(
+        "IndexBackfillStateMachineArn", "backfill-ghost", {"dataset_id": "ghost", "zones": ["lake"]}
+    )
+
+    execution = result["execution"]
+    assert execution["status"] == "FAILED"
+    assert execution["error"] == "IndexBackfillFailed"
+    assert entered_states(result["history"])[-4:] == [
+        "Count Batches",
+        "Every Batch Indexed",
+        "Notify Failure",
+        "Backfill Failed",
+    ]
+    emr = cloud.client("emr-serverless")
+    runs = emr.list_job_runs(applicationId=flows.outputs["SparkApplicationId"])["jobRuns"]
+    batch_runs = [r for r in runs if r.get("name") == "backfill-ghost-lake-0-0"]
+    assert len(batch_runs) == 2  # the first attempt and one retry
+    assert {r["state"] for r in batch_runs} == {"FAILED"}
+    (message,) = cloud.messages(notified, timeout=15)
+    assert message["event"] == "IndexBackfillFailed"
+    assert message["dataset_id"] == "ghost"
+    assert message["error"] == "States.TaskFailed"
+    assert "ghost" in message["cause"]
+    assert message["execution"] == execution["executionArn"]
+
+
+def test_invalid_input_is_refused_and_notified(flows: Workflows, cloud: Cloud) -> None:
+    notified = cloud.capture(
+        "index-backfill-refusals", topic=flows.outputs["NotificationsTopicArn"]
+    )
+
+    result = flows.execute(
+        "IndexBackfillStateMachineArn",
+        "backfill-invalid",
+        {"dataset_id": "Not/A/Dataset", "zones": ["lake", "archive"], "batch_size": 0},
+    )
+
+    execution = result["execution"]
+    assert execution["status"] == "FAILED"
+    assert execution["error"] == "IndexBackfillFailed"
+    assert entered_states(result["history"]) == [
+        "Normalise Input",
+        "Is Input Valid",
+        "Notify Failure",
+        "Backfill Failed",
+    ]
+    (message,) = cloud.messages(notified, timeout=15)
+    assert message["error"] == "InvalidInput"
+    assert [p.split(" must")[0] for p in message["cause"].split("; ")] == [
+        "dataset_id",
+        "zones",
+        "batch_size",
+    ]
+
+
+def _reconcile(flows: Workflows, name: str, *, fix: bool = False) -> dict[str, Any]:
+    result = flows.execute(
+        "IndexReconcileStateMachineArn", name, {"dataset_id": DATASET, "fix": fix}
+    )
+    execution = result["execution"]
+    assert execution["status"] == "SUCCEEDED", execution.get("cause")
+    output = json.loads(execution["output"])
+    reports = flows.outputs["ReportsBucketName"]
+    assert output == {
+        "dataset_id": DATASET,
+        "report": f"s3://{reports}/reconcile/{DATASET}/{name}.json",
+        "fixed": fix,
+    }
+    return flows.report(output["report"])
+
+
+def test_reconcile_reports_drift_and_fixes_it(flows: Workflows, backfilled: dict[str, Any]) -> None:
+    entries = sum(len(subjects) for subjects in EXPECTED.values())
+
+    clean = _reconcile(flows, "reconcile-clean")
+
+    assert (clean["objects_scanned"], clean["entries_expected"], clean["entries_found"]) == (
+        6,
+        entries,
+        entries,
+    )
+    assert [clean[k]["count"] for k in ("missing", "stale", "wrong_rows")] == [0, 0, 0]
+
+    lost = f"{DATASET}/day=2026-01-03/part-0.parquet"
+    flows.delete_entry("lake", lost, "u-3")
+    drift = _reconcile(flows, "reconcile-drift")
+
+    assert drift["entries_found"] == entries - 1
+    assert drift["missing"]["count"] == 1
+    assert drift["missing"]["sample"] == [
+        {"object_url": flows.url("lake", lost), "subject_hash": hash_of_id(flows.key, "u-3")}
+    ]
+    assert [drift[k]["count"] for k in ("stale", "wrong_rows")] == [0, 0]
+    assert flows.index_item("lake", lost, "u-3") is None  # reported, not fixed
+
+    fixed = _reconcile(flows, "reconcile-fix", fix=True)
+
+    assert fixed["missing"]["count"] == 1
+    assert fixed["fixed"] is True
+    assert flows.entries() == flows.hashed(EXPECTED)
