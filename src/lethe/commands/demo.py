@@ -1,8 +1,9 @@
 """`lethe demo`: the end-to-end scenario on the local cloud (what `make demo` runs).
 
-Starts the local cloud, registers the sample datasets (samples/), uploads clean and dirty files
-to the raw bucket, waits until ingestion has settled every upload, prints the catalog and the
-quarantine with its reasons, and stops the cloud (unless --keep).
+Starts the local cloud, registers the sample datasets (samples/), looks a subject up in the
+index (nothing yet), uploads clean and dirty files to the raw bucket, waits until ingestion has
+settled every upload, prints the catalog, the quarantine with its reasons and the subject's
+objects, and stops the cloud (unless --keep).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ UPLOADS = (  # (sample file, raw key): keys say nothing of the format on purpose
 )
 TERMINAL = {"INGESTED", "QUARANTINED", "FAILED", "IGNORED", "DELETED"}
 SETTLE_TIMEOUT_SECONDS = 600
+DEMO_SUBJECT = "u-1001"  # in the reviews CSV and, as a customer, in the orders
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -61,10 +63,12 @@ def run_demo(args: argparse.Namespace) -> int:
     try:
         target = from_state_file(state_file)
         _register(target)
+        _lookup(state_file, "before ingestion: nobody is indexed yet")
         _upload(target)
         statuses = _wait_until_settled(target)
         _show_objects(state_file)
         _show_quarantine(target)
+        _lookup(state_file, "after ingestion: every object holding the subject, by keyed hash")
         failed = [key for key, status in statuses.items() if status == "FAILED"]
         if failed:
             print(
@@ -134,6 +138,11 @@ def _wait_until_settled(target: Target) -> dict[str, str]:
             return statuses
         time.sleep(2)
     raise SystemExit(f"ingestion did not settle within {SETTLE_TIMEOUT_SECONDS} s: {last}")
+
+
+def _lookup(state_file: Path, when: str) -> None:
+    _step(f"lethe index lookup --subject {DEMO_SUBJECT}   ({when})")
+    _cli("index", "lookup", "--subject", DEMO_SUBJECT, "--state-file", str(state_file))
 
 
 def _show_objects(state_file: Path) -> None:
