@@ -111,6 +111,12 @@ sfn: venv system-deps ## State machines executed by moto's interpreter, from the
 e2e: venv system-deps ## End to end on the local cloud, started through the CLI
 	$(PYTEST) tests/e2e -m e2e -q
 
+# ------------------------------------------------------------------ benchmarks (on demand, never part of `make test`)
+.PHONY: bench
+BENCH_ARGS ?=
+bench: venv system-deps ## Subject index benchmark; results in docs/BENCHMARKS.md (BENCH_ARGS="--spark ...")
+	$(BIN)/python bench/index_bench.py $(BENCH_ARGS)
+
 # ------------------------------------------------------------------ running it
 .PHONY: demo local-up local-down build deploy-artifacts clean
 demo: venv system-deps ## The end-to-end scenario on the local cloud

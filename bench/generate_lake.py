@@ -1,0 +1,367 @@
+"""A synthetic lake for benchmarks: N objects of R rows, subjects drawn with a Zipf-like skew.
+
+    python bench/generate_lake.py --out DIR --objects 200 --rows-per-object 2000 \
+        --subjects 100000 --skew 1.0 --seed 1 [--format parquet|csv|jsonl] [--composite]
+
+Writes, under DIR:
+    <dataset_id>.dataset.json                          the dataset document (lethe datasets put)
+    <dataset_id>/YYYY/MM/DD/batch-NNNNN.<ext>          the objects, as a producer uploads them
+    lake.json                                          the parameters and the file list
+
+Subjects. Subject number n (0 <= n < S) is the id `u000000042` (`--composite`: the pair
+(`t007`, `u000000002`) with tenant n % T and user n // T, so a user id repeats across tenants
+and only the pair is a subject). The k-th heaviest subject (k = 1..S) is drawn with probability
+proportional to 1 / k**Z: Z = 0 is uniform, Z = 1 a classic Zipf where the heaviest subject
+holds about 1/ln(S) of all rows. Which subject number is the k-th heaviest is a seeded
+permutation, so heavy subjects are spread over the id space. Every object holds rows of one
+date (the partition column `event_date`), in the file, as raw objects do.
+
+Deterministic: the same arguments and seed give the same bytes (Parquet, CSV, JSON Lines).
+Importable: `generate(...)` returns a `Lake` (file paths, dataset document, subject model).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.json as pajson
+import pyarrow.parquet as pq
+
+FORMATS = ("parquet", "csv", "jsonl")
+DATASET_ID = "bench_events"
+FIRST_DATE = dt.date(2026, 1, 1)
+DAYS = 30  # objects are spread over this many dates (partitions)
+COMMENT_POOL = 1000
+_WORDS = [
+    *("great", "fast", "slow", "broken", "lovely", "late", "refund", "again", "never", "always"),
+    *("price", "delivery", "support", "quality", "size", "colour", "battery", "screen", "box"),
+    *("driver", "app", "order", "return", "thanks"),
+]
+
+# The dataset's columns: (name, Spark DDL type, Arrow type). Subject columns come first.
+_SUBJECT = [("user_id", "string", pa.string())]
+_COMPOSITE = [("tenant", "string", pa.string()), ("user_id", "string", pa.string())]
+_PAYLOAD = [
+    ("event_date", "date", pa.date32()),
+    ("event_id", "long", pa.int64()),
+    ("event_ts", "timestamp", pa.timestamp("us")),
+    ("amount", "double", pa.float64()),
+    ("stars", "int", pa.int32()),
+    ("active", "boolean", pa.bool_()),
+    ("comment", "string", pa.string()),
+]
+
+
+@dataclass(frozen=True)
+class SubjectModel:
+    """Which subject a row belongs to: the skewed distribution and the id of each subject."""
+
+    subjects: int
+    skew: float
+    seed: int
+    composite: bool = False
+    tenants: int = 16
+    _cdf: Any = field(init=False, repr=False, compare=False)
+    _by_rank: Any = field(init=False, repr=False, compare=False)  # rank -> subject number
+
+    def __post_init__(self) -> None:
+        if self.subjects < 1:
+            raise ValueError("at least one subject")
+        if self.skew < 0:
+            raise ValueError("the skew is >= 0")
+        ranks = np.arange(1, self.subjects + 1, dtype=np.float64)
+        weights = ranks ** (-self.skew)
+        cdf = np.cumsum(weights)
+        object.__setattr__(self, "_cdf", cdf / cdf[-1])
+        permutation = np.random.default_rng([self.seed, 7]).permutation(self.subjects)
+        object.__setattr__(self, "_by_rank", permutation)
+
+    @property
+    def columns(self) -> list[str]:
+        return [name for name, _, _ in (_COMPOSITE if self.composite else _SUBJECT)]
+
+    def draw(self, rng: np.random.Generator, size: int) -> Any:
+        """`size` subject numbers drawn with the skew (a numpy int64 array)."""
+        ranks = np.searchsorted(self._cdf, rng.random(size), side="right")
+        return self._by_rank[np.minimum(ranks, self.subjects - 1)]
+
+    def share(self, number: int) -> float:
+        """The probability that a row belongs to subject `number`."""
+        rank = int(np.flatnonzero(self._by_rank == number)[0])
+        low = self._cdf[rank - 1] if rank else 0.0
+        return float(self._cdf[rank] - low)
+
+    def key_values(self, number: int) -> list[str]:
+        """The subject column values of subject `number`, in `columns` order."""
+        if self.composite:
+            return [f"t{number % self.tenants:03d}", f"u{number // self.tenants:09d}"]
+        return [f"u{number:09d}"]
+
+    def columns_of(self, numbers: Any) -> dict[str, pa.Array]:
+        """Subject column arrays for an array of subject numbers."""
+
+        def ids(prefix: str, values: Any, width: int) -> pa.Array:
+            digits = pc.utf8_lpad(pa.array(values, pa.int64()).cast(pa.string()), width, "0")
+            return pc.binary_join_element_wise(prefix, digits, "")
+
+        if self.composite:
+            return {
+                "tenant": ids("t", numbers % self.tenants, 3),
+                "user_id": ids("u", numbers // self.tenants, 9),
+            }
+        return {"user_id": ids("u", numbers, 9)}
+
+
+@dataclass(frozen=True)
+class Lake:
+    root: Path
+    format: str
+    dataset: dict[str, Any]  # the dataset document
+    dataset_path: Path
+    files: list[Path]
+    rows_per_object: int
+    model: SubjectModel
+    parameters: dict[str, Any]
+
+    @property
+    def rows(self) -> int:
+        return self.rows_per_object * len(self.files)
+
+
+def dataset_document(fmt: str, composite: bool, dataset_id: str = DATASET_ID) -> dict[str, Any]:
+    subject = _COMPOSITE if composite else _SUBJECT
+    return {
+        "dataset_id": dataset_id,
+        "format": fmt,
+        "compression": "none",
+        "subject_columns": [name for name, _, _ in subject],
+        "partition_by": ["event_date"],
+        "schema": [{"name": n, "type": t} for n, t, _ in [*subject, *_PAYLOAD]],
+        "description": "Synthetic events for the benchmarks (bench/generate_lake.py).",
+    }
+
+
+def arrow_schema(composite: bool) -> pa.Schema:
+    return pa.schema([(n, t) for n, _, t in [*(_COMPOSITE if composite else _SUBJECT), *_PAYLOAD]])
+
+
+def _comment_pool(rng: np.random.Generator) -> pa.Array:
+    lengths = rng.integers(0, 16, COMMENT_POOL)
+    words = np.array(_WORDS)
+    return pa.array([" ".join(words[rng.integers(0, len(words), n)]) for n in lengths])
+
+
+def object_day(index: int, objects: int) -> dt.date:
+    """The date of object `index`: objects are spread evenly over DAYS dates."""
+    return FIRST_DATE + dt.timedelta(days=index * DAYS // objects)
+
+
+def object_table(
+    model: SubjectModel,
+    *,
+    index: int,
+    rows: int,
+    day: dt.date,
+    rng: np.random.Generator,
+    comments: pa.Array,
+) -> pa.Table:
+    """The rows of object `index`, all of date `day`."""
+    numbers = model.draw(rng, rows)
+    columns: dict[str, pa.Array] = dict(model.columns_of(numbers))
+    midnight = np.datetime64(day.isoformat(), "us")
+    seconds = np.sort(rng.integers(0, 86_400 * 1_000_000, rows))
+    columns |= {
+        "event_date": pa.array([day] * rows, pa.date32()),
+        "event_id": pa.array(np.arange(index * rows, (index + 1) * rows), pa.int64()),
+        "event_ts": pa.array(midnight + seconds.astype("timedelta64[us]"), pa.timestamp("us")),
+        "amount": pa.array(np.round(rng.gamma(2.0, 20.0, rows), 2), pa.float64()),
+        "stars": pa.array(rng.integers(1, 6, rows), pa.int32()),
+        "active": pa.array(rng.random(rows) < 0.8, pa.bool_()),
+        "comment": comments.take(pa.array(rng.integers(0, len(comments), rows))),
+    }
+    return pa.table(columns, schema=arrow_schema(model.composite))
+
+
+def _write_jsonl(table: pa.Table, path: Path) -> None:
+    def plain(value: Any) -> Any:
+        return value.isoformat() if isinstance(value, dt.date | dt.datetime) else value
+
+    with path.open("w", encoding="utf-8", newline="\n") as out:
+        for row in table.to_pylist():
+            out.write(json.dumps({k: plain(v) for k, v in row.items()}, ensure_ascii=False))
+            out.write("\n")
+
+
+def write_object(table: pa.Table, path: Path, fmt: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if fmt == "parquet":
+        pq.write_table(table, path, compression="snappy")
+    elif fmt == "csv":
+        pacsv.write_csv(table, path)
+    elif fmt == "jsonl":
+        _write_jsonl(table, path)
+    else:
+        raise ValueError(f"unknown format {fmt!r}")
+
+
+def read_object(path: Path | str, fmt: str, composite: bool) -> pa.Table:
+    """An object's rows as an Arrow table, typed by the dataset schema (what an indexer reads)."""
+    schema = arrow_schema(composite)
+    if fmt == "parquet":
+        return pq.read_table(path)
+    if fmt == "csv":
+        types = {f.name: f.type for f in schema}
+        return pacsv.read_csv(path, convert_options=pacsv.ConvertOptions(column_types=types))
+    if fmt == "jsonl":
+        # Arrow's JSON reader does not parse dates from strings: read the text, then cast.
+        as_text = pa.schema([(f.name, pa.string()) if f.type == pa.date32() else f for f in schema])
+        options = pajson.ParseOptions(explicit_schema=as_text)
+        table = pajson.read_json(path, parse_options=options)
+        return table.set_column(
+            table.schema.get_field_index("event_date"),
+            "event_date",
+            table.column("event_date").cast(pa.date32()),
+        )
+    raise ValueError(f"unknown format {fmt!r}")
+
+
+def coordinates(fmt: str, rows: int) -> list[int] | None:
+    """Row coordinates the indexer passes: lines for text (CSV line 1 is the header)."""
+    if fmt == "csv":
+        return list(range(2, rows + 2))
+    if fmt == "jsonl":
+        return list(range(1, rows + 1))
+    return None  # Parquet: the row index
+
+
+def object_key(dataset_id: str, index: int, objects: int, fmt: str) -> str:
+    day = object_day(index, objects)
+    return f"{dataset_id}/{day:%Y/%m/%d}/batch-{index:05d}.{fmt}"
+
+
+def generate(
+    out: Path | str,
+    *,
+    objects: int = 200,
+    rows_per_object: int = 2000,
+    subjects: int = 100_000,
+    skew: float = 1.0,
+    seed: int = 1,
+    fmt: str = "parquet",
+    composite: bool = False,
+    tenants: int = 16,
+    dataset_id: str = DATASET_ID,
+) -> Lake:
+    """Write the lake under `out` and return what was written."""
+    if fmt not in FORMATS:
+        raise ValueError(f"format is one of {', '.join(FORMATS)}")
+    if objects < 1 or rows_per_object < 1:
+        raise ValueError("at least one object of one row")
+    root = Path(out)
+    root.mkdir(parents=True, exist_ok=True)
+    model = SubjectModel(subjects, skew, seed, composite, tenants)
+    rng = np.random.default_rng(seed)
+    comments = _comment_pool(rng)
+    files = []
+    for index in range(objects):
+        path = root / object_key(dataset_id, index, objects, fmt)
+        day = object_day(index, objects)
+        table = object_table(
+            model, index=index, rows=rows_per_object, day=day, rng=rng, comments=comments
+        )
+        write_object(table, path, fmt)
+        files.append(path)
+    document = dataset_document(fmt, composite, dataset_id)
+    dataset_path = root / f"{dataset_id}.dataset.json"
+    dataset_path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    parameters = {
+        "objects": objects,
+        "rows_per_object": rows_per_object,
+        "subjects": subjects,
+        "skew": skew,
+        "seed": seed,
+        "format": fmt,
+        "composite": composite,
+        "tenants": tenants,
+        "dataset_id": dataset_id,
+    }
+    manifest = {
+        "parameters": parameters,
+        "dataset": document,
+        "files": [str(p.relative_to(root)) for p in files],
+    }
+    (root / "lake.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    return Lake(root, fmt, document, dataset_path, files, rows_per_object, model, parameters)
+
+
+def load(root: Path | str) -> Lake:
+    """A lake written earlier by `generate` (from its lake.json)."""
+    root = Path(root)
+    manifest = json.loads((root / "lake.json").read_text(encoding="utf-8"))
+    p = manifest["parameters"]
+    model = SubjectModel(p["subjects"], p["skew"], p["seed"], p["composite"], p["tenants"])
+    return Lake(
+        root,
+        p["format"],
+        manifest["dataset"],
+        root / f"{p['dataset_id']}.dataset.json",
+        [root / f for f in manifest["files"]],
+        p["rows_per_object"],
+        model,
+        p,
+    )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The lake's shape, shared with the benchmark's command line."""
+    parser.add_argument("--objects", type=int, default=200, help="number of objects (files)")
+    parser.add_argument("--rows-per-object", type=int, default=2000, help="rows in each object")
+    parser.add_argument("--subjects", type=int, default=100_000, help="distinct subjects")
+    parser.add_argument(
+        "--skew", type=float, default=1.0, help="Zipf exponent: 0 uniform, larger = heavier head"
+    )
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--format", choices=FORMATS, default="parquet")
+    parser.add_argument(
+        "--composite", action="store_true", help="subject key (tenant, user_id) instead of user_id"
+    )
+    parser.add_argument("--tenants", type=int, default=16, help="tenants with --composite")
+
+
+def generate_from_args(out: Path | str, args: argparse.Namespace) -> Lake:
+    return generate(
+        out,
+        objects=args.objects,
+        rows_per_object=args.rows_per_object,
+        subjects=args.subjects,
+        skew=args.skew,
+        seed=args.seed,
+        fmt=args.format,
+        composite=args.composite,
+        tenants=args.tenants,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True, type=Path, help="directory to write the lake in")
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    lake = generate_from_args(args.out, args)
+    print(f"wrote {len(lake.files)} {lake.format} objects, {lake.rows} rows, under {lake.root}")
+    print(f"dataset document: {lake.dataset_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,984 @@
+"""Subject index benchmark: build speed, DynamoDB items and bytes, index writes per erasure.
+
+    python bench/index_bench.py                        # default: 200 objects x 2,000 rows
+    python bench/index_bench.py --objects 1000 --rows-per-object 10000 --spark
+
+One run measures, on a lake from bench/generate_lake.py (generated in a temporary directory,
+or `--lake DIR` to keep and reuse one):
+
+1. index build: `entries_from_table` over every object, each read with pyarrow one at a time,
+   against a baseline in the same run: the same reads touching the subject column(s) with
+   `to_pylist()` and no hashing. Warm-up once, then `--repeats` alternating pairs; median and
+   range of wall time and of the process's CPU time (steadier on a shared machine). The ratio
+   (index time / baseline time) is what indexing costs on top of a read.
+2. DynamoDB items and bytes per million rows: one item per `IndexEntry` (distinct (subject,
+   object) pairs, checked against a count made without hashing), sized with DynamoDB's rules
+   (dynamo_size.py), against a row-level index (one item per row, as the seed's row-number
+   index), both minimal and with the same attributes as an IndexEntry.
+3. index writes per erased subject, for subjects drawn with the lake's skew: what the design
+   prescribes (delete the subject's own items), against re-indexing every rewritten object
+   with `DynamoSubjectIndex.replace_object` (run on a counting fake table for a few subjects)
+   and against a row-level index.
+4. with `--spark`: the same build as a local[2] Spark job, one task per object and grouped
+   into a few tasks; session start-up and the first (cold) job reported apart.
+
+Results: JSON (`--out-json`, default bench/results/latest.json) and Markdown on stdout.
+Numbers are only comparable within one run (ratios), not across machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import datetime as dt
+import functools
+import gc
+import hashlib
+import json
+import os
+import platform
+import resource
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import dynamo_size
+import generate_lake
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pydantic
+import pyspark
+from pyspark.sql import SparkSession
+
+from lethe_shared.arrow_index import ObjectRef, entries_from_table
+from lethe_shared.datasets import Dataset, parse_dataset
+from lethe_shared.subjects import DynamoSubjectIndex, IndexEntry, subject_hash
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO = BENCH_DIR.parent
+KEY = b"lethe-benchmark-subject-hash-key-0123456789"  # any key of >= 32 bytes
+BUCKET = "lethe-prod-raw-123456789012-us-east-1"  # the template's naming, a 12-digit account
+MIB = 1024 * 1024
+GIB = 1024 * MIB
+
+
+# ------------------------------------------------------------------------------- objects
+
+
+def object_ref(lake: generate_lake.Lake, path: Path, version: int = 1) -> ObjectRef:
+    """The object as the index names it, with an S3 version id and ETag of realistic length."""
+    key = path.relative_to(lake.root).as_posix()
+    digest = hashlib.sha256(f"{key}#{version}".encode()).digest()
+    version_id = base64.b64encode(digest, altchars=b"._").decode()[:32]  # S3: 32 characters
+    etag = f'"{hashlib.md5(digest).hexdigest()}"'  # the shape of an ETag
+    return ObjectRef(
+        f"s3://{BUCKET}/{key}", zone="raw", format=lake.format, version_id=version_id, etag=etag
+    )
+
+
+@dataclass
+class Objects:
+    lake: generate_lake.Lake
+    dataset: Dataset
+    refs: list[ObjectRef]
+
+    def read(self, index: int) -> pa.Table:
+        return generate_lake.read_object(
+            self.lake.files[index], self.lake.format, self.lake.model.composite
+        )
+
+    def index(self, index: int, table: pa.Table, ref: ObjectRef | None = None) -> list[IndexEntry]:
+        coordinates = generate_lake.coordinates(self.lake.format, table.num_rows)
+        return entries_from_table(
+            table, self.dataset, ref or self.refs[index], key=KEY, coordinates=coordinates
+        )
+
+
+def read_and_touch(objects: Objects) -> int:
+    """Baseline: read every object and materialise its subject column(s) as Python values."""
+    rows = 0
+    for i in range(len(objects.refs)):
+        table = objects.read(i)
+        for column in objects.dataset.subject_columns:
+            table.column(column).to_pylist()
+        rows += table.num_rows
+    return rows
+
+
+def read_and_index(objects: Objects) -> int:
+    """What the index job does per object: read it, then `entries_from_table`."""
+    rows = 0
+    for i in range(len(objects.refs)):
+        table = objects.read(i)
+        objects.index(i, table)
+        rows += table.num_rows
+    return rows
+
+
+# ------------------------------------------------------------------------------ statistics
+
+
+def timed(run: Callable[[], int]) -> tuple[float, float, int]:
+    """(wall seconds, CPU seconds of this process, rows). CPU time counts every thread of the
+    process (Arrow's readers use a pool) and is much less sensitive than wall time to other
+    processes competing for the cores."""
+    gc.collect()
+    wall, cpu = time.perf_counter(), time.process_time()
+    rows = run()
+    return time.perf_counter() - wall, time.process_time() - cpu, rows
+
+
+def summary(values: Sequence[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    return {
+        "median": statistics.median(ordered),
+        "min": ordered[0],
+        "max": ordered[-1],
+        "spread_pct": 100 * (ordered[-1] - ordered[0]) / statistics.median(ordered),
+    }
+
+
+def percentiles(values: Sequence[float]) -> dict[str, float]:
+    array = np.asarray(values, dtype=np.float64)
+    return {
+        "mean": float(array.mean()),
+        "p50": float(np.percentile(array, 50)),
+        "p99": float(np.percentile(array, 99)),
+        "max": float(array.max()),
+    }
+
+
+# ------------------------------------------------------------------------- 1. index build
+
+
+def _side(wall: list[float], cpu: list[float], rows: int) -> dict[str, Any]:
+    stats, cpu_stats = summary(wall), summary(cpu)
+    return {
+        "seconds": wall,
+        **{f"{k}_s": v for k, v in stats.items() if k != "spread_pct"},
+        "spread_pct": stats["spread_pct"],
+        "rows_per_s_median": rows / stats["median"],
+        "cpu_seconds": cpu,
+        **{f"cpu_{k}_s": v for k, v in cpu_stats.items() if k != "spread_pct"},
+        "cpu_rows_per_s_median": rows / cpu_stats["median"],
+    }
+
+
+def measure_build(objects: Objects, repeats: int) -> dict[str, Any]:
+    read_and_touch(objects)  # warm-up: page cache, imports, allocator
+    read_and_index(objects)
+    wall: dict[str, list[float]] = {"base": [], "index": []}
+    cpu: dict[str, list[float]] = {"base": [], "index": []}
+    rows = 0
+    for repeat in range(repeats):  # alternate the order so that drift hits both sides
+        pair = [("base", read_and_touch), ("index", read_and_index)]
+        for side, run in pair if repeat % 2 == 0 else reversed(pair):
+            elapsed, used, rows = timed(functools.partial(run, objects))
+            wall[side].append(elapsed)
+            cpu[side].append(used)
+
+    def ratios(times: dict[str, list[float]]) -> dict[str, float]:
+        return summary([i / b for i, b in zip(times["index"], times["base"], strict=True)])
+
+    base, index = _side(wall["base"], cpu["base"], rows), _side(wall["index"], cpu["index"], rows)
+    return {
+        "rows": rows,
+        "repeats": repeats,
+        "baseline_read_touch": base,
+        "index": index,
+        "time_ratio_index_to_baseline": ratios(wall),
+        "cpu_ratio_index_to_baseline": ratios(cpu),
+        "index_cost_us_per_row": 1e6 * (index["median_s"] - base["median_s"]) / rows,
+        "index_cpu_cost_us_per_row": 1e6 * (index["cpu_median_s"] - base["cpu_median_s"]) / rows,
+    }
+
+
+# ----------------------------------------------------------------- 2. items and bytes
+
+
+def _all(conditions: Sequence[Any]) -> Any:
+    """The row-wise AND of boolean Arrow arrays."""
+    return functools.reduce(pc.and_, conditions)
+
+
+@dataclass
+class Built:
+    """The index of the whole lake, kept for the analyses (one untimed build)."""
+
+    per_object: list[list[IndexEntry]]
+    by_subject: dict[str, list[tuple[int, IndexEntry]]]
+    distinct_pairs: int  # counted from the raw values, without hashing
+    rows: int
+
+
+def build_index(objects: Objects) -> Built:
+    per_object: list[list[IndexEntry]] = []
+    by_subject: dict[str, list[tuple[int, IndexEntry]]] = defaultdict(list)
+    distinct = rows = 0
+    columns = objects.dataset.subject_columns
+    for i in range(len(objects.refs)):
+        table = objects.read(i)
+        entries = objects.index(i, table)
+        per_object.append(entries)
+        for entry in entries:
+            by_subject[entry.subject_hash].append((i, entry))
+        present = table.filter(_all([pc.is_valid(table.column(c)) for c in columns]))
+        distinct += present.group_by(columns).aggregate([]).num_rows
+        rows += table.num_rows
+    return Built(per_object, dict(by_subject), distinct, rows)
+
+
+def _row_item_cost(
+    entry: IndexEntry, rows: Sequence[int], minimal: bool
+) -> tuple[int, int, int, int]:
+    """Sum of (bytes, WRU table, WRU all, stored bytes) of one row-level item per row.
+
+    Minimal: the seed's row-number index in DynamoDB terms, {subject_hash, object_url:
+    "<url>#<row>"} (the sort key must be unique per row). Same attributes: an IndexEntry's
+    attributes, with `row` instead of rows/row_hints/hints_complete.
+    """
+    template: dict[str, Any] = {
+        "subject_hash": entry.subject_hash,
+        "object_url": f"{entry.object_url}#",
+    }
+    if not minimal:
+        template |= {
+            "dataset_id": entry.dataset_id,
+            "zone": entry.zone,
+            "format": entry.format,
+            "row": 0,
+            "version_id": entry.version_id,
+            "etag": entry.etag,
+            "updated_at": entry.updated_at,
+        }
+    base = dynamo_size.item_size(template) - (0 if minimal else dynamo_size.number_size(0))
+    size = wru = stored = 0
+    for row in rows:
+        item_bytes = base + len(str(row)) + (0 if minimal else dynamo_size.number_size(row))
+        size += item_bytes
+        wru += dynamo_size.write_units(item_bytes)
+        stored += item_bytes + dynamo_size.ITEM_OVERHEAD_BYTES
+    return size, wru, wru, stored
+
+
+def measure_items(built: Built) -> dict[str, Any]:
+    lethe = np.zeros(4, dtype=np.int64)
+    minimal = np.zeros(4, dtype=np.int64)
+    same = np.zeros(4, dtype=np.int64)
+    items = truncated = 0
+    sizes: list[int] = []
+    for entries in built.per_object:
+        for entry in entries:
+            costs = dynamo_size.SUBJECT_INDEX.costs(entry.to_item())
+            lethe += costs
+            sizes.append(costs[0])
+            items += 1
+            truncated += len(entry.row_hints) > 64
+            minimal += _row_item_cost(entry, entry.row_hints, minimal=True)
+            same += _row_item_cost(entry, entry.row_hints, minimal=False)
+    per_million = 1e6 / built.rows
+
+    def scaled(totals: Any, count: int) -> dict[str, float]:
+        return {
+            "items": count * per_million,
+            "item_bytes": float(totals[0]) * per_million,
+            "wru_table_only": float(totals[1]) * per_million,
+            "stored_bytes_table_only": (float(totals[0]) + count * dynamo_size.ITEM_OVERHEAD_BYTES)
+            * per_million,
+            "wru_with_gsis": float(totals[2]) * per_million,
+            "stored_bytes_with_gsis": float(totals[3]) * per_million,
+            "mean_item_bytes": float(totals[0]) / count,
+        }
+
+    row_items = built.rows  # every row has a subject here (the generator writes no nulls)
+    result: dict[str, Any] = {
+        "rows": built.rows,
+        "items": items,
+        "distinct_subject_object_pairs": built.distinct_pairs,
+        "items_equal_distinct_pairs": items == built.distinct_pairs,
+        "rows_per_item": built.rows / items,
+        "entries_with_truncated_hints": truncated,
+        "item_bytes": {"p50": float(np.percentile(sizes, 50)), "max": max(sizes)},
+        "per_million_rows": {
+            "lethe": scaled(lethe, items),
+            "row_level_minimal": scaled(minimal, row_items),
+            "row_level_same_attributes": scaled(same, row_items),
+        },
+    }
+    pm = result["per_million_rows"]
+    result["ratios_lethe_to_row_level"] = {
+        name: {
+            "items": pm["lethe"]["items"] / pm[name]["items"],
+            "item_bytes": pm["lethe"]["item_bytes"] / pm[name]["item_bytes"],
+            "wru_table_only": pm["lethe"]["wru_table_only"] / pm[name]["wru_table_only"],
+            "stored_bytes_table_only": pm["lethe"]["stored_bytes_table_only"]
+            / pm[name]["stored_bytes_table_only"],
+        }
+        for name in ("row_level_minimal", "row_level_same_attributes")
+    }
+    return result
+
+
+# -------------------------------------------------------------- 3. writes per erasure
+
+
+def sample_subjects(lake: generate_lake.Lake, count: int, seed: int) -> list[int]:
+    """`count` distinct subject numbers drawn with the lake's skew (heavy ones are likely)."""
+    rng = np.random.default_rng([seed, 3])
+    count = min(count, lake.model.subjects)
+    chosen: dict[int, None] = {}
+    while len(chosen) < count:
+        for number in lake.model.draw(rng, count):
+            if len(chosen) < count:
+                chosen.setdefault(int(number))
+    return list(chosen)
+
+
+def _stale_after_removal(entries: list[IndexEntry], erased: IndexEntry) -> tuple[int, int]:
+    """(other entries whose row hints shift, other rows whose row numbers shift) when the
+    erased subject's rows leave the object: every row after its first row moves up."""
+    first = min(erased.row_hints)
+    entries_shifted = rows_shifted = 0
+    for entry in entries:
+        if entry.subject_hash == erased.subject_hash:
+            continue
+        later = sum(1 for h in entry.row_hints if h > first)
+        entries_shifted += later > 0
+        rows_shifted += later
+    return entries_shifted, rows_shifted
+
+
+def measure_erasure_writes(
+    objects: Objects, built: Built, subjects: list[int], verify: int
+) -> dict[str, Any]:
+    model = objects.lake.model
+    per_subject = []
+    for number in subjects:
+        digest = subject_hash(KEY, model.columns, model.key_values(number))
+        own = built.by_subject.get(digest, [])
+        co_resident = sum(len(built.per_object[i]) - 1 for i, _ in own)
+        stale_entries = stale_rows = 0
+        for i, entry in own:
+            e, r = _stale_after_removal(built.per_object[i], entry)
+            stale_entries += e
+            stale_rows += r
+        per_subject.append(
+            {
+                "subject_share_of_rows": model.share(number),
+                "own_entries": len(own),
+                "own_rows": sum(e.rows for _, e in own),
+                "co_resident_entries": co_resident,
+                "writes_prescribed": len(own),  # delete (subject, object) for each own entry
+                "writes_replace_object": co_resident + len(own),
+                "writes_row_level": sum(e.rows for _, e in own),
+                "co_resident_entries_with_shifted_hints": stale_entries,
+                "row_level_rows_renumbered": stale_rows,
+            }
+        )
+    checks = [verify_replace_object(objects, built, number) for number in subjects[:verify]]
+
+    def stats(name: str) -> dict[str, float]:
+        return percentiles([s[name] for s in per_subject])
+
+    terciles = _by_co_residents(per_subject)
+    return {
+        "subjects_sampled": len(per_subject),
+        "subjects_absent_from_lake": sum(1 for s in per_subject if s["own_entries"] == 0),
+        "writes_prescribed": stats("writes_prescribed"),
+        "writes_replace_object": stats("writes_replace_object"),
+        "writes_row_level": stats("writes_row_level"),
+        "own_entries": stats("own_entries"),
+        "co_resident_entries": stats("co_resident_entries"),
+        "co_resident_entries_with_shifted_hints": stats("co_resident_entries_with_shifted_hints"),
+        "by_co_resident_tercile": terciles,
+        "replace_object_checks": checks,
+        "per_subject": per_subject,
+    }
+
+
+def _by_co_residents(per_subject: list[dict[str, Any]]) -> list[dict[str, float]]:
+    present = sorted(
+        (s for s in per_subject if s["own_entries"]), key=lambda s: s["co_resident_entries"]
+    )
+    groups = [g for g in np.array_split(np.arange(len(present)), 3) if len(g)]
+    rows = []
+    for group in groups:
+        chosen = [present[i] for i in group]
+        own = sum(s["own_entries"] for s in chosen)
+        rows.append(
+            {
+                "subjects": len(chosen),
+                "co_resident_entries_min": min(s["co_resident_entries"] for s in chosen),
+                "co_resident_entries_max": max(s["co_resident_entries"] for s in chosen),
+                "own_entries_mean": own / len(chosen),
+                "writes_prescribed_per_own_entry": sum(s["writes_prescribed"] for s in chosen)
+                / own,
+                "writes_replace_object_per_own_entry": sum(
+                    s["writes_replace_object"] for s in chosen
+                )
+                / own,
+            }
+        )
+    return rows
+
+
+class _CountingTable:
+    """Just enough of a boto3 Table for DynamoSubjectIndex.replace_object, counting writes."""
+
+    def __init__(self, items: Iterable[dict[str, Any]]) -> None:
+        self.items = {(i["subject_hash"], i["object_url"]): i for i in items}
+        self.puts = self.deletes = 0
+
+    def query(self, **kwargs: Any) -> dict[str, Any]:
+        url = kwargs["ExpressionAttributeValues"][":u"]
+        keys = [{"subject_hash": s, "object_url": u} for s, u in self.items if u == url]
+        return {"Items": keys}
+
+    def batch_writer(self) -> _CountingTable:
+        return self
+
+    def __enter__(self) -> _CountingTable:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        return None
+
+    def put_item(self, Item: dict[str, Any]) -> None:  # boto3's argument names
+        self.puts += 1
+        self.items[(Item["subject_hash"], Item["object_url"])] = Item
+
+    def delete_item(self, Key: dict[str, Any]) -> None:
+        self.deletes += 1
+        del self.items[(Key["subject_hash"], Key["object_url"])]
+
+
+def verify_replace_object(
+    objects: Objects, built: Built, number: int, max_objects: int = 20
+) -> dict[str, Any]:
+    """Erase one subject from (up to `max_objects` of) its objects for real in memory: filter
+    its rows out, index the new object version, and let the real DynamoSubjectIndex
+    .replace_object update a counting table. Compares the counted writes with the formula."""
+    model = objects.lake.model
+    values = model.key_values(number)
+    digest = subject_hash(KEY, model.columns, values)
+    own = built.by_subject.get(digest, [])[:max_objects]
+    puts = deletes = expected = changed_besides_version = analytic_shifted = 0
+    for i, erased in own:
+        old = built.per_object[i]
+        table = objects.read(i)
+        mine = _all(
+            [pc.equal(table.column(c), v) for c, v in zip(model.columns, values, strict=True)]
+        )
+        remaining = table.filter(pc.invert(mine))
+        # The new version of the object: its rows renumbered (Parquet row indexes; CSV and JSON
+        # Lines line numbers, the erased lines being gone), a new version id and ETag, same URL.
+        new_ref = object_ref(objects.lake, objects.lake.files[i], version=2)
+        new = objects.index(i, remaining, new_ref)
+        fake = _CountingTable(e.to_item() for e in old)
+        DynamoSubjectIndex(fake).replace_object(new_ref.object_url, new)
+        puts += fake.puts
+        deletes += fake.deletes
+        expected += len(old)
+        analytic_shifted += _stale_after_removal(old, erased)[0]
+        before = {e.subject_hash: (e.rows, e.row_hints) for e in old}
+        changed_besides_version += sum(
+            1 for e in new if before.get(e.subject_hash) != (e.rows, e.row_hints)
+        )
+    return {
+        "objects": len(own),
+        "puts": puts,
+        "deletes": deletes,
+        "writes": puts + deletes,
+        "formula_writes": expected,
+        "entries_changed_besides_version_etag": changed_besides_version,
+        "entries_with_shifted_hints_by_formula": analytic_shifted,
+    }
+
+
+# ------------------------------------------------------------------------------ 4. Spark
+
+
+def _spark_task(task: tuple[str, str, bool, dict[str, Any], dict[str, Any]]) -> tuple[int, int]:
+    """One object: read it with pyarrow, index it. Runs in a Spark Python worker."""
+    path, fmt, composite, document, ref = task
+    table = generate_lake.read_object(path, fmt, composite)
+    entries = entries_from_table(
+        table,
+        parse_dataset(document),
+        ObjectRef(**ref),
+        key=KEY,
+        coordinates=generate_lake.coordinates(fmt, table.num_rows),
+    )
+    return table.num_rows, len(entries)
+
+
+def _spark_tasks(tasks: Iterable[Any]) -> list[tuple[int, int]]:
+    """A group of objects in one Spark task (mapPartitions)."""
+    rows = entries = 0
+    for task in tasks:
+        r, e = _spark_task(task)
+        rows += r
+        entries += e
+    return [(rows, entries)]
+
+
+def _add(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
+    return a[0] + b[0], a[1] + b[1]
+
+
+def measure_spark(
+    objects: Objects, repeats: int, single_process_s: float, grouped_tasks: int
+) -> dict[str, Any]:
+    """The build as a local[2] Spark job: one task per object (as the index job runs), then the
+    objects grouped into `grouped_tasks` tasks. Start-up and the first job are reported apart."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    paths = [str(BENCH_DIR), str(REPO / "layers" / "shared")]  # workers import these modules
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [*paths, *filter(None, [os.environ.get("PYTHONPATH")])]
+    )
+    start = time.perf_counter()
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("lethe-index-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    startup_s = time.perf_counter() - start
+    lake = objects.lake
+    tasks = [
+        (str(path), lake.format, lake.model.composite, lake.dataset, _ref_fields(ref))
+        for path, ref in zip(lake.files, objects.refs, strict=True)
+    ]
+    context = spark.sparkContext
+
+    def per_object() -> tuple[float, tuple[int, int]]:
+        began = time.perf_counter()
+        totals = context.parallelize(tasks, len(tasks)).map(_spark_task).reduce(_add)
+        return time.perf_counter() - began, totals
+
+    def grouped() -> tuple[float, tuple[int, int]]:
+        began = time.perf_counter()
+        rdd = context.parallelize(tasks, min(grouped_tasks, len(tasks)))
+        totals = rdd.mapPartitions(_spark_tasks).reduce(_add)
+        return time.perf_counter() - began, totals
+
+    def variant(job: Callable[[], tuple[float, tuple[int, int]]], count: int) -> dict[str, Any]:
+        seconds = [job()[0] for _ in range(repeats)]
+        stats = summary(seconds)
+        return {
+            "tasks": count,
+            "seconds": seconds,
+            **{f"{k}_s": v for k, v in stats.items() if k != "spread_pct"},
+            "spread_pct": stats["spread_pct"],
+            "rows_per_s_median": rows / stats["median"],
+            "speedup_vs_single_process": single_process_s / stats["median"],
+        }
+
+    try:
+        first_s, (rows, entries) = per_object()
+        warm = {
+            "one_task_per_object": variant(per_object, len(tasks)),
+            "grouped": variant(grouped, min(grouped_tasks, len(tasks))),
+        }
+    finally:
+        spark.stop()
+    cold_s = startup_s + first_s
+    return {
+        "master": "local[2]",
+        "rows": rows,
+        "entries": entries,
+        "session_startup_s": startup_s,
+        "first_job_s": first_s,
+        "cold_total_s": cold_s,
+        "cold_rows_per_s": rows / cold_s,
+        "speedup_vs_single_process_cold": single_process_s / cold_s,
+        "warm": warm,
+    }
+
+
+def _ref_fields(ref: ObjectRef) -> dict[str, Any]:
+    return {
+        "object_url": ref.object_url,
+        "zone": ref.zone,
+        "format": ref.format,
+        "version_id": ref.version_id,
+        "etag": ref.etag,
+    }
+
+
+# ------------------------------------------------------------------------ report
+
+
+def machine_facts() -> dict[str, Any]:
+    cpu = next(
+        (line.split(":", 1)[1].strip() for line in _lines("/proc/cpuinfo") if "model name" in line),
+        platform.processor(),
+    )
+    memory = next((line.split()[1] for line in _lines("/proc/meminfo") if "MemTotal" in line), "0")
+    return {
+        "cores": os.cpu_count(),
+        "cpu": cpu,
+        "memory_gib": round(int(memory) / MIB, 1),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "pyarrow": pa.__version__,
+        "numpy": np.__version__,
+        "pydantic": pydantic.VERSION,
+        "git_commit": _git_commit(),
+        "load_average_1m_at_end": round(os.getloadavg()[0], 2),
+    }
+
+
+def _lines(path: str) -> list[str]:
+    try:
+        return Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+
+
+def _git_commit() -> str:
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    return done.stdout.strip() + ("+dirty" if dirty else "")
+
+
+def costs(items: dict[str, Any], wru_price: float, storage_price: float) -> dict[str, Any]:
+    """USD per million lake rows: writing the index once, and storing it for a month."""
+    return {
+        name: {
+            "write_usd_table_only": n["wru_table_only"] * wru_price / 1e6,
+            "write_usd_with_gsis": n["wru_with_gsis"] * wru_price / 1e6,
+            "storage_usd_per_month_table_only": n["stored_bytes_table_only"] / GIB * storage_price,
+            "storage_usd_per_month_with_gsis": n["stored_bytes_with_gsis"] / GIB * storage_price,
+        }
+        for name, n in items["per_million_rows"].items()
+    }
+
+
+def _n(value: float, digits: int = 0) -> str:
+    return f"{value:,.{digits}f}"
+
+
+NAMES = {
+    "lethe": "Lethe: one item per (subject, object)",
+    "row_level_minimal": "row-level, minimal {subject_hash, url#row}",
+    "row_level_same_attributes": "row-level, same attributes as an IndexEntry",
+}
+
+
+def markdown(result: dict[str, Any]) -> str:
+    lake, machine = result["lake"], result["machine"]
+    lines = [
+        f"Lake: {lake['objects']} {lake['format']} objects x {lake['rows_per_object']:,} rows "
+        f"= {lake['rows']:,} rows, {lake['subjects']:,} subjects, skew {lake['skew']}, "
+        f"{'composite (tenant, user_id)' if lake['composite'] else 'user_id'}, "
+        f"{lake['bytes_on_disk'] / MIB:.1f} MiB; {machine['cores']} cores, "
+        f"Python {machine['python']}, pyarrow {machine['pyarrow']}; load average "
+        f"{machine['load_average_1m_at_start']} at start, {machine['load_average_1m_at_end']} "
+        f"at end; peak RSS {result['peak_rss_mib']:.0f} MiB.",
+        "",
+        *_md_build(result["build"]),
+        *(_md_spark(result["spark"]) if result.get("spark") else []),
+        "",
+        *_md_items(result),
+        "",
+        *_md_writes(result["erasure_writes"]),
+    ]
+    return "\n".join(lines)
+
+
+def _md_build(build: dict[str, Any]) -> list[str]:
+    b, x = build["baseline_read_touch"], build["index"]
+    r, c = build["time_ratio_index_to_baseline"], build["cpu_ratio_index_to_baseline"]
+    lines = [
+        f"**1. Index build** ({build['repeats']} repeats after a warm-up, baseline and index "
+        "alternating; median [min-max]; wall time, and CPU time of the process)",
+        "",
+        "| measurement | wall s | min-max | rows/s | CPU s | min-max | rows per CPU s |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for label, side in (
+        ("baseline: read + subject column to_pylist", b),
+        ("index: read + entries_from_table", x),
+    ):
+        lines.append(
+            f"| {label} | {side['median_s']:.3f} | {side['min_s']:.3f}-{side['max_s']:.3f} | "
+            f"{_n(side['rows_per_s_median'])} | {side['cpu_median_s']:.3f} | "
+            f"{side['cpu_min_s']:.3f}-{side['cpu_max_s']:.3f} | "
+            f"{_n(side['cpu_rows_per_s_median'])} |"
+        )
+    return [
+        *lines,
+        f"| **ratio index / baseline** | **{r['median']:.2f}x** | {r['min']:.2f}-{r['max']:.2f}x "
+        f"| | **{c['median']:.2f}x** | {c['min']:.2f}-{c['max']:.2f}x | |",
+        "",
+        f"Indexing costs {build['index_cost_us_per_row']:.2f} us (wall) and "
+        f"{build['index_cpu_cost_us_per_row']:.2f} us (CPU) per row on top of the read.",
+    ]
+
+
+def _md_spark(spark: dict[str, Any]) -> list[str]:
+    lines = [
+        "",
+        f"Spark {spark['master']}: session start-up {spark['session_startup_s']:.1f} s, first "
+        f"job (one task per object) {spark['first_job_s']:.2f} s; cold total "
+        f"{spark['cold_total_s']:.2f} s = {_n(spark['cold_rows_per_s'])} rows/s, "
+        f"{spark['speedup_vs_single_process_cold']:.2f}x the single-process index run (wall).",
+        "",
+        "| Spark job (warm session) | tasks | median s | min-max s | rows/s | "
+        "speed vs single process (wall) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, w in spark["warm"].items():
+        lines.append(
+            f"| {name.replace('_', ' ')} | {w['tasks']} | {w['median_s']:.2f} | "
+            f"{w['min_s']:.2f}-{w['max_s']:.2f} | {_n(w['rows_per_s_median'])} | "
+            f"{w['speedup_vs_single_process']:.2f}x |"
+        )
+    return lines
+
+
+def _md_items(result: dict[str, Any]) -> list[str]:
+    items, price, money = result["dynamodb"], result["prices"], result["cost_per_million_rows"]
+    pm = items["per_million_rows"]
+    lines = [
+        "**2. DynamoDB items and bytes per million rows** (item sizes by DynamoDB's rules)",
+        "",
+        "| index | items | item bytes | WRU | stored bytes | WRU with GSIs "
+        "| stored bytes with GSIs |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for key, label in NAMES.items():
+        n = pm[key]
+        gsis = "- | -"
+        if key == "lethe":
+            gsis = f"{_n(n['wru_with_gsis'])} | {_n(n['stored_bytes_with_gsis'])}"
+        lines.append(
+            f"| {label} | {_n(n['items'])} | {_n(n['item_bytes'])} | {_n(n['wru_table_only'])} "
+            f"| {_n(n['stored_bytes_table_only'])} | {gsis} |"
+        )
+    lines += [
+        "",
+        f"Items = distinct (subject, object) pairs: {items['items']:,} items, "
+        f"{items['distinct_subject_object_pairs']:,} pairs counted without hashing "
+        f"({'equal' if items['items_equal_distinct_pairs'] else 'DIFFERENT'}); "
+        f"{items['rows_per_item']:.2f} rows per item; "
+        f"mean item {pm['lethe']['mean_item_bytes']:.0f} B, "
+        f"max {items['item_bytes']['max']} B; {items['entries_with_truncated_hints']:,} entries "
+        "hold more than 64 rows (hints truncated).",
+        "",
+        "| Lethe / row-level | items | item bytes | WRU (table) | stored bytes (table) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for key in ("row_level_minimal", "row_level_same_attributes"):
+        q = items["ratios_lethe_to_row_level"][key]
+        lines.append(
+            f"| vs {NAMES[key]} | {q['items']:.3f} | {q['item_bytes']:.3f} | "
+            f"{q['wru_table_only']:.3f} | {q['stored_bytes_table_only']:.3f} |"
+        )
+    lines += [
+        "",
+        f"Cost per million lake rows at {price['wru_usd_per_million']} USD per million WRU and "
+        f"{price['storage_usd_per_gb_month']} USD per GB-month (assumed, as of writing):",
+        "",
+        "| index | write once (USD) | store (USD per month) |",
+        "|---|---:|---:|",
+    ]
+    for key, label in NAMES.items():
+        c = money[key]
+        lines.append(
+            f"| {label} | {c['write_usd_table_only']:.4f} | "
+            f"{c['storage_usd_per_month_table_only']:.4f} |"
+        )
+        if key == "lethe":
+            lines.append(
+                f"| {label}, with its two GSIs | {c['write_usd_with_gsis']:.4f} | "
+                f"{c['storage_usd_per_month_with_gsis']:.4f} |"
+            )
+    return lines
+
+
+def _md_writes(writes: dict[str, Any]) -> list[str]:
+    lines = [
+        f"**3. Index writes per erased subject** ({writes['subjects_sampled']} subjects drawn "
+        f"with the skew; {writes['subjects_absent_from_lake']} hold no row)",
+        "",
+        "| writes per erased subject | mean | p50 | p99 | max |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    rows_of = {
+        "writes_prescribed": "Lethe: delete the subject's own items",
+        "writes_replace_object": "re-index each rewritten object (replace_object)",
+        "writes_row_level": "row-level index: one delete per row",
+        "co_resident_entries": "(other subjects' entries in those objects)",
+    }
+    for key, label in rows_of.items():
+        s = writes[key]
+        lines.append(
+            f"| {label} | {s['mean']:.1f} | {s['p50']:.1f} | {s['p99']:.1f} | {s['max']:.0f} |"
+        )
+    lines += [
+        "",
+        "| subjects by other entries sharing their objects | subjects | other entries "
+        "| own entries (mean) | Lethe writes / own entry | replace_object writes / own entry |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for i, t in enumerate(writes["by_co_resident_tercile"], 1):
+        lines.append(
+            f"| tercile {i} | {t['subjects']} | {t['co_resident_entries_min']:,}-"
+            f"{t['co_resident_entries_max']:,} | {t['own_entries_mean']:.1f} | "
+            f"{t['writes_prescribed_per_own_entry']:.2f} | "
+            f"{t['writes_replace_object_per_own_entry']:.1f} |"
+        )
+    checks = writes["replace_object_checks"]
+    if checks:
+        counted = sum(c["writes"] for c in checks)
+        formula = sum(c["formula_writes"] for c in checks)
+        changed = sum(c["entries_changed_besides_version_etag"] for c in checks)
+        shifted = sum(c["entries_with_shifted_hints_by_formula"] for c in checks)
+        lines += [
+            "",
+            f"replace_object run for real on a counting table for {len(checks)} subjects "
+            f"({sum(c['objects'] for c in checks)} objects): {counted:,} writes counted, "
+            f"{formula:,} by the formula; {changed:,} of the re-put entries changed rows or "
+            f"row hints ({shifted:,} by the formula), the others only version id, ETag and "
+            "updated_at.",
+        ]
+    return lines
+
+
+# -------------------------------------------------------------------------------- main
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="Subject index benchmark (see bench/README.md and docs/BENCHMARKS.md)."
+    )
+    generate_lake.add_arguments(parser)
+    parser.add_argument(
+        "--lake",
+        type=Path,
+        help="lake directory: reused when it holds a lake.json (shape flags are then ignored), "
+        "generated there otherwise; default: a temporary directory, deleted afterwards",
+    )
+    parser.add_argument("--repeats", type=int, default=5, help="timed repeats (after a warm-up)")
+    parser.add_argument("--sample", type=int, default=100, help="subjects to erase (section 3)")
+    parser.add_argument(
+        "--verify", type=int, default=5, help="subjects to run replace_object for for real"
+    )
+    parser.add_argument("--spark", action="store_true", help="also run the build on local[2]")
+    parser.add_argument("--spark-repeats", type=int, default=3, help="warm Spark jobs per variant")
+    parser.add_argument(
+        "--spark-grouped-tasks", type=int, default=4, help="tasks of the grouped Spark variant"
+    )
+    parser.add_argument(
+        "--wru-price", type=float, default=0.625, help="USD per million write request units"
+    )
+    parser.add_argument(
+        "--storage-price", type=float, default=0.25, help="USD per GB-month of table storage"
+    )
+    parser.add_argument("--out-json", type=Path, default=BENCH_DIR / "results" / "latest.json")
+    return parser.parse_args(argv)
+
+
+def open_lake(args: argparse.Namespace, scratch: Path) -> tuple[generate_lake.Lake, float]:
+    started = time.perf_counter()
+    if args.lake and (args.lake / "lake.json").exists():
+        return generate_lake.load(args.lake), 0.0
+    lake = generate_lake.generate_from_args(args.lake or scratch, args)
+    return lake, time.perf_counter() - started
+
+
+def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
+    load_at_start = round(os.getloadavg()[0], 2)  # other processes compete for the cores
+    lake, generated_s = open_lake(args, scratch)
+    print(f"lake: {len(lake.files)} objects, {lake.rows:,} rows under {lake.root}", flush=True)
+    dataset = parse_dataset(lake.dataset)
+    objects = Objects(lake, dataset, [object_ref(lake, path) for path in lake.files])
+    print("1. index build ...", flush=True)
+    build = measure_build(objects, args.repeats)
+    print("2. items and bytes ...", flush=True)
+    built = build_index(objects)
+    items = measure_items(built)
+    print("3. writes per erased subject ...", flush=True)
+    subjects = sample_subjects(lake, args.sample, lake.model.seed)
+    writes = measure_erasure_writes(objects, built, subjects, args.verify)
+    spark = None
+    if args.spark:
+        print("4. Spark local[2] ...", flush=True)
+        spark = measure_spark(
+            objects, args.spark_repeats, build["index"]["median_s"], args.spark_grouped_tasks
+        )
+    result: dict[str, Any] = {
+        "benchmark": "subject-index",
+        "date_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "command": shlex.join([Path(sys.executable).name, *sys.argv]),
+        "machine": {**machine_facts(), "load_average_1m_at_start": load_at_start},
+        "lake": {
+            **lake.parameters,
+            "rows": lake.rows,
+            "bytes_on_disk": sum(p.stat().st_size for p in lake.files),
+            "generated_s": generated_s,
+        },
+        "build": build,
+        "dynamodb": items,
+        "erasure_writes": writes,
+        "spark": spark,
+        "prices": {
+            "wru_usd_per_million": args.wru_price,
+            "storage_usd_per_gb_month": args.storage_price,
+            "note": "on-demand, Standard table class, us-east-1, as of writing; GB = 2^30 bytes",
+        },
+    }
+    result["cost_per_million_rows"] = costs(items, args.wru_price, args.storage_price)
+    if spark:
+        result["machine"]["pyspark"] = pyspark.__version__
+    result["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="lethe-bench-") as scratch:
+        result = run(args, Path(scratch))
+    args.out_json.parent.mkdir(parents=True, exist_ok=True)
+    args.out_json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print()
+    print(markdown(result))
+    print()
+    print(f"results: {args.out_json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
