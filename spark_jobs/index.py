@@ -19,15 +19,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 from collections.abc import Sequence
 
 import boto3
-from pyspark.sql import SparkSession
 
 from lethe_jobs.index_core import IndexPorts, parse_args, run_index
-from lethe_jobs.session import build_session, configure_logging
+from lethe_jobs.session import configure_logging, job_session
 from lethe_jobs.subject_index import load_hash_key
 
 LOG = logging.getLogger("lethe.index")
@@ -43,13 +41,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         datasets=boto3.resource("dynamodb").Table(args.datasets_table),
         hash_key=load_hash_key(boto3.client("secretsmanager"), args.hash_key_secret),
     )
-    owns_session = SparkSession.getActiveSession() is None
-    spark = build_session("lethe-index", os.environ.get("LETHE_SPARK_MASTER") or None)
-    try:
+    with job_session("lethe-index") as spark:
         summary = run_index(spark, args, ports)
-    finally:
-        if owns_session:
-            spark.stop()
     sys.stdout.write(json.dumps(summary) + "\n")
     sys.stdout.flush()
     return 0

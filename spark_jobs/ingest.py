@@ -15,16 +15,14 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import boto3
-from pyspark.sql import SparkSession
 
 from lethe_jobs.ingest_core import AwsPorts, parse_args, run_ingest
-from lethe_jobs.session import build_session, configure_logging
+from lethe_jobs.session import configure_logging, job_session
 from lethe_jobs.subject_index import load_hash_key
 from lethe_shared.subjects import DynamoSubjectIndex
 
@@ -41,8 +39,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             " ".join(a for a in ignored if a.startswith("--")),
         )
     hash_key = load_hash_key(boto3.client("secretsmanager"), args.hash_key_secret)
-    owns_session = SparkSession.getActiveSession() is None
-    spark = build_session("lethe-ingest", os.environ.get("LETHE_SPARK_MASTER") or None)
     dynamodb = boto3.resource("dynamodb")
     aws = AwsPorts(
         s3=boto3.client("s3"),
@@ -51,11 +47,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         index=DynamoSubjectIndex(dynamodb.Table(args.index_table)),
         hash_key=hash_key,
     )
-    try:
+    with job_session("lethe-ingest") as spark:
         result = run_ingest(spark, args, aws, datetime.now(UTC))
-    finally:
-        if owns_session:
-            spark.stop()
     sys.stdout.write(json.dumps(result.summary()) + "\n")
     sys.stdout.flush()
     return 0

@@ -14,16 +14,14 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import boto3
-from pyspark.sql import SparkSession
 
 from lethe_jobs.reconcile_core import ReconcilePorts, parse_args, run_reconcile
-from lethe_jobs.session import build_session, configure_logging
+from lethe_jobs.session import configure_logging, job_session
 from lethe_jobs.subject_index import load_hash_key
 
 LOG = logging.getLogger("lethe.reconcile")
@@ -41,13 +39,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         index=dynamodb.Table(args.index_table),
         hash_key=load_hash_key(boto3.client("secretsmanager"), args.hash_key_secret),
     )
-    owns_session = SparkSession.getActiveSession() is None
-    spark = build_session("lethe-reconcile", os.environ.get("LETHE_SPARK_MASTER") or None)
-    try:
+    with job_session("lethe-reconcile") as spark:
         result = run_reconcile(spark, args, ports, datetime.now(UTC))
-    finally:
-        if owns_session:
-            spark.stop()
     sys.stdout.write(json.dumps(result) + "\n")
     sys.stdout.flush()
     return 0

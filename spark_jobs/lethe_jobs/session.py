@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from pyspark.sql import SparkSession
 
@@ -62,3 +65,16 @@ def build_session(app_name: str, master: str | None) -> SparkSession:
             .config("spark.driver.bindAddress", "127.0.0.1")
         )
     return builder.getOrCreate()
+
+
+@contextmanager
+def job_session(app_name: str) -> Iterator[SparkSession]:
+    """The job's SparkSession: local[N] when LETHE_SPARK_MASTER says so (the local cloud, tests),
+    the cluster's otherwise. Stopped at the end only if this job created it (tests share one)."""
+    owns_session = SparkSession.getActiveSession() is None
+    spark = build_session(app_name, os.environ.get("LETHE_SPARK_MASTER") or None)
+    try:
+        yield spark
+    finally:
+        if owns_session:
+            spark.stop()
