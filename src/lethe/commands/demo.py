@@ -141,7 +141,8 @@ def _wait_until_settled(target: Target) -> dict[str, str]:
 
 
 def _lookup(state_file: Path, when: str) -> None:
-    _step(f"lethe index lookup --subject {DEMO_SUBJECT}   ({when})")
+    # The id is the operator's input; what Lethe prints about the subject is its keyed hash.
+    _step(f"lethe index lookup --subject <a reviewer of the samples>   ({when})")
     _cli("index", "lookup", "--subject", DEMO_SUBJECT, "--state-file", str(state_file))
 
 
