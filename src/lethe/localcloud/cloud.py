@@ -89,7 +89,8 @@ def parse_parameter_overrides(items: Sequence[str]) -> dict[str, str]:
 def configure_moto() -> Callable[[], None]:
     """Make this process's moto behave as the local cloud needs; returns the undo callable.
 
-    Applies MOTO_CONFIG to moto's process-wide user config and `patch_policy_conditions`.
+    Applies MOTO_CONFIG to moto's process-wide user config, `patch_policy_conditions` and
+    `make_dynamodb_atomic`.
     """
     from moto.core import config  # noqa: PLC0415 - heavy, see the top
 
@@ -98,8 +99,10 @@ def configure_moto() -> Callable[[], None]:
     for section, values in MOTO_CONFIG.items():
         target.setdefault(section, {}).update(values)
     unpatch = patch_policy_conditions()
+    unatomic = make_dynamodb_atomic()
 
     def restore() -> None:
+        unatomic()
         unpatch()
         target.clear()
         target.update(saved)
@@ -108,6 +111,49 @@ def configure_moto() -> Callable[[], None]:
 
 
 PINNED_MOTO_VERSION: Final = "5.2.5"
+
+# DynamoDB backend methods that read or write items (BatchWriteItem and the PartiQL batch go
+# through put_item / delete_item / execute_statement).
+_DYNAMODB_ITEM_METHODS: Final = (
+    "put_item",
+    "get_item",
+    "query",
+    "scan",
+    "update_item",
+    "delete_item",
+    "transact_write_items",
+    "execute_statement",
+)
+
+
+def make_dynamodb_atomic() -> Callable[[], None]:
+    """Make each DynamoDB request atomic with respect to the others, as DynamoDB is per item.
+
+    moto 5.2.5's UpdateItem on a missing item inserts the key first and then applies each SET in
+    place, so a concurrent Query (the server answers requests on threads) can read a half-built
+    item: seen as catalog items without `status` or `sequencer`. One re-entrant lock around the
+    backend's item methods serialises them in this process; throughput is not a concern locally.
+    """
+    from moto.dynamodb.models import DynamoDBBackend  # noqa: PLC0415 - heavy, see the top
+
+    lock = threading.RLock()
+    originals = {name: getattr(DynamoDBBackend, name) for name in _DYNAMODB_ITEM_METHODS}
+
+    def locked(method: Callable[..., Any]) -> Callable[..., Any]:
+        def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+            with lock:
+                return method(self, *args, **kwargs)
+
+        return call
+
+    for name, method in originals.items():
+        setattr(DynamoDBBackend, name, locked(method))
+
+    def undo() -> None:
+        for name, method in originals.items():
+            setattr(DynamoDBBackend, name, method)
+
+    return undo
 
 
 def patch_policy_conditions() -> Callable[[], None]:
