@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
-from tests.e2e.conftest import LocalCloud, wait_for
+from tests.e2e.conftest import SAMPLES, LocalCloud, wait_for
 
-KEY = "reviews/2026/12/01/delete-me.csv"
+DATASET = "churn"  # its own dataset: the session's other tests count the samples' partitions
+KEY = f"{DATASET}/2026/12/01/delete-me.csv"
 BODY = b"user_id,review_date,stars,text\nu-9001,2026-12-01,4,to be deleted\n"
 
 
@@ -26,8 +28,11 @@ def _ingested(cloud: LocalCloud, version: str) -> bool:
 
 
 def test_a_delete_marker_hides_the_entries_and_removing_every_version_removes_them(
-    registered: LocalCloud,
+    registered: LocalCloud, tmp_path: Path
 ) -> None:
+    document = json.loads((SAMPLES / "reviews.dataset.json").read_text())
+    (tmp_path / "churn.json").write_text(json.dumps({**document, "dataset_id": DATASET}))
+    registered.lethe("datasets", "put", str(tmp_path / "churn.json"))
     raw = registered.outputs["RawBucketName"]
     s3 = registered.client("s3")
     version = s3.put_object(Bucket=raw, Key=KEY, Body=BODY)["VersionId"]
