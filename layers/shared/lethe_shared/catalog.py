@@ -152,9 +152,6 @@ class ObjectCatalog(Protocol):
     def get(self, bucket: str, key: str, version_id: str) -> CatalogItem | None:
         """One object version, read consistently."""
 
-    def versions(self, bucket: str, key: str) -> list[CatalogItem]:
-        """Every recorded version of one object."""
-
     def by_dataset(self, dataset_id: str) -> Iterator[CatalogItem]:
         """Every recorded version of every object of a dataset."""
 
@@ -201,20 +198,6 @@ class DynamoObjectCatalog:
             ConsistentRead=True,
         ).get("Item")
         return CatalogItem.from_item(item) if item else None
-
-    def versions(self, bucket: str, key: str) -> list[CatalogItem]:
-        items: list[CatalogItem] = []
-        kwargs: dict[str, Any] = {
-            "KeyConditionExpression": "object_url = :url",
-            "ExpressionAttributeValues": {":url": object_url(bucket, key)},
-            "ConsistentRead": True,
-        }
-        while True:
-            page = self._table.query(**kwargs)
-            items.extend(CatalogItem.from_item(i) for i in page.get("Items", []))
-            if "LastEvaluatedKey" not in page:
-                return items
-            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
     def by_dataset(self, dataset_id: str) -> Iterator[CatalogItem]:
         kwargs: dict[str, Any] = {
