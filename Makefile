@@ -69,8 +69,10 @@ ruff: venv ## ruff lint and format check
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-mypy: venv ## mypy: strict on lethe_shared and the Spark jobs, checked on the CLI and each function
+mypy: venv ## mypy: strict on lethe_shared, the Spark jobs and the test fakes; the CLI, functions, unit tests
 	$(BIN)/mypy layers/shared/lethe_shared spark_jobs src/lethe
+	MYPYPATH=layers/shared:spark_jobs:src $(BIN)/mypy --strict tests/fakes.py
+	MYPYPATH=layers/shared:spark_jobs:src $(BIN)/mypy tests/unit
 	@for dir in $(FUNCTION_DIRS); do \
 	  echo "mypy $$dir"; MYPYPATH=layers/shared $(BIN)/mypy $$dir/app.py || exit 1; \
 	done

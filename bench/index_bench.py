@@ -60,6 +60,7 @@ import pyspark
 from pyspark.sql import SparkSession
 
 from lethe_shared.arrow_index import ObjectRef, entries_from_table
+from lethe_shared.catalog import Zone
 from lethe_shared.datasets import Dataset, parse_dataset
 from lethe_shared.subjects import DynamoSubjectIndex, IndexEntry, subject_hash
 
@@ -81,7 +82,7 @@ def object_ref(lake: generate_lake.Lake, path: Path, version: int = 1) -> Object
     version_id = base64.b64encode(digest, altchars=b"._").decode()[:32]  # S3: 32 characters
     etag = f'"{hashlib.md5(digest).hexdigest()}"'  # the shape of an ETag
     return ObjectRef(
-        f"s3://{BUCKET}/{key}", zone="raw", format=lake.format, version_id=version_id, etag=etag
+        f"s3://{BUCKET}/{key}", zone=Zone.RAW, format=lake.format, version_id=version_id, etag=etag
     )
 
 

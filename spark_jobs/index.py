@@ -26,7 +26,9 @@ import boto3
 
 from lethe_jobs.index_core import IndexPorts, parse_args, run_index
 from lethe_jobs.session import configure_logging, job_session
-from lethe_jobs.subject_index import load_hash_key
+from lethe_shared.registry import DynamoDatasetRegistry
+from lethe_shared.s3 import S3ObjectStore
+from lethe_shared.subjects import load_hash_key
 
 LOG = logging.getLogger("lethe.index")
 
@@ -37,8 +39,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if ignored:
         LOG.info("ignoring %d argument(s) meant for the engine", len(ignored))
     ports = IndexPorts(
-        s3=boto3.client("s3"),
-        datasets=boto3.resource("dynamodb").Table(args.datasets_table),
+        objects=S3ObjectStore(boto3.client("s3")),
+        datasets=DynamoDatasetRegistry(boto3.resource("dynamodb").Table(args.datasets_table)),
         hash_key=load_hash_key(boto3.client("secretsmanager"), args.hash_key_secret),
     )
     with job_session("lethe-index") as spark:

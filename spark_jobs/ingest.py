@@ -23,8 +23,10 @@ import boto3
 
 from lethe_jobs.ingest_core import AwsPorts, parse_args, run_ingest
 from lethe_jobs.session import configure_logging, job_session
-from lethe_jobs.subject_index import load_hash_key
-from lethe_shared.subjects import DynamoSubjectIndex
+from lethe_shared.catalog import DynamoObjectCatalog
+from lethe_shared.registry import DynamoDatasetRegistry
+from lethe_shared.s3 import S3ObjectStore
+from lethe_shared.subjects import DynamoSubjectIndex, load_hash_key
 
 LOG = logging.getLogger("lethe.ingest")
 
@@ -41,9 +43,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     hash_key = load_hash_key(boto3.client("secretsmanager"), args.hash_key_secret)
     dynamodb = boto3.resource("dynamodb")
     aws = AwsPorts(
-        s3=boto3.client("s3"),
-        datasets=dynamodb.Table(args.datasets_table),
-        catalog=dynamodb.Table(args.catalog_table),
+        s3=S3ObjectStore(boto3.client("s3")),
+        datasets=DynamoDatasetRegistry(dynamodb.Table(args.datasets_table)),
+        catalog=DynamoObjectCatalog(dynamodb.Table(args.catalog_table)),
         index=DynamoSubjectIndex(dynamodb.Table(args.index_table)),
         hash_key=hash_key,
     )

@@ -22,7 +22,9 @@ import boto3
 
 from lethe_jobs.reconcile_core import ReconcilePorts, parse_args, run_reconcile
 from lethe_jobs.session import configure_logging, job_session
-from lethe_jobs.subject_index import load_hash_key
+from lethe_shared.registry import DynamoDatasetRegistry
+from lethe_shared.s3 import S3ObjectStore
+from lethe_shared.subjects import DynamoSubjectIndex, load_hash_key
 
 LOG = logging.getLogger("lethe.reconcile")
 
@@ -34,9 +36,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         LOG.info("ignoring %d argument(s) meant for the engine", len(ignored))
     dynamodb = boto3.resource("dynamodb")
     ports = ReconcilePorts(
-        s3=boto3.client("s3"),
-        datasets=dynamodb.Table(args.datasets_table),
-        index=dynamodb.Table(args.index_table),
+        objects=S3ObjectStore(boto3.client("s3")),
+        datasets=DynamoDatasetRegistry(dynamodb.Table(args.datasets_table)),
+        index=DynamoSubjectIndex(dynamodb.Table(args.index_table)),
         hash_key=load_hash_key(boto3.client("secretsmanager"), args.hash_key_secret),
     )
     with job_session("lethe-reconcile") as spark:

@@ -35,7 +35,8 @@ def load_event() -> Callable[[str], dict[str, Any]]:
     """An event file from events/ (the same files `sam local invoke -e` uses)."""
 
     def _load(name: str) -> dict[str, Any]:
-        return json.loads((EVENTS_DIR / name).read_text())
+        event: dict[str, Any] = json.loads((EVENTS_DIR / name).read_text())
+        return event
 
     return _load
 

@@ -18,11 +18,12 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import Field
 
-from lethe_shared.buckets import require_versioning
+from lethe_shared.catalog import Buckets
 from lethe_shared.config import Settings, load_settings
 from lethe_shared.datasets import parse_dataset
 from lethe_shared.errors import BucketVersioningError, DatasetNotFoundError, DatasetValidationError
 from lethe_shared.registry import DynamoDatasetRegistry
+from lethe_shared.s3 import S3ObjectStore
 
 logger = Logger()
 tracer = Tracer()
@@ -39,8 +40,8 @@ class DatasetsApiSettings(Settings):
 @dataclass(frozen=True)
 class _Dependencies:
     registry: DynamoDatasetRegistry
-    s3: Any
-    buckets: list[str]
+    objects: S3ObjectStore
+    buckets: Buckets
 
 
 @cache
@@ -48,8 +49,8 @@ def _dependencies() -> _Dependencies:
     settings = load_settings(DatasetsApiSettings)
     return _Dependencies(
         registry=DynamoDatasetRegistry(boto3.resource("dynamodb").Table(settings.datasets_table)),
-        s3=boto3.client("s3"),
-        buckets=[settings.raw_bucket, settings.lake_bucket],
+        objects=S3ObjectStore(boto3.client("s3")),
+        buckets=Buckets(raw=settings.raw_bucket, lake=settings.lake_bucket),
     )
 
 
@@ -79,7 +80,7 @@ def put_dataset(dataset_id: str) -> Response[str]:
             )
     dataset = parse_dataset(document)
     deps = _dependencies()
-    require_versioning(deps.s3, deps.buckets)
+    deps.objects.require_versioning(deps.buckets.names)
     version = deps.registry.put(dataset)
     logger.info("dataset registered", extra={"dataset_id": dataset_id, "version": version})
     return _json(201 if version == 1 else 200, {"dataset": dataset.document(), "version": version})

@@ -20,11 +20,11 @@ from aws_lambda_powertools.utilities.parser import parse
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, Field
 
-from lethe_shared.arrow_index import ObjectRef, lake_object_entries
-from lethe_shared.catalog import object_url
+from lethe_shared.arrow_index import LakeIndexAction, index_lake_object
 from lethe_shared.config import Settings, load_settings
-from lethe_shared.index_maintenance import INGEST_PRODUCER, PRODUCER_METADATA
+from lethe_shared.errors import MalformedEventError
 from lethe_shared.registry import DynamoDatasetRegistry
+from lethe_shared.s3 import NULL_VERSION, S3ObjectStore
 from lethe_shared.subjects import DynamoSubjectIndex, key_from_secret
 
 logger = Logger()
@@ -44,13 +44,13 @@ class IndexObjectRequest(BaseModel):
     dataset_id: str = Field(min_length=1)
     bucket: str = Field(min_length=3)
     key: str = Field(min_length=1)
-    version_id: str = "null"
+    version_id: str = NULL_VERSION
 
 
 @dataclass(frozen=True)
 class _Dependencies:
     settings: IndexObjectSettings
-    s3: Any
+    objects: S3ObjectStore
     registry: DynamoDatasetRegistry
     index: DynamoSubjectIndex
 
@@ -61,22 +61,10 @@ def _dependencies() -> _Dependencies:
     dynamodb = boto3.resource("dynamodb")
     return _Dependencies(
         settings=settings,
-        s3=boto3.client("s3"),
+        objects=S3ObjectStore(boto3.client("s3")),
         registry=DynamoDatasetRegistry(dynamodb.Table(settings.datasets_table)),
         index=DynamoSubjectIndex(dynamodb.Table(settings.index_table)),
     )
-
-
-def _hash_key(secret_arn: str) -> bytes:
-    secret = parameters.get_secret(secret_arn, max_age=KEY_CACHE_SECONDS)
-    return key_from_secret(str(secret))
-
-
-def _version_args(request: IndexObjectRequest) -> dict[str, str]:
-    args = {"Bucket": request.bucket, "Key": request.key}
-    if request.version_id != "null":
-        args["VersionId"] = request.version_id
-    return args
 
 
 @logger.inject_lambda_context(log_event=False)
@@ -86,34 +74,28 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     request = parse(event=event, model=IndexObjectRequest)
     deps = _dependencies()
     if request.bucket != deps.settings.lake_bucket:
-        raise ValueError(f"only lake objects are indexed here, not s3://{request.bucket}")
-    url = object_url(request.bucket, request.key)
-    s3 = deps.s3
-    try:
-        head = s3.head_object(**_version_args(request))
-    except s3.exceptions.ClientError as error:
-        if error.response.get("Error", {}).get("Code") not in {"404", "NoSuchKey"}:
-            raise
-        removed = deps.index.remove_object(url)
-        logger.info("object gone; entries removed", extra={"object_url": url, "removed": removed})
-        return {"object_url": url, "action": "removed", "entries": 0}
-    if head.get("Metadata", {}).get(PRODUCER_METADATA) == INGEST_PRODUCER:
-        logger.info("indexed by ingestion; nothing to do", extra={"object_url": url})
-        return {"object_url": url, "action": "skipped", "entries": 0}
-    dataset = deps.registry.require(request.dataset_id)
-    body = s3.get_object(**_version_args(request))["Body"].read()
-    ref = ObjectRef(
-        object_url=url,
-        zone="lake",
-        format="parquet",
-        version_id=head.get("VersionId", request.version_id),
-        etag=str(head.get("ETag", "")).strip('"'),
+        raise MalformedEventError(f"only lake objects are indexed here, not s3://{request.bucket}")
+    secret_arn = deps.settings.hash_key_secret_arn
+    outcome = index_lake_object(
+        request.dataset_id,
+        request.bucket,
+        request.key,
+        request.version_id,
+        objects=deps.objects,
+        registry=deps.registry,
+        index=deps.index,
+        hash_key=lambda: key_from_secret(
+            str(parameters.get_secret(secret_arn, max_age=KEY_CACHE_SECONDS))
+        ),
     )
-    entries = lake_object_entries(
-        body, request.key, dataset, ref, key=_hash_key(deps.settings.hash_key_secret_arn)
+    metrics.add_metric(name="IndexEntriesWritten", unit=MetricUnit.Count, value=outcome.entries)
+    logger.info(
+        f"lake object {outcome.action.value}",
+        extra={"object_url": outcome.object_url, "entries": outcome.entries, "rows": outcome.rows},
     )
-    deps.index.replace_object(url, entries)
-    rows = sum(e.rows for e in entries)
-    metrics.add_metric(name="IndexEntriesWritten", unit=MetricUnit.Count, value=len(entries))
-    logger.info("object indexed", extra={"object_url": url, "entries": len(entries), "rows": rows})
-    return {"object_url": url, "action": "indexed", "entries": len(entries), "rows": rows}
+    result: dict[str, Any] = {
+        "object_url": outcome.object_url,
+        "action": outcome.action.value,
+        "entries": outcome.entries,
+    }
+    return result | ({"rows": outcome.rows} if outcome.action is LakeIndexAction.INDEXED else {})

@@ -25,13 +25,14 @@ from aws_lambda_powertools.utilities.parser.models import S3EventNotificationEve
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import Field, ValidationError
 
-from lethe_shared.catalog import DynamoObjectCatalog, Zone
+from lethe_shared.catalog import Buckets, DynamoObjectCatalog
 from lethe_shared.config import Settings, load_settings
 from lethe_shared.errors import MalformedEventError
 from lethe_shared.index_maintenance import AwsIndexRequester, IndexMaintainer
 from lethe_shared.ingestion import StepFunctionsIngestionStarter
 from lethe_shared.object_events import EventKind, ObjectEvent, record_object_event
 from lethe_shared.registry import DynamoDatasetRegistry
+from lethe_shared.s3 import S3ObjectStore
 from lethe_shared.subjects import DynamoSubjectIndex
 
 logger = Logger()
@@ -56,7 +57,7 @@ class ObjectEventsSettings(Settings):
 
 @dataclass(frozen=True)
 class _Dependencies:
-    zones: dict[str, Zone]
+    buckets: Buckets
     registry: DynamoDatasetRegistry
     catalog: DynamoObjectCatalog
     ingestion: StepFunctionsIngestionStarter
@@ -71,7 +72,7 @@ def _dependencies() -> _Dependencies:
     dynamodb = boto3.resource("dynamodb")
     stepfunctions = boto3.client("stepfunctions")
     return _Dependencies(
-        zones={settings.raw_bucket: Zone.RAW, settings.lake_bucket: Zone.LAKE},
+        buckets=Buckets(raw=settings.raw_bucket, lake=settings.lake_bucket),
         registry=DynamoDatasetRegistry(dynamodb.Table(settings.datasets_table)),
         catalog=DynamoObjectCatalog(dynamodb.Table(settings.catalog_table)),
         ingestion=StepFunctionsIngestionStarter(
@@ -79,7 +80,7 @@ def _dependencies() -> _Dependencies:
         ),
         index=IndexMaintainer(
             index=DynamoSubjectIndex(dynamodb.Table(settings.index_table)),
-            s3=boto3.client("s3"),
+            objects=S3ObjectStore(boto3.client("s3")),
             requester=AwsIndexRequester(
                 lambda_client=boto3.client("lambda"),
                 function_name=settings.indexer_function_name,
@@ -138,7 +139,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         raise
     outcome = record_object_event(
         object_event,
-        zones=deps.zones,
+        buckets=deps.buckets,
         registry=deps.registry,
         catalog=deps.catalog,
         ingestion=deps.ingestion,

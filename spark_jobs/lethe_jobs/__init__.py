@@ -1,13 +1,19 @@
 """Lethe's Spark job library: everything the entry scripts in spark_jobs/ call.
 
 The package is shipped next to `lethe_shared` as a zip on the job's PYTHONPATH (Glue
-`--extra-py-files`, EMR Serverless `--py-files`, the local cloud's runner). Modules:
+`--extra-py-files`, EMR Serverless `--py-files`, the local cloud's runner). Tables and S3 are
+reached only through lethe_shared's adapters (catalog, registry, subjects, s3). Modules:
 
 - `session`: the one SparkSession builder and the job's log format (correlation id on every line);
+- `errors`: the errors the jobs raise on purpose;
 - `arrow_bridge`: Arrow tables into Spark and back, with types intact;
 - `readers`: raw CSV / JSON Lines / Parquet (optionally gzip) into Arrow, with source coordinates;
 - `validate`: pure DataFrame -> DataFrame transformations that conform rows to a dataset schema;
 - `layout`: where lake objects and quarantine objects live;
-- `s3io`: S3 and DynamoDB I/O (boto3), used only by the job's orchestration;
-- `ingest_core`: the ingest job's arguments and its orchestration.
+- `subject_values`: subject column values typed as validation types them, as canonical texts;
+- `indexing`: the index entries of one object, from its content;
+- `objects`: which rows an object of a dataset holds, and a dataset's keys by state;
+- `ingest_core`: the ingest job's arguments and its orchestration;
+- `index_core`: the index job (backfill, large lake objects, re-index after deletes);
+- `reconcile_core`: the reconcile job (index against a full scan, drift report, repair).
 """

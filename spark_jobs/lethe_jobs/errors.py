@@ -14,20 +14,12 @@ class RawObjectNotFoundError(JobError):
     """The raw object version the job was started for does not exist (or is a delete marker)."""
 
 
-class CatalogItemMissingError(JobError):
-    """The object catalog has no item for the version being ingested."""
-
-
 class UnreadableFileError(Exception):
     """A raw file cannot be read at all. Not a job failure: the file is quarantined whole."""
 
     def __init__(self, reason: str) -> None:
         self.reason = reason
         super().__init__(reason)
-
-
-class HashKeyError(JobError):
-    """The subject hash key cannot be read from its secret, or is too short."""
 
 
 class InvalidObjectListError(JobError):

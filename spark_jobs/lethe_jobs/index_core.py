@@ -31,27 +31,19 @@ from pathlib import Path
 from typing import Any
 
 import boto3
-from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pyspark.sql import SparkSession
 
-from lethe_jobs import layout
 from lethe_jobs.errors import InvalidObjectListError
 from lethe_jobs.indexing import StoredObject, UnreadableObjectError, object_entries
-from lethe_jobs.objects import (
-    ObjectHead,
-    ObjectKind,
-    has_older_versions,
-    head_current,
-    missing_object_error,
-    object_kind,
-)
+from lethe_jobs.objects import ObjectKind, object_kind
 from lethe_jobs.session import configure_logging
-from lethe_jobs.subject_index import describe_version
-from lethe_shared.catalog import NULL_VERSION
+from lethe_shared.catalog import Buckets
 from lethe_shared.datasets import Dataset
-from lethe_shared.registry import DynamoDatasetRegistry
-from lethe_shared.subjects import DynamoSubjectIndex
+from lethe_shared.index_maintenance import IndexAction, indexed_by_writer, settle_missing_key
+from lethe_shared.registry import DatasetRegistry, require_dataset
+from lethe_shared.s3 import ObjectHead, ObjectStore, S3ObjectStore, s3_url, split_s3_url
+from lethe_shared.subjects import DynamoSubjectIndex, SubjectIndex
 
 LOG = logging.getLogger("lethe.index")
 NO_PRODUCER = "none"
@@ -70,11 +62,13 @@ class ObjectLocation(BaseModel):
 
     @property
     def url(self) -> str:
-        return layout.s3_url(self.bucket, self.key)
+        return s3_url(self.bucket, self.key)
 
 
 @dataclass(frozen=True)
-class IndexArgs:
+class DatasetJobArgs:
+    """Arguments every job over one dataset's objects takes (index, reconcile, erase)."""
+
     dataset_id: str
     raw_bucket: str
     lake_bucket: str
@@ -82,6 +76,17 @@ class IndexArgs:
     index_table: str
     hash_key_secret: str
     correlation_id: str
+
+    @property
+    def buckets(self) -> Buckets:
+        return Buckets(raw=self.raw_bucket, lake=self.lake_bucket)
+
+
+DATASET_JOB_ARGUMENTS = tuple(DatasetJobArgs.__dataclass_fields__)
+
+
+@dataclass(frozen=True)
+class IndexArgs(DatasetJobArgs):
     objects_json: str | None
     objects_manifest: str | None
     skip_producer: str | None  # None: index every object
@@ -110,18 +115,7 @@ def add_required(parser: argparse.ArgumentParser, names: Sequence[str]) -> None:
 def parse_args(argv: Sequence[str] | None) -> tuple[IndexArgs, list[str]]:
     """`--key value` arguments; unknown ones (Glue's own) are returned apart and ignored."""
     parser = argparse.ArgumentParser(prog="index", description="Lethe subject index job")
-    add_required(
-        parser,
-        [
-            "dataset_id",
-            "raw_bucket",
-            "lake_bucket",
-            "datasets_table",
-            "index_table",
-            "hash_key_secret",
-            "correlation_id",
-        ],
-    )
+    add_required(parser, DATASET_JOB_ARGUMENTS)
     objects = parser.add_mutually_exclusive_group(required=True)
     objects.add_argument("--objects-json", dest="objects_json")
     objects.add_argument("--objects-manifest", dest="objects_manifest")
@@ -134,7 +128,7 @@ def parse_args(argv: Sequence[str] | None) -> tuple[IndexArgs, list[str]]:
     return IndexArgs(**values), unknown
 
 
-def parse_objects(document: Any, dataset_id: str, buckets: Sequence[str]) -> list[ObjectLocation]:
+def parse_objects(document: Any, dataset_id: str, buckets: Buckets) -> list[ObjectLocation]:
     """The object list: a JSON list of `{"bucket", "key"[, "version_id"]}`, every object under
     the dataset's prefix in its raw or lake bucket; duplicates dropped, order kept."""
     if not isinstance(document, list):
@@ -146,7 +140,7 @@ def parse_objects(document: Any, dataset_id: str, buckets: Sequence[str]) -> lis
     outside = [
         loc.url
         for loc in locations
-        if loc.bucket not in buckets or not loc.key.startswith(f"{dataset_id}/")
+        if loc.bucket not in buckets.names or not loc.key.startswith(f"{dataset_id}/")
     ]
     if outside:
         raise InvalidObjectListError(
@@ -156,17 +150,23 @@ def parse_objects(document: Any, dataset_id: str, buckets: Sequence[str]) -> lis
     return list(dict.fromkeys(locations))
 
 
-def read_objects(s3: Any, args: IndexArgs) -> list[ObjectLocation]:
+def read_objects(objects: ObjectStore, args: IndexArgs) -> list[ObjectLocation]:
     if args.objects_json is not None:
         text = args.objects_json
     else:
-        bucket, key = layout.split_s3_url(args.objects_manifest or "")
-        text = s3.get_object(Bucket=bucket, Key=key)["Body"].read().decode("utf-8")
+        try:
+            bucket, key = split_s3_url(args.objects_manifest or "")
+        except ValueError as exc:
+            raise InvalidObjectListError(f"--objects-manifest: {exc}") from exc
+        body = objects.read_bytes(bucket, key)
+        if body is None:
+            raise InvalidObjectListError(f"the manifest {args.objects_manifest} does not exist")
+        text = body.decode("utf-8")
     try:
         document = json.loads(text)
     except ValueError as exc:
         raise InvalidObjectListError(f"the object list is not JSON: {exc}") from exc
-    return parse_objects(document, args.dataset_id, (args.raw_bucket, args.lake_bucket))
+    return parse_objects(document, args.dataset_id, args.buckets)
 
 
 @dataclass(frozen=True)
@@ -174,8 +174,7 @@ class IndexSettings:
     """What every task needs; travels to the executors with the task."""
 
     dataset: Dataset
-    raw_bucket: str
-    lake_bucket: str
+    buckets: Buckets
     index_table: str
     correlation_id: str
     hash_key: bytes = field(repr=False)
@@ -196,26 +195,28 @@ class Outcome:
 
 @dataclass(frozen=True)
 class _Aws:
-    s3: Any
-    dynamodb: Any
-    index: DynamoSubjectIndex
+    """What a task talks to; built on the executor (boto3 clients do not travel)."""
+
+    objects: ObjectStore
+    index: SubjectIndex
 
     @classmethod
     def connect(cls, index_table: str) -> _Aws:
         dynamodb = boto3.resource("dynamodb")
-        return cls(boto3.client("s3"), dynamodb, DynamoSubjectIndex(dynamodb.Table(index_table)))
+        return cls(
+            S3ObjectStore(boto3.client("s3")), DynamoSubjectIndex(dynamodb.Table(index_table))
+        )
 
 
 def _gone(aws: _Aws, location: ObjectLocation) -> Outcome:
-    """The key has no current version: keep (flagged) the entries of data older versions
-    still hold, remove them when nothing is left."""
-    if has_older_versions(aws.s3, location.bucket, location.key):
-        flagged = aws.index.flag_deleted(location.url)
-        LOG.info("%s is hidden by a delete marker: %d entries flagged", location.url, flagged)
+    """The key has no current version: index_maintenance.settle_missing_key's rule."""
+    versions = aws.objects.versions_of(location.bucket, location.key)
+    action, count = settle_missing_key(aws.index, location.url, versions)
+    if action is IndexAction.FLAGGED:
+        LOG.info("%s is hidden by a delete marker: %d entries flagged", location.url, count)
         return Outcome("missing")
-    removed = aws.index.remove_object(location.url)
-    LOG.info("%s does not exist: %d entries removed", location.url, removed)
-    return Outcome("missing", entries_deleted=removed)
+    LOG.info("%s does not exist: %d entries removed", location.url, count)
+    return Outcome("missing", entries_deleted=count)
 
 
 def _skip_reason(
@@ -223,47 +224,24 @@ def _skip_reason(
 ) -> str | None:
     if location.version_id is not None and location.version_id != head.version_id:
         return f"version {location.version_id} is not the current one ({head.version_id})"
-    if ctx.skip_producer is not None and head.producer == ctx.skip_producer:
+    if indexed_by_writer(head, ctx.skip_producer):
         return f"written by {head.producer}, which indexed it"
     if ctx.force or not existing:
         return None
-    if describe_version(
-        aws.dynamodb,
-        ctx.index_table,
-        location.url,
-        sorted(existing),
-        version_id=head.version_id,
-        etag=head.etag,
+    if aws.index.describes_version(
+        location.url, sorted(existing), version_id=head.version_id, etag=head.etag
     ):
         return "already indexed at this version"
     return None
 
 
-def _download(aws: _Aws, location: ObjectLocation, head: ObjectHead, target: Path) -> bool:
-    """Download exactly the version that was headed; False when it is gone meanwhile."""
-    extra = {"VersionId": head.version_id} if head.version_id != NULL_VERSION else None
-    try:
-        aws.s3.download_file(location.bucket, location.key, str(target), ExtraArgs=extra)
-    except ClientError as exc:
-        if missing_object_error(exc):
-            return False
-        raise
-    return True
-
-
 def index_object(aws: _Aws, location: ObjectLocation, ctx: IndexSettings) -> Outcome:
     """Make one object's index entries match its current version (module docstring)."""
-    kind = object_kind(
-        ctx.dataset.dataset_id,
-        location.bucket,
-        location.key,
-        raw_bucket=ctx.raw_bucket,
-        lake_bucket=ctx.lake_bucket,
-    )
+    kind = object_kind(ctx.dataset.dataset_id, location.bucket, location.key, ctx.buckets)
     if kind is ObjectKind.NO_ROWS:
         removed = aws.index.remove_object(location.url) if ctx.clear_unindexable else 0
         return Outcome("skipped", entries_deleted=removed)
-    head = head_current(aws.s3, location.bucket, location.key)
+    head = aws.objects.head(location.bucket, location.key)
     if head is None:
         return _gone(aws, location)
     existing = aws.index.subjects_of(location.url)
@@ -275,7 +253,10 @@ def index_object(aws: _Aws, location: ObjectLocation, ctx: IndexSettings) -> Out
         stored = StoredObject(
             location.bucket, location.key, head.version_id, head.etag, Path(tmp) / "object"
         )
-        if not _download(aws, location, head, stored.path):
+        if (
+            aws.objects.download(location.bucket, location.key, head.version_id, stored.path)
+            is None
+        ):
             return _gone(aws, location)  # deleted between the HEAD and the read
         try:
             entries = object_entries(kind, stored, ctx.dataset, key=ctx.hash_key, workdir=Path(tmp))
@@ -323,14 +304,14 @@ def summarize(outcomes: Sequence[Outcome]) -> dict[str, int]:
 
 @dataclass(frozen=True)
 class IndexPorts:
-    s3: Any  # boto3 S3 client (the manifest)
-    datasets: Any  # DatasetsTable
+    objects: ObjectStore  # the manifest
+    datasets: DatasetRegistry
     hash_key: bytes = field(repr=False)
 
 
 def run_index(spark: SparkSession, args: IndexArgs, ports: IndexPorts) -> dict[str, int]:
-    dataset = DynamoDatasetRegistry(ports.datasets).require(args.dataset_id)
-    locations = read_objects(ports.s3, args)
+    dataset = require_dataset(ports.datasets, args.dataset_id)
+    locations = read_objects(ports.objects, args)
     LOG.info(
         "indexing %d objects of dataset %s (skip producer: %s, force: %s)",
         len(locations),
@@ -340,8 +321,7 @@ def run_index(spark: SparkSession, args: IndexArgs, ports: IndexPorts) -> dict[s
     )
     settings = IndexSettings(
         dataset=dataset,
-        raw_bucket=args.raw_bucket,
-        lake_bucket=args.lake_bucket,
+        buckets=args.buckets,
         index_table=args.index_table,
         correlation_id=args.correlation_id,
         hash_key=ports.hash_key,

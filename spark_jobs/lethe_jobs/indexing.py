@@ -32,7 +32,9 @@ from lethe_jobs.readers import RawRecords, read_raw
 from lethe_jobs.subject_values import json_leaf_text, subject_text
 from lethe_jobs.validate import POSITION, RECORD
 from lethe_shared.arrow_index import ObjectRef, entries_from_table, lake_object_entries
+from lethe_shared.catalog import Zone
 from lethe_shared.datasets import Dataset, hive_partition_values
+from lethe_shared.s3 import s3_url
 from lethe_shared.subjects import IndexEntry
 
 _ARROW_ERRORS = (pa.ArrowException, TypeError, ValueError)
@@ -214,7 +216,7 @@ def lake_file_ref(
     """A lake Parquet file: constants are the partition values its Hive path carries."""
     return ObjectRef(
         object_url=object_url,
-        zone="lake",
+        zone=Zone.LAKE,
         format="parquet",
         version_id=version_id,
         etag=etag,
@@ -243,7 +245,7 @@ class StoredObject:
 
     @property
     def url(self) -> str:
-        return f"s3://{self.bucket}/{self.key}"
+        return s3_url(self.bucket, self.key)
 
 
 def object_entries(
@@ -252,10 +254,10 @@ def object_entries(
     """The entries an object of `kind` should have. Raises UnreadableObjectError for a lake
     object that cannot be read."""
     if kind is ObjectKind.RAW:
-        ref = ObjectRef(stored.url, "raw", dataset.format.value, stored.version_id, stored.etag)
+        ref = ObjectRef(stored.url, Zone.RAW, dataset.format.value, stored.version_id, stored.etag)
         return raw_entries(stored.path, dataset, ref, key=key, workdir=workdir)
     if kind is ObjectKind.QUARANTINE_ROWS:
-        ref = ObjectRef(stored.url, "lake", "jsonl", stored.version_id, stored.etag)
+        ref = ObjectRef(stored.url, Zone.LAKE, "jsonl", stored.version_id, stored.etag)
         return quarantine_entries(stored.path, dataset, ref, key=key)
     if kind is ObjectKind.LAKE_PARQUET:
         ref = lake_file_ref(stored.url, stored.key, dataset, stored.version_id, stored.etag)

@@ -1,16 +1,16 @@
 """The ingest job: one raw object version in, curated Parquet and quarantine out.
 
-1. load and validate the dataset document (DatasetsTable);
-2. stream the exact raw object version to a local file; read it (`readers`);
+1. load the dataset document (the registry) and stop with SUPERSEDED when the catalog knows a
+   newer version of the raw key (an older version ingested last must not replace its rows);
+2. stream the exact raw object version to a local file and read it (`readers`);
 3. conform the records in Spark (`validate`, pure transformations);
-4. write valid rows as Parquet per partition (`layout`), with pyarrow, and remove the files an
-   earlier ingestion of the same raw key wrote that this run did not rewrite;
+4. write valid rows as Parquet per partition (`layout`), with pyarrow;
 5. write rejected rows (or the unreadable file's reason) to the quarantine prefix;
-6. index what it wrote and read (`indexing`): entries for every lake file, the quarantine file and
-   the raw object version, each object's entries replaced as a whole (`replace_object`);
+6. index what it wrote and read (`indexing`): entries for every lake file, the quarantine file
+   and the raw object version, each object's entries replaced as a whole;
 7. remove the files an earlier ingestion of the same raw key wrote that this run did not
-   rewrite, and their entries;
-8. record the outcome on the raw object's catalog item and return the summary.
+   rewrite, with their entries;
+8. record the outcome on the raw object version's catalog item and return the summary.
 
 Every lake object it writes carries the S3 metadata `lethe-producer: ingest`: the object events
 path sees these writes too, and leaves their indexing to this job.
@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -37,7 +37,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from lethe_jobs import layout
 from lethe_jobs.arrow_bridge import arrow_schema, dataframe_to_table, table_to_dataframe
-from lethe_jobs.errors import UnreadableFileError
+from lethe_jobs.errors import RawObjectNotFoundError, UnreadableFileError
 from lethe_jobs.indexing import (
     SubjectRows,
     entries_of_rows,
@@ -48,16 +48,6 @@ from lethe_jobs.indexing import (
     with_typed_subjects,
 )
 from lethe_jobs.readers import RawRecords, RejectedRecord, read_raw
-from lethe_jobs.s3io import (
-    IngestionRecord,
-    StoredVersion,
-    delete_if_present,
-    download_version,
-    earlier_lake_objects,
-    newer_version_of,
-    put_file,
-    record_ingestion,
-)
 from lethe_jobs.validate import (
     POSITION,
     REASONS,
@@ -72,17 +62,17 @@ from lethe_jobs.validate import (
     with_record,
 )
 from lethe_shared.arrow_index import ObjectRef
+from lethe_shared.catalog import IngestionRecord, ObjectCatalog, ObjectStatus, Zone
 from lethe_shared.datasets import Dataset
-from lethe_shared.registry import DynamoDatasetRegistry
-from lethe_shared.subjects import DynamoSubjectIndex, IndexEntry
-
-if TYPE_CHECKING:
-    from mypy_boto3_dynamodb.service_resource import Table
-    from mypy_boto3_s3.client import S3Client
+from lethe_shared.index_maintenance import INGEST_PRODUCER
+from lethe_shared.registry import DatasetRegistry, require_dataset
+from lethe_shared.s3 import PRODUCER_METADATA, ObjectHead, S3ObjectStore, s3_url, split_s3_url
+from lethe_shared.subjects import IndexEntry, SubjectIndex
 
 LOG = logging.getLogger("lethe.ingest")
-INGESTED = "INGESTED"
-QUARANTINED = "QUARANTINED"
+# Every lake object the job writes says so: the object events path sees these writes too, and
+# leaves their indexing to this job (lethe_shared.index_maintenance.indexed_by_writer).
+INGEST_METADATA = {PRODUCER_METADATA: INGEST_PRODUCER}
 PARQUET_CONTENT_TYPE = "application/vnd.apache.parquet"
 JSONL_CONTENT_TYPE = "application/x-ndjson"
 JSON_CONTENT_TYPE = "application/json"
@@ -103,7 +93,7 @@ class IngestArgs:
 
     @property
     def object_url(self) -> str:
-        return layout.s3_url(self.raw_bucket, self.key)
+        return s3_url(self.raw_bucket, self.key)
 
     @property
     def digest(self) -> str:
@@ -123,7 +113,7 @@ def parse_args(argv: Sequence[str] | None) -> tuple[IngestArgs, list[str]]:
 
 @dataclass(frozen=True)
 class IngestResult:
-    status: str
+    status: ObjectStatus
     rows_read: int
     rows_written: int
     rows_quarantined: int
@@ -132,7 +122,7 @@ class IngestResult:
 
     def summary(self) -> dict[str, Any]:
         return {
-            "status": self.status,
+            "status": self.status.value,
             "rows_read": self.rows_read,
             "rows_written": self.rows_written,
             "rows_quarantined": self.rows_quarantined,
@@ -143,10 +133,10 @@ class IngestResult:
 
 @dataclass(frozen=True)
 class AwsPorts:
-    s3: S3Client
-    datasets: Table
-    catalog: Table
-    index: DynamoSubjectIndex
+    s3: S3ObjectStore
+    datasets: DatasetRegistry
+    catalog: ObjectCatalog
+    index: SubjectIndex
     hash_key: bytes = field(repr=False)  # the subject HMAC key: never logged
 
 
@@ -156,7 +146,7 @@ class _Run:
 
     args: IngestArgs
     dataset: Dataset
-    s3: S3Client
+    s3: S3ObjectStore
     workdir: Path
     now: datetime
     hash_key: bytes = field(repr=False)
@@ -173,8 +163,8 @@ class _Indexing:
 
 
 def run_ingest(spark: SparkSession, args: IngestArgs, aws: AwsPorts, now: datetime) -> IngestResult:
-    dataset = DynamoDatasetRegistry(aws.datasets).require(args.dataset_id)
-    newer = newer_version_of(aws.catalog, args.object_url, args.version_id)
+    dataset = require_dataset(aws.datasets, args.dataset_id)
+    newer = aws.catalog.newer_version_of(args.object_url, args.version_id)
     if newer is not None:
         LOG.warning(
             "%s version %s is superseded by version %s: nothing is written",
@@ -182,10 +172,10 @@ def run_ingest(spark: SparkSession, args: IngestArgs, aws: AwsPorts, now: dateti
             args.version_id,
             newer,
         )
-        superseded = IngestResult("SUPERSEDED", 0, 0, 0, [], None)
+        superseded = IngestResult(ObjectStatus.SUPERSEDED, 0, 0, 0, [], None)
         _record(aws, args, superseded, now)
         return superseded
-    earlier = earlier_lake_objects(aws.catalog, args.object_url)
+    earlier = aws.catalog.lake_objects_of(args.object_url)
     LOG.info(
         "ingesting %s version %s into dataset %s (%s)",
         args.object_url,
@@ -197,7 +187,11 @@ def run_ingest(spark: SparkSession, args: IngestArgs, aws: AwsPorts, now: dateti
     with tempfile.TemporaryDirectory(prefix="lethe-ingest-") as tmp:
         run = _Run(args, dataset, aws.s3, Path(tmp), now, aws.hash_key)
         raw_path = run.workdir / "raw"
-        raw = download_version(aws.s3, args.raw_bucket, args.key, args.version_id, raw_path)
+        raw = aws.s3.download(args.raw_bucket, args.key, args.version_id, raw_path)
+        if raw is None:
+            raise RawObjectNotFoundError(
+                f"{args.object_url} version {args.version_id} cannot be read: it is not there"
+            )
         try:
             records = read_raw(raw_path, dataset, run.workdir)
         except UnreadableFileError as exc:
@@ -218,11 +212,11 @@ def run_ingest(spark: SparkSession, args: IngestArgs, aws: AwsPorts, now: dateti
     return result
 
 
-def _raw_ref(args: IngestArgs, dataset: Dataset, raw: StoredVersion) -> ObjectRef:
-    return ObjectRef(args.object_url, "raw", dataset.format.value, args.version_id, raw.etag)
+def _raw_ref(args: IngestArgs, dataset: Dataset, raw: ObjectHead) -> ObjectRef:
+    return ObjectRef(args.object_url, Zone.RAW, dataset.format.value, args.version_id, raw.etag)
 
 
-def _write_index(index: DynamoSubjectIndex, indexing: _Indexing) -> None:
+def _write_index(index: SubjectIndex, indexing: _Indexing) -> None:
     """Each object's entries become exactly the ones computed: written, then the entries of
     subjects the object no longer holds deleted (lethe_shared's replace_object)."""
     for url, entries in indexing.entries.items():
@@ -232,8 +226,7 @@ def _write_index(index: DynamoSubjectIndex, indexing: _Indexing) -> None:
 
 
 def _record(aws: AwsPorts, args: IngestArgs, result: IngestResult, now: datetime) -> None:
-    record_ingestion(
-        aws.catalog,
+    aws.catalog.record_ingestion(
         args.object_url,
         args.version_id,
         IngestionRecord(
@@ -261,7 +254,7 @@ def _ingest_records(
     quarantine_object = _write_quarantined_rows(run, records.coordinate, rejected, indexing)
     indexing.add(raw_ref.object_url, _raw_entries(run, records, typed_subjects, raw_ref))
     written = int(valid.num_rows)
-    status = INGESTED if written or not records.rows_read else QUARANTINED
+    status = ObjectStatus.INGESTED if written or not records.rows_read else ObjectStatus.QUARANTINED
     return IngestResult(
         status, records.rows_read, written, len(rejected), lake_objects, quarantine_object
     )
@@ -326,8 +319,8 @@ def _write_partitions(run: _Run, valid: Any, indexing: _Indexing) -> list[str]:
         key = layout.lake_key(run.dataset.dataset_id, partition, run.args.digest)
         local = run.workdir / f"part-{len(written)}.parquet"
         pq.write_table(part, local, compression="snappy")
-        stored = put_file(run.s3, run.args.lake_bucket, key, local, PARQUET_CONTENT_TYPE)
-        url = layout.s3_url(run.args.lake_bucket, key)
+        stored = _put(run, key, local, PARQUET_CONTENT_TYPE)
+        url = s3_url(run.args.lake_bucket, key)
         written.append(url)
         LOG.info("wrote %d rows to %s (version %s)", part.num_rows, url, stored.version_id)
         ref = lake_file_ref(url, key, run.dataset, stored.version_id, stored.etag)
@@ -361,10 +354,10 @@ def _write_quarantined_rows(
     with local.open("w", encoding="utf-8") as out:
         for record in rejected:
             out.write(_quarantine_line(run, coordinate, record))
-    stored = put_file(run.s3, run.args.lake_bucket, key, local, JSONL_CONTENT_TYPE)
-    url = layout.s3_url(run.args.lake_bucket, key)
+    stored = _put(run, key, local, JSONL_CONTENT_TYPE)
+    url = s3_url(run.args.lake_bucket, key)
     LOG.info("quarantined %d rows to %s", len(rejected), url)
-    ref = ObjectRef(url, "lake", "jsonl", stored.version_id, stored.etag)
+    ref = ObjectRef(url, Zone.LAKE, "jsonl", stored.version_id, stored.etag)
     indexing.add(url, quarantine_entries(local, run.dataset, ref, key=run.hash_key))
     return url
 
@@ -380,39 +373,44 @@ def _quarantine_file(run: _Run, reason: str) -> IngestResult:
         "rejected_at": run.now.isoformat(),
     }
     local.write_text(json.dumps(document, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
-    put_file(run.s3, run.args.lake_bucket, key, local, JSON_CONTENT_TYPE)
-    return IngestResult(QUARANTINED, 0, 0, 0, [], layout.s3_url(run.args.lake_bucket, key))
+    _put(run, key, local, JSON_CONTENT_TYPE)
+    return IngestResult(ObjectStatus.QUARANTINED, 0, 0, 0, [], s3_url(run.args.lake_bucket, key))
 
 
-def _remove_stale(
-    run: _Run, earlier: set[str], result: IngestResult, index: DynamoSubjectIndex
-) -> None:
+def _put(run: _Run, key: str, local: Path, content_type: str) -> ObjectHead:
+    """Upload a lake object this run produced, marked as written (and indexed) by ingestion."""
+    return run.s3.upload(
+        run.args.lake_bucket, key, local, content_type=content_type, metadata=INGEST_METADATA
+    )
+
+
+def _remove_stale(run: _Run, earlier: set[str], result: IngestResult, index: SubjectIndex) -> None:
     """Delete what an earlier ingestion of this raw key wrote and this run did not rewrite:
     partition files whose rows moved or went away, and a quarantine object of the other kind
     (or of rows, when no row was rejected this time). Their index entries go with them, also
     when the file is gone already (a retry after a failure between the two steps)."""
     lake, dataset_id, digest = run.args.lake_bucket, run.dataset.dataset_id, run.args.digest
     for url in sorted(earlier - set(result.lake_objects)):
-        bucket, key = layout.split_s3_url(url)
+        bucket, key = split_s3_url(url)
         if bucket != lake or not layout.is_lake_object_of(key, dataset_id, digest):
             LOG.warning("not removing %s: not a lake file of this raw object", url)
             continue
-        if delete_if_present(run.s3, bucket, key):
+        if run.s3.delete_current(bucket, key):
             LOG.info("removed stale lake object %s", url)
         _unindex(index, url)
     for key in (
         layout.quarantine_rows_key(dataset_id, digest),
         layout.quarantine_file_key(dataset_id, digest),
     ):
-        url = layout.s3_url(lake, key)
+        url = s3_url(lake, key)
         if url == result.quarantine_object:
             continue
-        if delete_if_present(run.s3, lake, key):
+        if run.s3.delete_current(lake, key):
             LOG.info("removed stale quarantine object %s", url)
         _unindex(index, url)
 
 
-def _unindex(index: DynamoSubjectIndex, url: str) -> None:
+def _unindex(index: SubjectIndex, url: str) -> None:
     removed = index.remove_object(url)
     if removed:
         LOG.info("removed %d index entries of %s", removed, url)

@@ -16,28 +16,14 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
-HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
-QUARANTINE_PREFIX = "_quarantine"
+from lethe_shared.datasets import HIVE_DEFAULT_PARTITION, QUARANTINE_PREFIX, is_quarantine_key
+
 # Hive's FileUtils.escapePathName: these characters are written as %XX in partition values.
 _HIVE_ESCAPED = frozenset([chr(c) for c in range(0x01, 0x20)] + list("\"#%'*/:=?\\\x7f{[]^"))
 
 
 def object_hash(bucket: str, key: str) -> str:
     return hashlib.sha256(f"{bucket}/{key}".encode()).hexdigest()[:16]
-
-
-def s3_url(bucket: str, key: str) -> str:
-    return f"s3://{bucket}/{key}"
-
-
-def split_s3_url(url: str) -> tuple[str, str]:
-    """("bucket", "key") of an s3:// URL. Raises ValueError for anything else."""
-    if not url.startswith("s3://"):
-        raise ValueError(f"not an s3:// URL: {url!r}")
-    bucket, _, key = url[len("s3://") :].partition("/")
-    if not bucket or not key:
-        raise ValueError(f"not an S3 object URL: {url!r}")
-    return bucket, key
 
 
 def escape_partition_value(text: str) -> str:
@@ -94,13 +80,10 @@ def partition_groups(table: Any, names: Sequence[str]) -> dict[str, list[int]]:
     return dict(sorted(groups.items()))
 
 
-def is_quarantine_key(key: str, dataset_id: str) -> bool:
-    return key.startswith(f"{dataset_id}/{QUARANTINE_PREFIX}/")
-
-
 def is_quarantine_rows_key(key: str, dataset_id: str) -> bool:
-    """A quarantine file of rejected rows (JSON Lines), not the report of an unreadable file."""
-    return is_quarantine_key(key, dataset_id) and key.endswith(".jsonl")
+    """A quarantine file of rejected rows (JSON Lines) of the dataset, not the report of an
+    unreadable file."""
+    return key.startswith(f"{dataset_id}/") and is_quarantine_key(key) and key.endswith(".jsonl")
 
 
 def is_hidden_key(key: str, dataset_id: str) -> bool:

@@ -33,12 +33,11 @@ from pathlib import Path
 from typing import Any
 
 import boto3
-from botocore.exceptions import ClientError
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from lethe_jobs import layout
 from lethe_jobs.index_core import (
+    DatasetJobArgs,
     IndexSettings,
     ObjectLocation,
     Outcome,
@@ -47,31 +46,23 @@ from lethe_jobs.index_core import (
     index_objects,
 )
 from lethe_jobs.indexing import StoredObject, UnreadableObjectError, object_entries
-from lethe_jobs.objects import ObjectKind, list_prefix, missing_object_error, object_kind
+from lethe_jobs.objects import ObjectKind, list_prefix, object_kind
 from lethe_jobs.session import configure_logging
-from lethe_jobs.subject_index import FoundEntry, dataset_entries
-from lethe_shared.catalog import NULL_VERSION
+from lethe_shared.catalog import Buckets
 from lethe_shared.datasets import Dataset
-from lethe_shared.registry import DynamoDatasetRegistry
-from lethe_shared.subjects import DynamoSubjectIndex
+from lethe_shared.registry import DatasetRegistry, require_dataset
+from lethe_shared.s3 import NULL_VERSION, ObjectStore, S3ObjectStore, s3_url, split_s3_url
+from lethe_shared.subjects import DRIFT_KINDS, FoundEntry, SubjectIndex
 
 LOG = logging.getLogger("lethe.reconcile")
 SAMPLE_SIZE = 100
-DRIFT_KINDS = ("missing", "stale", "wrong_rows")
 ENTRY_SCHEMA = "object_url string, subject_hash string, rows long"
 FOUND_SCHEMA = f"{ENTRY_SCHEMA}, deleted boolean"
 
 
 @dataclass(frozen=True)
-class ReconcileArgs:
-    dataset_id: str
-    raw_bucket: str
-    lake_bucket: str
-    datasets_table: str
-    index_table: str
-    hash_key_secret: str
+class ReconcileArgs(DatasetJobArgs):
     reports_bucket: str
-    correlation_id: str
     fix: bool
 
 
@@ -92,17 +83,15 @@ class Scan:
     hidden: set[str]
 
 
-def scan_dataset(s3: Any, dataset: Dataset, raw_bucket: str, lake_bucket: str) -> Scan:
+def scan_dataset(store: ObjectStore, dataset: Dataset, buckets: Buckets) -> Scan:
     objects: list[ObjectLocation] = []
     hidden: set[str] = set()
     prefix = f"{dataset.dataset_id}/"
-    for bucket in (raw_bucket, lake_bucket):
-        listing = list_prefix(s3, bucket, prefix)
-        hidden.update(layout.s3_url(bucket, k) for k in listing.hidden)
+    for bucket in buckets.names:
+        listing = list_prefix(store, bucket, prefix)
+        hidden.update(s3_url(bucket, k) for k in listing.hidden)
         for key, head in sorted(listing.current.items()):
-            kind = object_kind(
-                dataset.dataset_id, bucket, key, raw_bucket=raw_bucket, lake_bucket=lake_bucket
-            )
+            kind = object_kind(dataset.dataset_id, bucket, key, buckets)
             if kind is not ObjectKind.NO_ROWS:
                 objects.append(ObjectLocation(bucket=bucket, key=key, version_id=head.version_id))
     return Scan(objects, hidden)
@@ -111,32 +100,23 @@ def scan_dataset(s3: Any, dataset: Dataset, raw_bucket: str, lake_bucket: str) -
 @dataclass(frozen=True)
 class ExpectSettings:
     dataset: Dataset
-    raw_bucket: str
-    lake_bucket: str
+    buckets: Buckets
     correlation_id: str
     hash_key: bytes = field(repr=False)
 
 
-def _expected_of(s3: Any, location: ObjectLocation, ctx: ExpectSettings) -> list[tuple[Any, ...]]:
-    kind = object_kind(
-        ctx.dataset.dataset_id,
-        location.bucket,
-        location.key,
-        raw_bucket=ctx.raw_bucket,
-        lake_bucket=ctx.lake_bucket,
-    )
+def _expected_of(
+    store: ObjectStore, location: ObjectLocation, ctx: ExpectSettings
+) -> list[tuple[Any, ...]]:
+    kind = object_kind(ctx.dataset.dataset_id, location.bucket, location.key, ctx.buckets)
     version = location.version_id or NULL_VERSION
-    extra = {"VersionId": version} if version != NULL_VERSION else None
     with tempfile.TemporaryDirectory(prefix="lethe-reconcile-") as tmp:
         stored = StoredObject(location.bucket, location.key, version, "", Path(tmp) / "object")
-        try:
-            s3.download_file(location.bucket, location.key, str(stored.path), ExtraArgs=extra)
-            entries = object_entries(kind, stored, ctx.dataset, key=ctx.hash_key, workdir=Path(tmp))
-        except ClientError as exc:
-            if not missing_object_error(exc):
-                raise
+        if store.download(location.bucket, location.key, version, stored.path) is None:
             LOG.info("%s went away during the scan", location.url)
             return []
+        try:
+            entries = object_entries(kind, stored, ctx.dataset, key=ctx.hash_key, workdir=Path(tmp))
         except UnreadableObjectError as exc:
             LOG.warning("%s cannot be read, it should have no entries: %s", location.url, exc)
             return []
@@ -146,9 +126,9 @@ def _expected_of(s3: Any, location: ObjectLocation, ctx: ExpectSettings) -> list
 def expected_partition(items: Iterable[str], ctx: ExpectSettings) -> Iterator[tuple[Any, ...]]:
     """A Spark task: the expected (object_url, subject_hash, rows) of its objects."""
     configure_logging(ctx.correlation_id)  # an executor's Python worker logs on its own
-    s3 = boto3.client("s3")
+    store = S3ObjectStore(boto3.client("s3"))
     for item in items:
-        yield from _expected_of(s3, ObjectLocation.model_validate_json(item), ctx)
+        yield from _expected_of(store, ObjectLocation.model_validate_json(item), ctx)
 
 
 def expected_entries(
@@ -230,13 +210,13 @@ class FixPlan:
     remove: list[str]  # entries that name no object of the dataset: removed
 
 
-def fix_plan(urls: Iterable[str], dataset_id: str, raw_bucket: str, lake_bucket: str) -> FixPlan:
+def fix_plan(urls: Iterable[str], dataset_id: str, buckets: Buckets) -> FixPlan:
     reindex: list[ObjectLocation] = []
     remove: list[str] = []
     for url in sorted(set(urls)):
         try:
-            bucket, key = layout.split_s3_url(url)
-            object_kind(dataset_id, bucket, key, raw_bucket=raw_bucket, lake_bucket=lake_bucket)
+            bucket, key = split_s3_url(url)
+            object_kind(dataset_id, bucket, key, buckets)
         except ValueError:
             remove.append(url)
             continue
@@ -245,7 +225,7 @@ def fix_plan(urls: Iterable[str], dataset_id: str, raw_bucket: str, lake_bucket:
 
 
 def apply_fix(
-    spark: SparkSession, plan: FixPlan, ctx: IndexSettings, index: DynamoSubjectIndex
+    spark: SparkSession, plan: FixPlan, ctx: IndexSettings, index: SubjectIndex
 ) -> list[Outcome]:
     outcomes = index_objects(spark, plan.reindex, ctx)
     for url in plan.remove:
@@ -283,36 +263,34 @@ def report_key(dataset_id: str, correlation_id: str) -> str:
     return f"reconcile/{dataset_id}/{correlation_id}.json"
 
 
-def write_report(s3: Any, bucket: str, key: str, document: dict[str, Any]) -> str:
+def write_report(store: S3ObjectStore, bucket: str, key: str, document: dict[str, Any]) -> str:
     body = json.dumps(document, indent=2, sort_keys=True).encode("utf-8")
-    s3.put_object(Bucket=bucket, Key=key, Body=body, ContentType="application/json")
-    return layout.s3_url(bucket, key)
+    store.put_bytes(bucket, key, body, content_type="application/json")
+    return s3_url(bucket, key)
 
 
 @dataclass(frozen=True)
 class ReconcilePorts:
-    s3: Any  # boto3 S3 client
-    datasets: Any  # DatasetsTable
-    index: Any  # SubjectIndexTable
+    objects: S3ObjectStore
+    datasets: DatasetRegistry
+    index: SubjectIndex
     hash_key: bytes = field(repr=False)
 
 
 def run_reconcile(
     spark: SparkSession, args: ReconcileArgs, ports: ReconcilePorts, now: datetime
 ) -> dict[str, Any]:
-    dataset = DynamoDatasetRegistry(ports.datasets).require(args.dataset_id)
-    scan = scan_dataset(ports.s3, dataset, args.raw_bucket, args.lake_bucket)
+    dataset = require_dataset(ports.datasets, args.dataset_id)
+    scan = scan_dataset(ports.objects, dataset, args.buckets)
     LOG.info(
         "scanning %d objects of dataset %s (%d keys hidden by a delete marker)",
         len(scan.objects),
         dataset.dataset_id,
         len(scan.hidden),
     )
-    expect = ExpectSettings(
-        dataset, args.raw_bucket, args.lake_bucket, args.correlation_id, ports.hash_key
-    )
+    expect = ExpectSettings(dataset, args.buckets, args.correlation_id, ports.hash_key)
     expected = expected_entries(spark, scan.objects, expect).persist()
-    found_list = list(dataset_entries(ports.index, dataset.dataset_id))
+    found_list = list(ports.index.entries_of_dataset(dataset.dataset_id))
     drifted = drift(expected, found_entries(spark, found_list, scan.hidden)).persist()
     try:
         found_drift = summarize_drift(drifted)
@@ -324,18 +302,17 @@ def run_reconcile(
     counts = {kind: found_drift[kind]["count"] for kind in DRIFT_KINDS}
     LOG.info("drift: %s", json.dumps(counts, sort_keys=True))
     if args.fix:
-        plan = fix_plan(drifted_urls, dataset.dataset_id, args.raw_bucket, args.lake_bucket)
+        plan = fix_plan(drifted_urls, dataset.dataset_id, args.buckets)
         settings = IndexSettings(
             dataset=dataset,
-            raw_bucket=args.raw_bucket,
-            lake_bucket=args.lake_bucket,
+            buckets=args.buckets,
             index_table=args.index_table,
             correlation_id=args.correlation_id,
             hash_key=ports.hash_key,
             force=True,
             clear_unindexable=True,
         )
-        outcomes = apply_fix(spark, plan, settings, DynamoSubjectIndex(ports.index))
+        outcomes = apply_fix(spark, plan, settings, ports.index)
         LOG.info("fixed %d objects", len(outcomes) + len(plan.remove))
     document = report_document(
         args,
@@ -348,7 +325,7 @@ def run_reconcile(
         now=now,
     )
     url = write_report(
-        ports.s3,
+        ports.objects,
         args.reports_bucket,
         report_key(dataset.dataset_id, args.correlation_id),
         document,

@@ -244,6 +244,11 @@ def test_a_delete_marker_flags_the_keys_index_entries(
     index = lethe_tables["SubjectIndexTable"]
     entry = {"subject_hash": "a" * 64, "object_url": RAW_KEY, "dataset_id": "reviews", "rows": 1}
     index.put_item(Item=entry)
+    # Given the object in S3, then hidden by a delete marker (its data stays in that version)
+    bucket, key = RAW_KEY.removeprefix("s3://").split("/", 1)
+    s3 = boto3.client("s3")
+    s3.put_object(Bucket=bucket, Key=key, Body=b'{"user_id": "u1"}\n')
+    s3.delete_object(Bucket=bucket, Key=key)
     app.handler(load_event("object_created_raw.json"), lambda_context)
 
     result = app.handler(load_event("object_delete_marker_raw.json"), lambda_context)

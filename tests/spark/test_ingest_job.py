@@ -20,8 +20,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from ingest import main
-from lethe_jobs.errors import HashKeyError, RawObjectNotFoundError
-from lethe_shared.errors import DatasetNotFoundError
+from lethe_jobs.errors import RawObjectNotFoundError
+from lethe_shared.errors import DatasetNotFoundError, HashKeyError
 from tests.spark.cloud import GLUE_ARGS, LAKE, RAW, Cloud, JobRunner, h, ingest_args
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -13,6 +13,7 @@ from pyspark.testing import assertDataFrameEqual
 
 from ingest import main as ingest_main
 from lethe_jobs.reconcile_core import ENTRY_SCHEMA, FOUND_SCHEMA, drift
+from lethe_shared.catalog import Zone
 from lethe_shared.subjects import IndexEntry
 from reconcile import main as reconcile_main
 from tests.spark.cloud import (
@@ -130,7 +131,7 @@ def test_reconcile_finds_injected_drift_and_fixes_it(
         subject_hash=h("ghost"),
         object_url=GONE_URL,
         dataset_id="reviews",
-        zone="lake",
+        zone=Zone.LAKE,
         format="parquet",
         rows=3,
     )

@@ -8,13 +8,14 @@ import pyarrow as pa
 import pytest
 
 from lethe_shared.arrow_index import ObjectRef, entries_from_table
+from lethe_shared.catalog import Zone
 from lethe_shared.datasets import parse_dataset
 from lethe_shared.subjects import hash_of_id, hash_of_keys
 
 KEY = b"k" * 32
 REF = ObjectRef(
     object_url="s3://lake/ds/part-1.parquet",
-    zone="lake",
+    zone=Zone.LAKE,
     format="parquet",
     version_id="v1",
     etag="e1",
@@ -96,7 +97,7 @@ def test_subject_from_a_partition_value_not_stored_in_the_file() -> None:
         partition_by=["country"],
     )
     ref = ObjectRef(
-        object_url=REF.object_url, zone="lake", format="parquet", constants={"country": "NL"}
+        object_url=REF.object_url, zone=Zone.LAKE, format="parquet", constants={"country": "NL"}
     )
 
     (entry,) = entries_from_table(pa.table({"x": [1, 2]}), dataset, ref, key=KEY)

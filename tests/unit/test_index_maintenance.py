@@ -1,75 +1,18 @@
-"""Index maintenance on object events, with fakes for S3, the index and the requester."""
+"""Index maintenance on object events, with in-memory S3, index and requester (tests/fakes.py)."""
 
 from __future__ import annotations
-
-from collections.abc import Iterable
-from typing import Any
 
 import pytest
 
 from lethe_shared.catalog import CatalogItem, ObjectStatus, Zone, normalize_sequencer
 from lethe_shared.index_maintenance import IndexAction, IndexMaintainer, index_execution_name
 from lethe_shared.subjects import IndexEntry
+from tests.fakes import MemoryIndex, MemoryObjectStore, RecordingRequester
 
 LAKE, RAW = "lake", "raw"
 KEY = "reviews/review_date=2026-11-22/part-1.parquet"
-
-
-class ClientError(Exception):
-    def __init__(self, code: str) -> None:
-        self.response = {"Error": {"Code": code}}
-
-
-class FakeS3:
-    class exceptions:
-        ClientError = ClientError
-
-    def __init__(
-        self,
-        head: dict[str, Any] | None = None,
-        versions: list[dict[str, Any]] | None = None,
-        markers: list[dict[str, Any]] | None = None,
-    ) -> None:
-        self.head, self.versions, self.markers = head, versions or [], markers or []
-
-    def head_object(self, **kwargs: Any) -> dict[str, Any]:
-        if self.head is None:
-            raise ClientError("404")
-        return self.head
-
-    def list_object_versions(self, **kwargs: Any) -> dict[str, Any]:
-        return {"Versions": self.versions, "DeleteMarkers": self.markers, "IsTruncated": False}
-
-
-class FakeIndex:
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str]] = []
-
-    def lookup(self, subject_hash: str) -> list[IndexEntry]:
-        return []
-
-    def replace_object(self, object_url: str, entries: Iterable[IndexEntry]) -> None:
-        self.calls.append(("replace", object_url))
-
-    def flag_deleted(self, object_url: str, deleted: bool = True) -> int:
-        self.calls.append(("flag", object_url))
-        return 1
-
-    def remove_object(self, object_url: str) -> int:
-        self.calls.append(("remove", object_url))
-        return 1
-
-
-class FakeRequester:
-    def __init__(self) -> None:
-        self.lambdas: list[dict[str, str]] = []
-        self.sparks: list[tuple[str, dict[str, Any]]] = []
-
-    def by_lambda(self, request: dict[str, str]) -> None:
-        self.lambdas.append(request)
-
-    def by_spark(self, name: str, request: dict[str, Any]) -> None:
-        self.sparks.append((name, request))
+URL = f"s3://{LAKE}/{KEY}"
+SUBJECT = "a" * 64
 
 
 def _item(
@@ -93,102 +36,156 @@ def _item(
 
 
 def _maintainer(
-    s3: FakeS3, max_bytes: int = 100
-) -> tuple[IndexMaintainer, FakeIndex, FakeRequester]:
-    index, requester = FakeIndex(), FakeRequester()
+    store: MemoryObjectStore, max_bytes: int = 100
+) -> tuple[IndexMaintainer, MemoryIndex, RecordingRequester]:
+    index, requester = MemoryIndex(), RecordingRequester()
+    index.replace_object(
+        URL,
+        [
+            IndexEntry(
+                subject_hash=SUBJECT,
+                object_url=URL,
+                dataset_id="reviews",
+                zone=Zone.LAKE,
+                format="parquet",
+                rows=1,
+            )
+        ],
+    )
     return (
-        IndexMaintainer(index=index, s3=s3, requester=requester, max_lambda_bytes=max_bytes),
+        IndexMaintainer(
+            index=index, objects=store, requester=requester, max_lambda_bytes=max_bytes
+        ),
         index,
         requester,
     )
 
 
-def test_small_lake_object_goes_to_the_lambda() -> None:
-    maintainer, _, requester = _maintainer(FakeS3(head={"ContentLength": 100, "Metadata": {}}))
+def _store(
+    *bodies: bytes, metadata: dict[str, str] | None = None
+) -> tuple[MemoryObjectStore, list[str]]:
+    store = MemoryObjectStore()
+    versions = [store.put(LAKE, KEY, body, metadata) for body in bodies]
+    return store, versions
 
-    assert maintainer.on_created(_item()) is IndexAction.LAMBDA
+
+def test_small_lake_object_goes_to_the_lambda() -> None:
+    store, (version,) = _store(b"x" * 100)
+    maintainer, _, requester = _maintainer(store)
+
+    assert maintainer.on_created(_item(version=version)) is IndexAction.LAMBDA
     assert requester.lambdas == [
-        {"dataset_id": "reviews", "bucket": LAKE, "key": KEY, "version_id": "v1"}
+        {"dataset_id": "reviews", "bucket": LAKE, "key": KEY, "version_id": version}
     ]
 
 
 def test_large_lake_object_goes_to_spark_under_a_name_per_version() -> None:
-    maintainer, _, requester = _maintainer(FakeS3(head={"ContentLength": 101, "Metadata": {}}))
+    store, (version,) = _store(b"x" * 101)
+    maintainer, _, requester = _maintainer(store)
 
-    assert maintainer.on_created(_item()) is IndexAction.SPARK
+    assert maintainer.on_created(_item(version=version)) is IndexAction.SPARK
     assert requester.sparks == [
         (
-            index_execution_name(_item()),
+            index_execution_name(_item(version=version)),
             {"dataset_id": "reviews", "objects": [{"bucket": LAKE, "key": KEY}]},
         )
     ]
     assert index_execution_name(_item()) != index_execution_name(_item(version="v2"))
+    assert index_execution_name(_item()).startswith("reviews-index-")
     assert len(index_execution_name(_item(dataset="d" * 63))) <= 80
 
 
 def test_objects_written_by_ingestion_are_already_indexed() -> None:
-    head = {"ContentLength": 1, "Metadata": {"lethe-producer": "ingest"}}
-    maintainer, index, requester = _maintainer(FakeS3(head=head))
+    store, (version,) = _store(b"x", metadata={"lethe-producer": "ingest"})
+    maintainer, index, requester = _maintainer(store)
 
-    assert maintainer.on_created(_item()) is IndexAction.INDEXED_BY_INGEST
-    assert (index.calls, requester.lambdas, requester.sparks) == ([], [], [])
+    assert maintainer.on_created(_item(version=version)) is IndexAction.INDEXED_BY_INGEST
+    assert (requester.lambdas, requester.sparks) == ([], [])
+    assert index.subjects_of(URL) == {SUBJECT}
 
 
 @pytest.mark.parametrize(
     "item", [_item(zone=Zone.RAW, status=ObjectStatus.RECEIVED), _item(dataset=None)]
 )
 def test_raw_and_ignored_objects_are_not_indexed_on_creation(item: CatalogItem) -> None:
-    maintainer, _, requester = _maintainer(FakeS3(head={"ContentLength": 1, "Metadata": {}}))
+    store, _ = _store(b"x")
+    maintainer, _, requester = _maintainer(store)
 
     assert maintainer.on_created(item) is None
     assert requester.lambdas == []
 
 
 def test_an_object_gone_before_indexing() -> None:
-    maintainer, _, requester = _maintainer(FakeS3(head=None))
+    maintainer, _, requester = _maintainer(MemoryObjectStore())
 
     assert maintainer.on_created(_item()) is IndexAction.GONE
     assert requester.lambdas == []
 
 
-def test_delete_marker_flags_the_entries() -> None:
-    maintainer, index, _ = _maintainer(FakeS3())
+def test_delete_marker_over_data_flags_the_entries() -> None:
+    store, _ = _store(b"x")
+    store.delete(LAKE, KEY)
+    maintainer, index, _ = _maintainer(store)
 
     assert (
         maintainer.on_deleted(_item(status=ObjectStatus.DELETED, marker=True))
         is IndexAction.FLAGGED
     )
-    assert index.calls == [("flag", f"s3://{LAKE}/{KEY}")]
+    assert [e.deleted for e in index.lookup(SUBJECT)] == [True]
 
 
 def test_permanent_delete_of_the_last_version_removes_the_entries() -> None:
-    other_key = {"Key": KEY + ".bak", "VersionId": "x", "IsLatest": True, "Size": 5}
-    maintainer, index, _ = _maintainer(FakeS3(versions=[other_key]))  # a sibling key only
+    store = MemoryObjectStore()
+    store.put(LAKE, KEY + ".bak", b"sibling")  # a key sharing the prefix is not this key
+    maintainer, index, _ = _maintainer(store)
 
     assert maintainer.on_deleted(_item(status=ObjectStatus.DELETED)) is IndexAction.REMOVED
-    assert index.calls == [("remove", f"s3://{LAKE}/{KEY}")]
+    assert index.lookup(SUBJECT) == []
 
 
 def test_permanent_delete_of_the_current_version_reindexes_the_older_one() -> None:
-    older = {"Key": KEY, "VersionId": "v0", "IsLatest": True, "Size": 10}
-    maintainer, index, requester = _maintainer(FakeS3(versions=[older]))
+    store, (older, newer) = _store(b"older", b"newer")
+    store.delete_version(LAKE, KEY, newer)
+    maintainer, index, requester = _maintainer(store)
 
-    assert maintainer.on_deleted(_item(status=ObjectStatus.DELETED)) is IndexAction.LAMBDA
-    assert requester.lambdas[0]["version_id"] == "v0"
-    assert index.calls == []
+    assert maintainer.on_deleted(_item(status=ObjectStatus.DELETED, version=newer)) is (
+        IndexAction.LAMBDA
+    )
+    assert requester.lambdas[0]["version_id"] == older
+    assert index.subjects_of(URL) == {SUBJECT}  # untouched until the re-index replaces them
 
 
-def test_permanent_delete_leaving_a_delete_marker_current_flags_the_entries() -> None:
-    marker = {"Key": KEY, "VersionId": "m1", "IsLatest": True}
-    maintainer, index, _ = _maintainer(FakeS3(markers=[marker]))
+def test_permanent_delete_leaving_a_delete_marker_over_data_flags_the_entries() -> None:
+    store, (_, newer) = _store(b"older", b"newer")
+    store.delete(LAKE, KEY)
+    store.delete_version(LAKE, KEY, newer)
+    maintainer, index, _ = _maintainer(store)
 
-    assert maintainer.on_deleted(_item(status=ObjectStatus.DELETED)) is IndexAction.FLAGGED
-    assert index.calls == [("flag", f"s3://{LAKE}/{KEY}")]
+    assert maintainer.on_deleted(_item(status=ObjectStatus.DELETED, version=newer)) is (
+        IndexAction.FLAGGED
+    )
+    assert [e.deleted for e in index.lookup(SUBJECT)] == [True]
+
+
+def test_only_delete_markers_left_remove_the_entries() -> None:
+    """No version holds data any more: nothing for erasure to find, so nothing is kept (the
+    rule the Spark index job applies too: lethe_shared.s3.key_state)."""
+    store, (version,) = _store(b"data")
+    store.delete(LAKE, KEY)
+    store.delete_version(LAKE, KEY, version)
+    maintainer, index, _ = _maintainer(store)
+
+    assert maintainer.on_deleted(_item(status=ObjectStatus.DELETED, version=version)) is (
+        IndexAction.REMOVED
+    )
+    assert index.lookup(SUBJECT) == []
 
 
 def test_a_small_quarantine_file_still_goes_to_spark() -> None:
-    maintainer, _, requester = _maintainer(FakeS3(head={"ContentLength": 10, "Metadata": {}}))
-    item = _item().model_copy(update={"key": "reviews/_quarantine/abc.jsonl"})
+    store = MemoryObjectStore()
+    version = store.put(LAKE, "reviews/_quarantine/abc.jsonl", b"x" * 10)
+    maintainer, _, requester = _maintainer(store)
+    item = _item(version=version).model_copy(update={"key": "reviews/_quarantine/abc.jsonl"})
 
     assert maintainer.on_created(item) is IndexAction.SPARK
     assert requester.lambdas == []

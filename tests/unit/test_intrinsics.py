@@ -319,7 +319,7 @@ def test_a_condition_key_inside_properties_is_data_not_a_function(resolver: Reso
 
 # ------------------------------------------------------------------------------ parameters
 
-DECLARED = {
+DECLARED: dict[str, dict[str, Any]] = {
     "Stage": {"Type": "String", "Default": "dev", "AllowedPattern": "^[a-z]+$"},
     "Emails": {"Type": "CommaDelimitedList"},
     "Engine": {"Type": "String", "Default": "EMR", "AllowedValues": ["EMR", "GLUE"]},

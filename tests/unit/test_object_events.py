@@ -2,82 +2,33 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from lethe_shared.catalog import CatalogItem, ObjectStatus, Zone, latest
-from lethe_shared.datasets import Dataset, parse_dataset
+from lethe_shared.catalog import Buckets, CatalogItem, ObjectStatus, Zone, latest
+from lethe_shared.datasets import parse_dataset
 from lethe_shared.errors import MalformedEventError
 from lethe_shared.index_maintenance import IndexAction
-from lethe_shared.ingestion import execution_name
+from lethe_shared.ingestion import ingestion_execution_name as execution_name
 from lethe_shared.object_events import EventKind, ObjectEvent, catalog_item_for, record_object_event
+from tests.fakes import MemoryCatalog, MemoryRegistry, RecordingStarter
 
 RAW, LAKE = "raw-bucket", "lake-bucket"
-ZONES = {RAW: Zone.RAW, LAKE: Zone.LAKE}
+BUCKETS = Buckets(raw=RAW, lake=LAKE)
 
 
-class MemoryRegistry:
-    def __init__(self, *ids: str) -> None:
-        self._datasets = {
-            i: parse_dataset(
-                {
-                    "dataset_id": i,
-                    "format": "csv",
-                    "subject_columns": ["u"],
-                    "schema": [{"name": "u", "type": "string"}],
-                }
-            )
-            for i in ids
-        }
-
-    def get(self, dataset_id: str) -> Dataset | None:
-        return self._datasets.get(dataset_id)
-
-    def put(self, dataset: Dataset) -> int:
-        raise NotImplementedError
-
-    def list(self) -> Iterator[Dataset]:
-        return iter(self._datasets.values())
-
-
-class MemoryCatalog:
-    """Same semantics as DynamoObjectCatalog.put_if_newer: strictly newer sequencer wins."""
-
-    def __init__(self) -> None:
-        self.items: dict[tuple[str, str], CatalogItem] = {}
-
-    def put_if_newer(self, item: CatalogItem) -> bool:
-        key = (item.object_url, item.version_id)
-        current = self.items.get(key)
-        if current is not None and not current.sequencer < item.sequencer:
-            return False
-        self.items[key] = item
-        return True
-
-    def get(self, bucket: str, key: str, version_id: str) -> CatalogItem | None:
-        return self.items.get((f"s3://{bucket}/{key}", version_id))
-
-    def versions(self, bucket: str, key: str) -> list[CatalogItem]:
-        return [i for (url, _), i in self.items.items() if url == f"s3://{bucket}/{key}"]
-
-
-class RecordingStarter:
-    """Records the distinct executions asked for (Step Functions de-duplicates by name)."""
-
-    def __init__(self) -> None:
-        self.started: list[str] = []
-
-    def start(self, item: CatalogItem) -> bool:
-        name = execution_name(item)
-        if name in self.started:
-            return False
-        self.started.append(name)
-        return True
-
-    def by_dataset(self, dataset_id: str) -> Iterator[CatalogItem]:
-        return (i for i in self.items.values() if i.dataset_id == dataset_id)
+def _registry() -> MemoryRegistry:
+    return MemoryRegistry(
+        parse_dataset(
+            {
+                "dataset_id": "reviews",
+                "format": "csv",
+                "subject_columns": ["u"],
+                "schema": [{"name": "u", "type": "string"}],
+            }
+        )
+    )
 
 
 def _event(
@@ -135,8 +86,8 @@ def _record(
 ) -> bool:
     outcome = record_object_event(
         event,
-        zones=ZONES,
-        registry=MemoryRegistry("reviews"),
+        buckets=BUCKETS,
+        registry=_registry(),
         catalog=catalog,
         ingestion=starter or RecordingStarter(),
         index=index or RecordingIndex(),
@@ -195,7 +146,7 @@ def test_delete_marker_is_a_new_version_and_the_latest(catalog: MemoryCatalog) -
         catalog,
     )
 
-    newest = latest(catalog.versions(RAW, "reviews/a.jsonl"))
+    newest = latest(catalog.by_dataset("reviews"))
     assert newest is not None
     assert (newest.version_id, newest.status, newest.delete_marker) == (
         "dm1",

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from lethe_shared.catalog import Zone
 from lethe_shared.subjects import (
     MAX_ROW_HINTS,
     IndexEntry,
@@ -95,7 +96,7 @@ def test_index_entry_keeps_a_bounded_number_of_hints() -> None:
         subject_hash=hash_of_id(KEY, "u-1"),
         object_url="s3://lake/reviews/p.parquet",
         dataset_id="reviews",
-        zone="lake",
+        zone=Zone.LAKE,
         format="parquet",
         rows=100,
         row_hints=tuple(range(100)),

@@ -1,7 +1,7 @@
 """Index entries of one object, from its rows as an Arrow table.
 
 Used by everything that indexes: the ingest job (lake files, the raw object, quarantine), the
-Spark index and reconcile jobs (one object per task), and the small-object indexer Lambda. One
+Spark index and reconcile jobs, and the small-object indexer Lambda (`index_lake_object`). One
 implementation, so that a backfill gives exactly the index ingestion would.
 
 Imports pyarrow: import this module only where pyarrow is installed (Spark, the indexer Lambda's
@@ -10,16 +10,21 @@ layer, tests), never from lethe_shared's other modules.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from lethe_shared.catalog import Zone
 from lethe_shared.datasets import Dataset, hive_partition_values, is_quarantine_key
-from lethe_shared.subjects import IndexEntry, subject_hash
+from lethe_shared.index_maintenance import indexed_by_writer
+from lethe_shared.registry import DatasetRegistry, require_dataset
+from lethe_shared.s3 import NULL_VERSION, ObjectStore, s3_url
+from lethe_shared.subjects import IndexEntry, SubjectIndex, subject_hash
 
 
 @dataclass(frozen=True)
@@ -27,9 +32,9 @@ class ObjectRef:
     """The object whose rows are indexed, and how its rows are located."""
 
     object_url: str
-    zone: str  # raw | lake
+    zone: Zone
     format: str  # csv | jsonl | parquet
-    version_id: str = "null"
+    version_id: str = NULL_VERSION
     etag: str = ""
     # Values of columns that are not in the rows, e.g. Hive partition values of a lake file.
     constants: Mapping[str, Any] = field(default_factory=dict)
@@ -106,3 +111,46 @@ def lake_object_entries(
     table = pq.read_table(pa.BufferReader(body))
     constants = {**hive_partition_values(object_key, dataset), **ref.constants}
     return entries_from_table(table, dataset, replace(ref, constants=constants), key=key)
+
+
+class LakeIndexAction(StrEnum):
+    INDEXED = "indexed"
+    SKIPPED = "skipped"  # written by ingestion, which indexed it
+    REMOVED = "removed"  # the version is gone: the object keeps no entries
+
+
+@dataclass(frozen=True)
+class LakeIndexOutcome:
+    object_url: str
+    action: LakeIndexAction
+    entries: int = 0  # entries the object has now
+    rows: int = 0
+
+
+def index_lake_object(
+    dataset_id: str,
+    bucket: str,
+    key: str,
+    version_id: str,
+    *,
+    objects: ObjectStore,
+    registry: DatasetRegistry,
+    index: SubjectIndex,
+    hash_key: Callable[[], bytes],
+) -> LakeIndexOutcome:
+    """Make one small lake Parquet object's entries match its content (the indexer Lambda).
+    Idempotent: a repeat gives the same entries. `hash_key` is called only when rows are read."""
+    url = s3_url(bucket, key)
+    head = objects.head(bucket, key, version_id)
+    body = objects.read_bytes(bucket, key, head.version_id) if head is not None else None
+    if head is None or body is None:
+        index.remove_object(url)
+        return LakeIndexOutcome(url, LakeIndexAction.REMOVED)
+    if indexed_by_writer(head):
+        return LakeIndexOutcome(url, LakeIndexAction.SKIPPED)
+    dataset = require_dataset(registry, dataset_id)
+    ref = ObjectRef(url, Zone.LAKE, "parquet", head.version_id, head.etag)
+    entries = lake_object_entries(body, key, dataset, ref, key=hash_key())
+    index.replace_object(url, entries)
+    rows = sum(e.rows for e in entries)
+    return LakeIndexOutcome(url, LakeIndexAction.INDEXED, len(entries), rows)

@@ -1,5 +1,9 @@
 """The object catalog: one item per object version that Lethe has seen in the raw or lake bucket.
 
+`DynamoObjectCatalog` is the one reader and writer of `ObjectCatalogTable`: the object events
+handler records events through it, the ingest job reads a key's versions and records its outcome
+through it, and the CLI lists a dataset's objects through it.
+
 Table layout (template.yaml `ObjectCatalogTable`, docs/CATALOG.md):
 
     object_url (HASH)   s3://<bucket>/<key>
@@ -14,19 +18,43 @@ duplicate delivery (same sequencer) and a late, older event both leave the item 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Protocol
 
+from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict, Field
 
-NULL_VERSION = "null"
+from lethe_shared.dynamo import query_all
+from lethe_shared.errors import CatalogItemMissingError
+from lethe_shared.s3 import NULL_VERSION, error_code, s3_url
+
 SEQUENCER_WIDTH = 32
 
 
 class Zone(StrEnum):
     RAW = "raw"
     LAKE = "lake"
+
+
+@dataclass(frozen=True)
+class Buckets:
+    """The deployment's data buckets: raw uploads and the curated lake (quarantine included)."""
+
+    raw: str
+    lake: str
+
+    @property
+    def names(self) -> tuple[str, str]:
+        return (self.raw, self.lake)
+
+    def zone_of(self, bucket: str) -> Zone | None:
+        """The zone of a bucket; None for any other bucket."""
+        return {self.raw: Zone.RAW, self.lake: Zone.LAKE}.get(bucket)
+
+    def bucket_of(self, zone: Zone) -> str:
+        return self.raw if zone is Zone.RAW else self.lake
 
 
 class ObjectStatus(StrEnum):
@@ -52,10 +80,6 @@ def normalize_sequencer(sequencer: str) -> str:
     if not value or len(value) > SEQUENCER_WIDTH or any(c not in "0123456789ABCDEF" for c in value):
         raise ValueError(f"sequencer {sequencer!r} is not a hexadecimal string")
     return value.rjust(SEQUENCER_WIDTH, "0")
-
-
-def object_url(bucket: str, key: str) -> str:
-    return f"s3://{bucket}/{key}"
 
 
 class CatalogItem(BaseModel):
@@ -84,7 +108,7 @@ class CatalogItem(BaseModel):
 
     @property
     def object_url(self) -> str:
-        return object_url(self.bucket, self.key)
+        return s3_url(self.bucket, self.key)
 
     def to_item(self) -> dict[str, Any]:
         item: dict[str, Any] = {
@@ -143,8 +167,22 @@ def _optional_int(value: Any) -> int | None:
     return int(value) if value is not None else None
 
 
+@dataclass(frozen=True)
+class IngestionRecord:
+    """What the ingest job records on the raw object version it ingested."""
+
+    status: ObjectStatus  # INGESTED | QUARANTINED | SUPERSEDED
+    rows_read: int
+    rows_written: int
+    rows_quarantined: int
+    lake_objects: list[str]
+    quarantine_object: str | None
+    correlation_id: str
+    ingested_at: datetime
+
+
 class ObjectCatalog(Protocol):
-    """Storage port of the object catalog."""
+    """Storage port of the object catalog (DynamoObjectCatalog; tests/fakes.py in memory)."""
 
     def put_if_newer(self, item: CatalogItem) -> bool:
         """Write `item` unless one with an equal or greater sequencer is there; True if written."""
@@ -154,6 +192,17 @@ class ObjectCatalog(Protocol):
 
     def by_dataset(self, dataset_id: str) -> Iterator[CatalogItem]:
         """Every recorded version of every object of a dataset."""
+
+    def newer_version_of(self, object_url: str, version_id: str) -> str | None:
+        """The version id of the newest event on this object if it is newer than the event
+        `version_id` was recorded with; None when `version_id` is the newest (or unknown)."""
+
+    def lake_objects_of(self, object_url: str) -> set[str]:
+        """Every lake object that an ingestion of any version of this raw object wrote."""
+
+    def record_ingestion(self, object_url: str, version_id: str, record: IngestionRecord) -> None:
+        """Record the ingest job's outcome on the raw object version's item. Raises
+        CatalogItemMissingError when the catalog has no item for that version."""
 
 
 def latest(items: Iterable[CatalogItem]) -> CatalogItem | None:
@@ -188,26 +237,86 @@ class DynamoObjectCatalog:
                 ExpressionAttributeNames=names,
                 ExpressionAttributeValues={**values, ":seq": item.sequencer},
             )
-        except self._table.meta.client.exceptions.ConditionalCheckFailedException:
-            return False
+        except ClientError as exc:
+            if error_code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise
         return True
 
     def get(self, bucket: str, key: str, version_id: str) -> CatalogItem | None:
         item = self._table.get_item(
-            Key={"object_url": object_url(bucket, key), "version_id": version_id},
+            Key={"object_url": s3_url(bucket, key), "version_id": version_id},
             ConsistentRead=True,
         ).get("Item")
         return CatalogItem.from_item(item) if item else None
 
     def by_dataset(self, dataset_id: str) -> Iterator[CatalogItem]:
-        kwargs: dict[str, Any] = {
-            "IndexName": "by_dataset",
-            "KeyConditionExpression": "dataset_id = :d",
-            "ExpressionAttributeValues": {":d": dataset_id},
+        items = query_all(
+            self._table,
+            IndexName="by_dataset",
+            KeyConditionExpression="dataset_id = :d",
+            ExpressionAttributeValues={":d": dataset_id},
+        )
+        return (CatalogItem.from_item(i) for i in items)
+
+    def _versions(self, object_url: str, projection: str) -> Iterator[dict[str, Any]]:
+        return query_all(
+            self._table,
+            KeyConditionExpression="object_url = :url",
+            ExpressionAttributeValues={":url": object_url},
+            ProjectionExpression=projection,
+            ConsistentRead=True,
+        )
+
+    def newer_version_of(self, object_url: str, version_id: str) -> str | None:
+        """S3 sequencers, normalized, order the events of one key: an older version ingested
+        after a newer one must not replace the newer one's lake rows."""
+        items = list(self._versions(object_url, "version_id, sequencer"))
+        own = next((str(i["sequencer"]) for i in items if i["version_id"] == version_id), None)
+        if own is None:
+            return None
+        newer = [i for i in items if str(i["sequencer"]) > own]
+        return str(max(newer, key=lambda i: str(i["sequencer"]))["version_id"]) if newer else None
+
+    def lake_objects_of(self, object_url: str) -> set[str]:
+        found: set[str] = set()
+        for item in self._versions(object_url, "lake_objects"):
+            lake_objects = item.get("lake_objects")
+            if isinstance(lake_objects, list | set | tuple):
+                found.update(str(url) for url in lake_objects)
+        return found
+
+    def record_ingestion(self, object_url: str, version_id: str, record: IngestionRecord) -> None:
+        values: dict[str, Any] = {
+            ":status": record.status.value,
+            ":read": record.rows_read,
+            ":written": record.rows_written,
+            ":quarantined": record.rows_quarantined,
+            ":lake": list(record.lake_objects),
+            ":cid": record.correlation_id,
+            ":at": record.ingested_at.isoformat(),
         }
-        while True:
-            page = self._table.query(**kwargs)
-            yield from (CatalogItem.from_item(i) for i in page.get("Items", []))
-            if "LastEvaluatedKey" not in page:
-                return
-            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        update = (
+            "SET #status = :status, rows_read = :read, rows_written = :written, "
+            "rows_quarantined = :quarantined, lake_objects = :lake, "
+            "ingest_correlation_id = :cid, ingested_at = :at"
+        )
+        if record.quarantine_object:
+            update += ", quarantine_object = :quarantine"
+            values[":quarantine"] = record.quarantine_object
+        else:
+            update += " REMOVE quarantine_object"
+        try:
+            self._table.update_item(
+                Key={"object_url": object_url, "version_id": version_id},
+                UpdateExpression=update,
+                ConditionExpression="attribute_exists(object_url)",
+                ExpressionAttributeNames={"#status": "status"},
+                ExpressionAttributeValues=values,
+            )
+        except ClientError as exc:
+            if error_code(exc) == "ConditionalCheckFailedException":
+                raise CatalogItemMissingError(
+                    f"the object catalog has no item for {object_url} version {version_id}"
+                ) from exc
+            raise

@@ -57,10 +57,6 @@ class DataType:
     precision: int | None = None  # decimal
     scale: int | None = None  # decimal
 
-    @property
-    def is_primitive(self) -> bool:
-        return self.name not in {"struct", "array", "map"}
-
     def field(self, name: str) -> DataType | None:
         return next((t for n, t in self.fields if n == name), None)
 
@@ -340,11 +336,12 @@ def hive_partition_values(key: str, dataset: Dataset) -> dict[str, str | None]:
     return values
 
 
-QUARANTINE_SEGMENT = "/_quarantine/"
+QUARANTINE_PREFIX = "_quarantine"
 
 
 def is_quarantine_key(object_key: str) -> bool:
     """Quarantine files (rows rejected by ingestion, `<dataset>/_quarantine/...`) hold raw
     records as JSON Lines: only the Spark jobs read them (spark_jobs/lethe_jobs/indexing.py
     types their values as ingestion does)."""
-    return QUARANTINE_SEGMENT in f"/{object_key}"
+    head, _, rest = object_key.partition("/")
+    return bool(head) and rest.startswith(f"{QUARANTINE_PREFIX}/")

@@ -27,3 +27,11 @@ class DatasetNotFoundError(LetheError):
 
 class BucketVersioningError(LetheError):
     """A bucket that must keep versions (to erase every version) does not have versioning on."""
+
+
+class CatalogItemMissingError(LetheError):
+    """The object catalog has no item for an object version a job was started for."""
+
+
+class HashKeyError(LetheError):
+    """The subject hash key cannot be read from its secret, or is too short."""

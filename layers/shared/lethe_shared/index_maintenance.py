@@ -1,32 +1,36 @@
 """Keeping the subject index current as objects are created and deleted (docs/INDEX.md).
 
-Ingestion indexes what it writes itself (its lake objects carry `lethe-producer: ingest`).
+Ingestion indexes what it writes itself (its lake objects carry `lethe-producer: ingest`;
+`indexed_by_writer` is the one rule that skips them).
 Everything else that lands in the lake under a dataset is indexed here: objects up to
 `max_lambda_bytes` by the indexer Lambda, larger ones by the Spark index job (the index
 backfill state machine in "objects" mode). Deletes:
 
 - a delete marker hides the key but its data stays in older versions until erased or expired:
   the key's entries are flagged `deleted` (lookups hide them, erasure still finds them);
-- a permanent delete that leaves no version of the key removes the key's entries;
-- a permanent delete of the current version that leaves older ones re-indexes the key (its
-  entries must describe the version that is now current), or flags it when that is a marker.
+- a permanent delete that leaves no version holding data removes the key's entries;
+- a permanent delete that leaves a current version re-indexes the key (its entries must
+  describe the version that is current now).
+The Spark index job settles a key without a current version with the same function
+(`settle_missing_key`), so both paths apply one rule.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
 from lethe_shared.catalog import CatalogItem, Zone
 from lethe_shared.datasets import is_quarantine_key
+from lethe_shared.executions import execution_name, version_digest
+from lethe_shared.s3 import KeyState, ObjectHead, ObjectStore, ObjectVersion, key_state
 from lethe_shared.subjects import SubjectIndex
 
-PRODUCER_METADATA = "lethe-producer"  # S3 user metadata (x-amz-meta-lethe-producer)
-INGEST_PRODUCER = "ingest"
+INGEST_PRODUCER = "ingest"  # lake objects the ingest job wrote (and indexed)
 
 
 class IndexAction(StrEnum):
@@ -38,6 +42,26 @@ class IndexAction(StrEnum):
     REMOVED = "entries-removed"
 
 
+def indexed_by_writer(head: ObjectHead, skip_producer: str | None = INGEST_PRODUCER) -> bool:
+    """The one "written by a Lethe job, skip" rule: an object whose `lethe-producer` metadata
+    names the job that wrote it was indexed by that job, so nothing else indexes it. The Spark
+    index job passes `skip_producer=None` to backfill every object whatever wrote it."""
+    return skip_producer is not None and head.producer == skip_producer
+
+
+def settle_missing_key(
+    index: SubjectIndex, object_url: str, versions: Sequence[ObjectVersion]
+) -> tuple[IndexAction, int]:
+    """A key without a current version (deleted, or hidden by a delete marker): keep its
+    entries, flagged `deleted`, while older versions still hold its data (erasure needs them;
+    lookups hide them); remove them when no version holds data any more (`s3.key_state`).
+    `versions` are the key's (ObjectStore.versions_of). Returns what was done and to how many
+    entries."""
+    if key_state(versions) is KeyState.HIDDEN:
+        return IndexAction.FLAGGED, index.flag_deleted(object_url)
+    return IndexAction.REMOVED, index.remove_object(object_url)
+
+
 class IndexRequester(Protocol):
     def by_lambda(self, request: dict[str, str]) -> None: ...
 
@@ -45,14 +69,15 @@ class IndexRequester(Protocol):
 
 
 def index_execution_name(item: CatalogItem) -> str:
-    digest = hashlib.sha256(f"{item.object_url}#{item.version_id}".encode()).hexdigest()[:32]
-    return f"{(item.dataset_id or 'object')[:40]}-index-{digest}"
+    """One index backfill execution per object version (`<dataset>-index-<hash>`)."""
+    digest = version_digest(item.object_url, item.version_id, 32)
+    return execution_name(item.dataset_id or "object", f"index-{digest}")
 
 
 @dataclass
 class IndexMaintainer:
     index: SubjectIndex
-    s3: Any  # boto3 S3 client
+    objects: ObjectStore
     requester: IndexRequester
     max_lambda_bytes: int
 
@@ -60,31 +85,26 @@ class IndexMaintainer:
         """A lake object under a dataset appeared: index it unless ingestion already did."""
         if item.zone is not Zone.LAKE or item.dataset_id is None:
             return None  # raw objects are indexed by their ingestion
-        head = self._head(item.bucket, item.key, item.version_id)
+        head = self.objects.head(item.bucket, item.key, item.version_id)
         if head is None:
             return IndexAction.GONE
-        if head.get("Metadata", {}).get(PRODUCER_METADATA) == INGEST_PRODUCER:
+        if indexed_by_writer(head):
             return IndexAction.INDEXED_BY_INGEST
-        return self._request(item, int(head["ContentLength"]))
+        return self._request(item, head.size)
 
     def on_deleted(self, item: CatalogItem) -> IndexAction | None:
+        """A version or the key was deleted: settle a key without a current version
+        (settle_missing_key), and re-index the version that is current now."""
         if item.dataset_id is None:
             return None
-        if item.delete_marker:
-            self.index.flag_deleted(item.object_url)
-            return IndexAction.FLAGGED
-        current = self._current_version(item.bucket, item.key)
-        if current is None:
-            self.index.remove_object(item.object_url)
-            return IndexAction.REMOVED
-        if current.get("IsDeleteMarker"):
-            self.index.flag_deleted(item.object_url)
-            return IndexAction.FLAGGED
-        older = item.model_copy(update={"version_id": current["VersionId"]})
-        size = int(current.get("Size", self.max_lambda_bytes + 1))
+        versions = self.objects.versions_of(item.bucket, item.key)
+        if key_state(versions) is not KeyState.CURRENT:
+            return settle_missing_key(self.index, item.object_url, versions)[0]
+        current = next(v for v in versions if v.is_latest)
+        now_current = item.model_copy(update={"version_id": current.version_id})
         if item.zone is Zone.RAW:  # raw formats are parsed by the Spark readers
-            return self._request(older, self.max_lambda_bytes + 1)
-        return self._request(older, size)
+            return self._request(now_current, self.max_lambda_bytes + 1)
+        return self._request(now_current, current.size)
 
     def _request(self, item: CatalogItem, size: int) -> IndexAction:
         if size <= self.max_lambda_bytes and not is_quarantine_key(item.key):
@@ -102,34 +122,6 @@ class IndexMaintainer:
             {"dataset_id": item.dataset_id, "objects": [{"bucket": item.bucket, "key": item.key}]},
         )
         return IndexAction.SPARK
-
-    def _head(self, bucket: str, key: str, version_id: str) -> dict[str, Any] | None:
-        kwargs = {"Bucket": bucket, "Key": key}
-        if version_id != "null":
-            kwargs["VersionId"] = version_id
-        try:
-            return dict(self.s3.head_object(**kwargs))
-        except self.s3.exceptions.ClientError as error:
-            if error.response.get("Error", {}).get("Code") in {"404", "NoSuchKey", "NoSuchVersion"}:
-                return None
-            raise
-
-    def _current_version(self, bucket: str, key: str) -> dict[str, Any] | None:
-        """The key's current version or delete marker (IsLatest), None when nothing is left.
-        Lists by prefix and keeps the exact key only: never another key sharing the prefix."""
-        kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": key}
-        while True:
-            page = self.s3.list_object_versions(**kwargs)
-            entries = [(v, False) for v in page.get("Versions", [])] + [
-                (m, True) for m in page.get("DeleteMarkers", [])
-            ]
-            for entry, is_marker in entries:
-                if entry["Key"] == key and entry.get("IsLatest"):
-                    return {**entry, "IsDeleteMarker": is_marker}
-            if not page.get("IsTruncated"):
-                return None
-            kwargs["KeyMarker"] = page.get("NextKeyMarker")
-            kwargs["VersionIdMarker"] = page.get("NextVersionIdMarker")
 
 
 @dataclass(frozen=True)

@@ -6,20 +6,18 @@ refused by Step Functions (ExecutionAlreadyExists) instead of ingesting twice.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import Any, Protocol
 
 from lethe_shared.catalog import CatalogItem
+from lethe_shared.executions import execution_name, version_digest
 
-EXECUTION_NAME_LIMIT = 80
 
-
-def execution_name(item: CatalogItem) -> str:
-    """`<dataset>-<hash of object url and version>`, at most 80 characters of [A-Za-z0-9_-]."""
-    digest = hashlib.sha256(f"{item.object_url}#{item.version_id}".encode()).hexdigest()[:40]
-    prefix = (item.dataset_id or "object")[: EXECUTION_NAME_LIMIT - len(digest) - 1]
-    return f"{prefix}-{digest}"
+def ingestion_execution_name(item: CatalogItem) -> str:
+    """`<dataset>-<hash of object url and version>`: one execution per raw object version."""
+    return execution_name(
+        item.dataset_id or "object", version_digest(item.object_url, item.version_id, 40)
+    )
 
 
 def ingestion_input(item: CatalogItem) -> dict[str, Any]:
@@ -48,7 +46,7 @@ class StepFunctionsIngestionStarter:
         try:
             self._client.start_execution(
                 stateMachineArn=self._arn,
-                name=execution_name(item),
+                name=ingestion_execution_name(item),
                 input=json.dumps(ingestion_input(item), sort_keys=True),
             )
         except self._client.exceptions.ExecutionAlreadyExists:

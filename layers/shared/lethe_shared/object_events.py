@@ -11,7 +11,7 @@ from enum import StrEnum
 from typing import Protocol
 
 from lethe_shared.catalog import (
-    NULL_VERSION,
+    Buckets,
     CatalogItem,
     ObjectCatalog,
     ObjectStatus,
@@ -22,6 +22,7 @@ from lethe_shared.errors import MalformedEventError
 from lethe_shared.index_maintenance import IndexAction
 from lethe_shared.ingestion import IngestionStarter
 from lethe_shared.registry import DatasetRegistry, dataset_of_key
+from lethe_shared.s3 import NULL_VERSION
 
 DELETE_MARKER_CREATED = "Delete Marker Created"
 
@@ -130,7 +131,7 @@ def _maintain_index(
 def record_object_event(
     event: ObjectEvent,
     *,
-    zones: dict[str, Zone],
+    buckets: Buckets,
     registry: DatasetRegistry,
     catalog: ObjectCatalog,
     ingestion: IngestionStarter,
@@ -141,10 +142,10 @@ def record_object_event(
     ingestion for a new raw object version under a registered dataset; keep the subject index
     current for lake objects that arrive by other means and for deletes.
 
-    `zones` maps the raw and lake bucket names to their zone; an event from any other bucket is
-    malformed for this deployment (the EventBridge rule should never deliver it).
+    An event from a bucket other than the raw and lake `buckets` is malformed for this
+    deployment (the EventBridge rule should never deliver it).
     """
-    zone = zones.get(event.bucket)
+    zone = buckets.zone_of(event.bucket)
     if zone is None:
         raise MalformedEventError(f"bucket {event.bucket!r} is neither the raw nor the lake bucket")
     candidate = dataset_of_key(event.key)

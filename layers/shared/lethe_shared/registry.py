@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from lethe_shared.datasets import Dataset, parse_dataset
+from lethe_shared.dynamo import scan_all
 from lethe_shared.errors import DatasetNotFoundError
 
 
@@ -22,6 +23,14 @@ class DatasetRegistry(Protocol):
         """Store the document; returns its new version (1 when the dataset is new)."""
 
     def list(self) -> Iterator[Dataset]: ...
+
+
+def require_dataset(registry: DatasetRegistry, dataset_id: str) -> Dataset:
+    """The dataset, or DatasetNotFoundError."""
+    dataset = registry.get(dataset_id)
+    if dataset is None:
+        raise DatasetNotFoundError(f"dataset {dataset_id!r} is not registered")
+    return dataset
 
 
 def dataset_of_key(key: str) -> str | None:
@@ -39,10 +48,7 @@ class DynamoDatasetRegistry:
         return parse_dataset(json.loads(item["document"])) if item else None
 
     def require(self, dataset_id: str) -> Dataset:
-        dataset = self.get(dataset_id)
-        if dataset is None:
-            raise DatasetNotFoundError(f"dataset {dataset_id!r} is not registered")
-        return dataset
+        return require_dataset(self, dataset_id)
 
     def put(self, dataset: Dataset) -> int:
         result = self._table.update_item(
@@ -59,11 +65,5 @@ class DynamoDatasetRegistry:
         return int(result["Attributes"]["version"])
 
     def list(self) -> Iterator[Dataset]:
-        kwargs: dict[str, Any] = {}
-        while True:
-            page = self._table.scan(**kwargs)
-            for item in page.get("Items", []):
-                yield parse_dataset(json.loads(item["document"]))
-            if "LastEvaluatedKey" not in page:
-                return
-            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        for item in scan_all(self._table):
+            yield parse_dataset(json.loads(item["document"]))

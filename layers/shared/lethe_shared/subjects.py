@@ -11,6 +11,9 @@ Canonical text, so that the same subject hashes the same whatever the column typ
 - a composite key (several subject columns) as the JSON array of `[column, text]` pairs in the
   dataset's `subject_columns` order, so `("acme", 1001)` never collides with a single id.
 A null value is no subject: rows with a null subject column are never indexed.
+
+`DynamoSubjectIndex` is the one reader and writer of `SubjectIndexTable`: ingestion, the index
+and reconcile jobs, the indexer Lambda, object events and the CLI all go through it.
 """
 
 from __future__ import annotations
@@ -20,11 +23,20 @@ import hashlib
 import hmac
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Protocol
 
+from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict, Field
 
+from lethe_shared.catalog import Zone
+from lethe_shared.dynamo import batch_get_all, query_all
+from lethe_shared.errors import HashKeyError
+from lethe_shared.s3 import NULL_VERSION, error_code
+
+# Kinds of drift a reconcile report names, in its order (spark_jobs/reconcile.py, the CLI).
+DRIFT_KINDS = ("missing", "stale", "wrong_rows")
 MAX_ROW_HINTS = 64  # row numbers kept per entry; beyond that the erase job scans the object
 KEY_MIN_BYTES = 32
 
@@ -85,6 +97,24 @@ def key_from_secret(secret: str) -> bytes:
     return data
 
 
+def load_hash_key(secrets: Any, secret_id: str) -> bytes:
+    """The HMAC key: the SecretString of the secret (ARN or name), read with a boto3 Secrets
+    Manager client. Raises HashKeyError; the key itself is never part of a message."""
+    try:
+        response = secrets.get_secret_value(SecretId=secret_id)
+    except ClientError as exc:
+        raise HashKeyError(
+            f"the subject hash key secret {secret_id} cannot be read: {error_code(exc)}"
+        ) from exc
+    text = response.get("SecretString")
+    if not text:
+        raise HashKeyError(f"the subject hash key secret {secret_id} has no SecretString")
+    try:
+        return key_from_secret(str(text))
+    except ValueError as exc:
+        raise HashKeyError(f"the subject hash key secret {secret_id}: {exc}") from None
+
+
 class IndexEntry(BaseModel):
     """One (subject, object) pair: the object holds `rows` rows of that subject."""
 
@@ -93,17 +123,18 @@ class IndexEntry(BaseModel):
     subject_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
     object_url: str
     dataset_id: str
-    zone: str  # raw | lake
+    zone: Zone
     format: str  # csv | jsonl | parquet
     rows: int = Field(ge=1)
     row_hints: tuple[int, ...] = ()  # line numbers (csv/jsonl) or row indexes (parquet)
-    version_id: str = "null"
+    version_id: str = NULL_VERSION
     etag: str = ""
     deleted: bool = False  # the key's current version is a delete marker (see flag_deleted)
     updated_at: str = Field(default_factory=lambda: dt.datetime.now(dt.UTC).isoformat())
 
     def to_item(self) -> dict[str, Any]:
         item = self.model_dump()
+        item["zone"] = self.zone.value
         item["row_hints"] = list(self.row_hints[:MAX_ROW_HINTS])
         item["hints_complete"] = len(self.row_hints) <= MAX_ROW_HINTS
         if not self.deleted:
@@ -116,30 +147,58 @@ class IndexEntry(BaseModel):
             subject_hash=item["subject_hash"],
             object_url=item["object_url"],
             dataset_id=item["dataset_id"],
-            zone=item["zone"],
+            zone=Zone(item["zone"]),
             format=item["format"],
             rows=int(item["rows"]),
             row_hints=tuple(int(h) for h in item.get("row_hints", [])),
-            version_id=item.get("version_id", "null"),
+            version_id=item.get("version_id", NULL_VERSION),
             etag=item.get("etag", ""),
             deleted=bool(item.get("deleted", False)),
             updated_at=item.get("updated_at", ""),
         )
 
 
+@dataclass(frozen=True)
+class FoundEntry:
+    """An index entry as the by_dataset index shows it (keys, rows, deleted)."""
+
+    object_url: str
+    subject_hash: str
+    rows: int
+    deleted: bool
+
+
 class SubjectIndex(Protocol):
-    def lookup(self, subject_hash: str) -> list[IndexEntry]: ...
+    """Storage port of the subject index (DynamoSubjectIndex; tests/fakes.py in memory)."""
 
-    def replace_object(self, object_url: str, entries: Iterable[IndexEntry]) -> None: ...
+    def lookup(self, subject_hash: str) -> list[IndexEntry]:
+        """Every entry of one subject, flagged ones included."""
 
-    def flag_deleted(self, object_url: str, deleted: bool = True) -> int: ...
+    def subjects_of(self, object_url: str) -> set[str]:
+        """The subject hashes an object has entries for."""
 
-    def remove_object(self, object_url: str) -> int: ...
+    def replace_object(self, object_url: str, entries: Iterable[IndexEntry]) -> None:
+        """Make the object's entries exactly `entries`."""
+
+    def flag_deleted(self, object_url: str, deleted: bool = True) -> int:
+        """Flag (or unflag) every entry of the object; returns how many."""
+
+    def remove_object(self, object_url: str) -> int:
+        """Remove every entry of the object; returns how many."""
+
+    def describes_version(
+        self, object_url: str, subjects: Sequence[str], *, version_id: str, etag: str
+    ) -> bool:
+        """Whether each of the object's entries for `subjects` describes this version."""
+
+    def entries_of_dataset(self, dataset_id: str) -> Iterator[FoundEntry]:
+        """Every entry of a dataset (eventually consistent)."""
 
 
 class DynamoSubjectIndex:
     """`SubjectIndexTable`: subject_hash (HASH), object_url (RANGE); GSI by_object
-    (object_url HASH, subject_hash RANGE, keys only) for maintenance by object."""
+    (object_url HASH, subject_hash RANGE, keys only) for maintenance by object; GSI
+    by_dataset (dataset_id HASH, object_url RANGE; keys, rows, deleted) for reconcile."""
 
     def __init__(self, table: Any) -> None:
         self._table = table  # a boto3 dynamodb Table resource
@@ -147,7 +206,8 @@ class DynamoSubjectIndex:
     def lookup(self, subject_hash: str) -> list[IndexEntry]:
         return [
             IndexEntry.from_item(i)
-            for i in self._query(
+            for i in query_all(
+                self._table,
                 KeyConditionExpression="subject_hash = :h",
                 ExpressionAttributeValues={":h": subject_hash},
                 ConsistentRead=True,
@@ -157,7 +217,8 @@ class DynamoSubjectIndex:
     def subjects_of(self, object_url: str) -> set[str]:
         return {
             i["subject_hash"]
-            for i in self._query(
+            for i in query_all(
+                self._table,
                 IndexName="by_object",
                 KeyConditionExpression="object_url = :u",
                 ExpressionAttributeValues={":u": object_url},
@@ -198,10 +259,38 @@ class DynamoSubjectIndex:
                 batch.delete_item(Key={"subject_hash": subject, "object_url": object_url})
         return len(subjects)
 
-    def _query(self, **kwargs: Any) -> Iterator[dict[str, Any]]:
-        while True:
-            page = self._table.query(**kwargs)
-            yield from page.get("Items", [])
-            if "LastEvaluatedKey" not in page:
-                return
-            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    def describes_version(
+        self, object_url: str, subjects: Sequence[str], *, version_id: str, etag: str
+    ) -> bool:
+        """Whether every one of the object's entries (one per subject in `subjects`) describes
+        exactly this version and ETag and is not flagged deleted: then the object is indexed."""
+        keys = [{"subject_hash": s, "object_url": object_url} for s in subjects]
+        found = list(
+            batch_get_all(
+                self._table,
+                keys,
+                ProjectionExpression="subject_hash, version_id, etag, deleted",
+                ConsistentRead=True,
+            )
+        )
+        if len(found) != len(keys):
+            return False  # an entry went away meanwhile
+        return all(
+            (i.get("version_id"), i.get("etag")) == (version_id, etag) and not i.get("deleted")
+            for i in found
+        )
+
+    def entries_of_dataset(self, dataset_id: str) -> Iterator[FoundEntry]:
+        items = query_all(
+            self._table,
+            IndexName="by_dataset",
+            KeyConditionExpression="dataset_id = :d",
+            ExpressionAttributeValues={":d": dataset_id},
+        )
+        for item in items:
+            yield FoundEntry(
+                str(item["object_url"]),
+                str(item["subject_hash"]),
+                int(item.get("rows", 0)),
+                bool(item.get("deleted", False)),
+            )

@@ -11,31 +11,36 @@ refers to a subject by that keyed hash, which is what the index stores.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import re
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
-from datetime import UTC, datetime
+from collections.abc import Callable, Sequence
 from typing import Any, Final
-from urllib.parse import urlparse
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from lethe.commands import CommandError, UsageError
 from lethe.target import Target, add_target_arguments, resolve
+from lethe_shared.catalog import Zone
 from lethe_shared.datasets import DATASET_ID_PATTERN
+from lethe_shared.executions import timestamped
 from lethe_shared.registry import DynamoDatasetRegistry
-from lethe_shared.subjects import IndexEntry, hash_of_id, hash_of_keys, key_from_secret
+from lethe_shared.s3 import split_s3_url
+from lethe_shared.subjects import (
+    DRIFT_KINDS,
+    DynamoSubjectIndex,
+    IndexEntry,
+    hash_of_id,
+    hash_of_keys,
+    load_hash_key,
+)
 
-ZONES: Final = ("lake", "raw")
-EXECUTION_NAME_MAX: Final = 80
+ZONES: Final = (Zone.LAKE.value, Zone.RAW.value)
 WAIT_TIMEOUT_SECONDS: Final = 6 * 3600.0
 POLL_FIRST_SECONDS: Final = 1.0
 POLL_MAX_SECONDS: Final = 10.0  # the poll interval grows to this and stays there
 HASH_SHOWN: Final = 16  # hex digits of a subject hash in text output
-DRIFT_KINDS: Final = ("missing", "stale", "wrong_rows")  # sections of a reconcile report
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -145,19 +150,17 @@ def lookup_subjects(args: argparse.Namespace) -> int:
         raise UsageError("--subject-key needs --dataset (the dataset gives the subject columns)")
     composite = _subject_key_pairs(args.subject_key)
     target = resolve(args)
-    key = key_from_secret(
-        target.client("secretsmanager").get_secret_value(
-            SecretId=target.output("SubjectHashKeySecretArn")
-        )["SecretString"]
-    )
+    key = load_hash_key(target.client("secretsmanager"), target.output("SubjectHashKeySecretArn"))
     hashes = [hash_of_id(key, subject) for subject in args.subject]
     if composite:
         hashes.append(_composite_hash(target, args.dataset, composite, key))
-    table = target.resource("dynamodb").Table(target.output("SubjectIndexTableName"))
+    index = DynamoSubjectIndex(
+        target.resource("dynamodb").Table(target.output("SubjectIndexTableName"))
+    )
     entries = [
         entry
         for subject_hash in dict.fromkeys(hashes)  # each subject once, in the given order
-        for entry in _entries(table, subject_hash)
+        for entry in index.lookup(subject_hash)
         if (args.dataset is None or entry.dataset_id == args.dataset)
         and (args.all or not entry.deleted)
     ]
@@ -222,27 +225,11 @@ def _composite_hash(target: Target, dataset_id: str, pairs: dict[str, str], key:
     return digest
 
 
-def _entries(table: Any, subject_hash: str) -> Iterator[IndexEntry]:
-    """Every index entry of one subject hash, deleted ones included (the caller filters)."""
-    kwargs: dict[str, Any] = {
-        "KeyConditionExpression": "subject_hash = :h",
-        "ExpressionAttributeValues": {":h": subject_hash},
-        "ConsistentRead": True,
-    }
-    while True:
-        page = table.query(**kwargs)
-        for item in page.get("Items", []):
-            yield IndexEntry.from_item(item)
-        if "LastEvaluatedKey" not in page:
-            return
-        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-
-
 def _lookup_row(entry: IndexEntry, *, with_deleted: bool) -> dict[str, Any]:
     bucket, key = _split_s3_url(entry.object_url)
     row: dict[str, Any] = {
         "dataset": entry.dataset_id,
-        "zone": entry.zone,
+        "zone": entry.zone.value,
         "bucket": bucket,
         "key": key,
         "rows": entry.rows,
@@ -252,13 +239,6 @@ def _lookup_row(entry: IndexEntry, *, with_deleted: bool) -> dict[str, Any]:
     if with_deleted:
         row["deleted"] = entry.deleted
     return row
-
-
-def _split_s3_url(url: str) -> tuple[str, str]:
-    parsed = urlparse(url)
-    if parsed.scheme != "s3" or not parsed.netloc or not parsed.path.lstrip("/"):
-        raise CommandError(f"not an s3://bucket/key URL: {url}")
-    return parsed.netloc, parsed.path.lstrip("/")
 
 
 # ----------------------------------------------------------------------------------- backfill
@@ -283,7 +263,7 @@ def backfill_dataset(args: argparse.Namespace) -> int:
     execution_arn = _start(
         sfn,
         target.output("IndexBackfillStateMachineArn"),
-        execution_name(args.dataset, "backfill"),
+        timestamped(args.dataset, "backfill"),
         document,
     )
     print(execution_arn)
@@ -356,7 +336,7 @@ def reconcile_dataset(args: argparse.Namespace) -> int:
     execution_arn = _start(
         sfn,
         target.output("IndexReconcileStateMachineArn"),
-        execution_name(args.dataset, "reconcile"),
+        timestamped(args.dataset, "reconcile"),
         {"dataset_id": args.dataset, "fix": args.fix},
     )
     print(execution_arn, file=sys.stderr if args.json else sys.stdout)
@@ -409,21 +389,16 @@ def _sample_text(sample: Any) -> str:
 # ------------------------------------------------------------------------------------ helpers
 
 
+def _split_s3_url(url: str) -> tuple[str, str]:
+    try:
+        return split_s3_url(url)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+
+
 def _check_dataset_id(dataset_id: str) -> None:
     if not re.fullmatch(DATASET_ID_PATTERN, dataset_id):
         raise UsageError(f"--dataset {dataset_id!r} is not a dataset id")
-
-
-def execution_name(dataset_id: str, kind: str, now: datetime | None = None) -> str:
-    """`<dataset>-<kind>-<UTC timestamp>`, within Step Functions' 80 characters: a long
-    dataset id is cut and keeps a short hash of itself, so that names stay distinct."""
-    stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
-    name = f"{dataset_id}-{kind}-{stamp}"
-    if len(name) <= EXECUTION_NAME_MAX:
-        return name
-    digest = hashlib.sha256(dataset_id.encode()).hexdigest()[:8]
-    room = EXECUTION_NAME_MAX - len(f"-{digest}-{kind}-{stamp}")
-    return f"{dataset_id[:room]}-{digest}-{kind}-{stamp}"
 
 
 def _start(sfn: Any, state_machine_arn: str, name: str, document: dict[str, Any]) -> str:

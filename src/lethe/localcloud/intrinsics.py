@@ -159,7 +159,6 @@ def to_text(value: Any, where: str) -> str:
 
 
 _SUB_VARIABLE = re.compile(r"\$\{([^}]*)\}")
-_INTRINSIC_KEYS = ("Ref", "Fn::")
 
 
 def _intrinsic_key(value: Any) -> str | None:

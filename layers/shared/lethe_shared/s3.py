@@ -1,0 +1,292 @@
+"""S3 objects and their versions: the one module that heads, lists and deletes them.
+
+Everything Lethe asks S3 about an object goes through here, so that three questions have one
+answer each:
+
+- *is it there?* `S3ObjectStore.head` returns None for every "not found" S3 can answer
+  (`NOT_FOUND_CODES`), and raises anything else;
+- *which versions does this key have?* `S3ObjectStore.versions_of` lists every version and delete
+  marker of exactly that key, never of other keys that share it as a prefix (S3 lists by
+  prefix: `reviews/a.csv` would also return `reviews/a.csv.bak`);
+- *what does the key hold now?* `key_state` over those versions: a current object, hidden by a
+  delete marker while older versions still hold data, or gone.
+
+Listing uses boto3's paginators. URLs of objects are `s3://<bucket>/<key>` (`s3_url`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Protocol
+
+from botocore.exceptions import ClientError
+
+from lethe_shared.errors import BucketVersioningError
+
+NULL_VERSION = "null"  # the version id S3 gives objects written while versioning was off
+PRODUCER_METADATA = "lethe-producer"  # S3 user metadata (x-amz-meta-lethe-producer)
+CHUNK_BYTES = 1024 * 1024
+
+# What S3 answers when the object or version asked for is not there: HEAD answers a bare 404
+# (NotFound), GET names it (NoSuchKey, NoSuchVersion); a delete marker is 405 MethodNotAllowed
+# on a GET or HEAD of its version; a version id S3 cannot parse names no version
+# (InvalidArgument on GET, 400 on HEAD).
+NOT_FOUND_CODES = frozenset(
+    {"404", "NotFound", "NoSuchKey", "NoSuchVersion", "405", "MethodNotAllowed", "InvalidArgument"}
+)
+
+
+def s3_url(bucket: str, key: str) -> str:
+    return f"s3://{bucket}/{key}"
+
+
+def split_s3_url(url: str) -> tuple[str, str]:
+    """("bucket", "key") of an `s3://bucket/key` URL. Raises ValueError for anything else."""
+    if not url.startswith("s3://"):
+        raise ValueError(f"not an s3:// URL: {url!r}")
+    bucket, _, key = url[len("s3://") :].partition("/")
+    if not bucket or not key:
+        raise ValueError(f"not an S3 object URL: {url!r}")
+    return bucket, key
+
+
+def error_code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def is_not_found(exc: ClientError) -> bool:
+    return error_code(exc) in NOT_FOUND_CODES
+
+
+def plain_etag(etag: Any) -> str:
+    """An ETag without the quotes S3 puts around it, as the catalog and the index store it."""
+    return str(etag or "").strip('"')
+
+
+def version_args(version_id: str | None) -> dict[str, str]:
+    """`VersionId` for a request on one exact version; none for "null" or None (the current
+    version, or the only version of an object written without versioning)."""
+    return {"VersionId": version_id} if version_id and version_id != NULL_VERSION else {}
+
+
+@dataclass(frozen=True)
+class ObjectHead:
+    """One object version as HEAD (or GET, or PUT) reports it."""
+
+    version_id: str
+    etag: str
+    size: int = 0
+    metadata: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def producer(self) -> str | None:
+        """The Lethe job that wrote this version (`lethe-producer` metadata), if one did."""
+        return self.metadata.get(PRODUCER_METADATA)
+
+    @classmethod
+    def from_response(
+        cls, response: Mapping[str, Any], version_id: str | None = None
+    ) -> ObjectHead:
+        return cls(
+            version_id=str(response.get("VersionId") or version_id or NULL_VERSION),
+            etag=plain_etag(response.get("ETag")),
+            size=int(response.get("ContentLength") or 0),
+            metadata=dict(response.get("Metadata") or {}),
+        )
+
+
+@dataclass(frozen=True)
+class ObjectVersion:
+    """One version or delete marker of a key, as ListObjectVersions reports it."""
+
+    key: str
+    version_id: str
+    is_latest: bool
+    delete_marker: bool = False
+    etag: str = ""
+    size: int = 0
+    last_modified: datetime | None = None
+
+
+class KeyState(StrEnum):
+    """What a key holds, from all its versions."""
+
+    CURRENT = "current"  # its latest version is an object
+    HIDDEN = "hidden"  # its latest version is a delete marker; older versions still hold data
+    GONE = "gone"  # no version holds data (nothing at all, or delete markers only)
+
+
+def key_state(versions: Iterable[ObjectVersion]) -> KeyState:
+    """The one rule for a key's state, used by every path that reacts to deletes: the index
+    keeps a hidden key's entries (flagged `deleted`, erasure still needs them) and removes a
+    gone key's entries (docs/INDEX.md)."""
+    listed = list(versions)
+    if any(v.is_latest and not v.delete_marker for v in listed):
+        return KeyState.CURRENT
+    if any(not v.delete_marker for v in listed):
+        return KeyState.HIDDEN
+    return KeyState.GONE
+
+
+def current_of(versions: Iterable[ObjectVersion]) -> ObjectVersion | None:
+    """The latest version or delete marker among `versions`, None when there is none."""
+    return next((v for v in versions if v.is_latest), None)
+
+
+def _newest_first(version: ObjectVersion) -> tuple[bool, float]:
+    stamp = version.last_modified.timestamp() if version.last_modified else 0.0
+    return (not version.is_latest, -stamp)
+
+
+class ObjectStore(Protocol):
+    """The S3 questions Lethe asks about objects and their versions (S3ObjectStore on AWS)."""
+
+    def head(self, bucket: str, key: str, version_id: str | None = None) -> ObjectHead | None:
+        """The current version (or the exact one); None when S3 has no such object version."""
+
+    def versions_of(self, bucket: str, key: str) -> list[ObjectVersion]:
+        """Every version and delete marker of exactly `key`, newest first."""
+
+    def list_versions(self, bucket: str, prefix: str) -> Iterator[ObjectVersion]:
+        """Every version and delete marker of every key under `prefix`."""
+
+    def read_bytes(self, bucket: str, key: str, version_id: str | None = None) -> bytes | None:
+        """The whole body of a (small) object version; None when it is not there."""
+
+    def download(self, bucket: str, key: str, version_id: str, target: Path) -> ObjectHead | None:
+        """Stream one exact version to a local file; None when it is not there."""
+
+
+class S3ObjectStore:
+    """ObjectStore on a boto3 S3 client (AWS, or the local cloud's endpoint)."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client  # a boto3 S3 client
+
+    def head(self, bucket: str, key: str, version_id: str | None = None) -> ObjectHead | None:
+        try:
+            response = self.client.head_object(Bucket=bucket, Key=key, **version_args(version_id))
+        except ClientError as exc:
+            if is_not_found(exc) or (error_code(exc) == "400" and version_id):
+                return None
+            raise
+        return ObjectHead.from_response(response, version_id)
+
+    def list_versions(self, bucket: str, prefix: str) -> Iterator[ObjectVersion]:
+        paginator = self.client.get_paginator("list_object_versions")
+        for page in paginator.paginate(Bucket=bucket, Prefix=prefix):
+            for item in page.get("Versions", []):
+                yield ObjectVersion(
+                    key=item["Key"],
+                    version_id=str(item.get("VersionId") or NULL_VERSION),
+                    is_latest=bool(item.get("IsLatest")),
+                    etag=plain_etag(item.get("ETag")),
+                    size=int(item.get("Size") or 0),
+                    last_modified=item.get("LastModified"),
+                )
+            for item in page.get("DeleteMarkers", []):
+                yield ObjectVersion(
+                    key=item["Key"],
+                    version_id=str(item.get("VersionId") or NULL_VERSION),
+                    is_latest=bool(item.get("IsLatest")),
+                    delete_marker=True,
+                    last_modified=item.get("LastModified"),
+                )
+
+    def versions_of(self, bucket: str, key: str) -> list[ObjectVersion]:
+        found = [v for v in self.list_versions(bucket, key) if v.key == key]
+        # Versions and delete markers come in two lists: merge them, the latest first.
+        return sorted(found, key=_newest_first)
+
+    def _get(self, bucket: str, key: str, version_id: str | None) -> dict[str, Any] | None:
+        try:
+            return dict(self.client.get_object(Bucket=bucket, Key=key, **version_args(version_id)))
+        except ClientError as exc:
+            if is_not_found(exc):
+                return None
+            raise
+
+    def read_bytes(self, bucket: str, key: str, version_id: str | None = None) -> bytes | None:
+        response = self._get(bucket, key, version_id)
+        return None if response is None else bytes(response["Body"].read())
+
+    def download(self, bucket: str, key: str, version_id: str, target: Path) -> ObjectHead | None:
+        """Stream one exact object version ("null": the unversioned one) to `target`, never
+        holding it whole in memory. None when that version is not there."""
+        response = self._get(bucket, key, version_id)
+        if response is None:
+            return None
+        with target.open("wb") as out:
+            for chunk in response["Body"].iter_chunks(CHUNK_BYTES):
+                out.write(chunk)
+        return ObjectHead.from_response(response, version_id)
+
+    def upload(
+        self,
+        bucket: str,
+        key: str,
+        source: Path,
+        *,
+        content_type: str,
+        metadata: Mapping[str, str] | None = None,
+    ) -> ObjectHead:
+        """Upload a local file (streamed); returns the new version and its ETag."""
+        with source.open("rb") as body:
+            response = self.client.put_object(
+                Bucket=bucket,
+                Key=key,
+                Body=body,
+                ContentType=content_type,
+                Metadata=dict(metadata or {}),
+            )
+        return ObjectHead.from_response(
+            {**response, "ContentLength": source.stat().st_size, "Metadata": metadata or {}}
+        )
+
+    def put_bytes(self, bucket: str, key: str, body: bytes, *, content_type: str) -> ObjectHead:
+        """Write a small document (a report, a manifest) as a new version."""
+        response = self.client.put_object(
+            Bucket=bucket, Key=key, Body=body, ContentType=content_type
+        )
+        return ObjectHead.from_response({**response, "ContentLength": len(body)})
+
+    def delete_current(self, bucket: str, key: str) -> bool:
+        """Delete the current version of an object (a delete marker in a versioned bucket). An
+        object that is not there is left alone, so that no stray delete markers pile up."""
+        if self.head(bucket, key) is None:
+            return False
+        self.client.delete_object(Bucket=bucket, Key=key)
+        return True
+
+    def delete_versions(self, bucket: str, versions: Iterable[ObjectVersion]) -> int:
+        """Permanently delete these exact versions (objects and delete markers)."""
+        deleted = 0
+        for version in versions:
+            self.client.delete_object(Bucket=bucket, Key=version.key, VersionId=version.version_id)
+            deleted += 1
+        return deleted
+
+    def delete_older_versions(self, bucket: str, key: str, keep_version_id: str) -> int:
+        """Delete every version and delete marker of exactly `key` but `keep_version_id`."""
+        older = [v for v in self.versions_of(bucket, key) if v.version_id != keep_version_id]
+        return self.delete_versions(bucket, older)
+
+    def require_versioning(self, buckets: Iterable[str]) -> None:
+        """Refuse buckets without versioning: erasure must reach every stored version, and a
+        bucket that never had versioning cannot tell Lethe which versions exist
+        (ARCHITECTURE.md, 5). Raises BucketVersioningError naming every such bucket."""
+        unversioned = [
+            bucket
+            for bucket in buckets
+            if self.client.get_bucket_versioning(Bucket=bucket).get("Status") != "Enabled"
+        ]
+        if unversioned:
+            raise BucketVersioningError(
+                "bucket(s) without versioning enabled: "
+                + ", ".join(unversioned)
+                + "; enable versioning before registering a dataset there"
+            )

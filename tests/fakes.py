@@ -1,0 +1,273 @@
+"""In-memory stand-ins for Lethe's storage ports, for unit tests.
+
+Each fake implements the Protocol of the adapter it stands for, with the same semantics, and
+this module is type-checked strictly (`make mypy`), so a fake cannot drift from its port: the
+assignments at the bottom fail mypy when a method is missing or has another signature.
+
+    DatasetRegistry  lethe_shared.registry   DynamoDatasetRegistry   MemoryRegistry
+    ObjectCatalog    lethe_shared.catalog    DynamoObjectCatalog     MemoryCatalog
+    SubjectIndex     lethe_shared.subjects   DynamoSubjectIndex      MemoryIndex
+    ObjectStore      lethe_shared.s3         S3ObjectStore           MemoryObjectStore
+    IngestionStarter lethe_shared.ingestion  StepFunctions...Starter RecordingStarter
+    IndexRequester   lethe_shared.index_maintenance  AwsIndexRequester  RecordingRequester
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from lethe_shared.catalog import CatalogItem, IngestionRecord, ObjectCatalog, latest
+from lethe_shared.datasets import Dataset
+from lethe_shared.errors import CatalogItemMissingError
+from lethe_shared.index_maintenance import IndexRequester
+from lethe_shared.ingestion import IngestionStarter, ingestion_execution_name
+from lethe_shared.registry import DatasetRegistry
+from lethe_shared.s3 import ObjectHead, ObjectStore, ObjectVersion, s3_url
+from lethe_shared.subjects import FoundEntry, IndexEntry, SubjectIndex
+
+
+class MemoryRegistry:
+    """DatasetRegistry in a dict."""
+
+    def __init__(self, *datasets: Dataset) -> None:
+        self.datasets = {d.dataset_id: d for d in datasets}
+        self.versions: dict[str, int] = {}
+
+    def get(self, dataset_id: str) -> Dataset | None:
+        return self.datasets.get(dataset_id)
+
+    def put(self, dataset: Dataset) -> int:
+        self.datasets[dataset.dataset_id] = dataset
+        self.versions[dataset.dataset_id] = self.versions.get(dataset.dataset_id, 0) + 1
+        return self.versions[dataset.dataset_id]
+
+    def list(self) -> Iterator[Dataset]:
+        return iter(list(self.datasets.values()))
+
+
+class MemoryCatalog:
+    """ObjectCatalog in a dict: the same rules as DynamoObjectCatalog (a strictly newer
+    sequencer wins; an ingestion record needs the version's item and survives newer events)."""
+
+    def __init__(self) -> None:
+        self.items: dict[tuple[str, str], CatalogItem] = {}
+        self.ingestions: dict[tuple[str, str], IngestionRecord] = {}
+
+    def put_if_newer(self, item: CatalogItem) -> bool:
+        key = (item.object_url, item.version_id)
+        current = self.items.get(key)
+        if current is not None and not current.sequencer < item.sequencer:
+            return False
+        self.items[key] = item
+        return True
+
+    def get(self, bucket: str, key: str, version_id: str) -> CatalogItem | None:
+        return self.items.get((s3_url(bucket, key), version_id))
+
+    def by_dataset(self, dataset_id: str) -> Iterator[CatalogItem]:
+        return iter([i for i in self.items.values() if i.dataset_id == dataset_id])
+
+    def newer_version_of(self, object_url: str, version_id: str) -> str | None:
+        versions = [i for (url, _), i in self.items.items() if url == object_url]
+        own = next((i for i in versions if i.version_id == version_id), None)
+        newest = latest(versions)
+        if own is None or newest is None or newest.sequencer <= own.sequencer:
+            return None
+        return newest.version_id
+
+    def lake_objects_of(self, object_url: str) -> set[str]:
+        return {
+            url
+            for (raw_url, _), record in self.ingestions.items()
+            if raw_url == object_url
+            for url in record.lake_objects
+        }
+
+    def record_ingestion(self, object_url: str, version_id: str, record: IngestionRecord) -> None:
+        if (object_url, version_id) not in self.items:
+            raise CatalogItemMissingError(f"no item for {object_url} version {version_id}")
+        self.ingestions[(object_url, version_id)] = record
+
+
+class MemoryIndex:
+    """SubjectIndex in a dict keyed by (subject hash, object URL), as the table is."""
+
+    def __init__(self) -> None:
+        self.entries: dict[tuple[str, str], IndexEntry] = {}
+
+    def lookup(self, subject_hash: str) -> list[IndexEntry]:
+        return [e for (s, _), e in sorted(self.entries.items()) if s == subject_hash]
+
+    def subjects_of(self, object_url: str) -> set[str]:
+        return {s for (s, url) in self.entries if url == object_url}
+
+    def replace_object(self, object_url: str, entries: Iterable[IndexEntry]) -> None:
+        wanted = list(entries)
+        if any(e.object_url != object_url for e in wanted):
+            raise ValueError("every entry must belong to the object being replaced")
+        self.remove_object(object_url)
+        self.entries.update({(e.subject_hash, object_url): e for e in wanted})
+
+    def flag_deleted(self, object_url: str, deleted: bool = True) -> int:
+        keys = [k for k in self.entries if k[1] == object_url]
+        for key in keys:
+            self.entries[key] = self.entries[key].model_copy(update={"deleted": deleted})
+        return len(keys)
+
+    def remove_object(self, object_url: str) -> int:
+        keys = [k for k in self.entries if k[1] == object_url]
+        for key in keys:
+            del self.entries[key]
+        return len(keys)
+
+    def describes_version(
+        self, object_url: str, subjects: Sequence[str], *, version_id: str, etag: str
+    ) -> bool:
+        found = [self.entries.get((s, object_url)) for s in subjects]
+        return all(
+            e is not None and (e.version_id, e.etag) == (version_id, etag) and not e.deleted
+            for e in found
+        )
+
+    def entries_of_dataset(self, dataset_id: str) -> Iterator[FoundEntry]:
+        return iter(
+            [
+                FoundEntry(e.object_url, e.subject_hash, e.rows, e.deleted)
+                for e in self.entries.values()
+                if e.dataset_id == dataset_id
+            ]
+        )
+
+
+@dataclass
+class _StoredVersion:
+    version_id: str
+    body: bytes | None  # None: a delete marker
+    metadata: dict[str, str] = field(default_factory=dict)
+    modified: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+    @property
+    def etag(self) -> str:
+        return hashlib.md5(self.body or b"", usedforsecurity=False).hexdigest()
+
+
+class MemoryObjectStore:
+    """ObjectStore over versioned buckets in memory, with S3's rules: a delete of a key adds
+    a delete marker, a delete of a version removes it, listing by prefix sees sibling keys."""
+
+    def __init__(self) -> None:
+        self.keys: dict[tuple[str, str], list[_StoredVersion]] = {}  # oldest first
+        self._ids = itertools.count(1)
+        self._clock = datetime(2026, 11, 1, tzinfo=UTC)
+
+    # -- test set-up, as a producer or S3 would act ------------------------------------
+    def put(
+        self, bucket: str, key: str, body: bytes, metadata: Mapping[str, str] | None = None
+    ) -> str:
+        return self._add(bucket, key, body, dict(metadata or {}))
+
+    def delete(self, bucket: str, key: str) -> str:
+        """DeleteObject without a version: a delete marker becomes the current version."""
+        return self._add(bucket, key, None, {})
+
+    def delete_version(self, bucket: str, key: str, version_id: str) -> None:
+        versions = self.keys.get((bucket, key), [])
+        self.keys[(bucket, key)] = [v for v in versions if v.version_id != version_id]
+
+    def _add(self, bucket: str, key: str, body: bytes | None, metadata: dict[str, str]) -> str:
+        self._clock += timedelta(seconds=1)
+        version = _StoredVersion(f"v{next(self._ids)}", body, metadata, self._clock)
+        self.keys.setdefault((bucket, key), []).append(version)
+        return version.version_id
+
+    # -- ObjectStore --------------------------------------------------------------------
+    def _find(self, bucket: str, key: str, version_id: str | None) -> _StoredVersion | None:
+        versions = self.keys.get((bucket, key), [])
+        if version_id is None or version_id == "null":
+            found = versions[-1] if versions else None
+        else:
+            found = next((v for v in versions if v.version_id == version_id), None)
+        return found if found is not None and found.body is not None else None
+
+    def head(self, bucket: str, key: str, version_id: str | None = None) -> ObjectHead | None:
+        found = self._find(bucket, key, version_id)
+        if found is None or found.body is None:
+            return None
+        return ObjectHead(found.version_id, found.etag, len(found.body), dict(found.metadata))
+
+    def versions_of(self, bucket: str, key: str) -> list[ObjectVersion]:
+        return [v for v in self.list_versions(bucket, key) if v.key == key]
+
+    def list_versions(self, bucket: str, prefix: str) -> Iterator[ObjectVersion]:
+        listed: list[ObjectVersion] = []
+        for (b, key), versions in sorted(self.keys.items()):
+            if b != bucket or not key.startswith(prefix):
+                continue
+            for position, v in enumerate(reversed(versions)):
+                listed.append(
+                    ObjectVersion(
+                        key=key,
+                        version_id=v.version_id,
+                        is_latest=position == 0,
+                        delete_marker=v.body is None,
+                        etag="" if v.body is None else v.etag,
+                        size=len(v.body or b""),
+                        last_modified=v.modified,
+                    )
+                )
+        return iter(listed)
+
+    def read_bytes(self, bucket: str, key: str, version_id: str | None = None) -> bytes | None:
+        found = self._find(bucket, key, version_id)
+        return None if found is None else found.body
+
+    def download(self, bucket: str, key: str, version_id: str, target: Path) -> ObjectHead | None:
+        body = self.read_bytes(bucket, key, version_id)
+        if body is None:
+            return None
+        target.write_bytes(body)
+        return self.head(bucket, key, version_id)
+
+
+class RecordingStarter:
+    """IngestionStarter that records the distinct executions asked for (Step Functions
+    de-duplicates by name, so a repeated start of the same version starts nothing)."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+
+    def start(self, item: CatalogItem) -> bool:
+        name = ingestion_execution_name(item)
+        if name in self.started:
+            return False
+        self.started.append(name)
+        return True
+
+
+class RecordingRequester:
+    """IndexRequester that records what was asked of the Lambda and of Spark."""
+
+    def __init__(self) -> None:
+        self.lambdas: list[dict[str, str]] = []
+        self.sparks: list[tuple[str, dict[str, Any]]] = []
+
+    def by_lambda(self, request: dict[str, str]) -> None:
+        self.lambdas.append(request)
+
+    def by_spark(self, name: str, request: dict[str, Any]) -> None:
+        self.sparks.append((name, request))
+
+
+# Each fake is its port: mypy checks these assignments (make mypy).
+_registry: DatasetRegistry = MemoryRegistry()
+_catalog: ObjectCatalog = MemoryCatalog()
+_index: SubjectIndex = MemoryIndex()
+_objects: ObjectStore = MemoryObjectStore()
+_starter: IngestionStarter = RecordingStarter()
+_requester: IndexRequester = RecordingRequester()

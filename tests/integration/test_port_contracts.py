@@ -1,0 +1,191 @@
+"""One contract, two implementations: each storage port's test fake (tests/fakes.py) and its AWS
+adapter (on moto) pass the same tests, so a unit test on a fake says something about AWS."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import boto3
+import pytest
+
+from lethe_shared.catalog import (
+    CatalogItem,
+    DynamoObjectCatalog,
+    IngestionRecord,
+    ObjectCatalog,
+    ObjectStatus,
+    Zone,
+    normalize_sequencer,
+)
+from lethe_shared.errors import CatalogItemMissingError
+from lethe_shared.s3 import KeyState, ObjectStore, S3ObjectStore, key_state
+from lethe_shared.subjects import DynamoSubjectIndex, IndexEntry, SubjectIndex
+from tests.fakes import MemoryCatalog, MemoryIndex, MemoryObjectStore
+from tests.integration.conftest import RAW
+
+URL = "s3://lake/reviews/p=1/part-a.parquet"
+OTHER = "s3://lake/reviews/p=2/part-b.parquet"
+
+
+def _entry(subject: str, url: str = URL, rows: int = 1, **extra: Any) -> IndexEntry:
+    return IndexEntry(
+        subject_hash=subject * 64,
+        object_url=url,
+        dataset_id="reviews",
+        zone=Zone.LAKE,
+        format="parquet",
+        rows=rows,
+        version_id="v1",
+        etag="e1",
+        **extra,
+    )
+
+
+@pytest.fixture(params=["memory", "dynamodb"])
+def index(request: pytest.FixtureRequest, lethe_tables: dict[str, Any]) -> SubjectIndex:
+    if request.param == "memory":
+        return MemoryIndex()
+    return DynamoSubjectIndex(lethe_tables["SubjectIndexTable"])
+
+
+def test_index_replace_lookup_flag_and_remove(index: SubjectIndex) -> None:
+    index.replace_object(URL, [_entry("a"), _entry("b", rows=2)])
+    index.replace_object(OTHER, [_entry("a", OTHER)])
+
+    index.replace_object(URL, [_entry("b", rows=3)])  # a left this object
+
+    assert [(e.object_url, e.rows) for e in index.lookup("a" * 64)] == [(OTHER, 1)]
+    assert [(e.object_url, e.rows) for e in index.lookup("b" * 64)] == [(URL, 3)]
+    assert index.subjects_of(URL) == {"b" * 64}
+    assert index.flag_deleted(OTHER) == 1
+    assert [e.deleted for e in index.lookup("a" * 64)] == [True]
+    assert index.remove_object(URL) == 1
+    assert index.lookup("b" * 64) == []
+    with pytest.raises(ValueError, match="every entry must belong"):
+        index.replace_object(URL, [_entry("c", OTHER)])
+
+
+def test_index_describes_version_across_batches(index: SubjectIndex) -> None:
+    subjects = [f"{n:064x}" for n in range(150)]  # more than one BatchGetItem of 100 keys
+    index.replace_object(
+        URL, [_entry("a").model_copy(update={"subject_hash": s}) for s in subjects]
+    )
+
+    assert index.describes_version(URL, subjects, version_id="v1", etag="e1")
+    assert not index.describes_version(URL, subjects, version_id="v2", etag="e1")
+    assert not index.describes_version(URL, [*subjects, "f" * 64], version_id="v1", etag="e1")
+    index.flag_deleted(URL)
+    assert not index.describes_version(URL, subjects, version_id="v1", etag="e1")
+
+
+def test_index_entries_of_a_dataset(index: SubjectIndex) -> None:
+    index.replace_object(URL, [_entry("a", rows=2)])
+    index.replace_object(OTHER, [_entry("b", OTHER).model_copy(update={"dataset_id": "other"})])
+
+    found = list(index.entries_of_dataset("reviews"))
+
+    assert [(f.object_url, f.subject_hash, f.rows, f.deleted) for f in found] == [
+        (URL, "a" * 64, 2, False)
+    ]
+
+
+def _item(
+    version: str, sequencer: str, status: ObjectStatus = ObjectStatus.RECEIVED
+) -> CatalogItem:
+    return CatalogItem(
+        bucket=RAW,
+        key="reviews/a.csv",
+        version_id=version,
+        zone=Zone.RAW,
+        status=status,
+        sequencer=normalize_sequencer(sequencer),
+        dataset_id="reviews",
+    )
+
+
+@pytest.fixture(params=["memory", "dynamodb"])
+def catalog(request: pytest.FixtureRequest, lethe_tables: dict[str, Any]) -> ObjectCatalog:
+    if request.param == "memory":
+        return MemoryCatalog()
+    return DynamoObjectCatalog(lethe_tables["ObjectCatalogTable"])
+
+
+def test_catalog_orders_events_by_sequencer(catalog: ObjectCatalog) -> None:
+    assert catalog.put_if_newer(_item("v1", "10")) is True
+    assert catalog.put_if_newer(_item("v1", "10")) is False  # duplicate delivery
+    assert catalog.put_if_newer(_item("v1", "0F", ObjectStatus.DELETED)) is False  # older event
+    assert catalog.put_if_newer(_item("v2", "20")) is True
+
+    stored = catalog.get(RAW, "reviews/a.csv", "v1")
+    assert stored is not None
+    assert stored.status is ObjectStatus.RECEIVED
+    assert catalog.newer_version_of(f"s3://{RAW}/reviews/a.csv", "v1") == "v2"
+    assert catalog.newer_version_of(f"s3://{RAW}/reviews/a.csv", "v2") is None
+    assert catalog.newer_version_of(f"s3://{RAW}/reviews/a.csv", "unknown") is None
+    assert sorted(i.version_id for i in catalog.by_dataset("reviews")) == ["v1", "v2"]
+
+
+def test_catalog_records_ingestions_and_their_lake_objects(catalog: ObjectCatalog) -> None:
+    url = f"s3://{RAW}/reviews/a.csv"
+    catalog.put_if_newer(_item("v1", "10"))
+    catalog.put_if_newer(_item("v2", "20"))
+
+    def record(lake: list[str]) -> IngestionRecord:
+        now = datetime(2026, 11, 23, tzinfo=UTC)
+        return IngestionRecord(ObjectStatus.INGESTED, 2, 2, 0, lake, None, "run-1", now)
+
+    catalog.record_ingestion(url, "v1", record(["s3://lake/reviews/p=1/part-x.parquet"]))
+    catalog.record_ingestion(url, "v2", record(["s3://lake/reviews/p=2/part-x.parquet"]))
+
+    assert catalog.lake_objects_of(url) == {
+        "s3://lake/reviews/p=1/part-x.parquet",
+        "s3://lake/reviews/p=2/part-x.parquet",
+    }
+    with pytest.raises(CatalogItemMissingError, match="v9"):
+        catalog.record_ingestion(url, "v9", record([]))
+
+
+@pytest.fixture(params=["memory", "s3"])
+def objects(
+    request: pytest.FixtureRequest, lethe_buckets: Callable[..., None]
+) -> tuple[ObjectStore, Callable[[str, bytes], str], Callable[[str], None]]:
+    """The store, and how a producer puts an object and deletes a key in it."""
+    if request.param == "memory":
+        memory = MemoryObjectStore()
+        return (
+            memory,
+            lambda key, body: memory.put(RAW, key, body),
+            lambda key: None if memory.delete(RAW, key) else None,
+        )
+    lethe_buckets()
+    s3 = boto3.client("s3")
+    return (
+        S3ObjectStore(s3),
+        lambda key, body: str(s3.put_object(Bucket=RAW, Key=key, Body=body)["VersionId"]),
+        lambda key: None if s3.delete_object(Bucket=RAW, Key=key) else None,
+    )
+
+
+def test_object_store_heads_versions_and_states(
+    objects: tuple[ObjectStore, Callable[[str, bytes], str], Callable[[str], None]],
+) -> None:
+    store, put, delete = objects
+    first = put("reviews/a.csv", b"one")
+    second = put("reviews/a.csv", b"second")
+    put("reviews/a.csv.bak", b"sibling")
+
+    head = store.head(RAW, "reviews/a.csv")
+    assert head is not None
+    assert (head.version_id, head.size) == (second, 6)
+    assert store.read_bytes(RAW, "reviews/a.csv", first) == b"one"
+    assert [v.version_id for v in store.versions_of(RAW, "reviews/a.csv")] == [second, first]
+    assert key_state(store.versions_of(RAW, "reviews/a.csv")) is KeyState.CURRENT
+
+    delete("reviews/a.csv")
+
+    assert store.head(RAW, "reviews/a.csv") is None
+    assert key_state(store.versions_of(RAW, "reviews/a.csv")) is KeyState.HIDDEN
+    assert store.versions_of(RAW, "reviews/a.csv")[0].delete_marker is True
+    assert store.head(RAW, "reviews/never.csv") is None
