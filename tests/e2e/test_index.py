@@ -157,8 +157,18 @@ def test_lookup_filters_by_dataset(ingested: LocalCloud) -> None:
     assert {dataset for dataset, *_ in found} == {"orders"}
 
 
-def test_backfill_completes(ingested: LocalCloud) -> None:
+def test_backfill_restores_lost_entries(ingested: LocalCloud) -> None:
     before, _ = _looked_up(ingested)
+    # Given the raw reviews object's entries lost (as in a lake indexed before Lethe)
+    index = ingested.table("SubjectIndexTableName")
+    raw_prefix = f"s3://{ingested.outputs['RawBucketName']}/reviews/"
+    lost = [i for i in index.scan()["Items"] if i["object_url"].startswith(raw_prefix)]
+    assert lost, "the raw reviews object should have index entries"
+    for item in lost:
+        index.delete_item(
+            Key={"subject_hash": item["subject_hash"], "object_url": item["object_url"]}
+        )
+    assert _looked_up(ingested)[0] != before
 
     result = _lethe(ingested, "index", "backfill", "--dataset", "reviews")
 
@@ -168,7 +178,7 @@ def test_backfill_completes(ingested: LocalCloud) -> None:
     assert ":execution:lethe-local-index-backfill:reviews-backfill-" in lines[0]
     assert "backfill of reviews SUCCEEDED" in lines[-1]
     after, _ = _looked_up(ingested)
-    assert after == before  # everything was indexed already: a backfill changes nothing
+    assert after == before  # the lost entries are back, and nothing else changed
 
 
 def test_reconcile_reports_zero_drift(ingested: LocalCloud) -> None:
