@@ -30,7 +30,7 @@ help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
 
 # ------------------------------------------------------------------ environments
-.PHONY: venv tools system-deps
+.PHONY: venv tools system-deps browser-deps
 venv: $(VENV)/.installed ## Create .venv with the pinned dev/test dependencies and the lethe CLI
 
 $(VENV)/.installed: requirements/dev.lock pyproject.toml
@@ -54,6 +54,12 @@ $(CHECKOV_VENV)/.installed: requirements/checkov.lock
 	touch $@
 
 tools: $(SAM_VENV)/.installed $(CHECKOV_VENV)/.installed ## Create the SAM CLI and checkov venvs
+
+browser-deps: ## Debian's Chromium for the approval page's browser tests (Playwright never downloads one)
+	@if ! command -v chromium >/dev/null; then \
+	  echo "chromium not found: installing Debian's chromium"; \
+	  apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
+	fi
 
 system-deps: ## Check for Java 17 (Spark); install it with apt when missing
 	@if ! java -version 2>&1 | grep -q 'version "17'; then \
@@ -101,7 +107,7 @@ test: lint unit integration spark sfn e2e ## Every gate and every test tier (wha
 unit: venv ## Unit tests (no network)
 	$(PYTEST) tests/unit -m unit -q
 
-integration: venv ## Handlers, adapters and local cloud parts against moto
+integration: venv browser-deps ## Handlers, adapters and local cloud parts against moto
 	$(PYTEST) tests/integration -m integration -q
 
 spark: venv system-deps ## PySpark jobs on a local[2] session

@@ -1,0 +1,439 @@
+"""The signed erasure certificate: what an erasure removed, proven by a KMS signature.
+
+A certificate lists, for every object the erase job touched, the versions that held the
+subjects' rows (version id and ETag), the version written in their place (or none when no row
+remained and the key was deleted), the row counts and the number of versions purged, plus the
+verification scan that found no matching row. Subjects appear only as keyed hashes.
+
+Signing: the SHA-256 digest of the certificate's canonical JSON (`canonical_bytes`: sorted keys,
+no insignificant whitespace, UTF-8 without escaping) is signed with an asymmetric KMS key
+(`ECC_NIST_P256`, `SIGN_VERIFY`) as `MessageType="DIGEST"`, `ECDSA_SHA_256`. The envelope
+
+    {"certificate": {...},
+     "signature": {"algorithm": "ECDSA_SHA_256", "key_id": ..., "digest_sha256": hex,
+                   "value": base64 DER}}
+
+is stored as JSON (S3, the reports bucket). Verification recomputes the digest from the stored
+certificate document itself, never trusting `digest_sha256`, and checks the signature through
+KMS (`KmsSigner`) or offline from the key's public key (`verify_envelope_offline`, DER from KMS
+GetPublicKey), so an auditor needs no access to KMS.
+
+Numbers in a certificate are integers: floats have no canonical JSON text.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+import hashlib
+import hmac
+import html
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, Self
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from lethe_shared.errors import LetheError
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePublicKey
+
+SIGNING_ALGORITHM = "ECDSA_SHA_256"
+_HEX64 = r"^[0-9a-f]{64}$"
+
+
+class CertificateInvalidError(LetheError):
+    """A certificate envelope does not verify. `reason` is one of `malformed`,
+    `unsupported-algorithm`, `digest-mismatch`, `bad-signature`."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        self.reason = reason
+        self.detail = detail
+        super().__init__(f"invalid erasure certificate ({reason}): {detail}")
+
+
+# ------------------------------------------------------------------ the document
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ObjectVersion(_Frozen):
+    version_id: str = Field(min_length=1)
+    etag: str
+
+
+class ErasedObject(_Frozen):
+    """One object key the erasure rewrote (or deleted) and whose older versions it purged."""
+
+    dataset_id: str = Field(min_length=1)
+    zone: str = Field(min_length=1)  # raw | lake
+    bucket: str = Field(min_length=1)
+    key: str = Field(min_length=1)
+    versions_before: tuple[ObjectVersion, ...] = Field(min_length=1)
+    version_after: ObjectVersion | None  # None: no row remained, the key was deleted
+    rows_before: int = Field(ge=0)
+    rows_removed: int = Field(ge=0)
+    rows_after: int = Field(ge=0)
+    versions_purged: int = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if self.rows_before != self.rows_removed + self.rows_after:
+            raise ValueError("rows_before must equal rows_removed + rows_after")
+        if self.version_after is None and self.rows_after != 0:
+            raise ValueError("an object without a version after the erasure has no rows left")
+        return self
+
+
+class CertificateTotals(_Frozen):
+    objects: int = Field(ge=0)
+    rows_removed: int = Field(ge=0)
+    versions_purged: int = Field(ge=0)
+
+    @classmethod
+    def of(cls, objects: tuple[ErasedObject, ...] | list[ErasedObject]) -> CertificateTotals:
+        return cls(
+            objects=len(objects),
+            rows_removed=sum(o.rows_removed for o in objects),
+            versions_purged=sum(o.versions_purged for o in objects),
+        )
+
+
+class CertificateVerification(_Frozen):
+    """The erase job's verification scan: a certificate exists only when it found no row."""
+
+    objects_verified: int = Field(ge=0)
+    matching_rows_found: int = Field(ge=0, le=0)
+    verified_at: AwareDatetime
+
+
+class ErasureCertificate(_Frozen):
+    certificate_id: str = Field(min_length=1)
+    request_id: str = Field(min_length=1)
+    issued_at: AwareDatetime
+    requested_by: str = Field(min_length=1)
+    approved_by: str = Field(min_length=1)
+    approved_at: AwareDatetime
+    report_sha256: str = Field(pattern=_HEX64)
+    subject_hashes: tuple[str, ...] = Field(min_length=1)  # keyed hashes (HMAC-SHA256 hex)
+    objects: tuple[ErasedObject, ...]
+    totals: CertificateTotals
+    verification: CertificateVerification
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if any(not _is_hex64(h) for h in self.subject_hashes):
+            raise ValueError("subject_hashes holds keyed hashes only (64 hex digits each)")
+        if self.totals != CertificateTotals.of(self.objects):
+            raise ValueError("totals do not add up over objects")
+        if self.verification.objects_verified != len(self.objects):
+            raise ValueError("the verification must cover every object")
+        return self
+
+
+def _is_hex64(value: str) -> bool:
+    return len(value) == 64 and all(c in "0123456789abcdef" for c in value)
+
+
+# ------------------------------------------------------------------ canonical form and digest
+
+
+def canonical_bytes(doc: Mapping[str, Any] | BaseModel) -> bytes:
+    """JSON with sorted keys, no insignificant whitespace, UTF-8, non-ASCII kept as is.
+
+    A model is dumped in JSON mode first (datetimes as ISO 8601 text). Raises ValueError or
+    TypeError for values JSON cannot carry canonically (NaN, infinities, non-JSON types).
+    """
+    data = doc.model_dump(mode="json") if isinstance(doc, BaseModel) else doc
+    text = json.dumps(
+        data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+    return text.encode("utf-8")
+
+
+def certificate_digest(doc: Mapping[str, Any] | BaseModel) -> bytes:
+    """SHA-256 of `canonical_bytes(doc)`: what the key signs."""
+    return hashlib.sha256(canonical_bytes(doc)).digest()
+
+
+# ------------------------------------------------------------------ signers and verifiers
+
+
+class Verifier(Protocol):
+    def verify(self, digest: bytes, signature: bytes) -> bool: ...
+
+
+class Signer(Verifier, Protocol):
+    @property
+    def key_id(self) -> str: ...
+
+    def sign(self, digest: bytes) -> bytes: ...
+
+
+class KmsSigner:
+    """An asymmetric KMS key (ECC_NIST_P256, SIGN_VERIFY). Pass the key's ARN as `key_id`: it is
+    written into every envelope, where an auditor looks it up."""
+
+    def __init__(self, kms_client: Any, key_id: str) -> None:
+        self._kms = kms_client  # a boto3 KMS client
+        self.key_id = key_id
+
+    def sign(self, digest: bytes) -> bytes:
+        _require_digest(digest)
+        response = self._kms.sign(
+            KeyId=self.key_id,
+            Message=digest,
+            MessageType="DIGEST",
+            SigningAlgorithm=SIGNING_ALGORITHM,
+        )
+        return bytes(response["Signature"])
+
+    def verify(self, digest: bytes, signature: bytes) -> bool:
+        _require_digest(digest)
+        if not signature:
+            return False
+        try:
+            response = self._kms.verify(
+                KeyId=self.key_id,
+                Message=digest,
+                MessageType="DIGEST",
+                Signature=signature,
+                SigningAlgorithm=SIGNING_ALGORITHM,
+            )
+        except self._kms.exceptions.KMSInvalidSignatureException:
+            return False  # what KMS answers for a signature that does not verify
+        return bool(response.get("SignatureValid", False))
+
+    def public_key_der(self) -> bytes:
+        """The key's public key (SubjectPublicKeyInfo, DER), for offline verification."""
+        return bytes(self._kms.get_public_key(KeyId=self.key_id)["PublicKey"])
+
+
+class PublicKeyVerifier:
+    """Verifies ECDSA P-256 signatures over a SHA-256 digest with a public key (DER, as KMS
+    GetPublicKey returns it). Needs the `cryptography` package, imported here only, so that the
+    Lambda layer does not have to ship it."""
+
+    def __init__(self, public_key_der: bytes) -> None:
+        from cryptography.hazmat.primitives.asymmetric import ec  # noqa: PLC0415
+        from cryptography.hazmat.primitives.serialization import (  # noqa: PLC0415
+            load_der_public_key,
+        )
+
+        key = load_der_public_key(public_key_der)
+        if not isinstance(key, ec.EllipticCurvePublicKey) or key.curve.name != "secp256r1":
+            raise ValueError("the public key must be an ECC_NIST_P256 (secp256r1) key")
+        self._key: EllipticCurvePublicKey = key
+
+    def verify(self, digest: bytes, signature: bytes) -> bool:
+        from cryptography.exceptions import InvalidSignature  # noqa: PLC0415
+        from cryptography.hazmat.primitives import hashes  # noqa: PLC0415
+        from cryptography.hazmat.primitives.asymmetric import ec, utils  # noqa: PLC0415
+
+        _require_digest(digest)
+        try:
+            self._key.verify(signature, digest, ec.ECDSA(utils.Prehashed(hashes.SHA256())))
+        except (InvalidSignature, ValueError):
+            return False
+        return True
+
+
+def _require_digest(digest: bytes) -> None:
+    if len(digest) != hashlib.sha256().digest_size:
+        raise ValueError("a digest is the 32 bytes of a SHA-256")
+
+
+# ------------------------------------------------------------------ envelopes
+
+
+def sign_certificate(certificate: ErasureCertificate, signer: Signer) -> dict[str, Any]:
+    """The signed envelope of `certificate` (store it as JSON; `canonical_bytes` is fine)."""
+    doc = certificate.model_dump(mode="json")
+    digest = certificate_digest(doc)
+    signature = signer.sign(digest)
+    return {
+        "certificate": doc,
+        "signature": {
+            "algorithm": SIGNING_ALGORITHM,
+            "key_id": signer.key_id,
+            "digest_sha256": digest.hex(),
+            "value": base64.b64encode(signature).decode("ascii"),
+        },
+    }
+
+
+@dataclass(frozen=True)
+class VerifiedCertificate:
+    certificate: ErasureCertificate
+    digest_sha256: str
+    key_id: str
+
+
+def _parts(envelope: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
+    document = envelope.get("certificate") if isinstance(envelope, Mapping) else None
+    signature = envelope.get("signature") if isinstance(envelope, Mapping) else None
+    if not isinstance(document, Mapping) or not isinstance(signature, Mapping):
+        raise CertificateInvalidError(
+            "malformed", "an envelope holds a `certificate` and a `signature` object"
+        )
+    return document, signature
+
+
+def _digest_of(document: Mapping[str, Any]) -> bytes:
+    try:
+        return certificate_digest(document)
+    except (TypeError, ValueError) as exc:
+        raise CertificateInvalidError("malformed", f"not canonical JSON: {exc}") from exc
+
+
+def verify_envelope(envelope: Mapping[str, Any], verifier: Verifier) -> VerifiedCertificate:
+    """Check an envelope: the digest recomputed from its certificate must equal the stored one
+    and the signature must verify over it; the certificate must then be well formed.
+
+    Raises CertificateInvalidError with `reason` digest-mismatch, bad-signature,
+    unsupported-algorithm or malformed.
+    """
+    document, signature = _parts(envelope)
+    if signature.get("algorithm") != SIGNING_ALGORITHM:
+        raise CertificateInvalidError(
+            "unsupported-algorithm",
+            f"expected {SIGNING_ALGORITHM}, got {signature.get('algorithm')!r}",
+        )
+    digest = _digest_of(document)
+    stored = signature.get("digest_sha256")
+    if not isinstance(stored, str) or not hmac.compare_digest(
+        stored.encode("utf-8"), digest.hex().encode("ascii")
+    ):
+        raise CertificateInvalidError(
+            "digest-mismatch", "the certificate's SHA-256 is not the signed digest"
+        )
+    value = signature.get("value")
+    try:
+        signature_bytes = base64.b64decode(str(value), validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise CertificateInvalidError("malformed", "the signature value is not base64") from exc
+    if not signature_bytes or not verifier.verify(digest, signature_bytes):
+        raise CertificateInvalidError(
+            "bad-signature", "the signature does not verify with this key"
+        )
+    try:
+        certificate = ErasureCertificate.model_validate(document)
+    except ValidationError as exc:
+        raise CertificateInvalidError("malformed", str(exc)) from exc
+    return VerifiedCertificate(certificate, digest.hex(), str(signature.get("key_id", "")))
+
+
+def verify_envelope_offline(
+    envelope: Mapping[str, Any], public_key_der: bytes
+) -> VerifiedCertificate:
+    """`verify_envelope` with the signing key's public key (KMS GetPublicKey, DER), no KMS."""
+    return verify_envelope(envelope, PublicKeyVerifier(public_key_der))
+
+
+# ------------------------------------------------------------------ the readable page
+
+
+def _e(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _when(moment: dt.datetime) -> str:
+    return moment.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _version(version: ObjectVersion | None) -> str:
+    if version is None:
+        return "<em>deleted (no row remained)</em>"
+    return f'<span class="mono">{_e(version.version_id)}</span>'
+
+
+_STYLE = """
+body{font-family:system-ui,sans-serif;margin:2rem;color:#1b1f24;line-height:1.4}
+h1{font-size:1.4rem}h2{font-size:1.1rem;margin-top:1.5rem}
+dl{display:grid;grid-template-columns:max-content 1fr;gap:.25rem 1rem}
+dt{font-weight:600}dd{margin:0}
+table{border-collapse:collapse;font-size:.9rem}
+th,td{border:1px solid #d0d7de;padding:.3rem .5rem;text-align:left;vertical-align:top}
+td.n{text-align:right}.mono{font-family:ui-monospace,monospace;word-break:break-all}
+.warning{color:#b42318;font-weight:600}
+"""
+
+
+def _object_row(o: ErasedObject) -> str:
+    before = "<br>".join(_version(v) for v in o.versions_before)
+    return (
+        "<tr>"
+        f"<td>{_e(o.dataset_id)}</td><td>{_e(o.zone)}</td>"
+        f'<td class="mono">s3://{_e(o.bucket)}/{_e(o.key)}</td>'
+        f"<td>{before}</td><td>{_version(o.version_after)}</td>"
+        f'<td class="n">{o.rows_before}</td><td class="n">{o.rows_removed}</td>'
+        f'<td class="n">{o.rows_after}</td><td class="n">{o.versions_purged}</td>'
+        "</tr>"
+    )
+
+
+def render_certificate_html(envelope: Mapping[str, Any]) -> str:
+    """A readable page of a certificate envelope. It shows the stored signature and the digest
+    recomputed from the certificate (with a warning when they differ) but does not verify the
+    signature: `verify_envelope` does. Raises CertificateInvalidError for a malformed one."""
+    document, signature = _parts(envelope)
+    try:
+        cert = ErasureCertificate.model_validate(document)
+    except ValidationError as exc:
+        raise CertificateInvalidError("malformed", str(exc)) from exc
+    digest = _digest_of(document).hex()
+    stored = str(signature.get("digest_sha256", ""))
+    warning = (
+        ""
+        if hmac.compare_digest(stored.encode("utf-8"), digest.encode("ascii"))
+        else '<p id="digest-warning" class="warning">The stored digest is not the SHA-256 of '
+        "this certificate: it was altered after signing.</p>\n"
+    )
+    hashes = "".join(f'<li class="mono">{_e(h)}</li>' for h in cert.subject_hashes)
+    rows = "\n".join(_object_row(o) for o in cert.objects)
+    title = f"Erasure certificate {cert.certificate_id}"
+    body = (
+        f"<h1>{_e(title)}</h1>\n"
+        '<dl id="summary">\n'
+        f"<dt>Request</dt><dd>{_e(cert.request_id)}</dd>\n"
+        f"<dt>Issued</dt><dd>{_e(_when(cert.issued_at))}</dd>\n"
+        f"<dt>Requested by</dt><dd>{_e(cert.requested_by)}</dd>\n"
+        f"<dt>Approved by</dt><dd>{_e(cert.approved_by)} at {_e(_when(cert.approved_at))}</dd>\n"
+        f'<dt>Report SHA-256</dt><dd class="mono">{_e(cert.report_sha256)}</dd>\n'
+        f"<dt>Data subjects</dt><dd>{len(cert.subject_hashes)} (keyed hashes below)</dd>\n"
+        f"<dt>Objects</dt><dd>{cert.totals.objects}</dd>\n"
+        f"<dt>Rows removed</dt><dd>{cert.totals.rows_removed}</dd>\n"
+        f"<dt>Versions purged</dt><dd>{cert.totals.versions_purged}</dd>\n"
+        f"<dt>Verification</dt><dd>{cert.verification.objects_verified} objects scanned at "
+        f"{_e(_when(cert.verification.verified_at))}: "
+        f"{cert.verification.matching_rows_found} matching rows found</dd>\n"
+        "</dl>\n"
+        "<h2>Objects</h2>\n"
+        '<table id="objects">\n<thead><tr><th>Dataset</th><th>Zone</th><th>Object</th>'
+        "<th>Versions before</th><th>Version after</th><th>Rows before</th>"
+        "<th>Rows removed</th><th>Rows after</th><th>Versions purged</th></tr></thead>\n"
+        f"<tbody>\n{rows}\n</tbody>\n</table>\n"
+        f"<h2>Subject hashes</h2>\n<ul>{hashes}</ul>\n"
+        "<h2>Signature</h2>\n"
+        '<dl id="signature">\n'
+        f"<dt>Algorithm</dt><dd>{_e(signature.get('algorithm', ''))}</dd>\n"
+        f'<dt>Key</dt><dd class="mono">{_e(signature.get("key_id", ""))}</dd>\n'
+        f'<dt>Signed digest (SHA-256)</dt><dd class="mono">{_e(stored)}</dd>\n'
+        f'<dt>Digest of this certificate</dt><dd class="mono">{_e(digest)}</dd>\n'
+        f'<dt>Signature (base64, DER)</dt><dd class="mono">{_e(signature.get("value", ""))}</dd>\n'
+        "</dl>\n"
+        f"{warning}"
+        "<p>This page does not check the signature. Verify the envelope with the key's public "
+        "key (KMS GetPublicKey) or through KMS Verify, over the SHA-256 of the certificate's "
+        "canonical JSON (sorted keys, no whitespace, UTF-8).</p>\n"
+    )
+    return (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f"<title>{_e(title)}</title>\n<style>{_STYLE}</style>\n</head>\n"
+        f"<body>\n{body}</body>\n</html>\n"
+    )
