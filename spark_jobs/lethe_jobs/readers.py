@@ -109,7 +109,7 @@ def read_raw(path: Path, dataset: Dataset, workdir: Path) -> RawRecords:
 # ------------------------------------------------------------------------------------ CSV
 
 
-def _csv_reader(text: IO[str], options: CsvOptions) -> Any:
+def csv_reader(text: IO[str], options: CsvOptions) -> Any:
     csv.field_size_limit(max(csv.field_size_limit(), CSV_FIELD_LIMIT))
     return csv.reader(
         text,
@@ -168,7 +168,7 @@ def _csv_header(reader: Any, dataset: Dataset) -> list[str] | None:
 
 def _read_csv(payload: IO[bytes], dataset: Dataset, _workdir: Path) -> RawRecords:
     text = io.TextIOWrapper(payload, encoding="utf-8-sig", newline="")
-    reader = _csv_reader(text, dataset.csv)
+    reader = csv_reader(text, dataset.csv)
     try:
         names = _csv_header(reader, dataset)
         if names is None:
@@ -238,7 +238,7 @@ def _read_parquet(payload: IO[bytes], _dataset: Dataset, workdir: Path) -> RawRe
             shutil.copyfileobj(payload, out, length=1024 * 1024)
         source = str(local)
     try:
-        table = pq.ParquetFile(source).read()
+        table = pq.ParquetFile(source, coerce_int96_timestamp_unit="us").read()
     except (pa.ArrowException, OSError) as exc:
         raise UnreadableFileError(f"not a Parquet file: {exc}") from exc
     try:
