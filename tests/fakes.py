@@ -107,12 +107,16 @@ class MemoryIndex:
     def subjects_of(self, object_url: str) -> set[str]:
         return {s for (s, url) in self.entries if url == object_url}
 
-    def replace_object(self, object_url: str, entries: Iterable[IndexEntry]) -> None:
+    def replace_object(self, object_url: str, entries: Iterable[IndexEntry]) -> int:
         wanted = list(entries)
         if any(e.object_url != object_url for e in wanted):
             raise ValueError("every entry must belong to the object being replaced")
-        self.remove_object(object_url)
+        stale = self.subjects_of(object_url) - {e.subject_hash for e in wanted}
         self.entries.update({(e.subject_hash, object_url): e for e in wanted})
+        for subject in stale:
+            key = (subject, object_url)
+            self.entries[key] = self.entries[key].model_copy(update={"deleted": True})
+        return len(stale)
 
     def flag_deleted(self, object_url: str, deleted: bool = True) -> int:
         keys = [k for k in self.entries if k[1] == object_url]
@@ -121,10 +125,24 @@ class MemoryIndex:
         return len(keys)
 
     def remove_object(self, object_url: str) -> int:
-        keys = [k for k in self.entries if k[1] == object_url]
+        return self.remove_subjects(object_url, self.subjects_of(object_url))
+
+    def remove_subjects(self, object_url: str, subject_hashes: Iterable[str]) -> int:
+        keys = [(s, object_url) for s in set(subject_hashes) if (s, object_url) in self.entries]
         for key in keys:
             del self.entries[key]
         return len(keys)
+
+    def prune_flagged(self, object_url: str) -> int:
+        flagged = {s for (s, url), e in self.entries.items() if url == object_url and e.deleted}
+        return self.remove_subjects(object_url, flagged)
+
+    def described_versions(self, object_url: str) -> set[str]:
+        return {
+            e.version_id
+            for (_, url), e in self.entries.items()
+            if url == object_url and not e.deleted
+        }
 
     def describes_version(
         self, object_url: str, subjects: Sequence[str], *, version_id: str, etag: str

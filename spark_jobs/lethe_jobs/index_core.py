@@ -9,11 +9,12 @@ Lambda, and for raw keys whose current version changed by a delete. One Spark ta
    versions still hold its data (a delete marker), removed when nothing is left ("missing").
    A requested `version_id` that is no longer current is skipped: the current version is
    indexed by its own event;
-3. skip objects whose `lethe-producer` metadata names the producer to skip (ingestion indexes
-   what it writes), and objects whose entries all describe this version and ETag (unless
-   `force`);
+3. skip objects whose `lethe-producer` metadata names a job that indexes what it writes
+   (ingestion, erasure: `--skip-producer`, "none" with `force`), and objects whose entries all
+   describe this version and ETag (unless `force`);
 4. download that exact version, compute its entries (`indexing.object_entries`) and make them
-   the object's entries (`replace_object`: put, then delete the subjects it no longer holds).
+   the object's entries (`index_maintenance.replace_entries`: put, then flag the subjects it no
+   longer holds, or remove them when no older version is left to hold them).
 
 Failures worth a retry raise (AWS errors, an unregistered dataset, the hash key): the job
 fails and Step Functions retries it. An unreadable lake object is reported and keeps no entry.
@@ -40,7 +41,13 @@ from lethe_jobs.objects import ObjectKind, object_kind
 from lethe_jobs.session import configure_logging
 from lethe_shared.catalog import Buckets
 from lethe_shared.datasets import Dataset
-from lethe_shared.index_maintenance import IndexAction, indexed_by_writer, settle_missing_key
+from lethe_shared.index_maintenance import (
+    SELF_INDEXING_PRODUCERS,
+    IndexAction,
+    indexed_by_writer,
+    replace_entries,
+    settle_missing_key,
+)
 from lethe_shared.registry import DatasetRegistry, require_dataset
 from lethe_shared.s3 import ObjectHead, ObjectStore, S3ObjectStore, s3_url, split_s3_url
 from lethe_shared.subjects import DynamoSubjectIndex, SubjectIndex
@@ -89,7 +96,7 @@ DATASET_JOB_ARGUMENTS = tuple(DatasetJobArgs.__dataclass_fields__)
 class IndexArgs(DatasetJobArgs):
     objects_json: str | None
     objects_manifest: str | None
-    skip_producer: str | None  # None: index every object
+    skip_producers: frozenset[str]  # empty: index every object, whatever wrote it
     force: bool
 
 
@@ -119,12 +126,18 @@ def parse_args(argv: Sequence[str] | None) -> tuple[IndexArgs, list[str]]:
     objects = parser.add_mutually_exclusive_group(required=True)
     objects.add_argument("--objects-json", dest="objects_json")
     objects.add_argument("--objects-manifest", dest="objects_manifest")
-    parser.add_argument("--skip-producer", dest="skip_producer", default="ingest")
+    parser.add_argument(
+        "--skip-producer",
+        dest="skip_producers",
+        default=",".join(sorted(SELF_INDEXING_PRODUCERS)),
+        help="lethe-producer values to skip, comma-separated (their jobs indexed them); none",
+    )
     add_flag(parser, "force", "index even objects whose entries describe their current version")
     known, unknown = parser.parse_known_args(argv)
     values = vars(known)
-    if values["skip_producer"] in ("", NO_PRODUCER):
-        values["skip_producer"] = None
+    text = values["skip_producers"].strip()
+    names = [] if text in ("", NO_PRODUCER) else [n.strip() for n in text.split(",") if n.strip()]
+    values["skip_producers"] = frozenset(names)
     return IndexArgs(**values), unknown
 
 
@@ -178,7 +191,7 @@ class IndexSettings:
     index_table: str
     correlation_id: str
     hash_key: bytes = field(repr=False)
-    skip_producer: str | None = None
+    skip_producers: frozenset[str] = frozenset()
     force: bool = False
     clear_unindexable: bool = False  # remove the entries of objects that hold no rows
 
@@ -224,7 +237,7 @@ def _skip_reason(
 ) -> str | None:
     if location.version_id is not None and location.version_id != head.version_id:
         return f"version {location.version_id} is not the current one ({head.version_id})"
-    if indexed_by_writer(head, ctx.skip_producer):
+    if indexed_by_writer(head, ctx.skip_producers):
         return f"written by {head.producer}, which indexed it"
     if ctx.force or not existing:
         return None
@@ -264,7 +277,7 @@ def index_object(aws: _Aws, location: ObjectLocation, ctx: IndexSettings) -> Out
         except UnreadableObjectError as exc:
             LOG.warning("%s cannot be read, it keeps no entries: %s", location.url, exc)
             entries, status = [], "unreadable"
-    aws.index.replace_object(location.url, entries)
+    replace_entries(aws.index, aws.objects, location.bucket, location.key, entries)
     deleted = len(existing - {e.subject_hash for e in entries})
     return Outcome(status, len(entries), deleted, sum(e.rows for e in entries))
 
@@ -316,7 +329,7 @@ def run_index(spark: SparkSession, args: IndexArgs, ports: IndexPorts) -> dict[s
         "indexing %d objects of dataset %s (skip producer: %s, force: %s)",
         len(locations),
         dataset.dataset_id,
-        args.skip_producer or NO_PRODUCER,
+        ",".join(sorted(args.skip_producers)) or NO_PRODUCER,
         args.force,
     )
     settings = IndexSettings(
@@ -325,7 +338,7 @@ def run_index(spark: SparkSession, args: IndexArgs, ports: IndexPorts) -> dict[s
         index_table=args.index_table,
         correlation_id=args.correlation_id,
         hash_key=ports.hash_key,
-        skip_producer=args.skip_producer,
+        skip_producers=args.skip_producers,
         force=args.force,
     )
     summary = summarize(index_objects(spark, locations, settings))

@@ -64,7 +64,7 @@ from lethe_jobs.validate import (
 from lethe_shared.arrow_index import ObjectRef
 from lethe_shared.catalog import IngestionRecord, ObjectCatalog, ObjectStatus, Zone
 from lethe_shared.datasets import Dataset
-from lethe_shared.index_maintenance import INGEST_PRODUCER
+from lethe_shared.index_maintenance import INGEST_PRODUCER, settle_missing_key
 from lethe_shared.registry import DatasetRegistry, require_dataset
 from lethe_shared.s3 import PRODUCER_METADATA, ObjectHead, S3ObjectStore, s3_url, split_s3_url
 from lethe_shared.subjects import IndexEntry, SubjectIndex
@@ -387,8 +387,9 @@ def _put(run: _Run, key: str, local: Path, content_type: str) -> ObjectHead:
 def _remove_stale(run: _Run, earlier: set[str], result: IngestResult, index: SubjectIndex) -> None:
     """Delete what an earlier ingestion of this raw key wrote and this run did not rewrite:
     partition files whose rows moved or went away, and a quarantine object of the other kind
-    (or of rows, when no row was rejected this time). Their index entries go with them, also
-    when the file is gone already (a retry after a failure between the two steps)."""
+    (or of rows, when no row was rejected this time). Their index entries follow the
+    delete-marker rule, also when the file is gone already (a retry after a failure between the
+    two steps): flagged while an older version holds the rows, removed when none does."""
     lake, dataset_id, digest = run.args.lake_bucket, run.dataset.dataset_id, run.args.digest
     for url in sorted(earlier - set(result.lake_objects)):
         bucket, key = split_s3_url(url)
@@ -397,7 +398,7 @@ def _remove_stale(run: _Run, earlier: set[str], result: IngestResult, index: Sub
             continue
         if run.s3.delete_current(bucket, key):
             LOG.info("removed stale lake object %s", url)
-        _unindex(index, url)
+        _unindex(run, index, bucket, key)
     for key in (
         layout.quarantine_rows_key(dataset_id, digest),
         layout.quarantine_file_key(dataset_id, digest),
@@ -407,10 +408,11 @@ def _remove_stale(run: _Run, earlier: set[str], result: IngestResult, index: Sub
             continue
         if run.s3.delete_current(lake, key):
             LOG.info("removed stale quarantine object %s", url)
-        _unindex(index, url)
+        _unindex(run, index, lake, key)
 
 
-def _unindex(index: SubjectIndex, url: str) -> None:
-    removed = index.remove_object(url)
-    if removed:
-        LOG.info("removed %d index entries of %s", removed, url)
+def _unindex(run: _Run, index: SubjectIndex, bucket: str, key: str) -> None:
+    url = s3_url(bucket, key)
+    action, count = settle_missing_key(index, url, run.s3.versions_of(bucket, key))
+    if count:
+        LOG.info("%s: %d index entries of %s", action.value, count, url)

@@ -46,11 +46,13 @@ def object_kind(dataset_id: str, bucket: str, key: str, buckets: Buckets) -> Obj
 
 @dataclass(frozen=True)
 class Listing:
-    """The keys under a prefix: current versions, and keys whose current version is a delete
-    marker but that still have older versions ("hidden")."""
+    """The keys under a prefix: current versions, keys whose current version is a delete
+    marker but that still have older versions ("hidden"), and current keys that also keep
+    older versions holding data (their flagged index entries may describe those)."""
 
     current: dict[str, ObjectHead]
     hidden: set[str]
+    with_older: set[str]
 
 
 def list_prefix(objects: ObjectStore, bucket: str, prefix: str) -> Listing:
@@ -61,11 +63,14 @@ def list_prefix(objects: ObjectStore, bucket: str, prefix: str) -> Listing:
         by_key.setdefault(version.key, []).append(version)
     current: dict[str, ObjectHead] = {}
     hidden: set[str] = set()
+    with_older: set[str] = set()
     for key, own in by_key.items():
         state = key_state(own)
         if state is KeyState.CURRENT:
             latest = next(v for v in own if v.is_latest)
             current[key] = ObjectHead(latest.version_id, latest.etag, latest.size)
+            if any(not v.is_latest and not v.delete_marker for v in own):
+                with_older.add(key)
         elif state is KeyState.HIDDEN:
             hidden.add(key)
-    return Listing(current, hidden)
+    return Listing(current, hidden, with_older)

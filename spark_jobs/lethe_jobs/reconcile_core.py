@@ -8,7 +8,8 @@
 4. compare per (object, subject) (`drift`, a pure DataFrame transformation):
    - `missing`: the object holds the subject's rows and no visible entry says so (no entry, or
      one flagged `deleted` although the object exists: lookups do not show it);
-   - `stale`: an entry for a subject the object does not hold, or for a key that has no
+   - `stale`: an entry for a subject the object does not hold (unless it is flagged `deleted`
+     and the key keeps older versions, which may hold the subject), or for a key that has no
      version at all;
    - `wrong_rows`: both agree on the pair but not on the row count.
    Entries of hidden keys are not compared: their data sits in older versions, which only
@@ -57,7 +58,7 @@ from lethe_shared.subjects import DRIFT_KINDS, FoundEntry, SubjectIndex
 LOG = logging.getLogger("lethe.reconcile")
 SAMPLE_SIZE = 100
 ENTRY_SCHEMA = "object_url string, subject_hash string, rows long"
-FOUND_SCHEMA = f"{ENTRY_SCHEMA}, deleted boolean"
+FOUND_SCHEMA = f"{ENTRY_SCHEMA}, deleted boolean, older_versions boolean"
 
 
 @dataclass(frozen=True)
@@ -81,20 +82,23 @@ class Scan:
 
     objects: list[ObjectLocation]
     hidden: set[str]
+    with_older: set[str]  # current objects that keep older versions holding data
 
 
 def scan_dataset(store: ObjectStore, dataset: Dataset, buckets: Buckets) -> Scan:
     objects: list[ObjectLocation] = []
     hidden: set[str] = set()
+    with_older: set[str] = set()
     prefix = f"{dataset.dataset_id}/"
     for bucket in buckets.names:
         listing = list_prefix(store, bucket, prefix)
         hidden.update(s3_url(bucket, k) for k in listing.hidden)
+        with_older.update(s3_url(bucket, k) for k in listing.with_older)
         for key, head in sorted(listing.current.items()):
             kind = object_kind(dataset.dataset_id, bucket, key, buckets)
             if kind is not ObjectKind.NO_ROWS:
                 objects.append(ObjectLocation(bucket=bucket, key=key, version_id=head.version_id))
-    return Scan(objects, hidden)
+    return Scan(objects, hidden, with_older)
 
 
 @dataclass(frozen=True)
@@ -144,14 +148,13 @@ def expected_entries(
     )
 
 
-def found_entries(
-    spark: SparkSession, entries: Iterable[FoundEntry], hidden: set[str]
-) -> DataFrame:
-    """The entries to compare (FOUND_SCHEMA): all but those of hidden keys."""
+def found_entries(spark: SparkSession, entries: Iterable[FoundEntry], scan: Scan) -> DataFrame:
+    """The entries to compare (FOUND_SCHEMA): all but those of hidden keys, each marked with
+    whether its object keeps older versions."""
     rows = [
-        (e.object_url, e.subject_hash, e.rows, e.deleted)
+        (e.object_url, e.subject_hash, e.rows, e.deleted, e.object_url in scan.with_older)
         for e in entries
-        if e.object_url not in hidden
+        if e.object_url not in scan.hidden
     ]
     return spark.createDataFrame(rows, FOUND_SCHEMA)
 
@@ -165,9 +168,12 @@ def drift(expected: DataFrame, found: DataFrame) -> DataFrame:
         found.withColumnRenamed("rows", "found_rows"), keys, "full_outer"
     )
     expected_rows, found_rows = F.col("expected_rows"), F.col("found_rows")
-    invisible = found_rows.isNull() | F.coalesce(F.col("deleted"), F.lit(False))
+    flagged = F.coalesce(F.col("deleted"), F.lit(False))
+    invisible = found_rows.isNull() | flagged
+    of_older = flagged & F.coalesce(F.col("older_versions"), F.lit(False))
     kind = (
-        F.when(expected_rows.isNull(), F.lit("stale"))
+        F.when(expected_rows.isNull() & of_older, F.lit(None))  # older versions: not scanned
+        .when(expected_rows.isNull(), F.lit("stale"))
         .when(invisible, F.lit("missing"))
         .when(expected_rows != found_rows, F.lit("wrong_rows"))
     )
@@ -291,7 +297,7 @@ def run_reconcile(
     expect = ExpectSettings(dataset, args.buckets, args.correlation_id, ports.hash_key)
     expected = expected_entries(spark, scan.objects, expect).persist()
     found_list = list(ports.index.entries_of_dataset(dataset.dataset_id))
-    drifted = drift(expected, found_entries(spark, found_list, scan.hidden)).persist()
+    drifted = drift(expected, found_entries(spark, found_list, scan)).persist()
     try:
         found_drift = summarize_drift(drifted)
         entries_expected = expected.count()

@@ -54,17 +54,35 @@ def test_index_replace_lookup_flag_and_remove(index: SubjectIndex) -> None:
     index.replace_object(URL, [_entry("a"), _entry("b", rows=2)])
     index.replace_object(OTHER, [_entry("a", OTHER)])
 
-    index.replace_object(URL, [_entry("b", rows=3)])  # a left this object
+    flagged = index.replace_object(URL, [_entry("b", rows=3)])  # a left the current version
 
-    assert [(e.object_url, e.rows) for e in index.lookup("a" * 64)] == [(OTHER, 1)]
+    assert flagged == 1
+    assert sorted((e.object_url, e.rows, e.deleted) for e in index.lookup("a" * 64)) == [
+        (URL, 1, True),  # its older version may still hold a's row
+        (OTHER, 1, False),
+    ]
     assert [(e.object_url, e.rows) for e in index.lookup("b" * 64)] == [(URL, 3)]
+    assert index.subjects_of(URL) == {"a" * 64, "b" * 64}
+    assert index.described_versions(URL) == {"v1"}
+    assert index.prune_flagged(URL) == 1
     assert index.subjects_of(URL) == {"b" * 64}
     assert index.flag_deleted(OTHER) == 1
     assert [e.deleted for e in index.lookup("a" * 64)] == [True]
+    assert index.described_versions(OTHER) == set()
     assert index.remove_object(URL) == 1
     assert index.lookup("b" * 64) == []
     with pytest.raises(ValueError, match="every entry must belong"):
         index.replace_object(URL, [_entry("c", OTHER)])
+
+
+def test_index_removes_only_the_given_subjects(index: SubjectIndex) -> None:
+    index.replace_object(URL, [_entry("a"), _entry("b"), _entry("c")])
+
+    removed = index.remove_subjects(URL, ["a" * 64, "c" * 64, "d" * 64])
+
+    assert removed == 2  # d had no entry
+    assert index.subjects_of(URL) == {"b" * 64}
+    assert [e.version_id for e in index.lookup("b" * 64)] == ["v1"]  # untouched
 
 
 def test_index_describes_version_across_batches(index: SubjectIndex) -> None:

@@ -184,12 +184,17 @@ def test_a_lake_from_before_lethe_is_indexed_once_and_kept_current(
     assert cloud.entries() == expected
 
     # When NL is rewritten without c2 and "", and DE is deleted for good
+    old_nl = {e for e in expected if e[1].endswith(NL) and e[0] in (h("c2"), h(""))}
     cloud.put_lake_parquet(NL, _customers("c1"))
     cloud.delete_every_version(LAKE, DE)
     changed = run_index.objects("orders", [_lake(NL), _lake(DE)])
 
-    # Then NL's entries describe its new version and DE has none
-    assert cloud.entries() == {_entry(cloud, h("c1"), NL, 1, (0,))}
+    # Then NL's entries describe its new version, c2 and "" stay flagged for the older NL
+    # version that still holds their rows (erasure must reach it), and DE has none
+    assert cloud.entries() == {_entry(cloud, h("c1"), NL, 1, (0,))} | {
+        (*e[:-1], True) for e in old_nl
+    }
+    assert len(old_nl) == 2
     assert changed == {
         "objects": 2, "indexed": 1, "skipped": 0, "missing": 1, "unreadable": 0,
         "entries_written": 1, "entries_deleted": 4, "rows": 1,

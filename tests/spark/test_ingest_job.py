@@ -241,10 +241,20 @@ def test_a_new_version_whose_rows_moved_removes_the_old_partition_file(
     assert "quarantine_object" not in item
     # the first version's item still tells what its run wrote
     assert len(cloud.catalog_item(REVIEWS_KEY, v1)["lake_objects"]) == 2
-    # and the index holds only what version 2 holds: the removed files lost their entries
+    # and the index shows only what version 2 holds; what only version 1 and the removed
+    # files hold stays, flagged: those versions are still stored, and erasure must reach them
     raw = (f"s3://{RAW}/{REVIEWS_KEY}", "raw", "csv", 1, (2,), *cloud.current(RAW, REVIEWS_KEY))
     lake = (f"s3://{LAKE}/{new_day}", "lake", "parquet", 1, (0,), *cloud.current(LAKE, new_day))
-    assert cloud.entries() == {(h("u1"), *raw, False), (h("u1"), *lake, False)}
+    current = {e for e in cloud.entries() if not e[-1]}
+    assert current == {(h("u1"), *raw, False), (h("u1"), *lake, False)}
+    flagged = {(e[0], e[1]) for e in cloud.entries() if e[-1]}
+    assert flagged == {
+        (h("u2"), f"s3://{RAW}/{REVIEWS_KEY}"),
+        (h("u3"), f"s3://{RAW}/{REVIEWS_KEY}"),
+        (h("u1"), f"s3://{LAKE}/{DAY1}"),
+        (h("u3"), f"s3://{LAKE}/{DAY2}"),
+        (h("u2"), f"s3://{LAKE}/{REVIEWS_QUARANTINE}"),
+    }
 
 
 def test_an_older_version_ingested_last_is_superseded_and_writes_nothing(
@@ -433,8 +443,12 @@ def test_a_version_with_only_rejected_rows_is_quarantined_and_replaces_the_old_r
         (2, ["not a JSON object: Expecting value: line 1 column 1 (char 0)"], {"_raw": "not json"}),
     ]
     assert cloud.catalog_item(EVENTS_KEY, v2)["status"] == "QUARANTINED"
-    # no line names a subject any more; c1's lake file is gone with its entry
-    assert cloud.entries() == set()
+    # no line names a subject any more: c1's entries are only flagged, for the raw version 1
+    # and the lake file's older version that still hold its row
+    assert {(e[0], e[1], e[-1]) for e in cloud.entries()} == {
+        (h("c1"), f"s3://{RAW}/{EVENTS_KEY}", True),
+        (h("c1"), f"s3://{LAKE}/events/part-{EVENTS_HASH}.parquet", True),
+    }
 
 
 def test_a_nullable_column_added_to_the_dataset_appears_in_the_lake(

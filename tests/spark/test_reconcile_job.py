@@ -51,11 +51,12 @@ def test_drift_names_missing_stale_and_wrong_row_counts(spark: SparkSession) -> 
     )
     found = spark.createDataFrame(
         [
-            ("s3://l/a", "h1", 2, False),
-            ("s3://l/b", "h1", 3, False),
-            ("s3://l/c", "h3", 1, False),
-            ("s3://l/d", "h1", 1, True),  # flagged deleted: a lookup does not show it
-            ("s3://l/d", "h2", 1, True),
+            ("s3://l/a", "h1", 2, False, False),
+            ("s3://l/b", "h1", 3, False, False),
+            ("s3://l/c", "h3", 1, False, False),
+            ("s3://l/d", "h1", 1, True, False),  # flagged deleted: a lookup does not show it
+            ("s3://l/d", "h2", 1, True, False),  # flagged, and no older version to hold it
+            ("s3://l/e", "h1", 2, True, True),  # flagged; an older version may hold it
         ],
         FOUND_SCHEMA,
     )

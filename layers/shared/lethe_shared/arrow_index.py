@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from lethe_shared.catalog import Zone
 from lethe_shared.datasets import Dataset, hive_partition_values, is_quarantine_key
-from lethe_shared.index_maintenance import indexed_by_writer
+from lethe_shared.index_maintenance import indexed_by_writer, replace_entries, settle_missing_key
 from lethe_shared.registry import DatasetRegistry, require_dataset
 from lethe_shared.s3 import NULL_VERSION, ObjectStore, s3_url
 from lethe_shared.subjects import IndexEntry, SubjectIndex, subject_hash
@@ -116,7 +116,7 @@ def lake_object_entries(
 class LakeIndexAction(StrEnum):
     INDEXED = "indexed"
     SKIPPED = "skipped"  # written by ingestion, which indexed it
-    REMOVED = "removed"  # the version is gone: the object keeps no entries
+    REMOVED = "removed"  # the version is gone: its entries are flagged or removed
 
 
 @dataclass(frozen=True)
@@ -143,14 +143,14 @@ def index_lake_object(
     url = s3_url(bucket, key)
     head = objects.head(bucket, key, version_id)
     body = objects.read_bytes(bucket, key, head.version_id) if head is not None else None
-    if head is None or body is None:
-        index.remove_object(url)
+    if head is None or body is None:  # gone meanwhile: the delete-marker rule decides
+        settle_missing_key(index, url, objects.versions_of(bucket, key))
         return LakeIndexOutcome(url, LakeIndexAction.REMOVED)
     if indexed_by_writer(head):
         return LakeIndexOutcome(url, LakeIndexAction.SKIPPED)
     dataset = require_dataset(registry, dataset_id)
     ref = ObjectRef(url, Zone.LAKE, "parquet", head.version_id, head.etag)
     entries = lake_object_entries(body, key, dataset, ref, key=hash_key())
-    index.replace_object(url, entries)
+    replace_entries(index, objects, bucket, key, entries)
     rows = sum(e.rows for e in entries)
     return LakeIndexOutcome(url, LakeIndexAction.INDEXED, len(entries), rows)

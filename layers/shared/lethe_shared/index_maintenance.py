@@ -9,8 +9,9 @@ backfill state machine in "objects" mode). Deletes:
 - a delete marker hides the key but its data stays in older versions until erased or expired:
   the key's entries are flagged `deleted` (lookups hide them, erasure still finds them);
 - a permanent delete that leaves no version holding data removes the key's entries;
-- a permanent delete that leaves a current version re-indexes the key (its entries must
-  describe the version that is current now).
+- a permanent delete that leaves a current version re-indexes the key when the index does not
+  describe that version yet (the deleted version was the current one), and prunes the entries
+  flagged `deleted` once no older version is left that could hold their rows.
 The Spark index job settles a key without a current version with the same function
 (`settle_missing_key`), so both paths apply one rule.
 """
@@ -27,10 +28,12 @@ from typing import Any, Protocol
 from lethe_shared.catalog import CatalogItem, Zone
 from lethe_shared.datasets import is_quarantine_key
 from lethe_shared.executions import execution_name, version_digest
-from lethe_shared.s3 import KeyState, ObjectHead, ObjectStore, ObjectVersion, key_state
-from lethe_shared.subjects import SubjectIndex
+from lethe_shared.s3 import KeyState, ObjectHead, ObjectStore, ObjectVersion, key_state, s3_url
+from lethe_shared.subjects import IndexEntry, SubjectIndex
 
 INGEST_PRODUCER = "ingest"  # lake objects the ingest job wrote (and indexed)
+ERASE_PRODUCER = "erase"  # object versions an erasure rewrote (it updates the index itself)
+SELF_INDEXING_PRODUCERS = frozenset({INGEST_PRODUCER, ERASE_PRODUCER})
 
 
 class IndexAction(StrEnum):
@@ -40,13 +43,18 @@ class IndexAction(StrEnum):
     GONE = "object-gone"
     FLAGGED = "entries-flagged-deleted"
     REMOVED = "entries-removed"
+    PRUNED = "flagged-entries-pruned"  # the last older version went: its entries go too
+    UNCHANGED = "index-unchanged"
 
 
-def indexed_by_writer(head: ObjectHead, skip_producer: str | None = INGEST_PRODUCER) -> bool:
-    """The one "written by a Lethe job, skip" rule: an object whose `lethe-producer` metadata
-    names the job that wrote it was indexed by that job, so nothing else indexes it. The Spark
-    index job passes `skip_producer=None` to backfill every object whatever wrote it."""
-    return skip_producer is not None and head.producer == skip_producer
+def indexed_by_writer(
+    head: ObjectHead, producers: frozenset[str] = SELF_INDEXING_PRODUCERS
+) -> bool:
+    """The one "written by a Lethe job, skip" rule: an object version whose `lethe-producer`
+    metadata names a job that maintains the index for what it writes (ingestion, erasure) is
+    not indexed by anything else. The Spark index job passes no producers to re-index every
+    object whatever wrote it (a forced backfill)."""
+    return head.producer is not None and head.producer in producers
 
 
 def settle_missing_key(
@@ -60,6 +68,29 @@ def settle_missing_key(
     if key_state(versions) is KeyState.HIDDEN:
         return IndexAction.FLAGGED, index.flag_deleted(object_url)
     return IndexAction.REMOVED, index.remove_object(object_url)
+
+
+def has_older_data(versions: Sequence[ObjectVersion]) -> bool:
+    """Whether a key keeps a version holding data besides its current one."""
+    return any(not v.is_latest and not v.delete_marker for v in versions)
+
+
+def replace_entries(
+    index: SubjectIndex,
+    objects: ObjectStore,
+    bucket: str,
+    key: str,
+    entries: Sequence[IndexEntry],
+) -> int:
+    """Make `entries` the object's current entries (`SubjectIndex.replace_object`), and when
+    that flagged entries of subjects the current version no longer holds while no older
+    version is left to hold them, remove those. Returns how many entries were flagged or
+    removed."""
+    url = s3_url(bucket, key)
+    flagged = index.replace_object(url, entries)
+    if flagged and not has_older_data(objects.versions_of(bucket, key)):
+        index.prune_flagged(url)
+    return flagged
 
 
 class IndexRequester(Protocol):
@@ -94,17 +125,26 @@ class IndexMaintainer:
 
     def on_deleted(self, item: CatalogItem) -> IndexAction | None:
         """A version or the key was deleted: settle a key without a current version
-        (settle_missing_key), and re-index the version that is current now."""
+        (settle_missing_key); otherwise re-index the current version unless the index already
+        describes it (or the job that wrote it indexed it), and prune the flagged entries once
+        no older version is left to hold them."""
         if item.dataset_id is None:
             return None
         versions = self.objects.versions_of(item.bucket, item.key)
         if key_state(versions) is not KeyState.CURRENT:
             return settle_missing_key(self.index, item.object_url, versions)[0]
-        current = next(v for v in versions if v.is_latest)
-        now_current = item.model_copy(update={"version_id": current.version_id})
+        action = IndexAction.UNCHANGED
+        if not has_older_data(versions) and self.index.prune_flagged(item.object_url):
+            action = IndexAction.PRUNED
+        head = self.objects.head(item.bucket, item.key)
+        if head is None or indexed_by_writer(head):
+            return action
+        if head.version_id in self.index.described_versions(item.object_url):
+            return action
+        now_current = item.model_copy(update={"version_id": head.version_id})
         if item.zone is Zone.RAW:  # raw formats are parsed by the Spark readers
             return self._request(now_current, self.max_lambda_bytes + 1)
-        return self._request(now_current, current.size)
+        return self._request(now_current, head.size)
 
     def _request(self, item: CatalogItem, size: int) -> IndexAction:
         if size <= self.max_lambda_bytes and not is_quarantine_key(item.key):

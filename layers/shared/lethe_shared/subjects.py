@@ -129,7 +129,10 @@ class IndexEntry(BaseModel):
     row_hints: tuple[int, ...] = ()  # line numbers (csv/jsonl) or row indexes (parquet)
     version_id: str = NULL_VERSION
     etag: str = ""
-    deleted: bool = False  # the key's current version is a delete marker (see flag_deleted)
+    # The subject's rows are in older versions of the key only: its current version is a delete
+    # marker, or no longer holds the subject. Lookups hide such entries; erasure still finds
+    # them, because "every stored version counts" (docs/INDEX.md, "Older versions").
+    deleted: bool = False
     updated_at: str = Field(default_factory=lambda: dt.datetime.now(dt.UTC).isoformat())
 
     def to_item(self) -> dict[str, Any]:
@@ -177,14 +180,26 @@ class SubjectIndex(Protocol):
     def subjects_of(self, object_url: str) -> set[str]:
         """The subject hashes an object has entries for."""
 
-    def replace_object(self, object_url: str, entries: Iterable[IndexEntry]) -> None:
-        """Make the object's entries exactly `entries`."""
+    def replace_object(self, object_url: str, entries: Iterable[IndexEntry]) -> int:
+        """Make `entries` the object's current entries; the entries of subjects its current
+        version no longer holds are flagged `deleted` (older versions may still hold them).
+        Returns how many were flagged."""
 
     def flag_deleted(self, object_url: str, deleted: bool = True) -> int:
         """Flag (or unflag) every entry of the object; returns how many."""
 
     def remove_object(self, object_url: str) -> int:
         """Remove every entry of the object; returns how many."""
+
+    def remove_subjects(self, object_url: str, subject_hashes: Iterable[str]) -> int:
+        """Remove these subjects' entries of the object (erasure); returns how many existed."""
+
+    def prune_flagged(self, object_url: str) -> int:
+        """Remove the object's entries flagged `deleted` (no older version is left to hold
+        them); returns how many."""
+
+    def described_versions(self, object_url: str) -> set[str]:
+        """The version ids the object's unflagged entries describe."""
 
     def describes_version(
         self, object_url: str, subjects: Sequence[str], *, version_id: str, etag: str
@@ -225,9 +240,10 @@ class DynamoSubjectIndex:
             )
         }
 
-    def replace_object(self, object_url: str, entries: Iterable[IndexEntry]) -> None:
-        """Make the object's entries exactly `entries`: write them, then delete the entries of
-        subjects the object no longer holds. Other objects' entries are never touched."""
+    def replace_object(self, object_url: str, entries: Iterable[IndexEntry]) -> int:
+        """Write the object's current entries, then flag `deleted` the entries of subjects its
+        current version no longer holds: in a versioned bucket the version they were found in
+        is still stored, and erasure must reach it. Other objects' entries are never touched."""
         wanted = list(entries)
         if any(e.object_url != object_url for e in wanted):
             raise ValueError("every entry must belong to the object being replaced")
@@ -235,29 +251,63 @@ class DynamoSubjectIndex:
         with self._table.batch_writer() as batch:  # resends unprocessed items itself
             for entry in wanted:
                 batch.put_item(Item=entry.to_item())
-            for subject in sorted(stale):
-                batch.delete_item(Key={"subject_hash": subject, "object_url": object_url})
+        self._flag(object_url, stale, True)
+        return len(stale)
 
     def flag_deleted(self, object_url: str, deleted: bool = True) -> int:
-        """Mark the object's entries as belonging to a key whose current version is a delete
-        marker. The data still sits in older versions until erased or expired, so the entries
-        stay (erasure needs them); lookups hide them. Re-indexing the key clears the flag."""
+        """Mark the object's entries as describing older versions only (the key's current
+        version is a delete marker). The data still sits in those versions until erased or
+        expired, so the entries stay (erasure needs them); lookups hide them. Re-indexing the
+        key clears the flag."""
         subjects = self.subjects_of(object_url)
-        for subject in sorted(subjects):
-            self._table.update_item(
-                Key={"subject_hash": subject, "object_url": object_url},
-                UpdateExpression="SET deleted = :d",
-                ConditionExpression="attribute_exists(subject_hash)",
-                ExpressionAttributeValues={":d": deleted},
-            )
+        self._flag(object_url, subjects, deleted)
         return len(subjects)
 
+    def _flag(self, object_url: str, subjects: Iterable[str], deleted: bool) -> None:
+        for subject in sorted(subjects):
+            try:
+                self._table.update_item(
+                    Key={"subject_hash": subject, "object_url": object_url},
+                    UpdateExpression="SET deleted = :d",
+                    ConditionExpression="attribute_exists(subject_hash)",
+                    ExpressionAttributeValues={":d": deleted},
+                )
+            except ClientError as exc:  # removed meanwhile: nothing to flag
+                if error_code(exc) != "ConditionalCheckFailedException":
+                    raise
+
     def remove_object(self, object_url: str) -> int:
-        subjects = self.subjects_of(object_url)
+        return self.remove_subjects(object_url, self.subjects_of(object_url))
+
+    def remove_subjects(self, object_url: str, subject_hashes: Iterable[str]) -> int:
+        present = self.subjects_of(object_url) & set(subject_hashes)
         with self._table.batch_writer() as batch:
-            for subject in sorted(subjects):
+            for subject in sorted(present):
                 batch.delete_item(Key={"subject_hash": subject, "object_url": object_url})
-        return len(subjects)
+        return len(present)
+
+    def prune_flagged(self, object_url: str) -> int:
+        flagged = {i["subject_hash"] for i in self._entries_of(object_url) if i.get("deleted")}
+        return self.remove_subjects(object_url, flagged)
+
+    def described_versions(self, object_url: str) -> set[str]:
+        return {
+            str(i.get("version_id", NULL_VERSION))
+            for i in self._entries_of(object_url)
+            if not i.get("deleted")
+        }
+
+    def _entries_of(self, object_url: str) -> list[dict[str, Any]]:
+        """The object's entries (subject, version, etag, flag), read consistently."""
+        keys = [{"subject_hash": s, "object_url": object_url} for s in self.subjects_of(object_url)]
+        return list(
+            batch_get_all(
+                self._table,
+                keys,
+                ProjectionExpression="subject_hash, version_id, etag, deleted",
+                ConsistentRead=True,
+            )
+        )
 
     def describes_version(
         self, object_url: str, subjects: Sequence[str], *, version_id: str, etag: str
