@@ -338,13 +338,13 @@ def test_put_events_reaches_lambda_step_functions_and_sqs_targets(
     events.put_targets(
         Rule="lt-ev-app",
         Targets=[
+            {"Id": "recorder", "Arn": RECORDER_ARN, "InputPath": "$.detail"},
             {
-                "Id": "recorder",
+                "Id": "transformed",
                 "Arn": RECORDER_ARN,
                 "InputTransformer": {
-                    "InputPathsMap": {"dataset": "$.detail.dataset", "rows": "$.detail.rows"},
-                    "InputTemplate": '{"dataset": <dataset>, "rows": <rows>, '
-                    '"note": "dataset <dataset> has <rows> rows"}',
+                    "InputPathsMap": {"dataset": "$.detail.dataset"},
+                    "InputTemplate": '{"dataset": <dataset>}',
                 },
             },
             {"Id": "machine", "Arn": machine},
@@ -368,9 +368,8 @@ def test_put_events_reaches_lambda_step_functions_and_sqs_targets(
 
     event_id = entries[0]["EventId"]
     assert put_seconds < 2
-    assert _recorded(record_file) == [
-        {"dataset": "reviews", "rows": 3, "note": "dataset reviews has 3 rows"}
-    ]
+    # The InputTransformer target is refused (not emulated), loudly; the others still get it.
+    assert _recorded(record_file) == [{"dataset": "reviews", "rows": 3}]
     executions = sfn.list_executions(stateMachineArn=machine)["executions"]
     assert len(executions) == 1
     execution_input = json.loads(
@@ -390,6 +389,19 @@ def test_put_events_reaches_lambda_step_functions_and_sqs_targets(
         in delivered
     )
     assert f"rule lt-ev-app delivered event {event_id} to target machine ({machine})" in delivered
+    assert not any("to target transformed" in message for message in delivered)
+    refusals = [
+        r
+        for r in caplog.records
+        if r.name == "lethe.localcloud.events"
+        and r.levelno == logging.ERROR
+        and r.exc_info is not None
+        and isinstance(r.exc_info[1], eventbridge.UnsupportedTargetError)
+    ]
+    assert [str(r.exc_info[1]) for r in refusals if r.exc_info] == [
+        "rule lt-ev-app: target transformed uses InputTransformer, which the local cloud does "
+        "not emulate (use Input or InputPath)"
+    ]
 
 
 def test_events_put_by_a_handler_reach_lambda_targets(
@@ -408,16 +420,6 @@ def test_events_put_by_a_handler_reach_lambda_targets(
     assert recorded[0]["detail-type"] == "Chained"
     assert recorded[0]["detail"] == {"step": 1, "dataset": "reviews"}
     assert recorded[0]["account"] == ACCOUNT
-
-
-def test_input_templates_follow_eventbridge_quoting() -> None:
-    values = {"name": 'say "hi"', "count": 2, "obj": {"a": 1}}
-
-    rendered = eventbridge.render_input_template(
-        '{"text": "<name> x<count>", "count": <count>, "obj": <obj>}', values
-    )
-
-    assert rendered == {"text": 'say "hi" x2', "count": 2, "obj": {"a": 1}}
 
 
 def test_installs_are_guarded_and_reversible(dispatcher: EventDispatcher) -> None:

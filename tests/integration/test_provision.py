@@ -133,6 +133,30 @@ def test_an_unknown_resource_type_fails_naming_it(endpoints: Endpoints, tmp_path
     assert raw_bucket("unknown") not in {b["Name"] for b in buckets}
 
 
+def test_an_event_target_with_an_input_transformer_fails_naming_it(
+    endpoints: Endpoints, tmp_path: Path
+) -> None:
+    # Given a copy of the repository whose EventBridge rule transforms its target's input
+    for folder in ("functions", "layers", "statemachines", "spark_jobs"):
+        if (REPO_ROOT / folder).exists():
+            (tmp_path / folder).symlink_to(REPO_ROOT / folder)
+    template = load_template()
+    event = template["Resources"]["ObjectEventsFunction"]["Properties"]["Events"]["ObjectChanged"]
+    event["Properties"]["InputTransformer"] = {
+        "InputPathsMap": {"key": "$.detail.object.key"},
+        "InputTemplate": '{"key": <key>}',
+    }
+    (tmp_path / "template.yaml").write_text(json.dumps(template))
+    # When it is provisioned, Then it fails naming the rule, instead of delivering other input
+    with pytest.raises(
+        ProvisionError,
+        match=r"^ObjectEventsFunctionObjectChanged: target \S+ uses InputTransformer, which",
+    ):
+        provision(endpoints, tmp_path, tmp_path / "state", parameters("transform", "GLUE"), "y")
+    rules = endpoints.client("events").list_rules()["Rules"]
+    assert "lethe-transform-object-events" not in {r["Name"] for r in rules}
+
+
 # ------------------------------------------------------------------------------ storage
 
 

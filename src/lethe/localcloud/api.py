@@ -5,10 +5,11 @@ port) under ``/<api_stage>`` and returns the base URL, ``http://127.0.0.1:<port>
 
 Per request, as API Gateway does:
 
-- Resource matching: the path after the stage is matched against the route templates
-  (``{name}`` = one segment, ``{name+}`` = the rest of the path); when several match, literal
-  segments beat ``{param}`` which beats ``{proxy+}``. Then the method (an ``ANY`` route accepts
-  every method). No matching resource, no such method on it, or a request outside the stage:
+- Resource matching (werkzeug's routing, one rule per resource): the path after the stage is
+  matched against the route templates (``{name}`` = one segment, ``{name+}`` = the rest of the
+  path, a trailing ``/`` ignored); when several match, literal segments beat ``{param}`` which
+  beats ``{proxy+}``. Then the method (an ``ANY`` route accepts every method). No matching
+  resource, no such method on it, or a request outside the stage:
   ``403 {"message": "Missing Authentication Token"}`` (that is what API Gateway answers).
 - ``AWS_IAM`` routes need a SigV4 ``Authorization`` header (``AWS4-HMAC-SHA256
   Credential=<access key>/...``), else the same 403. **The signature is not verified**: the local
@@ -44,6 +45,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from werkzeug.exceptions import HTTPException
+from werkzeug.routing import Map, MapAdapter, PathConverter, Rule
+
 from lethe.localcloud.deployment import ApiRoute, Deployment
 from lethe.localcloud.lambdas import LambdaRuntime
 
@@ -62,39 +66,67 @@ _TEXT_TYPES = (
 )
 
 
+_PARAMETER = re.compile(r"\{(?P<name>[A-Za-z0-9_.\-]+)(?P<greedy>\+?)\}")
+# werkzeug matches "/" + path.lstrip("/"): under a fixed first segment, an empty leading segment
+# ("//x") stays in the path instead of being dropped.
+_MOUNT = "/api"
+
+
+class _GreedyConverter(PathConverter):
+    """API Gateway's ``{name+}``: the rest of the path, slashes included."""
+
+    part_isolating = False
+    regex = ".+"
+
+
 @dataclass(frozen=True)
-class _CompiledRoute:
-    route: ApiRoute
-    pattern: re.Pattern[str]
-    rank: tuple[int, ...]  # per segment: 0 literal, 1 {param}, 2 {proxy+}; smaller wins
+class _Resource:
+    """One API resource (path template): its routes by method and its parameter names."""
+
+    names: tuple[str, ...]  # werkzeug's variable p<i> is API Gateway's parameter names[i]
+    routes: dict[str, ApiRoute]
 
 
-def _compile(route: ApiRoute) -> _CompiledRoute:
-    segments = [s for s in route.path.strip("/").split("/") if s]
+def _rule(path: str) -> tuple[str, tuple[str, ...]]:
+    """The werkzeug rule of an API Gateway path template, and its parameter names in order.
+
+    API Gateway's names may hold '.' and '-', werkzeug's are identifiers: p0, p1, ...
+    """
     parts: list[str] = []
-    rank: list[int] = []
-    for segment in segments:
-        greedy = re.fullmatch(r"\{([A-Za-z0-9_.\-]+)\+\}", segment)
-        param = re.fullmatch(r"\{([A-Za-z0-9_.\-]+)\}", segment)
-        if greedy:
-            parts.append(f"(?P<{_group(greedy.group(1))}>.+)")
-            rank.append(2)
-        elif param:
-            parts.append(f"(?P<{_group(param.group(1))}>[^/]+)")
-            rank.append(1)
-        else:
-            parts.append(re.escape(segment))
-            rank.append(0)
-    return _CompiledRoute(route, re.compile("/" + "/".join(parts) + "/?"), tuple(rank))
+    names: list[str] = []
+    for segment in (s for s in path.strip("/").split("/") if s):
+        found = _PARAMETER.fullmatch(segment)
+        if found is None:
+            parts.append(segment)
+            continue
+        converter = "greedy:" if found.group("greedy") else ""
+        parts.append(f"<{converter}p{len(names)}>")
+        names.append(found.group("name"))
+    return f"{_MOUNT}/" + "/".join(parts), tuple(names)
 
 
-def _group(name: str) -> str:
-    # Regex group names must be identifiers; keep a reversible encoding of '.' and '-'.
-    return "p_" + name.replace("_", "__").replace(".", "_d").replace("-", "_h")
+def _routing(routes: list[ApiRoute]) -> tuple[MapAdapter, dict[str, _Resource]]:
+    """werkzeug routing over the API's resources (one rule per path template), and the resources.
 
-
-def _param_name(group: str) -> str:
-    return group[2:].replace("_h", "-").replace("_d", ".").replace("__", "_")
+    Rules carry no methods: as in API Gateway, the most specific resource wins first (literal
+    segments before ``{name}`` before ``{name+}``: werkzeug's own ordering), then its method.
+    """
+    resources: dict[str, _Resource] = {}
+    rules: list[Rule] = []
+    for route in routes:
+        if route.path not in resources:
+            rule, names = _rule(route.path)
+            resources[route.path] = _Resource(names, {})
+            rules.append(Rule(rule, endpoint=route.path))
+        resources[route.path].routes.setdefault(route.method, route)
+    routing = Map(
+        rules,
+        converters={"greedy": _GreedyConverter},
+        strict_slashes=False,  # "/forms/" is "/forms"
+        merge_slashes=False,  # "/datasets//x" is no resource
+        redirect_defaults=False,
+    )
+    return routing.bind("127.0.0.1"), resources
 
 
 @dataclass
@@ -180,7 +212,7 @@ class ApiServer:
         self.runtime = runtime
         self.stage = deployment.api_stage.strip("/")
         self.api_id = api_id or deployment.physical_ids.get("ServerlessRestApi", "localapi")
-        self._routes = [_compile(route) for route in deployment.api_routes]
+        self._router, self._resources = _routing(deployment.api_routes)
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -225,19 +257,16 @@ class ApiServer:
 
     # -- request handling --------------------------------------------------------------------
 
-    def match(self, path: str) -> tuple[list[_CompiledRoute], dict[str, str]] | None:
-        """The routes of the best-matching resource for `path` and its path parameters."""
-        best: tuple[tuple[int, ...], list[_CompiledRoute], dict[str, str]] | None = None
-        for compiled in self._routes:
-            found = compiled.pattern.fullmatch(path)
-            if not found:
-                continue
-            params = {_param_name(k): unquote(v) for k, v in found.groupdict().items()}
-            if best is None or compiled.rank < best[0]:
-                best = (compiled.rank, [compiled], params)
-            elif compiled.rank == best[0] and compiled.route.path == best[1][0].route.path:
-                best[1].append(compiled)
-        return None if best is None else (best[1], best[2])
+    def match(self, path: str) -> tuple[_Resource, dict[str, str]] | None:
+        """The best-matching resource for `path` and its path parameters (URL-decoded)."""
+        try:
+            endpoint, values = self._router.match(_MOUNT + path)
+        except HTTPException:  # NotFound (a redirect cannot happen with these settings)
+            return None
+        resource = self._resources[str(endpoint)]
+        return resource, {
+            resource.names[int(variable[1:])]: unquote(value) for variable, value in values.items()
+        }
 
     def handle(
         self, method: str, raw_path: str, headers: list[tuple[str, str]], body: bytes
@@ -251,9 +280,8 @@ class ApiServer:
         found = self.match(resource_path)
         if found is None:
             return _json_response(403, MISSING_TOKEN, "MissingAuthenticationTokenException")
-        routes, params = found
-        route = next((c.route for c in routes if c.route.method == method), None)
-        route = route or next((c.route for c in routes if c.route.method == "ANY"), None)
+        resource, params = found
+        route = resource.routes.get(method) or resource.routes.get("ANY")
         if route is None:
             return _json_response(403, MISSING_TOKEN, "MissingAuthenticationTokenException")
         access_key: str | None = None

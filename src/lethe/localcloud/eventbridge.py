@@ -16,12 +16,11 @@ targets) only *queues* the rule and the event; `EventDispatcher`'s thread then, 
     input = the target input);
   * anything else: moto's original code, for that one target.
 
-The target input follows EventBridge: ``Input`` (constant JSON), ``InputPath`` (JSONPath), or
-``InputTransformer`` (``InputPathsMap`` + ``InputTemplate``, including the reserved
-``<aws.events.event.json>``, ``<aws.events.rule-arn>``, ``<aws.events.rule-name>``,
-``<aws.events.event.ingestion-time>`` variables); otherwise the whole event, with its ``time``
-rendered as ISO-8601 (moto keeps epoch seconds internally) and moto's internal
-``ingestion-time`` removed.
+The target input follows EventBridge: ``Input`` (constant JSON) or ``InputPath`` (JSONPath);
+otherwise the whole event, with its ``time`` rendered as ISO-8601 (moto keeps epoch seconds
+internally) and moto's internal ``ingestion-time`` removed. ``InputTransformer`` is not
+emulated (template.yaml's rules do not use it): a target that carries one is refused with
+`UnsupportedTargetError`, logged, and receives nothing.
 
 AWS services' own events (S3 via `lethe.localcloud.s3events`) enter through
 `EventDispatcher.dispatch(event)`, which matches them against the rules of the **default** bus of
@@ -39,7 +38,6 @@ import copy
 import json
 import logging
 import queue
-import re
 import threading
 import time
 import uuid
@@ -56,7 +54,10 @@ from lethe.localcloud.lambdas import LambdaRuntime
 logger = logging.getLogger("lethe.localcloud.events")
 
 DEFAULT_BUS = "default"
-_PLACEHOLDER = re.compile(r"<([A-Za-z0-9_.\-]+)>")
+
+
+class UnsupportedTargetError(ValueError):
+    """A rule target asks for something the local cloud does not emulate."""
 
 
 @dataclass
@@ -173,10 +174,11 @@ class EventDispatcher:
             arn = str(target["Arn"])
             service = arn.split(":")[2] if arn.count(":") >= 2 else ""
             try:
+                refuse_unsupported(rule, target)
                 if service == "lambda":
-                    self.runtime.invoke_async(arn, target_input(target, aws_event, rule))
+                    self.runtime.invoke_async(arn, target_input(target, aws_event))
                 elif service == "states":
-                    self._start_execution(arn, target_input(target, aws_event, rule))
+                    self._start_execution(arn, target_input(target, aws_event))
                 else:
                     _moto_deliver(rule, target, event, transform_input)
             except Exception:
@@ -236,64 +238,21 @@ def _json_path(path: str, event: Any) -> Any:
     return matches[0].value if matches else None
 
 
-def _is_escaped(text: str, index: int) -> bool:
-    backslashes = 0
-    while index - backslashes - 1 >= 0 and text[index - backslashes - 1] == "\\":
-        backslashes += 1
-    return backslashes % 2 == 1
+def refuse_unsupported(rule: Any, target: dict[str, Any]) -> None:
+    """Raise UnsupportedTargetError for a target the local cloud would deliver wrongly."""
+    if target.get("InputTransformer"):
+        raise UnsupportedTargetError(
+            f"rule {getattr(rule, 'name', '?')}: target {target.get('Id')} uses "
+            "InputTransformer, which the local cloud does not emulate (use Input or InputPath)"
+        )
 
 
-def render_input_template(template: str, values: dict[str, Any]) -> Any:
-    """Fill `<name>` placeholders like EventBridge: quoted ones as text, bare ones as JSON."""
-    out: list[str] = []
-    in_string = False
-    index = 0
-    while index < len(template):
-        char = template[index]
-        if char == '"' and not _is_escaped(template, index):
-            in_string = not in_string
-        elif char == "<":
-            match = _PLACEHOLDER.match(template, index)
-            if match and match.group(1) in values:
-                value = values[match.group(1)]
-                if in_string:
-                    text = value if isinstance(value, str) else json.dumps(value)
-                    out.append(json.dumps(text)[1:-1])
-                else:
-                    out.append(json.dumps(value))
-                index = match.end()
-                continue
-        out.append(char)
-        index += 1
-    rendered = "".join(out)
-    try:
-        return json.loads(rendered)
-    except ValueError:
-        return rendered
-
-
-def target_input(target: dict[str, Any], event: dict[str, Any], rule: Any) -> Any:
-    """What a target receives: Input, InputPath, InputTransformer, or the event."""
+def target_input(target: dict[str, Any], event: dict[str, Any]) -> Any:
+    """What a target receives: Input, InputPath, or the event."""
     if target.get("Input") is not None:
         return json.loads(target["Input"])
     if target.get("InputPath"):
         return _json_path(target["InputPath"], event)
-    transformer = target.get("InputTransformer")
-    if transformer:
-        values: dict[str, Any] = {
-            name: _json_path(path, event)
-            for name, path in (transformer.get("InputPathsMap") or {}).items()
-        }
-        values.update(
-            {
-                "aws.events.event.json": event,
-                "aws.events.event": event,
-                "aws.events.rule-arn": getattr(rule, "arn", ""),
-                "aws.events.rule-name": getattr(rule, "name", ""),
-                "aws.events.event.ingestion-time": event.get("time"),
-            }
-        )
-        return render_input_template(transformer.get("InputTemplate", ""), values)
     return event
 
 

@@ -990,19 +990,6 @@ def _sns_subscription(stack: _Stack, lid: str, props: dict[str, Any]) -> Created
     return Created(arn, {"Arn": arn})
 
 
-@_handles("AWS::SNS::TopicPolicy")
-def _sns_topic_policy(stack: _Stack, lid: str, props: dict[str, Any]) -> Created:
-    for arn in props["Topics"]:
-        stack.call(
-            "sns",
-            "set_topic_attributes",
-            TopicArn=arn,
-            AttributeName="Policy",
-            AttributeValue=_json_text(props["PolicyDocument"]),
-        )
-    return Created(stack.name(lid, None, 128))
-
-
 # ---------------------------------------------------------------------------------- SES
 
 
@@ -1015,14 +1002,6 @@ def _ses_identity(stack: _Stack, lid: str, props: dict[str, Any]) -> Created:
         stack.call("ses", "verify_domain_identity", Domain=identity)
     stack.warn_unhandled(lid, props, {"EmailIdentity", "DkimAttributes", "FeedbackAttributes"})
     return Created(identity)
-
-
-@_handles("AWS::SES::Template")
-def _ses_template(stack: _Stack, lid: str, props: dict[str, Any]) -> Created:
-    template = dict(props["Template"])
-    template["TemplateName"] = stack.name(lid, template.get("TemplateName"), 64)
-    stack.call("ses", "create_template", Template=template)
-    return Created(template["TemplateName"])
 
 
 # ---------------------------------------------------------------------------------- IAM
@@ -1048,7 +1027,7 @@ def _iam_role(stack: _Stack, lid: str, props: dict[str, Any]) -> Created:
             PolicyDocument=_policy_document(policy["PolicyDocument"]),
         )
     for arn in props.get("ManagedPolicyArns", []):
-        _attach_policy(stack, "role", name, arn)
+        _attach_role_policy(stack, name, arn)
     stack.warn_unhandled(lid, props, {*params, "Policies", "ManagedPolicyArns"})
     return Created(name, {"Arn": role["Arn"], "RoleId": role["RoleId"]})
 
@@ -1060,61 +1039,17 @@ def _policy_document(document: Any) -> str:
     return _json_text(document)
 
 
-def _attach_policy(stack: _Stack, kind: str, name: str, arn: str) -> None:
-    method = {"role": "attach_role_policy", "user": "attach_user_policy"}.get(
-        kind, "attach_group_policy"
-    )
-    key = {"role": "RoleName", "user": "UserName"}.get(kind, "GroupName")
+def _attach_role_policy(stack: _Stack, role: str, arn: str) -> None:
     try:
-        stack.call("iam", method, **{key: name, "PolicyArn": arn})
+        stack.call("iam", "attach_role_policy", RoleName=role, PolicyArn=arn)
     except ClientError as error:
         if _client_error_code(error) != "NoSuchEntity" or ":iam::aws:policy/" not in arn:
             raise
         logger.warning(
-            "%s %s: AWS managed policy %s is not loaded in moto; IAM is not enforced locally",
-            kind,
-            name,
+            "role %s: AWS managed policy %s is not loaded in moto; IAM is not enforced locally",
+            role,
             arn,
         )
-
-
-@_handles("AWS::IAM::ManagedPolicy")
-def _iam_managed_policy(stack: _Stack, lid: str, props: dict[str, Any]) -> Created:
-    name = stack.name(lid, props.get("ManagedPolicyName"), 128)
-    policy = stack.call(
-        "iam",
-        "create_policy",
-        PolicyName=name,
-        PolicyDocument=_policy_document(props["PolicyDocument"]),
-        **_pick(props, ["Path", "Description"]),
-    )["Policy"]
-    _attach_everywhere(stack, props, policy["Arn"])
-    return Created(policy["Arn"], {"PolicyArn": policy["Arn"], "PolicyId": policy["PolicyId"]})
-
-
-def _attach_everywhere(stack: _Stack, props: dict[str, Any], arn: str) -> None:
-    for kind, key in (("role", "Roles"), ("user", "Users"), ("group", "Groups")):
-        for name in props.get(key, []):
-            _attach_policy(stack, kind, name, arn)
-
-
-@_handles("AWS::IAM::Policy")
-def _iam_policy(stack: _Stack, lid: str, props: dict[str, Any]) -> Created:
-    document = _policy_document(props["PolicyDocument"])
-    for kind, key, method in (
-        ("RoleName", "Roles", "put_role_policy"),
-        ("UserName", "Users", "put_user_policy"),
-        ("GroupName", "Groups", "put_group_policy"),
-    ):
-        for name in props.get(key, []):
-            stack.call(
-                "iam",
-                method,
-                **{kind: name},
-                PolicyName=props["PolicyName"],
-                PolicyDocument=document,
-            )
-    return Created(stack.name(lid, None, 128))
 
 
 # ---------------------------------------------------------------------------------- Lambda
@@ -1230,37 +1165,7 @@ def _lambda_event_invoke_config(stack: _Stack, lid: str, props: dict[str, Any]) 
     return Created(f"{function.name}:{props.get('Qualifier', '$LATEST')}")
 
 
-@_handles("AWS::Lambda::Version")
-def _lambda_version(stack: _Stack, lid: str, props: dict[str, Any]) -> Created:
-    function = stack.function_for(props["FunctionName"])
-    version = stack.call(
-        "lambda", "publish_version", FunctionName=function.name, **_pick(props, ["Description"])
-    )
-    arn = f"{function.arn}:{version['Version']}"
-    return Created(arn, {"Version": version["Version"], "FunctionArn": arn})
-
-
-@_handles("AWS::Lambda::Alias")
-def _lambda_alias(stack: _Stack, lid: str, props: dict[str, Any]) -> Created:
-    function = stack.function_for(props["FunctionName"])
-    alias = stack.call(
-        "lambda",
-        "create_alias",
-        FunctionName=function.name,
-        Name=props["Name"],
-        FunctionVersion=props["FunctionVersion"],
-        **_pick(props, ["Description"]),
-    )
-    return Created(alias["AliasArn"], {"AliasArn": alias["AliasArn"]})
-
-
 # ---------------------------------------------------------------------------------- EventBridge
-
-
-@_handles("AWS::Events::EventBus")
-def _events_bus(stack: _Stack, lid: str, props: dict[str, Any]) -> Created:
-    bus = stack.call("events", "create_event_bus", Name=props["Name"])
-    return Created(props["Name"], {"Arn": bus["EventBusArn"], "Name": props["Name"]})
 
 
 @_handles("AWS::Events::Rule")
@@ -1275,8 +1180,8 @@ def _events_rule(stack: _Stack, lid: str, props: dict[str, Any]) -> Created:
     }
     if "EventPattern" in props:
         params["EventPattern"] = _json_text(props["EventPattern"])
+    targets = [_event_target(lid, target) for target in props.get("Targets", [])]
     arn = stack.call("events", "put_rule", **params)["RuleArn"]
-    targets = [_event_target(target) for target in props.get("Targets", [])]
     if targets:
         result = stack.call("events", "put_targets", Rule=name, EventBusName=bus, Targets=targets)
         if result.get("FailedEntryCount"):
@@ -1285,7 +1190,12 @@ def _events_rule(stack: _Stack, lid: str, props: dict[str, Any]) -> Created:
     return Created(name if bus == "default" else f"{bus}|{name}", {"Arn": arn})
 
 
-def _event_target(target: dict[str, Any]) -> dict[str, Any]:
+def _event_target(lid: str, target: dict[str, Any]) -> dict[str, Any]:
+    if target.get("InputTransformer"):
+        raise ProvisionError(
+            f"{lid}: target {target.get('Id')} uses InputTransformer, which the local cloud "
+            "does not emulate (lethe.localcloud.eventbridge delivers Input, InputPath or the event)"
+        )
     result = dict(target)
     if isinstance(result.get("Input"), dict):
         result["Input"] = json.dumps(result["Input"])
@@ -1351,22 +1261,7 @@ def _alarm(stack: _Stack, lid: str, props: dict[str, Any]) -> Created:
     return Created(name, {"Arn": stack.arn("cloudwatch", f"alarm:{name}")})
 
 
-# ---------------------------------------------------------------------------------- SSM, KMS
-
-
-@_handles("AWS::SSM::Parameter")
-def _ssm_parameter(stack: _Stack, lid: str, props: dict[str, Any]) -> Created:
-    name = stack.name(lid, props.get("Name"), 1011)
-    params: dict[str, Any] = {
-        "Name": name,
-        "Value": props["Value"],
-        "Type": props.get("Type", "String"),
-        **_pick(props, ["Description", "AllowedPattern", "Tier", "DataType", "Policies"]),
-    }
-    if "Tags" in props:
-        params["Tags"] = _tag_list(props["Tags"])
-    stack.call("ssm", "put_parameter", **params)
-    return Created(name, {"Type": params["Type"], "Value": props["Value"]})
+# ---------------------------------------------------------------------------------- Secrets, KMS
 
 
 @_handles("AWS::SecretsManager::Secret")

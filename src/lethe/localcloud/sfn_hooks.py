@@ -46,6 +46,7 @@ P5  Spark tasks.
            has no .sync. The wrapper returns `GlueStartJobRunSync` /
            `EmrServerlessStartJobRunSync` for exactly `glue:startJobRun.sync` and
            `emr-serverless:startJobRun.sync`; every other resource gets moto's own class. Both
+           share one base class, `_SparkStartJobRunSync` (submit, run, record, answer or fail),
            run the job's real script with `spark_runner.run_spark_job` and record the run in
            moto's Glue (`moto/glue/models.py`: `FakeJob.job_runs`, subclass of `FakeJobRun`) or
            EMR Serverless backend (`moto/emrserverless/models.py`:
@@ -91,6 +92,7 @@ Not covered
 
 from __future__ import annotations
 
+import abc
 import hashlib
 import json
 import logging
@@ -103,7 +105,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final, Protocol, cast
+from typing import Any, ClassVar, Final, Generic, Protocol, TypeVar, cast
 from urllib.parse import urlparse
 
 import jsonata
@@ -112,6 +114,7 @@ from jsonata.jexception import JException
 from moto.core import config as moto_config
 from moto.core.exceptions import JsonRESTError
 from moto.core.utils import utcnow
+from moto.emrserverless.models import JobRun as EmrServerlessJobRun
 from moto.emrserverless.models import emrserverless_backends
 from moto.glue.models import FakeJob, FakeJobRun, glue_backends
 from moto.stepfunctions.parser.api import (
@@ -122,6 +125,7 @@ from moto.stepfunctions.parser.api import (
 from moto.stepfunctions.parser.asl.component.common.error_name.custom_error_name import (
     CustomErrorName,
 )
+from moto.stepfunctions.parser.asl.component.common.error_name.error_name import ErrorName
 from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import (
     FailureEvent,
     FailureEventException,
@@ -145,9 +149,6 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.resou
 )
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_callback import (  # noqa: E501
     StateTaskServiceCallback,
-)
-from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_glue import (  # noqa: E501
-    StateTaskServiceGlue,
 )
 from moto.stepfunctions.parser.asl.eval import states as _eval_states
 from moto.stepfunctions.parser.asl.eval import variable_store as _eval_variable_store
@@ -425,55 +426,136 @@ def _epoch_millis(value: datetime | None) -> int | None:
     return int(aware.timestamp() * 1000)
 
 
-def _task_failed(
-    task: StateTaskServiceCallback,
-    env: Environment,
-    cause: dict[str, Any],
-) -> FailureEventException:
-    """The failure AWS reports when a .sync job ends badly: States.TaskFailed, job run as cause."""
-    error = StatesErrorNameType.StatesTaskFailed.to_name()
-    return FailureEventException(
-        FailureEvent(
-            env=env,
-            error_name=StatesErrorName(typ=StatesErrorNameType.StatesTaskFailed),
-            event_type=HistoryEventType.TaskFailed,
-            event_details=_event_details(
-                taskFailedEventDetails=TaskFailedEventDetails(
-                    error=error,
-                    cause=json.dumps(cause),
-                    resource=task._get_sfn_resource(),
-                    resourceType=task._get_sfn_resource_type(),
-                )
-            ),
-        )
-    )
-
-
-def _service_error(
-    task: StateTaskServiceCallback, env: Environment, service: str, code: str, message: str
-) -> FailureEventException:
-    """An API error of the integrated service, named as Step Functions names it (Glue.X)."""
-    error = f"{service}.{code}"
-    return FailureEventException(
-        FailureEvent(
-            env=env,
-            error_name=CustomErrorName(error),
-            event_type=HistoryEventType.TaskFailed,
-            event_details=_event_details(
-                taskFailedEventDetails=TaskFailedEventDetails(
-                    error=error,
-                    cause=message,
-                    resource=task._get_sfn_resource(),
-                    resourceType=task._get_sfn_resource_type(),
-                )
-            ),
-        )
-    )
+def _without_nulls(job_run: Mapping[str, Any]) -> dict[str, Any]:
+    """Step Functions leaves out the members of a job run that have no value."""
+    return {key: value for key, value in job_run.items() if value is not None}
 
 
 def _state_timeout_seconds(task: StateTaskServiceCallback, env: Environment) -> float:
     task.timeout.eval(env=env)
     return float(env.stack.pop())
+
+
+@dataclass(frozen=True)
+class SparkRunPlan:
+    """What the service would run: the script, its arguments, --py-files and Spark conf."""
+
+    script: str
+    argv: list[str]
+    py_files: list[str]
+    conf: dict[str, str]
+
+
+_RunT = TypeVar("_RunT")
+
+
+class _SparkStartJobRunSync(StateTaskServiceCallback, Generic[_RunT]):
+    """The `.sync` Spark integration both services share (P5).
+
+    `_eval_service_task` records a run in moto's backend of the service and answers the
+    TaskSubmitted output; `_eval_integration_pattern` runs the job's real script locally
+    (`_Runtime.run`), records the outcome on the run and answers the service's job run, or
+    fails the task with `States.TaskFailed` and that job run as cause. A subclass says how its
+    service does each step; `_RunT` is its kind of moto job run.
+    """
+
+    SERVICE: ClassVar[str]  # API errors are named `<SERVICE>.<code>`, as Step Functions does
+    PARAMETERS: ClassVar[frozenset[str]]  # the task parameters the API takes; others dropped
+
+    def __init__(self, runtime: _Runtime):
+        super().__init__(
+            supported_integration_patterns={cast(ResourceCondition, ResourceCondition.Sync)}
+        )
+        self._lethe = runtime
+
+    def _get_supported_parameters(self) -> set[str] | None:
+        return set(self.PARAMETERS)
+
+    def _eval_service_task(
+        self,
+        env: Environment,
+        resource_runtime_part: ResourceRuntimePart,
+        normalised_parameters: dict[str, Any],
+        state_credentials: StateCredentials,
+    ) -> None:
+        env.stack.append(self._submit(env, resource_runtime_part, normalised_parameters))
+
+    def _eval_integration_pattern(
+        self,
+        env: Environment,
+        resource_runtime_part: ResourceRuntimePart,
+        normalised_parameters: dict[str, Any],
+        state_credentials: StateCredentials,
+    ) -> None:
+        run = self._submitted_run(env, resource_runtime_part, env.stack.pop())
+        plan = self._plan(env, run, normalised_parameters)
+        result = self._lethe.run(
+            env,
+            script=plan.script,
+            args=plan.argv,
+            py_files=plan.py_files,
+            conf=plan.conf,
+            run_id=self._run_id(run),
+            timeout_seconds=min(_state_timeout_seconds(self, env), self._time_limit_seconds(run)),
+        )
+        output = self._record(run, result)
+        if not result.succeeded:
+            raise self._task_failed(env, output)
+        env.stack.append(output)
+
+    def _task_failed(self, env: Environment, job_run: Mapping[str, Any]) -> FailureEventException:
+        """What AWS reports when a .sync job ends badly: States.TaskFailed, job run as cause."""
+        error = StatesErrorName(typ=StatesErrorNameType.StatesTaskFailed)
+        return self._failure(env, error, json.dumps(job_run))
+
+    def _error(self, env: Environment, code: str, message: str) -> FailureEventException:
+        """An API error of the service, named as Step Functions names it (Glue.X)."""
+        return self._failure(env, CustomErrorName(f"{self.SERVICE}.{code}"), message)
+
+    def _failure(self, env: Environment, error: ErrorName, cause: str) -> FailureEventException:
+        return FailureEventException(
+            FailureEvent(
+                env=env,
+                error_name=error,
+                event_type=HistoryEventType.TaskFailed,
+                event_details=_event_details(
+                    taskFailedEventDetails=TaskFailedEventDetails(
+                        error=str(error.error_name),
+                        cause=cause,
+                        resource=self._get_sfn_resource(),
+                        resourceType=self._get_sfn_resource_type(),
+                    )
+                ),
+            )
+        )
+
+    # -- what each service does
+
+    @abc.abstractmethod
+    def _submit(
+        self, env: Environment, part: ResourceRuntimePart, parameters: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Start a run in moto's backend; return the TaskSubmitted output that names it."""
+
+    @abc.abstractmethod
+    def _submitted_run(
+        self, env: Environment, part: ResourceRuntimePart, submitted: Mapping[str, Any]
+    ) -> _RunT: ...
+
+    @abc.abstractmethod
+    def _plan(self, env: Environment, run: _RunT, parameters: Mapping[str, Any]) -> SparkRunPlan:
+        """What to run; a run that cannot start is recorded and fails the task here."""
+
+    @abc.abstractmethod
+    def _run_id(self, run: _RunT) -> str: ...
+
+    @abc.abstractmethod
+    def _time_limit_seconds(self, run: _RunT) -> float:
+        """The run's own time limit (the state's TimeoutSeconds applies as well)."""
+
+    @abc.abstractmethod
+    def _record(self, run: _RunT, result: SparkRunResult) -> dict[str, Any]:
+        """Record the outcome on the run; return the job run, the task result or failure cause."""
 
 
 # Glue ------------------------------------------------------------------------------------------
@@ -525,16 +607,26 @@ GLUE_SYSTEM_ARGUMENTS: Final = frozenset(
         "--JOB_ID",
     }
 )
+# The parameters of glue:startJobRun that Step Functions passes on (moto 5.2.5's
+# StateTaskServiceGlue list); others are dropped.
+_GLUE_PARAMETERS: Final = frozenset(
+    {
+        "JobName",
+        "JobRunQueuingEnabled",
+        "JobRunId",
+        "Arguments",
+        "AllocatedCapacity",
+        "Timeout",
+        "MaxCapacity",
+        "SecurityConfiguration",
+        "NotificationProperty",
+        "WorkerType",
+        "NumberOfWorkers",
+        "ExecutionClass",
+    }
+)
 _GLUE_RUN_ACTIVE: Final = frozenset({"STARTING", "RUNNING", "STOPPING", "WAITING"})
 _GLUE_DEFAULT_TIMEOUT_MINUTES: Final = 2880
-
-
-@dataclass(frozen=True)
-class GlueRunPlan:
-    script: str
-    argv: list[str]
-    py_files: list[str]
-    conf: dict[str, str]
 
 
 def glue_run_plan(
@@ -545,7 +637,7 @@ def glue_run_plan(
     default_arguments: Mapping[str, str],
     run_arguments: Mapping[str, str],
     non_overridable_arguments: Mapping[str, str],
-) -> GlueRunPlan:
+) -> SparkRunPlan:
     """What Glue would run: the job's script, its arguments (defaults < run < non-overridable),
     --extra-py-files and --conf applied, Glue's own parameters dropped, and --JOB_NAME and
     --JOB_RUN_ID passed as Glue passes them (a script must tolerate unknown arguments)."""
@@ -565,7 +657,7 @@ def glue_run_plan(
         if name in GLUE_SYSTEM_ARGUMENTS:
             continue
         argv.extend([name, str(value)])
-    return GlueRunPlan(script=script, argv=argv, py_files=py_files, conf=conf)
+    return SparkRunPlan(script=script, argv=argv, py_files=py_files, conf=conf)
 
 
 class LocalGlueJobRun(FakeJobRun):
@@ -587,6 +679,7 @@ class LocalGlueJobRun(FakeJobRun):
                 parameters.get("NotificationProperty") or job.notification_property
             ),
         )
+        self.job = job
         self.run_state = "RUNNING"
         self.error_message = ""
         self.glue_version = job.glue_version or "5.0"
@@ -633,70 +726,67 @@ class LocalGlueJobRun(FakeJobRun):
         for key in ("StartedOn", "LastModifiedOn", "CompletedOn"):
             if key in result:
                 result[key] = _epoch_millis(result[key])
-        return {key: value for key, value in result.items() if value is not None}
+        return _without_nulls(result)
 
 
-class GlueStartJobRunSync(StateTaskServiceGlue):
+class GlueStartJobRunSync(_SparkStartJobRunSync[LocalGlueJobRun]):
     """`arn:aws:states:::glue:startJobRun.sync` that runs the job's script locally."""
 
-    def __init__(self, runtime: _Runtime):
-        super().__init__()  # type: ignore[no-untyped-call]
-        self._lethe = runtime
+    SERVICE = "Glue"
+    PARAMETERS = _GLUE_PARAMETERS
 
-    def _eval_service_task(
-        self,
-        env: Environment,
-        resource_runtime_part: ResourceRuntimePart,
-        normalised_parameters: dict[str, Any],
-        state_credentials: StateCredentials,
-    ) -> None:
-        job = self._job(env, resource_runtime_part, normalised_parameters.get("JobName"))
+    def _job(self, env: Environment, part: ResourceRuntimePart, name: Any) -> FakeJob:
+        try:
+            job: FakeJob = glue_backends[part.account][part.region].get_job(str(name))
+        except JsonRESTError as exc:
+            raise self._error(env, exc.error_type, exc.message) from exc
+        return job
+
+    def _submit(
+        self, env: Environment, part: ResourceRuntimePart, parameters: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        job = self._job(env, part, parameters.get("JobName"))
         limit = int((job.execution_property or {}).get("MaxConcurrentRuns", 1))
         if sum(run.status in _GLUE_RUN_ACTIVE for run in job.job_runs) >= limit:
-            raise _service_error(
-                self,
-                env,
-                "Glue",
-                "ConcurrentRunsExceededException",
-                f"Concurrent runs exceeded for {job.name}",
+            raise self._error(
+                env, "ConcurrentRunsExceededException", f"Concurrent runs exceeded for {job.name}"
             )
-        run = LocalGlueJobRun(job, normalised_parameters)
+        run = LocalGlueJobRun(job, parameters)
         job.job_runs.append(run)
-        env.stack.append({"JobName": job.name, "JobRunId": run.job_run_id})
+        return {"JobName": job.name, "JobRunId": run.job_run_id}
 
-    def _eval_integration_pattern(
-        self,
-        env: Environment,
-        resource_runtime_part: ResourceRuntimePart,
-        normalised_parameters: dict[str, Any],
-        state_credentials: StateCredentials,
-    ) -> None:
-        submitted = env.stack.pop()
-        job = self._job(env, resource_runtime_part, submitted["JobName"])
+    def _submitted_run(
+        self, env: Environment, part: ResourceRuntimePart, submitted: Mapping[str, Any]
+    ) -> LocalGlueJobRun:
+        job = self._job(env, part, submitted["JobName"])
         run = next(r for r in job.job_runs if r.job_run_id == submitted["JobRunId"])
         assert isinstance(run, LocalGlueJobRun)
+        return run
+
+    def _plan(
+        self, env: Environment, run: LocalGlueJobRun, parameters: Mapping[str, Any]
+    ) -> SparkRunPlan:
+        job = run.job
         try:
-            plan = glue_run_plan(
+            return glue_run_plan(
                 job_name=job.name,
                 run_id=run.job_run_id,
                 command=cast(Mapping[str, Any], job.command or {}),
                 default_arguments=job.default_arguments or {},
-                run_arguments=normalised_parameters.get("Arguments") or {},
+                run_arguments=parameters.get("Arguments") or {},
                 non_overridable_arguments=job.non_overridable_arguments or {},
             )
         except ValueError as exc:
             run.finish("FAILED", str(exc), 0)
-            raise _task_failed(self, env, run.to_step_functions()) from exc
-        timeout = min(_state_timeout_seconds(self, env), float(run.timeout or 0) * 60 or math.inf)
-        result = self._lethe.run(
-            env,
-            script=plan.script,
-            args=plan.argv,
-            py_files=plan.py_files,
-            conf=plan.conf,
-            run_id=run.job_run_id,
-            timeout_seconds=timeout,
-        )
+            raise self._task_failed(env, run.to_step_functions()) from exc
+
+    def _run_id(self, run: LocalGlueJobRun) -> str:
+        return str(run.job_run_id)
+
+    def _time_limit_seconds(self, run: LocalGlueJobRun) -> float:
+        return float(run.timeout or 0) * 60 or math.inf
+
+    def _record(self, run: LocalGlueJobRun, result: SparkRunResult) -> dict[str, Any]:
         if result.succeeded:
             run.finish("SUCCEEDED", "", result.duration)
         elif result.timed_out:
@@ -705,17 +795,7 @@ class GlueStartJobRunSync(StateTaskServiceGlue):
             run.finish("STOPPED", "Job run was stopped", result.duration)
         else:
             run.finish("FAILED", result.error_message, result.duration)
-        output = run.to_step_functions()
-        if run.status != "SUCCEEDED":
-            raise _task_failed(self, env, output)
-        env.stack.append(output)
-
-    def _job(self, env: Environment, part: ResourceRuntimePart, name: Any) -> FakeJob:
-        try:
-            job: FakeJob = glue_backends[part.account][part.region].get_job(str(name))
-        except JsonRESTError as exc:
-            raise _service_error(self, env, "Glue", exc.error_type, exc.message) from exc
-        return job
+        return run.to_step_functions()
 
 
 # EMR Serverless --------------------------------------------------------------------------------
@@ -765,15 +845,7 @@ def _pascal_case_members(value: Any) -> Any:
     return result
 
 
-@dataclass(frozen=True)
-class EmrRunPlan:
-    script: str
-    argv: list[str]
-    py_files: list[str]
-    conf: dict[str, str]
-
-
-def emr_run_plan(parameters: Mapping[str, Any]) -> EmrRunPlan:
+def emr_run_plan(parameters: Mapping[str, Any]) -> SparkRunPlan:
     """What EMR Serverless would run for JobDriver.SparkSubmit: EntryPoint with
     EntryPointArguments; --py-files and --conf from SparkSubmitParameters (over the
     `spark-defaults` classification of ConfigurationOverrides); other spark-submit options are
@@ -795,7 +867,7 @@ def emr_run_plan(parameters: Mapping[str, Any]) -> EmrRunPlan:
     if submit.ignored:
         LOG.info("local EMR Serverless run ignores spark-submit options %s", submit.ignored)
     conf.update(submit.conf)
-    return EmrRunPlan(
+    return SparkRunPlan(
         script=str(driver["EntryPoint"]),
         argv=[str(arg) for arg in driver.get("EntryPointArguments") or []],
         py_files=submit.py_files,
@@ -825,108 +897,78 @@ def emr_job_run_output(job_run: Any) -> dict[str, Any]:
     }
     if job_run.configuration_overrides:
         output["ConfigurationOverrides"] = _pascal_case_members(job_run.configuration_overrides)
-    return {key: value for key, value in output.items() if value is not None}
+    return _without_nulls(output)
 
 
-class EmrServerlessStartJobRunSync(StateTaskServiceCallback):
+class EmrServerlessStartJobRunSync(_SparkStartJobRunSync[EmrServerlessJobRun]):
     """`arn:aws:states:::emr-serverless:startJobRun.sync` that runs the entry point locally."""
 
-    def __init__(self, runtime: _Runtime):
-        super().__init__(
-            supported_integration_patterns={cast(ResourceCondition, ResourceCondition.Sync)}
-        )
-        self._lethe = runtime
+    SERVICE = "EMRServerless"
+    PARAMETERS = _EMR_PARAMETERS
 
-    def _get_supported_parameters(self) -> set[str] | None:
-        return set(_EMR_PARAMETERS)
-
-    def _eval_service_task(
-        self,
-        env: Environment,
-        resource_runtime_part: ResourceRuntimePart,
-        normalised_parameters: dict[str, Any],
-        state_credentials: StateCredentials,
-    ) -> None:
+    def _submit(
+        self, env: Environment, part: ResourceRuntimePart, parameters: Mapping[str, Any]
+    ) -> dict[str, Any]:
         try:
-            emr_run_plan(normalised_parameters)
+            emr_run_plan(parameters)
         except ValueError as exc:
-            raise _service_error(
-                self, env, "EMRServerless", "ValidationException", str(exc)
-            ) from exc
-        backend = emrserverless_backends[resource_runtime_part.account][
-            resource_runtime_part.region
-        ]
-        timeout = normalised_parameters.get("ExecutionTimeoutMinutes")
+            raise self._error(env, "ValidationException", str(exc)) from exc
+        timeout = parameters.get("ExecutionTimeoutMinutes")
         try:
-            job_run = backend.start_job_run(
-                application_id=str(normalised_parameters.get("ApplicationId")),
-                client_token=str(normalised_parameters.get("ClientToken") or uuid.uuid4()),
-                execution_role_arn=str(normalised_parameters.get("ExecutionRoleArn") or ""),
-                job_driver=_camel_case_members(normalised_parameters.get("JobDriver")),
+            job_run = emrserverless_backends[part.account][part.region].start_job_run(
+                application_id=str(parameters.get("ApplicationId")),
+                client_token=str(parameters.get("ClientToken") or uuid.uuid4()),
+                execution_role_arn=str(parameters.get("ExecutionRoleArn") or ""),
+                job_driver=_camel_case_members(parameters.get("JobDriver")),
                 configuration_overrides=_camel_case_members(
-                    normalised_parameters.get("ConfigurationOverrides")
+                    parameters.get("ConfigurationOverrides")
                 ),
-                tags=normalised_parameters.get("Tags"),
+                tags=parameters.get("Tags"),
                 execution_timeout_minutes=int(timeout) if timeout else None,
-                name=normalised_parameters.get("Name"),
+                name=parameters.get("Name"),
             )
         except JsonRESTError as exc:
-            raise _service_error(self, env, "EMRServerless", exc.error_type, exc.message) from exc
+            raise self._error(env, exc.error_type, exc.message) from exc
         except (IndexError, ValueError) as exc:  # e.g. an ExecutionRoleArn that is no ARN
-            raise _service_error(
-                self, env, "EMRServerless", "ValidationException", f"invalid request: {exc}"
-            ) from exc
+            raise self._error(env, "ValidationException", f"invalid request: {exc}") from exc
         job_run.state = "RUNNING"
         job_run.created_at = job_run.updated_at = utcnow()
-        env.stack.append(
-            {"ApplicationId": job_run.application_id, "JobRunId": job_run.id, "Arn": job_run.arn}
-        )
+        return {"ApplicationId": job_run.application_id, "JobRunId": job_run.id, "Arn": job_run.arn}
 
-    def _eval_integration_pattern(
-        self,
-        env: Environment,
-        resource_runtime_part: ResourceRuntimePart,
-        normalised_parameters: dict[str, Any],
-        state_credentials: StateCredentials,
-    ) -> None:
-        submitted = env.stack.pop()
-        backend = emrserverless_backends[resource_runtime_part.account][
-            resource_runtime_part.region
-        ]
-        job_run = backend.get_job_run(submitted["ApplicationId"], submitted["JobRunId"])
-        plan = emr_run_plan(normalised_parameters)
-        timeout = min(
-            _state_timeout_seconds(self, env),
-            float(job_run.execution_timeout_minutes or _EMR_DEFAULT_TIMEOUT_MINUTES) * 60,
-        )
-        result = self._lethe.run(
-            env,
-            script=plan.script,
-            args=plan.argv,
-            py_files=plan.py_files,
-            conf=plan.conf,
-            run_id=job_run.id,
-            timeout_seconds=timeout,
-        )
+    def _submitted_run(
+        self, env: Environment, part: ResourceRuntimePart, submitted: Mapping[str, Any]
+    ) -> EmrServerlessJobRun:
+        backend = emrserverless_backends[part.account][part.region]
+        return backend.get_job_run(submitted["ApplicationId"], submitted["JobRunId"])
+
+    def _plan(
+        self, env: Environment, run: EmrServerlessJobRun, parameters: Mapping[str, Any]
+    ) -> SparkRunPlan:
+        return emr_run_plan(parameters)  # valid: _submit checked it
+
+    def _run_id(self, run: EmrServerlessJobRun) -> str:
+        return str(run.id)
+
+    def _time_limit_seconds(self, run: EmrServerlessJobRun) -> float:
+        return float(run.execution_timeout_minutes or _EMR_DEFAULT_TIMEOUT_MINUTES) * 60
+
+    def _record(self, run: EmrServerlessJobRun, result: SparkRunResult) -> dict[str, Any]:
         if result.succeeded:
-            job_run.state, job_run.state_details = "SUCCESS", ""
+            run.state, run.state_details = "SUCCESS", ""
         elif result.timed_out or result.cancelled:
-            job_run.state = "CANCELLED"
-            job_run.state_details = (
+            run.state = "CANCELLED"
+            run.state_details = (
                 "Job run timed out." if result.timed_out else "Job run was cancelled."
             )
         else:
-            job_run.state = "FAILED"
-            job_run.state_details = (
+            run.state = "FAILED"
+            run.state_details = (
                 "Job failed, please check complete logs in configured logging destination. "
                 f"ExitCode: {result.exit_code}. Last few exceptions: {result.error_message}"
             )
-        job_run.updated_at = utcnow()
-        job_run.total_execution_duration_seconds = max(1, round(result.duration))
-        output = emr_job_run_output(job_run)
-        if job_run.state != "SUCCESS":
-            raise _task_failed(self, env, output)
-        env.stack.append(output)
+        run.updated_at = utcnow()
+        run.total_execution_duration_seconds = max(1, round(result.duration))
+        return emr_job_run_output(run)
 
 
 def _make_state_task_for(
