@@ -165,30 +165,29 @@ def test_catalog_records_ingestions_and_their_lake_objects(catalog: ObjectCatalo
         catalog.record_ingestion(url, "v9", record([]))
 
 
+Producer = tuple[ObjectStore, Callable[[str, bytes], str], Callable[[str], object]]
+
+
 @pytest.fixture(params=["memory", "s3"])
-def objects(
-    request: pytest.FixtureRequest, lethe_buckets: Callable[..., None]
-) -> tuple[ObjectStore, Callable[[str, bytes], str], Callable[[str], None]]:
+def objects(request: pytest.FixtureRequest, lethe_buckets: Callable[..., None]) -> Producer:
     """The store, and how a producer puts an object and deletes a key in it."""
     if request.param == "memory":
         memory = MemoryObjectStore()
         return (
             memory,
             lambda key, body: memory.put(RAW, key, body),
-            lambda key: None if memory.delete(RAW, key) else None,
+            lambda key: memory.delete(RAW, key),
         )
     lethe_buckets()
     s3 = boto3.client("s3")
     return (
         S3ObjectStore(s3),
         lambda key, body: str(s3.put_object(Bucket=RAW, Key=key, Body=body)["VersionId"]),
-        lambda key: None if s3.delete_object(Bucket=RAW, Key=key) else None,
+        lambda key: s3.delete_object(Bucket=RAW, Key=key),
     )
 
 
-def test_object_store_heads_versions_and_states(
-    objects: tuple[ObjectStore, Callable[[str, bytes], str], Callable[[str], None]],
-) -> None:
+def test_object_store_heads_versions_and_states(objects: Producer) -> None:
     store, put, delete = objects
     first = put("reviews/a.csv", b"one")
     second = put("reviews/a.csv", b"second")
