@@ -86,9 +86,12 @@ class Cloud:
     def register(self, document: dict[str, Any]) -> None:
         DynamoDatasetRegistry(self.datasets).put(parse_dataset(document))
 
-    def upload(self, key: str, body: bytes, dataset_id: str, sequencer: str = "1") -> str:
-        """Put a raw object and record it in the catalog as the object events handler does."""
-        version = self.s3.put_object(Bucket=RAW, Key=key, Body=body)["VersionId"]
+    def upload(
+        self, key: str, body: bytes, dataset_id: str, sequencer: str = "1", **put: Any
+    ) -> str:
+        """Put a raw object (with `put`'s extra PutObject parameters) and record it in the
+        catalog as the object events handler does."""
+        version = self.s3.put_object(Bucket=RAW, Key=key, Body=body, **put)["VersionId"]
         item = CatalogItem(
             bucket=RAW,
             key=key,

@@ -22,6 +22,7 @@ from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import urlencode
 
 from botocore.exceptions import ClientError
 
@@ -37,6 +38,24 @@ CHUNK_BYTES = 1024 * 1024
 # (InvalidArgument on GET, 400 on HEAD).
 NOT_FOUND_CODES = frozenset(
     {"404", "NotFound", "NoSuchKey", "NoSuchVersion", "405", "MethodNotAllowed", "InvalidArgument"}
+)
+
+
+# A conditional write whose condition failed (412), or that raced another conditional write (409).
+CONDITION_FAILED_CODES = frozenset(
+    {"PreconditionFailed", "412", "ConditionalRequestConflict", "409"}
+)
+# Headers of a version that a rewrite of it keeps (besides metadata, tags, storage class, SSE).
+_KEPT_HEADERS = (
+    "ContentType",
+    "ContentEncoding",
+    "ContentDisposition",
+    "ContentLanguage",
+    "CacheControl",
+    "Expires",
+    "WebsiteRedirectLocation",
+    "ServerSideEncryption",
+    "BucketKeyEnabled",
 )
 
 
@@ -253,6 +272,53 @@ class S3ObjectStore:
             Bucket=bucket, Key=key, Body=body, ContentType=content_type
         )
         return ObjectHead.from_response({**response, "ContentLength": len(body)})
+
+    def replace_version(
+        self,
+        bucket: str,
+        key: str,
+        source: Path,
+        *,
+        like_version: str,
+        if_match: str,
+        metadata: Mapping[str, str],
+    ) -> ObjectHead | None:
+        """Write `source` as the key's new version, only if the key's current version still has
+        ETag `if_match` (an S3 conditional write): a version a producer wrote meanwhile is never
+        overwritten. The new version keeps `like_version`'s user metadata (with `metadata`
+        added), tags, content headers, storage class and server-side encryption. None when the
+        condition failed (re-read and try again)."""
+        head = self.client.head_object(Bucket=bucket, Key=key, **version_args(like_version))
+        tags = self.client.get_object_tagging(
+            Bucket=bucket, Key=key, **version_args(like_version)
+        ).get("TagSet", [])
+        params: dict[str, Any] = {
+            name: head[name] for name in _KEPT_HEADERS if head.get(name) not in (None, "")
+        }
+        if head.get("ServerSideEncryption") == "aws:kms" and head.get("SSEKMSKeyId"):
+            params["SSEKMSKeyId"] = head["SSEKMSKeyId"]
+        if head.get("StorageClass") not in (None, "STANDARD"):
+            params["StorageClass"] = head["StorageClass"]
+        if tags:
+            params["Tagging"] = urlencode([(t["Key"], t["Value"]) for t in tags])
+        kept = {**dict(head.get("Metadata") or {}), **metadata}
+        try:
+            with source.open("rb") as body:
+                response = self.client.put_object(
+                    Bucket=bucket,
+                    Key=key,
+                    Body=body,
+                    IfMatch=f'"{if_match}"',
+                    Metadata=kept,
+                    **params,
+                )
+        except ClientError as exc:
+            if error_code(exc) in CONDITION_FAILED_CODES:
+                return None
+            raise
+        return ObjectHead.from_response(
+            {**response, "ContentLength": source.stat().st_size, "Metadata": kept}
+        )
 
     def delete_current(self, bucket: str, key: str) -> bool:
         """Delete the current version of an object (a delete marker in a versioned bucket). An

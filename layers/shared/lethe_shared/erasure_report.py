@@ -1,0 +1,353 @@
+"""The documents of one erasure, in the reports bucket under `erasure/<request_id>/`:
+
+    manifest.json      the frozen report: every object (and every stored version) that holds the
+                       request's subjects, from the index, with version ids and ETags taken from
+                       the objects themselves; its SHA-256 is stored on the request and shown to
+                       the approver, and the erase job refuses a manifest that does not match it
+    summary.txt/.html  what the approver reads: counts per dataset and zone, never keys or ids
+    results.json       what the erase job did to each object (before/after versions, rows)
+    verification.json  what the verify run found when it read every object again
+    audit.json         the append-only audit record (written once, never overwritten)
+    certificate.json   the signed erasure certificate, and certificate.html its rendering
+
+`build_manifest` reads the index and S3 through their owners; the rendering is pure.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from lethe_shared.catalog import Zone
+from lethe_shared.s3 import KeyState, ObjectStore, ObjectVersion, key_state, split_s3_url
+from lethe_shared.subjects import IndexEntry, SubjectIndex
+
+MANIFEST_VERSION = 1
+REPORT_PREFIX = "erasure"
+
+
+def report_key(request_id: str, name: str) -> str:
+    """Where a document of the request lives in the reports bucket."""
+    return f"{REPORT_PREFIX}/{request_id}/{name}"
+
+
+def canonical_json(document: Any) -> bytes:
+    """Sorted keys, no insignificant whitespace, UTF-8: the bytes that are hashed and stored."""
+    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+class StoredVersionRef(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    version_id: str
+    etag: str = ""
+    size: int = 0
+    is_latest: bool = False
+    delete_marker: bool = False
+    last_modified: str = ""
+
+
+class SubjectRows(BaseModel):
+    """What the index says about one subject in one object."""
+
+    model_config = ConfigDict(frozen=True)
+
+    subject_hash: str
+    rows: int
+    older_versions_only: bool  # the entry is flagged: the rows are in older versions
+    version_id: str
+    etag: str
+
+
+class ManifestObject(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    object_url: str
+    bucket: str
+    key: str
+    dataset_id: str
+    zone: Zone
+    format: str
+    state: KeyState
+    expected_rows: int  # the subjects' rows in the current version, as the index counts them
+    subjects: tuple[SubjectRows, ...]
+    versions: tuple[StoredVersionRef, ...]  # every version and delete marker, newest first
+
+    @property
+    def size(self) -> int:
+        return max((v.size for v in self.versions if v.is_latest), default=0)
+
+
+class Manifest(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    manifest_version: int = MANIFEST_VERSION
+    request_id: str
+    created_at: str
+    subject_hashes: tuple[str, ...]
+    subject_count: int
+    objects: tuple[ManifestObject, ...]
+
+    def bytes(self) -> bytes:
+        return canonical_json(self.model_dump(mode="json"))
+
+
+class DatasetCount(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    dataset_id: str
+    zone: Zone
+    objects: int
+    versions: int
+    rows: int
+
+
+def dataset_counts(manifest: Manifest) -> list[DatasetCount]:
+    """Per dataset and zone: objects, stored versions holding data, and the subjects' rows in
+    the current versions (older versions are scanned when erasing: their rows are not known)."""
+    groups: dict[tuple[str, Zone], list[ManifestObject]] = defaultdict(list)
+    for item in manifest.objects:
+        groups[(item.dataset_id, item.zone)].append(item)
+    return [
+        DatasetCount(
+            dataset_id=dataset,
+            zone=zone,
+            objects=len(items),
+            versions=sum(1 for o in items for v in o.versions if not v.delete_marker),
+            rows=sum(o.expected_rows for o in items),
+        )
+        for (dataset, zone), items in sorted(groups.items())
+    ]
+
+
+def _version_ref(version: ObjectVersion) -> StoredVersionRef:
+    return StoredVersionRef(
+        version_id=version.version_id,
+        etag=version.etag,
+        size=version.size,
+        is_latest=version.is_latest,
+        delete_marker=version.delete_marker,
+        last_modified=version.last_modified.isoformat() if version.last_modified else "",
+    )
+
+
+def _manifest_object(
+    object_url: str, entries: Sequence[IndexEntry], versions: Sequence[ObjectVersion]
+) -> ManifestObject:
+    bucket, key = split_s3_url(object_url)
+    first = entries[0]
+    return ManifestObject(
+        object_url=object_url,
+        bucket=bucket,
+        key=key,
+        dataset_id=first.dataset_id,
+        zone=first.zone,
+        format=first.format,
+        state=key_state(versions),
+        expected_rows=sum(e.rows for e in entries if not e.deleted),
+        subjects=tuple(
+            SubjectRows(
+                subject_hash=e.subject_hash,
+                rows=e.rows,
+                older_versions_only=e.deleted,
+                version_id=e.version_id,
+                etag=e.etag,
+            )
+            for e in sorted(entries, key=lambda e: e.subject_hash)
+        ),
+        versions=tuple(_version_ref(v) for v in versions),
+    )
+
+
+def build_manifest(
+    request_id: str,
+    subject_hashes: Sequence[str],
+    subject_count: int,
+    *,
+    index: SubjectIndex,
+    objects: ObjectStore,
+    now: datetime,
+) -> Manifest:
+    """Every object the index names for any of the subjects, flagged entries included (their
+    rows sit in older versions), with every stored version of each exact key as S3 lists it
+    now. Objects of which no version is left are kept, marked `gone`: nothing to erase, but
+    their index entries go when the request completes."""
+    by_object: dict[str, list[IndexEntry]] = defaultdict(list)
+    for subject in sorted(set(subject_hashes)):
+        for entry in index.lookup(subject):
+            by_object[entry.object_url].append(entry)
+    items = []
+    for url in sorted(by_object):
+        bucket, key = split_s3_url(url)
+        items.append(_manifest_object(url, by_object[url], objects.versions_of(bucket, key)))
+    return Manifest(
+        request_id=request_id,
+        created_at=now.isoformat(),
+        subject_hashes=tuple(sorted(set(subject_hashes))),
+        subject_count=subject_count,
+        objects=tuple(items),
+    )
+
+
+class ReportSummary(BaseModel):
+    """What the request record keeps about its report."""
+
+    model_config = ConfigDict(frozen=True)
+
+    manifest_url: str
+    manifest_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    summary_text_url: str
+    summary_html_url: str
+    objects: int
+    versions: int
+    rows: int
+    datasets: tuple[DatasetCount, ...]
+
+
+def summary_text(manifest: Manifest, sha256: str, requested_by: str) -> str:
+    counts = dataset_counts(manifest)
+    lines = [
+        f"Erasure request {manifest.request_id}",
+        f"Requested by: {requested_by}",
+        f"Subjects: {manifest.subject_count}",
+        f"Report created: {manifest.created_at}",
+        f"Report SHA-256: {sha256}",
+        "",
+        f"{'DATASET':24} {'ZONE':5} {'OBJECTS':>8} {'VERSIONS':>9} {'ROWS':>8}",
+    ]
+    lines += [
+        f"{c.dataset_id:24} {c.zone.value:5} {c.objects:>8} {c.versions:>9} {c.rows:>8}"
+        for c in counts
+    ]
+    if not counts:
+        lines.append("(no object holds these subjects)")
+    lines += [
+        "",
+        "Rows are the subjects' rows in the current versions, as the index counts them. Every",
+        "stored version of these objects is scanned and rewritten or deleted when erasing.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def summary_html(manifest: Manifest, sha256: str, requested_by: str) -> str:
+    rows = (
+        "".join(
+            f"<tr><td>{html.escape(c.dataset_id)}</td><td>{c.zone.value}</td>"
+            f'<td class="n">{c.objects}</td><td class="n">{c.versions}</td>'
+            f'<td class="n">{c.rows}</td></tr>'
+            for c in dataset_counts(manifest)
+        )
+        or '<tr><td colspan="5">No object holds these subjects.</td></tr>'
+    )
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        f"<title>Erasure report {html.escape(manifest.request_id)}</title></head><body>"
+        f"<h1>Erasure report {html.escape(manifest.request_id)}</h1>"
+        f"<p>Requested by {html.escape(requested_by)}; {manifest.subject_count} subject(s); "
+        f"created {html.escape(manifest.created_at)}.</p>"
+        f"<p>Report SHA-256: <code>{sha256}</code></p>"
+        "<table><thead><tr><th>Dataset</th><th>Zone</th><th>Objects</th><th>Versions</th>"
+        f"<th>Rows</th></tr></thead><tbody>{rows}</tbody></table>"
+        "<p>Rows are the subjects' rows in the current versions, as the index counts them. "
+        "Every stored version of these objects is scanned and rewritten or deleted when "
+        "erasing.</p></body></html>"
+    )
+
+
+# ------------------------------------------------------------------------- erase results
+
+ObjectAction = Literal["rewritten", "deleted", "unchanged", "purged", "gone"]
+
+
+class VersionRef(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    version_id: str
+    etag: str = ""
+
+
+class ObjectResult(BaseModel):
+    """What the erase job did to one object of the manifest."""
+
+    model_config = ConfigDict(frozen=True)
+
+    object_url: str
+    dataset_id: str
+    zone: Zone
+    action: ObjectAction
+    versions_before: tuple[VersionRef, ...]
+    version_after: VersionRef | None  # None: no version of the key is left
+    rows_before: int
+    rows_removed: int
+    rows_after: int
+    versions_purged: int
+    attempts: int = 1
+    deviations: tuple[str, ...] = ()
+
+
+class EraseResults(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    request_id: str
+    manifest_sha256: str
+    correlation_id: str
+    finished_at: str
+    objects: tuple[ObjectResult, ...]
+
+    @property
+    def rows_removed(self) -> int:
+        return sum(o.rows_removed for o in self.objects)
+
+    @property
+    def versions_purged(self) -> int:
+        return sum(o.versions_purged for o in self.objects)
+
+
+class ObjectCheck(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    object_url: str
+    ok: bool
+    matching_rows: int
+    rows: int | None  # rows of the version left (None: no version left)
+    versions_left: int
+    problem: str = ""
+
+
+class Verification(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    request_id: str
+    correlation_id: str
+    verified_at: str
+    objects: tuple[ObjectCheck, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(o.ok for o in self.objects)
+
+    @property
+    def matching_rows(self) -> int:
+        return sum(o.matching_rows for o in self.objects)
+
+
+def results_totals(results: Iterable[ObjectResult]) -> dict[str, int]:
+    listed = list(results)
+    return {
+        "objects": len(listed),
+        "rewritten": sum(o.action == "rewritten" for o in listed),
+        "deleted": sum(o.action == "deleted" for o in listed),
+        "rows_removed": sum(o.rows_removed for o in listed),
+        "versions_purged": sum(o.versions_purged for o in listed),
+    }

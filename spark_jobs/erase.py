@@ -1,0 +1,51 @@
+"""Spark job `erase`: remove an approved erasure request's subjects from every object and every
+stored version of its frozen report (`--mode erase`), or prove it (`--mode verify`).
+
+    python spark_jobs/erase.py --mode erase|verify --request-id ER \
+        --manifest s3://REPORTS/erasure/ER/manifest.json --manifest-sha256 HEX \
+        --raw-bucket RAW --lake-bucket LAKE --reports-bucket REPORTS \
+        --datasets-table DATASETS --hash-key-secret SECRET_ARN --correlation-id EXECUTION_NAME
+
+Writes s3://REPORTS/erasure/ER/results.json (erase) or verification.json (verify) and prints
+one JSON line on stdout; logs go to stderr. Exits non-zero when the run should be retried or
+looked at: AWS errors, a manifest that is not the approved one, producers that keep writing an
+object, an object that does not verify. What happens is described in lethe_jobs.erase_core.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Sequence
+
+import boto3
+
+from lethe_jobs.erase_core import ErasePorts, parse_args, run
+from lethe_jobs.session import configure_logging, job_session
+from lethe_shared.registry import DynamoDatasetRegistry
+from lethe_shared.s3 import S3ObjectStore
+from lethe_shared.subjects import load_hash_key
+
+LOG = logging.getLogger("lethe.erase")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args, ignored = parse_args(argv)
+    configure_logging(args.correlation_id)
+    if ignored:
+        LOG.info("ignoring %d argument(s) meant for the engine", len(ignored))
+    ports = ErasePorts(
+        reports=S3ObjectStore(boto3.client("s3")),
+        datasets=DynamoDatasetRegistry(boto3.resource("dynamodb").Table(args.datasets_table)),
+        hash_key=load_hash_key(boto3.client("secretsmanager"), args.hash_key_secret),
+    )
+    with job_session(f"lethe-erase-{args.mode}") as spark:
+        summary = run(spark, args, ports)
+    sys.stdout.write(json.dumps(summary) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

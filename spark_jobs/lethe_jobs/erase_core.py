@@ -1,0 +1,447 @@
+"""The erase job: remove an approved request's subjects from every object and every stored
+version its frozen report lists, then (a second run, `--mode verify`) prove it.
+
+Erase (one Spark task per group of objects, grouped by bytes so small objects share a task):
+
+1. read the manifest and refuse it unless its SHA-256 is the one the approver saw;
+2. per object, list every version and delete marker of the exact key (lethe_shared.s3);
+3. the key's current version: download it, find the subjects' rows with the index's own
+   matching and write the object again without them, in its own format (`erase_rows`); the
+   new version replaces the old only if the old is still current (an S3 conditional write on
+   its ETag), keeping its metadata, tags, content headers and encryption, and says
+   `lethe-producer: erase` so the object events path leaves the index to the erasure. An object
+   left with no rows is deleted with every version. A version a producer wrote meanwhile is
+   never overwritten: the object is read again and erased again (a bounded number of times);
+4. every older version and delete marker of that exact key is deleted: the subjects' rows in
+   overwritten versions go too (an object whose current version never held them still loses
+   the older versions that might). A key hidden by a delete marker loses every version;
+5. the driver collects one small result per object and writes `results.json`.
+
+Verify reads every object of the results again: no version but the one erasure left, no row of
+the subjects in it, and the expected number of rows. It writes `verification.json` and fails
+the run when any object does not verify, so the request ends FAILED, never COMPLETED.
+
+Failures worth a retry raise. A re-run converges: an object already erased has nothing left to
+remove, and its older versions are already gone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import boto3
+from pyspark.sql import SparkSession
+
+from lethe_jobs.erase_rows import (
+    EraseResult,
+    SubjectMatcher,
+    erase_rows,
+    match_rows,
+)
+from lethe_jobs.errors import JobError
+from lethe_jobs.index_core import add_required
+from lethe_jobs.objects import ObjectKind, object_kind
+from lethe_jobs.session import configure_logging
+from lethe_shared.catalog import Buckets
+from lethe_shared.datasets import Dataset
+from lethe_shared.erasure_report import (
+    EraseResults,
+    Manifest,
+    ManifestObject,
+    ObjectAction,
+    ObjectCheck,
+    ObjectResult,
+    Verification,
+    VersionRef,
+    canonical_json,
+    report_key,
+    results_totals,
+    sha256_hex,
+)
+from lethe_shared.index_maintenance import ERASE_PRODUCER
+from lethe_shared.registry import DatasetRegistry, require_dataset
+from lethe_shared.s3 import (
+    PRODUCER_METADATA,
+    KeyState,
+    ObjectStore,
+    ObjectVersion,
+    S3ObjectStore,
+    key_state,
+    split_s3_url,
+)
+
+LOG = logging.getLogger("lethe.erase")
+ERASURE_METADATA = "lethe-erasure"  # the request that wrote the version
+MAX_ATTEMPTS = 5  # reads of one object while producers keep writing it
+TASK_BYTES = 256 * 1024 * 1024  # objects per Spark task, by current-version size
+MODES = ("erase", "verify")
+
+
+class ManifestMismatchError(JobError):
+    """The manifest is not the frozen report the approver saw (its SHA-256 differs)."""
+
+
+class ConcurrentWritesError(JobError):
+    """Producers kept writing an object while it was being erased."""
+
+
+class VerificationFailedError(JobError):
+    """An object still holds a subject's rows, or older versions, after the erasure."""
+
+
+@dataclass(frozen=True)
+class EraseArgs:
+    request_id: str
+    manifest: str  # s3://<reports>/erasure/<request>/manifest.json
+    manifest_sha256: str
+    raw_bucket: str
+    lake_bucket: str
+    reports_bucket: str
+    datasets_table: str
+    hash_key_secret: str
+    correlation_id: str
+    mode: str
+
+    @property
+    def buckets(self) -> Buckets:
+        return Buckets(raw=self.raw_bucket, lake=self.lake_bucket)
+
+
+def parse_args(argv: Sequence[str] | None) -> tuple[EraseArgs, list[str]]:
+    """`--key value` arguments; unknown ones (Glue's own) are returned apart and ignored."""
+    parser = argparse.ArgumentParser(prog="erase", description="Lethe erase job")
+    add_required(parser, [f for f in EraseArgs.__dataclass_fields__ if f != "mode"])
+    parser.add_argument("--mode", choices=MODES, default="erase")
+    known, unknown = parser.parse_known_args(argv)
+    return EraseArgs(**vars(known)), unknown
+
+
+@dataclass(frozen=True)
+class EraseSettings:
+    """What every task needs; travels to the executors with the task."""
+
+    request_id: str
+    correlation_id: str
+    buckets: Buckets
+    datasets: dict[str, Dataset]
+    hashes: frozenset[str]
+    hash_key: bytes = field(repr=False)
+
+    def matcher(self, dataset_id: str) -> SubjectMatcher:
+        return SubjectMatcher(self.datasets[dataset_id], self.hashes, self.hash_key)
+
+    def kind(self, item: ManifestObject) -> ObjectKind:
+        return object_kind(item.dataset_id, item.bucket, item.key, self.buckets)
+
+
+def _data_versions(versions: Iterable[ObjectVersion]) -> list[VersionRef]:
+    return [
+        VersionRef(version_id=v.version_id, etag=v.etag) for v in versions if not v.delete_marker
+    ]
+
+
+@dataclass
+class _Attempt:
+    """One read of the object: its versions, and what erasing its current version gave."""
+
+    versions: list[ObjectVersion]
+    erased: EraseResult | None = None
+    after: VersionRef | None = None
+
+
+def _purge(store: S3ObjectStore, bucket: str, versions: Iterable[ObjectVersion], keep: str) -> int:
+    return store.delete_versions(bucket, [v for v in versions if v.version_id != keep])
+
+
+def _erase_current(
+    store: S3ObjectStore,
+    item: ManifestObject,
+    current: ObjectVersion,
+    ctx: EraseSettings,
+    tmp: Path,
+) -> tuple[EraseResult, VersionRef | None] | None:
+    """Rewrite (or delete) the current version; None when a producer wrote meanwhile."""
+    source, target = tmp / "current", tmp / "erased"
+    if store.download(item.bucket, item.key, current.version_id, source) is None:
+        return None  # deleted or replaced between the listing and the read
+    erased = erase_rows(
+        ctx.kind(item), source, target, item.key, ctx.matcher(item.dataset_id), workdir=tmp
+    )
+    if erased.rows_removed == 0:
+        return erased, VersionRef(version_id=current.version_id, etag=current.etag)
+    if erased.rows_after == 0:
+        return erased, None  # nothing left: the key goes with every version
+    written = store.replace_version(
+        item.bucket,
+        item.key,
+        target,
+        like_version=current.version_id,
+        if_match=current.etag,
+        metadata={PRODUCER_METADATA: ERASE_PRODUCER, ERASURE_METADATA: ctx.request_id},
+    )
+    if written is None:
+        return None
+    return erased, VersionRef(version_id=written.version_id, etag=written.etag)
+
+
+def erase_object(store: S3ObjectStore, item: ManifestObject, ctx: EraseSettings) -> ObjectResult:
+    """Erase the subjects from one key and all its versions (module docstring, 2-4)."""
+    first: list[VersionRef] | None = None
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        versions = store.versions_of(item.bucket, item.key)
+        before = _data_versions(versions)
+        first = before if first is None else first
+        state = key_state(versions)
+        if state is not KeyState.CURRENT:  # hidden by a marker, or only markers: all go
+            purged = store.delete_versions(item.bucket, versions)
+            gone: ObjectAction = "gone" if state is KeyState.GONE else "purged"
+            return _result(
+                item, gone, first, erased=None, after=None, purged=purged, attempts=attempt
+            )
+        current = next(v for v in versions if v.is_latest)
+        with tempfile.TemporaryDirectory(prefix="lethe-erase-") as tmp:
+            outcome = _erase_current(store, item, current, ctx, Path(tmp))
+        if outcome is None:
+            LOG.warning("%s changed while erasing it: reading it again", item.object_url)
+            continue
+        erased, after = outcome
+        keep = after.version_id if after is not None else ""
+        purged = _purge(store, item.bucket, versions, keep)
+        latest = next((v for v in store.versions_of(item.bucket, item.key) if v.is_latest), None)
+        if after is not None and (latest is None or latest.version_id != after.version_id):
+            LOG.warning("%s got a new version while erasing it: erasing it too", item.object_url)
+            continue
+        action: ObjectAction = (
+            "unchanged" if erased.rows_removed == 0 else ("rewritten" if after else "deleted")
+        )
+        return _result(
+            item, action, first, erased=erased, after=after, purged=purged, attempts=attempt
+        )
+    raise ConcurrentWritesError(
+        f"{item.object_url} changed {MAX_ATTEMPTS} times while it was being erased"
+    )
+
+
+def _result(
+    item: ManifestObject,
+    action: ObjectAction,
+    before: list[VersionRef],
+    *,
+    erased: EraseResult | None,
+    after: VersionRef | None,
+    purged: int,
+    attempts: int,
+) -> ObjectResult:
+    return ObjectResult(
+        object_url=item.object_url,
+        dataset_id=item.dataset_id,
+        zone=item.zone,
+        action=action,
+        versions_before=tuple(before),
+        version_after=after,
+        rows_before=erased.rows_before if erased else 0,
+        rows_removed=erased.rows_removed if erased else 0,
+        rows_after=erased.rows_after if erased else 0,
+        versions_purged=purged,
+        attempts=attempts,
+        deviations=erased.deviations if erased else (),
+    )
+
+
+def verify_object(store: ObjectStore, result: ObjectResult, ctx: EraseSettings) -> ObjectCheck:
+    """One object after the erasure: only the version erasure left (or none), holding none of
+    the subjects' rows and the rows it should."""
+    bucket, key = split_s3_url(result.object_url)
+    versions = store.versions_of(bucket, key)
+    left = [v for v in versions if not v.delete_marker]
+    if result.version_after is None:
+        ok = not versions
+        problem = "" if ok else f"{len(versions)} version(s) left of a key erasure deleted"
+        return ObjectCheck(
+            object_url=result.object_url, ok=ok, matching_rows=0, rows=None,
+            versions_left=len(versions), problem=problem,
+        )  # fmt: skip
+    if len(versions) != 1 or left[0].version_id != result.version_after.version_id:
+        ids = ", ".join(v.version_id for v in versions)
+        return ObjectCheck(
+            object_url=result.object_url, ok=False, matching_rows=0, rows=None,
+            versions_left=len(versions), problem=f"expected only the erased version, found {ids}",
+        )  # fmt: skip
+    item_kind = object_kind(result.dataset_id, bucket, key, ctx.buckets)
+    with tempfile.TemporaryDirectory(prefix="lethe-verify-") as tmp:
+        path = Path(tmp) / "object"
+        if store.download(bucket, key, result.version_after.version_id, path) is None:
+            return ObjectCheck(
+                object_url=result.object_url, ok=False, matching_rows=0, rows=None,
+                versions_left=0, problem="the erased version cannot be read",
+            )  # fmt: skip
+        found = match_rows(item_kind, path, key, ctx.matcher(result.dataset_id), workdir=Path(tmp))
+    ok = found.matched == 0 and found.rows == result.rows_after
+    problem = (
+        ""
+        if ok
+        else f"{found.matched} matching row(s), {found.rows} rows (expected {result.rows_after})"
+    )
+    return ObjectCheck(
+        object_url=result.object_url, ok=ok, matching_rows=found.matched, rows=found.rows,
+        versions_left=1, problem=problem,
+    )  # fmt: skip
+
+
+def task_groups(items: Sequence[ManifestObject], task_bytes: int = TASK_BYTES) -> list[list[int]]:
+    """Indexes of `items` grouped so that each group holds about `task_bytes` of current
+    versions (a large object gets a group of its own); order kept inside groups."""
+    groups: list[list[int]] = []
+    size = 0
+    for index, item in enumerate(items):
+        if not groups or size + item.size > task_bytes:
+            groups.append([])
+            size = 0
+        groups[-1].append(index)
+        size += item.size
+    return groups
+
+
+def _erase_partition(items: Iterable[str], ctx: EraseSettings) -> Iterator[str]:
+    configure_logging(ctx.correlation_id)  # an executor's Python worker logs on its own
+    store = S3ObjectStore(boto3.client("s3"))
+    for text in items:
+        item = ManifestObject.model_validate_json(text)
+        result = erase_object(store, item, ctx)
+        LOG.info(
+            "%s: %s, %d of %d rows removed, %d versions purged",
+            item.object_url, result.action, result.rows_removed, result.rows_before,
+            result.versions_purged,
+        )  # fmt: skip
+        yield result.model_dump_json()
+
+
+def _verify_partition(items: Iterable[str], ctx: EraseSettings) -> Iterator[str]:
+    configure_logging(ctx.correlation_id)
+    store = S3ObjectStore(boto3.client("s3"))
+    for text in items:
+        yield verify_object(store, ObjectResult.model_validate_json(text), ctx).model_dump_json()
+
+
+def _distribute(spark: SparkSession, groups: list[list[str]], func: Any) -> list[str]:
+    if not groups:
+        return []
+    rdd = spark.sparkContext.parallelize(groups, numSlices=len(groups))
+    return list(rdd.flatMap(func).collect())
+
+
+@dataclass(frozen=True)
+class ErasePorts:
+    reports: S3ObjectStore
+    datasets: DatasetRegistry
+    hash_key: bytes = field(repr=False)
+
+
+def load_manifest(reports: S3ObjectStore, args: EraseArgs) -> Manifest:
+    bucket, key = split_s3_url(args.manifest)
+    body = reports.read_bytes(bucket, key)
+    if body is None:
+        raise ManifestMismatchError(f"the manifest {args.manifest} does not exist")
+    if sha256_hex(body) != args.manifest_sha256:
+        raise ManifestMismatchError(
+            f"the manifest {args.manifest} is not the report that was approved (SHA-256 "
+            f"{sha256_hex(body)}, approved {args.manifest_sha256})"
+        )
+    manifest = Manifest.model_validate_json(body)
+    if manifest.request_id != args.request_id:
+        raise ManifestMismatchError(f"the manifest is of request {manifest.request_id}")
+    return manifest
+
+
+def _settings(args: EraseArgs, manifest: Manifest, ports: ErasePorts) -> EraseSettings:
+    ids = sorted({o.dataset_id for o in manifest.objects})
+    return EraseSettings(
+        request_id=args.request_id,
+        correlation_id=args.correlation_id,
+        buckets=args.buckets,
+        datasets={d: require_dataset(ports.datasets, d) for d in ids},
+        hashes=frozenset(manifest.subject_hashes),
+        hash_key=ports.hash_key,
+    )
+
+
+def run_erase(
+    spark: SparkSession, args: EraseArgs, ports: ErasePorts, now: datetime
+) -> dict[str, Any]:
+    manifest = load_manifest(ports.reports, args)
+    ctx = _settings(args, manifest, ports)
+    items = list(manifest.objects)
+    LOG.info("erasing %d subject hashes from %d objects", len(ctx.hashes), len(items))
+    groups = [[items[i].model_dump_json() for i in g] for g in task_groups(items)]
+    by_url = {
+        r.object_url: r
+        for r in map(
+            ObjectResult.model_validate_json,
+            _distribute(spark, groups, lambda p: _erase_partition(p, ctx)),
+        )
+    }
+    results = EraseResults(
+        request_id=args.request_id,
+        manifest_sha256=args.manifest_sha256,
+        correlation_id=args.correlation_id,
+        finished_at=now.isoformat(),
+        objects=tuple(by_url[i.object_url] for i in items),
+    )
+    url = _write(ports.reports, args, "results.json", results.model_dump(mode="json"))
+    totals = results_totals(results.objects)
+    LOG.info("done: %s", json.dumps(totals, sort_keys=True))
+    return {"results": url, **totals}
+
+
+def run_verify(
+    spark: SparkSession, args: EraseArgs, ports: ErasePorts, now: datetime
+) -> dict[str, Any]:
+    manifest = load_manifest(ports.reports, args)
+    ctx = _settings(args, manifest, ports)
+    body = ports.reports.read_bytes(
+        args.reports_bucket, report_key(args.request_id, "results.json")
+    )
+    if body is None:
+        raise VerificationFailedError("the erase run wrote no results.json to verify")
+    results = EraseResults.model_validate_json(body)
+    texts = [r.model_dump_json() for r in results.objects]
+    checks = [
+        ObjectCheck.model_validate_json(t)
+        for t in _distribute(spark, [[t] for t in texts], lambda p: _verify_partition(p, ctx))
+    ]
+    verification = Verification(
+        request_id=args.request_id,
+        correlation_id=args.correlation_id,
+        verified_at=now.isoformat(),
+        objects=tuple(sorted(checks, key=lambda c: c.object_url)),
+    )
+    url = _write(ports.reports, args, "verification.json", verification.model_dump(mode="json"))
+    failed = [c for c in verification.objects if not c.ok]
+    if failed:
+        raise VerificationFailedError(
+            f"{len(failed)} of {len(checks)} objects did not verify (see {url}); first: "
+            f"{failed[0].object_url}: {failed[0].problem}"
+        )
+    LOG.info("verified %d objects: no matching row, no older version", len(checks))
+    return {"verification": url, "objects_verified": len(checks), "matching_rows_found": 0}
+
+
+def _write(reports: S3ObjectStore, args: EraseArgs, name: str, document: Any) -> str:
+    key = report_key(args.request_id, name)
+    reports.put_bytes(
+        args.reports_bucket, key, canonical_json(document), content_type="application/json"
+    )
+    return f"s3://{args.reports_bucket}/{key}"
+
+
+def run(spark: SparkSession, args: EraseArgs, ports: ErasePorts) -> dict[str, Any]:
+    runner = run_erase if args.mode == "erase" else run_verify
+    return runner(spark, args, ports, datetime.now(UTC))

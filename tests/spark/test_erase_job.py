@@ -1,0 +1,267 @@
+"""The erase job (`spark_jobs/erase.py` main, both modes) against the moto server: a frozen
+manifest built from what ingestion indexed, every version of every object reached, byte-exact
+rewrites that keep metadata and tags, objects left empty deleted, and a verify run that proves
+it or fails."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from erase import main as erase_main
+
+from ingest import main as ingest_main
+from lethe_jobs.erase_core import ManifestMismatchError, VerificationFailedError
+from lethe_shared.erasure_report import build_manifest, report_key, sha256_hex
+from lethe_shared.s3 import S3ObjectStore
+from lethe_shared.subjects import DynamoSubjectIndex
+from tests.spark.cloud import (
+    DATASETS,
+    GLUE_ARGS,
+    HASH_KEY_SECRET,
+    LAKE,
+    RAW,
+    REPORTS,
+    Cloud,
+    JobRunner,
+    h,
+    ingest_args,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures"
+REVIEWS = json.loads((FIXTURES / "reviews.dataset.json").read_text())
+KEY = "reviews/2026/11/batch-1.csv"
+DIGEST = "bf6f28df84c0c9eb"  # sha256("lethe-test-raw/reviews/2026/11/batch-1.csv")[:16]
+DAY1 = f"reviews/review_date=2026-11-22/part-{DIGEST}.parquet"
+DAY2 = f"reviews/review_date=2026-11-23/part-{DIGEST}.parquet"
+QUARANTINE = f"reviews/_quarantine/{DIGEST}.jsonl"
+# u1 (line 2, 2026-11-22) and u3 (lines 4-5, 2026-11-23) are valid; u2 (line 3) is rejected
+CSV = (FIXTURES / "reviews-batch-1.csv").read_bytes()
+CSV_WITHOUT_U1 = (
+    b"user_id,stars,review_date,amount,comment\n"
+    b"u2,abc,2026-11-22,3.00,meh\n"
+    b'u3,4,2026-11-23,7.25,"two\nlines"\n'
+)
+REQUEST = "er-20261123T120000Z-0a1b2c3d"
+
+
+class Eraser:
+    """Builds and stores the frozen manifest of a request for some subjects (as the report
+    step does), then runs the erase job's main() in either mode."""
+
+    def __init__(self, cloud: Cloud, capsys: pytest.CaptureFixture[str]) -> None:
+        self.cloud = cloud
+        self.runner = JobRunner(erase_main, GLUE_ARGS, capsys)
+        self.sha256 = ""
+
+    def freeze(self, *subjects: str) -> dict[str, Any]:
+        manifest = build_manifest(
+            REQUEST,
+            [h(s) for s in subjects],
+            len(subjects),
+            index=DynamoSubjectIndex(self.cloud.index),
+            objects=S3ObjectStore(self.cloud.s3),
+            now=datetime(2026, 11, 23, 12, tzinfo=UTC),
+        )
+        body = manifest.bytes()
+        self.sha256 = sha256_hex(body)
+        self.cloud.s3.put_object(
+            Bucket=REPORTS, Key=report_key(REQUEST, "manifest.json"), Body=body
+        )
+        return dict(json.loads(body))
+
+    def __call__(self, mode: str, sha256: str | None = None) -> Any:
+        return self.runner(
+            "--mode", mode,
+            "--request-id", REQUEST,
+            "--manifest", f"s3://{REPORTS}/{report_key(REQUEST, 'manifest.json')}",
+            "--manifest-sha256", sha256 or self.sha256,
+            "--raw-bucket", RAW,
+            "--lake-bucket", LAKE,
+            "--reports-bucket", REPORTS,
+            "--datasets-table", DATASETS,
+            "--hash-key-secret", HASH_KEY_SECRET,
+            "--correlation-id", f"erasure-{REQUEST}",
+        )  # fmt: skip
+
+    def document(self, name: str) -> Any:
+        body = self.cloud.s3.get_object(Bucket=REPORTS, Key=report_key(REQUEST, name))["Body"]
+        return json.loads(body.read())
+
+
+@pytest.fixture
+def eraser(cloud: Cloud, capsys: pytest.CaptureFixture[str]) -> Eraser:
+    return Eraser(cloud, capsys)
+
+
+def _ingest(cloud: Cloud, capsys: pytest.CaptureFixture[str], body: bytes, seq: str) -> str:
+    version = cloud.upload(KEY, body, "reviews", sequencer=seq)
+    JobRunner(ingest_main, GLUE_ARGS, capsys)(*ingest_args("reviews", KEY, version, f"ing-{seq}"))
+    return version
+
+
+def _versions(cloud: Cloud, bucket: str, key: str) -> list[str]:
+    listing = cloud.s3.list_object_versions(Bucket=bucket, Prefix=key)
+    found = [*listing.get("Versions", []), *listing.get("DeleteMarkers", [])]
+    return [v["VersionId"] for v in found if v["Key"] == key]
+
+
+def test_a_subject_is_erased_from_the_raw_object_and_its_lake_file_goes(
+    cloud: Cloud, eraser: Eraser, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given the reviews CSV uploaded with metadata, a tag and a content type, and ingested
+    cloud.register(REVIEWS)
+    version = cloud.upload(
+        KEY, CSV, "reviews", Metadata={"source": "crm"}, Tagging="team=data", ContentType="text/csv"
+    )
+    JobRunner(ingest_main, GLUE_ARGS, capsys)(*ingest_args("reviews", KEY, version))
+
+    # When u1 is erased
+    manifest = eraser.freeze("u1")
+    summary = eraser("erase")
+
+    # Then the manifest named u1's only lake file and the raw object (both versions)
+    assert [o["key"] for o in manifest["objects"]] == [DAY1, KEY]  # by URL: lake, then raw
+    assert [len(o["versions"]) for o in manifest["objects"]] == [1, 1]
+    assert [o["expected_rows"] for o in manifest["objects"]] == [1, 1]
+    # and the raw object is the same CSV without u1's line, as its only version
+    assert summary == {
+        "results": f"s3://{REPORTS}/erasure/{REQUEST}/results.json",
+        "objects": 2, "rewritten": 1, "deleted": 1, "rows_removed": 2, "versions_purged": 2,
+    }  # fmt: skip
+    assert cloud.s3.get_object(Bucket=RAW, Key=KEY)["Body"].read() == CSV_WITHOUT_U1
+    assert len(_versions(cloud, RAW, KEY)) == 1
+    head = cloud.s3.head_object(Bucket=RAW, Key=KEY)
+    assert head["Metadata"] == {
+        "source": "crm",
+        "lethe-producer": "erase",
+        "lethe-erasure": REQUEST,
+    }
+    assert head["ContentType"] == "text/csv"
+    assert cloud.s3.get_object_tagging(Bucket=RAW, Key=KEY)["TagSet"] == [
+        {"Key": "team", "Value": "data"}
+    ]
+    # and the lake file that held only u1 is gone with every version; the other day is intact
+    assert _versions(cloud, LAKE, DAY1) == []
+    assert cloud.lake_parquet(DAY2).column("user_id").to_pylist() == ["u3"]
+    results = eraser.document("results.json")
+    raw_result = results["objects"][1]
+    assert (raw_result["action"], raw_result["rows_before"], raw_result["rows_after"]) == (
+        "rewritten", 3, 2,
+    )  # fmt: skip
+    assert raw_result["versions_purged"] == 1  # the version that held u1
+    assert raw_result["versions_before"] == [
+        {"version_id": version, "etag": raw_result["versions_before"][0]["etag"]}
+    ]
+    assert results["objects"][0]["action"] == "deleted"
+
+    # When the erasure is verified
+    verified = eraser("verify")
+
+    # Then every object holds nothing of u1 and only the version erasure left
+    assert verified == {
+        "verification": f"s3://{REPORTS}/erasure/{REQUEST}/verification.json",
+        "objects_verified": 2,
+        "matching_rows_found": 0,
+    }
+    assert [c["ok"] for c in eraser.document("verification.json")["objects"]] == [True, True]
+
+
+def test_the_tags_of_the_rewritten_version_are_kept(
+    cloud: Cloud, eraser: Eraser, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cloud.register(REVIEWS)
+    _ingest(cloud, capsys, CSV, "1")
+    cloud.s3.put_object_tagging(
+        Bucket=RAW, Key=KEY, Tagging={"TagSet": [{"Key": "team", "Value": "data eng"}]}
+    )
+
+    eraser.freeze("u3")
+    eraser("erase")
+
+    tags = cloud.s3.get_object_tagging(Bucket=RAW, Key=KEY)["TagSet"]
+    assert tags == [{"Key": "team", "Value": "data eng"}]
+    body = cloud.s3.get_object(Bucket=RAW, Key=KEY)["Body"].read()
+    assert (
+        body
+        == b"user_id,stars,review_date,amount,comment\n"
+        + CSV.split(b"\n", 1)[1].split(b"u3,", 1)[0]
+    )  # the header, u1 and u2: the two lines of u3's record are gone
+
+
+def test_an_overwritten_object_loses_the_older_version_that_held_the_subject(
+    cloud: Cloud, eraser: Eraser, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given version 1 (u1, u2 rejected, u3) ingested, then version 2 without u2
+    cloud.register(REVIEWS)
+    _ingest(cloud, capsys, CSV, "1")
+    v2_body = CSV.replace(b"u2,abc,2026-11-22,3.00,meh\n", b"")
+    v2 = _ingest(cloud, capsys, v2_body, "2")
+
+    # When u2 (now only in older versions: raw v1 and the removed quarantine file) is erased
+    manifest = eraser.freeze("u2")
+    eraser("erase")
+
+    # Then the manifest reached those versions through the flagged entries
+    by_key = {o["key"]: o for o in manifest["objects"]}
+    assert set(by_key) == {KEY, QUARANTINE}
+    assert [s["older_versions_only"] for s in by_key[KEY]["subjects"]] == [True]
+    assert by_key[QUARANTINE]["state"] == "hidden"
+    # and the current raw version is untouched, its older version gone
+    assert _versions(cloud, RAW, KEY) == [v2]
+    assert cloud.s3.get_object(Bucket=RAW, Key=KEY)["Body"].read() == v2_body
+    # and the quarantine key, hidden by a delete marker, has no version left
+    assert _versions(cloud, LAKE, QUARANTINE) == []
+    actions = {
+        r["object_url"].rsplit("/", 1)[1]: r["action"]
+        for r in eraser.document("results.json")["objects"]
+    }
+    assert actions == {"batch-1.csv": "unchanged", f"{DIGEST}.jsonl": "purged"}
+    assert eraser("verify")["matching_rows_found"] == 0
+
+
+def test_a_rerun_converges_and_verifies(
+    cloud: Cloud, eraser: Eraser, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cloud.register(REVIEWS)
+    _ingest(cloud, capsys, CSV, "1")
+    eraser.freeze("u1")
+    eraser("erase")
+    after_first = cloud.current(RAW, KEY)
+
+    again = eraser("erase")  # the job died after its writes and Step Functions retries it
+
+    assert again["rows_removed"] == 0
+    assert cloud.current(RAW, KEY) == after_first  # nothing rewritten twice
+    assert eraser("verify")["objects_verified"] == 2
+
+
+def test_a_manifest_that_is_not_the_approved_one_is_refused(
+    cloud: Cloud, eraser: Eraser, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cloud.register(REVIEWS)
+    _ingest(cloud, capsys, CSV, "1")
+    eraser.freeze("u1")
+    before = cloud.current(RAW, KEY)
+
+    with pytest.raises(ManifestMismatchError, match="not the report that was approved"):
+        eraser("erase", sha256="0" * 64)
+    assert cloud.current(RAW, KEY) == before
+
+
+def test_verification_fails_when_a_subject_came_back(
+    cloud: Cloud, eraser: Eraser, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cloud.register(REVIEWS)
+    _ingest(cloud, capsys, CSV, "1")
+    eraser.freeze("u1")
+    eraser("erase")
+    cloud.s3.put_object(Bucket=RAW, Key=KEY, Body=CSV)  # a producer uploads u1's row again
+
+    with pytest.raises(VerificationFailedError, match="did not verify"):
+        eraser("verify")
+    checks = eraser.document("verification.json")["objects"]
+    assert [c["ok"] for c in checks] == [True, False]  # the lake file (first) is still gone
