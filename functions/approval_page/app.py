@@ -1,0 +1,131 @@
+"""The approval page: `GET` and `POST /approvals/{approval_id}` (public; the link is the key).
+
+A GET renders the confirmation page (what will be erased, the confirmation code, the two
+forms) and changes nothing: mail scanners open every link. A POST decides only with an
+authentic unexpired link, the page's CSRF cookie and token, an allowed approver and the typed
+code, and only once (lethe_shared.approval_flow.ApprovalPage). Every answer is an HTML page
+with strict security headers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import boto3
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
+from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities import parameters
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from pydantic import Field, field_validator
+
+from lethe_shared.approval import response_headers
+from lethe_shared.approval_flow import ApprovalPage, HttpAnswer, HttpRequest
+from lethe_shared.config import Settings, load_settings
+from lethe_shared.erasure import DynamoApprovals, DynamoErasureRequests
+from lethe_shared.erasure_workflow import StepFunctionsCallbacks
+
+logger = Logger()
+tracer = Tracer()
+metrics = Metrics()
+app = APIGatewayRestResolver()
+KEY_CACHE_SECONDS = 300
+
+
+class ApprovalPageSettings(Settings):
+    requests_table: str = Field(alias="ERASURE_REQUESTS_TABLE", min_length=1)
+    approvals_table: str = Field(alias="APPROVALS_TABLE", min_length=1)
+    approvers: list[str] = Field(alias="APPROVER_EMAILS", min_length=1)
+    signing_key_secret_arn: str = Field(alias="APPROVAL_SIGNING_KEY_SECRET_ARN", min_length=1)
+
+    @field_validator("approvers", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        return (
+            [a.strip() for a in value.split(",") if a.strip()] if isinstance(value, str) else value
+        )
+
+
+@dataclass(frozen=True)
+class _Dependencies:
+    settings: ApprovalPageSettings
+    requests: DynamoErasureRequests
+    approvals: DynamoApprovals
+    callbacks: StepFunctionsCallbacks
+
+
+@cache
+def _dependencies() -> _Dependencies:
+    settings = load_settings(ApprovalPageSettings)
+    dynamodb = boto3.resource("dynamodb")
+    return _Dependencies(
+        settings=settings,
+        requests=DynamoErasureRequests(dynamodb.Table(settings.requests_table)),
+        approvals=DynamoApprovals(dynamodb.Table(settings.approvals_table)),
+        callbacks=StepFunctionsCallbacks(boto3.client("stepfunctions")),
+    )
+
+
+def _page() -> ApprovalPage:
+    deps = _dependencies()
+    key = parameters.get_secret(deps.settings.signing_key_secret_arn, max_age=KEY_CACHE_SECONDS)
+    return ApprovalPage(
+        requests=deps.requests,
+        approvals=deps.approvals,
+        callbacks=deps.callbacks,
+        signing_key=str(key).encode(),
+        approvers=deps.settings.approvers,
+    )
+
+
+def _request(approval_id: str) -> HttpRequest:
+    event = app.current_event
+    headers = {k.lower(): v for k, v in (event.headers or {}).items()}
+    cookies = "; ".join((event.multi_value_headers or {}).get("Cookie", [])) or headers.get(
+        "cookie"
+    )
+    return HttpRequest(
+        approval_id=approval_id,
+        query=dict(event.query_string_parameters or {}),
+        cookie=cookies,
+        body=event.body,
+        is_base64=bool(event.is_base64_encoded),
+        content_type=headers.get("content-type"),
+        secure=headers.get("x-forwarded-proto", "https") == "https",
+        public_path=event.request_context.path,
+    )
+
+
+def _answer(answer: HttpAnswer) -> Response[str]:
+    outcome = answer.page.outcome or "confirmation"
+    metrics.add_metric(name=f"ApprovalPage_{outcome}", unit=MetricUnit.Count, value=1)
+    logger.info(
+        "approval page answered", extra={"outcome": outcome, "status": answer.page.status_code}
+    )
+    return Response(
+        status_code=answer.page.status_code,
+        body=answer.page.html,
+        headers=response_headers(set_cookie=answer.set_cookie),
+    )
+
+
+@app.get("/approvals/<approval_id>")
+@tracer.capture_method
+def show(approval_id: str) -> Response[str]:
+    return _answer(_page().get(_request(approval_id)))
+
+
+@app.post("/approvals/<approval_id>")
+@tracer.capture_method
+def decide(approval_id: str) -> Response[str]:
+    return _answer(_page().post(_request(approval_id)))
+
+
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST)
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return app.resolve(event, context)

@@ -1,0 +1,117 @@
+"""Wait For Approval: the erasure workflow's `.waitForTaskToken` task.
+
+Keeps the task token on the request record (it never leaves DynamoDB), creates one signed link
+per configured approver (never the requester) and emails each approver their own link through
+SES (lethe_shared.approval_flow.request_approval). The task then waits until an approver
+decides on the approval page, the request is cancelled, or the deadline passes (the task's
+TimeoutSeconds, from ApprovalTimeoutHours).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from functools import cache
+from typing import Any
+
+import boto3
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities import parameters
+from aws_lambda_powertools.utilities.parser import parse
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from pydantic import BaseModel, Field, field_validator
+
+from lethe_shared.approval_flow import request_approval
+from lethe_shared.config import Settings, load_settings
+from lethe_shared.erasure import DynamoApprovals, DynamoErasureRequests
+
+logger = Logger()
+tracer = Tracer()
+metrics = Metrics()
+KEY_CACHE_SECONDS = 300
+
+
+class ApprovalRequestSettings(Settings):
+    requests_table: str = Field(alias="ERASURE_REQUESTS_TABLE", min_length=1)
+    approvals_table: str = Field(alias="APPROVALS_TABLE", min_length=1)
+    approvers: list[str] = Field(alias="APPROVER_EMAILS", min_length=1)
+    sender: str = Field(alias="SENDER_EMAIL", min_length=3)
+    signing_key_secret_arn: str = Field(alias="APPROVAL_SIGNING_KEY_SECRET_ARN", min_length=1)
+    api_url: str = Field(alias="API_URL", pattern=r"^https?://")
+    timeout_hours: float = Field(alias="APPROVAL_TIMEOUT_HOURS", gt=0)
+
+    @field_validator("approvers", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        return (
+            [a.strip() for a in value.split(",") if a.strip()] if isinstance(value, str) else value
+        )
+
+
+class ApprovalTask(BaseModel):
+    request_id: str = Field(min_length=1)
+    task_token: str = Field(min_length=1)
+
+
+@dataclass(frozen=True)
+class SesMailer:
+    client: Any
+    sender: str
+
+    def send(self, to: str, subject: str, text: str, html: str) -> None:
+        self.client.send_email(
+            Source=self.sender,
+            Destination={"ToAddresses": [to]},
+            Message={
+                "Subject": {"Data": subject, "Charset": "UTF-8"},
+                "Body": {
+                    "Text": {"Data": text, "Charset": "UTF-8"},
+                    "Html": {"Data": html, "Charset": "UTF-8"},
+                },
+            },
+        )
+
+
+@dataclass(frozen=True)
+class _Dependencies:
+    settings: ApprovalRequestSettings
+    requests: DynamoErasureRequests
+    approvals: DynamoApprovals
+    mailer: SesMailer
+
+
+@cache
+def _dependencies() -> _Dependencies:
+    settings = load_settings(ApprovalRequestSettings)
+    dynamodb = boto3.resource("dynamodb")
+    return _Dependencies(
+        settings=settings,
+        requests=DynamoErasureRequests(dynamodb.Table(settings.requests_table)),
+        approvals=DynamoApprovals(dynamodb.Table(settings.approvals_table)),
+        mailer=SesMailer(boto3.client("ses"), settings.sender),
+    )
+
+
+@logger.inject_lambda_context(correlation_id_path="request_id", log_event=False)
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    task = parse(event=event, model=ApprovalTask)
+    deps = _dependencies()
+    settings = deps.settings
+    key = str(parameters.get_secret(settings.signing_key_secret_arn, max_age=KEY_CACHE_SECONDS))
+    links = request_approval(
+        task.request_id,
+        task.task_token,
+        requests=deps.requests,
+        approvals=deps.approvals,
+        mailer=deps.mailer,
+        approvers=settings.approvers,
+        signing_key=key.encode(),
+        base_url=settings.api_url,
+        timeout=timedelta(hours=settings.timeout_hours),
+    )
+    metrics.add_metric(name="ApprovalEmailsSent", unit=MetricUnit.Count, value=len(links))
+    logger.info("approval requested", extra={"request_id": task.request_id, "links": len(links)})
+    return {"request_id": task.request_id, "approvers": len(links)}

@@ -1,0 +1,229 @@
+"""Erasure requests API (IAM-authenticated REST) and the `Erasure Requested` event intake.
+
+    POST /erasure-requests                  file a request (Idempotency-Key honoured): 202
+    GET  /erasure-requests[?status=S]       list requests, newest first
+    GET  /erasure-requests/{id}             one request: status, history, report, result
+    POST /erasure-requests/{id}/cancel      stop a request that has not started erasing
+
+The same function takes EventBridge events (`source: lethe.requests`, detail-type `Erasure
+Requested`, detail = the POST body plus an optional `idempotency_key`; the event id is the key
+otherwise, so a redelivered event files one request). Subject ids are hashed as soon as they
+are read (lethe_shared.erasure) and never logged or stored.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import boto3
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
+from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities import parameters
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from pydantic import Field
+
+from lethe_shared.config import Settings, load_settings
+from lethe_shared.erasure import (
+    DynamoErasureRequests,
+    ErasureRequestError,
+    ErasureStatus,
+    IdempotencyConflictError,
+    InvalidTransitionError,
+    RequestNotFoundError,
+    parse_request_body,
+)
+from lethe_shared.erasure_workflow import (
+    StepFunctionsCallbacks,
+    StepFunctionsStarter,
+    cancel_request,
+    file_request,
+)
+from lethe_shared.registry import DynamoDatasetRegistry
+from lethe_shared.subjects import key_from_secret
+
+logger = Logger()
+tracer = Tracer()
+metrics = Metrics()
+app = APIGatewayRestResolver()
+KEY_CACHE_SECONDS = 300
+REQUEST_EVENT = "Erasure Requested"
+
+
+class ErasureApiSettings(Settings):
+    requests_table: str = Field(alias="ERASURE_REQUESTS_TABLE", min_length=1)
+    datasets_table: str = Field(alias="DATASETS_TABLE", min_length=1)
+    hash_key_secret_arn: str = Field(alias="HASH_KEY_SECRET_ARN", min_length=1)
+    state_machine_arn: str = Field(alias="ERASURE_STATE_MACHINE_ARN", min_length=20)
+
+
+@dataclass(frozen=True)
+class _Dependencies:
+    settings: ErasureApiSettings
+    requests: DynamoErasureRequests
+    registry: DynamoDatasetRegistry
+    starter: StepFunctionsStarter
+    callbacks: StepFunctionsCallbacks
+
+
+@cache
+def _dependencies() -> _Dependencies:
+    settings = load_settings(ErasureApiSettings)
+    dynamodb = boto3.resource("dynamodb")
+    stepfunctions = boto3.client("stepfunctions")
+    return _Dependencies(
+        settings=settings,
+        requests=DynamoErasureRequests(dynamodb.Table(settings.requests_table)),
+        registry=DynamoDatasetRegistry(dynamodb.Table(settings.datasets_table)),
+        starter=StepFunctionsStarter(stepfunctions, settings.state_machine_arn),
+        callbacks=StepFunctionsCallbacks(stepfunctions),
+    )
+
+
+class BadRequestError(Exception):
+    """The request itself (not its fields) is unusable."""
+
+
+def _json(status: int, body: dict[str, Any]) -> Response[str]:
+    return Response(
+        status_code=status, content_type=content_types.APPLICATION_JSON, body=json.dumps(body)
+    )
+
+
+def _file(document: Any, idempotency_key: str | None, via: str) -> dict[str, Any]:
+    body = parse_request_body(document)
+    deps = _dependencies()
+    secret = parameters.get_secret(deps.settings.hash_key_secret_arn, max_age=KEY_CACHE_SECONDS)
+    filed = file_request(
+        body,
+        hash_key=key_from_secret(str(secret)),
+        datasets=list(deps.registry.list()),
+        requests=deps.requests,
+        starter=deps.starter,
+        idempotency_key=idempotency_key,
+        via=via,
+    )
+    record = filed.request
+    metrics.add_metric(
+        name="ErasureRequestsDuplicate" if filed.duplicate else "ErasureRequestsFiled",
+        unit=MetricUnit.Count,
+        value=1,
+    )
+    logger.info(
+        "erasure request filed" if not filed.duplicate else "erasure request already filed",
+        extra={"request_id": record.request_id, "subjects": record.subject_count, "via": via},
+    )
+    return {
+        "request_id": record.request_id,
+        "status": record.status.value,
+        "duplicate": filed.duplicate,
+    }
+
+
+@app.post("/erasure-requests")
+@tracer.capture_method
+def post_request() -> Response[str]:
+    try:
+        document = json.loads(app.current_event.body or "")
+    except json.JSONDecodeError as exc:
+        raise BadRequestError(f"body is not JSON: {exc.msg} at position {exc.pos}") from exc
+    headers = {k.lower(): v for k, v in (app.current_event.headers or {}).items()}
+    key = headers.get("idempotency-key")
+    if key is not None and not 1 <= len(key) <= 256:
+        raise BadRequestError("Idempotency-Key must have 1 to 256 characters")
+    caller = app.current_event.request_context.identity.user_arn or "unknown caller"
+    return _json(202, _file(document, key, f"api ({caller})"))
+
+
+@app.get("/erasure-requests")
+@tracer.capture_method
+def list_requests() -> Response[str]:
+    status_text = app.current_event.get_query_string_value("status")
+    try:
+        status = ErasureStatus(status_text) if status_text else None
+    except ValueError as exc:
+        raise BadRequestError(
+            f"status must be one of {', '.join(s.value for s in ErasureStatus)}"
+        ) from exc
+    records = _dependencies().requests.list(status)
+    return _json(200, {"requests": [r.public() for r in records]})
+
+
+@app.get("/erasure-requests/<request_id>")
+@tracer.capture_method
+def get_request(request_id: str) -> Response[str]:
+    record = _dependencies().requests.get(request_id)
+    if record is None:
+        raise RequestNotFoundError(f"no erasure request {request_id}")
+    return _json(200, record.public())
+
+
+@app.post("/erasure-requests/<request_id>/cancel")
+@tracer.capture_method
+def cancel(request_id: str) -> Response[str]:
+    try:
+        document = json.loads(app.current_event.body or "{}")
+    except json.JSONDecodeError as exc:
+        raise BadRequestError(f"body is not JSON: {exc.msg}") from exc
+    caller = app.current_event.request_context.identity.user_arn or "unknown caller"
+    by = str(document.get("requested_by") or caller) if isinstance(document, dict) else caller
+    deps = _dependencies()
+    record = cancel_request(request_id, by, requests=deps.requests, callbacks=deps.callbacks)
+    metrics.add_metric(name="ErasureRequestsCancelled", unit=MetricUnit.Count, value=1)
+    logger.info("erasure request cancelled", extra={"request_id": request_id})
+    return _json(200, record.public())
+
+
+@app.exception_handler(ErasureRequestError)
+def _invalid_request(exc: ErasureRequestError) -> Response[str]:
+    return _json(400, {"message": "invalid erasure request", "errors": exc.problems})
+
+
+@app.exception_handler(BadRequestError)
+def _bad_request(exc: BadRequestError) -> Response[str]:
+    return _json(400, {"message": str(exc)})
+
+
+@app.exception_handler(IdempotencyConflictError)
+def _reused_key(exc: IdempotencyConflictError) -> Response[str]:
+    return _json(409, {"message": str(exc)})
+
+
+@app.exception_handler(RequestNotFoundError)
+def _not_found(exc: RequestNotFoundError) -> Response[str]:
+    return _json(404, {"message": str(exc)})
+
+
+@app.exception_handler(InvalidTransitionError)
+def _not_cancellable(exc: InvalidTransitionError) -> Response[str]:
+    return _json(
+        409, {"message": f"the request cannot be cancelled: it is {exc.current or 'unknown'}"}
+    )
+
+
+def _from_event(event: dict[str, Any]) -> dict[str, Any]:
+    """An `Erasure Requested` event: a bad one is logged and dropped (retrying cannot help)."""
+    detail = dict(event.get("detail") or {})
+    key = str(detail.pop("idempotency_key", "") or event.get("id") or "") or None
+    try:
+        return _file(detail, key, f"event {event.get('source', '')}")
+    except ErasureRequestError as exc:
+        metrics.add_metric(name="ErasureRequestsRefused", unit=MetricUnit.Count, value=1)
+        logger.error("erasure request event refused", extra={"problems": exc.problems})
+        return {"refused": exc.problems}
+    except IdempotencyConflictError as exc:
+        logger.error("erasure request event refused", extra={"problem": str(exc)})
+        return {"refused": [str(exc)]}
+
+
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST)
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    if event.get("detail-type") == REQUEST_EVENT:
+        return _from_event(event)
+    return app.resolve(event, context)

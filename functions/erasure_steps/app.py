@@ -1,0 +1,129 @@
+"""The erasure workflow's own steps (statemachines/erasure.asl.json), one domain function each:
+
+    {"step": "report", "request_id"}                        build and freeze the report
+    {"step": "mark", "request_id", "status", "detail"?, "error"?}   ERASING, EXPIRED, FAILED
+    {"step": "notification", "request_id"}                  what to publish about the request now
+    {"step": "update_index", "request_id"}                  delete the erased subjects' entries
+    {"step": "certify", "request_id"}                       audit record, signed certificate
+
+Errors are typed (lethe_shared.errors): the state machine catches `RequestClosedError` (the
+request was cancelled meanwhile) by name, and retries the rest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, Literal
+
+import boto3
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.parser import parse
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from pydantic import BaseModel, Field
+
+from lethe_shared.certificate import KmsSigner
+from lethe_shared.config import Settings, load_settings
+from lethe_shared.erasure import DynamoErasureRequests, ErasureStatus, RequestNotFoundError
+from lethe_shared.erasure_workflow import (
+    S3Documents,
+    build_report,
+    certify,
+    mark,
+    notification,
+    update_index,
+)
+from lethe_shared.s3 import S3ObjectStore
+from lethe_shared.subjects import DynamoSubjectIndex
+
+logger = Logger()
+tracer = Tracer()
+metrics = Metrics()
+
+
+class ErasureStepsSettings(Settings):
+    requests_table: str = Field(alias="ERASURE_REQUESTS_TABLE", min_length=1)
+    index_table: str = Field(alias="INDEX_TABLE", min_length=1)
+    reports_bucket: str = Field(alias="REPORTS_BUCKET", min_length=3)
+    certificate_key_arn: str = Field(alias="CERTIFICATE_KEY_ARN", min_length=1)
+
+
+class StepError(BaseModel):
+    Error: str = ""
+    Cause: str = ""
+
+
+class StepEvent(BaseModel):
+    step: Literal["report", "mark", "notification", "update_index", "certify"]
+    request_id: str = Field(min_length=1)
+    status: ErasureStatus | None = None
+    detail: str = ""
+    error: StepError | None = None
+
+
+@dataclass(frozen=True)
+class _Dependencies:
+    requests: DynamoErasureRequests
+    index: DynamoSubjectIndex
+    objects: S3ObjectStore
+    documents: S3Documents
+    signer: KmsSigner
+
+
+@cache
+def _dependencies() -> _Dependencies:
+    settings = load_settings(ErasureStepsSettings)
+    dynamodb = boto3.resource("dynamodb")
+    s3 = boto3.client("s3")
+    return _Dependencies(
+        requests=DynamoErasureRequests(dynamodb.Table(settings.requests_table)),
+        index=DynamoSubjectIndex(dynamodb.Table(settings.index_table)),
+        objects=S3ObjectStore(s3),
+        documents=S3Documents(s3, settings.reports_bucket),
+        signer=KmsSigner(boto3.client("kms"), settings.certificate_key_arn),
+    )
+
+
+def _run(step: StepEvent, deps: _Dependencies) -> dict[str, Any]:
+    rid = step.request_id
+    if step.step == "report":
+        summary = build_report(
+            rid,
+            requests=deps.requests,
+            index=deps.index,
+            objects=deps.objects,
+            documents=deps.documents,
+        )
+        metrics.add_metric(
+            name="ErasureReportObjects", unit=MetricUnit.Count, value=summary.objects
+        )
+        return {"request_id": rid, "objects": summary.objects, "sha256": summary.manifest_sha256}
+    if step.step == "mark":
+        if step.status is None:
+            raise ValueError("a mark step names the status")
+        error = step.error.model_dump() if step.error else None
+        return mark(rid, step.status, requests=deps.requests, detail=step.detail, error=error)
+    if step.step == "notification":
+        record = deps.requests.get(rid)
+        if record is None:
+            raise RequestNotFoundError(f"no erasure request {rid}")
+        return notification(record)
+    if step.step == "update_index":
+        return {"request_id": rid, **update_index(
+            rid, requests=deps.requests, index=deps.index, documents=deps.documents
+        )}  # fmt: skip
+    certified = certify(rid, requests=deps.requests, documents=deps.documents, signer=deps.signer)
+    metrics.add_metric(name="ErasuresCompleted", unit=MetricUnit.Count, value=1)
+    return certified.notification
+
+
+@logger.inject_lambda_context(correlation_id_path="request_id", log_event=False)
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    step = parse(event=event, model=StepEvent)
+    logger.append_keys(step=step.step)
+    result = _run(step, _dependencies())
+    logger.info("erasure step done", extra={"request_id": step.request_id})
+    return result

@@ -1,0 +1,343 @@
+"""The approval step with its state: emailing the approvers, and the page they decide on.
+
+`request_approval` runs as the workflow's `.waitForTaskToken` task: it keeps the task token on
+the request record (it never leaves DynamoDB), creates one signed link per configured approver
+(never the requester), and emails each approver their own link. `ApprovalPage` answers the
+link: a GET renders the confirmation page and changes nothing; a POST checks the link, the
+form, the CSRF token, who decides and the typed code (lethe_shared.approval, in that order),
+then applies the decision exactly once with a conditional transition of the request, and only
+then hands the decision to the waiting workflow through the task token.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+from lethe_shared.approval import (
+    ApprovalError,
+    ApprovalSummary,
+    BadFormError,
+    CsrfError,
+    DatasetCounts,
+    Decision,
+    LinkExpiredError,
+    LinkForgedError,
+    Page,
+    approval_path,
+    build_approval_email,
+    check_code,
+    check_csrf,
+    confirmation_code,
+    csrf_cookie,
+    csrf_token,
+    new_approval_id,
+    new_csrf_nonce,
+    parse_decision_form,
+    render_already_decided_page,
+    render_closed_page,
+    render_confirmation_page,
+    render_decided_page,
+    render_expired_page,
+    render_invalid_page,
+    render_not_allowed_page,
+    render_wrong_code_page,
+    sign_link,
+    verify_link,
+)
+from lethe_shared.erasure import (
+    ApprovalLink,
+    Approvals,
+    ErasureRequest,
+    ErasureRequests,
+    ErasureStatus,
+    InvalidTransitionError,
+)
+from lethe_shared.erasure_workflow import RequestClosedError, TaskCallbacks, TaskGoneError
+from lethe_shared.errors import LetheError
+
+LOG = logging.getLogger("lethe.approval")
+LINK_RECORD_DAYS = 30  # approval link records stay this long after their deadline (TTL)
+CSRF_MAX_AGE = 12 * 3600
+
+
+class NoApproverError(LetheError):
+    """No configured approver may decide this request (the requester is the only one)."""
+
+
+class Mailer(Protocol):
+    def send(self, to: str, subject: str, text: str, html: str) -> None: ...
+
+
+def _same_person(a: str, b: str) -> bool:
+    return a.strip().casefold() == b.strip().casefold()
+
+
+def _summary(record: ErasureRequest, approver: str, deadline: datetime) -> ApprovalSummary:
+    report = record.report
+    return ApprovalSummary(
+        request_id=record.request_id,
+        subject_count=record.subject_count,
+        datasets=tuple(
+            DatasetCounts(
+                dataset_id=d["dataset_id"],
+                zone=d["zone"],
+                objects=d["objects"],
+                versions=d["versions"],
+                rows=d["rows"],
+            )
+            for d in report.get("datasets", [])
+        ),
+        report_sha256=report["manifest_sha256"],
+        deadline=deadline,
+        requested_by=record.requested_by,
+        approver=approver,
+    )
+
+
+def request_approval(
+    request_id: str,
+    task_token: str,
+    *,
+    requests: ErasureRequests,
+    approvals: Approvals,
+    mailer: Mailer,
+    approvers: Sequence[str],
+    signing_key: bytes,
+    base_url: str,
+    timeout: timedelta,
+    now: datetime | None = None,
+) -> list[ApprovalLink]:
+    """Keep the task token, create each approver's link and email it; the request becomes
+    AWAITING_APPROVAL with the deadline (the task's timeout). Raises RequestClosedError when
+    the request was cancelled meanwhile, NoApproverError when nobody may decide."""
+    at = now or datetime.now(UTC)
+    record = requests.get(request_id)
+    if record is None or record.terminal:
+        raise RequestClosedError(f"request {request_id} is closed")
+    allowed = [
+        a for a in dict.fromkeys(approvers) if a and not _same_person(a, record.requested_by)
+    ]
+    if not allowed:
+        raise NoApproverError(
+            f"request {request_id}: no configured approver other than the requester"
+        )
+    deadline = (at + timeout).replace(microsecond=0)
+    links = [
+        ApprovalLink(
+            approval_id=new_approval_id(),
+            request_id=request_id,
+            approver=approver,
+            deadline=int(deadline.timestamp()),
+            created_at=at.isoformat(),
+            expires_at=int((deadline + timedelta(days=LINK_RECORD_DAYS)).timestamp()),
+        )
+        for approver in allowed
+    ]
+    for link in links:
+        approvals.put(link)
+    record = requests.transition(
+        request_id,
+        ErasureStatus.AWAITING_APPROVAL,
+        by="workflow",
+        detail=f"{len(links)} approver(s) emailed; deadline {deadline.isoformat()}",
+        allowed_from=frozenset({ErasureStatus.REPORTED, ErasureStatus.AWAITING_APPROVAL}),
+        updates={
+            "task_token": task_token,
+            "approval": {
+                "deadline": deadline.isoformat(),
+                "approvers": [link.approver for link in links],
+                "requested_at": at.isoformat(),
+            },
+        },
+    )
+    for link in links:
+        email = build_approval_email(
+            _summary(record, link.approver, deadline),
+            sign_link(signing_key, base_url, link.approval_id, link.deadline),
+        )
+        mailer.send(link.approver, email.subject, email.text, email.html)
+    LOG.info("approval requested from %d approver(s)", len(links))
+    return links
+
+
+@dataclass(frozen=True)
+class HttpRequest:
+    """The parts of an API Gateway proxy request the page needs."""
+
+    approval_id: str
+    query: Mapping[str, str]
+    cookie: str | None
+    body: str | None = None
+    is_base64: bool = False
+    content_type: str | None = None
+    secure: bool = True  # https: always on API Gateway; the local cloud serves http
+    public_path: str | None = None  # requestContext.path (with the stage), for the cookie
+
+
+@dataclass(frozen=True)
+class HttpAnswer:
+    page: Page
+    set_cookie: str | None = None
+
+
+@dataclass(frozen=True)
+class ApprovalPage:
+    requests: ErasureRequests
+    approvals: Approvals
+    callbacks: TaskCallbacks
+    signing_key: bytes
+    approvers: Sequence[str]
+
+    def _link(self, request: HttpRequest, now: datetime) -> ApprovalLink:
+        """The approval record of an authentic, unexpired link. Raises ApprovalError."""
+        verify_link(
+            self.signing_key,
+            request.approval_id,
+            request.query.get("e"),
+            request.query.get("s"),
+            now,
+        )
+        link = self.approvals.get(request.approval_id)
+        if link is None:
+            raise LinkForgedError("no such approval")
+        if now.timestamp() >= link.deadline:
+            raise LinkExpiredError(datetime.fromtimestamp(link.deadline, UTC))
+        return link
+
+    def _closed(self, record: ErasureRequest) -> Page | None:
+        """The page for a request that no longer awaits this decision, if it does not."""
+        if record.status in (
+            ErasureStatus.APPROVED,
+            ErasureStatus.REJECTED,
+        ) and record.approval.get("decision"):
+            decided_at = record.approval.get("decided_at")
+            return render_already_decided_page(
+                "approve" if record.approval["decision"] == "approve" else "reject",
+                request_id=record.request_id,
+                decided_by=str(record.approval.get("decided_by", "")),
+                decided_at=datetime.fromisoformat(decided_at) if decided_at else None,
+            )
+        if record.status is ErasureStatus.EXPIRED:
+            return render_expired_page(request_id=record.request_id)
+        if record.status is not ErasureStatus.AWAITING_APPROVAL:
+            return render_closed_page(request_id=record.request_id, status=record.status.value)
+        return None
+
+    def _allowed(self, link: ApprovalLink, record: ErasureRequest) -> Page | None:
+        if not any(_same_person(link.approver, a) for a in self.approvers):
+            return render_not_allowed_page("this address is no longer a configured approver")
+        if _same_person(link.approver, record.requested_by):
+            return render_not_allowed_page("the requester cannot approve their own request")
+        return None
+
+    def _record(self, link: ApprovalLink) -> ErasureRequest:
+        record = self.requests.get(link.request_id)
+        if record is None:
+            raise LinkForgedError("the request of this approval does not exist")
+        return record
+
+    def get(self, request: HttpRequest, now: datetime | None = None) -> HttpAnswer:
+        """The confirmation page (and its CSRF cookie). Changes nothing."""
+        at = now or datetime.now(UTC)
+        try:
+            link = self._link(request, at)
+        except ApprovalError as exc:
+            return HttpAnswer(_refusal(exc))
+        record = self._record(link)
+        refusal = self._closed(record) or self._allowed(link, record)
+        if refusal is not None:
+            return HttpAnswer(refusal)
+        nonce = new_csrf_nonce()
+        deadline = datetime.fromtimestamp(link.deadline, UTC)
+        page = render_confirmation_page(
+            _summary(record, link.approver, deadline),
+            code=confirmation_code(self.signing_key, link.approval_id),
+            csrf=csrf_token(self.signing_key, link.approval_id, nonce),
+        )
+        cookie = csrf_cookie(
+            nonce,
+            link.approval_id,
+            secure=request.secure,
+            max_age=max(1, min(CSRF_MAX_AGE, int(link.deadline - at.timestamp()))),
+            path=request.public_path or approval_path(link.approval_id),
+        )
+        return HttpAnswer(page, cookie)
+
+    def post(self, request: HttpRequest, now: datetime | None = None) -> HttpAnswer:
+        """Apply a decision exactly once, or answer why not. Every refusal changes nothing."""
+        at = now or datetime.now(UTC)
+        try:
+            link = self._link(request, at)
+            form = parse_decision_form(
+                request.body, request.is_base64, content_type=request.content_type
+            )
+            check_csrf(self.signing_key, link.approval_id, request.cookie, form.csrf_token)
+        except ApprovalError as exc:
+            return HttpAnswer(_refusal(exc))
+        record = self._record(link)
+        refusal = self._closed(record) or self._allowed(link, record)
+        if refusal is not None:
+            return HttpAnswer(refusal)
+        if not check_code(form.confirmation, confirmation_code(self.signing_key, link.approval_id)):
+            retry = (request.public_path or approval_path(link.approval_id)) + (
+                f"?e={request.query.get('e', '')}&s={request.query.get('s', '')}"
+            )
+            return HttpAnswer(render_wrong_code_page(retry))
+        return HttpAnswer(self._decide(link, record, form.decision, at))
+
+    def _decide(
+        self, link: ApprovalLink, record: ErasureRequest, decision: Decision, at: datetime
+    ) -> Page:
+        target = ErasureStatus.APPROVED if decision == "approve" else ErasureStatus.REJECTED
+        try:
+            self.requests.transition(
+                record.request_id,
+                target,
+                by=link.approver,
+                detail=f"{decision} on the approval page",
+                allowed_from=frozenset({ErasureStatus.AWAITING_APPROVAL}),
+                updates={
+                    "approval": {
+                        **record.approval,
+                        "decision": decision,
+                        "decided_by": link.approver,
+                        "decided_at": at.isoformat(),
+                        "approval_id": link.approval_id,
+                    }
+                },
+                remove=("task_token",),
+            )
+        except InvalidTransitionError:  # another approver (or a cancel) was first
+            current = self._record(link)
+            return self._closed(current) or render_closed_page(
+                request_id=current.request_id, status=current.status.value
+            )
+        output = {"decision": decision, "decided_by": link.approver, "decided_at": at.isoformat()}
+        try:
+            if decision == "approve":
+                self.callbacks.success(record.task_token, output)
+            else:
+                self.callbacks.failure(
+                    record.task_token, "ErasureRejected", f"rejected by {link.approver}"
+                )
+        except TaskGoneError:  # the approval task timed out as the decision arrived
+            LOG.warning("request %s: the decision came after the deadline", record.request_id)
+            return render_expired_page(request_id=record.request_id)
+        LOG.info("request %s: %s by an approver", record.request_id, decision)
+        return render_decided_page(
+            decision, request_id=record.request_id, decided_by=link.approver, decided_at=at
+        )
+
+
+def _refusal(exc: ApprovalError) -> Page:
+    if isinstance(exc, LinkExpiredError):
+        return render_expired_page(exc.deadline)
+    if isinstance(exc, CsrfError):
+        return render_invalid_page(str(exc), kind="csrf")
+    if isinstance(exc, BadFormError):
+        return render_invalid_page(str(exc), kind="form")
+    return render_invalid_page(str(exc))

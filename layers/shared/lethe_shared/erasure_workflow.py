@@ -1,0 +1,523 @@
+"""What each step of an erasure does: intake, report, status changes, index update, certificate.
+
+The handlers (functions/erasure_api, functions/erasure_steps) and the state machine
+(statemachines/erasure.asl.json) call these functions with their ports; nothing here reads the
+environment. Every step can run twice with one effect (Lambda and Step Functions retry):
+intake is keyed by the execution name, the report overwrites its own documents and moves the
+request to REPORTED from RECEIVED or REPORTED only, the index update deletes what is there,
+and the audit record is written once (an S3 conditional write).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from lethe_shared.certificate import (
+    CertificateTotals,
+    CertificateVerification,
+    ErasedObject,
+    ErasureCertificate,
+    ObjectVersion,
+    Signer,
+    render_certificate_html,
+    sign_certificate,
+)
+from lethe_shared.datasets import Dataset
+from lethe_shared.erasure import (
+    CANCELLABLE,
+    ErasureRequest,
+    ErasureRequestBody,
+    ErasureRequests,
+    ErasureStatus,
+    IdempotencyConflictError,
+    RequestNotFoundError,
+    hash_subjects,
+    idempotent_request_id,
+    new_request,
+    new_request_id,
+)
+from lethe_shared.erasure_report import (
+    EraseResults,
+    ReportSummary,
+    Verification,
+    build_manifest,
+    canonical_json,
+    dataset_counts,
+    report_key,
+    results_totals,
+    sha256_hex,
+    summary_html,
+    summary_text,
+)
+from lethe_shared.errors import LetheError
+from lethe_shared.executions import execution_name
+from lethe_shared.s3 import ObjectStore, s3_url, split_s3_url
+from lethe_shared.subjects import SubjectIndex
+
+LOG = logging.getLogger("lethe.erasure")
+WORKFLOW = "workflow"  # who the history names for the state machine's own steps
+
+
+class RequestClosedError(LetheError):
+    """The request was cancelled (or ended) while the workflow ran: the step does nothing."""
+
+
+class VerificationMissingError(LetheError):
+    """The certificate step found no successful verification: nothing is certified."""
+
+
+class ErasureStarter(Protocol):
+    def start(self, request_id: str) -> str:
+        """Start (or find) the request's workflow execution; returns its ARN."""
+
+
+class DocumentStore(Protocol):
+    """The reports bucket: put documents, read them, write one once."""
+
+    def put(self, key: str, body: bytes, content_type: str) -> str:
+        """Write a document; returns its s3:// URL."""
+
+    def put_once(self, key: str, body: bytes, content_type: str) -> bool:
+        """Write a document unless one is there (If-None-Match); False when it was there."""
+
+    def get(self, key: str) -> bytes | None: ...
+
+
+def erasure_execution_name(request_id: str) -> str:
+    """One workflow execution per request: a repeated start finds the running one."""
+    return execution_name("erasure", request_id)
+
+
+# ----------------------------------------------------------------------------------- intake
+
+
+@dataclass(frozen=True)
+class Filed:
+    request: ErasureRequest
+    duplicate: bool  # an Idempotency-Key (or event id) named a request filed before
+
+
+def file_request(
+    body: ErasureRequestBody,
+    *,
+    hash_key: bytes,
+    datasets: Sequence[Dataset],
+    requests: ErasureRequests,
+    starter: ErasureStarter,
+    idempotency_key: str | None = None,
+    via: str = "api",
+    now: datetime | None = None,
+) -> Filed:
+    """Hash the subjects, store the request (RECEIVED) and start its workflow.
+
+    With an idempotency key, the request id derives from it: a retry with the same body gets
+    the same request (and starts nothing new); another body under the same key is refused
+    with IdempotencyConflictError. Raises ErasureRequestError for a bad body."""
+    subjects = hash_subjects(body, hash_key, datasets)
+    request_id = (
+        idempotent_request_id(idempotency_key, body.requested_by)
+        if idempotency_key
+        else new_request_id(now)
+    )
+    record, created = requests.create(new_request(request_id, body, subjects, now=now, via=via))
+    if not created and record.fingerprint != new_request(request_id, body, subjects).fingerprint:
+        raise IdempotencyConflictError(
+            "this Idempotency-Key was used for another request body; use a new key"
+        )
+    if not record.execution_arn:  # also a retry whose first attempt died before starting
+        record = requests.update(request_id, {"execution_arn": starter.start(request_id)})
+    return Filed(record, duplicate=not created)
+
+
+def cancel_request(
+    request_id: str, by: str, *, requests: ErasureRequests, callbacks: TaskCallbacks
+) -> ErasureRequest:
+    """Stop a request that has not started erasing: REJECTED with outcome CANCELLED, and a
+    waiting approval task fails with `ErasureCancelled` (the workflow then notifies).
+    Raises InvalidTransitionError once it is erasing or ended."""
+    record = requests.transition(
+        request_id,
+        ErasureStatus.REJECTED,
+        by=by,
+        detail="cancelled by the requester",
+        allowed_from=CANCELLABLE,
+        updates={"outcome": "CANCELLED"},
+    )
+    if record.task_token:
+        callbacks.failure(record.task_token, "ErasureCancelled", f"cancelled by {by}")
+    return record
+
+
+class TaskGoneError(LetheError):
+    """The task token is no longer valid: the waiting task timed out or its execution ended."""
+
+
+class TaskCallbacks(Protocol):
+    """Step Functions' task token callbacks (SendTaskSuccess / SendTaskFailure). Both raise
+    TaskGoneError when the task no longer waits."""
+
+    def success(self, token: str, output: Mapping[str, Any]) -> None: ...
+
+    def failure(self, token: str, error: str, cause: str) -> None: ...
+
+
+# ----------------------------------------------------------------------------------- report
+
+
+def _open_request(requests: ErasureRequests, request_id: str) -> ErasureRequest:
+    record = requests.get(request_id)
+    if record is None:
+        raise RequestNotFoundError(f"no erasure request {request_id}")
+    if record.terminal:
+        raise RequestClosedError(f"request {request_id} is {record.status.value}")
+    return record
+
+
+def build_report(
+    request_id: str,
+    *,
+    requests: ErasureRequests,
+    index: SubjectIndex,
+    objects: ObjectStore,
+    documents: DocumentStore,
+    now: datetime | None = None,
+) -> ReportSummary:
+    """Freeze the report: the manifest from the index and S3, its SHA-256, the summaries; the
+    request becomes REPORTED with them."""
+    record = _open_request(requests, request_id)
+    manifest = build_manifest(
+        record.request_id,
+        record.subject_hashes,
+        record.subject_count,
+        index=index,
+        objects=objects,
+        now=now or datetime.now(UTC),
+    )
+    body = manifest.bytes()
+    digest = sha256_hex(body)
+    text = summary_text(manifest, digest, record.requested_by).encode()
+    page = summary_html(manifest, digest, record.requested_by).encode()
+    counts = dataset_counts(manifest)
+    summary = ReportSummary(
+        manifest_url=documents.put(report_key(request_id, "manifest.json"), body, _JSON),
+        manifest_sha256=digest,
+        summary_text_url=documents.put(report_key(request_id, "summary.txt"), text, _TEXT),
+        summary_html_url=documents.put(report_key(request_id, "summary.html"), page, _HTML),
+        objects=len(manifest.objects),
+        versions=sum(c.versions for c in counts),
+        rows=sum(c.rows for c in counts),
+        datasets=tuple(counts),
+    )
+    requests.transition(
+        request_id,
+        ErasureStatus.REPORTED,
+        by=WORKFLOW,
+        detail=f"{summary.objects} object(s), {summary.versions} version(s), {summary.rows} row(s)",
+        updates={"report": summary.model_dump(mode="json")},
+    )
+    return summary
+
+
+_JSON, _TEXT, _HTML = "application/json", "text/plain; charset=utf-8", "text/html; charset=utf-8"
+
+
+# ----------------------------------------------------------------------------------- status
+
+
+def mark(
+    request_id: str,
+    status: ErasureStatus,
+    *,
+    requests: ErasureRequests,
+    detail: str = "",
+    error: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """A status change the workflow makes (ERASING, EXPIRED, FAILED); returns the
+    notification of the new state. A terminal request is left as it is (its notification is
+    returned): a cancel or a decision got there first."""
+    updates: dict[str, Any] = {}
+    if error:
+        updates["error"] = {k: str(v)[:2000] for k, v in error.items()}
+    current = requests.get(request_id)
+    if current is None:
+        raise RequestNotFoundError(f"no erasure request {request_id}")
+    if current.terminal:
+        return notification(current)
+    allowed = None
+    if status is ErasureStatus.EXPIRED:  # an approval may land as the task times out
+        allowed = frozenset({ErasureStatus.AWAITING_APPROVAL, ErasureStatus.APPROVED})
+    record = requests.transition(
+        request_id, status, by=WORKFLOW, detail=detail, allowed_from=allowed, updates=updates
+    )
+    return notification(record)
+
+
+def notification(record: ErasureRequest) -> dict[str, Any]:
+    """What SNS and EventBridge carry about a request: ids, statuses, counts, where the
+    certificate is; never a subject id (hashes are not sent either)."""
+    return {
+        "request_id": record.request_id,
+        "status": record.status.value,
+        "outcome": record.outcome or record.status.value,
+        "requested_by": record.requested_by,
+        "subject_count": record.subject_count,
+        "objects": int(record.report.get("objects", 0)),
+        "rows_removed": int(record.result.get("rows_removed", 0)),
+        "versions_purged": int(record.result.get("versions_purged", 0)),
+        "certificate": record.certificate.get("url", ""),
+        "error": record.error.get("error", ""),
+        "at": record.updated_at,
+    }
+
+
+# ------------------------------------------------------------------------------ after erase
+
+
+def _document(documents: DocumentStore, request_id: str, name: str) -> bytes:
+    body = documents.get(report_key(request_id, name))
+    if body is None:
+        raise VerificationMissingError(f"{name} of request {request_id} does not exist")
+    return body
+
+
+def update_index(
+    request_id: str,
+    *,
+    requests: ErasureRequests,
+    index: SubjectIndex,
+    documents: DocumentStore,
+) -> dict[str, int]:
+    """Delete the erased subjects' entries of every object the erasure touched, and nothing of
+    other subjects but the flagged entries of keys whose older versions erasure purged (they
+    point to versions that no longer exist). Keys erasure deleted lose every entry."""
+    record = _open_request(requests, request_id)
+    results = EraseResults.model_validate_json(_document(documents, request_id, "results.json"))
+    removed = pruned = 0
+    for item in results.objects:
+        if item.version_after is None:
+            removed += index.remove_object(item.object_url)
+            continue
+        removed += index.remove_subjects(item.object_url, record.subject_hashes)
+        pruned += index.prune_flagged(item.object_url)
+    LOG.info(
+        "index updated: %d entries of the subjects removed, %d flagged pruned", removed, pruned
+    )
+    return {"entries_removed": removed, "flagged_pruned": pruned}
+
+
+@dataclass(frozen=True)
+class Certified:
+    notification: dict[str, Any]
+    certificate_url: str
+
+
+def certify(
+    request_id: str,
+    *,
+    requests: ErasureRequests,
+    documents: DocumentStore,
+    signer: Signer,
+    now: datetime | None = None,
+) -> Certified:
+    """Write the audit record (once) and the signed certificate; the request becomes
+    COMPLETED. Refuses unless the verification found every object clean."""
+    at = now or datetime.now(UTC)
+    record = _open_request(requests, request_id)
+    results = EraseResults.model_validate_json(_document(documents, request_id, "results.json"))
+    verification = Verification.model_validate_json(
+        _document(documents, request_id, "verification.json")
+    )
+    if not verification.ok or verification.matching_rows:
+        raise VerificationMissingError(f"request {request_id} did not verify: not certified")
+    certificate = _certificate(record, results, verification, at)
+    envelope = sign_certificate(certificate, signer)
+    envelope_bytes = canonical_json(envelope)
+    url = documents.put(report_key(request_id, "certificate.json"), envelope_bytes, _JSON)
+    html_url = documents.put(
+        report_key(request_id, "certificate.html"),
+        render_certificate_html(envelope).encode(),
+        _HTML,
+    )
+    audit = _audit(record, results, verification, envelope["signature"], at)
+    documents.put_once(report_key(request_id, "audit.json"), canonical_json(audit), _JSON)
+    totals = results_totals(results.objects)
+    bucket, _ = split_s3_url(url)
+    completed = requests.transition(
+        request_id,
+        ErasureStatus.COMPLETED,
+        by=WORKFLOW,
+        detail=(
+            f"{totals['rows_removed']} row(s) removed, "
+            f"{totals['versions_purged']} version(s) purged"
+        ),
+        updates={
+            "result": {
+                **totals,
+                "results_url": s3_url(bucket, report_key(request_id, "results.json")),
+                "verification_url": s3_url(bucket, report_key(request_id, "verification.json")),
+            },
+            "certificate": {
+                "url": url,
+                "html_url": html_url,
+                "sha256": sha256_hex(envelope_bytes),
+                "key_id": signer.key_id,
+                "audit_url": s3_url(bucket, report_key(request_id, "audit.json")),
+            },
+        },
+    )
+    return Certified(notification(completed), url)
+
+
+def _decision(record: ErasureRequest) -> tuple[str, datetime]:
+    approval = record.approval
+    decided_at = approval.get("decided_at") or record.updated_at
+    return str(approval.get("decided_by") or "unknown"), datetime.fromisoformat(str(decided_at))
+
+
+def _certificate(
+    record: ErasureRequest, results: EraseResults, verification: Verification, at: datetime
+) -> ErasureCertificate:
+    erased = tuple(
+        ErasedObject(
+            dataset_id=r.dataset_id,
+            zone=r.zone.value,
+            bucket=split_s3_url(r.object_url)[0],
+            key=split_s3_url(r.object_url)[1],
+            versions_before=tuple(
+                ObjectVersion(version_id=v.version_id, etag=v.etag) for v in r.versions_before
+            ),
+            version_after=(
+                ObjectVersion(version_id=r.version_after.version_id, etag=r.version_after.etag)
+                if r.version_after
+                else None
+            ),
+            rows_before=r.rows_before,
+            rows_removed=r.rows_removed,
+            rows_after=r.rows_after,
+            versions_purged=r.versions_purged,
+        )
+        for r in results.objects
+        if r.versions_before
+    )
+    approved_by, approved_at = _decision(record)
+    return ErasureCertificate(
+        certificate_id=f"cert-{record.request_id}",
+        request_id=record.request_id,
+        issued_at=at,
+        requested_by=record.requested_by,
+        approved_by=approved_by,
+        approved_at=approved_at,
+        report_sha256=str(record.report.get("manifest_sha256", "")),
+        subject_hashes=record.subject_hashes,
+        objects=erased,
+        totals=CertificateTotals.of(erased),
+        verification=CertificateVerification(
+            objects_verified=len(erased),
+            matching_rows_found=verification.matching_rows,
+            verified_at=datetime.fromisoformat(verification.verified_at),
+        ),
+    )
+
+
+def _audit(
+    record: ErasureRequest,
+    results: EraseResults,
+    verification: Verification,
+    signature: Mapping[str, Any],
+    at: datetime,
+) -> dict[str, Any]:
+    """The append-only audit record: who asked, who decided, when, what the report was, and
+    per object its versions before and after and the row counts. Hashed ids only."""
+    approved_by, approved_at = _decision(record)
+    return {
+        "request_id": record.request_id,
+        "requested_by": record.requested_by,
+        "reason": record.reason,
+        "subject_hashes": list(record.subject_hashes),
+        "subject_count": record.subject_count,
+        "approved_by": approved_by,
+        "approved_at": approved_at.isoformat(),
+        "report_sha256": record.report.get("manifest_sha256", ""),
+        "history": [h.model_dump(mode="json") for h in record.history],
+        "objects": [json.loads(r.model_dump_json()) for r in results.objects],
+        "verification": {"ok": verification.ok, "verified_at": verification.verified_at},
+        "certificate_signature": dict(signature),
+        "completed_at": at.isoformat(),
+    }
+
+
+@dataclass(frozen=True)
+class StepFunctionsCallbacks:
+    """TaskCallbacks on a boto3 Step Functions client."""
+
+    client: Any
+
+    def success(self, token: str, output: Mapping[str, Any]) -> None:
+        self._call(self.client.send_task_success, taskToken=token, output=json.dumps(output))
+
+    def failure(self, token: str, error: str, cause: str) -> None:
+        self._call(self.client.send_task_failure, taskToken=token, error=error, cause=cause)
+
+    def _call(self, method: Any, **kwargs: Any) -> None:
+        gone = (self.client.exceptions.TaskTimedOut, self.client.exceptions.InvalidToken)
+        try:
+            method(**kwargs)
+        except gone as exc:
+            raise TaskGoneError(str(exc)) from exc
+
+
+@dataclass(frozen=True)
+class StepFunctionsStarter:
+    """ErasureStarter on a boto3 Step Functions client: the execution is named after the
+    request, so a repeated start finds the running one."""
+
+    client: Any
+    state_machine_arn: str
+
+    def start(self, request_id: str) -> str:
+        name = erasure_execution_name(request_id)
+        try:
+            started = self.client.start_execution(
+                stateMachineArn=self.state_machine_arn,
+                name=name,
+                input=json.dumps({"request_id": request_id}),
+            )
+        except self.client.exceptions.ExecutionAlreadyExists:
+            arn = self.state_machine_arn.replace(":stateMachine:", ":execution:")
+            return f"{arn}:{name}"
+        return str(started["executionArn"])
+
+
+@dataclass(frozen=True)
+class S3Documents:
+    """DocumentStore on the reports bucket."""
+
+    client: Any
+    bucket: str
+
+    def put(self, key: str, body: bytes, content_type: str) -> str:
+        self.client.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType=content_type)
+        return s3_url(self.bucket, key)
+
+    def put_once(self, key: str, body: bytes, content_type: str) -> bool:
+        from lethe_shared.s3 import CONDITION_FAILED_CODES, error_code  # noqa: PLC0415
+
+        try:
+            self.client.put_object(
+                Bucket=self.bucket, Key=key, Body=body, ContentType=content_type, IfNoneMatch="*"
+            )
+        except self.client.exceptions.ClientError as exc:
+            if error_code(exc) in CONDITION_FAILED_CODES:
+                return False
+            raise
+        return True
+
+    def get(self, key: str) -> bytes | None:
+        from lethe_shared.s3 import S3ObjectStore  # noqa: PLC0415
+
+        return S3ObjectStore(self.client).read_bytes(self.bucket, key)
