@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, urlencode
 
 import boto3
 import requests
@@ -56,13 +57,26 @@ class Target:
             raise TargetError(f"the deployment has no output {name!r}; is it up to date?") from None
 
     def call_api(
-        self, method: str, path: str, body: Any | None = None
+        self,
+        method: str,
+        path: str,
+        body: Any | None = None,
+        *,
+        headers: dict[str, str] | None = None,
+        query: dict[str, str] | None = None,
     ) -> tuple[int, dict[str, Any]]:
-        """A SigV4-signed (IAM) request to the REST API; returns status and JSON body."""
+        """A SigV4-signed (IAM) request to the REST API; returns status and JSON body.
+
+        `headers` (e.g. Idempotency-Key) and the `query` string are part of what is signed."""
         url = self.api_url.rstrip("/") + path
+        if query:
+            url += "?" + urlencode(sorted(query.items()), quote_via=quote)
         data = json.dumps(body) if body is not None else None
         request = AWSRequest(
-            method=method, url=url, data=data, headers={"Content-Type": "application/json"}
+            method=method,
+            url=url,
+            data=data,
+            headers={"Content-Type": "application/json", **(headers or {})},
         )
         credentials = self._session().get_credentials()
         if credentials is None:

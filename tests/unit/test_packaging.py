@@ -9,6 +9,7 @@ import sys
 import tomllib
 from importlib.metadata import packages_distributions
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,28 +49,24 @@ def _declared(requirements: list[str]) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def project() -> dict[str, object]:
+def project() -> dict[str, Any]:
     document = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
     return dict(document["project"])
 
 
 def test_the_cli_and_shared_code_need_only_declared_dependencies(
-    project: dict[str, object],
+    project: dict[str, Any],
 ) -> None:
-    cli = [
-        p
-        for p in (REPO_ROOT / "src" / "lethe").rglob("*.py")
-        if "localcloud" not in p.parts
-    ]
+    cli = [p for p in (REPO_ROOT / "src" / "lethe").rglob("*.py") if "localcloud" not in p.parts]
     shared = list((REPO_ROOT / "layers" / "shared" / "lethe_shared").glob("*.py"))
     needed = _distributions(_imports(cli + shared) - OPTIONAL)
-    declared = _declared(list(project["dependencies"]))  # type: ignore[call-overload]
+    declared = _declared(list(project["dependencies"]))
 
     assert needed - declared == set()
     assert "moto" not in declared  # an operator who talks to AWS does not install moto
 
 
-def test_the_local_cloud_needs_only_the_local_extra(project: dict[str, object]) -> None:
+def test_the_local_cloud_needs_only_the_local_extra(project: dict[str, Any]) -> None:
     localcloud = list((REPO_ROOT / "src" / "lethe" / "localcloud").rglob("*.py"))
     needed = _distributions(_imports(localcloud))
     extras = project["optional-dependencies"]

@@ -26,6 +26,7 @@ GROUPS: Final[tuple[str, ...]] = (
     "datasets",
     "objects",
     "index",
+    "erasure",
     "artifacts",
     "demo",
 )

@@ -1,0 +1,689 @@
+"""`lethe erasure request | status | list | cancel | certificate`: erasure requests through the
+REST API (docs/ERASURE.md).
+
+Subject ids are personal data. This module sends them to the API and nowhere else: it never
+prints or logs a raw id, not in errors either (the API's 400 answers name fields, never values,
+and every server message is redacted of the ids given before it is shown). Requests are shown
+by id, status and counts; subjects by count (the record holds keyed hashes only).
+
+Exit statuses: 0 ok, 1 runtime failure, 2 usage error. With `--wait`, the outcome decides:
+0 COMPLETED (or the `--until` status reached), 3 REJECTED or EXPIRED (nothing was erased,
+cancelled requests included), 1 FAILED or the wait timed out (the request goes on).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, Final
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from lethe.commands import CommandError, UsageError
+from lethe.target import Target, add_target_arguments, resolve
+from lethe_shared.erasure import TERMINAL, ErasureStatus
+
+EXIT_NOT_ERASED: Final = 3  # --wait ended REJECTED or EXPIRED
+WAIT_TIMEOUT_SECONDS: Final = 6 * 3600.0
+POLL_FIRST_SECONDS: Final = 1.0
+POLL_MAX_SECONDS: Final = 10.0  # the poll interval grows to this and stays there
+REQUEST_ID_PATTERN: Final = r"er-[A-Za-z0-9._-]{1,125}"
+STATUSES: Final = tuple(s.value for s in ErasureStatus)
+REDACTED: Final = "<subject>"
+# Shorter values are too common in ordinary text ("7", "ab") to redact from messages; the API
+# refuses ids of that length in free text from this length on too (lethe_shared.erasure).
+REDACT_MIN_LENGTH: Final = 4
+
+# Seams for tests: the wait loop's clock and sleep.
+_sleep: Callable[[float], None] = time.sleep
+_clock: Callable[[], float] = time.monotonic
+
+SUBJECT_KEY_HELP: Final = (
+    "one composite subject key: COLUMN=VALUE[,COLUMN=VALUE...], e.g. tenant=acme,user_id=42 "
+    "(repeatable, one key each). Everything after a column's first '=' is its value; write a "
+    "comma or backslash inside a value as \\, or \\\\. Values are sent as strings, also those "
+    "that look like numbers: the API canonicalises them to the dataset's column types"
+)
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "erasure", help="erasure requests: file, follow, cancel, certificates"
+    )
+    commands = parser.add_subparsers(dest="erasure_command", metavar="COMMAND", required=True)
+    wait_epilog = (
+        "With --wait the exit status is 0 for COMPLETED, 3 for REJECTED or EXPIRED (nothing "
+        "erased; a cancelled request ends REJECTED), 1 for FAILED or when --timeout runs out "
+        "(the request goes on)."
+    )
+
+    request = commands.add_parser(
+        "request",
+        help="file an erasure request; prints its id",
+        description="Files an erasure request and prints its id (one line on stdout). "
+        "Raw subject ids are sent to the API only, never printed.",
+        epilog=wait_epilog,
+    )
+    request.add_argument(
+        "--subject",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="a subject id, matched in every dataset with a single subject column (repeatable)",
+    )
+    request.add_argument(
+        "--subject-key",
+        action="append",
+        default=[],
+        type=_subject_key,
+        metavar="COLUMN=VALUE[,COLUMN=VALUE...]",
+        help=SUBJECT_KEY_HELP,
+    )
+    # An id typed without --subject would be echoed by argparse ("unrecognized arguments"):
+    # collect stray words here and refuse them without printing them.
+    request.add_argument("stray", nargs="*", help=argparse.SUPPRESS)
+    request.add_argument("--reason", default="", help="why (stored and shown as written)")
+    _requested_by_argument(request)
+    request.add_argument(
+        "--idempotency-key",
+        metavar="KEY",
+        help="sent as the Idempotency-Key header: a retry with the same key and body names the "
+        "same request",
+    )
+    request.add_argument(
+        "--wait", action="store_true", help="follow the request until it ends (see below)"
+    )
+    _timeout_argument(request)
+    request.add_argument(
+        "--json",
+        action="store_true",
+        help="print the API's answer as JSON (with --wait: the final request record)",
+    )
+    add_target_arguments(request)
+    request.set_defaults(func=file_request)
+
+    status = commands.add_parser(
+        "status",
+        help="a request's status, report, approval, result and history",
+        epilog=wait_epilog + " With --until STATUS it also stops, with exit status 0, when the "
+        "request is in STATUS or has passed it and is still open.",
+    )
+    status.add_argument("request_id", metavar="ID")
+    status.add_argument(
+        "--json", action="store_true", help="print the request record as the API returned it"
+    )
+    status.add_argument(
+        "--wait", action="store_true", help="wait until the request ends (or --until)"
+    )
+    status.add_argument(
+        "--until",
+        choices=STATUSES,
+        metavar="STATUS",
+        help="with --wait: stop when the request reaches this status (or any final one)",
+    )
+    _timeout_argument(status)
+    add_target_arguments(status)
+    status.set_defaults(func=show_status)
+
+    listing = commands.add_parser("list", help="erasure requests, newest first")
+    listing.add_argument("--status", choices=STATUSES, metavar="STATUS", help="only this status")
+    listing.add_argument("--json", action="store_true", help="print the JSON list")
+    add_target_arguments(listing)
+    listing.set_defaults(func=list_requests)
+
+    cancel = commands.add_parser(
+        "cancel",
+        help="cancel a request that has not started erasing (it ends REJECTED)",
+    )
+    cancel.add_argument("request_id", metavar="ID")
+    _requested_by_argument(cancel)
+    add_target_arguments(cancel)
+    cancel.set_defaults(func=cancel_request)
+
+    certificate = commands.add_parser(
+        "certificate",
+        help="a completed request's signed erasure certificate",
+        description="Reads the certificate envelope of a COMPLETED request from S3 and prints "
+        "a summary. --verify checks its signature (exit 1 if it does not verify).",
+    )
+    certificate.add_argument("request_id", metavar="ID")
+    certificate.add_argument(
+        "--verify", action="store_true", help="check the signature with KMS Verify"
+    )
+    certificate.add_argument(
+        "--offline",
+        action="store_true",
+        help="with --verify: check it locally with the key's public key (KMS GetPublicKey)",
+    )
+    certificate.add_argument("--json", action="store_true", help="print the envelope JSON")
+    certificate.add_argument(
+        "--html", type=Path, metavar="FILE", help="write the certificate as an HTML page"
+    )
+    add_target_arguments(certificate)
+    certificate.set_defaults(func=show_certificate)
+
+
+def _requested_by_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--requested-by",
+        metavar="WHO",
+        help="who asks (default: $LETHE_REQUESTED_BY, else the caller's AWS identity ARN)",
+    )
+
+
+def _timeout_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=WAIT_TIMEOUT_SECONDS,
+        metavar="S",
+        help="with --wait: seconds to wait (default 6 h)",
+    )
+
+
+# ------------------------------------------------------------------------------------ request
+
+
+def _subject_key(text: str) -> dict[str, str]:
+    """`tenant=acme,user_id=42` -> {"tenant": "acme", "user_id": "42"}; `\\,` and `\\\\` escape
+    a comma and a backslash. Errors name columns at most, never a value."""
+    key: dict[str, str] = {}
+    for part in _split_unescaped(text):
+        column, sep, value = part.partition("=")
+        column = column.strip()
+        if not sep or not column:
+            raise argparse.ArgumentTypeError(
+                "takes COLUMN=VALUE[,COLUMN=VALUE...]"  # the value is never echoed
+            )
+        if column in key:
+            raise argparse.ArgumentTypeError(f"names column {column} twice")
+        key[column] = value
+    if not key:
+        raise argparse.ArgumentTypeError("takes COLUMN=VALUE[,COLUMN=VALUE...]")
+    return key
+
+
+def _split_unescaped(text: str) -> list[str]:
+    parts: list[str] = []
+    current: list[str] = []
+    chars = iter(text)
+    for char in chars:
+        if char == "\\":
+            following = next(chars, None)
+            if following not in {",", "\\"}:
+                raise argparse.ArgumentTypeError(r"a backslash escapes only \, and \\")
+            current.append(following)
+        elif char == ",":
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    parts.append("".join(current))
+    return parts
+
+
+def file_request(args: argparse.Namespace) -> int:
+    if args.stray:  # not echoed: they may be subject ids
+        raise UsageError(
+            f"{len(args.stray)} unexpected argument(s): give each subject as --subject ID"
+        )
+    if not args.subject and not args.subject_key:
+        raise UsageError("give --subject ID (repeatable) or --subject-key COLUMN=VALUE,...")
+    secrets = [*args.subject, *(v for key in args.subject_key for v in key.values())]
+    target = resolve(args)
+    body = {
+        "subject_ids": list(args.subject),
+        "subject_keys": list(args.subject_key),
+        "reason": args.reason,
+        "requested_by": _requested_by(target, args.requested_by),
+    }
+    headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else None
+    status, answer = target.call_api("POST", "/erasure-requests", body, headers=headers)
+    if status >= 400:
+        raise CommandError(_redact(_refusal("request refused", status, answer), secrets))
+    request_id = str(answer["request_id"])
+    if answer.get("duplicate"):
+        print(
+            f"{request_id}: this Idempotency-Key filed it before; nothing new was filed",
+            file=sys.stderr,
+        )
+    if not args.wait:
+        print(json.dumps(answer, indent=2, sort_keys=True) if args.json else request_id)
+        return 0
+    if not args.json:
+        print(request_id, flush=True)
+    record = wait_for_request(target, request_id, timeout=args.timeout)
+    if args.json:
+        print(json.dumps(record, indent=2, sort_keys=True))
+    else:
+        print(f"{request_id}: {_status_text(record)}", file=sys.stderr)
+    return _exit_status(record)
+
+
+def _requested_by(target: Target, given: str | None) -> str:
+    who = given or os.environ.get("LETHE_REQUESTED_BY", "")
+    if who:
+        return who
+    try:
+        return str(target.client("sts").get_caller_identity()["Arn"])
+    except (BotoCoreError, ClientError) as exc:
+        raise CommandError(
+            f"cannot tell who asks ({exc}): give --requested-by WHO or set LETHE_REQUESTED_BY"
+        ) from None
+
+
+def _redact(text: str, secrets: Iterable[str]) -> str:
+    """`text` without any of `secrets` (longest first, case-insensitively)."""
+    for secret in sorted(
+        {s for s in secrets if len(s) >= REDACT_MIN_LENGTH}, key=len, reverse=True
+    ):
+        text = re.sub(re.escape(secret), REDACTED, text, flags=re.IGNORECASE)
+    return text
+
+
+def _refusal(what: str, status: int, answer: dict[str, Any]) -> str:
+    errors = answer.get("errors") or []
+    lines = [f"{what} ({status}): {answer.get('message', '')}".rstrip(": ")]
+    lines.extend(f"  {error}" for error in errors if isinstance(error, str))
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------- status
+
+
+def show_status(args: argparse.Namespace) -> int:
+    request_id = _check_request_id(args.request_id)
+    if args.until and not args.wait:
+        raise UsageError("--until needs --wait")
+    target = resolve(args)
+    if args.wait:
+        record = wait_for_request(target, request_id, timeout=args.timeout, until=args.until)
+    else:
+        record = get_request(target, request_id)
+    if args.json:
+        print(json.dumps(record, indent=2, sort_keys=True))
+    else:
+        for line in status_lines(record):
+            print(line)
+    if not args.wait:
+        return 0
+    if args.until and (record.get("status") == args.until or not _is_terminal(record)):
+        return 0
+    return _exit_status(record)
+
+
+def get_request(target: Target, request_id: str) -> dict[str, Any]:
+    status, record = target.call_api("GET", f"/erasure-requests/{request_id}")
+    if status >= 400:
+        raise CommandError(_refusal(f"cannot read request {request_id}", status, record))
+    return record
+
+
+def wait_for_request(
+    target: Target,
+    request_id: str,
+    *,
+    timeout: float,
+    until: str | None = None,
+    sleep: Callable[[float], None] | None = None,
+    clock: Callable[[], float] | None = None,
+) -> dict[str, Any]:
+    """GET the request until its status is final, or is (or has passed through) `until`.
+    Each new status goes to stderr with its history entry. The interval grows from 1 s to
+    10 s; 429 and 5xx answers are retried. After `timeout` s it raises CommandError (the
+    request goes on)."""
+    sleep = sleep or _sleep
+    clock = clock or _clock
+    deadline = clock() + timeout
+    interval = POLL_FIRST_SECONDS
+    shown = ""
+    record: dict[str, Any] = {}
+    while True:
+        status, answer = target.call_api("GET", f"/erasure-requests/{request_id}")
+        if status < 400:
+            record = answer
+            current = str(record.get("status", ""))
+            if current != shown:
+                print(f"  {_progress_line(record)}", file=sys.stderr)
+                shown = current
+            if _is_terminal(record) or (until is not None and _reached(record, until)):
+                return record
+        elif status != 429 and status < 500:
+            raise CommandError(_refusal(f"cannot read request {request_id}", status, answer))
+        if clock() + interval > deadline:
+            raise CommandError(
+                f"request {request_id} is still {shown or 'unknown'} after {timeout:.0f} s; "
+                "it goes on"
+            )
+        sleep(interval)
+        interval = min(interval * 1.5, POLL_MAX_SECONDS)
+
+
+def _reached(record: dict[str, Any], until: str) -> bool:
+    return record.get("status") == until or any(
+        isinstance(event, dict) and event.get("status") == until
+        for event in record.get("history") or []
+    )
+
+
+def _is_terminal(record: dict[str, Any]) -> bool:
+    return record.get("status") in {s.value for s in TERMINAL}
+
+
+def _exit_status(record: dict[str, Any]) -> int:
+    status = record.get("status")
+    if status == ErasureStatus.COMPLETED:
+        return 0
+    if status in {ErasureStatus.REJECTED, ErasureStatus.EXPIRED}:
+        return EXIT_NOT_ERASED
+    return 1
+
+
+def _status_text(record: dict[str, Any]) -> str:
+    outcome = record.get("outcome")
+    return f"{record.get('status', '?')}" + (f" ({outcome})" if outcome else "")
+
+
+def _progress_line(record: dict[str, Any]) -> str:
+    history = [e for e in record.get("history") or [] if isinstance(e, dict)]
+    last = history[-1] if history and history[-1].get("status") == record.get("status") else {}
+    parts = [_status_text(record), str(last.get("at", "")), str(last.get("by", ""))]
+    detail = str(last.get("detail", ""))
+    return "  ".join(p for p in parts if p) + (f": {detail}" if detail else "")
+
+
+def status_lines(record: dict[str, Any]) -> list[str]:
+    """What a person reads about one request: counts and hashes, never a raw id."""
+    lines = [
+        f"request       {record.get('request_id', '')}",
+        f"status        {_status_text(record)}",
+        f"requested by  {record.get('requested_by', '')}",
+    ]
+    if record.get("reason"):
+        lines.append(f"reason        {record['reason']}")
+    lines += [
+        f"created       {record.get('created_at', '')}",
+        f"updated       {record.get('updated_at', '')}",
+        f"subjects      {record.get('subject_count', len(record.get('subject_hashes') or []))}",
+    ]
+    lines += _report_lines(record.get("report") or {})
+    lines += _approval_lines(record.get("approval") or {})
+    lines += _result_lines(record.get("result") or {})
+    certificate = record.get("certificate") or {}
+    if certificate:
+        lines.append(f"certificate   {certificate.get('url', '')}")
+        if certificate.get("html_url"):
+            lines.append(f"  page        {certificate['html_url']}")
+        if certificate.get("key_id"):
+            lines.append(f"  signed by   {certificate['key_id']}")
+    error = record.get("error") or {}
+    if error:
+        lines.append(f"error         {error.get('error', '')}: {error.get('cause', '')}".rstrip())
+    if record.get("execution_arn"):
+        lines.append(f"execution     {record['execution_arn']}")
+    lines.append("history")
+    for event in record.get("history") or []:
+        detail = f"  {event.get('detail')}" if event.get("detail") else ""
+        lines.append(
+            f"  {event.get('at', ''):32} {event.get('status', ''):17} {event.get('by', '')}{detail}"
+        )
+    return lines
+
+
+def _report_lines(report: dict[str, Any]) -> list[str]:
+    if not report:
+        return []
+    lines = [
+        f"report        {report.get('objects', 0)} objects, {report.get('versions', 0)} "
+        f"versions, {report.get('rows', 0)} rows",
+        f"  manifest    {report.get('manifest_url', '')}",
+        f"  sha256      {report.get('manifest_sha256', '')}",
+    ]
+    if report.get("summary_html_url") or report.get("summary_text_url"):
+        lines.append(
+            f"  summary     {report.get('summary_html_url') or report.get('summary_text_url')}"
+        )
+    datasets = report.get("datasets") or []
+    if datasets:
+        lines.append(f"  {'DATASET':24} {'ZONE':5} {'OBJECTS':>8} {'VERSIONS':>9} {'ROWS':>8}")
+        lines.extend(
+            f"  {d.get('dataset_id', ''):24} {d.get('zone', ''):5} {d.get('objects', 0):>8} "
+            f"{d.get('versions', 0):>9} {d.get('rows', 0):>8}"
+            for d in datasets
+        )
+    return lines
+
+
+def _approval_lines(approval: dict[str, Any]) -> list[str]:
+    if not approval:
+        return []
+    lines = [
+        f"approval      deadline {approval.get('deadline', '-')}, "
+        f"{approval.get('approvers', 0)} approvers"
+    ]
+    if approval.get("decision"):
+        lines.append(
+            f"  decision    {approval['decision']} by {approval.get('decided_by', '?')} "
+            f"at {approval.get('decided_at', '?')}"
+        )
+    return lines
+
+
+def _result_lines(result: dict[str, Any]) -> list[str]:
+    if not result:
+        return []
+    lines = [
+        f"result        {result.get('objects', 0)} objects ({result.get('rewritten', 0)} "
+        f"rewritten, {result.get('deleted', 0)} deleted), {result.get('rows_removed', 0)} rows "
+        f"removed, {result.get('versions_purged', 0)} versions purged"
+    ]
+    if result.get("verification_url"):
+        lines.append(f"  verified    {result['verification_url']}")
+    return lines
+
+
+# ----------------------------------------------------------------------------------- list
+
+
+def list_requests(args: argparse.Namespace) -> int:
+    query = {"status": args.status} if args.status else None
+    status, answer = resolve(args).call_api("GET", "/erasure-requests", query=query)
+    if status >= 400:
+        raise CommandError(_refusal("cannot list requests", status, answer))
+    requests: list[dict[str, Any]] = list(answer.get("requests") or [])
+    if args.json:
+        print(json.dumps(requests, indent=2, sort_keys=True))
+        return 0
+    if not requests:
+        print("no erasure requests" + (f" with status {args.status}" if args.status else ""))
+        return 0
+    print(f"{'REQUEST':36} {'STATUS':28} {'CREATED':32} {'SUBJECTS':>8} {'ROWS':>8}")
+    for record in requests:
+        report = record.get("report") or {}
+        rows = report.get("rows", "-") if report else "-"
+        print(
+            f"{record.get('request_id', ''):36} {_status_text(record):28} "
+            f"{record.get('created_at', ''):32} {record.get('subject_count', 0):>8} {rows:>8}"
+        )
+    return 0
+
+
+# --------------------------------------------------------------------------------- cancel
+
+
+def cancel_request(args: argparse.Namespace) -> int:
+    request_id = _check_request_id(args.request_id)
+    target = resolve(args)
+    body = {"requested_by": _requested_by(target, args.requested_by)}
+    status, answer = target.call_api("POST", f"/erasure-requests/{request_id}/cancel", body)
+    if status == 409:
+        raise CommandError(
+            str(answer.get("message") or f"request {request_id} cannot be cancelled")
+        )
+    if status >= 400:
+        raise CommandError(_refusal(f"cannot cancel request {request_id}", status, answer))
+    print(f"{request_id}: {_status_text(answer)}")
+    return 0
+
+
+# ---------------------------------------------------------------------------- certificate
+
+
+def show_certificate(args: argparse.Namespace) -> int:
+    request_id = _check_request_id(args.request_id)
+    if args.offline and not args.verify:
+        raise UsageError("--offline needs --verify")
+    target = resolve(args)
+    record = get_request(target, request_id)
+    pointer = record.get("certificate") or {}
+    if record.get("status") != ErasureStatus.COMPLETED or not pointer.get("url"):
+        raise CommandError(
+            f"request {request_id} has no certificate: it is {_status_text(record)}"
+            + (" (certificates come with COMPLETED)" if not _is_terminal(record) else "")
+        )
+    raw = _read_s3(target, str(pointer["url"]))
+    try:
+        envelope = json.loads(raw)
+    except ValueError as exc:
+        raise CommandError(f"{pointer['url']} is not JSON: {exc}") from None
+    if not isinstance(envelope, dict):
+        raise CommandError(f"{pointer['url']} is not a certificate envelope")
+    if args.json:
+        print(json.dumps(envelope, indent=2, sort_keys=True))
+    else:
+        for line in certificate_lines(envelope, str(pointer["url"])):
+            print(line)
+    if args.html:
+        _write_html(envelope, args.html)
+    if args.verify:
+        line = _verify(target, envelope, raw, record, offline=args.offline)
+        print(line, file=sys.stderr if args.json else sys.stdout)
+    return 0
+
+
+def _read_s3(target: Target, url: str) -> bytes:
+    from lethe_shared.s3 import split_s3_url  # noqa: PLC0415
+
+    try:
+        bucket, key = split_s3_url(url)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+    try:
+        return bytes(target.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read())
+    except (BotoCoreError, ClientError) as exc:
+        raise CommandError(f"cannot read the certificate {url}: {exc}") from None
+
+
+def certificate_lines(envelope: dict[str, Any], url: str) -> list[str]:
+    """A summary read from the envelope as stored (not validated: --verify does that)."""
+    cert = _mapping(envelope.get("certificate"))
+    signature = _mapping(envelope.get("signature"))
+    totals = _mapping(cert.get("totals"))
+    verification = _mapping(cert.get("verification"))
+    return [
+        f"certificate      {cert.get('certificate_id', '')}",
+        f"request          {cert.get('request_id', '')}",
+        f"issued           {cert.get('issued_at', '')}",
+        f"requested by     {cert.get('requested_by', '')}",
+        f"approved by      {cert.get('approved_by', '')} at {cert.get('approved_at', '')}",
+        f"subjects         {len(cert.get('subject_hashes') or [])} (keyed hashes)",
+        f"objects          {totals.get('objects', 0)}",
+        f"rows removed     {totals.get('rows_removed', 0)}",
+        f"versions purged  {totals.get('versions_purged', 0)}",
+        f"verification     {verification.get('objects_verified', 0)} objects scanned at "
+        f"{verification.get('verified_at', '')}: "
+        f"{verification.get('matching_rows_found', '?')} matching rows found",
+        f"key id           {signature.get('key_id', '')}",
+        f"signed digest    {signature.get('digest_sha256', '')}",
+        f"stored at        {url}",
+    ]
+
+
+def _write_html(envelope: dict[str, Any], path: Path) -> None:
+    from lethe_shared.certificate import (  # noqa: PLC0415
+        CertificateInvalidError,
+        render_certificate_html,
+    )
+
+    try:
+        page = render_certificate_html(envelope)
+    except CertificateInvalidError as exc:
+        raise CommandError(f"cannot render the certificate: {exc.reason}: {exc.detail}") from None
+    try:
+        path.write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise CommandError(f"cannot write {path}: {exc}") from None
+    print(f"wrote {path}", file=sys.stderr)
+
+
+def _verify(
+    target: Target,
+    envelope: dict[str, Any],
+    raw: bytes,
+    record: dict[str, Any],
+    *,
+    offline: bool,
+) -> str:
+    """Check the signature, then that the certificate is this request's and the one its record
+    points to (same key, same SHA-256). Raises CommandError (exit 1) naming the reason."""
+    import hashlib  # noqa: PLC0415
+
+    from lethe_shared.certificate import (  # noqa: PLC0415
+        CertificateInvalidError,
+        KmsSigner,
+        verify_envelope,
+        verify_envelope_offline,
+    )
+
+    key_id = str(_mapping(envelope.get("signature")).get("key_id") or "")
+    if not key_id:
+        raise CommandError("certificate does not verify: malformed: the signature names no key")
+    signer = KmsSigner(target.client("kms"), key_id)
+    try:
+        if offline:
+            verified = verify_envelope_offline(envelope, signer.public_key_der())
+        else:
+            verified = verify_envelope(envelope, signer)
+    except CertificateInvalidError as exc:
+        raise CommandError(f"certificate does not verify: {exc.reason}: {exc.detail}") from None
+    except (BotoCoreError, ClientError, ValueError) as exc:
+        raise CommandError(f"cannot verify the certificate with key {key_id}: {exc}") from None
+    request_id = str(record.get("request_id", ""))
+    if verified.certificate.request_id != request_id:
+        raise CommandError(
+            "certificate does not verify: request-mismatch: it certifies request "
+            f"{verified.certificate.request_id}, not {request_id}"
+        )
+    pointer = record.get("certificate") or {}
+    if pointer.get("key_id") and pointer["key_id"] != key_id:
+        raise CommandError(
+            f"certificate does not verify: key-mismatch: signed by {key_id}, the request "
+            f"record names {pointer['key_id']}"
+        )
+    expected = pointer.get("sha256")
+    if expected and expected not in {hashlib.sha256(raw).hexdigest(), verified.digest_sha256}:
+        raise CommandError(
+            "certificate does not verify: record-mismatch: its SHA-256 is not the one the "
+            "request record holds"
+        )
+    return f"certificate verifies: signed by {verified.key_id}, digest {verified.digest_sha256}"
+
+
+# -------------------------------------------------------------------------------- helpers
+
+
+def _check_request_id(request_id: str) -> str:
+    if not re.fullmatch(REQUEST_ID_PATTERN, request_id):
+        # not echoed: a subject id given here by mistake must not be printed
+        raise UsageError("that is not a request id: request ids look like er-...")
+    return request_id
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
