@@ -22,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from lethe_shared.catalog import CatalogItem, IngestionRecord, ObjectCatalog, latest
+from lethe_shared.catalog import CatalogItem, IngestionRecord, ObjectCatalog, ObjectStatus, latest
 from lethe_shared.datasets import Dataset
 from lethe_shared.errors import CatalogItemMissingError
 from lethe_shared.index_maintenance import IndexRequester
@@ -76,7 +76,9 @@ class MemoryCatalog:
     def newer_version_of(self, object_url: str, version_id: str) -> str | None:
         versions = [i for (url, _), i in self.items.items() if url == object_url]
         own = next((i for i in versions if i.version_id == version_id), None)
-        newest = latest(versions)
+        newest = latest(
+            i for i in versions if i.status is not ObjectStatus.DELETED or i.delete_marker
+        )
         if own is None or newest is None or newest.sequencer <= own.sequencer:
             return None
         return newest.version_id

@@ -22,7 +22,7 @@ from aws_lambda_powertools.utilities.parser import parse
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, Field, field_validator
 
-from lethe_shared.approval_flow import request_approval
+from lethe_shared.approval_flow import SesMailer, request_approval
 from lethe_shared.config import Settings, load_settings
 from lethe_shared.erasure import DynamoApprovals, DynamoErasureRequests
 
@@ -52,25 +52,6 @@ class ApprovalRequestSettings(Settings):
 class ApprovalTask(BaseModel):
     request_id: str = Field(min_length=1)
     task_token: str = Field(min_length=1)
-
-
-@dataclass(frozen=True)
-class SesMailer:
-    client: Any
-    sender: str
-
-    def send(self, to: str, subject: str, text: str, html: str) -> None:
-        self.client.send_email(
-            Source=self.sender,
-            Destination={"ToAddresses": [to]},
-            Message={
-                "Subject": {"Data": subject, "Charset": "UTF-8"},
-                "Body": {
-                    "Text": {"Data": text, "Charset": "UTF-8"},
-                    "Html": {"Data": html, "Charset": "UTF-8"},
-                },
-            },
-        )
 
 
 @dataclass(frozen=True)

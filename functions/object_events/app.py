@@ -62,6 +62,7 @@ class _Dependencies:
     catalog: DynamoObjectCatalog
     ingestion: StepFunctionsIngestionStarter
     index: IndexMaintainer
+    objects: S3ObjectStore
     ignored_retention: timedelta
 
 
@@ -71,6 +72,7 @@ def _dependencies() -> _Dependencies:
     settings = load_settings(ObjectEventsSettings)
     dynamodb = boto3.resource("dynamodb")
     stepfunctions = boto3.client("stepfunctions")
+    objects = S3ObjectStore(boto3.client("s3"))
     return _Dependencies(
         buckets=Buckets(raw=settings.raw_bucket, lake=settings.lake_bucket),
         registry=DynamoDatasetRegistry(dynamodb.Table(settings.datasets_table)),
@@ -80,7 +82,7 @@ def _dependencies() -> _Dependencies:
         ),
         index=IndexMaintainer(
             index=DynamoSubjectIndex(dynamodb.Table(settings.index_table)),
-            objects=S3ObjectStore(boto3.client("s3")),
+            objects=objects,
             requester=AwsIndexRequester(
                 lambda_client=boto3.client("lambda"),
                 function_name=settings.indexer_function_name,
@@ -89,6 +91,7 @@ def _dependencies() -> _Dependencies:
             ),
             max_lambda_bytes=settings.lambda_index_max_bytes,
         ),
+        objects=objects,
         ignored_retention=timedelta(days=settings.ignored_retention_days),
     )
 
@@ -144,6 +147,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         catalog=deps.catalog,
         ingestion=deps.ingestion,
         index=deps.index,
+        objects=deps.objects,
         ignored_retention=deps.ignored_retention,
     )
     item = outcome.item

@@ -10,67 +10,28 @@ fails once moto does it itself, and then the fixture can go.
 from __future__ import annotations
 
 import base64
-import contextvars
 import copy
-from collections.abc import Callable
+from collections.abc import Iterator
 from typing import Any
 
 import boto3
 import pytest
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, utils
-from moto.kms import utils as kms_utils
-from moto.kms.responses import KmsResponse
+from cryptography.hazmat.primitives.asymmetric import ec
 
+from lethe.localcloud import kms_hooks
 from lethe_shared import certificate as cf
 from tests.unit.test_certificate import make_certificate
 
 REGION = "us-east-1"
-_DIGEST = contextvars.ContextVar("kms_message_type_digest", default=False)
-
-
-def _with_message_type(handler: Callable[[Any], str]) -> Callable[[Any], str]:
-    def wrapped(self: Any) -> str:
-        token = _DIGEST.set(self._get_param("MessageType") == "DIGEST")
-        try:
-            return handler(self)
-        finally:
-            _DIGEST.reset(token)
-
-    return wrapped
-
-
-def _prehashed(algorithm: str, message: bytes) -> ec.ECDSA:
-    assert algorithm == "ECDSA_SHA_256", algorithm
-    assert len(message) == 32, "KMS refuses a digest of the wrong length"
-    return ec.ECDSA(utils.Prehashed(hashes.SHA256()))
 
 
 @pytest.fixture
-def kms_digest(monkeypatch: pytest.MonkeyPatch) -> None:
-    key_class = kms_utils.ECDSAPrivateKey
-    sign, verify = key_class.sign, key_class.verify
-
-    def digest_sign(self: Any, message: bytes, signing_algorithm: str) -> bytes:
-        if not _DIGEST.get():
-            return bytes(sign(self, message, signing_algorithm))
-        return bytes(self.private_key.sign(message, _prehashed(signing_algorithm, message)))
-
-    def digest_verify(self: Any, message: bytes, signature: bytes, signing_algorithm: str) -> bool:
-        if not _DIGEST.get():
-            return verify(self, message, signature, signing_algorithm)
-        try:
-            self.private_key.public_key().verify(
-                signature, message, _prehashed(signing_algorithm, message)
-            )
-        except Exception:
-            return False
-        return True
-
-    monkeypatch.setattr(key_class, "sign", digest_sign)
-    monkeypatch.setattr(key_class, "verify", digest_verify)
-    monkeypatch.setattr(KmsResponse, "sign", _with_message_type(KmsResponse.sign))
-    monkeypatch.setattr(KmsResponse, "verify", _with_message_type(KmsResponse.verify))
+def kms_digest() -> Iterator[None]:
+    """moto's KMS with the local cloud's DIGEST hook (lethe.localcloud.kms_hooks)."""
+    uninstall = kms_hooks.install()
+    yield
+    uninstall()
 
 
 @pytest.fixture

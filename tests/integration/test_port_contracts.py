@@ -145,6 +145,22 @@ def test_catalog_orders_events_by_sequencer(catalog: ObjectCatalog) -> None:
     assert sorted(i.version_id for i in catalog.by_dataset("reviews")) == ["v1", "v2"]
 
 
+def test_a_permanent_delete_is_no_newer_version_but_a_delete_marker_is(
+    catalog: ObjectCatalog,
+) -> None:
+    url = f"s3://{RAW}/reviews/a.csv"
+    catalog.put_if_newer(_item("v1", "10"))
+    catalog.put_if_newer(_item("v2", "20"))
+    catalog.put_if_newer(_item("v1", "30", ObjectStatus.DELETED))  # v1 deleted for good
+
+    assert catalog.newer_version_of(url, "v2") is None
+
+    marker = _item("m1", "40", ObjectStatus.DELETED).model_copy(update={"delete_marker": True})
+    catalog.put_if_newer(marker)
+
+    assert catalog.newer_version_of(url, "v2") == "m1"
+
+
 def test_catalog_records_ingestions_and_their_lake_objects(catalog: ObjectCatalog) -> None:
     url = f"s3://{RAW}/reviews/a.csv"
     catalog.put_if_newer(_item("v1", "10"))

@@ -99,7 +99,7 @@ def test_objects_written_by_ingestion_are_already_indexed() -> None:
     store, (version,) = _store(b"x", metadata={"lethe-producer": "ingest"})
     maintainer, index, requester = _maintainer(store)
 
-    assert maintainer.on_created(_item(version=version)) is IndexAction.INDEXED_BY_INGEST
+    assert maintainer.on_created(_item(version=version)) is IndexAction.INDEXED_BY_WRITER
     assert (requester.lambdas, requester.sparks) == ([], [])
     assert index.subjects_of(URL) == {SUBJECT}
 

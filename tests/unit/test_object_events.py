@@ -12,7 +12,7 @@ from lethe_shared.errors import MalformedEventError
 from lethe_shared.index_maintenance import IndexAction
 from lethe_shared.ingestion import ingestion_execution_name as execution_name
 from lethe_shared.object_events import EventKind, ObjectEvent, catalog_item_for, record_object_event
-from tests.fakes import MemoryCatalog, MemoryRegistry, RecordingStarter
+from tests.fakes import MemoryCatalog, MemoryObjectStore, MemoryRegistry, RecordingStarter
 
 RAW, LAKE = "raw-bucket", "lake-bucket"
 BUCKETS = Buckets(raw=RAW, lake=LAKE)
@@ -83,6 +83,7 @@ def _record(
     catalog: MemoryCatalog,
     starter: RecordingStarter | None = None,
     index: RecordingIndex | None = None,
+    objects: MemoryObjectStore | None = None,
 ) -> bool:
     outcome = record_object_event(
         event,
@@ -91,6 +92,7 @@ def _record(
         catalog=catalog,
         ingestion=starter or RecordingStarter(),
         index=index or RecordingIndex(),
+        objects=objects or MemoryObjectStore(),
     )
     return outcome.written
 
@@ -267,3 +269,29 @@ def test_a_delete_is_handed_to_index_maintenance_but_a_late_one_is_not(
     _record(late, catalog, index=index)
 
     assert index.calls == [("deleted", "v1")]
+
+
+def test_a_raw_version_an_erasure_wrote_is_recorded_rewritten_and_not_ingested(
+    catalog: MemoryCatalog, starter: RecordingStarter
+) -> None:
+    objects = MemoryObjectStore()
+    version = objects.put(RAW, "reviews/a.jsonl", b"{}\n", {"lethe-producer": "erase"})
+
+    _record(_event(version=version), catalog, starter, objects=objects)
+
+    (item,) = catalog.items.values()
+    assert item.status is ObjectStatus.REWRITTEN
+    assert starter.started == []
+
+
+def test_a_raw_version_a_producer_wrote_is_received_and_ingested(
+    catalog: MemoryCatalog, starter: RecordingStarter
+) -> None:
+    objects = MemoryObjectStore()
+    version = objects.put(RAW, "reviews/a.jsonl", b"{}\n", {"lethe-producer": "somebody"})
+
+    _record(_event(version=version), catalog, starter, objects=objects)
+
+    (item,) = catalog.items.values()
+    assert item.status is ObjectStatus.RECEIVED
+    assert len(starter.started) == 1

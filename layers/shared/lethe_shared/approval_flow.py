@@ -15,7 +15,8 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Protocol
+from email.message import EmailMessage
+from typing import Any, Protocol
 
 from lethe_shared.approval import (
     ApprovalError,
@@ -70,6 +71,28 @@ class NoApproverError(LetheError):
 
 class Mailer(Protocol):
     def send(self, to: str, subject: str, text: str, html: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class SesMailer:
+    """Mailer on SES: one multipart/alternative message (text and HTML) per approver, sent raw
+    so that both parts reach the approver (and the local cloud's capture) as written."""
+
+    client: Any  # a boto3 SES client
+    sender: str
+
+    def send(self, to: str, subject: str, text: str, html: str) -> None:
+        message = EmailMessage()
+        message["From"] = self.sender
+        message["To"] = to
+        message["Subject"] = subject
+        message.set_content(text)
+        message.add_alternative(html, subtype="html")
+        self.client.send_raw_email(
+            Source=self.sender,
+            Destinations=[to],
+            RawMessage={"Data": message.as_bytes()},
+        )
 
 
 def _same_person(a: str, b: str) -> bool:

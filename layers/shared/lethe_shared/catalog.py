@@ -65,6 +65,7 @@ class ObjectStatus(StrEnum):
     FAILED = "FAILED"  # the ingest job failed after its retries (ingest_error says why)
     SUPERSEDED = "SUPERSEDED"  # a newer version of the key exists: this one was not ingested
     STORED = "STORED"  # a lake object under a registered dataset
+    REWRITTEN = "REWRITTEN"  # a raw version an erasure wrote: its rows are in the lake already
     IGNORED = "IGNORED"  # outside any registered dataset prefix
     DELETED = "DELETED"  # permanently deleted, or hidden by a delete marker
 
@@ -205,6 +206,11 @@ class ObjectCatalog(Protocol):
         CatalogItemMissingError when the catalog has no item for that version."""
 
 
+def _permanently_deleted(status: Any, item: Any) -> bool:
+    """A version that was deleted for good (not a delete marker, which is a version itself)."""
+    return status == ObjectStatus.DELETED.value and not bool(item.get("delete_marker"))
+
+
 def latest(items: Iterable[CatalogItem]) -> CatalogItem | None:
     """The version the newest event speaks of: the object's current state."""
     return max(items, key=lambda i: i.sequencer, default=None)
@@ -259,23 +265,33 @@ class DynamoObjectCatalog:
         )
         return (CatalogItem.from_item(i) for i in items)
 
-    def _versions(self, object_url: str, projection: str) -> Iterator[dict[str, Any]]:
+    def _versions(
+        self, object_url: str, projection: str, names: dict[str, str] | None = None
+    ) -> Iterator[dict[str, Any]]:
         return query_all(
             self._table,
             KeyConditionExpression="object_url = :url",
             ExpressionAttributeValues={":url": object_url},
             ProjectionExpression=projection,
             ConsistentRead=True,
+            **({"ExpressionAttributeNames": names} if names else {}),
         )
 
     def newer_version_of(self, object_url: str, version_id: str) -> str | None:
         """S3 sequencers, normalized, order the events of one key: an older version ingested
-        after a newer one must not replace the newer one's lake rows."""
-        items = list(self._versions(object_url, "version_id, sequencer"))
+        after a newer one must not replace the newer one's lake rows. A version's permanent
+        delete is no newer version (it may be of an older one); a delete marker is."""
+        items = list(
+            self._versions(object_url, "version_id, sequencer, #s, delete_marker", {"#s": "status"})
+        )
         own = next((str(i["sequencer"]) for i in items if i["version_id"] == version_id), None)
         if own is None:
             return None
-        newer = [i for i in items if str(i["sequencer"]) > own]
+        newer = [
+            i
+            for i in items
+            if str(i["sequencer"]) > own and not _permanently_deleted(i.get("status"), i)
+        ]
         return str(max(newer, key=lambda i: str(i["sequencer"]))["version_id"]) if newer else None
 
     def lake_objects_of(self, object_url: str) -> set[str]:

@@ -39,7 +39,7 @@ SELF_INDEXING_PRODUCERS = frozenset({INGEST_PRODUCER, ERASE_PRODUCER})
 class IndexAction(StrEnum):
     LAMBDA = "index-requested-lambda"
     SPARK = "index-requested-spark"
-    INDEXED_BY_INGEST = "indexed-by-ingest"
+    INDEXED_BY_WRITER = "indexed-by-writer"  # ingestion or erasure wrote it, and indexed it
     GONE = "object-gone"
     FLAGGED = "entries-flagged-deleted"
     REMOVED = "entries-removed"
@@ -120,7 +120,7 @@ class IndexMaintainer:
         if head is None:
             return IndexAction.GONE
         if indexed_by_writer(head):
-            return IndexAction.INDEXED_BY_INGEST
+            return IndexAction.INDEXED_BY_WRITER
         return self._request(item, head.size)
 
     def on_deleted(self, item: CatalogItem) -> IndexAction | None:

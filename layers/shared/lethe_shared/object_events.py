@@ -19,10 +19,10 @@ from lethe_shared.catalog import (
     normalize_sequencer,
 )
 from lethe_shared.errors import MalformedEventError
-from lethe_shared.index_maintenance import IndexAction
+from lethe_shared.index_maintenance import ERASE_PRODUCER, IndexAction
 from lethe_shared.ingestion import IngestionStarter
 from lethe_shared.registry import DatasetRegistry, dataset_of_key
-from lethe_shared.s3 import NULL_VERSION
+from lethe_shared.s3 import NULL_VERSION, ObjectStore
 
 DELETE_MARKER_CREATED = "Delete Marker Created"
 
@@ -70,10 +70,12 @@ def catalog_item_for(
     dataset_id: str | None,
     *,
     ignored_retention: timedelta,
+    rewritten: bool = False,
     now: datetime | None = None,
 ) -> CatalogItem:
     """The catalog item an event leads to. Records of objects outside any dataset expire after
-    `ignored_retention` (DynamoDB TTL); everything else is kept as the audit trail."""
+    `ignored_retention` (DynamoDB TTL); everything else is kept as the audit trail. A raw
+    version an erasure wrote (`rewritten`) is REWRITTEN: its rows are in the lake already."""
     try:
         sequencer = normalize_sequencer(event.sequencer)
     except ValueError as exc:
@@ -82,8 +84,10 @@ def catalog_item_for(
         status = ObjectStatus.DELETED
     elif dataset_id is None:
         status = ObjectStatus.IGNORED
+    elif zone is Zone.RAW:
+        status = ObjectStatus.REWRITTEN if rewritten else ObjectStatus.RECEIVED
     else:
-        status = ObjectStatus.RECEIVED if zone is Zone.RAW else ObjectStatus.STORED
+        status = ObjectStatus.STORED
     expires_at = None
     if dataset_id is None:
         expires_at = int(((now or datetime.now(UTC)) + ignored_retention).timestamp())
@@ -102,6 +106,11 @@ def catalog_item_for(
         event_reason=event.reason,
         event_time=event.time,
     )
+
+
+def _written_by_erasure(objects: ObjectStore, event: ObjectEvent) -> bool:
+    head = objects.head(event.bucket, event.key, event.version_id or NULL_VERSION)
+    return head is not None and head.producer == ERASE_PRODUCER
 
 
 def _still_wanted(item: CatalogItem, written: bool, catalog: ObjectCatalog) -> bool:
@@ -136,6 +145,7 @@ def record_object_event(
     catalog: ObjectCatalog,
     ingestion: IngestionStarter,
     index: IndexMaintenance,
+    objects: ObjectStore,
     ignored_retention: timedelta = timedelta(days=30),
 ) -> Outcome:
     """Record one S3 object event in the catalog, idempotently and in sequencer order; start
@@ -143,14 +153,23 @@ def record_object_event(
     current for lake objects that arrive by other means and for deletes.
 
     An event from a bucket other than the raw and lake `buckets` is malformed for this
-    deployment (the EventBridge rule should never deliver it).
+    deployment (the EventBridge rule should never deliver it). A raw version that an erasure
+    wrote (its `lethe-producer` metadata, one HEAD) is recorded REWRITTEN and not ingested.
     """
     zone = buckets.zone_of(event.bucket)
     if zone is None:
         raise MalformedEventError(f"bucket {event.bucket!r} is neither the raw nor the lake bucket")
     candidate = dataset_of_key(event.key)
     dataset_id = candidate if candidate and registry.get(candidate) is not None else None
-    item = catalog_item_for(event, zone, dataset_id, ignored_retention=ignored_retention)
+    rewritten = (
+        event.kind is EventKind.CREATED
+        and zone is Zone.RAW
+        and dataset_id is not None
+        and _written_by_erasure(objects, event)
+    )
+    item = catalog_item_for(
+        event, zone, dataset_id, ignored_retention=ignored_retention, rewritten=rewritten
+    )
     written = catalog.put_if_newer(item)
     requested = (
         item.status is ObjectStatus.RECEIVED

@@ -375,6 +375,7 @@ class LocalCloud:
     def _install_hooks(self, deployment: Deployment) -> Any:
         from lethe.localcloud import (  # noqa: PLC0415 - heavy, see the top
             eventbridge,
+            kms_hooks,
             lambdas,
             s3events,
             sfn_hooks,
@@ -388,6 +389,7 @@ class LocalCloud:
         self._undo.append(("EventBridge targets hook", eventbridge.install(dispatcher)))
         self._undo.append(("S3 events hook", s3events.install(dispatcher.dispatch)))
         self._undo.append(("Step Functions hooks", sfn_hooks.install(deployment)))
+        self._undo.append(("KMS digest signing hook", kms_hooks.install()))
         return runtime
 
     def _upload_artifacts(self, deployment: Deployment) -> None:

@@ -185,7 +185,9 @@ def unsupported_types(template: Mapping[str, Any]) -> dict[str, str]:
 
 
 def localize_outputs(deployment: Deployment, api_url: str) -> dict[str, str]:
-    """Outputs with the API's https execute-api URL replaced by the local API URL.
+    """Outputs with the API's https execute-api URL replaced by the local API URL, and the
+    same replacement in every function's environment (a function that builds links to the
+    API, such as the approval emails, must point at the local server).
 
     api_url is the local equivalent of https://<id>.execute-api.<region>.<suffix>/<stage>.
     """
@@ -195,6 +197,10 @@ def localize_outputs(deployment: Deployment, api_url: str) -> dict[str, str]:
         + re.escape(deployment.api_stage)
         + r"(?=/|$)"
     )
+    for spec in deployment.functions.values():
+        spec.environment.update(
+            {name: pattern.sub(local, value) for name, value in spec.environment.items()}
+        )
     return {name: pattern.sub(local, value) for name, value in deployment.outputs.items()}
 
 
