@@ -102,7 +102,7 @@ def _run(step: StepEvent, deps: _Dependencies) -> dict[str, Any]:
     if step.step == "mark":
         if step.status is None:
             raise ValueError("a mark step names the status")
-        error = step.error.model_dump() if step.error else None
+        error = {"error": step.error.Error, "cause": step.error.Cause} if step.error else None
         return mark(rid, step.status, requests=deps.requests, detail=step.detail, error=error)
     if step.step == "notification":
         record = deps.requests.get(rid)

@@ -1,0 +1,196 @@
+"""statemachines/erasure.asl.json with SparkEngine=EMR_SERVERLESS, from the deployed file: an
+approved request erased and certified, a rejected one, a cancelled one, a Spark failure, and an
+approval that expires. Each path ends published to SNS and EventBridge."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from tests.sfn.conftest import Cloud, start_cloud
+from tests.sfn.erasure_flow import ErasureDriver, published, states_entered
+
+APPROVED_PATH = [
+    "Read Input",
+    "Is Input Valid",
+    "Build Report",
+    "Wait For Approval",
+    "Mark Erasing",
+    "Select Spark Engine",
+    "Which Spark Engine",
+    "Erase On EMR Serverless",
+    "Verify On EMR Serverless",
+    "Update Index",
+    "Certify",
+    "Publish Outcome",
+    "Announce Outcome",
+    "Which Outcome",
+    "Done",
+]
+CLOSED_PATH = [
+    "Read Input",
+    "Is Input Valid",
+    "Build Report",
+    "Wait For Approval",
+    "Read Outcome",
+    "Publish Outcome",
+    "Announce Outcome",
+    "Which Outcome",
+    "Done",
+]
+
+
+@pytest.fixture(scope="module")
+def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cloud]:
+    with start_cloud(tmp_path_factory, SparkEngine="EMR_SERVERLESS") as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def driver(cloud: Cloud) -> ErasureDriver:
+    driver = ErasureDriver(cloud)
+    driver.ingest_reviews()
+    return driver
+
+
+@pytest.fixture(scope="module")
+def outcomes(cloud: Cloud) -> dict[str, str]:
+    """Capture queues for the SNS topic and the lethe.erasure EventBridge events."""
+    return {
+        "sns": cloud.capture("erasure-sns", topic=cloud.outputs["NotificationsTopicArn"]),
+        "events": cloud.capture(
+            "erasure-events", pattern=json.dumps({"source": ["lethe.erasure"]})
+        ),
+    }
+
+
+def test_an_approved_request_is_erased_certified_and_published(
+    cloud: Cloud, driver: ErasureDriver, outcomes: dict[str, str]
+) -> None:
+    # Given a request for u-1002 (one multi-line review in the raw CSV and one lake row)
+    before = driver.raw_bytes()
+    request_id = driver.file("u-1002")
+    assert driver.wait(request_id, "AWAITING_APPROVAL")["status"] == "AWAITING_APPROVAL"
+
+    # When the approver approves on the page
+    assert driver.decide(driver.link(request_id), "approve") == "approved"
+
+    # Then the workflow runs every step once and completes
+    ended = driver.execution(request_id)
+    assert ended["execution"]["status"] == "SUCCEEDED"
+    assert states_entered(ended["history"]) == APPROVED_PATH
+    record = driver.record(request_id)
+    assert record["status"] == "COMPLETED"
+    assert [h["status"] for h in record["history"]] == [
+        "RECEIVED", "REPORTED", "AWAITING_APPROVAL", "APPROVED", "ERASING", "COMPLETED",
+    ]  # fmt: skip
+    assert record["result"]["rows_removed"] == 2  # the raw record and its lake row
+    assert record["certificate"]["url"].endswith(f"/erasure/{request_id}/certificate.json")
+    assert b"u-1002" in before
+    assert b"u-1002" not in driver.raw_bytes()
+    # and the outcome is published to SNS and EventBridge, with no subject id
+    (message,) = published(cloud, outcomes["sns"], request_id)
+    assert (message["status"], message["rows_removed"]) == ("COMPLETED", 2)
+    (event,) = published(cloud, outcomes["events"], request_id)
+    assert event["detail-type"] == "Erasure COMPLETED"
+    assert "u-1002" not in json.dumps([message, event])
+
+
+def test_a_rejected_request_erases_nothing(
+    cloud: Cloud, driver: ErasureDriver, outcomes: dict[str, str]
+) -> None:
+    before = driver.raw_bytes()
+    request_id = driver.file("u-1001")
+    driver.wait(request_id, "AWAITING_APPROVAL")
+
+    assert driver.decide(driver.link(request_id), "reject") == "rejected"
+
+    ended = driver.execution(request_id)
+    assert ended["execution"]["status"] == "SUCCEEDED"
+    assert states_entered(ended["history"]) == CLOSED_PATH
+    assert driver.record(request_id)["status"] == "REJECTED"
+    assert driver.raw_bytes() == before
+    (message,) = published(cloud, outcomes["sns"], request_id)
+    assert (message["status"], message["outcome"]) == ("REJECTED", "REJECTED")
+
+
+def test_a_cancelled_request_stops_waiting_and_is_published(
+    cloud: Cloud, driver: ErasureDriver, outcomes: dict[str, str]
+) -> None:
+    request_id = driver.file("u-1001")
+    driver.wait(request_id, "AWAITING_APPROVAL")
+
+    status, record = driver.target.call_api(
+        "POST", f"/erasure-requests/{request_id}/cancel", {"requested_by": "privacy@example.com"}
+    )
+
+    assert (status, record["status"], record["outcome"]) == (200, "REJECTED", "CANCELLED")
+    ended = driver.execution(request_id)
+    assert ended["execution"]["status"] == "SUCCEEDED"
+    assert states_entered(ended["history"]) == CLOSED_PATH
+    (event,) = published(cloud, outcomes["events"], request_id)
+    assert event["detail-type"] == "Erasure CANCELLED"
+    # the link emailed before the cancel decides nothing now
+    assert driver.decide(driver.link(request_id), "approve") == "closed"
+
+
+def test_a_spark_failure_is_retried_then_failed_and_published(
+    cloud: Cloud, driver: ErasureDriver, outcomes: dict[str, str]
+) -> None:
+    # Given a request whose frozen manifest is changed after the approver saw its hash
+    before = driver.raw_bytes()
+    request_id = driver.file("u-1001")
+    record = driver.wait(request_id, "AWAITING_APPROVAL")
+    bucket, key = record["report"]["manifest_url"].removeprefix("s3://").split("/", 1)
+    cloud.client("s3").put_object(Bucket=bucket, Key=key, Body=b'{"tampered": true}')
+
+    # When it is approved, the erase job refuses the manifest on every attempt
+    assert driver.decide(driver.link(request_id), "approve") == "approved"
+
+    ended = driver.execution(request_id, timeout=400)
+    assert ended["execution"]["status"] == "FAILED"
+    assert ended["execution"]["error"] == "ErasureFailed"
+    assert states_entered(ended["history"])[-6:] == [
+        "Erase On EMR Serverless", "Mark Failed", "Publish Outcome", "Announce Outcome",
+        "Which Outcome", "Erasure Failed",
+    ]  # fmt: skip
+    failed = [e for e in ended["history"] if e["type"] == "TaskFailed"]
+    assert len(failed) == 3  # the first attempt and two retries
+    record = driver.record(request_id)
+    assert record["status"] == "FAILED"
+    assert record["error"]["error"] == "States.TaskFailed"
+    assert "not the report that was approved" in record["error"]["cause"]
+    assert driver.raw_bytes() == before
+    (message,) = published(cloud, outcomes["sns"], request_id)
+    assert (message["status"], message["error"]) == ("FAILED", "States.TaskFailed")
+
+
+def test_an_approval_that_expires_erases_nothing(
+    cloud: Cloud, driver: ErasureDriver, outcomes: dict[str, str]
+) -> None:
+    """The deployed definition with its approval timeout (72 h, the template's default) set to
+    four seconds: the same file and states, on a machine of its own so the wait is short."""
+    sfn = cloud.client("stepfunctions")
+    deployed = sfn.describe_state_machine(stateMachineArn=cloud.outputs["ErasureStateMachineArn"])
+    assert "$round(72 * 3600)" in deployed["definition"]
+    short = sfn.create_state_machine(
+        name="lethe-local-erasure-short-approval",
+        definition=deployed["definition"].replace("$round(72 * 3600)", "$round(0.001 * 3600)"),
+        roleArn=deployed["roleArn"],
+    )["stateMachineArn"]
+    request_id = driver.stored_request("u-1001")
+    arn = sfn.start_execution(
+        stateMachineArn=short,
+        name=f"expire-{request_id}",
+        input=json.dumps({"request_id": request_id}),
+    )["executionArn"]
+
+    ended = driver.wait_execution(arn, timeout=120)
+
+    assert ended["execution"]["status"] == "SUCCEEDED"
+    assert states_entered(ended["history"])[3:5] == ["Wait For Approval", "Mark Expired"]
+    assert driver.record(request_id)["status"] == "EXPIRED"
+    (message,) = published(cloud, outcomes["sns"], request_id)
+    assert message["status"] == "EXPIRED"
