@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-import shutil
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -28,23 +26,8 @@ import pytest
 import requests
 
 from lethe_shared import approval as ap
+from tests.browser import chromium, outcome
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-INSTALL_HINT = (
-    "the browser tests need Debian's Chromium and Playwright: run "
-    "`apt-get install -y chromium` and `.venv/bin/pip install playwright==1.63.0` "
-    "(never `playwright install`: the system Chromium at /usr/bin/chromium is used)"
-)
 KEY = b"approval-signing-key-for-the-browser-tests-0123456789"
 RAW_SUBJECT_IDS = ("user-4711", "alice@example.com")
 
@@ -208,18 +191,8 @@ def site() -> Iterator[Site]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    if not CHROMIUM.exists() or shutil.which(str(CHROMIUM)) is None:
-        pytest.fail(f"{CHROMIUM} not found: {INSTALL_HINT}", pytrace=False)
-    try:
-        from playwright.sync_api import sync_playwright  # noqa: PLC0415
-    except ImportError:
-        pytest.fail(f"playwright is not installed: {INSTALL_HINT}", pytrace=False)
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
+    with chromium() as launched:
+        yield launched
 
 
 @pytest.fixture
@@ -238,12 +211,6 @@ def page(browser: Any, console: list[str]) -> Iterator[Any]:
         yield page
     finally:
         context.close()
-
-
-def outcome(page: Any) -> str:
-    element = page.locator("#outcome")
-    element.wait_for()
-    return str(element.get_attribute("data-outcome"))
 
 
 def test_a_person_reads_the_page_types_the_code_and_approves(

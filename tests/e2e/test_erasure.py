@@ -1,0 +1,321 @@
+"""Erasure end to end on the local cloud, as its users do it: a producer uploads and overwrites
+files, a privacy officer files a request through the CLI, the approver reads the email, opens the
+link in a real browser (Chromium), types the code and approves; then no stored version of any
+object holds the subjects' rows, every other row is intact, the index forgets them, SNS and
+EventBridge were told, and the certificate verifies. A rejected request changes no byte.
+
+The subjects are this module's own (`ea-*`, `kc-*`), so the other e2e modules' data and
+lookups are untouched whatever order the modules run in."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+import requests
+
+from tests.browser import chromium, outcome
+from tests.e2e.conftest import LETHE, LocalCloud, wait_for
+
+ERASED = ("ea-1001", "ea-2002")
+KEPT = "kc-3003"
+REVIEWS_KEY = "reviews/e2e-erasure/batch-1.csv"
+ORDERS_KEY = "orders/e2e-erasure/orders-1"
+REVIEWS_V1 = (
+    b"user_id,review_date,stars,text\r\n"
+    b'ea-1001,2026-11-20,5,"fine, thanks"\r\n'
+    b'ea-2002,2026-11-21,4,"two\r\nlines"\r\n'
+    b"kc-3003,2026-11-21,3,ok\r\n"
+    b"ea-1001,2026-11-22,2,again\r\n"
+)
+# version 2 of the same key: ea-2002 is gone from the current version (its row stays in v1)
+REVIEWS_V2 = (
+    b"user_id,review_date,stars,text\r\n"
+    b'ea-1001,2026-11-20,5,"fine, thanks"\r\n'
+    b"kc-3003,2026-11-21,3,ok\r\n"
+    b"kc-3003,2026-11-23,4,new\r\n"
+    b"ea-1001,2026-11-22,2,again\r\n"
+)
+REVIEWS_AFTER = (
+    b"user_id,review_date,stars,text\r\nkc-3003,2026-11-21,3,ok\r\nkc-3003,2026-11-23,4,new\r\n"
+)
+ORDERS = [
+    {"order_id": 11, "order_date": "2026-11-20", "customer": {"id": "ea-1001", "country": "NL"},
+     "total": "1.00", "items": ["a"]},
+    {"order_id": 12, "order_date": "2026-11-20", "customer": {"id": KEPT, "country": "DE"},
+     "total": "2.00", "items": []},
+    {"order_id": 13, "order_date": "2026-11-21", "customer": {"id": "ea-2002", "country": "FR"},
+     "total": "3.00", "items": ["b", "c"]},
+    {"order_id": 14, "order_date": "2026-11-21", "customer": None, "total": "4.00", "items": []},
+]  # fmt: skip
+TERMINAL = {"INGESTED", "QUARANTINED", "FAILED"}
+
+
+def _cli(cloud: LocalCloud, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [LETHE, *args, "--state-file", str(cloud.state_file)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def _upload_and_ingest(cloud: LocalCloud, key: str, body: bytes) -> str:
+    raw = cloud.outputs["RawBucketName"]
+    version = str(cloud.client("s3").put_object(Bucket=raw, Key=key, Body=body)["VersionId"])
+    catalog = cloud.table("ObjectCatalogTableName")
+
+    def ingested() -> bool:
+        item = catalog.get_item(
+            Key={"object_url": f"s3://{raw}/{key}", "version_id": version}, ConsistentRead=True
+        ).get("Item")
+        return item is not None and item["status"] in TERMINAL
+
+    wait_for(ingested, timeout=300, what=f"{key} to be ingested")
+    return version
+
+
+def _every_version(cloud: LocalCloud) -> dict[tuple[str, str, str], bytes]:
+    """(bucket, key, version) -> bytes of every stored version under the two datasets."""
+    s3 = cloud.client("s3")
+    found: dict[tuple[str, str, str], bytes] = {}
+    for bucket in (cloud.outputs["RawBucketName"], cloud.outputs["LakeBucketName"]):
+        for prefix in ("reviews/", "orders/"):
+            pages = s3.get_paginator("list_object_versions").paginate(Bucket=bucket, Prefix=prefix)
+            for page in pages:
+                for v in page.get("Versions", []):
+                    body = s3.get_object(Bucket=bucket, Key=v["Key"], VersionId=v["VersionId"])
+                    found[(bucket, v["Key"], v["VersionId"])] = body["Body"].read()
+    return found
+
+
+def _texts(key: str, body: bytes) -> str:
+    """Everything an object version says, as text: gzip opened, Parquet read row by row."""
+    if body[:2] == b"\x1f\x8b":
+        body = gzip.decompress(body)
+    if key.endswith(".parquet"):
+        return json.dumps(pq.read_table(io.BytesIO(body)).to_pylist(), default=str)
+    return body.decode("utf-8", "replace")
+
+
+def _published(cloud: LocalCloud, queue: str, request_id: str) -> list[Any]:
+    sqs = cloud.client("sqs")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        got = sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10, WaitTimeSeconds=1)
+        found = [json.loads(m["Body"]) for m in got.get("Messages", [])]
+        mine = [m for m in found if request_id in json.dumps(m)]
+        if mine:
+            return mine
+    return []
+
+
+def _capture(cloud: LocalCloud, name: str, *, topic: str | None = None) -> str:
+    sqs = cloud.client("sqs")
+    url = str(sqs.create_queue(QueueName=name)["QueueUrl"])
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    if topic:
+        cloud.client("sns").subscribe(
+            TopicArn=topic, Protocol="sqs", Endpoint=arn, Attributes={"RawMessageDelivery": "true"}
+        )
+    else:
+        events = cloud.client("events")
+        events.put_rule(Name=name, EventPattern=json.dumps({"source": ["lethe.erasure"]}))
+        events.put_targets(Rule=name, Targets=[{"Id": "capture", "Arn": arn}])
+    return url
+
+
+def _email(cloud: LocalCloud, request_id: str) -> dict[str, Any]:
+    mail = json.loads(_cli(cloud, "local", "mail", "--json").stdout)
+    (email,) = [m for m in mail if request_id in m["subject"]]
+    return dict(email)
+
+
+@pytest.fixture(scope="module")
+def ingested(registered: LocalCloud) -> LocalCloud:
+    """Two datasets' files uploaded and ingested, then the reviews file overwritten."""
+    _upload_and_ingest(registered, REVIEWS_KEY, REVIEWS_V1)
+    orders = "".join(json.dumps(o) + "\n" for o in ORDERS).encode()
+    _upload_and_ingest(registered, ORDERS_KEY, gzip.compress(orders))
+    _upload_and_ingest(registered, REVIEWS_KEY, REVIEWS_V2)
+    return registered
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with chromium() as launched:
+        yield launched
+
+
+@pytest.fixture(scope="module")
+def erased(ingested: LocalCloud, browser: Any) -> dict[str, Any]:
+    """The request for ea-1001 and ea-2002, approved in the browser, followed to its end."""
+    cloud = ingested
+    queues = {
+        "sns": _capture(cloud, "e2e-erasure-sns", topic=cloud.outputs["NotificationsTopicArn"]),
+        "events": _capture(cloud, "e2e-erasure-events"),
+    }
+    before = _every_version(cloud)
+    filed = _cli(
+        cloud, "erasure", "request", *[a for s in ERASED for a in ("--subject", s)],
+        "--requested-by", "privacy@example.com", "--reason", "GDPR article 17",
+    )  # fmt: skip
+    assert filed.returncode == 0, filed.stderr
+    request_id = filed.stdout.strip()
+    waited = _cli(
+        cloud, "erasure", "status", request_id, "--wait", "--until", "AWAITING_APPROVAL",
+        "--timeout", "300",
+    )  # fmt: skip
+    assert waited.returncode == 0, waited.stderr
+    email = _email(cloud, request_id)
+    (link,) = email["links"]
+
+    # A mail scanner opens the link first: nothing changes
+    scanned = requests.get(link, timeout=30)
+    after_scan = json.loads(_cli(cloud, "erasure", "status", request_id, "--json").stdout)
+
+    # The approver reads the page, types the code and approves
+    page = browser.new_context().new_page()
+    page.set_default_timeout(30_000)
+    page.goto(link)
+    summary = page.locator("main").inner_text()
+    code = page.locator("code#confirmation-code").inner_text()
+    form = page.locator("form:has(button[value=approve])")
+    form.locator("input[name=confirmation]").fill(code)
+    form.locator("button[value=approve]").click()
+    decided = outcome(page)
+    page.context.close()
+
+    finished = _cli(cloud, "erasure", "status", request_id, "--wait", "--timeout", "600")
+    record = json.loads(_cli(cloud, "erasure", "status", request_id, "--json").stdout)
+    return {
+        "request_id": request_id,
+        "email": email,
+        "scanned": scanned,
+        "after_scan": after_scan,
+        "summary": summary,
+        "decided": decided,
+        "finished": finished,
+        "record": record,
+        "before": before,
+        "after": _every_version(cloud),
+        "sns": _published(cloud, queues["sns"], request_id),
+        "events": _published(cloud, queues["events"], request_id),
+    }
+
+
+def test_the_approver_reads_counts_and_decides_in_the_browser(erased: dict[str, Any]) -> None:
+    email = erased["email"]
+    assert email["to"] == ["approver@example.com"]
+    assert erased["record"]["report"]["manifest_sha256"] in email["text"]
+    assert erased["scanned"].status_code == 200
+    assert erased["after_scan"]["status"] == "AWAITING_APPROVAL"  # the GET changed nothing
+    assert erased["record"]["report"]["manifest_sha256"] in erased["summary"]
+    assert erased["decided"] == "approved"
+    for raw_id in ERASED:
+        assert raw_id not in json.dumps(email)
+        assert raw_id not in erased["summary"]
+
+
+def test_the_request_completes_with_every_step_in_its_history(erased: dict[str, Any]) -> None:
+    assert erased["finished"].returncode == 0, erased["finished"].stderr
+    record = erased["record"]
+    assert record["status"] == "COMPLETED"
+    assert [h["status"] for h in record["history"]] == [
+        "RECEIVED", "REPORTED", "AWAITING_APPROVAL", "APPROVED", "ERASING", "COMPLETED",
+    ]  # fmt: skip
+    assert record["approval"]["decided_by"] == "approver@example.com"
+    # raw reviews (both versions), raw orders, the lake files holding them
+    assert record["result"]["rows_removed"] == 8
+    assert all(raw_id not in json.dumps(record) for raw_id in ERASED)
+
+
+def test_no_stored_version_holds_the_erased_subjects(erased: dict[str, Any]) -> None:
+    before, after = erased["before"], erased["after"]
+    assert any(ERASED[1] in _texts(k, b) for (_, k, _), b in before.items())  # it was there
+    for (bucket, key, version), body in after.items():
+        text = _texts(key, body)
+        for raw_id in ERASED:
+            assert raw_id not in text, f"{raw_id} in s3://{bucket}/{key} version {version}"
+
+
+def test_every_other_row_is_intact(ingested: LocalCloud, erased: dict[str, Any]) -> None:
+    s3 = ingested.client("s3")
+    raw, lake = ingested.outputs["RawBucketName"], ingested.outputs["LakeBucketName"]
+    current = s3.get_object(Bucket=raw, Key=REVIEWS_KEY)["Body"].read()
+    assert current == REVIEWS_AFTER  # byte for byte, CRLF and all
+    orders = gzip.decompress(s3.get_object(Bucket=raw, Key=ORDERS_KEY)["Body"].read())
+    assert [json.loads(line)["order_id"] for line in orders.splitlines()] == [12, 14]
+    kept_rows = [
+        row
+        for (bucket, key, _), body in erased["after"].items()
+        if bucket == lake and key.endswith(".parquet")
+        for row in pq.read_table(io.BytesIO(body)).to_pylist()
+        if KEPT in json.dumps(row, default=str)
+    ]
+    assert len(kept_rows) == 3  # two reviews and one order
+
+
+def test_the_index_forgets_the_erased_subjects_only(
+    ingested: LocalCloud, erased: dict[str, Any]
+) -> None:
+    gone = _cli(
+        ingested, "index", "lookup", "--all", "--json",
+        *[a for s in ERASED for a in ("--subject", s)],
+    )  # fmt: skip
+    assert json.loads(gone.stdout) == []
+    kept = json.loads(_cli(ingested, "index", "lookup", "--subject", KEPT, "--json").stdout)
+    assert sorted((e["dataset"], e["zone"]) for e in kept) == [
+        ("orders", "lake"), ("orders", "raw"), ("reviews", "lake"), ("reviews", "lake"),
+        ("reviews", "raw"),
+    ]  # fmt: skip
+
+
+def test_sns_and_eventbridge_were_told(erased: dict[str, Any]) -> None:
+    (message,) = erased["sns"]
+    assert (message["status"], message["request_id"]) == ("COMPLETED", erased["request_id"])
+    (event,) = erased["events"]
+    assert event["detail-type"] == "Erasure COMPLETED"
+    assert all(raw_id not in json.dumps(erased["sns"] + erased["events"]) for raw_id in ERASED)
+
+
+def test_the_certificate_verifies_with_kms_and_offline(
+    ingested: LocalCloud, erased: dict[str, Any]
+) -> None:
+    for extra in ((), ("--offline",)):
+        checked = _cli(ingested, "erasure", "certificate", erased["request_id"], "--verify", *extra)
+        assert checked.returncode == 0, checked.stderr
+        assert "certificate verifies: signed by arn:aws:kms:" in checked.stdout + checked.stderr
+
+
+def test_a_rejected_request_changes_no_byte(ingested: LocalCloud, erased: dict[str, Any]) -> None:
+    before = _every_version(ingested)
+    filed = _cli(
+        ingested, "erasure", "request", "--subject", KEPT, "--requested-by", "dpo@example.com"
+    )
+    request_id = filed.stdout.strip()
+    _cli(ingested, "erasure", "status", request_id, "--wait", "--until", "AWAITING_APPROVAL")
+    (link,) = _email(ingested, request_id)["links"]
+    session = requests.Session()
+    page = session.get(link, timeout=30).text
+    code = page.split('<code id="confirmation-code">', 1)[1].split("<", 1)[0]
+    token = page.split('name="csrf_token" value="', 1)[1].split('"', 1)[0]
+
+    answer = session.post(
+        link, data={"csrf_token": token, "confirmation": code, "decision": "reject"}, timeout=30
+    )
+
+    assert 'data-outcome="rejected"' in answer.text
+    waited = _cli(ingested, "erasure", "status", request_id, "--wait", "--timeout", "120")
+    assert waited.returncode == 3  # REJECTED
+    assert _every_version(ingested) == before
