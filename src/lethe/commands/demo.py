@@ -3,18 +3,26 @@
 Starts the local cloud, registers the sample datasets (samples/), looks a subject up in the
 index (nothing yet), uploads clean and dirty files to the raw bucket, waits until ingestion has
 settled every upload, prints the catalog, the quarantine with its reasons and the subject's
-objects, and stops the cloud (unless --keep).
+objects. Then the erasure story: a producer overwrites a file (the subject stays in its older
+version), a privacy officer files a request for two subjects, the approver's email arrives, the
+approver opens the link, types the code and approves (scripted here; the e2e tests do it in a
+browser), and the request runs to COMPLETED: the demo prints what was touched, the rows removed,
+the versions purged, the time taken and where the certificate is, verifies the certificate and
+looks the subject up again (nothing). It stops the cloud (unless --keep).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import requests
 
 from lethe.target import Target, from_state_file
 
@@ -31,7 +39,15 @@ UPLOADS = (  # (sample file, raw key): keys say nothing of the format on purpose
 )
 TERMINAL = {"INGESTED", "QUARANTINED", "FAILED", "IGNORED", "DELETED"}
 SETTLE_TIMEOUT_SECONDS = 600
+ERASURE_TIMEOUT_SECONDS = 900
 DEMO_SUBJECT = "u-1001"  # in the reviews CSV and, as a customer, in the orders
+SECOND_SUBJECT = "u-1002"  # a multi-line review, and an order
+OVERWRITE = (
+    "reviews/2026/11/21/batch-001.csv",
+    b"\xef\xbb\xbfuser_id,review_date,stars,text\r\n"
+    b'u-1001,2026-11-21,3,ok\r\nu-2002,2026-11-22,5,"new reviewer"\r\n',
+)
+REQUESTER = "privacy@example.com"
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -77,8 +93,8 @@ def run_demo(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 1
-        print("\ndemo finished: every upload was catalogued and ingested or quarantined.")
-        return 0
+        print("\nevery upload was catalogued and ingested or quarantined.")
+        return _erasure_story(target, state_file)
     finally:
         if args.keep:
             print(f"\nthe local cloud keeps running: lethe local down --state-file {state_file}")
@@ -175,3 +191,114 @@ def _quarantine_records(key: str, body: str) -> list[str]:
         where = f"line {source['line']}" if "line" in source else f"row {source.get('row')}"
         lines.append(f"{source['object']} {where}: {'; '.join(row['reasons'])}")
     return lines
+
+
+# ------------------------------------------------------------------------------------- erasure
+
+
+def _erasure_story(target: Target, state_file: Path) -> int:
+    _overwrite(target)
+    _step("lethe erasure request --subject <two reviewers>   (as the privacy officer)")
+    started = time.monotonic()
+    request_id = _cli_output(
+        "erasure", "request", "--subject", DEMO_SUBJECT, "--subject", SECOND_SUBJECT,
+        "--requested-by", REQUESTER, "--reason", "GDPR article 17 request",
+        "--state-file", str(state_file),
+    ).strip()  # fmt: skip
+    print(f"  request {request_id}: the ids are hashed at the door, never stored")
+    _step("waiting for the frozen report and the approver's email")
+    _cli(
+        "erasure", "status", request_id, "--wait", "--until", "AWAITING_APPROVAL",
+        "--state-file", str(state_file),
+    )  # fmt: skip
+    _step("lethe local mail   (what SES sent the approver)")
+    _cli("local", "mail", "--state-file", str(state_file))
+    link = _approval_link(state_file, request_id)
+    _step("the approver opens the link, reads the page, types the code and approves")
+    print(f"  {_approve(link)}")
+    _step("Spark erases every object and stored version, verifies, updates the index, certifies")
+    status = subprocess.run(  # noqa: S603 - our own CLI, arguments built here
+        [sys.executable, "-m", "lethe", "erasure", "status", request_id, "--wait",
+         "--timeout", str(ERASURE_TIMEOUT_SECONDS), "--state-file", str(state_file)],
+        check=False,
+    ).returncode  # fmt: skip
+    elapsed = time.monotonic() - started
+    if status != 0:
+        print(f"\nthe erasure did not complete; see lethe erasure status {request_id}")
+        return 1
+    _step(f"lethe erasure certificate {request_id} --verify")
+    _cli("erasure", "certificate", request_id, "--verify", "--state-file", str(state_file))
+    _lookup(state_file, "after the erasure: the subject is gone from the index")
+    _summary(target, request_id, elapsed)
+    return 0
+
+
+def _cli_output(*args: str) -> str:
+    return subprocess.run(  # noqa: S603 - our own CLI, arguments built by this module
+        [sys.executable, "-m", "lethe", *args], check=True, capture_output=True, text=True
+    ).stdout
+
+
+def _overwrite(target: Target) -> None:
+    key, body = OVERWRITE
+    raw = target.output("RawBucketName")
+    _step(f"a producer overwrites {key}: the second reviewer stays only in its older version")
+    target.client("s3").put_object(Bucket=raw, Key=key, Body=body)
+    table = target.resource("dynamodb").Table(target.output("ObjectCatalogTableName"))
+    deadline = time.monotonic() + SETTLE_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        items = table.query(
+            KeyConditionExpression="object_url = :u",
+            ExpressionAttributeValues={":u": f"s3://{raw}/{key}"},
+            ConsistentRead=True,
+        )["Items"]
+        newest = max(items, key=lambda i: i["sequencer"])
+        if len(items) > 1 and newest["status"] in TERMINAL:
+            print(f"  version 2: {newest['status']}")
+            return
+        time.sleep(2)
+    raise SystemExit("the overwritten file was not ingested in time")
+
+
+def _approval_link(state_file: Path, request_id: str) -> str:
+    mail = json.loads(_cli_output("local", "mail", "--json", "--state-file", str(state_file)))
+    for item in reversed(mail):
+        if request_id in item["subject"] and item["links"]:
+            return str(item["links"][0])
+    raise SystemExit(f"no approval email for {request_id}")
+
+
+def _approve(link: str) -> str:
+    """What the approver does on the page (the e2e tests do it in Chromium)."""
+    session = requests.Session()
+    page = session.get(link, timeout=30).text
+    code = re.search(r'<code id="confirmation-code">([^<]+)</code>', page)
+    token = re.search(r'name="csrf_token" value="([^"]+)"', page)
+    if code is None or token is None:
+        raise SystemExit("the approval page offers no decision")
+    answer = session.post(
+        link,
+        data={"csrf_token": token.group(1), "confirmation": code.group(1), "decision": "approve"},
+        timeout=30,
+    ).text
+    found = re.search(r'data-outcome="([^"]+)"', answer)
+    said = found.group(1) if found else "?"
+    return f"confirmation code {code.group(1)} typed; the page says: {said}"
+
+
+def _summary(target: Target, request_id: str, elapsed: float) -> None:
+    _, record = target.call_api("GET", f"/erasure-requests/{request_id}")
+    result, report = record.get("result", {}), record.get("report", {})
+    _step("summary")
+    print(f"  request            {request_id} ({record['status']})")
+    touched = f"{result.get('rewritten', 0)} rewritten, {result.get('deleted', 0)} deleted"
+    print(f"  objects touched    {result.get('objects', 0)} ({touched})")
+    print(f"  rows removed       {result.get('rows_removed', 0)}")
+    print(f"  versions purged    {result.get('versions_purged', 0)}")
+    print(f"  report SHA-256     {report.get('manifest_sha256', '')}")
+    print(f"  time taken         {elapsed:.0f} s from request to certificate")
+    print(f"  certificate        {record.get('certificate', {}).get('url', '')}")
+    print(f"                     {record.get('certificate', {}).get('html_url', '')}")
+    print(
+        "\ndemo finished: ingested, indexed, and two subjects forgotten with a signed certificate."
+    )
