@@ -238,8 +238,9 @@ def mark(
     error: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """A status change the workflow makes (ERASING, EXPIRED, FAILED, with `error` as
-    {"error": name, "cause": text}); returns the notification of the new state. A terminal request is left as it is (its notification is
-    returned): a cancel or a decision got there first."""
+    {"error": name, "cause": text}); returns the notification of the new state. A terminal
+    request is left as it is (its notification is returned): a cancel or a decision got there
+    first."""
     updates: dict[str, Any] = {}
     if error:
         updates["error"] = {k: str(v)[:2000] for k, v in error.items()}
