@@ -10,12 +10,17 @@ assignments at the bottom fail mypy when a method is missing or has another sign
     ObjectStore      lethe_shared.s3         S3ObjectStore           MemoryObjectStore
     IngestionStarter lethe_shared.ingestion  StepFunctions...Starter RecordingStarter
     IndexRequester   lethe_shared.index_maintenance  AwsIndexRequester  RecordingRequester
+    DocumentStore    lethe_shared.erasure_workflow   S3Documents        MemoryDocuments
+    ErasureRequests  lethe_shared.erasure    DynamoErasureRequests   MemoryErasureRequests
+    Approvals        lethe_shared.erasure    DynamoApprovals         MemoryApprovals
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import itertools
+import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -24,6 +29,18 @@ from typing import Any
 
 from lethe_shared.catalog import CatalogItem, IngestionRecord, ObjectCatalog, ObjectStatus, latest
 from lethe_shared.datasets import Dataset
+from lethe_shared.erasure import (
+    ALLOWED_FROM,
+    ApprovalLink,
+    Approvals,
+    ErasureRequest,
+    ErasureRequests,
+    ErasureStatus,
+    HistoryEvent,
+    InvalidTransitionError,
+    RequestNotFoundError,
+)
+from lethe_shared.erasure_workflow import DocumentStore
 from lethe_shared.errors import CatalogItemMissingError
 from lethe_shared.index_maintenance import IndexRequester
 from lethe_shared.ingestion import IngestionStarter, ingestion_execution_name
@@ -255,6 +272,32 @@ class MemoryObjectStore:
         return self.head(bucket, key, version_id)
 
 
+class MemoryDocuments:
+    """DocumentStore on a dict: put overwrites, put_once writes only a new key."""
+
+    def __init__(self, bucket: str = "lethe-local-reports-123456789012-us-east-1") -> None:
+        self.bucket = bucket
+        self.bodies: dict[str, bytes] = {}
+        self.writes: list[str] = []
+
+    def put(self, key: str, body: bytes, content_type: str) -> str:
+        self.bodies[key] = body
+        self.writes.append(key)
+        return self.url(key)
+
+    def put_once(self, key: str, body: bytes, content_type: str) -> bool:
+        if key in self.bodies:
+            return False
+        self.put(key, body, content_type)
+        return True
+
+    def get(self, key: str) -> bytes | None:
+        return self.bodies.get(key)
+
+    def url(self, key: str) -> str:
+        return s3_url(self.bucket, key)
+
+
 class RecordingStarter:
     """IngestionStarter that records the distinct executions asked for (Step Functions
     de-duplicates by name, so a repeated start of the same version starts nothing)."""
@@ -284,6 +327,101 @@ class RecordingRequester:
         self.sparks.append((name, request))
 
 
+def _as_stored(value: Any) -> Any:
+    """A value as DynamoDB would keep it: JSON types only, and no float (boto3 refuses floats:
+    "Float types are not supported. Use Decimal types instead.")."""
+
+    def no_float(number: str) -> Any:
+        raise TypeError("Float types are not supported. Use Decimal types instead.")
+
+    return json.loads(json.dumps(value), parse_float=no_float)
+
+
+class MemoryErasureRequests:
+    """ErasureRequests in a dict of stored items, with DynamoErasureRequests' rules: create only
+    when the id is new; a change of status only from a status the target may be entered from
+    (ALLOWED_FROM, or `allowed_from`), appended to the history, in one step; `remove` drops the
+    attribute (it reads back as its default)."""
+
+    def __init__(self) -> None:
+        self.items: dict[str, dict[str, Any]] = {}
+
+    def _read(self, request_id: str) -> ErasureRequest | None:
+        item = self.items.get(request_id)
+        return None if item is None else ErasureRequest.model_validate(copy.deepcopy(item))
+
+    def create(self, request: ErasureRequest) -> tuple[ErasureRequest, bool]:
+        stored = self._read(request.request_id)
+        if stored is not None:
+            return stored, False
+        self.items[request.request_id] = _as_stored(request.model_dump(mode="json"))
+        return request, True
+
+    def get(self, request_id: str) -> ErasureRequest | None:
+        return self._read(request_id)
+
+    def list(self, status: ErasureStatus | None = None) -> Iterator[ErasureRequest]:
+        found = [
+            ErasureRequest.model_validate(copy.deepcopy(item))
+            for item in self.items.values()
+            if status is None or item["status"] == status.value
+        ]
+        return iter(sorted(found, key=lambda r: r.created_at, reverse=True))
+
+    def transition(
+        self,
+        request_id: str,
+        target: ErasureStatus,
+        *,
+        by: str,
+        detail: str = "",
+        allowed_from: frozenset[ErasureStatus] | None = None,
+        updates: Mapping[str, Any] | None = None,
+        remove: Sequence[str] = (),
+    ) -> ErasureRequest:
+        sources = ALLOWED_FROM[target] if allowed_from is None else allowed_from
+        item = self.items.get(request_id)
+        if item is None:
+            raise RequestNotFoundError(f"no erasure request {request_id}")
+        if item["status"] not in {s.value for s in sources}:
+            raise InvalidTransitionError(request_id, target, str(item["status"]))
+        now = datetime.now(UTC).isoformat()
+        event = HistoryEvent(status=target, at=now, by=by, detail=detail)
+        changed = copy.deepcopy(item)
+        changed.update(_as_stored(dict(updates or {})))
+        changed["status"] = target.value
+        changed["history"] = [*changed["history"], event.model_dump(mode="json")]
+        changed["updated_at"] = now
+        for name in remove:
+            changed.pop(name, None)
+        record = ErasureRequest.model_validate(copy.deepcopy(changed))
+        self.items[request_id] = changed
+        return record
+
+    def update(self, request_id: str, updates: Mapping[str, Any]) -> ErasureRequest:
+        item = self.items.get(request_id)
+        if item is None:
+            raise RequestNotFoundError(f"no erasure request {request_id}")
+        changed = {**copy.deepcopy(item), **_as_stored(dict(updates))}
+        changed["updated_at"] = datetime.now(UTC).isoformat()
+        record = ErasureRequest.model_validate(copy.deepcopy(changed))
+        self.items[request_id] = changed
+        return record
+
+
+class MemoryApprovals:
+    """Approvals in a dict: a put replaces the link of the same approval id, as PutItem does."""
+
+    def __init__(self) -> None:
+        self.links: dict[str, ApprovalLink] = {}
+
+    def put(self, link: ApprovalLink) -> None:
+        self.links[link.approval_id] = link
+
+    def get(self, approval_id: str) -> ApprovalLink | None:
+        return self.links.get(approval_id)
+
+
 # Each fake is its port: mypy checks these assignments (make mypy).
 _registry: DatasetRegistry = MemoryRegistry()
 _catalog: ObjectCatalog = MemoryCatalog()
@@ -291,3 +429,6 @@ _index: SubjectIndex = MemoryIndex()
 _objects: ObjectStore = MemoryObjectStore()
 _starter: IngestionStarter = RecordingStarter()
 _requester: IndexRequester = RecordingRequester()
+_requests: ErasureRequests = MemoryErasureRequests()
+_approvals: Approvals = MemoryApprovals()
+_documents: DocumentStore = MemoryDocuments()

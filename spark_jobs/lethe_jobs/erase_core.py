@@ -157,8 +157,28 @@ class _Attempt:
     after: VersionRef | None = None
 
 
-def _purge(store: S3ObjectStore, bucket: str, versions: Iterable[ObjectVersion], keep: str) -> int:
-    return store.delete_versions(bucket, [v for v in versions if v.version_id != keep])
+def _purge(
+    store: S3ObjectStore, item: ManifestObject, keep: str | None, seen: Sequence[ObjectVersion]
+) -> tuple[int, bool]:
+    """Delete what the erasure may delete, and say whether the key is settled.
+
+    With `keep` (the version erasure left, or found clean), every version and delete marker
+    older than it goes; without (the key goes), the versions seen before the erasure read it.
+    Not settled: a version appeared that erasure has not read (a producer wrote meanwhile): it
+    stays, and the caller reads the key again."""
+    listing = store.versions_of(item.bucket, item.key)
+    if keep is None:
+        seen_ids = {v.version_id for v in seen}
+        purged = store.delete_versions(
+            item.bucket, [v for v in listing if v.version_id in seen_ids]
+        )
+        return purged, not store.versions_of(item.bucket, item.key)
+    ids = [v.version_id for v in listing]
+    if keep not in ids:  # erasure's own version was removed meanwhile: read the key again
+        return 0, False
+    purged = store.delete_versions(item.bucket, listing[ids.index(keep) + 1 :])
+    left = store.versions_of(item.bucket, item.key)
+    return purged, bool(left) and left[0].version_id == keep
 
 
 def _erase_current(
@@ -195,13 +215,16 @@ def _erase_current(
 def erase_object(store: S3ObjectStore, item: ManifestObject, ctx: EraseSettings) -> ObjectResult:
     """Erase the subjects from one key and all its versions (module docstring, 2-4)."""
     first: list[VersionRef] | None = None
+    purged = 0
     for attempt in range(1, MAX_ATTEMPTS + 1):
         versions = store.versions_of(item.bucket, item.key)
-        before = _data_versions(versions)
-        first = before if first is None else first
+        first = _data_versions(versions) if first is None else first
         state = key_state(versions)
         if state is not KeyState.CURRENT:  # hidden by a marker, or only markers: all go
-            purged = store.delete_versions(item.bucket, versions)
+            count, settled = _purge(store, item, None, versions)
+            purged += count
+            if not settled:
+                continue
             gone: ObjectAction = "gone" if state is KeyState.GONE else "purged"
             return _result(
                 item, gone, first, erased=None, after=None, purged=purged, attempts=attempt
@@ -213,10 +236,9 @@ def erase_object(store: S3ObjectStore, item: ManifestObject, ctx: EraseSettings)
             LOG.warning("%s changed while erasing it: reading it again", item.object_url)
             continue
         erased, after = outcome
-        keep = after.version_id if after is not None else ""
-        purged = _purge(store, item.bucket, versions, keep)
-        latest = next((v for v in store.versions_of(item.bucket, item.key) if v.is_latest), None)
-        if after is not None and (latest is None or latest.version_id != after.version_id):
+        count, settled = _purge(store, item, after.version_id if after else None, versions)
+        purged += count
+        if not settled:
             LOG.warning("%s got a new version while erasing it: erasing it too", item.object_url)
             continue
         action: ObjectAction = (

@@ -141,9 +141,8 @@ def request_approval(
     record = requests.get(request_id)
     if record is None or record.terminal:
         raise RequestClosedError(f"request {request_id} is closed")
-    allowed = [
-        a for a in dict.fromkeys(approvers) if a and not _same_person(a, record.requested_by)
-    ]
+    distinct = {a.strip().casefold(): a.strip() for a in approvers if a.strip()}  # one each
+    allowed = [a for a in distinct.values() if not _same_person(a, record.requested_by)]
     if not allowed:
         raise NoApproverError(
             f"request {request_id}: no configured approver other than the requester"

@@ -34,7 +34,7 @@ from lethe_shared.datasets import Dataset
 from lethe_shared.dynamo import query_all
 from lethe_shared.errors import LetheError
 from lethe_shared.s3 import error_code
-from lethe_shared.subjects import hash_of_id, hash_of_keys
+from lethe_shared.subjects import canonical_text, hash_of_id, hash_of_keys
 
 MAX_SUBJECTS = 100  # subjects per request (docs/LIMITS.md: report time and manifest size)
 MAX_SUBJECT_ID_LENGTH = 512
@@ -156,9 +156,12 @@ def parse_request_body(document: Any) -> ErasureRequestBody:
 
 
 def _folded_keys(keys: Iterable[SubjectKey]) -> list[SubjectKey]:
+    """Distinct composite keys by their canonical texts: {"id": 1001} and {"id": "1001"} hash
+    alike, so they are one subject."""
     seen: dict[str, SubjectKey] = {}
     for key in keys:
-        seen.setdefault(json.dumps(key, sort_keys=True), key)
+        canonical = {column: canonical_text(value) for column, value in key.items()}
+        seen.setdefault(json.dumps(canonical, sort_keys=True), key)
     return list(seen.values())
 
 
@@ -222,7 +225,8 @@ def new_request_id(now: datetime | None = None) -> str:
 def idempotent_request_id(idempotency_key: str, requested_by: str) -> str:
     """The request id an `Idempotency-Key` stands for: a retry with the same key (from the same
     requester) names the same request."""
-    digest = hashlib.sha256(f"{requested_by}\n{idempotency_key}".encode()).hexdigest()[:20]
+    pair = json.dumps([requested_by, idempotency_key])  # unambiguous, whatever either holds
+    digest = hashlib.sha256(pair.encode()).hexdigest()[:20]
     return f"{REQUEST_ID_PREFIX}idem-{digest}"
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -29,12 +29,14 @@ from lethe_shared.certificate import (
 )
 from lethe_shared.datasets import Dataset
 from lethe_shared.erasure import (
+    ALLOWED_FROM,
     CANCELLABLE,
     ErasureRequest,
     ErasureRequestBody,
     ErasureRequests,
     ErasureStatus,
     IdempotencyConflictError,
+    InvalidTransitionError,
     RequestNotFoundError,
     hash_subjects,
     idempotent_request_id,
@@ -86,6 +88,9 @@ class DocumentStore(Protocol):
         """Write a document unless one is there (If-None-Match); False when it was there."""
 
     def get(self, key: str) -> bytes | None: ...
+
+    def url(self, key: str) -> str:
+        """The s3:// URL of a document."""
 
 
 def erasure_execution_name(request_id: str) -> str:
@@ -149,7 +154,10 @@ def cancel_request(
         updates={"outcome": "CANCELLED"},
     )
     if record.task_token:
-        callbacks.failure(record.task_token, "ErasureCancelled", f"cancelled by {by}")
+        try:
+            callbacks.failure(record.task_token, "ErasureCancelled", f"cancelled by {by}")
+        except TaskGoneError:  # the approval task timed out meanwhile: the workflow ends anyway
+            LOG.info("request %s: cancelled after its approval task ended", request_id)
     return record
 
 
@@ -190,6 +198,9 @@ def build_report(
     """Freeze the report: the manifest from the index and S3, its SHA-256, the summaries; the
     request becomes REPORTED with them."""
     record = _open_request(requests, request_id)
+    if record.status not in ALLOWED_FROM[ErasureStatus.REPORTED]:
+        # approval was requested with the frozen report: it must never change now
+        raise InvalidTransitionError(request_id, ErasureStatus.REPORTED, record.status.value)
     manifest = build_manifest(
         record.request_id,
         record.subject_hashes,
@@ -333,12 +344,11 @@ def certify(
     verification = Verification.model_validate_json(
         _document(documents, request_id, "verification.json")
     )
-    if not verification.ok or verification.matching_rows:
-        raise VerificationMissingError(f"request {request_id} did not verify: not certified")
-    certificate = _certificate(record, results, verification, at)
-    envelope = sign_certificate(certificate, signer)
-    envelope_bytes = canonical_json(envelope)
-    url = documents.put(report_key(request_id, "certificate.json"), envelope_bytes, _JSON)
+    _require_verified(request_id, results, verification)
+    envelope, envelope_bytes = _signed_once(
+        documents, request_id, lambda: _certificate(record, results, verification, at), signer
+    )
+    url = documents.url(report_key(request_id, "certificate.json"))
     html_url = documents.put(
         report_key(request_id, "certificate.html"),
         render_certificate_html(envelope).encode(),
@@ -366,12 +376,49 @@ def certify(
                 "url": url,
                 "html_url": html_url,
                 "sha256": sha256_hex(envelope_bytes),
-                "key_id": signer.key_id,
+                "key_id": str(envelope["signature"]["key_id"]),
                 "audit_url": s3_url(bucket, report_key(request_id, "audit.json")),
             },
         },
     )
     return Certified(notification(completed), url)
+
+
+def _require_verified(request_id: str, results: EraseResults, verification: Verification) -> None:
+    """The verification must be this request's, cover exactly the erased objects, and have
+    found every one clean; otherwise nothing is certified."""
+    if verification.request_id != request_id or results.request_id != request_id:
+        raise VerificationMissingError(f"the documents of request {request_id} do not match it")
+    erased = {r.object_url for r in results.objects}
+    checked = {c.object_url for c in verification.objects}
+    if checked != erased:
+        raise VerificationMissingError(
+            f"request {request_id}: the verification covers {len(checked)} object(s), the "
+            f"erasure {len(erased)}: not certified"
+        )
+    if not verification.ok or verification.matching_rows:
+        raise VerificationMissingError(f"request {request_id} did not verify: not certified")
+
+
+def _signed_once(
+    documents: DocumentStore,
+    request_id: str,
+    build: Callable[[], ErasureCertificate],
+    signer: Signer,
+) -> tuple[dict[str, Any], bytes]:
+    """The request's one certificate envelope: signed and written once; a retry (the step
+    failed after writing it) finds and reuses it, so the audit record and the request name the
+    same signature."""
+    key = report_key(request_id, "certificate.json")
+    stored = documents.get(key)
+    if stored is None:
+        body = canonical_json(sign_certificate(build(), signer))
+        if documents.put_once(key, body, _JSON):
+            return json.loads(body), body
+        stored = documents.get(key)  # another attempt wrote it first
+        if stored is None:
+            raise VerificationMissingError(f"the certificate of {request_id} vanished")
+    return json.loads(stored), stored
 
 
 def _decision(record: ErasureRequest) -> tuple[str, datetime]:
@@ -418,7 +465,7 @@ def _certificate(
         objects=erased,
         totals=CertificateTotals.of(erased),
         verification=CertificateVerification(
-            objects_verified=len(erased),
+            objects_verified=len(erased),  # _require_verified: the verification covers them
             matching_rows_found=verification.matching_rows,
             verified_at=datetime.fromisoformat(verification.verified_at),
         ),
@@ -465,7 +512,11 @@ class StepFunctionsCallbacks:
         self._call(self.client.send_task_failure, taskToken=token, error=error, cause=cause)
 
     def _call(self, method: Any, **kwargs: Any) -> None:
-        gone = (self.client.exceptions.TaskTimedOut, self.client.exceptions.InvalidToken)
+        gone = (
+            self.client.exceptions.TaskTimedOut,
+            self.client.exceptions.InvalidToken,
+            self.client.exceptions.TaskDoesNotExist,
+        )
         try:
             method(**kwargs)
         except gone as exc:
@@ -522,3 +573,6 @@ class S3Documents:
         from lethe_shared.s3 import S3ObjectStore  # noqa: PLC0415
 
         return S3ObjectStore(self.client).read_bytes(self.bucket, key)
+
+    def url(self, key: str) -> str:
+        return s3_url(self.bucket, key)

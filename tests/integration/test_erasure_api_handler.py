@@ -1,0 +1,363 @@
+"""ErasureApiFunction against moto, driven by the API Gateway and EventBridge events in events/.
+
+The erasure state machine exists in moto (created from statemachines/erasure.asl.json) but is
+not executed: StartExecution only has to succeed and be findable by its name. The sample raw id
+of the events, SECRET, must appear in no stored item, response, execution input or log line."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import boto3
+import pytest
+from aws_lambda_powertools.utilities import parameters
+
+from lethe.localcloud.provision import substitute_definition
+from lethe_shared.erasure import DynamoErasureRequests, ErasureStatus, idempotent_request_id
+from lethe_shared.subjects import hash_of_id
+from tests.conftest import REPO_ROOT, FakeLambdaContext, load_function_module
+from tests.integration.conftest import create_table_from_template
+
+Event = Callable[[str], dict[str, Any]]
+SECRET = "u-SECRET-1001"
+HASH_SECRET = "h" * 64
+REQUESTER = "privacy@example.com"
+STATE_MACHINE = "arn:aws:states:us-east-1:123456789012:stateMachine:lethe-local-erasure"
+EVENT_ID = "5f0c6c2e-9b1a-4f7e-8d3c-2a1b0c9d8e7f"  # events/erasure_requested_event.json
+REVIEWS = {
+    "dataset_id": "reviews",
+    "format": "jsonl",
+    "subject_columns": ["user_id"],
+    "schema": [{"name": "user_id", "type": "string"}, {"name": "stars", "type": "int"}],
+}
+
+
+def create_erasure_state_machine() -> None:
+    """statemachines/erasure.asl.json under the template's name, every substitution filled."""
+    text = (REPO_ROOT / "statemachines" / "erasure.asl.json").read_text()
+    names = set(re.findall(r"\$\{([A-Za-z]+)\}", text))
+    definition = substitute_definition(text, {n: "72" if "Hours" in n else f"x-{n}" for n in names})
+    boto3.client("stepfunctions").create_state_machine(
+        name="lethe-local-erasure",
+        definition=definition,
+        roleArn="arn:aws:iam::123456789012:role/lethe-local-erasure",
+    )
+
+
+@pytest.fixture
+def requests_table(lethe_tables: dict[str, Any]) -> Any:
+    lethe_tables["DatasetsTable"].put_item(
+        Item={"dataset_id": "reviews", "document": json.dumps(REVIEWS)}
+    )
+    return create_table_from_template("ErasureRequestsTable", "lethe-local-erasure-requests")
+
+
+@pytest.fixture
+def app(requests_table: Any, handler_env: Callable[[str], None]) -> Iterator[Any]:
+    handler_env("ErasureApiFunction")
+    parameters.clear_caches()
+    boto3.client("secretsmanager").create_secret(
+        Name="lethe-local-subject-hash-key", SecretString=HASH_SECRET
+    )
+    create_erasure_state_machine()
+    yield load_function_module("erasure_api")
+    parameters.clear_caches()
+
+
+@pytest.fixture(autouse=True)
+def _logs_hold_no_raw_id(
+    caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> Iterator[None]:
+    caplog.set_level(logging.INFO)  # what Lambda logs
+    yield
+    out, err = capsys.readouterr()
+    records = " ".join(f"{r.getMessage()} {r.__dict__}" for r in caplog.records)
+    for text in (out, err, caplog.text, records):
+        assert SECRET.casefold() not in text.casefold()
+
+
+def call(app: Any, event: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    response = app.handler(event, FakeLambdaContext())
+    assert SECRET.casefold() not in json.dumps(response).casefold()
+    return response["statusCode"], json.loads(response["body"])
+
+
+def at(event: dict[str, Any], request_id: str) -> dict[str, Any]:
+    """The event aimed at another request id."""
+    old = event["pathParameters"]["request_id"]
+    event["path"] = event["path"].replace(old, request_id)
+    event["requestContext"]["path"] = event["requestContext"]["path"].replace(old, request_id)
+    event["pathParameters"] = {"request_id": request_id}
+    return event
+
+
+def with_key(event: dict[str, Any], key: str) -> dict[str, Any]:
+    event["headers"]["Idempotency-Key"] = key
+    event["multiValueHeaders"]["Idempotency-Key"] = [key]
+    return event
+
+
+def executions() -> list[dict[str, Any]]:
+    sfn = boto3.client("stepfunctions")
+    listed = sfn.list_executions(stateMachineArn=STATE_MACHINE)["executions"]
+    return [dict(sfn.describe_execution(executionArn=e["executionArn"])) for e in listed]
+
+
+def stored_items(table: Any) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = table.scan()["Items"]
+    assert SECRET.casefold() not in json.dumps(items, default=str).casefold()
+    return items
+
+
+# ------------------------------------------------------------------------------ POST
+
+
+def test_post_files_a_request_and_starts_its_execution(
+    app: Any, requests_table: Any, load_event: Event, caplog: pytest.LogCaptureFixture
+) -> None:
+    status, body = call(app, load_event("erasure_api_post.json"))
+
+    assert status == 202
+    assert set(body) == {"request_id", "status", "duplicate"}
+    assert (body["status"], body["duplicate"]) == ("RECEIVED", False)
+    rid = body["request_id"]
+    assert re.fullmatch(r"er-\d{8}T\d{6}Z-[0-9a-f]{8}", rid)
+    (execution,) = executions()
+    assert execution["name"] == f"erasure-{rid}"
+    assert json.loads(execution["input"]) == {"request_id": rid}
+    (item,) = stored_items(requests_table)
+    assert item["subject_hashes"] == [hash_of_id(HASH_SECRET.encode(), SECRET)]
+    assert item["execution_arn"] == execution["executionArn"]
+    assert item["history"][0]["detail"] == (
+        "1 subject(s), 1 hash(es), via api (arn:aws:iam::123456789012:user/privacy-officer)"
+    )
+    (logged,) = [r for r in caplog.records if r.getMessage() == "erasure request filed"]
+    assert (logged.__dict__["request_id"], logged.__dict__["subjects"]) == (rid, 1)
+
+
+def test_post_invalid_body_lists_fields_and_files_nothing(
+    app: Any, requests_table: Any, load_event: Event
+) -> None:
+    status, body = call(app, load_event("erasure_api_post_invalid.json"))
+
+    assert status == 400
+    assert body == {
+        "message": "invalid erasure request",
+        "errors": [
+            "subject_ids: Value error, subject_ids[1] must have 1 to 512 characters",
+            "subject_keys: Value error, subject_keys[0] names no column",
+            "requested_by: Field required",
+        ],
+    }
+    assert stored_items(requests_table) == []
+    assert executions() == []
+
+
+def test_a_reason_quoting_the_id_is_refused(app: Any, load_event: Event) -> None:
+    event = load_event("erasure_api_post.json")
+    document = json.loads(event["body"])
+    event["body"] = json.dumps({**document, "reason": f"erase {SECRET.upper()} today"})
+
+    status, body = call(app, event)
+
+    assert (status, body["errors"]) == (
+        400,
+        ["reason: must not contain a subject id (it is stored as written)"],
+    )
+
+
+def test_a_body_that_is_not_json_is_refused(app: Any, load_event: Event) -> None:
+    event = load_event("erasure_api_post.json")
+    event["body"] = '{"subject_ids": ["u-SECRET-1001"'
+
+    assert call(app, event) == (
+        400,
+        {"message": "body is not JSON: Expecting ',' delimiter at position 32"},
+    )
+
+
+def test_an_idempotency_key_repeat_names_the_same_request(
+    app: Any, requests_table: Any, load_event: Event
+) -> None:
+    first = call(app, with_key(load_event("erasure_api_post.json"), "ticket-4711"))
+    again = call(app, with_key(load_event("erasure_api_post.json"), "ticket-4711"))
+
+    rid = idempotent_request_id("ticket-4711", REQUESTER)
+    assert first == (202, {"request_id": rid, "status": "RECEIVED", "duplicate": False})
+    assert again == (202, {"request_id": rid, "status": "RECEIVED", "duplicate": True})
+    assert [e["name"] for e in executions()] == [f"erasure-{rid}"]
+    assert len(stored_items(requests_table)) == 1
+
+
+def test_an_idempotency_key_reused_for_another_body_is_a_conflict(
+    app: Any, requests_table: Any, load_event: Event
+) -> None:
+    call(app, with_key(load_event("erasure_api_post.json"), "ticket-4711"))
+    event = with_key(load_event("erasure_api_post.json"), "ticket-4711")
+    event["body"] = json.dumps({"subject_ids": ["u-2002"], "requested_by": REQUESTER})
+
+    assert call(app, event) == (
+        409,
+        {"message": "this Idempotency-Key was used for another request body; use a new key"},
+    )
+    (item,) = stored_items(requests_table)
+    assert item["subject_hashes"] == [hash_of_id(HASH_SECRET.encode(), SECRET)]
+    assert len(executions()) == 1
+
+
+def test_an_idempotency_key_too_long_is_refused(app: Any, load_event: Event) -> None:
+    event = with_key(load_event("erasure_api_post.json"), "k" * 257)
+
+    assert call(app, event) == (400, {"message": "Idempotency-Key must have 1 to 256 characters"})
+
+
+# ------------------------------------------------------------------------------ GET
+
+
+def test_get_unknown_request_is_404(app: Any, load_event: Event) -> None:
+    assert call(app, load_event("erasure_api_get.json")) == (
+        404,
+        {"message": "no erasure request er-20261122T100000Z-0a1b2c3d"},
+    )
+
+
+def test_get_shows_the_public_record_without_the_task_token(
+    app: Any, requests_table: Any, load_event: Event
+) -> None:
+    _, filed = call(app, load_event("erasure_api_post.json"))
+    rid = filed["request_id"]
+    requests = DynamoErasureRequests(requests_table)
+    requests.transition(rid, ErasureStatus.REPORTED, by="workflow")
+    requests.transition(
+        rid,
+        ErasureStatus.AWAITING_APPROVAL,
+        by="workflow",
+        updates={
+            "task_token": "task-token-kept-server-side",
+            "approval": {"deadline": "2026-11-25T10:00:00+00:00", "approvers": ["a@x", "b@x"]},
+        },
+    )
+
+    status, body = call(app, at(load_event("erasure_api_get.json"), rid))
+
+    assert status == 200
+    assert (body["request_id"], body["status"], body["subject_count"]) == (
+        rid,
+        "AWAITING_APPROVAL",
+        1,
+    )
+    assert [h["status"] for h in body["history"]] == ["RECEIVED", "REPORTED", "AWAITING_APPROVAL"]
+    assert body["report"] == {}
+    assert body["approval"] == {"deadline": "2026-11-25T10:00:00+00:00", "approvers": 2}
+    assert "task_token" not in body
+    assert "fingerprint" not in body
+    assert "task-token-kept-server-side" not in json.dumps(body)
+
+
+def test_list_by_status_newest_first(app: Any, requests_table: Any, load_event: Event) -> None:
+    ids = [call(app, with_key(load_event("erasure_api_post.json"), f"k-{n}"))[1] for n in range(3)]
+    first, second, third = (i["request_id"] for i in ids)
+    DynamoErasureRequests(requests_table).transition(second, ErasureStatus.REPORTED, by="workflow")
+    reported = load_event("erasure_api_list.json")
+    reported["queryStringParameters"] = {"status": "REPORTED"}
+    reported["multiValueQueryStringParameters"] = {"status": ["REPORTED"]}
+
+    received = call(app, load_event("erasure_api_list.json"))
+    only_reported = call(app, reported)
+
+    assert received[0] == 200
+    # idempotent ids are not time-ordered: the order is by created_at, the filing order
+    assert [r["request_id"] for r in received[1]["requests"]] == [third, first]
+    assert [r["status"] for r in received[1]["requests"]] == ["RECEIVED", "RECEIVED"]
+    assert [r["request_id"] for r in only_reported[1]["requests"]] == [second]
+    assert all("task_token" not in r for r in received[1]["requests"])
+
+
+def test_list_with_an_unknown_status_is_refused(app: Any, load_event: Event) -> None:
+    event = load_event("erasure_api_list.json")
+    event["queryStringParameters"] = {"status": "DONE"}
+    event["multiValueQueryStringParameters"] = {"status": ["DONE"]}
+
+    status, body = call(app, event)
+
+    assert status == 400
+    assert body["message"] == (
+        "status must be one of RECEIVED, REPORTED, AWAITING_APPROVAL, APPROVED, REJECTED, "
+        "EXPIRED, ERASING, COMPLETED, FAILED"
+    )
+
+
+# ------------------------------------------------------------------------------ cancel
+
+
+def test_cancel_then_cancel_again(app: Any, requests_table: Any, load_event: Event) -> None:
+    _, filed = call(app, load_event("erasure_api_post.json"))
+    rid = filed["request_id"]
+
+    cancelled = call(app, at(load_event("erasure_api_cancel.json"), rid))
+    again = call(app, at(load_event("erasure_api_cancel.json"), rid))
+
+    assert cancelled[0] == 200
+    assert (cancelled[1]["status"], cancelled[1]["outcome"]) == ("REJECTED", "CANCELLED")
+    assert cancelled[1]["history"][-1]["by"] == REQUESTER
+    assert again == (409, {"message": "the request cannot be cancelled: it is REJECTED"})
+    (item,) = stored_items(requests_table)
+    assert [h["status"] for h in item["history"]] == ["RECEIVED", "REJECTED"]
+
+
+def test_cancel_while_erasing_is_a_conflict(
+    app: Any, requests_table: Any, load_event: Event
+) -> None:
+    _, filed = call(app, load_event("erasure_api_post.json"))
+    rid = filed["request_id"]
+    requests = DynamoErasureRequests(requests_table)
+    for status in ("REPORTED", "AWAITING_APPROVAL", "APPROVED", "ERASING"):
+        requests.transition(rid, ErasureStatus(status), by="test")
+
+    assert call(app, at(load_event("erasure_api_cancel.json"), rid)) == (
+        409,
+        {"message": "the request cannot be cancelled: it is ERASING"},
+    )
+
+
+def test_cancel_of_an_unknown_request_is_404(app: Any, load_event: Event) -> None:
+    assert call(app, load_event("erasure_api_cancel.json")) == (
+        404,
+        {"message": "no erasure request er-20261122T100000Z-0a1b2c3d"},
+    )
+
+
+# ------------------------------------------------------------------------------ the event
+
+
+def test_the_erasure_requested_event_files_one_request_per_event_id(
+    app: Any, requests_table: Any, load_event: Event
+) -> None:
+    first = app.handler(load_event("erasure_requested_event.json"), FakeLambdaContext())
+    redelivered = app.handler(load_event("erasure_requested_event.json"), FakeLambdaContext())
+
+    rid = idempotent_request_id(EVENT_ID, REQUESTER)
+    assert first == {"request_id": rid, "status": "RECEIVED", "duplicate": False}
+    assert redelivered == {"request_id": rid, "status": "RECEIVED", "duplicate": True}
+    (item,) = stored_items(requests_table)
+    assert item["history"][0]["detail"] == "1 subject(s), 1 hash(es), via event lethe.requests"
+    assert [e["name"] for e in executions()] == [f"erasure-{rid}"]
+
+
+def test_a_bad_erasure_requested_event_is_refused_and_files_nothing(
+    app: Any, requests_table: Any, load_event: Event
+) -> None:
+    event = load_event("erasure_requested_event.json")
+    event["detail"]["reason"] = f"user {SECRET} asked"
+
+    result = app.handler(event, FakeLambdaContext())
+
+    assert result == {
+        "refused": ["reason: must not contain a subject id (it is stored as written)"]
+    }
+    assert stored_items(requests_table) == []
+    assert executions() == []

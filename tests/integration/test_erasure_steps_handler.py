@@ -1,0 +1,185 @@
+"""ErasureStepsFunction against moto, driven by the workflow step events in events/: the report
+step reads the index and S3 and freezes the report in the reports bucket; the mark step records
+a caught failure and returns the notification the workflow publishes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import boto3
+import pytest
+
+from lethe_shared.catalog import Zone
+from lethe_shared.erasure import (
+    DynamoErasureRequests,
+    ErasureStatus,
+    RequestNotFoundError,
+    hash_subjects,
+    new_request,
+    parse_request_body,
+)
+from lethe_shared.s3 import s3_url
+from lethe_shared.subjects import DynamoSubjectIndex, IndexEntry, hash_of_id
+from tests.conftest import FakeLambdaContext, load_function_module
+from tests.integration.conftest import LAKE, RAW, create_table_from_template
+
+Event = Callable[[str], dict[str, Any]]
+SECRET = "u-SECRET-1001"
+HASH_KEY = b"h" * 64
+RID = "er-20261122T100000Z-0a1b2c3d"  # events/erasure_steps_*.json
+REPORTS = "lethe-local-reports-123456789012-us-east-1"
+LAKE_KEY = "reviews/review_date=2026-11-01/part-0.parquet"
+RAW_KEY = "reviews/2026/11/01/upload.jsonl"
+
+
+@pytest.fixture
+def requests(lethe_tables: dict[str, Any], lethe_buckets: Callable[..., None]) -> Any:
+    lethe_buckets()
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket=REPORTS)
+    s3.put_bucket_versioning(Bucket=REPORTS, VersioningConfiguration={"Status": "Enabled"})
+    table = create_table_from_template("ErasureRequestsTable", "lethe-local-erasure-requests")
+    requests = DynamoErasureRequests(table)
+    body = parse_request_body(
+        {"subject_ids": [SECRET], "reason": "ticket 4711", "requested_by": "privacy@example.com"}
+    )
+    requests.create(new_request(RID, body, hash_subjects(body, HASH_KEY, [])))
+    return requests
+
+
+@pytest.fixture
+def app(requests: Any, handler_env: Callable[[str], None]) -> Any:
+    handler_env("ErasureStepsFunction")
+    return load_function_module("erasure_steps")
+
+
+@pytest.fixture(autouse=True)
+def _logs_hold_no_raw_id(
+    caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> Iterator[None]:
+    caplog.set_level(logging.INFO)  # what Lambda logs
+    yield
+    out, err = capsys.readouterr()
+    records = " ".join(f"{r.getMessage()} {r.__dict__}" for r in caplog.records)
+    for text in (out, err, caplog.text, records):
+        assert SECRET.casefold() not in text.casefold()
+
+
+def index_entry(url: str, zone: Zone, rows: int, version_id: str, etag: str) -> IndexEntry:
+    return IndexEntry(
+        subject_hash=hash_of_id(HASH_KEY, SECRET),
+        object_url=url,
+        dataset_id="reviews",
+        zone=zone,
+        format="parquet" if zone is Zone.LAKE else "jsonl",
+        rows=rows,
+        version_id=version_id,
+        etag=etag,
+    )
+
+
+def test_the_report_step_freezes_the_report_of_the_indexed_objects(
+    app: Any, requests: Any, lethe_tables: dict[str, Any], load_event: Event
+) -> None:
+    # Given a lake object with two versions holding the subject (3 rows in the current one) and
+    # a raw object with one version (1 row), both indexed
+    s3 = boto3.client("s3")
+    lake_v1 = s3.put_object(Bucket=LAKE, Key=LAKE_KEY, Body=b"older rows")["VersionId"]
+    lake_v2 = s3.put_object(Bucket=LAKE, Key=LAKE_KEY, Body=b"current rows")
+    raw_v1 = s3.put_object(Bucket=RAW, Key=RAW_KEY, Body=b"raw rows")
+    index = DynamoSubjectIndex(lethe_tables["SubjectIndexTable"])
+    lake_url, raw_url = s3_url(LAKE, LAKE_KEY), s3_url(RAW, RAW_KEY)
+    index.replace_object(
+        lake_url,
+        [index_entry(lake_url, Zone.LAKE, 3, lake_v2["VersionId"], lake_v2["ETag"].strip('"'))],
+    )
+    index.replace_object(
+        raw_url, [index_entry(raw_url, Zone.RAW, 1, raw_v1["VersionId"], raw_v1["ETag"].strip('"'))]
+    )
+
+    # When the workflow runs the report step
+    result = app.handler(load_event("erasure_steps_report.json"), FakeLambdaContext())
+
+    # Then the manifest in the reports bucket names both objects and all three versions, and
+    # the step returns its hash
+    manifest_body = s3.get_object(Bucket=REPORTS, Key=f"erasure/{RID}/manifest.json")["Body"].read()
+    assert result == {
+        "request_id": RID,
+        "objects": 2,
+        "sha256": hashlib.sha256(manifest_body).hexdigest(),
+    }
+    manifest = json.loads(manifest_body)
+    assert [
+        (o["object_url"], o["zone"], o["expected_rows"], [v["version_id"] for v in o["versions"]])
+        for o in manifest["objects"]
+    ] == [
+        (lake_url, "lake", 3, [lake_v2["VersionId"], lake_v1]),
+        (raw_url, "raw", 1, [raw_v1["VersionId"]]),
+    ]
+    listed = s3.list_objects_v2(Bucket=REPORTS, Prefix=f"erasure/{RID}/")["Contents"]
+    assert sorted(o["Key"] for o in listed) == [
+        f"erasure/{RID}/manifest.json",
+        f"erasure/{RID}/summary.html",
+        f"erasure/{RID}/summary.txt",
+    ]
+    for item in listed:
+        text = s3.get_object(Bucket=REPORTS, Key=item["Key"])["Body"].read().decode()
+        assert SECRET.casefold() not in text.casefold()
+    record = requests.get(RID)
+    assert record.status is ErasureStatus.REPORTED
+    assert (record.report["objects"], record.report["versions"], record.report["rows"]) == (2, 3, 4)
+    assert record.report["manifest_sha256"] == result["sha256"]
+    assert record.report["manifest_url"] == f"s3://{REPORTS}/erasure/{RID}/manifest.json"
+
+
+def test_the_report_step_of_an_unknown_request_fails(app: Any, load_event: Event) -> None:
+    event = {
+        **load_event("erasure_steps_report.json"),
+        "request_id": "er-20261122T100000Z-ffffffff",
+    }
+
+    with pytest.raises(RequestNotFoundError):
+        app.handler(event, FakeLambdaContext())
+
+
+def test_the_mark_failed_step_records_the_caught_error_and_notifies_it(
+    app: Any, requests: Any, load_event: Event
+) -> None:
+    """The state machine's Mark Failed state sends the caught error as {"Error", "Cause"}; the
+    record keeps it as {"error", "cause"} and the notification names the error."""
+    requests.transition(RID, ErasureStatus.REPORTED, by="workflow")
+
+    note = app.handler(load_event("erasure_steps_mark_failed.json"), FakeLambdaContext())
+
+    assert (note["request_id"], note["status"], note["outcome"]) == (RID, "FAILED", "FAILED")
+    record = requests.get(RID)
+    assert record.status is ErasureStatus.FAILED
+    assert record.error == {
+        "error": "States.TaskFailed",
+        "cause": "the manifest is not the report that was approved",
+    }
+    assert note["error"] == "States.TaskFailed"
+
+
+def test_the_notification_step_reads_the_request_as_it_is(
+    app: Any, requests: Any, load_event: Event
+) -> None:
+    requests.transition(RID, ErasureStatus.REPORTED, by="workflow")
+    event = {"step": "notification", "request_id": RID}
+
+    note = app.handler(event, FakeLambdaContext())
+
+    assert {
+        k: note[k] for k in ("request_id", "status", "outcome", "subject_count", "objects")
+    } == {
+        "request_id": RID,
+        "status": "REPORTED",
+        "outcome": "REPORTED",
+        "subject_count": 1,
+        "objects": 0,
+    }
+    assert hash_of_id(HASH_KEY, SECRET) not in json.dumps(note)
