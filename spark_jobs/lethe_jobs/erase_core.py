@@ -75,6 +75,7 @@ from lethe_shared.s3 import (
     ObjectVersion,
     S3ObjectStore,
     key_state,
+    s3_url,
     split_s3_url,
 )
 
@@ -461,7 +462,7 @@ def _write(reports: S3ObjectStore, args: EraseArgs, name: str, document: Any) ->
     reports.put_bytes(
         args.reports_bucket, key, canonical_json(document), content_type="application/json"
     )
-    return f"s3://{args.reports_bucket}/{key}"
+    return s3_url(args.reports_bucket, key)
 
 
 def run(spark: SparkSession, args: EraseArgs, ports: ErasePorts) -> dict[str, Any]:

@@ -21,6 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
+from lethe_shared.s3 import s3_url
+
 S3_PREFIX: Final = "spark_jobs/"
 DEPENDENCIES_ZIP: Final = "lethe_shared.zip"
 _PACKAGES: Final = (Path("layers/shared/lethe_shared"), Path("spark_jobs/lethe_jobs"))
@@ -79,5 +81,5 @@ def upload_spark_artifacts(
             content_type = "application/zip" if path.suffix == ".zip" else "text/x-python"
             with path.open("rb") as body:
                 s3_client.put_object(Bucket=bucket, Key=key, Body=body, ContentType=content_type)
-            uris.append(f"s3://{bucket}/{key}")
+            uris.append(s3_url(bucket, key))
     return uris

@@ -4,8 +4,9 @@ link in a real browser (Chromium), types the code and approves; then no stored v
 object holds the subjects' rows, every other row is intact, the index forgets them, SNS and
 EventBridge were told, and the certificate verifies. A rejected request changes no byte.
 
-The subjects are this module's own (`ea-*`, `kc-*`), so the other e2e modules' data and
-lookups are untouched whatever order the modules run in."""
+The datasets (`erasure-reviews`, `erasure-orders`: the samples' documents under other ids) and
+the subjects (`ea-*`, `kc-*`) are this module's own, so the other e2e modules' data, lookups
+and reconcile reports are untouched whatever order the modules run in."""
 
 from __future__ import annotations
 
@@ -22,12 +23,13 @@ import pytest
 import requests
 
 from tests.browser import chromium, outcome
-from tests.e2e.conftest import LETHE, LocalCloud, wait_for
+from tests.e2e.conftest import LETHE, SAMPLES, LocalCloud, wait_for
 
 ERASED = ("ea-1001", "ea-2002")
 KEPT = "kc-3003"
-REVIEWS_KEY = "reviews/e2e-erasure/batch-1.csv"
-ORDERS_KEY = "orders/e2e-erasure/orders-1"
+REVIEWS, ORDERS_DATASET = "erasure-reviews", "erasure-orders"
+REVIEWS_KEY = f"{REVIEWS}/2026/11/batch-1.csv"
+ORDERS_KEY = f"{ORDERS_DATASET}/2026/11/orders-1"
 REVIEWS_V1 = (
     b"user_id,review_date,stars,text\r\n"
     b'ea-1001,2026-11-20,5,"fine, thanks"\r\n'
@@ -88,7 +90,7 @@ def _every_version(cloud: LocalCloud) -> dict[tuple[str, str, str], bytes]:
     s3 = cloud.client("s3")
     found: dict[tuple[str, str, str], bytes] = {}
     for bucket in (cloud.outputs["RawBucketName"], cloud.outputs["LakeBucketName"]):
-        for prefix in ("reviews/", "orders/"):
+        for prefix in (f"{REVIEWS}/", f"{ORDERS_DATASET}/"):
             pages = s3.get_paginator("list_object_versions").paginate(Bucket=bucket, Prefix=prefix)
             for page in pages:
                 for v in page.get("Versions", []):
@@ -142,8 +144,16 @@ def _email(cloud: LocalCloud, request_id: str) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def ingested(registered: LocalCloud) -> LocalCloud:
-    """Two datasets' files uploaded and ingested, then the reviews file overwritten."""
+def ingested(local_cloud: LocalCloud, tmp_path_factory: pytest.TempPathFactory) -> LocalCloud:
+    """This module's two datasets registered, their files uploaded and ingested, then the
+    reviews file overwritten."""
+    registered = local_cloud
+    folder = tmp_path_factory.mktemp("erasure-datasets")
+    for sample, dataset_id in (("reviews", REVIEWS), ("orders", ORDERS_DATASET)):
+        document = json.loads((SAMPLES / f"{sample}.dataset.json").read_text())
+        path = folder / f"{dataset_id}.json"
+        path.write_text(json.dumps({**document, "dataset_id": dataset_id}))
+        assert _cli(registered, "datasets", "put", str(path)).returncode == 0
     _upload_and_ingest(registered, REVIEWS_KEY, REVIEWS_V1)
     orders = "".join(json.dumps(o) + "\n" for o in ORDERS).encode()
     _upload_and_ingest(registered, ORDERS_KEY, gzip.compress(orders))
@@ -276,8 +286,8 @@ def test_the_index_forgets_the_erased_subjects_only(
     assert json.loads(gone.stdout) == []
     kept = json.loads(_cli(ingested, "index", "lookup", "--subject", KEPT, "--json").stdout)
     assert sorted((e["dataset"], e["zone"]) for e in kept) == [
-        ("orders", "lake"), ("orders", "raw"), ("reviews", "lake"), ("reviews", "lake"),
-        ("reviews", "raw"),
+        (ORDERS_DATASET, "lake"), (ORDERS_DATASET, "raw"), (REVIEWS, "lake"), (REVIEWS, "lake"),
+        (REVIEWS, "raw"),
     ]  # fmt: skip
 
 

@@ -25,6 +25,7 @@ from typing import Any
 import requests
 
 from lethe.target import Target, from_state_file
+from lethe_shared.s3 import s3_url
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 SAMPLES = REPO_ROOT / "samples"
@@ -132,7 +133,7 @@ def _raw_statuses(target: Target) -> dict[str, str]:
     for _, key in UPLOADS:
         items = table.query(
             KeyConditionExpression="object_url = :u",
-            ExpressionAttributeValues={":u": f"s3://{raw}/{key}"},
+            ExpressionAttributeValues={":u": s3_url(raw, key)},
             ConsistentRead=True,
         )["Items"]
         if items:
@@ -249,7 +250,7 @@ def _overwrite(target: Target) -> None:
     while time.monotonic() < deadline:
         items = table.query(
             KeyConditionExpression="object_url = :u",
-            ExpressionAttributeValues={":u": f"s3://{raw}/{key}"},
+            ExpressionAttributeValues={":u": s3_url(raw, key)},
             ConsistentRead=True,
         )["Items"]
         newest = max(items, key=lambda i: i["sequencer"])
