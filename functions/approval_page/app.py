@@ -20,11 +20,11 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities import parameters
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from lethe_shared.approval import response_headers
 from lethe_shared.approval_flow import ApprovalPage, HttpAnswer, HttpRequest
-from lethe_shared.config import Settings, load_settings
+from lethe_shared.config import CommaList, Settings, load_settings
 from lethe_shared.erasure import DynamoApprovals, DynamoErasureRequests
 from lethe_shared.erasure_workflow import StepFunctionsCallbacks
 
@@ -38,15 +38,8 @@ KEY_CACHE_SECONDS = 300
 class ApprovalPageSettings(Settings):
     requests_table: str = Field(alias="ERASURE_REQUESTS_TABLE", min_length=1)
     approvals_table: str = Field(alias="APPROVALS_TABLE", min_length=1)
-    approvers: list[str] = Field(alias="APPROVER_EMAILS", min_length=1)
+    approvers: CommaList = Field(alias="APPROVER_EMAILS", min_length=1)
     signing_key_secret_arn: str = Field(alias="APPROVAL_SIGNING_KEY_SECRET_ARN", min_length=1)
-
-    @field_validator("approvers", mode="before")
-    @classmethod
-    def _split(cls, value: Any) -> Any:
-        return (
-            [a.strip() for a in value.split(",") if a.strip()] if isinstance(value, str) else value
-        )
 
 
 @dataclass(frozen=True)

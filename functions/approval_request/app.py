@@ -20,10 +20,10 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities import parameters
 from aws_lambda_powertools.utilities.parser import parse
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field
 
 from lethe_shared.approval_flow import SesMailer, request_approval
-from lethe_shared.config import Settings, load_settings
+from lethe_shared.config import CommaList, Settings, load_settings
 from lethe_shared.erasure import DynamoApprovals, DynamoErasureRequests
 
 logger = Logger()
@@ -35,18 +35,11 @@ KEY_CACHE_SECONDS = 300
 class ApprovalRequestSettings(Settings):
     requests_table: str = Field(alias="ERASURE_REQUESTS_TABLE", min_length=1)
     approvals_table: str = Field(alias="APPROVALS_TABLE", min_length=1)
-    approvers: list[str] = Field(alias="APPROVER_EMAILS", min_length=1)
+    approvers: CommaList = Field(alias="APPROVER_EMAILS", min_length=1)
     sender: str = Field(alias="SENDER_EMAIL", min_length=3)
     signing_key_secret_arn: str = Field(alias="APPROVAL_SIGNING_KEY_SECRET_ARN", min_length=1)
     api_url: str = Field(alias="API_URL", pattern=r"^https?://")
     timeout_hours: float = Field(alias="APPROVAL_TIMEOUT_HOURS", gt=0)
-
-    @field_validator("approvers", mode="before")
-    @classmethod
-    def _split(cls, value: Any) -> Any:
-        return (
-            [a.strip() for a in value.split(",") if a.strip()] if isinstance(value, str) else value
-        )
 
 
 class ApprovalTask(BaseModel):

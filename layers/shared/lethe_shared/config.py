@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import TypeVar
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 
 from lethe_shared.errors import ConfigurationError
 
@@ -18,6 +18,14 @@ class Settings(BaseModel):
 
 
 SettingsT = TypeVar("SettingsT", bound=Settings)
+
+
+def _comma_separated(value: Any) -> Any:
+    return [v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str) else value
+
+
+# A list given as one comma-separated variable (a CommaDelimitedList parameter, !Join-ed).
+CommaList = Annotated[list[str], BeforeValidator(_comma_separated)]
 
 
 def load_settings(model: type[SettingsT], environ: Mapping[str, str] | None = None) -> SettingsT:
