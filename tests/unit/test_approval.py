@@ -469,7 +469,7 @@ def test_hostile_values_are_escaped_everywhere() -> None:
         request_id=hostile,
         requested_by=hostile,
         approver=hostile,
-        datasets=[{"dataset_id": hostile, "zone": hostile, "objects": 1, "versions": 1, "rows": 1}],
+        datasets=[{"dataset_id": hostile, "zone": "raw", "objects": 1, "versions": 1, "rows": 1}],
     )
     page_html, _, _ = confirmation(s)
     email = ap.build_approval_email(s, ap.sign_link(KEY, BASE, AID, DEADLINE))
@@ -650,3 +650,8 @@ def test_email_subject_has_no_header_injection() -> None:
 def test_email_refuses_a_link_that_is_not_an_approval_link() -> None:
     with pytest.raises(ValueError, match="approval link"):
         ap.build_approval_email(summary(), "javascript:alert(1)//approvals/x")
+
+
+def test_a_zone_is_raw_or_lake_and_nothing_else() -> None:
+    with pytest.raises(ValidationError):
+        ap.DatasetCounts(dataset_id="reviews", zone="<script>", objects=1, versions=1, rows=1)

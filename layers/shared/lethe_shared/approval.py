@@ -49,6 +49,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
+from lethe_shared.catalog import Zone
 from lethe_shared.errors import LetheError
 
 KEY_MIN_BYTES = 32
@@ -426,7 +427,7 @@ class DatasetCounts(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     dataset_id: str = Field(min_length=1, max_length=256)
-    zone: str = Field(min_length=1, max_length=64)  # raw | lake
+    zone: Zone
     objects: int = Field(ge=0)
     versions: int = Field(ge=0)  # stored object versions to rewrite or purge
     rows: int = Field(ge=0)  # rows of the subjects, over the current versions
@@ -563,7 +564,7 @@ def _document(title: str, body: str) -> str:
 def _summary_html(summary: ApprovalSummary) -> str:
     rows = "\n".join(
         "<tr>"
-        f"<td>{_e(d.dataset_id)}</td><td>{_e(d.zone)}</td>"
+        f"<td>{_e(d.dataset_id)}</td><td>{_e(d.zone.value)}</td>"
         f'<td class="n">{d.objects}</td><td class="n">{d.versions}</td>'
         f'<td class="n">{d.rows}</td>'
         "</tr>"

@@ -49,6 +49,7 @@ from lethe_shared.approval import (
     sign_link,
     verify_link,
 )
+from lethe_shared.catalog import Zone
 from lethe_shared.erasure import (
     ApprovalLink,
     Approvals,
@@ -107,7 +108,7 @@ def _summary(record: ErasureRequest, approver: str, deadline: datetime) -> Appro
         datasets=tuple(
             DatasetCounts(
                 dataset_id=d["dataset_id"],
-                zone=d["zone"],
+                zone=Zone(d["zone"]),
                 objects=d["objects"],
                 versions=d["versions"],
                 rows=d["rows"],

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Self
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from lethe_shared.catalog import Zone
 from lethe_shared.errors import LetheError
 
 if TYPE_CHECKING:
@@ -71,7 +72,7 @@ class ErasedObject(_Frozen):
     """One object key the erasure rewrote (or deleted) and whose older versions it purged."""
 
     dataset_id: str = Field(min_length=1)
-    zone: str = Field(min_length=1)  # raw | lake
+    zone: Zone
     bucket: str = Field(min_length=1)
     key: str = Field(min_length=1)
     versions_before: tuple[ObjectVersion, ...] = Field(min_length=1)
@@ -368,7 +369,7 @@ def _object_row(o: ErasedObject) -> str:
     before = "<br>".join(_version(v) for v in o.versions_before)
     return (
         "<tr>"
-        f"<td>{_e(o.dataset_id)}</td><td>{_e(o.zone)}</td>"
+        f"<td>{_e(o.dataset_id)}</td><td>{_e(o.zone.value)}</td>"
         f'<td class="mono">s3://{_e(o.bucket)}/{_e(o.key)}</td>'
         f"<td>{before}</td><td>{_version(o.version_after)}</td>"
         f'<td class="n">{o.rows_before}</td><td class="n">{o.rows_removed}</td>'

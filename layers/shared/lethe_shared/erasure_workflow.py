@@ -433,7 +433,7 @@ def _certificate(
     erased = tuple(
         ErasedObject(
             dataset_id=r.dataset_id,
-            zone=r.zone.value,
+            zone=r.zone,
             bucket=split_s3_url(r.object_url)[0],
             key=split_s3_url(r.object_url)[1],
             versions_before=tuple(
