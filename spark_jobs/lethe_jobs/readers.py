@@ -6,7 +6,11 @@ fields, a JSON Lines line that is not an object) and the data column names the f
 A file that cannot be read at all raises `UnreadableFileError`; the job quarantines it whole.
 
 Coordinates: CSV and JSON Lines records are located by the physical line they start on (1-based;
-a CSV header is line 1), Parquet rows by their 0-based index.
+a CSV header is line 1), Parquet rows by their 0-based index, in the whole object also when a
+reader reads one slice of it (`Slice`: a piece of a large object, lethe_jobs.pieces).
+
+Readers stream: `iter_raw` yields the records a batch at a time (`BATCH_ROWS`), so that memory
+is bounded by a batch, not by the object; `read_raw` gathers them for small objects.
 
 Choices written down:
 - gzip is recognised by its magic number (1f 8b) when compression is "auto", never by the key;
@@ -90,20 +94,67 @@ def open_payload(path: Path, compression: Compression) -> Iterator[IO[bytes]]:
             yield stream
 
 
-def read_raw(path: Path, dataset: Dataset, workdir: Path) -> RawRecords:
-    """Read the raw file at `path` as `dataset` declares it. Raises UnreadableFileError."""
-    readers: dict[DataFormat, Callable[[IO[bytes], Dataset, Path], RawRecords]] = {
+@dataclass(frozen=True)
+class Slice:
+    """The part of an object a reader reads: all of it, or one piece of a large object
+    (lethe_jobs.pieces). Coordinates stay those of the whole object."""
+
+    first_line: int = 1  # text: the number, in the whole object, of the slice's first line
+    header: tuple[str, ...] | None = None  # CSV: the columns, for a slice without the header
+    row_groups: tuple[int, int] | None = None  # Parquet: row groups [start, end) only
+    first_row: int = 0  # Parquet: the index, in the whole object, of the slice's first row
+
+    @property
+    def whole(self) -> bool:
+        return self.first_line == 1 and self.row_groups is None
+
+
+WHOLE = Slice()
+BATCH_ROWS = 65_536  # records a reader yields at a time: what one batch costs in memory
+
+
+def iter_raw(
+    source: Path,
+    dataset: Dataset,
+    workdir: Path,
+    *,
+    part: Slice = WHOLE,
+    batch_rows: int = BATCH_ROWS,
+) -> Iterator[RawRecords]:
+    """Read the raw file (or the slice of one) at `source` as `dataset` declares it, a batch of
+    at most `batch_rows` records at a time, so that no reader holds a large object whole.
+    Raises UnreadableFileError, possibly after earlier batches (the caller discards them)."""
+    readers: dict[DataFormat, Callable[..., Iterator[RawRecords]]] = {
         DataFormat.CSV: _read_csv,
         DataFormat.JSONL: _read_jsonl,
         DataFormat.PARQUET: _read_parquet,
     }
     try:
-        with open_payload(path, dataset.compression) as payload:
-            return readers[dataset.format](payload, dataset, workdir)
+        with open_payload(source, dataset.compression) as payload:
+            yield from readers[dataset.format](payload, dataset, workdir, part, batch_rows)
     except _GZIP_ERRORS as exc:
         raise UnreadableFileError(f"not a valid gzip stream: {exc}") from exc
     except UnicodeDecodeError as exc:
         raise UnreadableFileError(f"not UTF-8 text: {exc}") from exc
+
+
+def read_raw(path: Path, dataset: Dataset, workdir: Path) -> RawRecords:
+    """The whole raw file at `path` at once (small objects: the index job, erasure). Raises
+    UnreadableFileError."""
+    return concat_records(list(iter_raw(path, dataset, workdir)))
+
+
+def concat_records(parts: list[RawRecords]) -> RawRecords:
+    """Batches of one reader as one RawRecords (columns in order of first appearance)."""
+    first = parts[0]
+    columns = list(dict.fromkeys(c for p in parts for c in p.columns))
+    return RawRecords(
+        pa.concat_tables([p.table for p in parts]) if len(parts) > 1 else first.table,
+        first.coordinate,
+        columns,
+        [r for p in parts for r in p.rejected],
+        first.json_text,
+    )
 
 
 # ------------------------------------------------------------------------------------ CSV
@@ -134,6 +185,9 @@ class _CsvCollector:
         self.positions: list[int] = []
         self.values: list[list[str]] = [[] for _ in names]
         self.rejected: list[RejectedRecord] = []
+
+    def __len__(self) -> int:
+        return len(self.positions) + len(self.rejected)
 
     def add(self, line: int, row: list[str]) -> None:
         if len(row) != len(self.names):
@@ -166,22 +220,31 @@ def _csv_header(reader: Any, dataset: Dataset) -> list[str] | None:
     return list(header)
 
 
-def _read_csv(payload: IO[bytes], dataset: Dataset, _workdir: Path) -> RawRecords:
-    text = io.TextIOWrapper(payload, encoding="utf-8-sig", newline="")
+def _read_csv(
+    payload: IO[bytes], dataset: Dataset, _workdir: Path, part: Slice, batch_rows: int
+) -> Iterator[RawRecords]:
+    encoding = "utf-8-sig" if part.first_line == 1 else "utf-8"
+    text = io.TextIOWrapper(payload, encoding=encoding, newline="")
     reader = csv_reader(text, dataset.csv)
+    offset = part.first_line - 1  # a slice's local line n is line n + offset of the object
     try:
-        names = _csv_header(reader, dataset)
+        names = list(part.header) if part.header is not None else _csv_header(reader, dataset)
         if names is None:
-            return _CsvCollector([c.name for c in dataset.schema_]).records()
+            yield _CsvCollector([c.name for c in dataset.schema_]).records()
+            return
         collector = _CsvCollector(names)
         last_line = reader.line_num
         for row in reader:
             if row:  # a blank line is no record
-                collector.add(last_line + 1, row)
+                collector.add(last_line + 1 + offset, row)
+                if len(collector) >= batch_rows:
+                    yield collector.records()
+                    collector = _CsvCollector(names)
             last_line = reader.line_num
     except csv.Error as exc:
-        raise UnreadableFileError(f"not valid CSV (line {reader.line_num}): {exc}") from exc
-    return collector.records()
+        line = reader.line_num + offset
+        raise UnreadableFileError(f"not valid CSV (line {line}): {exc}") from exc
+    yield collector.records()
 
 
 # ------------------------------------------------------------------------------ JSON Lines
@@ -202,12 +265,29 @@ def _parse_object(text: str) -> dict[str, Any] | str:
     return value
 
 
-def _read_jsonl(payload: IO[bytes], _dataset: Dataset, _workdir: Path) -> RawRecords:
-    positions: list[int] = []
-    texts: list[str] = []
-    names: dict[str, None] = {}  # an ordered set: keys in order of first appearance
-    rejected: list[RejectedRecord] = []
-    for number, raw in enumerate(payload, start=1):
+class _JsonlCollector:
+    def __init__(self) -> None:
+        self.positions: list[int] = []
+        self.texts: list[str] = []
+        self.names: dict[str, None] = {}  # an ordered set: keys in order of first appearance
+        self.rejected: list[RejectedRecord] = []
+
+    def __len__(self) -> int:
+        return len(self.positions) + len(self.rejected)
+
+    def records(self) -> RawRecords:
+        table = pa.table(
+            [pa.array(self.positions, pa.int64()), pa.array(self.texts, pa.string())],
+            names=[POSITION, RECORD],
+        )
+        return RawRecords(table, "line", list(self.names), self.rejected, json_text=True)
+
+
+def _read_jsonl(
+    payload: IO[bytes], _dataset: Dataset, _workdir: Path, part: Slice, batch_rows: int
+) -> Iterator[RawRecords]:
+    collector = _JsonlCollector()
+    for number, raw in enumerate(payload, start=part.first_line):
         text = raw.decode("utf-8").removesuffix("\n").removesuffix("\r")
         if number == 1:
             text = text.removeprefix(_BOM)
@@ -216,36 +296,63 @@ def _read_jsonl(payload: IO[bytes], _dataset: Dataset, _workdir: Path) -> RawRec
         parsed = _parse_object(text)
         if isinstance(parsed, str):
             record = json.dumps({"_raw": text}, ensure_ascii=False)
-            rejected.append(RejectedRecord(number, (parsed,), record))
-            continue
-        names.update(dict.fromkeys(parsed))
-        positions.append(number)
-        texts.append(text)
-    table = pa.table(
-        [pa.array(positions, pa.int64()), pa.array(texts, pa.string())], names=[POSITION, RECORD]
-    )
-    return RawRecords(table, "line", list(names), rejected, json_text=True)
+            collector.rejected.append(RejectedRecord(number, (parsed,), record))
+        else:
+            collector.names.update(dict.fromkeys(parsed))
+            collector.positions.append(number)
+            collector.texts.append(text)
+        if len(collector) >= batch_rows:
+            yield collector.records()
+            collector = _JsonlCollector()
+    yield collector.records()
 
 
 # --------------------------------------------------------------------------------- Parquet
 
 
-def _read_parquet(payload: IO[bytes], _dataset: Dataset, workdir: Path) -> RawRecords:
+def _read_parquet(
+    payload: IO[bytes], _dataset: Dataset, workdir: Path, part: Slice, batch_rows: int
+) -> Iterator[RawRecords]:
     source: Any = payload
     if not payload.seekable() or isinstance(payload, gzip.GzipFile):
         local = workdir / "payload.parquet"  # Parquet needs random access: decompress first
         with local.open("wb") as out:
             shutil.copyfileobj(payload, out, length=1024 * 1024)
         source = str(local)
+    yield from read_parquet_batches(source, part, batch_rows)
+
+
+def read_parquet_batches(source: Any, part: Slice, batch_rows: int) -> Iterator[RawRecords]:
+    """Parquet rows (of `part`'s row groups) a batch at a time; `source` is a path or a
+    seekable file (a ranged S3 reader: only the footer and those row groups are fetched)."""
     try:
-        table = pq.ParquetFile(source, coerce_int96_timestamp_unit="us").read()
+        parquet = pq.ParquetFile(source, coerce_int96_timestamp_unit="us")
+        groups = range(*part.row_groups) if part.row_groups else range(parquet.num_row_groups)
+        batches = parquet.iter_batches(batch_size=batch_rows, row_groups=list(groups))
+        position = part.first_row
+        produced = False
+        for batch in batches:
+            table = _spark_compatible(pa.Table.from_batches([batch]))
+            positions = pa.array(range(position, position + table.num_rows), pa.int64())
+            position += table.num_rows
+            columns = list(table.column_names)
+            yield RawRecords(
+                pa.table([positions, *table.columns], names=[POSITION, *columns]), "row", columns
+            )
+            produced = True
+        if not produced:
+            empty = _spark_compatible(parquet.schema_arrow.empty_table())
+            columns = list(empty.column_names)
+            positions = pa.array([], pa.int64())
+            yield RawRecords(
+                pa.table([positions, *empty.columns], names=[POSITION, *columns]), "row", columns
+            )
     except (pa.ArrowException, OSError) as exc:
         raise UnreadableFileError(f"not a Parquet file: {exc}") from exc
+
+
+def _spark_compatible(table: Any) -> Any:
     try:
-        table = to_spark_compatible(table)
+        return to_spark_compatible(table)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise UnreadableFileError(f"unsupported Parquet column: {exc}") from exc
-    positions = pa.array(range(table.num_rows), pa.int64())
-    columns = list(table.column_names)
-    table = pa.table([positions, *table.columns], names=[POSITION, *columns])
-    return RawRecords(table, "row", columns)

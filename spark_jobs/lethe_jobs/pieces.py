@@ -1,0 +1,240 @@
+"""Large raw objects in pieces, so that no one process holds a large object whole.
+
+A raw object up to `PIECE_BYTES` is one piece. A larger one is split where that is safe:
+
+- uncompressed JSON Lines at line starts (a JSON line has no raw line break inside);
+- uncompressed CSV at line starts outside quoted fields: a quote-parity scan of the bytes finds
+  them (RFC 4180 quoting, where a quote inside a field is doubled, keeps the parity right; a
+  dataset whose CSV escape character is not the quote character is not split);
+- Parquet by row groups, grouped up to `PIECE_BYTES` of compressed data;
+- gzip is not splittable: it is one piece, which the reader streams (`readers.iter_raw`).
+
+Each piece keeps the coordinates of the whole object (`readers.Slice`): its first line number
+(text) or first row index (Parquet), so quarantine coordinates and index row hints are those a
+reader of the whole object would give. The split scan streams the object once, in a Spark task
+(`scan_object`); the pieces are then read in parallel, text ones by an S3 range request of their
+bytes, Parquet ones through `S3RangeFile` (only the footer and their row groups are fetched).
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import pyarrow.parquet as pq
+
+from lethe_jobs.readers import GZIP_MAGIC, WHOLE, Slice
+from lethe_shared.datasets import Compression, DataFormat, Dataset
+from lethe_shared.s3 import version_args
+
+PIECE_BYTES = 128 * 1024 * 1024
+SCAN_CHUNK_BYTES = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One piece of one raw object of the batch."""
+
+    object_index: int
+    part: Slice = WHOLE
+    byte_range: tuple[int, int] | None = None  # text: [start, end) of the object; None: whole
+    size: int = 0  # bytes, for grouping pieces into tasks
+
+    @property
+    def whole(self) -> bool:
+        return self.byte_range is None and self.part.row_groups is None
+
+
+@dataclass(frozen=True)
+class Split:
+    """A line start where a text object may be cut: its byte offset and line number."""
+
+    offset: int
+    line: int
+
+
+def _breaks(chunk: bytes, csv_lines: bool) -> int:
+    """Line breaks in `chunk` as the readers count them: CSV (TextIOWrapper, newline="")
+    ends lines at \\n, \\r\\n and a lone \\r; JSON Lines at \\n only."""
+    if not csv_lines:
+        return chunk.count(b"\n")
+    return chunk.count(b"\n") + chunk.count(b"\r") - chunk.count(b"\r\n")
+
+
+def scan_splits(
+    stream: IO[bytes], *, piece_bytes: int, quote: bytes | None, csv_lines: bool
+) -> list[Split]:
+    """Where an uncompressed text object may be cut into pieces of about `piece_bytes`: after
+    the first \n at or beyond each multiple of `piece_bytes` that is outside quotes (`quote`,
+    for CSV). Reads the stream once, a chunk at a time; memory is one chunk."""
+    splits: list[Split] = []
+    offset = lines = quotes = 0  # bytes read; line breaks and quotes before the usable data
+    target = piece_bytes
+    carry = b""  # a \r that ended the previous chunk: it may be half of a \r\n
+    while chunk := stream.read(SCAN_CHUNK_BYTES):
+        data = carry + chunk
+        base = offset - len(carry)  # the object offset of data[0]
+        keep = 1 if csv_lines and data.endswith(b"\r") else 0
+        usable = data[: len(data) - keep]
+        position = max(0, target - base)
+        while (found := usable.find(b"\n", position)) >= 0:
+            inside = quote is not None and (quotes + usable.count(quote, 0, found)) % 2 == 1
+            if inside:
+                position = found + 1
+                continue
+            line = lines + _breaks(usable[: found + 1], csv_lines) + 1
+            splits.append(Split(base + found + 1, line))
+            target = base + found + 1 + piece_bytes
+            position = max(found + 1, target - base)
+        lines += _breaks(usable, csv_lines)
+        quotes += usable.count(quote) if quote is not None else 0
+        carry = data[len(usable) :]
+        offset += len(chunk)
+    return splits
+
+
+def csv_header(stream: IO[bytes], dataset: Dataset) -> tuple[str, ...] | None:
+    """The CSV header's column names (None without a header row): what the slices after the
+    first are read with."""
+    if not dataset.csv.header:
+        return None
+    text = io.TextIOWrapper(stream, encoding="utf-8-sig", newline="")
+    from lethe_jobs.readers import csv_reader  # noqa: PLC0415 - one reader configuration
+
+    header = next((row for row in csv_reader(text, dataset.csv) if row), None)
+    text.detach()
+    return tuple(header) if header else None
+
+
+def splittable_text(dataset: Dataset, head: bytes) -> bool:
+    """Whether an object may be cut at line starts: uncompressed text, and for CSV a quoting
+    that a parity scan follows."""
+    if dataset.format is DataFormat.PARQUET:
+        return False
+    gzipped = head.startswith(GZIP_MAGIC) and dataset.compression is not Compression.NONE
+    if gzipped or dataset.compression is Compression.GZIP:
+        return False
+    return dataset.format is DataFormat.JSONL or dataset.csv.escape == dataset.csv.quote
+
+
+def text_pieces(
+    object_index: int, size: int, splits: list[Split], header: tuple[str, ...] | None
+) -> list[Piece]:
+    """The pieces of a text object of `size` bytes cut at `splits`."""
+    if not splits:
+        return [Piece(object_index, size=size)]
+    starts = [Split(0, 1), *splits]
+    ends = [s.offset for s in splits] + [size]
+    return [
+        Piece(
+            object_index,
+            Slice(first_line=start.line, header=header if start.offset else None),
+            (start.offset, end),
+            end - start.offset,
+        )
+        for start, end in zip(starts, ends, strict=True)
+        if end > start.offset
+    ]
+
+
+def parquet_pieces(
+    object_index: int, metadata: Any, size: int, piece_bytes: int = PIECE_BYTES
+) -> list[Piece]:
+    """Row groups grouped up to `piece_bytes` of compressed data, each group a piece."""
+    groups = metadata.num_row_groups
+    if groups <= 1 or size <= piece_bytes:
+        return [Piece(object_index, size=size)]
+    pieces: list[Piece] = []
+    start = first_row = rows = 0
+    compressed = 0
+    for group in range(groups):
+        info = metadata.row_group(group)
+        weight = sum(info.column(c).total_compressed_size for c in range(info.num_columns))
+        if group > start and compressed + weight > piece_bytes:
+            pieces.append(
+                Piece(
+                    object_index,
+                    Slice(row_groups=(start, group), first_row=first_row),
+                    None,
+                    compressed,
+                )
+            )
+            start, first_row, compressed = group, rows, 0
+        compressed += weight
+        rows += info.num_rows
+    pieces.append(
+        Piece(
+            object_index, Slice(row_groups=(start, groups), first_row=first_row), None, compressed
+        )
+    )
+    return pieces
+
+
+class S3RangeFile(io.RawIOBase):
+    """A seekable read-only view of one S3 object version: each read is a range request.
+    Wrap it in io.BufferedReader; Parquet reads fetch only the footer and the row groups."""
+
+    def __init__(self, client: Any, bucket: str, key: str, version_id: str, size: int) -> None:
+        self._client, self._bucket, self._key = client, bucket, key
+        self._version = version_args(version_id)
+        self._size = size
+        self._position = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self._size}[whence]
+        self._position = max(0, base + offset)
+        return self._position
+
+    def readinto(self, buffer: Any) -> int:
+        if self._position >= self._size:
+            return 0
+        end = min(self._size, self._position + len(buffer)) - 1
+        body = self._client.get_object(
+            Bucket=self._bucket,
+            Key=self._key,
+            Range=f"bytes={self._position}-{end}",
+            **self._version,
+        )["Body"].read()
+        buffer[: len(body)] = body
+        self._position += len(body)
+        return len(body)
+
+
+def download_range(
+    client: Any,
+    bucket: str,
+    key: str,
+    version_id: str,
+    *,
+    byte_range: tuple[int, int],
+    target: Path,
+) -> None:
+    """Stream bytes [start, end) of one object version to `target`."""
+    start, end = byte_range
+    response = client.get_object(
+        Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}", **version_args(version_id)
+    )
+    with target.open("wb") as out:
+        for chunk in response["Body"].iter_chunks(1024 * 1024):
+            out.write(chunk)
+
+
+def open_range_file(client: Any, bucket: str, key: str, version_id: str, size: int) -> Any:
+    return io.BufferedReader(S3RangeFile(client, bucket, key, version_id, size), 8 * 1024 * 1024)
+
+
+def parquet_metadata(client: Any, bucket: str, key: str, version_id: str, size: int) -> Any:
+    """The footer of a Parquet object version (a few range requests)."""
+    with open_range_file(client, bucket, key, version_id, size) as handle:
+        return pq.ParquetFile(handle).metadata

@@ -1,0 +1,185 @@
+"""Large raw objects in pieces (lethe_jobs.pieces): split points found by one streaming scan,
+and the pieces read back give exactly the records, coordinates and rejections of one read of
+the whole object."""
+
+from __future__ import annotations
+
+import io
+import random
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from lethe_jobs import pieces
+from lethe_jobs.readers import RawRecords, Slice, concat_records, iter_raw, read_raw
+from lethe_shared.datasets import Dataset, parse_dataset
+
+
+def _csv_dataset(**csv: object) -> Dataset:
+    return parse_dataset(
+        {
+            "dataset_id": "reviews",
+            "format": "csv",
+            "subject_columns": ["user_id"],
+            "schema": [
+                {"name": "user_id", "type": "string"},
+                {"name": "text", "type": "string"},
+            ],
+            **({"csv": csv} if csv else {}),
+        }
+    )
+
+
+JSONL = parse_dataset(
+    {
+        "dataset_id": "events",
+        "format": "jsonl",
+        "subject_columns": ["user_id"],
+        "schema": [{"name": "user_id", "type": "string"}],
+    }
+)
+
+
+def _view(
+    records: RawRecords,
+) -> tuple[list[dict[str, object]], list[tuple[int, tuple[str, ...], str]]]:
+    rows = records.table.to_pylist()
+    rejected = [(r.position, r.reasons, r.record_json) for r in records.rejected]
+    return rows, rejected
+
+
+def _read_in_pieces(
+    path: Path, dataset: Dataset, tmp_path: Path, piece_bytes: int
+) -> tuple[RawRecords, list[pieces.Piece]]:
+    data = path.read_bytes()
+    quote = dataset.csv.quote.encode() if dataset.format.value == "csv" else None
+    splits = pieces.scan_splits(
+        io.BytesIO(data), piece_bytes=piece_bytes, quote=quote,
+        csv_lines=dataset.format.value == "csv",
+    )  # fmt: skip
+    header = pieces.csv_header(io.BytesIO(data), dataset) if dataset.format.value == "csv" else None
+    planned = pieces.text_pieces(0, len(data), splits, header)
+    parts: list[RawRecords] = []
+    for number, piece in enumerate(planned):
+        start, end = piece.byte_range or (0, len(data))
+        local = tmp_path / f"piece-{number}"
+        local.write_bytes(data[start:end])
+        parts.extend(iter_raw(local, dataset, tmp_path, part=piece.part, batch_rows=3))
+    return concat_records(parts), planned
+
+
+def _random_csv(rng: random.Random, rows: int) -> bytes:
+    lines = ["\ufeffuser_id,text"]
+    for n in range(rows):
+        kind = rng.choice(["plain", "quoted", "multiline", "doubled", "blank", "short", "long"])
+        if kind == "plain":
+            lines.append(f"u{n},hello {n}")
+        elif kind == "quoted":
+            lines.append(f'u{n},"a, b {n}"')
+        elif kind == "multiline":
+            lines.append(f'u{n},"first\nsecond\r\nthird {n}"')
+        elif kind == "doubled":
+            lines.append(f'u{n},"he said ""hi\n"" {n}"')
+        elif kind == "blank":
+            lines.append("")
+        elif kind == "short":
+            lines.append(f"u{n}")
+        else:
+            lines.append(f"u{n},x,y")
+    endings = [rng.choice(["\n", "\r\n", "\r"]) for _ in lines]
+    return "".join(line + end for line, end in zip(lines, endings, strict=True)).encode()
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("chunk", [5, 64, 4096])
+def test_csv_pieces_read_exactly_as_the_whole_file(
+    seed: int, chunk: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pieces, "SCAN_CHUNK_BYTES", chunk)
+    path = tmp_path / "reviews.csv"
+    path.write_bytes(_random_csv(random.Random(seed), 120))
+    dataset = _csv_dataset()
+
+    whole = read_raw(path, dataset, tmp_path)
+    in_pieces, planned = _read_in_pieces(path, dataset, tmp_path, piece_bytes=200)
+
+    assert len(planned) > 5  # really cut, and never inside a quoted field
+    assert _view(in_pieces) == _view(whole)
+
+
+def test_a_quoted_line_break_is_never_a_cut(tmp_path: Path) -> None:
+    data = b'user_id,text\nu1,"a\nb\nc\nd"\nu2,x\n'
+    splits = pieces.scan_splits(io.BytesIO(data), piece_bytes=14, quote=b'"', csv_lines=True)
+
+    # Then the first cut is after u1's whole record (line 6 starts u2), not inside its quotes
+    assert splits == [pieces.Split(offset=data.index(b"u2"), line=6)]
+
+
+def test_csv_with_a_backslash_escape_is_one_piece() -> None:
+    dataset = _csv_dataset(escape="\\")
+    assert not pieces.splittable_text(dataset, b"user_id,text\n")
+    assert pieces.splittable_text(_csv_dataset(), b"user_id,text\n")
+    assert not pieces.splittable_text(_csv_dataset(), b"\x1f\x8b\x08")  # gzip streams whole
+
+
+@pytest.mark.parametrize("chunk", [3, 50, 4096])
+def test_jsonl_pieces_read_exactly_as_the_whole_file(
+    chunk: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pieces, "SCAN_CHUNK_BYTES", chunk)
+    rng = random.Random(7)
+    lines = []
+    for n in range(150):
+        lines.append(
+            rng.choice(
+                [f'{{"user_id": "u{n}", "text": "a\\nb"}}', "[1, 2]", "", f'{{"user_id": {n}}}\r']
+            )
+        )
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(("\ufeff" + "\n".join(lines) + "\n").encode())
+
+    whole = read_raw(path, JSONL, tmp_path)
+    in_pieces, planned = _read_in_pieces(path, JSONL, tmp_path, piece_bytes=300)
+
+    assert len(planned) > 5
+    assert _view(in_pieces) == _view(whole)
+    assert in_pieces.columns == whole.columns
+
+
+def test_parquet_pieces_are_row_groups_with_their_row_indexes(tmp_path: Path) -> None:
+    table = pa.table({"user_id": [f"u{n % 7}" for n in range(1000)], "n": list(range(1000))})
+    path = tmp_path / "clicks.parquet"
+    pq.write_table(table, path, row_group_size=100, compression="none")
+    metadata = pq.ParquetFile(path).metadata
+
+    planned = pieces.parquet_pieces(0, metadata, path.stat().st_size, piece_bytes=2500)
+    parts = [
+        batch
+        for piece in planned
+        for batch in iter_raw(path, _parquet_dataset(), tmp_path, part=piece.part, batch_rows=64)
+    ]
+
+    assert 3 <= len(planned) <= 10
+    assert [p.part.row_groups for p in planned][0][0] == 0
+    assert planned[-1].part.row_groups is not None
+    assert planned[-1].part.row_groups[1] == 10
+    assert _view(concat_records(parts)) == _view(read_raw(path, _parquet_dataset(), tmp_path))
+
+
+def test_a_small_object_is_one_whole_piece(tmp_path: Path) -> None:
+    assert pieces.text_pieces(3, 10, [], None) == [pieces.Piece(3, size=10)]
+    assert pieces.Piece(3).whole
+    assert not pieces.Piece(3, Slice(first_line=5), (40, 80)).whole
+
+
+def _parquet_dataset() -> Dataset:
+    return parse_dataset(
+        {
+            "dataset_id": "clicks",
+            "format": "parquet",
+            "subject_columns": ["user_id"],
+            "schema": [{"name": "user_id", "type": "string"}, {"name": "n", "type": "long"}],
+        }
+    )
