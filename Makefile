@@ -138,9 +138,15 @@ local-down: venv ## Stop the local cloud
 
 build: sam-build ## sam build
 
-deploy-artifacts: venv ## Upload the Spark job scripts to a deployed stack's artifacts bucket (BUCKET=...)
+SPARK_ARTIFACTS := $(BUILD)/spark-artifacts
+.PHONY: artifacts
+artifacts: venv ## Build the Spark artifacts and the EMR Serverless Python environment into .build/spark-artifacts
+	$(BIN)/lethe artifacts build --out $(SPARK_ARTIFACTS)
+
+deploy-artifacts: venv ## Build the Spark artifacts, then upload them to a deployed stack's artifacts bucket (BUCKET=...)
 	@test -n "$(BUCKET)" || (echo "usage: make deploy-artifacts BUCKET=<ArtifactsBucketName output>" && exit 2)
-	$(BIN)/lethe artifacts upload --bucket $(BUCKET)
+	$(MAKE) --no-print-directory artifacts
+	$(BIN)/lethe artifacts upload --from $(SPARK_ARTIFACTS) --bucket $(BUCKET)
 
 clean: ## Remove build output and caches (not the venvs)
 	rm -rf $(BUILD) .aws-sam .pytest_cache .mypy_cache .ruff_cache spark-warehouse

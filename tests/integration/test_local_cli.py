@@ -122,11 +122,12 @@ def test_the_raw_bucket_is_reachable_with_boto3(cloud: dict[str, Any]) -> None:
 def test_spark_artifacts_were_uploaded(cloud: dict[str, Any], state_file: Path) -> None:
     bucket = cloud["outputs"]["ArtifactsBucketName"]
     scripts = {f"spark_jobs/{p.name}" for p in (REPO_ROOT / "spark_jobs").glob("*.py")}
-    expected = {*scripts, "spark_jobs/lethe_shared.zip"}
+    # all but the EMR Serverless Python environment: the local Spark runs use the local venv
+    expected = {*scripts, "spark_jobs/lethe_shared.zip", "spark_jobs/requirements.txt"}
     keys = {o["Key"] for o in aws(cloud, "s3").list_objects_v2(Bucket=bucket)["Contents"]}
     assert keys == expected
-    # the same code path a real deployment uses after `sam deploy`
-    uploaded = lethe("artifacts", "upload", "--state-file", str(state_file))
+    # the same code path a real deployment uses after `sam deploy` (which adds the archive)
+    uploaded = lethe("artifacts", "upload", "--no-python-env", "--state-file", str(state_file))
     assert uploaded.returncode == 0, uploaded.stderr
     assert set(uploaded.stdout.split()) == {f"s3://{bucket}/{key}" for key in expected}
 

@@ -47,6 +47,19 @@ GLUE_JOB = "lethe-hooks-test"
 SCRIPT_URL = f"s3://{BUCKET}/scripts/spark_job.py"
 HELPER_ZIP_URL = f"s3://{BUCKET}/deps/lethe_hooks_helper.zip"
 EXECUTION_DEADLINE_SECONDS = 240
+# What only AWS applies to an EMR Serverless run (docs/SPARK.md): the local run checks and skips it.
+PYTHON_ENV = (
+    f"--conf spark.archives=s3://{BUCKET}/spark_jobs/pyspark_env.tar.gz#environment"
+    " --conf spark.emr-serverless.driverEnv.PYSPARK_DRIVER_PYTHON=./environment/bin/python"
+    " --conf spark.emr-serverless.driverEnv.PYSPARK_PYTHON=./environment/bin/python"
+    " --conf spark.executorEnv.PYSPARK_PYTHON=./environment/bin/python"
+)
+CLOUDWATCH = {
+    "Enabled": True,
+    "LogGroupName": "lethe-hooks-spark",
+    "LogStreamNamePrefix": "hooks",
+    "LogTypes": {"SPARK_DRIVER": ["STDOUT", "STDERR"], "SPARK_EXECUTOR": ["STDOUT", "STDERR"]},
+}
 EXPECTED_BUCKETS = {"0": 34, "1": 33, "2": 33}
 
 
@@ -338,13 +351,31 @@ def emr(cloud: LocalCloud) -> tuple[str, str]:
     return str(application_id), machine
 
 
-def test_emr_serverless_sync_runs_the_entry_point(cloud: LocalCloud, emr: tuple[str, str]) -> None:
-    application_id, machine = emr
+@pytest.fixture(scope="module")
+def emr_aws_only(cloud: LocalCloud) -> tuple[str, str]:
+    """An application of its own (its job runs are counted apart from `emr`'s) and the machine
+    whose task also sets the Python environment archive and CloudWatch logging, from the input."""
+    application_id = cloud.client("emr-serverless").create_application(
+        name="lethe-spark-aws-only", releaseLabel="emr-7.5.0", type="SPARK", architecture="X86_64"
+    )["applicationId"]
+    machine = _state_machine(
+        cloud, "lethe-hooks-emr-aws-only", "emr_serverless_sync_aws_only.asl.json"
+    )
+    return str(application_id), machine
+
+
+def test_emr_serverless_sync_runs_the_entry_point(
+    cloud: LocalCloud, emr_aws_only: tuple[str, str]
+) -> None:
+    # with what only AWS applies: the run uses this venv's Python and logs to logs_dir
+    application_id, machine = emr_aws_only
     output_url = f"s3://{BUCKET}/out/emr-ok"
     payload = {
         "application_id": application_id,
         "entry_point": SCRIPT_URL,
         "py_files": HELPER_ZIP_URL,
+        "python_env": PYTHON_ENV,
+        "cloudwatch": CLOUDWATCH,
         "arguments": ["--output", output_url, "--label", "emr-run"],
     }
 
@@ -379,6 +410,78 @@ def test_emr_serverless_sync_runs_the_entry_point(cloud: LocalCloud, emr: tuple[
         applicationId=application_id, jobRunId=job_run["JobRunId"]
     )["jobRun"]
     assert recorded["state"] == "SUCCESS"
+
+    # CloudWatch logging is recorded on the run, in the API's spelling, log types as given
+    monitoring = job_run["ConfigurationOverrides"]["MonitoringConfiguration"]
+    assert monitoring["CloudWatchLoggingConfiguration"] == CLOUDWATCH
+    assert (
+        recorded["configurationOverrides"]["monitoringConfiguration"][
+            "cloudWatchLoggingConfiguration"
+        ]["logTypes"]
+        == CLOUDWATCH["LogTypes"]
+    )
+    # the archive and its interpreter never reach the local Spark run
+    log = (cloud.logs_dir / f"spark-{job_run['JobRunId']}.log").read_text()
+    submit_args = next(
+        line for line in log.splitlines() if line.startswith("# PYSPARK_SUBMIT_ARGS")
+    )
+    assert "spark.lethe.marker=from-submit" in submit_args
+    assert "archives" not in submit_args
+    assert "PYSPARK_PYTHON" not in submit_args
+    assert "environment" not in submit_args
+
+
+def test_emr_serverless_sync_refuses_what_the_api_refuses(
+    cloud: LocalCloud, emr_aws_only: tuple[str, str]
+) -> None:
+    application_id, machine = emr_aws_only
+    runs_before = cloud.client("emr-serverless").list_job_runs(applicationId=application_id)
+    payload = {
+        "application_id": application_id,
+        "entry_point": SCRIPT_URL,
+        "py_files": HELPER_ZIP_URL,
+        "python_env": PYTHON_ENV,
+        "cloudwatch": {"LogGroupName": "lethe-hooks-spark", "LogTypes": ["STDERR"]},
+        "arguments": ["--output", f"s3://{BUCKET}/out/emr-invalid"],
+    }
+
+    execution, events = _execute(cloud, machine, "emr-invalid", payload)
+
+    assert execution["status"] == "FAILED"
+    error = _caught_error(events)
+    assert error["Error"] == "EMRServerless.ValidationException"
+    logging = "configurationOverrides.monitoringConfiguration.cloudWatchLoggingConfiguration"
+    assert f'Missing required parameter in {logging}: "enabled"' in error["Cause"]
+    assert f"Invalid type for parameter {logging}.logTypes" in error["Cause"]
+    runs_after = cloud.client("emr-serverless").list_job_runs(applicationId=application_id)
+    assert len(runs_after["jobRuns"]) == len(runs_before["jobRuns"])  # never started
+
+
+def test_emr_serverless_sync_fails_a_run_whose_python_is_not_unpacked(
+    cloud: LocalCloud, emr_aws_only: tuple[str, str]
+) -> None:
+    application_id, machine = emr_aws_only
+    payload = {
+        "application_id": application_id,
+        "entry_point": SCRIPT_URL,
+        "py_files": HELPER_ZIP_URL,
+        "python_env": "--conf spark.executorEnv.PYSPARK_PYTHON=./environment/bin/python",
+        "cloudwatch": CLOUDWATCH,
+        "arguments": ["--output", f"s3://{BUCKET}/out/emr-no-env"],
+    }
+
+    execution, events = _execute(cloud, machine, "emr-no-env", payload)
+
+    assert execution["status"] == "FAILED"
+    assert _caught_error(events)["Error"] == "States.TaskFailed"
+    cause = json.loads(execution["cause"])
+    assert cause["State"] == "FAILED"
+    assert cause["StateDetails"].endswith(
+        "Last few exceptions: spark.executorEnv.PYSPARK_PYTHON=./environment/bin/python: "
+        "no spark.archives entry is unpacked as 'environment'"
+    )
+    assert not (cloud.logs_dir / f"spark-{cause['JobRunId']}.log").exists()  # Spark never ran
+    assert not _has_result(cloud, "out/emr-no-env")
 
 
 def test_emr_serverless_sync_failure_is_retried_then_caught(

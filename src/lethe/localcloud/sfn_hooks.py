@@ -78,7 +78,16 @@ emr-serverless:startJobRun.sync
     <exception>"), `ReleaseLabel`, `JobDriver`, `ConfigurationOverrides`,
     `ExecutionTimeoutMinutes`, `TotalExecutionDurationSeconds`, `Tags`. Only SparkSubmit drivers
     run; `--py-files` and `--conf` (over `spark-defaults` properties) count, other spark-submit
-    options are ignored.
+    options are ignored. The request is first checked against the StartJobRun input shape of
+    the EMR Serverless model botocore ships (member names, types, required members, lengths):
+    what the API would refuse fails the task with `EMRServerless.ValidationException`. The
+    Python environment of the run (`spark.archives` `<s3 url>#<dir>` and the
+    `spark.emr-serverless.driverEnv.PYSPARK_DRIVER_PYTHON` / `...driverEnv.PYSPARK_PYTHON` /
+    `spark.executorEnv.PYSPARK_PYTHON` pointing into `./<dir>/`) is checked for consistency (an
+    interpreter in an archive the run does not unpack fails the run, as it would on EMR) and
+    then not applied: the script runs with this venv's Python, which has the same pins
+    (docs/SPARK.md). `ConfigurationOverrides.MonitoringConfiguration` (CloudWatch logging) is
+    recorded on the run only; the driver's output goes to `<logs_dir>/spark-<JobRunId>.log`.
 Failures
     A job that ends badly fails the task with `States.TaskFailed`, cause = the JSON of that job
     run (so Retry/Catch on States.TaskFailed work). API errors use the service's name, as Step
@@ -93,6 +102,7 @@ Not covered
 from __future__ import annotations
 
 import abc
+import functools
 import hashlib
 import json
 import logging
@@ -110,6 +120,8 @@ from urllib.parse import urlparse
 
 import jsonata
 import moto
+from botocore.session import get_session as _botocore_session
+from botocore.validate import ParamValidator
 from jsonata.jexception import JException
 from moto.core import config as moto_config
 from moto.core.exceptions import JsonRESTError
@@ -875,6 +887,56 @@ def emr_run_plan(parameters: Mapping[str, Any]) -> SparkRunPlan:
     )
 
 
+@functools.lru_cache(maxsize=1)
+def _start_job_run_input_shape() -> Any:
+    model = _botocore_session().get_service_model("emr-serverless")
+    return model.operation_model("StartJobRun").input_shape
+
+
+def emr_request_problems(parameters: Mapping[str, Any]) -> list[str]:
+    """What EMR Serverless' StartJobRun would refuse in the task's parameters (ASL's PascalCase),
+    checked against botocore's service model: unknown members, wrong types, missing required
+    members, lengths. Step Functions supplies ClientToken when the state does not."""
+    request = _camel_case_members({k: v for k, v in parameters.items() if k in _EMR_PARAMETERS})
+    request.setdefault("clientToken", "lethe-local")
+    report = ParamValidator().validate(request, _start_job_run_input_shape())
+    return [line.strip() for line in report.generate_report().splitlines() if line.strip()]
+
+
+# The interpreter settings of an EMR Serverless run (Using Python libraries with EMR Serverless).
+EMR_PYTHON_ENV_CONF: Final = (
+    "spark.emr-serverless.driverEnv.PYSPARK_DRIVER_PYTHON",
+    "spark.emr-serverless.driverEnv.PYSPARK_PYTHON",
+    "spark.executorEnv.PYSPARK_PYTHON",
+)
+
+
+def emr_python_env_problems(conf: Mapping[str, str]) -> list[str]:
+    """Why the run's Python environment could not start on EMR Serverless: each
+    `spark.archives` entry must be an S3 object (`s3://bucket/key[#dir]`, unpacked as `dir`, by
+    default the file name), and an interpreter setting `./<dir>/...` must name such a `dir`."""
+    problems: list[str] = []
+    unpacked: set[str] = set()
+    for entry in (part.strip() for part in conf.get("spark.archives", "").split(",")):
+        if not entry:
+            continue
+        location, _, directory = entry.partition("#")
+        url = urlparse(location)
+        if url.scheme != "s3" or not url.netloc or not url.path.strip("/"):
+            problems.append(f"spark.archives: {location!r} is not an S3 object URL")
+            continue
+        unpacked.add(directory or Path(url.path).name)
+    for key in EMR_PYTHON_ENV_CONF:
+        value = conf.get(key, "")
+        if value.startswith("./"):
+            directory = value[2:].split("/", 1)[0]
+            if directory not in unpacked:
+                problems.append(
+                    f"{key}={value}: no spark.archives entry is unpacked as {directory!r}"
+                )
+    return problems
+
+
 def emr_job_run_output(job_run: Any) -> dict[str, Any]:
     """The task result of emr-serverless:startJobRun.sync: the GetJobRun JobRun, with member
     names in PascalCase as Step Functions returns them and timestamps in epoch millis."""
@@ -909,6 +971,9 @@ class EmrServerlessStartJobRunSync(_SparkStartJobRunSync[EmrServerlessJobRun]):
     def _submit(
         self, env: Environment, part: ResourceRuntimePart, parameters: Mapping[str, Any]
     ) -> dict[str, Any]:
+        problems = emr_request_problems(parameters)
+        if problems:
+            raise self._error(env, "ValidationException", "; ".join(problems))
         try:
             emr_run_plan(parameters)
         except ValueError as exc:
@@ -944,7 +1009,18 @@ class EmrServerlessStartJobRunSync(_SparkStartJobRunSync[EmrServerlessJobRun]):
     def _plan(
         self, env: Environment, run: EmrServerlessJobRun, parameters: Mapping[str, Any]
     ) -> SparkRunPlan:
-        return emr_run_plan(parameters)  # valid: _submit checked it
+        plan = emr_run_plan(parameters)  # valid: _submit checked it
+        problems = emr_python_env_problems(plan.conf)
+        if problems:  # EMR starts such a run, and it fails when the driver starts
+            run.state = "FAILED"
+            run.state_details = (
+                "Job failed, please check complete logs in configured logging destination. "
+                f"Last few exceptions: {'; '.join(problems)}"
+            )
+            run.updated_at = utcnow()
+            run.total_execution_duration_seconds = 0
+            raise self._task_failed(env, emr_job_run_output(run))
+        return plan
 
     def _run_id(self, run: EmrServerlessJobRun) -> str:
         return str(run.id)

@@ -15,7 +15,10 @@ The local cloud's Step Functions hooks (`sfn_hooks.py`) call `run_spark_job` for
 - Spark configuration the service would apply (`--conf k=v`, EMR `spark-defaults`) reaches the
   job through `PYSPARK_SUBMIT_ARGS`, which pyspark reads when it starts the JVM, together with
   local defaults (driver bound to 127.0.0.1, UI off) that the job may override in its builder.
-  Keys that would make Spark download something or change the deployment mode are dropped;
+  Keys that would make Spark download something or change the deployment mode are dropped, and
+  so are the Python environment settings of EMR Serverless (`spark.archives` and the
+  `PYSPARK_PYTHON` / `PYSPARK_DRIVER_PYTHON` that point into it, docs/SPARK.md): the local run
+  uses this venv's interpreter, which has the same pinned packages;
 - stdout and stderr go to `<logs_dir>/spark-<run_id>.log`; on failure `error_message` is the
   final line(s) of the last Python traceback on stderr (what Glue's ErrorMessage and EMR's
   stateDetails show), or the last meaningful stderr lines when there is no traceback.
@@ -73,6 +76,9 @@ _DROPPED_CONF_KEYS = frozenset(
         "spark.files",
         "spark.pyspark.python",
         "spark.pyspark.driver.python",
+        # EMR Serverless: the interpreter inside the spark.archives environment
+        "spark.executorEnv.PYSPARK_PYTHON",
+        "spark.executorEnv.PYSPARK_DRIVER_PYTHON",
     }
 )
 _DROPPED_CONF_PREFIXES = ("spark.emr-serverless.", "spark.kubernetes.", "spark.yarn.")
