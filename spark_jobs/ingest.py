@@ -1,14 +1,16 @@
-"""Spark job `ingest`: validate one raw object version and write it to the curated lake.
+"""Spark job `ingest`: validate a batch of raw object versions and write them to the curated lake.
 
-    python spark_jobs/ingest.py --dataset-id reviews --raw-bucket RAW --key reviews/a.csv \
-        --version-id VERSION --lake-bucket LAKE --datasets-table DATASETS \
-        --catalog-table CATALOG --index-table INDEX --hash-key-secret SECRET_ARN \
-        --correlation-id EXECUTION_NAME
+    python spark_jobs/ingest.py --raw-bucket RAW --lake-bucket LAKE \
+        --datasets-table DATASETS --catalog-table CATALOG --index-table INDEX \
+        --hash-key-secret SECRET_ARN --correlation-id EXECUTION_NAME \
+        (--objects-manifest s3://REPORTS/manifests/ingest/NAME.json |
+         --objects-json '[{"dataset_id": "reviews", "key": "reviews/a.csv", "version_id": "V"}]')
 
 The same script runs on Glue 5.0, EMR Serverless 7.x and locally (LETHE_SPARK_MASTER set).
-Prints one JSON summary line on stdout; logs go to stderr. Exits 0 when the object was ingested
-or quarantined, non-zero (with the exception's message) when the run should be retried or
-looked at. What happens is described in lethe_jobs.ingest_core.
+Prints one JSON summary line on stdout (`{"objects": [one outcome per object version], "counts":
+{status: n}}`); logs go to stderr. Exits 0 when every object version has its outcome recorded
+(INGESTED, QUARANTINED, SUPERSEDED or FAILED), non-zero (with the exception's message) when the
+run should be retried or looked at. What happens is described in lethe_jobs.ingest_core.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     with job_session("lethe-ingest") as spark:
         result = run_ingest(spark, args, aws, datetime.now(UTC))
-    sys.stdout.write(json.dumps(result.summary()) + "\n")
+    sys.stdout.write(json.dumps(result.summary(), sort_keys=True) + "\n")
     sys.stdout.flush()
     return 0
 

@@ -75,6 +75,7 @@ class MemoryCatalog:
     def __init__(self) -> None:
         self.items: dict[tuple[str, str], CatalogItem] = {}
         self.ingestions: dict[tuple[str, str], IngestionRecord] = {}
+        self.failures: dict[tuple[str, str], str] = {}
 
     def put_if_newer(self, item: CatalogItem) -> bool:
         key = (item.object_url, item.version_id)
@@ -112,6 +113,17 @@ class MemoryCatalog:
         if (object_url, version_id) not in self.items:
             raise CatalogItemMissingError(f"no item for {object_url} version {version_id}")
         self.ingestions[(object_url, version_id)] = record
+
+    def record_failure(
+        self, object_url: str, version_id: str, error: str, correlation_id: str, at: datetime
+    ) -> None:
+        if (object_url, version_id) not in self.items:
+            raise CatalogItemMissingError(f"no item for {object_url} version {version_id}")
+        item = self.items[(object_url, version_id)]
+        self.items[(object_url, version_id)] = item.model_copy(
+            update={"status": ObjectStatus.FAILED}
+        )
+        self.failures[(object_url, version_id)] = error
 
 
 class MemoryIndex:

@@ -1,22 +1,36 @@
-"""The ingest job: one raw object version in, curated Parquet and quarantine out.
+"""The ingest job: a batch of raw object versions in; curated Parquet, quarantine and index
+entries out; one outcome per object version.
 
-1. load the dataset document (the registry) and stop with SUPERSEDED when the catalog knows a
-   newer version of the raw key (an older version ingested last must not replace its rows);
-2. stream the exact raw object version to a local file and read it (`readers`);
-3. conform the records in Spark (`validate`, pure transformations);
-4. write valid rows as Parquet per partition (`layout`), with pyarrow;
-5. write rejected rows (or the unreadable file's reason) to the quarantine prefix;
-6. index what it wrote and read (`indexing`): entries for every lake file, the quarantine file
-   and the raw object version, each object's entries replaced as a whole;
-7. remove the files an earlier ingestion of the same raw key wrote that this run did not
-   rewrite, with their entries;
-8. record the outcome on the raw object version's catalog item and return the summary.
+The driver plans and collects summaries; the executors do the work (`ingest_tasks`):
+
+1. read the batch (`--objects-json` or `--objects-manifest`: a JSON list of
+   `{"dataset_id", "key", "version_id"}` in the raw bucket);
+2. per object version, on the driver: its dataset (unregistered: FAILED), whether the catalog
+   knows a newer version of the key (SUPERSEDED: an older version ingested last must not replace
+   its rows; this is what keeps sequencer order when a batch holds two versions of one key), a
+   HEAD of the exact version (gone: FAILED), and what earlier ingestions of the key wrote;
+3. per dataset, cut the objects into pieces (`pieces`: a large object is split, by row groups
+   for Parquet and at line starts for uncompressed text, so that no process holds it whole;
+   the split scan of a large text object runs in a task), and group pieces into Spark tasks
+   by bytes (`tasks.task_groups`);
+4. a read task per group streams its pieces' records, a batch at a time, with the raw objects'
+   partial index entries and one summary per piece (`ingest_tasks.read_pieces`); an unreadable
+   object (a piece raised `UnreadableFileError`) is quarantined whole, its records discarded;
+5. Spark conforms the records (`validate`, pure DataFrame transformations) and sends valid rows
+   to one writer task per lake file (object, partition; sorted by source position), rejected
+   ones to one quarantine writer per object, and adds up the raw objects' entries per subject;
+   each writer uploads its file and replaces the file's index entries (`replace_entries`);
+6. on the driver, per object: the objects without entries get none, the files an earlier
+   ingestion of the key wrote and this run did not rewrite are removed with their entries, and
+   the outcome (INGESTED / QUARANTINED / SUPERSEDED / FAILED) is recorded on the version's
+   catalog item.
 
 Every lake object it writes carries the S3 metadata `lethe-producer: ingest`: the object events
 path sees these writes too, and leaves their indexing to this job.
 
-Quarantining is a success of the job. Failures worth a retry or an investigation (AWS errors,
-an unregistered dataset, a missing version, a missing catalog item) raise.
+Quarantining is a success of the job, and a FAILED object does not fail its neighbours. What
+is worth a retry or an investigation (an AWS error, a Spark task that keeps failing, an invalid
+object list) raises: the run fails and the state machine marks the batch's objects FAILED.
 """
 
 from __future__ import annotations
@@ -24,80 +38,72 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import tempfile
+from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from datetime import datetime
-from pathlib import Path
+from functools import partial
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
-from lethe_jobs import layout
-from lethe_jobs.arrow_bridge import arrow_schema, dataframe_to_table, table_to_dataframe
-from lethe_jobs.errors import RawObjectNotFoundError, UnreadableFileError
-from lethe_jobs.indexing import (
-    SubjectRows,
-    entries_of_rows,
-    lake_file_ref,
-    lake_parquet_entries,
-    quarantine_entries,
-    raw_subject_rows,
-    with_typed_subjects,
+from lethe_jobs import ingest_tasks as tasks
+from lethe_jobs import layout, pieces
+from lethe_jobs.arrow_bridge import spark_type, to_spark_compatible
+from lethe_jobs.errors import InvalidObjectListError
+from lethe_jobs.ingest_tasks import (
+    ENTRY,
+    INFO,
+    KIND,
+    OBJECT,
+    PART,
+    PIECE,
+    PREREASONS,
+    ROW,
+    BatchObject,
+    TaskSettings,
 )
-from lethe_jobs.readers import RawRecords, RejectedRecord, read_raw
+from lethe_jobs.readers import BATCH_ROWS
+from lethe_jobs.tasks import task_groups
 from lethe_jobs.validate import (
     POSITION,
     REASONS,
     RECORD,
     col,
     conform,
-    extra_columns,
     extract_json_fields,
-    rejected_rows,
-    schema_of,
-    valid_rows,
-    with_record,
 )
-from lethe_shared.arrow_index import ObjectRef
-from lethe_shared.catalog import IngestionRecord, ObjectCatalog, ObjectStatus, Zone
-from lethe_shared.datasets import Dataset
-from lethe_shared.index_maintenance import INGEST_PRODUCER, settle_missing_key
-from lethe_shared.registry import DatasetRegistry, require_dataset
-from lethe_shared.s3 import PRODUCER_METADATA, ObjectHead, S3ObjectStore, s3_url, split_s3_url
-from lethe_shared.subjects import IndexEntry, SubjectIndex
+from lethe_shared.catalog import IngestionRecord, ObjectCatalog, ObjectStatus
+from lethe_shared.datasets import DataFormat, Dataset
+from lethe_shared.errors import CatalogItemMissingError
+from lethe_shared.index_maintenance import replace_entries, settle_missing_key
+from lethe_shared.registry import DatasetRegistry
+from lethe_shared.s3 import ObjectStore, S3ObjectStore, s3_url, split_s3_url
+from lethe_shared.subjects import SubjectIndex
 
 LOG = logging.getLogger("lethe.ingest")
-# Every lake object the job writes says so: the object events path sees these writes too, and
-# leaves their indexing to this job (lethe_shared.index_maintenance.indexed_by_writer).
-INGEST_METADATA = {PRODUCER_METADATA: INGEST_PRODUCER}
-PARQUET_CONTENT_TYPE = "application/vnd.apache.parquet"
-JSONL_CONTENT_TYPE = "application/x-ndjson"
+MAX_OBJECTS = 1000  # object versions per run (Lethe's batches hold MAX_BATCH_OBJECTS = 200)
+HEAD_THREADS = 16  # the driver's concurrent HEAD / footer requests while planning
 JSON_CONTENT_TYPE = "application/json"
 
 
 @dataclass(frozen=True)
 class IngestArgs:
-    dataset_id: str
     raw_bucket: str
-    key: str
-    version_id: str
     lake_bucket: str
     datasets_table: str
     catalog_table: str
     index_table: str
     hash_key_secret: str  # ARN or name of the secret whose SecretString is the HMAC key
     correlation_id: str
-
-    @property
-    def object_url(self) -> str:
-        return s3_url(self.raw_bucket, self.key)
-
-    @property
-    def digest(self) -> str:
-        return layout.object_hash(self.raw_bucket, self.key)
+    objects_json: str | None = None
+    objects_manifest: str | None = None
+    piece_bytes: int = pieces.PIECE_BYTES  # a larger object is split (docs/INGESTION.md)
+    batch_rows: int = BATCH_ROWS  # records a read task holds at a time
 
 
 def parse_args(argv: Sequence[str] | None) -> tuple[IngestArgs, list[str]]:
@@ -105,29 +111,118 @@ def parse_args(argv: Sequence[str] | None) -> tuple[IngestArgs, list[str]]:
     --job-bookmark-option, ...) are returned apart and ignored."""
     parser = argparse.ArgumentParser(prog="ingest", description="Lethe ingest job")
     for name in IngestArgs.__dataclass_fields__:
+        if name.startswith("objects_") or name in {"piece_bytes", "batch_rows"}:
+            continue
         flag = name.replace("_", "-")
         parser.add_argument(f"--{flag}", f"--{name}", dest=name, required=True)
+    objects = parser.add_mutually_exclusive_group(required=True)
+    objects.add_argument("--objects-json", dest="objects_json")
+    objects.add_argument("--objects-manifest", dest="objects_manifest")
+    parser.add_argument(
+        "--piece-bytes", dest="piece_bytes", type=_positive, default=pieces.PIECE_BYTES
+    )
+    parser.add_argument("--batch-rows", dest="batch_rows", type=_positive, default=BATCH_ROWS)
     known, unknown = parser.parse_known_args(argv)
     return IngestArgs(**vars(known)), unknown
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
+    return value
+
+
 @dataclass(frozen=True)
-class IngestResult:
+class BatchRequest:
+    """One raw object version the batch asks to ingest."""
+
+    dataset_id: str
+    key: str
+    version_id: str
+
+
+def parse_batch(document: Any) -> list[BatchRequest]:
+    """The object versions of a batch document, each once, in order. Raises
+    InvalidObjectListError."""
+    if not isinstance(document, list) or not document:
+        raise InvalidObjectListError("the object list must be a non-empty JSON list")
+    if len(document) > MAX_OBJECTS:
+        raise InvalidObjectListError(
+            f"the object list holds {len(document)} objects; one run takes at most {MAX_OBJECTS}"
+        )
+    requests: list[BatchRequest] = []
+    for number, entry in enumerate(document):
+        fields = ("dataset_id", "key", "version_id")
+        if not isinstance(entry, dict) or not all(
+            isinstance(entry.get(f), str) and entry.get(f) for f in fields
+        ):
+            raise InvalidObjectListError(
+                f"object {number} must be an object with non-empty strings "
+                f"{', '.join(fields)}: {json.dumps(entry)[:200]}"
+            )
+        requests.append(BatchRequest(entry["dataset_id"], entry["key"], entry["version_id"]))
+    return list(dict.fromkeys(requests))
+
+
+def read_batch(objects: ObjectStore, args: IngestArgs) -> list[BatchRequest]:
+    if args.objects_json is not None:
+        text = args.objects_json
+    else:
+        try:
+            bucket, key = split_s3_url(args.objects_manifest or "")
+        except ValueError as exc:
+            raise InvalidObjectListError(f"--objects-manifest: {exc}") from exc
+        body = objects.read_bytes(bucket, key)
+        if body is None:
+            raise InvalidObjectListError(f"the manifest {args.objects_manifest} does not exist")
+        text = body.decode("utf-8")
+    try:
+        document = json.loads(text)
+    except ValueError as exc:
+        raise InvalidObjectListError(f"the object list is not JSON: {exc}") from exc
+    return parse_batch(document)
+
+
+@dataclass
+class ObjectResult:
+    """The outcome of one object version of the batch."""
+
+    request: BatchRequest
+    object_url: str
     status: ObjectStatus
-    rows_read: int
-    rows_written: int
-    rows_quarantined: int
-    lake_objects: list[str]
-    quarantine_object: str | None
+    rows_read: int = 0
+    rows_written: int = 0
+    rows_quarantined: int = 0
+    lake_objects: list[str] = field(default_factory=list)
+    quarantine_object: str | None = None
+    error: str | None = None  # FAILED: why
 
     def summary(self) -> dict[str, Any]:
         return {
+            "dataset_id": self.request.dataset_id,
+            "key": self.request.key,
+            "version_id": self.request.version_id,
+            "object_url": self.object_url,
             "status": self.status.value,
             "rows_read": self.rows_read,
             "rows_written": self.rows_written,
             "rows_quarantined": self.rows_quarantined,
             "lake_objects": self.lake_objects,
             "quarantine_object": self.quarantine_object,
+            "error": self.error,
+        }
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    objects: list[ObjectResult]
+
+    def summary(self) -> dict[str, Any]:
+        counts = Counter(r.status.value for r in self.objects)
+        return {
+            "objects": [r.summary() for r in self.objects],
+            "counts": dict(sorted(counts.items())),
         }
 
 
@@ -141,278 +236,466 @@ class AwsPorts:
 
 
 @dataclass(frozen=True)
-class _Run:
-    """Everything one run's steps share."""
+class _Planned:
+    """An object version to ingest: where it is, and what earlier ingestions of its key wrote."""
 
-    args: IngestArgs
-    dataset: Dataset
-    s3: S3ObjectStore
-    workdir: Path
-    now: datetime
-    hash_key: bytes = field(repr=False)
+    obj: BatchObject
+    request: BatchRequest
+    earlier: set[str]
+
+
+def run_ingest(spark: SparkSession, args: IngestArgs, aws: AwsPorts, now: datetime) -> BatchResult:
+    requests = read_batch(aws.s3, args)
+    LOG.info("batch of %d object version(s)", len(requests))
+    results: dict[int, ObjectResult] = {}
+    datasets: dict[str, Dataset | None] = {}
+    planned: dict[str, list[_Planned]] = defaultdict(list)
+    heads = _heads(aws.s3, args.raw_bucket, requests)
+    for index, request in enumerate(requests):
+        url = s3_url(args.raw_bucket, request.key)
+        if request.dataset_id not in datasets:
+            datasets[request.dataset_id] = aws.datasets.get(request.dataset_id)
+        if datasets[request.dataset_id] is None:
+            error = f"dataset {request.dataset_id!r} is not registered"
+            results[index] = ObjectResult(request, url, ObjectStatus.FAILED, error=error)
+            continue
+        newer = aws.catalog.newer_version_of(url, request.version_id)
+        if newer is not None:
+            LOG.warning(
+                "%s version %s is superseded by version %s: nothing is written",
+                url, request.version_id, newer,
+            )  # fmt: skip
+            results[index] = ObjectResult(request, url, ObjectStatus.SUPERSEDED)
+            continue
+        head = heads[index]
+        if head is None:
+            error = f"{url} version {request.version_id} cannot be read: it is not there"
+            results[index] = ObjectResult(request, url, ObjectStatus.FAILED, error=error)
+            continue
+        obj = BatchObject(
+            index, request.dataset_id, request.key, request.version_id, head.etag, head.size, url
+        )
+        LOG.info(
+            "ingesting %s version %s (%d bytes) into dataset %s",
+            url, request.version_id, head.size, request.dataset_id,
+        )  # fmt: skip
+        planned[request.dataset_id].append(_Planned(obj, request, aws.catalog.lake_objects_of(url)))
+    for dataset_id, objects in sorted(planned.items()):
+        dataset = datasets[dataset_id]
+        assert dataset is not None
+        results.update(_ingest_dataset(spark, args, aws, dataset=dataset, objects=objects, now=now))
+    ordered = [results[i] for i in range(len(requests))]
+    for result in ordered:
+        _record(aws.catalog, args, result, now)
+    counts = Counter(r.status.value for r in ordered)
+    LOG.info("batch done: %s", ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    return BatchResult(ordered)
+
+
+def _heads(s3: S3ObjectStore, bucket: str, requests: Sequence[BatchRequest]) -> list[Any]:
+    with ThreadPoolExecutor(max_workers=HEAD_THREADS) as pool:
+        return list(pool.map(lambda r: s3.head(bucket, r.key, r.version_id), requests))
+
+
+def _record(catalog: ObjectCatalog, args: IngestArgs, result: ObjectResult, now: datetime) -> None:
+    request = result.request
+    try:
+        if result.status is ObjectStatus.FAILED:
+            LOG.error(
+                "%s version %s FAILED: %s", result.object_url, request.version_id, result.error
+            )
+            catalog.record_failure(
+                result.object_url, request.version_id, result.error or "", args.correlation_id, now
+            )
+            return
+        catalog.record_ingestion(
+            result.object_url,
+            request.version_id,
+            IngestionRecord(
+                result.status,
+                result.rows_read,
+                result.rows_written,
+                result.rows_quarantined,
+                result.lake_objects,
+                result.quarantine_object,
+                args.correlation_id,
+                now,
+            ),
+        )
+    except CatalogItemMissingError as exc:
+        LOG.error("%s; its outcome %s is in the job's summary only", exc, result.status.value)
+
+
+# -------------------------------------------------------------------------------- one dataset
+
+
+def _ingest_dataset(
+    spark: SparkSession,
+    args: IngestArgs,
+    aws: AwsPorts,
+    *,
+    dataset: Dataset,
+    objects: list[_Planned],
+    now: datetime,
+) -> dict[int, ObjectResult]:
+    LOG.info(
+        "dataset %s (%s): %d object version(s), %d bytes",
+        dataset.dataset_id, dataset.format.value, len(objects), sum(p.obj.size for p in objects),
+    )  # fmt: skip
+    settings = TaskSettings(
+        dataset=dataset,
+        raw_bucket=args.raw_bucket,
+        lake_bucket=args.lake_bucket,
+        index_table=args.index_table,
+        correlation_id=args.correlation_id,
+        now=now.isoformat(),
+        objects={p.obj.index: p.obj for p in objects},
+        hash_key=aws.hash_key,
+        batch_rows=args.batch_rows,
+        piece_bytes=args.piece_bytes,
+    )
+    outcomes: dict[int, ObjectResult] = {}
+    for schema, piece_list in _pipelines(spark, aws.s3, settings):
+        members = sorted({p.object_index for p in piece_list})
+        part = replace(settings, objects={i: settings.objects[i] for i in members})
+        outcomes.update(_run_pipeline(spark, aws, part, schema, piece_list))
+    results: dict[int, ObjectResult] = {}
+    for plan in objects:
+        outcome = outcomes[plan.obj.index]
+        _remove_stale(aws, settings, plan, outcome)
+        results[plan.obj.index] = outcome
+    return results
+
+
+def _pipelines(
+    spark: SparkSession, s3: S3ObjectStore, settings: TaskSettings
+) -> list[tuple[T.StructType, list[pieces.Piece]]]:
+    """The dataset's objects cut into pieces, in groups that share one frame schema: text
+    datasets have one; Parquet objects are grouped by the schema of their footer (an object
+    whose footer cannot be read runs on its own and is found unreadable by its read task)."""
+    dataset = settings.dataset
+    objects = list(settings.objects.values())
+    if dataset.format is not DataFormat.PARQUET:
+        large = [o for o in objects if o.size > settings.piece_bytes]
+        split = _scan_large_text(spark, settings, large) if large else {}
+        found = [
+            p for o in objects for p in split.get(o.index, [pieces.Piece(o.index, size=o.size)])
+        ]
+        return [(tasks.frame_schema(dataset), found)]
+    footers = _footers(s3.client, settings, objects)
+    by_schema: dict[str, tuple[T.StructType, list[pieces.Piece]]] = {}
+    for obj in objects:
+        metadata = footers[obj.index]
+        if metadata is None:
+            by_schema[f"unreadable-{obj.index}"] = (
+                tasks.frame_schema(dataset),
+                [pieces.Piece(obj.index, size=obj.size)],
+            )
+            continue
+        data = _parquet_fields(metadata)
+        schema = tasks.frame_schema(dataset, data)
+        group = by_schema.setdefault(schema.json(), (schema, []))
+        group[1].extend(pieces.parquet_pieces(obj.index, metadata, obj.size, settings.piece_bytes))
+    return list(by_schema.values())
+
+
+def _parquet_fields(metadata: Any) -> list[T.StructField]:
+    """The Spark fields of a Parquet footer's schema, as the readers give its columns (types
+    Spark cannot hold are converted by `to_spark_compatible`; one that cannot be is read as
+    the file gives it, and the read task finds the file unreadable)."""
+    arrow = metadata.schema.to_arrow_schema()
+    try:
+        arrow = to_spark_compatible(arrow.empty_table()).schema
+        return [T.StructField(f.name, spark_type(f.type)) for f in arrow]
+    except Exception:
+        return []
+
+
+def _footers(client: Any, settings: TaskSettings, objects: list[BatchObject]) -> dict[int, Any]:
+    def footer(obj: BatchObject) -> Any:
+        try:
+            return pieces.parquet_metadata(
+                client, settings.raw_bucket, obj.key, obj.version_id, obj.size
+            )
+        except Exception:
+            return None
+
+    with ThreadPoolExecutor(max_workers=HEAD_THREADS) as pool:
+        return dict(zip([o.index for o in objects], pool.map(footer, objects), strict=True))
+
+
+def _scan_large_text(
+    spark: SparkSession, settings: TaskSettings, large: list[BatchObject]
+) -> dict[int, list[pieces.Piece]]:
+    """Where each large text object may be cut: one scan task per object, on the executors."""
+    LOG.info("scanning %d large object(s) for split points", len(large))
+    context = spark.sparkContext
+    specs = [obj.index for obj in large]
+    scanned = (
+        context.parallelize(specs, len(specs))
+        .map(partial(tasks.scan_object, settings=settings))
+        .collect()
+    )
+    found: dict[int, list[pieces.Piece]] = {}
+    for text in scanned:
+        pieces_of = [tasks.piece_from_spec(s) for s in json.loads(text)]
+        found[pieces_of[0].object_index] = pieces_of
+        LOG.info(
+            "object %s: %d piece(s)",
+            settings.objects[pieces_of[0].object_index].url,
+            len(pieces_of),
+        )
+    return found
+
+
+# ------------------------------------------------------------------------------ one pipeline
 
 
 @dataclass
-class _Indexing:
-    """The entries of the objects a run wrote and read, by object URL, written at the end."""
-
-    entries: dict[str, list[IndexEntry]] = field(default_factory=dict)
-
-    def add(self, object_url: str, entries: list[IndexEntry]) -> None:
-        self.entries[object_url] = entries
+class _PieceTotals:
+    rows_read: int = 0
+    unreadable: str | None = None
+    columns: list[str] = field(default_factory=list)
 
 
-def run_ingest(spark: SparkSession, args: IngestArgs, aws: AwsPorts, now: datetime) -> IngestResult:
-    dataset = require_dataset(aws.datasets, args.dataset_id)
-    newer = aws.catalog.newer_version_of(args.object_url, args.version_id)
-    if newer is not None:
-        LOG.warning(
-            "%s version %s is superseded by version %s: nothing is written",
-            args.object_url,
-            args.version_id,
-            newer,
-        )
-        superseded = IngestResult(ObjectStatus.SUPERSEDED, 0, 0, 0, [], None)
-        _record(aws, args, superseded, now)
-        return superseded
-    earlier = aws.catalog.lake_objects_of(args.object_url)
-    LOG.info(
-        "ingesting %s version %s into dataset %s (%s)",
-        args.object_url,
-        args.version_id,
-        dataset.dataset_id,
-        dataset.format.value,
+def _run_pipeline(
+    spark: SparkSession,
+    aws: AwsPorts,
+    settings: TaskSettings,
+    schema: T.StructType,
+    piece_list: list[pieces.Piece],
+) -> dict[int, ObjectResult]:
+    context = spark.sparkContext
+    groups = task_groups([p.size for p in piece_list], min_tasks=context.defaultParallelism)
+    specs = [json.dumps([tasks.piece_spec(piece_list[i]) for i in g]) for g in groups]
+    source = spark.createDataFrame(
+        context.parallelize([(s,) for s in specs], len(specs)), "pieces string"
     )
-    indexing = _Indexing()
-    with tempfile.TemporaryDirectory(prefix="lethe-ingest-") as tmp:
-        run = _Run(args, dataset, aws.s3, Path(tmp), now, aws.hash_key)
-        raw_path = run.workdir / "raw"
-        raw = aws.s3.download(args.raw_bucket, args.key, args.version_id, raw_path)
-        if raw is None:
-            raise RawObjectNotFoundError(
-                f"{args.object_url} version {args.version_id} cannot be read: it is not there"
-            )
-        try:
-            records = read_raw(raw_path, dataset, run.workdir)
-        except UnreadableFileError as exc:
-            result = _quarantine_file(run, exc.reason)
-            indexing.add(args.object_url, [])  # no row can be read: nobody's rows
-        else:
-            result = _ingest_records(spark, run, records, _raw_ref(args, dataset, raw), indexing)
-    _write_index(aws.index, indexing)
-    _remove_stale(run, earlier, result, aws.index)
-    _record(aws, args, result, now)
-    LOG.info(
-        "%s: %d rows read, %d written, %d quarantined",
-        result.status,
-        result.rows_read,
-        result.rows_written,
-        result.rows_quarantined,
-    )
-    return result
-
-
-def _raw_ref(args: IngestArgs, dataset: Dataset, raw: ObjectHead) -> ObjectRef:
-    return ObjectRef(args.object_url, Zone.RAW, dataset.format.value, args.version_id, raw.etag)
-
-
-def _write_index(index: SubjectIndex, indexing: _Indexing) -> None:
-    """Each object's entries become exactly the ones computed: written, then the entries of
-    subjects the object no longer holds deleted (lethe_shared's replace_object)."""
-    for url, entries in indexing.entries.items():
-        index.replace_object(url, entries)
-    count = sum(len(e) for e in indexing.entries.values())
-    LOG.info("indexed %d objects: %d subject entries", len(indexing.entries), count)
-
-
-def _record(aws: AwsPorts, args: IngestArgs, result: IngestResult, now: datetime) -> None:
-    aws.catalog.record_ingestion(
-        args.object_url,
-        args.version_id,
-        IngestionRecord(
-            result.status,
-            result.rows_read,
-            result.rows_written,
-            result.rows_quarantined,
-            result.lake_objects,
-            result.quarantine_object,
-            args.correlation_id,
-            now,
-        ),
-    )
-
-
-def _ingest_records(
-    spark: SparkSession, run: _Run, records: RawRecords, raw_ref: ObjectRef, indexing: _Indexing
-) -> IngestResult:
-    extras = extra_columns(records.columns, run.dataset)
-    if extras:
-        LOG.info("dropping columns the schema does not declare: %s", ", ".join(extras))
-    valid, rejected, typed_subjects = _validate(spark, run.dataset, records)
-    rejected = sorted([*records.rejected, *rejected], key=lambda r: r.position)
-    lake_objects = _write_partitions(run, valid, indexing)
-    quarantine_object = _write_quarantined_rows(run, records.coordinate, rejected, indexing)
-    indexing.add(raw_ref.object_url, _raw_entries(run, records, typed_subjects, raw_ref))
-    written = int(valid.num_rows)
-    status = ObjectStatus.INGESTED if written or not records.rows_read else ObjectStatus.QUARANTINED
-    return IngestResult(
-        status, records.rows_read, written, len(rejected), lake_objects, quarantine_object
-    )
-
-
-def _raw_entries(
-    run: _Run, records: RawRecords, typed_subjects: Any, ref: ObjectRef
-) -> list[IndexEntry]:
-    """The raw object's entries: every record it holds, valid or rejected; subject values as
-    validation typed them, or as read where they did not convert (indexing module)."""
-    rows: SubjectRows = raw_subject_rows(records, run.dataset)
-    if typed_subjects is not None:
-        rows = with_typed_subjects(rows, typed_subjects, run.dataset)
-    return entries_of_rows(rows, run.dataset, ref, key=run.hash_key)
-
-
-def _subject_heads(dataset: Dataset) -> list[str]:
-    return sorted({path.split(".")[0] for path in dataset.subject_columns})
-
-
-def _validate(
-    spark: SparkSession, dataset: Dataset, records: RawRecords
-) -> tuple[Any, list[RejectedRecord], Any]:
-    """Valid rows (Arrow, POSITION and schema columns, in source order), rejected rows, and
-    the subject columns of every row as validation typed them (Arrow, POSITION first)."""
-    if records.table.num_rows == 0:
-        empty = arrow_schema(schema_of(dataset)).empty_table()
-        return empty.add_column(0, POSITION, pa.array([], pa.int64())), [], None
-    frame: DataFrame = table_to_dataframe(spark, records.table)
-    if records.json_text:
-        frame = frame.transform(extract_json_fields(dataset))
-    conformed = frame.transform(with_record).transform(conform(dataset)).persist()
+    reader = partial(tasks.read_pieces, settings=settings, schema=schema)
+    frame = source.mapInArrow(reader, schema).persist(StorageLevel.MEMORY_AND_DISK)
+    shuffle = max(context.defaultParallelism, len(groups))
     try:
-        valid = dataframe_to_table(valid_rows(conformed).orderBy(POSITION))
-        rejected = [
-            RejectedRecord(int(row[POSITION]), tuple(row[REASONS]), str(row[RECORD]))
-            for row in rejected_rows(conformed).orderBy(POSITION).collect()
-        ]
-        heads = [col(POSITION), *[col(h) for h in _subject_heads(dataset)]]
-        typed_subjects = dataframe_to_table(conformed.select(*heads))
+        totals = _piece_totals(frame, settings)
+        readable = sorted(i for i, t in totals.items() if t.unreadable is None)
+        raw_entries = _write_raw_entries(frame, settings, readable, shuffle)
+        conformed = _conformed(frame, settings, schema, readable).persist(
+            StorageLevel.MEMORY_AND_DISK
+        )
+        try:
+            lake = _write_lake(conformed, settings, shuffle)
+            quarantine = _write_quarantine(conformed, settings, shuffle)
+        finally:
+            conformed.unpersist()
     finally:
-        conformed.unpersist()
-    return valid, rejected, typed_subjects
-
-
-def _file_schema(run: _Run) -> Any:
-    """The Parquet schema of a lake file: every schema column but the partition columns, with
-    the declared types and nullability, and where the rows came from in the metadata."""
-    fields = [
-        f for f in arrow_schema(schema_of(run.dataset)) if f.name not in run.dataset.partition_by
-    ]
-    return pa.schema(fields).with_metadata(
-        {"lethe.source_object": run.args.object_url, "lethe.source_version_id": run.args.version_id}
+        frame.unpersist()
+    return _outcomes(
+        aws, settings, totals, raw_entries=raw_entries, lake=lake, quarantine=quarantine
     )
 
 
-def _write_partitions(run: _Run, valid: Any, indexing: _Indexing) -> list[str]:
-    schema = _file_schema(run)
-    written: list[str] = []
-    for partition, indices in layout.partition_groups(valid, run.dataset.partition_by).items():
-        part = valid.take(pa.array(indices, pa.int64())).select(schema.names).cast(schema)
-        key = layout.lake_key(run.dataset.dataset_id, partition, run.args.digest)
-        local = run.workdir / f"part-{len(written)}.parquet"
-        pq.write_table(part, local, compression="snappy")
-        stored = _put(run, key, local, PARQUET_CONTENT_TYPE)
-        url = s3_url(run.args.lake_bucket, key)
-        written.append(url)
-        LOG.info("wrote %d rows to %s (version %s)", part.num_rows, url, stored.version_id)
-        ref = lake_file_ref(url, key, run.dataset, stored.version_id, stored.etag)
-        indexing.add(url, lake_parquet_entries(local, key, run.dataset, ref, key=run.hash_key))
-    return written
+def _piece_totals(frame: DataFrame, settings: TaskSettings) -> dict[int, _PieceTotals]:
+    totals = {index: _PieceTotals() for index in settings.objects}
+    for row in frame.where(col(KIND) == PIECE).select(OBJECT, INFO).collect():
+        info = json.loads(row[INFO])
+        total = totals[row[OBJECT]]
+        total.rows_read += info["rows_read"]
+        total.columns = total.columns or info["columns"]
+        if info["unreadable"] and total.unreadable is None:
+            total.unreadable = info["unreadable"]
+    return totals
 
 
-def _source(run: _Run) -> dict[str, Any]:
-    return {"object": run.args.object_url, "version_id": run.args.version_id}
+_ENTRY_STRUCT = "struct<s:string,r:bigint,h:array<bigint>>"
 
 
-def _quarantine_line(run: _Run, coordinate: str, rejected: RejectedRecord) -> str:
-    """One JSON Lines record; the rejected record's JSON text is kept byte for byte."""
-    head = json.dumps(
-        {"source": {**_source(run), coordinate: rejected.position}, "reasons": rejected.reasons},
-        ensure_ascii=False,
+def _write_raw_entries(
+    frame: DataFrame, settings: TaskSettings, readable: list[int], shuffle: int
+) -> dict[int, int]:
+    """The raw objects' entries: the batches' partial entries added up per (object, subject),
+    the first hints kept, then written per object by `write_raw_entries`."""
+    entries = frame.where((col(KIND) == ENTRY) & col(OBJECT).isin(readable)).select(
+        col(OBJECT).alias("object"), F.from_json(col(INFO), _ENTRY_STRUCT).alias("e")
     )
-    tail = json.dumps(
-        {"correlation_id": run.args.correlation_id, "rejected_at": run.now.isoformat()}
+    added = entries.groupBy("object", F.col("e.s").alias("subject")).agg(
+        F.sum("e.r").alias("rows"),
+        F.slice(F.array_sort(F.flatten(F.collect_list("e.h"))), 1, tasks.HINTS_KEPT).alias("hints"),
     )
-    return f'{head[:-1]}, "record": {rejected.record_json}, {tail[1:]}\n'
+    written = (
+        added.repartition(shuffle, "object")
+        .sortWithinPartitions("object", "subject")
+        .mapInArrow(partial(tasks.write_raw_entries, settings=settings), tasks.RAW_SUMMARY)
+        .collect()
+    )
+    return {row["object"]: row["entries"] for row in written}
 
 
-def _write_quarantined_rows(
-    run: _Run, coordinate: str, rejected: list[RejectedRecord], indexing: _Indexing
-) -> str | None:
-    if not rejected:
-        return None
-    key = layout.quarantine_rows_key(run.dataset.dataset_id, run.args.digest)
-    local = run.workdir / "quarantine.jsonl"
-    with local.open("w", encoding="utf-8") as out:
-        for record in rejected:
-            out.write(_quarantine_line(run, coordinate, record))
-    stored = _put(run, key, local, JSONL_CONTENT_TYPE)
-    url = s3_url(run.args.lake_bucket, key)
-    LOG.info("quarantined %d rows to %s", len(rejected), url)
-    ref = ObjectRef(url, Zone.LAKE, "jsonl", stored.version_id, stored.etag)
-    indexing.add(url, quarantine_entries(local, run.dataset, ref, key=run.hash_key))
-    return url
+def _conformed(
+    frame: DataFrame, settings: TaskSettings, schema: T.StructType, readable: list[int]
+) -> DataFrame:
+    """Every record of the readable objects conformed (`validate.conform`): OBJECT, POSITION,
+    the schema's columns, REASONS (the reader's, when it rejected the record) and RECORD."""
+    dataset = settings.dataset
+    rows = frame.where((col(KIND) == ROW) & col(OBJECT).isin(readable))
+    keep = [OBJECT, PREREASONS]
+    data = [f.name for f in schema.fields[len(tasks.META_FIELDS) :]]
+    if dataset.format is DataFormat.JSONL:
+        source = rows.transform(extract_json_fields(dataset, keep=keep))
+    elif dataset.format is DataFormat.CSV:
+        source = rows.select(*[col(c) for c in (*keep, POSITION, RECORD, *data)])
+    else:
+        record = F.to_json(F.struct(*[col(c) for c in data])) if data else F.lit("{}")
+        source = rows.select(
+            *[col(c) for c in (*keep, POSITION)], record.alias(RECORD), *[col(c) for c in data]
+        )
+    conformed = source.transform(conform(dataset, keep=keep))
+    reasons = F.when(F.size(col(PREREASONS)) > 0, col(PREREASONS)).otherwise(col(REASONS))
+    return conformed.withColumn(REASONS, reasons).drop(PREREASONS)
 
 
-def _quarantine_file(run: _Run, reason: str) -> IngestResult:
-    LOG.warning("the file cannot be read, quarantining it whole: %s", reason)
-    key = layout.quarantine_file_key(run.dataset.dataset_id, run.args.digest)
-    local = run.workdir / "quarantine.file.json"
+def _write_lake(conformed: DataFrame, settings: TaskSettings, shuffle: int) -> list[Any]:
+    dataset = settings.dataset
+    valid = conformed.where(F.size(col(REASONS)) == 0).select(
+        col(OBJECT), col(POSITION), *[col(c.name) for c in dataset.schema_]
+    )
+    with_part = T.StructType([*valid.schema.fields, T.StructField(PART, T.StringType())])
+    return (
+        valid.mapInArrow(
+            partial(tasks.partition_paths, partition_by=list(dataset.partition_by)), with_part
+        )
+        .repartition(shuffle, col(OBJECT), col(PART))
+        .sortWithinPartitions(col(OBJECT), col(PART), col(POSITION))
+        .mapInArrow(partial(tasks.write_lake_files, settings=settings), tasks.LAKE_SUMMARY)
+        .collect()
+    )
+
+
+def _write_quarantine(conformed: DataFrame, settings: TaskSettings, shuffle: int) -> list[Any]:
+    rejected = conformed.where(F.size(col(REASONS)) > 0).select(
+        col(OBJECT), col(POSITION), col(REASONS), col(RECORD)
+    )
+    return (
+        rejected.repartition(shuffle, col(OBJECT))
+        .sortWithinPartitions(col(OBJECT), col(POSITION))
+        .mapInArrow(partial(tasks.write_quarantine, settings=settings), tasks.FILE_SUMMARY)
+        .collect()
+    )
+
+
+def _outcomes(
+    aws: AwsPorts,
+    settings: TaskSettings,
+    totals: dict[int, _PieceTotals],
+    *,
+    raw_entries: dict[int, int],
+    lake: list[Any],
+    quarantine: list[Any],
+) -> dict[int, ObjectResult]:
+    written: dict[int, list[Any]] = defaultdict(list)
+    for row in lake:
+        written[row["object"]].append(row)
+    quarantined = {row["object"]: row for row in quarantine}
+    results: dict[int, ObjectResult] = {}
+    for index_of, obj in settings.objects.items():
+        request = BatchRequest(obj.dataset_id, obj.key, obj.version_id)
+        total = totals[index_of]
+        if index_of not in raw_entries:  # nobody's rows (or none could be read): no entries
+            replace_entries(aws.index, aws.s3, settings.raw_bucket, obj.key, [])
+        if total.unreadable is not None:
+            url = _quarantine_file(aws.s3, settings, obj, total.unreadable)
+            results[index_of] = ObjectResult(
+                request, obj.url, ObjectStatus.QUARANTINED, quarantine_object=url
+            )
+            continue
+        files = sorted(written[index_of], key=lambda r: r["url"])
+        extras = [c for c in total.columns if c not in {c.name for c in settings.dataset.schema_}]
+        if extras:
+            LOG.info(
+                "%s: dropping columns the schema does not declare: %s", obj.url, ", ".join(extras)
+            )
+        rows_written = sum(r["rows"] for r in files)
+        rejected = quarantined.get(index_of)
+        status = (
+            ObjectStatus.INGESTED
+            if rows_written or not total.rows_read
+            else ObjectStatus.QUARANTINED
+        )
+        results[index_of] = ObjectResult(
+            request,
+            obj.url,
+            status,
+            rows_read=total.rows_read,
+            rows_written=rows_written,
+            rows_quarantined=rejected["rows"] if rejected else 0,
+            lake_objects=[r["url"] for r in files],
+            quarantine_object=rejected["url"] if rejected else None,
+        )
+        LOG.info(
+            "%s version %s: %s, %d rows read, %d written to %d file(s), %d quarantined",
+            obj.url, obj.version_id, status.value, total.rows_read, rows_written, len(files),
+            results[index_of].rows_quarantined,
+        )  # fmt: skip
+    return results
+
+
+def _quarantine_file(
+    s3: S3ObjectStore, settings: TaskSettings, obj: BatchObject, reason: str
+) -> str:
+    """The document that stands for a wholly unreadable file, in quarantine."""
+    LOG.warning(
+        "%s version %s cannot be read, quarantining it whole: %s", obj.url, obj.version_id, reason
+    )
+    key = layout.quarantine_file_key(settings.dataset.dataset_id, settings.digest(obj.index))
     document = {
-        "source": _source(run),
+        "source": {"object": obj.url, "version_id": obj.version_id},
         "reason": reason,
-        "correlation_id": run.args.correlation_id,
-        "rejected_at": run.now.isoformat(),
+        "correlation_id": settings.correlation_id,
+        "rejected_at": settings.now,
     }
-    local.write_text(json.dumps(document, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
-    _put(run, key, local, JSON_CONTENT_TYPE)
-    return IngestResult(ObjectStatus.QUARANTINED, 0, 0, 0, [], s3_url(run.args.lake_bucket, key))
-
-
-def _put(run: _Run, key: str, local: Path, content_type: str) -> ObjectHead:
-    """Upload a lake object this run produced, marked as written (and indexed) by ingestion."""
-    return run.s3.upload(
-        run.args.lake_bucket, key, local, content_type=content_type, metadata=INGEST_METADATA
+    body = (json.dumps(document, ensure_ascii=False, indent=2) + "\n").encode("utf-8")
+    s3.put_bytes(
+        settings.lake_bucket,
+        key,
+        body,
+        content_type=JSON_CONTENT_TYPE,
+        metadata=tasks.INGEST_METADATA,
     )
+    return s3_url(settings.lake_bucket, key)
 
 
-def _remove_stale(run: _Run, earlier: set[str], result: IngestResult, index: SubjectIndex) -> None:
+# ------------------------------------------------------------------------------ stale files
+
+
+def _remove_stale(
+    aws: AwsPorts, settings: TaskSettings, plan: _Planned, result: ObjectResult
+) -> None:
     """Delete what an earlier ingestion of this raw key wrote and this run did not rewrite:
     partition files whose rows moved or went away, and a quarantine object of the other kind
     (or of rows, when no row was rejected this time). Their index entries follow the
     delete-marker rule, also when the file is gone already (a retry after a failure between the
     two steps): flagged while an older version holds the rows, removed when none does."""
-    lake, dataset_id, digest = run.args.lake_bucket, run.dataset.dataset_id, run.args.digest
-    for url in sorted(earlier - set(result.lake_objects)):
+    lake, dataset_id = settings.lake_bucket, settings.dataset.dataset_id
+    digest = layout.object_hash(settings.raw_bucket, plan.obj.key)
+    for url in sorted(plan.earlier - set(result.lake_objects)):
         bucket, key = split_s3_url(url)
         if bucket != lake or not layout.is_lake_object_of(key, dataset_id, digest):
             LOG.warning("not removing %s: not a lake file of this raw object", url)
             continue
-        if run.s3.delete_current(bucket, key):
+        if aws.s3.delete_current(bucket, key):
             LOG.info("removed stale lake object %s", url)
-        _unindex(run, index, bucket, key)
+        _unindex(aws, bucket, key)
     for key in (
         layout.quarantine_rows_key(dataset_id, digest),
         layout.quarantine_file_key(dataset_id, digest),
     ):
-        url = s3_url(lake, key)
-        if url == result.quarantine_object:
+        if s3_url(lake, key) == result.quarantine_object:
             continue
-        if run.s3.delete_current(lake, key):
-            LOG.info("removed stale quarantine object %s", url)
-        _unindex(run, index, lake, key)
+        if aws.s3.delete_current(lake, key):
+            LOG.info("removed stale quarantine object %s", s3_url(lake, key))
+        _unindex(aws, lake, key)
 
 
-def _unindex(run: _Run, index: SubjectIndex, bucket: str, key: str) -> None:
+def _unindex(aws: AwsPorts, bucket: str, key: str) -> None:
     url = s3_url(bucket, key)
-    action, count = settle_missing_key(index, url, run.s3.versions_of(bucket, key))
+    action, count = settle_missing_key(aws.index, url, aws.s3.versions_of(bucket, key))
     if count:
         LOG.info("%s: %d index entries of %s", action.value, count, url)

@@ -101,14 +101,15 @@ def extra_columns(columns: Iterable[str], dataset: Dataset) -> list[str]:
     return [c for c in columns if c not in declared and c not in META_COLUMNS]
 
 
-def extract_json_fields(dataset: Dataset) -> Transform:
+def extract_json_fields(dataset: Dataset, keep: Sequence[str] = ()) -> Transform:
     """JSON Lines: one string column per top-level schema column, taken from the RECORD text
-    (strings unquoted, numbers and booleans as written, objects and arrays as JSON text)."""
+    (strings unquoted, numbers and booleans as written, objects and arrays as JSON text).
+    `keep` names columns of the caller's that pass through."""
     names = [c.name for c in dataset.schema_]
 
     def transform(df: DataFrame) -> DataFrame:
         fields = F.json_tuple(col(RECORD), *names).alias(*names)
-        return df.select(col(POSITION), col(RECORD), fields)
+        return df.select(*[col(k) for k in keep], col(POSITION), col(RECORD), fields)
 
     return transform
 
@@ -154,12 +155,14 @@ class _Plan:
         return f"_lethe_value_{self.index}"
 
 
-def conform(dataset: Dataset) -> Transform:
-    """The transformation that converts and checks every row against `dataset` (module doc)."""
+def conform(dataset: Dataset, keep: Sequence[str] = ()) -> Transform:
+    """The transformation that converts and checks every row against `dataset` (module doc).
+    `keep` names columns of the caller's (not data columns) that pass through unchanged."""
 
     def transform(df: DataFrame) -> DataFrame:
-        plans = [_plan(df, column, index) for index, column in enumerate(dataset.schema_)]
-        meta = [c for c in (POSITION, REASONS, RECORD) if c in df.columns]
+        data = df.drop(*keep) if keep else df
+        plans = [_plan(data, column, index) for index, column in enumerate(dataset.schema_)]
+        meta = [*keep, *[c for c in (POSITION, REASONS, RECORD) if c in df.columns]]
         sources = [source.alias(name) for p in plans for name, source in p.sources]
         staged = df.select(*[col(c) for c in meta], *sources)
         staged = staged.select(
@@ -167,7 +170,8 @@ def conform(dataset: Dataset) -> Transform:
         )
         earlier = col(REASONS) if REASONS in meta else F.array().cast("array<string>")
         reasons = F.concat(earlier, _reasons(dataset, plans))
-        output = [col(POSITION)] if POSITION in meta else []
+        output = [col(k) for k in keep]
+        output += [col(POSITION)] if POSITION in meta else []
         output += [col(p.value_name).alias(p.column.name) for p in plans]
         output.append(reasons.alias(REASONS))
         if RECORD in meta:

@@ -181,6 +181,22 @@ def test_catalog_records_ingestions_and_their_lake_objects(catalog: ObjectCatalo
         catalog.record_ingestion(url, "v9", record([]))
 
 
+def test_catalog_records_a_failure_on_the_version(catalog: ObjectCatalog) -> None:
+    url = f"s3://{RAW}/reviews/a.csv"
+    catalog.put_if_newer(_item("v1", "10"))
+    catalog.put_if_newer(_item("v2", "20"))
+    now = datetime(2026, 11, 23, tzinfo=UTC)
+
+    catalog.record_failure(url, "v1", "dataset 'reviews' is not registered", "run-1", now)
+
+    failed = catalog.get(RAW, "reviews/a.csv", "v1")
+    untouched = catalog.get(RAW, "reviews/a.csv", "v2")
+    assert failed is not None and failed.status is ObjectStatus.FAILED
+    assert untouched is not None and untouched.status is ObjectStatus.RECEIVED
+    with pytest.raises(CatalogItemMissingError, match="v9"):
+        catalog.record_failure(url, "v9", "gone", "run-1", now)
+
+
 Producer = tuple[ObjectStore, Callable[[str, bytes], str], Callable[[str], object]]
 
 

@@ -216,11 +216,16 @@ class JobRunner:
 def ingest_args(
     dataset_id: str, key: str, version: str, correlation_id: str = "exec-1"
 ) -> list[str]:
+    """The ingest job's arguments for a batch of one object version."""
+    return batch_args([(dataset_id, key, version)], correlation_id)
+
+
+def batch_args(objects: list[tuple[str, str, str]], correlation_id: str = "exec-1") -> list[str]:
+    """The ingest job's arguments for a batch of (dataset id, key, version id)."""
+    batch = [{"dataset_id": d, "key": k, "version_id": v} for d, k, v in objects]
     return [
-        "--dataset-id", dataset_id,
+        "--objects-json", json.dumps(batch),
         "--raw-bucket", RAW,
-        "--key", key,
-        "--version-id", version,
         "--lake-bucket", LAKE,
         "--datasets-table", DATASETS,
         "--catalog-table", CATALOG,

@@ -20,8 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from ingest import main
-from lethe_jobs.errors import RawObjectNotFoundError
-from lethe_shared.errors import DatasetNotFoundError, HashKeyError
+from lethe_shared.errors import HashKeyError
 from tests.spark.cloud import GLUE_ARGS, LAKE, RAW, Cloud, JobRunner, h, ingest_args
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -64,6 +63,9 @@ BROKEN_KEY = "metrics/broken.parquet"
 BROKEN_HASH = "034583dcf346b19a"
 
 
+IDENTITY = ("dataset_id", "key", "version_id", "object_url")
+
+
 class IngestRunner:
     """Runs ingest's main() in this process; returns the JSON summary it printed."""
 
@@ -77,7 +79,20 @@ class IngestRunner:
     def __call__(
         self, dataset_id: str, key: str, version: str, correlation_id: str = "exec-1"
     ) -> Any:
-        return self._runner(*ingest_args(dataset_id, key, version, correlation_id))
+        summary = self._runner(*ingest_args(dataset_id, key, version, correlation_id))
+        (result,) = summary["objects"]
+        assert summary["counts"] == {result["status"]: 1}
+        assert (result["dataset_id"], result["key"], result["version_id"]) == (
+            dataset_id, key, version,
+        )  # fmt: skip
+        assert result["object_url"] == f"s3://{RAW}/{key}"
+        assert (result["error"] is None) == (result["status"] != "FAILED")
+        # the outcome as the state machine and the catalog see it (and why, when FAILED)
+        return {
+            k: v
+            for k, v in result.items()
+            if (k not in IDENTITY and v is not None) or k == "quarantine_object"
+        }
 
 
 @pytest.fixture
@@ -387,16 +402,22 @@ def test_an_unreadable_file_is_quarantined_whole(cloud: Cloud, run_job: IngestRu
     assert cloud.entries() == set()  # no row could be read: nobody's rows
 
 
-def test_unregistered_dataset_and_missing_version_fail_the_run(
+def test_unregistered_dataset_and_missing_version_fail_only_that_object(
     cloud: Cloud, run_job: IngestRunner
 ) -> None:
     version = cloud.upload(REVIEWS_KEY, REVIEWS_CSV, "reviews")
-    with pytest.raises(DatasetNotFoundError, match="reviews"):
-        run_job("reviews", REVIEWS_KEY, version)
+    unregistered = run_job("reviews", REVIEWS_KEY, version)
+    assert unregistered["status"] == "FAILED"
+    assert unregistered["error"] == "dataset 'reviews' is not registered"
+    item = cloud.catalog_item(REVIEWS_KEY, version)
+    assert (item["status"], item["ingest_error"]) == ("FAILED", unregistered["error"])
 
     cloud.register(REVIEWS)
-    with pytest.raises(RawObjectNotFoundError, match="cannot be read"):
-        run_job("reviews", "reviews/never-uploaded.csv", "null")
+    missing = run_job("reviews", "reviews/never-uploaded.csv", "null")
+    assert missing["status"] == "FAILED"
+    assert missing["error"] == (
+        f"s3://{RAW}/reviews/never-uploaded.csv version null cannot be read: it is not there"
+    )
     assert cloud.lake_keys() == []
 
 

@@ -205,6 +205,12 @@ class ObjectCatalog(Protocol):
         """Record the ingest job's outcome on the raw object version's item. Raises
         CatalogItemMissingError when the catalog has no item for that version."""
 
+    def record_failure(
+        self, object_url: str, version_id: str, error: str, correlation_id: str, at: datetime
+    ) -> None:
+        """Mark the raw object version FAILED with the reason (`ingest_error`), as the ingestion
+        workflow does when a whole run fails. Raises CatalogItemMissingError."""
+
 
 def _permanently_deleted(status: Any, item: Any) -> bool:
     """A version that was deleted for good (not a delete marker, which is a version itself)."""
@@ -329,6 +335,32 @@ class DynamoObjectCatalog:
                 ConditionExpression="attribute_exists(object_url)",
                 ExpressionAttributeNames={"#status": "status"},
                 ExpressionAttributeValues=values,
+            )
+        except ClientError as exc:
+            if error_code(exc) == "ConditionalCheckFailedException":
+                raise CatalogItemMissingError(
+                    f"the object catalog has no item for {object_url} version {version_id}"
+                ) from exc
+            raise
+
+    def record_failure(
+        self, object_url: str, version_id: str, error: str, correlation_id: str, at: datetime
+    ) -> None:
+        try:
+            self._table.update_item(
+                Key={"object_url": object_url, "version_id": version_id},
+                UpdateExpression=(
+                    "SET #status = :failed, ingest_error = :error, "
+                    "ingest_correlation_id = :cid, ingested_at = :at"
+                ),
+                ConditionExpression="attribute_exists(object_url)",
+                ExpressionAttributeNames={"#status": "status"},
+                ExpressionAttributeValues={
+                    ":failed": ObjectStatus.FAILED.value,
+                    ":error": error,
+                    ":cid": correlation_id,
+                    ":at": at.isoformat(),
+                },
             )
         except ClientError as exc:
             if error_code(exc) == "ConditionalCheckFailedException":

@@ -266,12 +266,26 @@ class S3ObjectStore:
             {**response, "ContentLength": source.stat().st_size, "Metadata": metadata or {}}
         )
 
-    def put_bytes(self, bucket: str, key: str, body: bytes, *, content_type: str) -> ObjectHead:
+    def put_bytes(
+        self,
+        bucket: str,
+        key: str,
+        body: bytes,
+        *,
+        content_type: str,
+        metadata: Mapping[str, str] | None = None,
+    ) -> ObjectHead:
         """Write a small document (a report, a manifest) as a new version."""
         response = self.client.put_object(
-            Bucket=bucket, Key=key, Body=body, ContentType=content_type
+            Bucket=bucket,
+            Key=key,
+            Body=body,
+            ContentType=content_type,
+            Metadata=dict(metadata or {}),
         )
-        return ObjectHead.from_response({**response, "ContentLength": len(body)})
+        return ObjectHead.from_response(
+            {**response, "ContentLength": len(body), "Metadata": dict(metadata or {})}
+        )
 
     def replace_version(
         self,
