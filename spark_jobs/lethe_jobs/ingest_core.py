@@ -5,7 +5,8 @@ The driver plans and collects summaries; the executors do the work (`ingest_task
 
 1. read the batch (`--objects-json` or `--objects-manifest`: a JSON list of
    `{"dataset_id", "key", "version_id"}` in the raw bucket);
-2. per object version, on the driver: its dataset (unregistered: FAILED), whether the catalog
+2. per object version, on the driver: whether it was deleted meanwhile (DELETED in the catalog:
+   skipped), its dataset (unregistered: FAILED), whether the catalog
    knows a newer version of the key (SUPERSEDED: an older version ingested last must not replace
    its rows; this is what keeps sequencer order when a batch holds two versions of one key), a
    HEAD of the exact version (gone: FAILED), and what earlier ingestions of the key wrote;
@@ -253,6 +254,13 @@ def run_ingest(spark: SparkSession, args: IngestArgs, aws: AwsPorts, now: dateti
     heads = _heads(aws.s3, args.raw_bucket, requests)
     for index, request in enumerate(requests):
         url = s3_url(args.raw_bucket, request.key)
+        item = aws.catalog.get(args.raw_bucket, request.key, request.version_id)
+        if item is not None and item.status is ObjectStatus.DELETED:
+            LOG.info(
+                "%s version %s was deleted before it could be ingested", url, request.version_id
+            )
+            results[index] = ObjectResult(request, url, ObjectStatus.DELETED)
+            continue
         if request.dataset_id not in datasets:
             datasets[request.dataset_id] = aws.datasets.get(request.dataset_id)
         if datasets[request.dataset_id] is None:
@@ -299,6 +307,8 @@ def _heads(s3: S3ObjectStore, bucket: str, requests: Sequence[BatchRequest]) -> 
 
 def _record(catalog: ObjectCatalog, args: IngestArgs, result: ObjectResult, now: datetime) -> None:
     request = result.request
+    if result.status is ObjectStatus.DELETED:
+        return  # the catalog says so already
     try:
         if result.status is ObjectStatus.FAILED:
             LOG.error(

@@ -123,25 +123,29 @@ def wait_catalogued(cloud: Cloud, key: str, version: str) -> dict[str, Any]:
     raise AssertionError(f"{key} was not catalogued")
 
 
-def execution_input(cloud: Cloud, dataset: str, key: str, version: str) -> dict[str, Any]:
-    raw = cloud.outputs["RawBucketName"]
+def execution_input(cloud: Cloud, name: str, objects: list[tuple[str, str, str]]) -> dict[str, Any]:
+    """The ingestion state machine's input for a batch of (dataset id, key, version id), its
+    manifest written to the reports bucket as the object events handler writes it."""
+    raw, reports = cloud.outputs["RawBucketName"], cloud.outputs["ReportsBucketName"]
+    manifest_key = f"manifests/ingest/{name}.json"
+    manifest = [{"dataset_id": d, "key": k, "version_id": v} for d, k, v in objects]
+    cloud.client("s3").put_object(Bucket=reports, Key=manifest_key, Body=json.dumps(manifest))
     return {
-        "dataset_id": dataset,
-        "bucket": raw,
-        "key": key,
-        "version_id": version,
-        "object_url": f"s3://{raw}/{key}",
+        "manifest": f"s3://{reports}/{manifest_key}",
+        "objects": [
+            {
+                "dataset_id": d,
+                "bucket": raw,
+                "key": k,
+                "version_id": v,
+                "object_url": f"s3://{raw}/{k}",
+            }
+            for d, k, v in objects
+        ],
     }
 
 
-def check_ingests_reviews_and_announces_it(cloud: Cloud) -> None:
-    """Registered dataset, uploaded file: the object events handler starts this execution by
-    itself; here we start the same machine directly to observe one execution end to end."""
-    raw = cloud.outputs["RawBucketName"]
-    lake = cloud.outputs["LakeBucketName"]
-    announced = cloud.capture(
-        "ingested-events", pattern=json.dumps({"source": ["lethe.ingestion"]})
-    )
+def register_reviews(cloud: Cloud) -> None:
     cloud.client("dynamodb").put_item(
         TableName=cloud.outputs["DatasetsTableName"],
         Item={
@@ -149,31 +153,51 @@ def check_ingests_reviews_and_announces_it(cloud: Cloud) -> None:
             "document": {"S": (SAMPLES / "reviews.dataset.json").read_text()},
         },
     )
-    # The upload happens under a prefix no dataset owns, so that only our execution ingests it.
+
+
+def check_ingests_a_batch_and_announces_each_version(cloud: Cloud) -> None:
+    """Registered dataset, two uploaded files: the object events handler starts this execution
+    by itself; here we start the same machine directly to observe one execution end to end."""
+    raw = cloud.outputs["RawBucketName"]
+    lake = cloud.outputs["LakeBucketName"]
+    engine = cloud.state["parameters"]["SparkEngine"]
+    announced = cloud.capture(
+        f"ingested-events-{engine}", pattern=json.dumps({"source": ["lethe.ingestion"]})
+    )
+    register_reviews(cloud)
+    # The uploads happen under a prefix no dataset owns, so that only our execution ingests them.
     key = "manual/" + REVIEWS_KEY
     version = cloud.upload(key, (SAMPLES / "reviews-2026-11-21.csv").read_bytes())
+    dirty_key = "manual/reviews/dirty.csv"
+    dirty = cloud.upload(dirty_key, (SAMPLES / "reviews-dirty.csv").read_bytes())
     wait_catalogued(cloud, key, version)
+    wait_catalogued(cloud, dirty_key, dirty)
 
-    result = cloud.run(
-        f"ok-{cloud.state['parameters']['SparkEngine']}",
-        execution_input(cloud, "reviews", key, version),
-    )
+    name = f"ok-{engine}"
+    batch = [("reviews", key, version), ("reviews", dirty_key, dirty)]
+    result = cloud.run(name, execution_input(cloud, name, batch))
 
     assert result["execution"]["status"] == "SUCCEEDED"
     engine_state = (
-        "Run Ingest Job On Glue"
-        if cloud.state["parameters"]["SparkEngine"] == "GLUE"
-        else "Run Ingest Job On EMR Serverless"
+        "Run Ingest Job On Glue" if engine == "GLUE" else "Run Ingest Job On EMR Serverless"
     )
-    assert entered_states(result["history"]) == [
+    entered = entered_states(result["history"])
+    assert [s for s in entered if s not in ITERATION_STATES] == [
+        "Read Input",
+        "Is Input Valid",
         "Mark Ingesting",
+        "Anything To Ingest",
         "Select Spark Engine",
         "Which Spark Engine",
         engine_state,
-        "Read Ingestion Result",
-        "Announce Ingestion",
+        "Read Outcomes",
+        "Any Object Failed",
         "Ingested",
     ]
+    assert entered.count("Mark Object Ingesting") == 2
+    assert entered.count("Announce Ingestion") == 2
+    spark_runs = [e for e in result["history"] if e["type"] == "TaskSubmitted"]
+    assert len(spark_runs) == 1  # one Spark job run for the batch
     item = cloud.catalog_item(raw, key, version)
     assert (item["status"], item["rows_read"], item["rows_written"], item["rows_quarantined"]) == (
         "INGESTED",
@@ -181,18 +205,35 @@ def check_ingests_reviews_and_announces_it(cloud: Cloud) -> None:
         "3",
         "0",
     )
+    assert item["ingest_correlation_id"] == name
+    assert cloud.catalog_item(raw, dirty_key, dirty)["status"] in {"INGESTED", "QUARANTINED"}
     lake_keys = sorted(
         o["Key"]
         for o in cloud.client("s3").list_objects_v2(Bucket=lake, Prefix="reviews/review_date=")[
             "Contents"
         ]
     )
-    assert [k.rsplit("/", 1)[0] for k in lake_keys] == [
-        "reviews/review_date=2026-11-20",
-        "reviews/review_date=2026-11-21",
-    ]
-    (event,) = cloud.messages(announced, timeout=15)
+    assert "reviews/review_date=2026-11-20" in [k.rsplit("/", 1)[0] for k in lake_keys]
+    events = cloud.messages(announced, timeout=15)
+    events += cloud.messages(announced, timeout=5) if len(events) < 2 else []
+    by_url = {e["detail"]["object_url"]: e for e in events}
+    assert set(by_url) == {f"s3://{raw}/{key}", f"s3://{raw}/{dirty_key}"}
+    event = by_url[f"s3://{raw}/{key}"]
     assert event["detail-type"] == "Object Ingested"
     assert event["detail"]["status"] == "INGESTED"
     assert event["detail"]["rows_written"] == "3"
-    assert event["detail"]["object_url"] == f"s3://{raw}/{key}"
+    assert event["detail"]["execution"] == name
+
+
+# States entered once per object of the batch, inside the machine's Map states.
+ITERATION_STATES = {
+    "Mark Object Ingesting",
+    "Object Gone",
+    "Read Outcome",
+    "Which Outcome",
+    "Announce Ingestion",
+    "Notify Object Failed",
+    "Not Ingested",
+    "Mark Object Failed",
+    "Outcome Kept",
+}

@@ -1,4 +1,4 @@
-"""statemachines/ingestion.asl.json with SparkEngine=GLUE: a file ingested on the Glue path.
+"""statemachines/ingestion.asl.json with SparkEngine=GLUE: a batch ingested on the Glue path.
 
 The states after the Spark task are shared by both engines; their failure paths are tested with
 EMR Serverless in test_ingestion_state_machine.py."""
@@ -11,7 +11,7 @@ import pytest
 
 from tests.sfn.conftest import (
     Cloud,
-    check_ingests_reviews_and_announces_it,
+    check_ingests_a_batch_and_announces_each_version,
     start_cloud,
 )
 
@@ -22,5 +22,5 @@ def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cloud]:
         yield started
 
 
-def test_ingests_a_csv_and_announces_it(cloud: Cloud) -> None:
-    check_ingests_reviews_and_announces_it(cloud)
+def test_ingests_a_batch_and_announces_each_version(cloud: Cloud) -> None:
+    check_ingests_a_batch_and_announces_each_version(cloud)

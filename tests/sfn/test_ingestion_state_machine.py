@@ -1,5 +1,6 @@
-"""statemachines/ingestion.asl.json with SparkEngine=EMR_SERVERLESS: a file ingested, a Spark
-failure (retry, FAILED, notification), and a version that is gone before ingestion starts."""
+"""statemachines/ingestion.asl.json with SparkEngine=EMR_SERVERLESS: a batch ingested in one job
+run; a version that fails alone (notified, the others ingested); a job that fails (retried, the
+batch FAILED, notified); versions gone before ingestion; an input that is not a batch."""
 
 from __future__ import annotations
 
@@ -8,10 +9,13 @@ from collections.abc import Iterator
 import pytest
 
 from tests.sfn.conftest import (
+    ITERATION_STATES,
+    SAMPLES,
     Cloud,
-    check_ingests_reviews_and_announces_it,
+    check_ingests_a_batch_and_announces_each_version,
     entered_states,
     execution_input,
+    register_reviews,
     start_cloud,
     wait_catalogued,
 )
@@ -23,42 +27,115 @@ def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cloud]:
         yield started
 
 
-def test_ingests_a_csv_and_announces_it(cloud: Cloud) -> None:
-    check_ingests_reviews_and_announces_it(cloud)
+def test_ingests_a_batch_and_announces_each_version(cloud: Cloud) -> None:
+    check_ingests_a_batch_and_announces_each_version(cloud)
 
 
-def test_spark_failure_is_retried_then_failed_and_notified(cloud: Cloud) -> None:
+def test_a_failed_version_is_notified_and_fails_the_execution_but_not_its_neighbours(
+    cloud: Cloud,
+) -> None:
     raw = cloud.outputs["RawBucketName"]
-    notified = cloud.capture("failures", topic=cloud.outputs["NotificationsTopicArn"])
-    key = "unregistered/2026/file.csv"
+    notified = cloud.capture("object-failures", topic=cloud.outputs["NotificationsTopicArn"])
+    register_reviews(cloud)
+    good_key, ghost_key = "manual/neighbour/good.csv", "unregistered/2026/file.csv"
+    good = cloud.upload(good_key, (SAMPLES / "reviews-2026-11-21.csv").read_bytes())
+    ghost = cloud.upload(ghost_key, b"a,b\n1,2\n")
+    wait_catalogued(cloud, good_key, good)
+    wait_catalogued(cloud, ghost_key, ghost)
+
+    # "ghost" is no registered dataset: the job records that version FAILED, and only it
+    batch = [("ghost", ghost_key, ghost), ("reviews", good_key, good)]
+    result = cloud.run("one-fails", execution_input(cloud, "one-fails", batch))
+
+    assert result["execution"]["status"] == "FAILED"
+    assert result["execution"]["error"] == "ObjectsFailed"
+    entered = entered_states(result["history"])
+    assert entered.count("Notify Object Failed") == 1
+    assert entered.count("Announce Ingestion") == 1
+    assert [s for s in entered if s not in ITERATION_STATES][-3:] == [
+        "Read Outcomes",
+        "Any Object Failed",
+        "Some Objects Failed",
+    ]
+    item = cloud.catalog_item(raw, ghost_key, ghost)
+    assert (item["status"], item["ingest_error"]) == (
+        "FAILED",
+        "dataset 'ghost' is not registered",
+    )
+    assert cloud.catalog_item(raw, good_key, good)["status"] == "INGESTED"
+    (message,) = cloud.messages(notified, timeout=15)
+    assert message["event"] == "IngestionFailed"
+    assert message["object_url"] == f"s3://{raw}/{ghost_key}"
+    assert (message["error"], message["cause"]) == (
+        "ObjectFailed",
+        "dataset 'ghost' is not registered",
+    )
+
+
+def test_a_job_that_fails_is_retried_then_the_batch_is_failed_and_notified(
+    cloud: Cloud,
+) -> None:
+    raw = cloud.outputs["RawBucketName"]
+    notified = cloud.capture("batch-failures", topic=cloud.outputs["NotificationsTopicArn"])
+    key = "unregistered/2026/whole-job.csv"
     version = cloud.upload(key, b"a,b\n1,2\n")
     wait_catalogued(cloud, key, version)
+    document = execution_input(cloud, "job-fails", [("reviews", key, version)])
+    document["manifest"] = document["manifest"].replace("job-fails", "no-such-manifest")
 
-    # "ghost" is no registered dataset: the ingest job exits non-zero on every attempt.
-    result = cloud.run("fails", execution_input(cloud, "ghost", key, version))
+    # The manifest is not there: the job exits non-zero on every attempt
+    result = cloud.run("job-fails", document)
 
     assert result["execution"]["status"] == "FAILED"
     assert result["execution"]["error"] == "IngestionFailed"
     entered = entered_states(result["history"])
-    assert entered[-3:] == ["Mark Failed", "Notify Failure", "Ingestion Failed"]
+    assert [s for s in entered if s not in ITERATION_STATES][-3:] == [
+        "Mark Batch Failed",
+        "Notify Batch Failed",
+        "Ingestion Failed",
+    ]
     failed_tasks = [e for e in result["history"] if e["type"] == "TaskFailed"]
     assert len(failed_tasks) == 2  # the first attempt and one retry
     item = cloud.catalog_item(raw, key, version)
     assert item["status"] == "FAILED"
     assert item["ingest_error"].startswith("States.TaskFailed: ")
-    assert "ghost" in item["ingest_error"]
+    assert "no-such-manifest" in item["ingest_error"]
     (message,) = cloud.messages(notified, timeout=15)
     assert message["event"] == "IngestionFailed"
-    assert message["object_url"] == f"s3://{raw}/{key}"
+    assert message["objects"] == [f"s3://{raw}/{key}"]
     assert message["error"] == "States.TaskFailed"
 
 
-def test_a_version_that_is_gone_is_not_ingested(cloud: Cloud) -> None:
-    result = cloud.run(
-        f"gone-{cloud.state['parameters']['SparkEngine']}",
-        execution_input(cloud, "reviews", "reviews/never-uploaded.csv", "no-such-version"),
-        timeout=30,
-    )
+def test_versions_that_are_gone_are_not_ingested(cloud: Cloud) -> None:
+    name = f"gone-{cloud.state['parameters']['SparkEngine']}"
+    batch = [("reviews", "reviews/never-uploaded.csv", "no-such-version")]
+    result = cloud.run(name, execution_input(cloud, name, batch), timeout=30)
 
     assert result["execution"]["status"] == "SUCCEEDED"
-    assert entered_states(result["history"]) == ["Mark Ingesting", "Object Gone"]
+    assert entered_states(result["history"]) == [
+        "Read Input",
+        "Is Input Valid",
+        "Mark Ingesting",
+        "Mark Object Ingesting",
+        "Object Gone",
+        "Anything To Ingest",
+        "Nothing To Ingest",
+    ]
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        {"dataset_id": "reviews", "key": "reviews/a.csv"},  # the old per-object input
+        {"manifest": "s3://reports/m.json", "objects": []},
+        {"manifest": "/tmp/m.json", "objects": [{"object_url": "s3://raw/a", "version_id": "v"}]},
+    ],
+)
+def test_an_input_that_is_not_a_batch_fails_at_once(
+    cloud: Cloud, document: dict[str, object]
+) -> None:
+    result = cloud.run(f"invalid-{abs(hash(str(document)))}", document, timeout=30)
+
+    assert result["execution"]["status"] == "FAILED"
+    assert result["execution"]["error"] == "InvalidInput"
+    assert entered_states(result["history"]) == ["Read Input", "Is Input Valid", "Invalid Input"]
