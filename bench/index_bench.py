@@ -8,19 +8,23 @@ or `--lake DIR` to keep and reuse one):
 
 1. index build: `entries_from_table` over every object, each read with pyarrow one at a time,
    against a baseline in the same run: the same reads touching the subject column(s) with
-   `to_pylist()` and no hashing. Warm-up once, then `--repeats` alternating pairs; median and
-   range of wall time and of the process's CPU time (steadier on a shared machine). The ratio
-   (index time / baseline time) is what indexing costs on top of a read.
+   `to_pylist()` and no hashing; and the same reads with the per-row implementation
+   `entries_from_table` had before it was rewritten with Arrow (`reference_entries`, kept here
+   verbatim). Warm-up once, then `--repeats` rounds, the order rotating; median and range of
+   wall time and of the process's CPU time (steadier on a shared machine). The ratio (index time
+   / baseline time) is what indexing costs on top of a read.
 2. DynamoDB items and bytes per million rows: one item per `IndexEntry` (distinct (subject,
-   object) pairs, checked against a count made without hashing), sized with DynamoDB's rules
+   object) pairs, checked against a count made without hashing; every item checked equal to the
+   previous implementation's, and their SHA-256 digest reported), sized with DynamoDB's rules
    (dynamo_size.py), against a row-level index (one item per row, as the seed's row-number
    index), both minimal and with the same attributes as an IndexEntry.
 3. index writes per erased subject, for subjects drawn with the lake's skew: what the design
    prescribes (delete the subject's own items), against re-indexing every rewritten object
    with `DynamoSubjectIndex.replace_object` (run on a counting fake table for a few subjects)
    and against a row-level index.
-4. with `--spark`: the same build as a local[2] Spark job, one task per object and grouped
-   into a few tasks; session start-up and the first (cold) job reported apart.
+4. with `--spark`: the same build as a local[2] Spark job, one task per object (as the index
+   job ran before `lethe_jobs.tasks`) and grouped into a few tasks; session start-up and the
+   first (cold) job reported apart.
 
 Results: JSON (`--out-json`, default bench/results/latest.json) and Markdown on stdout.
 Numbers are only comparable within one run (ratios), not across machines.
@@ -45,7 +49,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -97,9 +101,15 @@ class Objects:
             self.lake.files[index], self.lake.format, self.lake.model.composite
         )
 
-    def index(self, index: int, table: pa.Table, ref: ObjectRef | None = None) -> list[IndexEntry]:
+    def index(
+        self,
+        index: int,
+        table: pa.Table,
+        ref: ObjectRef | None = None,
+        indexer: Callable[..., list[IndexEntry]] = entries_from_table,
+    ) -> list[IndexEntry]:
         coordinates = generate_lake.coordinates(self.lake.format, table.num_rows)
-        return entries_from_table(
+        return indexer(
             table, self.dataset, ref or self.refs[index], key=KEY, coordinates=coordinates
         )
 
@@ -121,6 +131,77 @@ def read_and_index(objects: Objects) -> int:
     for i in range(len(objects.refs)):
         table = objects.read(i)
         objects.index(i, table)
+        rows += table.num_rows
+    return rows
+
+
+# ------------------------------------------- the implementation before the Arrow rewrite
+
+
+def _reference_subject_values(
+    table: pa.Table, path: str, constants: Mapping[str, Any]
+) -> list[Any]:
+    """The values of one subject column path (`customer.id`) for every row."""
+    head, *rest = path.split(".")
+    if head not in table.column_names:
+        if head in constants and not rest:
+            return [constants[head]] * table.num_rows
+        return [None] * table.num_rows
+    column: Any = table.column(head)
+    for part in rest:
+        if not pa.types.is_struct(column.type) or column.type.get_field_index(part) < 0:
+            return [None] * table.num_rows
+        column = pc.struct_field(column, part)
+    return list(column.to_pylist())
+
+
+def reference_entries(
+    table: pa.Table,
+    dataset: Dataset,
+    ref: ObjectRef,
+    *,
+    key: bytes,
+    coordinates: Sequence[int] | None = None,
+) -> list[IndexEntry]:
+    """`entries_from_table` as it was before its Arrow rewrite (per row, a validated model per
+    entry), verbatim: the build's second baseline and the items' reference."""
+    if coordinates is not None and len(coordinates) != table.num_rows:
+        raise ValueError("one coordinate per row")
+    columns = dataset.subject_columns
+    per_column = [_reference_subject_values(table, path, ref.constants) for path in columns]
+    rows: dict[str, list[int]] = {}
+    cache: dict[tuple[Any, ...], str] = {}  # keyed with types: True == 1 in Python
+    for index, values in enumerate(zip(*per_column, strict=True)):
+        if any(v is None for v in values):
+            continue
+        typed = tuple((type(v), v) for v in values)
+        digest = cache.get(typed)
+        if digest is None:
+            digest = subject_hash(key, columns, list(values))
+            cache[typed] = digest
+        rows.setdefault(digest, []).append(coordinates[index] if coordinates is not None else index)
+    return [
+        IndexEntry(
+            subject_hash=digest,
+            object_url=ref.object_url,
+            dataset_id=dataset.dataset_id,
+            zone=ref.zone,
+            format=ref.format,
+            rows=len(hints),
+            row_hints=tuple(hints),
+            version_id=ref.version_id,
+            etag=ref.etag,
+        )
+        for digest, hints in sorted(rows.items())
+    ]
+
+
+def read_and_reference(objects: Objects) -> int:
+    """The same with the implementation before the Arrow rewrite."""
+    rows = 0
+    for i in range(len(objects.refs)):
+        table = objects.read(i)
+        objects.index(i, table, indexer=reference_entries)
         rows += table.num_rows
     return rows
 
@@ -174,32 +255,47 @@ def _side(wall: list[float], cpu: list[float], rows: int) -> dict[str, Any]:
     }
 
 
+SIDES = ("base", "index", "reference")
+
+
 def measure_build(objects: Objects, repeats: int) -> dict[str, Any]:
-    read_and_touch(objects)  # warm-up: page cache, imports, allocator
-    read_and_index(objects)
-    wall: dict[str, list[float]] = {"base": [], "index": []}
-    cpu: dict[str, list[float]] = {"base": [], "index": []}
+    runs: dict[str, Callable[[Objects], int]] = {
+        "base": read_and_touch,
+        "index": read_and_index,
+        "reference": read_and_reference,
+    }
+    for run in runs.values():  # warm-up: page cache, imports, allocator
+        run(objects)
+    wall: dict[str, list[float]] = {side: [] for side in SIDES}
+    cpu: dict[str, list[float]] = {side: [] for side in SIDES}
     rows = 0
-    for repeat in range(repeats):  # alternate the order so that drift hits both sides
-        pair = [("base", read_and_touch), ("index", read_and_index)]
-        for side, run in pair if repeat % 2 == 0 else reversed(pair):
-            elapsed, used, rows = timed(functools.partial(run, objects))
+    for repeat in range(repeats):  # rotate the order so that drift hits every side
+        order = SIDES[repeat % 3 :] + SIDES[: repeat % 3]
+        for side in order if repeat % 2 == 0 else reversed(order):
+            elapsed, used, rows = timed(functools.partial(runs[side], objects))
             wall[side].append(elapsed)
             cpu[side].append(used)
 
-    def ratios(times: dict[str, list[float]]) -> dict[str, float]:
-        return summary([i / b for i, b in zip(times["index"], times["base"], strict=True)])
+    def ratios(times: dict[str, list[float]], side: str) -> dict[str, float]:
+        return summary([i / b for i, b in zip(times[side], times["base"], strict=True)])
 
     base, index = _side(wall["base"], cpu["base"], rows), _side(wall["index"], cpu["index"], rows)
+    reference = _side(wall["reference"], cpu["reference"], rows)
     return {
         "rows": rows,
         "repeats": repeats,
         "baseline_read_touch": base,
         "index": index,
-        "time_ratio_index_to_baseline": ratios(wall),
-        "cpu_ratio_index_to_baseline": ratios(cpu),
+        "reference": reference,
+        "time_ratio_index_to_baseline": ratios(wall, "index"),
+        "cpu_ratio_index_to_baseline": ratios(cpu, "index"),
+        "time_ratio_reference_to_baseline": ratios(wall, "reference"),
+        "cpu_ratio_reference_to_baseline": ratios(cpu, "reference"),
         "index_cost_us_per_row": 1e6 * (index["median_s"] - base["median_s"]) / rows,
         "index_cpu_cost_us_per_row": 1e6 * (index["cpu_median_s"] - base["cpu_median_s"]) / rows,
+        "reference_cpu_cost_us_per_row": 1e6
+        * (reference["cpu_median_s"] - base["cpu_median_s"])
+        / rows,
     }
 
 
@@ -219,23 +315,38 @@ class Built:
     by_subject: dict[str, list[tuple[int, IndexEntry]]]
     distinct_pairs: int  # counted from the raw values, without hashing
     rows: int
+    equal_to_reference: bool  # every entry as the implementation before gave it
+    items_sha256: str  # of every item but updated_at, in the lake's order
+
+
+def _comparable(entry: IndexEntry) -> dict[str, Any]:
+    """An entry as compared: all fields but updated_at, every row hint, the fields set."""
+    fields = entry.model_dump(exclude={"updated_at"})
+    return {**fields, "row_hints": list(entry.row_hints), "set": sorted(entry.model_fields_set)}
 
 
 def build_index(objects: Objects) -> Built:
     per_object: list[list[IndexEntry]] = []
     by_subject: dict[str, list[tuple[int, IndexEntry]]] = defaultdict(list)
     distinct = rows = 0
+    equal = True
+    digest = hashlib.sha256()
     columns = objects.dataset.subject_columns
     for i in range(len(objects.refs)):
         table = objects.read(i)
         entries = objects.index(i, table)
+        found = [_comparable(e) for e in entries]
+        reference = objects.index(i, table, indexer=reference_entries)
+        equal = equal and found == [_comparable(e) for e in reference]
+        for item in found:
+            digest.update(json.dumps(item, sort_keys=True, default=str).encode())
         per_object.append(entries)
         for entry in entries:
             by_subject[entry.subject_hash].append((i, entry))
         present = table.filter(_all([pc.is_valid(table.column(c)) for c in columns]))
         distinct += present.group_by(columns).aggregate([]).num_rows
         rows += table.num_rows
-    return Built(per_object, dict(by_subject), distinct, rows)
+    return Built(per_object, dict(by_subject), distinct, rows, equal, digest.hexdigest())
 
 
 def _row_item_cost(
@@ -306,6 +417,8 @@ def measure_items(built: Built) -> dict[str, Any]:
         "items": items,
         "distinct_subject_object_pairs": built.distinct_pairs,
         "items_equal_distinct_pairs": items == built.distinct_pairs,
+        "items_equal_reference": built.equal_to_reference,
+        "items_sha256": built.items_sha256,
         "rows_per_item": built.rows / items,
         "entries_with_truncated_hints": truncated,
         "item_bytes": {"p50": float(np.percentile(sizes, 50)), "max": max(sizes)},
@@ -433,11 +546,12 @@ def _by_co_residents(per_subject: list[dict[str, Any]]) -> list[dict[str, float]
 
 
 class _CountingTable:
-    """Just enough of a boto3 Table for DynamoSubjectIndex.replace_object, counting writes."""
+    """Just enough of a boto3 Table for DynamoSubjectIndex.replace_object, counting writes
+    (puts, deletes, and updates: replace_object flags the subjects an object no longer holds)."""
 
     def __init__(self, items: Iterable[dict[str, Any]]) -> None:
         self.items = {(i["subject_hash"], i["object_url"]): i for i in items}
-        self.puts = self.deletes = 0
+        self.puts = self.deletes = self.updates = 0
 
     def query(self, **kwargs: Any) -> dict[str, Any]:
         url = kwargs["ExpressionAttributeValues"][":u"]
@@ -461,6 +575,14 @@ class _CountingTable:
         self.deletes += 1
         del self.items[(Key["subject_hash"], Key["object_url"])]
 
+    def update_item(
+        self, Key: dict[str, Any], ExpressionAttributeValues: dict[str, Any], **_: Any
+    ) -> None:
+        self.updates += 1
+        self.items[(Key["subject_hash"], Key["object_url"])]["deleted"] = ExpressionAttributeValues[
+            ":d"
+        ]
+
 
 def verify_replace_object(
     objects: Objects, built: Built, number: int, max_objects: int = 20
@@ -472,7 +594,7 @@ def verify_replace_object(
     values = model.key_values(number)
     digest = subject_hash(KEY, model.columns, values)
     own = built.by_subject.get(digest, [])[:max_objects]
-    puts = deletes = expected = changed_besides_version = analytic_shifted = 0
+    puts = deletes = updates = expected = changed_besides_version = analytic_shifted = 0
     for i, erased in own:
         old = built.per_object[i]
         table = objects.read(i)
@@ -488,6 +610,7 @@ def verify_replace_object(
         DynamoSubjectIndex(fake).replace_object(new_ref.object_url, new)
         puts += fake.puts
         deletes += fake.deletes
+        updates += fake.updates
         expected += len(old)
         analytic_shifted += _stale_after_removal(old, erased)[0]
         before = {e.subject_hash: (e.rows, e.row_hints) for e in old}
@@ -498,7 +621,8 @@ def verify_replace_object(
         "objects": len(own),
         "puts": puts,
         "deletes": deletes,
-        "writes": puts + deletes,
+        "flags": updates,
+        "writes": puts + deletes + updates,
         "formula_writes": expected,
         "entries_changed_besides_version_etag": changed_besides_version,
         "entries_with_shifted_hints_by_formula": analytic_shifted,
@@ -539,8 +663,9 @@ def _add(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
 def measure_spark(
     objects: Objects, repeats: int, single_process_s: float, grouped_tasks: int
 ) -> dict[str, Any]:
-    """The build as a local[2] Spark job: one task per object (as the index job runs), then the
-    objects grouped into `grouped_tasks` tasks. Start-up and the first job are reported apart."""
+    """The build as a local[2] Spark job: one task per object (as the index job ran before),
+    then the objects grouped into `grouped_tasks` tasks. Start-up and the first job are reported
+    apart."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -719,11 +844,10 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def _md_build(build: dict[str, Any]) -> list[str]:
-    b, x = build["baseline_read_touch"], build["index"]
-    r, c = build["time_ratio_index_to_baseline"], build["cpu_ratio_index_to_baseline"]
+    b, x, p = build["baseline_read_touch"], build["index"], build["reference"]
     lines = [
-        f"**1. Index build** ({build['repeats']} repeats after a warm-up, baseline and index "
-        "alternating; median [min-max]; wall time, and CPU time of the process)",
+        f"**1. Index build** ({build['repeats']} repeats after a warm-up, the three runs in a "
+        "rotating order; median [min-max]; wall time, and CPU time of the process)",
         "",
         "| measurement | wall s | min-max | rows/s | CPU s | min-max | rows per CPU s |",
         "|---|---:|---:|---:|---:|---:|---:|",
@@ -731,6 +855,7 @@ def _md_build(build: dict[str, Any]) -> list[str]:
     for label, side in (
         ("baseline: read + subject column to_pylist", b),
         ("index: read + entries_from_table", x),
+        ("before: read + the per-row implementation", p),
     ):
         lines.append(
             f"| {label} | {side['median_s']:.3f} | {side['min_s']:.3f}-{side['max_s']:.3f} | "
@@ -738,13 +863,20 @@ def _md_build(build: dict[str, Any]) -> list[str]:
             f"{side['cpu_min_s']:.3f}-{side['cpu_max_s']:.3f} | "
             f"{_n(side['cpu_rows_per_s_median'])} |"
         )
+    for label, name in (("index", "index"), ("before", "reference")):
+        r = build[f"time_ratio_{name}_to_baseline"]
+        c = build[f"cpu_ratio_{name}_to_baseline"]
+        lines.append(
+            f"| **ratio {label} / baseline** | **{r['median']:.2f}x** | "
+            f"{r['min']:.2f}-{r['max']:.2f}x | | **{c['median']:.2f}x** | "
+            f"{c['min']:.2f}-{c['max']:.2f}x | |"
+        )
     return [
         *lines,
-        f"| **ratio index / baseline** | **{r['median']:.2f}x** | {r['min']:.2f}-{r['max']:.2f}x "
-        f"| | **{c['median']:.2f}x** | {c['min']:.2f}-{c['max']:.2f}x | |",
         "",
         f"Indexing costs {build['index_cost_us_per_row']:.2f} us (wall) and "
-        f"{build['index_cpu_cost_us_per_row']:.2f} us (CPU) per row on top of the read.",
+        f"{build['index_cpu_cost_us_per_row']:.2f} us (CPU) per row on top of the read; the "
+        f"implementation before cost {build['reference_cpu_cost_us_per_row']:.2f} us (CPU).",
     ]
 
 
@@ -792,7 +924,9 @@ def _md_items(result: dict[str, Any]) -> list[str]:
         "",
         f"Items = distinct (subject, object) pairs: {items['items']:,} items, "
         f"{items['distinct_subject_object_pairs']:,} pairs counted without hashing "
-        f"({'equal' if items['items_equal_distinct_pairs'] else 'DIFFERENT'}); "
+        f"({'equal' if items['items_equal_distinct_pairs'] else 'DIFFERENT'}); every item "
+        f"{'equal to' if items['items_equal_reference'] else 'DIFFERENT from'} the "
+        f"implementation before's (SHA-256 of the items {items['items_sha256'][:16]}...); "
         f"{items['rows_per_item']:.2f} rows per item; "
         f"mean item {pm['lethe']['mean_item_bytes']:.0f} B, "
         f"max {items['item_bytes']['max']} B; {items['entries_with_truncated_hints']:,} entries "

@@ -1,7 +1,7 @@
 """The erase job: remove an approved request's subjects from every object and every stored
 version its frozen report lists, then (a second run, `--mode verify`) prove it.
 
-Erase (one Spark task per group of objects, grouped by bytes so small objects share a task):
+Erase (one Spark task per group of objects, `tasks.task_groups`: small objects share a task):
 
 1. read the manifest and refuse it unless its SHA-256 is the one the approver saw;
 2. per object, list every version and delete marker of the exact key (lethe_shared.s3);
@@ -50,6 +50,7 @@ from lethe_jobs.errors import JobError
 from lethe_jobs.index_core import add_required
 from lethe_jobs.objects import ObjectKind, object_kind
 from lethe_jobs.session import configure_logging
+from lethe_jobs.tasks import task_groups
 from lethe_shared.catalog import Buckets
 from lethe_shared.datasets import Dataset
 from lethe_shared.erasure_report import (
@@ -82,7 +83,6 @@ from lethe_shared.s3 import (
 LOG = logging.getLogger("lethe.erase")
 ERASURE_METADATA = "lethe-erasure"  # the request that wrote the version
 MAX_ATTEMPTS = 5  # reads of one object while producers keep writing it
-TASK_BYTES = 256 * 1024 * 1024  # objects per Spark task, by current-version size
 MODES = ("erase", "verify")
 
 
@@ -319,20 +319,6 @@ def verify_object(store: ObjectStore, result: ObjectResult, ctx: EraseSettings) 
     )  # fmt: skip
 
 
-def task_groups(items: Sequence[ManifestObject], task_bytes: int = TASK_BYTES) -> list[list[int]]:
-    """Indexes of `items` grouped so that each group holds about `task_bytes` of current
-    versions (a large object gets a group of its own); order kept inside groups."""
-    groups: list[list[int]] = []
-    size = 0
-    for index, item in enumerate(items):
-        if not groups or size + item.size > task_bytes:
-            groups.append([])
-            size = 0
-        groups[-1].append(index)
-        size += item.size
-    return groups
-
-
 def _erase_partition(items: Iterable[str], ctx: EraseSettings) -> Iterator[str]:
     configure_logging(ctx.correlation_id)  # an executor's Python worker logs on its own
     store = S3ObjectStore(boto3.client("s3"))
@@ -403,7 +389,7 @@ def run_erase(
     ctx = _settings(args, manifest, ports)
     items = list(manifest.objects)
     LOG.info("erasing %d subject hashes from %d objects", len(ctx.hashes), len(items))
-    groups = [[items[i].model_dump_json() for i in g] for g in task_groups(items)]
+    groups = [[items[i].model_dump_json() for i in g] for g in task_groups([i.size for i in items])]
     by_url = {
         r.object_url: r
         for r in map(

@@ -12,9 +12,10 @@ rows erasure finds for a subject hash are exactly the row hints the index gives 
   physical line a record starts on (1-based);
 - raw Parquet: the reader's Spark-compatible columns + `raw_subject_rows`, one row group at a
   time; coordinate = row index (0-based) in the file;
-- lake Parquet: `arrow_index.entries_from_table` with the Hive partition values of the key as
-  constants (as `lake_object_entries`), one row group at a time; a subject column that is a
-  partition column matches every row of the file;
+- lake Parquet: `arrow_index.row_subject_hashes` (the per-row hashing `entries_from_table`
+  groups into entries) with the Hive partition values of the key as constants (as
+  `lake_object_entries`), one row group at a time; a subject column that is a partition column
+  matches every row of the file;
 - quarantine JSON Lines: `indexing.quarantine_subject_rows` (each line's "record").
 
 A null subject value (or a null parent struct) is nobody's and never matches; `0` and `""` are
@@ -78,17 +79,17 @@ from lethe_jobs.arrow_bridge import to_spark_compatible
 from lethe_jobs.errors import UnreadableFileError
 from lethe_jobs.indexing import (
     UnreadableObjectError,
-    entries_of_rows,
     quarantine_subject_rows,
     raw_subject_rows,
+    subject_hashes_of_rows,
 )
 from lethe_jobs.objects import ObjectKind
 from lethe_jobs.readers import RawRecords, csv_reader, open_payload, read_raw
 from lethe_jobs.validate import POSITION
-from lethe_shared.arrow_index import ObjectRef, entries_from_table
+from lethe_shared.arrow_index import ObjectRef, row_subject_hashes
 from lethe_shared.catalog import Zone
 from lethe_shared.datasets import CsvOptions, DataFormat, Dataset, hive_partition_values
-from lethe_shared.subjects import KEY_MIN_BYTES, IndexEntry
+from lethe_shared.subjects import KEY_MIN_BYTES
 
 _HASH = re.compile(r"[0-9a-f]{64}")
 _BOM = "\ufeff"
@@ -231,9 +232,14 @@ def _rewrite_needed(matches: RowMatches) -> bool:
 # ----------------------------------------------------------------------------- matching
 
 
-def _matched(entries: Iterable[IndexEntry], hashes: frozenset[str]) -> list[int]:
-    """The row hints of the entries of the selected subjects: every row of theirs."""
-    return [hint for entry in entries if entry.subject_hash in hashes for hint in entry.row_hints]
+def _matched(coordinates: Any, hashes: Any, selected: frozenset[str]) -> list[int]:
+    """The coordinates of the rows whose subject hash (an Arrow string array, one per row; null:
+    nobody's) is selected, ascending."""
+    if not selected or len(hashes) == 0:
+        return []
+    chosen = pc.is_in(hashes, value_set=pa.array(sorted(selected), pa.string()))
+    located = pa.array(coordinates, pa.int64())
+    return sorted(located.filter(pc.fill_null(chosen, False)).to_pylist())
 
 
 def _raw_text_matches(
@@ -244,9 +250,9 @@ def _raw_text_matches(
         records = read_raw(path, dataset, workdir)
     except UnreadableFileError as exc:
         raise UnreadableObjectError(f"unreadable raw object: {exc.reason}") from exc
-    ref = ObjectRef(object_key, Zone.RAW, dataset.format.value)
-    entries = entries_of_rows(raw_subject_rows(records, dataset), dataset, ref, key=matcher.key)
-    return RowMatches(records.rows_read, tuple(sorted(_matched(entries, matcher.hashes))))
+    rows = raw_subject_rows(records, dataset)
+    hashes = subject_hashes_of_rows(rows, dataset, key=matcher.key)
+    return RowMatches(records.rows_read, tuple(_matched(rows.coordinates, hashes, matcher.hashes)))
 
 
 def _quarantine_matches(path: Path, object_key: str, matcher: SubjectMatcher) -> RowMatches:
@@ -256,9 +262,10 @@ def _quarantine_matches(path: Path, object_key: str, matcher: SubjectMatcher) ->
             rows = quarantine_subject_rows(lines, dataset)
     except UnicodeDecodeError as exc:
         raise UnreadableObjectError(f"not UTF-8 text: {exc}") from exc
-    ref = ObjectRef(object_key, Zone.LAKE, "jsonl")
-    entries = entries_of_rows(rows, dataset, ref, key=matcher.key)
-    return RowMatches(len(rows.coordinates), tuple(sorted(_matched(entries, matcher.hashes))))
+    hashes = subject_hashes_of_rows(rows, dataset, key=matcher.key)
+    return RowMatches(
+        len(rows.coordinates), tuple(_matched(rows.coordinates, hashes, matcher.hashes))
+    )
 
 
 def _open_parquet(path: Path, int96_unit: str | None = None) -> Any:
@@ -300,12 +307,13 @@ def _group_matches(group: Any, offset: int, ref: ObjectRef, matcher: SubjectMatc
     if ref.zone is Zone.RAW:  # as readers._read_parquet gives the rows to raw_subject_rows
         typed = to_spark_compatible(group)
         table = pa.table([positions, *typed.columns], names=[POSITION, *typed.column_names])
-        records = RawRecords(table, "row", list(typed.column_names))
-        entries = entries_of_rows(raw_subject_rows(records, dataset), dataset, ref, key=key)
-    else:  # as arrow_index.lake_object_entries (POSITION keeps the row count without columns)
-        table = pa.table([positions, *group.columns], names=[POSITION, *group.column_names])
-        entries = entries_from_table(table, dataset, ref, key=key, coordinates=coordinates)
-    return sorted(_matched(entries, matcher.hashes))
+        rows = raw_subject_rows(RawRecords(table, "row", list(typed.column_names)), dataset)
+        hashes = subject_hashes_of_rows(rows, dataset, key=key)
+        return _matched(rows.coordinates, hashes, matcher.hashes)
+    # as arrow_index.lake_object_entries (POSITION keeps the row count without columns)
+    table = pa.table([positions, *group.columns], names=[POSITION, *group.column_names])
+    hashes = row_subject_hashes(table, dataset, ref.constants, key=key)
+    return _matched(coordinates, hashes, matcher.hashes)
 
 
 # ------------------------------------------------------------------------ text rewriting

@@ -1,7 +1,9 @@
 """The index job: make the subject index entries of given objects match their current content.
 
 For a lake that existed before Lethe (backfill), for lake objects too large for the indexer
-Lambda, and for raw keys whose current version changed by a delete. One Spark task per object:
+Lambda, and for raw keys whose current version changed by a delete. Objects are spread over
+Spark tasks by `tasks.task_groups` (small objects share a task; sizes when the object list gives
+them, else by count); per object:
 
 1. classify the key (`objects.object_kind`): raw, lake Parquet, quarantine rows, or no rows
    (a quarantine report, `_SUCCESS`, ...: skipped);
@@ -39,6 +41,7 @@ from lethe_jobs.errors import InvalidObjectListError
 from lethe_jobs.indexing import StoredObject, UnreadableObjectError, object_entries
 from lethe_jobs.objects import ObjectKind, object_kind
 from lethe_jobs.session import configure_logging
+from lethe_jobs.tasks import grouped_items
 from lethe_shared.catalog import Buckets
 from lethe_shared.datasets import Dataset
 from lethe_shared.index_maintenance import (
@@ -59,13 +62,15 @@ FALSE_WORDS = frozenset({"false", "no", "0"})
 
 
 class ObjectLocation(BaseModel):
-    """One object to index: `{"bucket", "key"}`, optionally `"version_id"`."""
+    """One object to index: `{"bucket", "key"}`, optionally `"version_id"` and `"size"` (bytes,
+    as a listing gives it: only to group small objects into Spark tasks)."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     bucket: str = Field(min_length=3)
     key: str = Field(min_length=1)
     version_id: str | None = None
+    size: int | None = Field(default=None, ge=0)
 
     @property
     def url(self) -> str:
@@ -160,7 +165,10 @@ def parse_objects(document: Any, dataset_id: str, buckets: Buckets) -> list[Obje
             f"{len(outside)} object(s) are not under dataset {dataset_id!r} in the raw or lake "
             f"bucket, e.g. {outside[0]}"
         )
-    return list(dict.fromkeys(locations))
+    unique: dict[tuple[str, str, str | None], ObjectLocation] = {}
+    for location in locations:  # the same object twice, with a size or without: once
+        unique.setdefault((location.bucket, location.key, location.version_id), location)
+    return list(unique.values())
 
 
 def read_objects(objects: ObjectStore, args: IndexArgs) -> list[ObjectLocation]:
@@ -294,11 +302,12 @@ def index_partition(items: Iterable[str], ctx: IndexSettings) -> Iterator[dict[s
 def index_objects(
     spark: SparkSession, locations: Sequence[ObjectLocation], ctx: IndexSettings
 ) -> list[Outcome]:
-    """One Spark task per object; the outcomes in the order of `locations`."""
+    """The objects in Spark tasks grouped by `tasks.task_groups`; the outcomes in the order of
+    `locations`."""
     if not locations:
         return []
     items = [loc.model_dump_json() for loc in locations]
-    rdd = spark.sparkContext.parallelize(items, numSlices=len(items))
+    rdd = grouped_items(spark, items, [loc.size for loc in locations])
     return [Outcome(**o) for o in rdd.mapPartitions(lambda p: index_partition(p, ctx)).collect()]
 
 

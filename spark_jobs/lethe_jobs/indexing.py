@@ -31,7 +31,12 @@ from lethe_jobs.objects import ObjectKind
 from lethe_jobs.readers import RawRecords, read_raw
 from lethe_jobs.subject_values import json_leaf_text, subject_text
 from lethe_jobs.validate import POSITION, RECORD
-from lethe_shared.arrow_index import ObjectRef, entries_from_table, lake_object_entries
+from lethe_shared.arrow_index import (
+    ObjectRef,
+    entries_from_table,
+    lake_object_entries,
+    row_subject_hashes,
+)
 from lethe_shared.catalog import Zone
 from lethe_shared.datasets import Dataset, hive_partition_values
 from lethe_shared.s3 import s3_url
@@ -189,6 +194,14 @@ def entries_of_rows(
         return []
     table = subject_table(dataset, rows.texts)
     return entries_from_table(table, dataset, ref, key=key, coordinates=rows.coordinates)
+
+
+def subject_hashes_of_rows(rows: SubjectRows, dataset: Dataset, *, key: bytes) -> Any:
+    """The subject hash of each of `rows` (an Arrow string array in `rows.coordinates` order;
+    null: nobody's), as `entries_of_rows` hashes them: the erase job's matching."""
+    if not rows.coordinates:
+        return pa.array([], pa.string())
+    return row_subject_hashes(subject_table(dataset, rows.texts), dataset, {}, key=key)
 
 
 def raw_entries(

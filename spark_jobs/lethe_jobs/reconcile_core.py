@@ -2,8 +2,9 @@
 
 1. list every key under `<dataset>/` in the raw and lake buckets, with versions: current
    objects, and keys hidden by a delete marker that still hold older versions;
-2. compute the entries each current object should have, one Spark task per object, with the
-   index job's code (`indexing.object_entries`);
+2. compute the entries each current object should have with the index job's code
+   (`indexing.object_entries`), in Spark tasks grouped by the listed sizes (`tasks.task_groups`:
+   small objects share a task, a large one has its own);
 3. read the dataset's entries (GSI by_dataset: keys, rows, deleted);
 4. compare per (object, subject) (`drift`, a pure DataFrame transformation):
    - `missing`: the object holds the subject's rows and no visible entry says so (no entry, or
@@ -27,7 +28,7 @@ import argparse
 import json
 import logging
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -49,6 +50,7 @@ from lethe_jobs.index_core import (
 from lethe_jobs.indexing import StoredObject, UnreadableObjectError, object_entries
 from lethe_jobs.objects import ObjectKind, list_prefix, object_kind
 from lethe_jobs.session import configure_logging
+from lethe_jobs.tasks import grouped_items
 from lethe_shared.catalog import Buckets
 from lethe_shared.datasets import Dataset
 from lethe_shared.registry import DatasetRegistry, require_dataset
@@ -97,7 +99,11 @@ def scan_dataset(store: ObjectStore, dataset: Dataset, buckets: Buckets) -> Scan
         for key, head in sorted(listing.current.items()):
             kind = object_kind(dataset.dataset_id, bucket, key, buckets)
             if kind is not ObjectKind.NO_ROWS:
-                objects.append(ObjectLocation(bucket=bucket, key=key, version_id=head.version_id))
+                objects.append(
+                    ObjectLocation(
+                        bucket=bucket, key=key, version_id=head.version_id, size=head.size
+                    )
+                )
     return Scan(objects, hidden, with_older)
 
 
@@ -138,11 +144,11 @@ def expected_partition(items: Iterable[str], ctx: ExpectSettings) -> Iterator[tu
 def expected_entries(
     spark: SparkSession, objects: Sequence[ObjectLocation], ctx: ExpectSettings
 ) -> DataFrame:
-    """One Spark task per object."""
+    """The expected entries (ENTRY_SCHEMA), objects in Spark tasks grouped by their sizes."""
     if not objects:
         return spark.createDataFrame([], ENTRY_SCHEMA)
     items = [o.model_dump_json() for o in objects]
-    rdd = spark.sparkContext.parallelize(items, numSlices=len(items))
+    rdd = grouped_items(spark, items, [o.size for o in objects])
     return spark.createDataFrame(
         rdd.mapPartitions(lambda p: expected_partition(p, ctx)), ENTRY_SCHEMA
     )
@@ -216,7 +222,14 @@ class FixPlan:
     remove: list[str]  # entries that name no object of the dataset: removed
 
 
-def fix_plan(urls: Iterable[str], dataset_id: str, buckets: Buckets) -> FixPlan:
+def fix_plan(
+    urls: Iterable[str],
+    dataset_id: str,
+    buckets: Buckets,
+    sizes: Mapping[str, int | None] | None = None,
+) -> FixPlan:
+    """What `--fix` does for the drifted objects (`sizes`: the scan's, by URL, to group the
+    re-indexing into tasks)."""
     reindex: list[ObjectLocation] = []
     remove: list[str] = []
     for url in sorted(set(urls)):
@@ -226,7 +239,7 @@ def fix_plan(urls: Iterable[str], dataset_id: str, buckets: Buckets) -> FixPlan:
         except ValueError:
             remove.append(url)
             continue
-        reindex.append(ObjectLocation(bucket=bucket, key=key))
+        reindex.append(ObjectLocation(bucket=bucket, key=key, size=(sizes or {}).get(url)))
     return FixPlan(reindex, remove)
 
 
@@ -308,7 +321,8 @@ def run_reconcile(
     counts = {kind: found_drift[kind]["count"] for kind in DRIFT_KINDS}
     LOG.info("drift: %s", json.dumps(counts, sort_keys=True))
     if args.fix:
-        plan = fix_plan(drifted_urls, dataset.dataset_id, args.buckets)
+        sizes = {o.url: o.size for o in scan.objects}
+        plan = fix_plan(drifted_urls, dataset.dataset_id, args.buckets, sizes)
         settings = IndexSettings(
             dataset=dataset,
             buckets=args.buckets,

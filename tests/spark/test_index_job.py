@@ -10,6 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from pyspark.sql import SparkSession
 
 from index import main as index_main
 from ingest import main as ingest_main
@@ -279,6 +280,48 @@ def test_a_backfill_gives_the_index_ingestion_gave(
     # the first run left what ingestion wrote to ingestion, the second indexed it
     assert (default["objects"], default["indexed"], default["skipped"]) == (4, 1, 3)
     assert (everything["indexed"], everything["skipped"]) == (3, 1)
+
+
+def _tasks_of_group(spark: SparkSession, group: str) -> int:
+    """How many Spark tasks the jobs of a job group ran."""
+    tracker = spark.sparkContext.statusTracker()
+    stages = [
+        stage
+        for job in tracker.getJobIdsForGroup(group)
+        for stage in tracker.getJobInfo(job).stageIds  # type: ignore[union-attr]
+    ]
+    return sum(tracker.getStageInfo(s).numTasks for s in stages)  # type: ignore[union-attr]
+
+
+def test_small_objects_share_spark_tasks_with_the_outcomes_of_one_task_each(
+    cloud: Cloud, run_index: IndexRunner, spark: SparkSession
+) -> None:
+    # Given 12 small lake files (and a _SUCCESS marker), subjects shared between them
+    cloud.register(ORDERS)
+    keys = [f"orders/country=C{i:02d}/part-00000.parquet" for i in range(12)]
+    for i, key in enumerate(keys):
+        cloud.put_lake_parquet(key, _customers(f"c{i}", "shared", None, f"c{i % 3}"))
+    cloud.s3.put_object(Bucket=LAKE, Key=SUCCESS, Body=b"")
+    objects = [*map(_lake, keys), _lake(SUCCESS)]
+
+    # When the index job indexes them in one run (unknown sizes: grouped by count, one task
+    # per core of the local[2] session)
+    spark.sparkContext.setJobGroup("grouped-index", "13 objects in one run")
+    try:
+        grouped = run_index.objects("orders", objects)
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+    tasks = _tasks_of_group(spark, "grouped-index")
+    entries = cloud.entries()
+
+    # Then they ran in 2 tasks, not 13
+    assert tasks == 2
+    # and the index and the outcomes are those of indexing each object in a run of its own
+    cloud.clear_index()
+    alone = [run_index.objects("orders", [o], "--force") for o in objects]
+    assert cloud.entries() == entries
+    assert grouped == {k: sum(a[k] for a in alone) for k in grouped}
+    assert (grouped["indexed"], grouped["skipped"], grouped["entries_written"]) == (12, 1, 33)
 
 
 def test_objects_outside_the_dataset_and_unknown_datasets_fail_the_run(

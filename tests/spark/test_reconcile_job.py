@@ -12,13 +12,23 @@ from pyspark.sql import SparkSession
 from pyspark.testing import assertDataFrameEqual
 
 from ingest import main as ingest_main
-from lethe_jobs.reconcile_core import ENTRY_SCHEMA, FOUND_SCHEMA, drift
-from lethe_shared.catalog import Zone
+from lethe_jobs.reconcile_core import (
+    ENTRY_SCHEMA,
+    FOUND_SCHEMA,
+    ExpectSettings,
+    drift,
+    expected_entries,
+    scan_dataset,
+)
+from lethe_shared.catalog import Buckets, Zone
+from lethe_shared.datasets import parse_dataset
+from lethe_shared.s3 import S3ObjectStore
 from lethe_shared.subjects import IndexEntry
 from reconcile import main as reconcile_main
 from tests.spark.cloud import (
     COMMON_JOB_ARGS,
     GLUE_ARGS,
+    HASH_KEY,
     LAKE,
     RAW,
     REPORTS,
@@ -189,3 +199,29 @@ def test_reconcile_finds_injected_drift_and_fixes_it(
     report = _report(cloud, "rec-3")
     assert (report["objects_scanned"], report["objects_hidden"]) == (3, 1)
     assert (report["entries_expected"], report["entries_found"]) == (5, 6)
+
+
+def test_the_scan_groups_small_objects_into_tasks_with_the_same_expected_entries(
+    cloud: Cloud, capsys: pytest.CaptureFixture[str], spark: SparkSession
+) -> None:
+    # Given the reviews CSV ingested: 4 small objects (raw CSV, two day files, quarantine)
+    cloud.register(REVIEWS)
+    version = cloud.upload(REVIEWS_KEY, (FIXTURES / "reviews-batch-1.csv").read_bytes(), "reviews")
+    JobRunner(ingest_main, GLUE_ARGS, capsys)(*ingest_args("reviews", REVIEWS_KEY, version))
+    dataset = parse_dataset(REVIEWS)
+    buckets = Buckets(raw=RAW, lake=LAKE)
+    scan = scan_dataset(S3ObjectStore(cloud.s3), dataset, buckets)
+    ctx = ExpectSettings(dataset, buckets, "rec-tasks", HASH_KEY)
+
+    # When the scan computes what each object should hold
+    expected = expected_entries(spark, scan.objects, ctx)
+
+    # Then the objects, with the sizes the listing gave, share tasks (one per core of local[2])
+    assert [o.size for o in scan.objects] == [
+        cloud.s3.head_object(Bucket=o.bucket, Key=o.key)["ContentLength"] for o in scan.objects
+    ]
+    assert (len(scan.objects), expected.rdd.getNumPartitions()) == (4, 2)
+    # and the entries are those of one task per object, and the ones ingestion wrote
+    alone = [r for o in scan.objects for r in expected_entries(spark, [o], ctx).collect()]
+    assert sorted(expected.collect()) == sorted(alone)
+    assert sorted(tuple(r) for r in alone) == sorted((e[1], e[0], e[4]) for e in cloud.entries())

@@ -1,0 +1,554 @@
+"""The Arrow implementation of `entries_from_table` gives exactly what the per-row implementation
+it replaced gave (kept below, verbatim, as `reference_entries`): same subject hashes, rows, row
+hints (all of them, in row order), order, object fields and validated model, for every input;
+the same exception type where the reference raised. Randomized tables (seeded) and edge cases:
+every subject column type, composite keys, nested struct paths, nulls and null parents, `0` and
+`""`, constants, chunking, dictionaries, and values Python holds equal across types (True == 1).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import gc
+import hashlib
+import hmac
+import itertools
+import pickle
+import random
+from collections.abc import Mapping, Sequence
+from decimal import Decimal
+from types import SimpleNamespace
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from pydantic import ValidationError
+
+from lethe_shared import arrow_index
+from lethe_shared.arrow_index import (
+    ObjectRef,
+    entries_from_table,
+    row_subject_hashes,
+    row_subjects,
+)
+from lethe_shared.catalog import Zone
+from lethe_shared.subjects import IndexEntry, composite_text, subject_hash
+
+KEY = b"equality-test-key-0123456789abcdef"
+REF = ObjectRef(
+    object_url="s3://lake/ds/part-1.parquet",
+    zone=Zone.LAKE,
+    format="parquet",
+    version_id="v1",
+    etag='"e1"',
+)
+
+
+# ------------------------------------------------- the implementation before, verbatim
+
+
+def reference_subject_values(table: pa.Table, path: str, constants: Mapping[str, Any]) -> list[Any]:
+    """The values of one subject column path (`customer.id`) for every row."""
+    head, *rest = path.split(".")
+    if head not in table.column_names:
+        if head in constants and not rest:
+            return [constants[head]] * table.num_rows
+        return [None] * table.num_rows
+    column: Any = table.column(head)
+    for part in rest:
+        if not pa.types.is_struct(column.type) or column.type.get_field_index(part) < 0:
+            return [None] * table.num_rows
+        column = pc.struct_field(column, part)
+    return list(column.to_pylist())
+
+
+def reference_entries(
+    table: pa.Table,
+    dataset: Any,
+    ref: ObjectRef,
+    *,
+    key: bytes,
+    coordinates: Sequence[int] | None = None,
+) -> list[IndexEntry]:
+    if coordinates is not None and len(coordinates) != table.num_rows:
+        raise ValueError("one coordinate per row")
+    columns = dataset.subject_columns
+    per_column = [reference_subject_values(table, path, ref.constants) for path in columns]
+    rows: dict[str, list[int]] = {}
+    cache: dict[tuple[Any, ...], str] = {}  # keyed with types: True == 1 in Python
+    for index, values in enumerate(zip(*per_column, strict=True)):
+        if any(v is None for v in values):
+            continue
+        typed = tuple((type(v), v) for v in values)
+        digest = cache.get(typed)
+        if digest is None:
+            digest = subject_hash(key, columns, list(values))
+            cache[typed] = digest
+        rows.setdefault(digest, []).append(coordinates[index] if coordinates is not None else index)
+    return [
+        IndexEntry(
+            subject_hash=digest,
+            object_url=ref.object_url,
+            dataset_id=dataset.dataset_id,
+            zone=ref.zone,
+            format=ref.format,
+            rows=len(hints),
+            row_hints=tuple(hints),
+            version_id=ref.version_id,
+            etag=ref.etag,
+        )
+        for digest, hints in sorted(rows.items())
+    ]
+
+
+# ------------------------------------------------------------------------------ helpers
+
+
+def dataset(*columns: str) -> Any:
+    """entries_from_table reads `subject_columns` and `dataset_id` only; a stand-in lets a
+    subject column have any Arrow type, including those a dataset document refuses."""
+    return SimpleNamespace(dataset_id="ds", subject_columns=list(columns))
+
+
+def comparable(entries: list[IndexEntry]) -> list[dict[str, Any]]:
+    return [
+        {**e.model_dump(exclude={"updated_at"}), "fields_set": sorted(e.model_fields_set)}
+        for e in entries
+    ]
+
+
+def assert_same(
+    table: pa.Table,
+    columns: Sequence[str],
+    constants: Mapping[str, Any] | None = None,
+    coordinates: Sequence[int] | None = None,
+    key: bytes = KEY,
+) -> list[IndexEntry]:
+    """The new implementation gives the reference's entries, or raises the same exception."""
+    data = dataset(*columns)
+    ref = ObjectRef(**{**REF.__dict__, "constants": dict(constants or {})})
+    try:
+        expected = reference_entries(table, data, ref, key=key, coordinates=coordinates)
+    except Exception as exc:  # the new implementation must fail the same way
+        with pytest.raises(type(exc)):
+            entries_from_table(table, data, ref, key=key, coordinates=coordinates)
+        return []
+    found = entries_from_table(table, data, ref, key=key, coordinates=coordinates)
+    assert comparable(found) == comparable(expected)
+    assert len({e.updated_at for e in found}) <= 1  # one per call
+    assert_row_hashes(table, data, ref, found, coordinates, key)
+    return found
+
+
+def assert_row_hashes(
+    table: pa.Table,
+    data: Any,
+    ref: ObjectRef,
+    entries: list[IndexEntry],
+    coordinates: Sequence[int] | None,
+    key: bytes,
+) -> None:
+    """row_subject_hashes gives each row the hash of the entry that lists it."""
+    hashes = row_subject_hashes(table, data, ref.constants, key=key).to_pylist()
+    assert len(hashes) == table.num_rows
+    located = list(coordinates) if coordinates is not None else list(range(table.num_rows))
+    hinted = {h: e.subject_hash for e in entries for h in e.row_hints}
+    by_row = {i: hinted[c] for i, c in enumerate(located) if c in hinted}
+    if coordinates is None or len(set(located)) == len(located):  # coordinates locate rows
+        assert hashes == [by_row.get(i) for i in range(table.num_rows)]
+    found = sorted(
+        (h, c) for h, c in zip(hashes, located, strict=True) if h is not None
+    )  # every row with a subject is in its entry's hints
+    assert found == sorted((e.subject_hash, h) for e in entries for h in e.row_hints)
+
+
+def chunked(values: list[Any], type_: pa.DataType, rng: random.Random) -> pa.ChunkedArray:
+    cuts = sorted(rng.randint(0, len(values)) for _ in range(rng.randint(0, 3)))
+    bounds = [0, *cuts, len(values)]
+    chunks = [pa.array(values[a:b], type_) for a, b in itertools.pairwise(bounds)]
+    return pa.chunked_array(chunks, type_)
+
+
+# ----------------------------------------------------------------------- random tables
+
+STRINGS = ["a", "b", "", "0", "1", "true", "é", "😀", 'q"uote', "back\\slash", "\n", "\u2028", " a"]
+DATES = [dt.date(2026, 11, 22), dt.date(1, 1, 1), dt.date(9999, 12, 31), dt.date(1970, 1, 1)]
+POOLS: dict[str, tuple[pa.DataType, list[Any]]] = {
+    "string": (pa.string(), STRINGS),
+    "large_string": (pa.large_string(), STRINGS),
+    "string_view": (pa.string_view(), STRINGS),
+    "int8": (pa.int8(), [0, 1, -1, 127, -128]),
+    "int16": (pa.int16(), [0, 1, 1001]),
+    "int32": (pa.int32(), [0, 1, -7, 2**31 - 1]),
+    "int64": (pa.int64(), [0, 1, -1, 1001, 2**63 - 1, -(2**63)]),
+    "uint8": (pa.uint8(), [0, 1, 255]),
+    "uint64": (pa.uint64(), [0, 1, 2**64 - 1]),
+    "bool": (pa.bool_(), [True, False]),
+    "date32": (pa.date32(), DATES),
+    "date64": (pa.date64(), DATES),
+    "decimal128": (
+        pa.decimal128(10, 2),
+        [Decimal("12.50"), Decimal("12.5"), Decimal("0.00"), Decimal("-1.10"), Decimal("100")],
+    ),
+    # more digits than the decimal context's 28: normalize() rounds, distinct values share a text
+    "decimal256": (
+        pa.decimal256(40, 0),
+        [Decimal(10**30 + 1), Decimal(10**30 + 2), Decimal(7), Decimal(-(10**35))],
+    ),
+    "decimal32": (pa.decimal32(5, 2), [Decimal("1.50"), Decimal("0.00"), Decimal("-2.00")]),
+    # not subject ids: both implementations fail, but only when such a value is hashed
+    "float64": (pa.float64(), [1.5, 2.5]),
+    "timestamp": (pa.timestamp("us"), [dt.datetime(2026, 1, 1), dt.datetime(2026, 1, 2)]),
+}
+
+
+def random_values(rng: random.Random, pool: list[Any], rows: int, nulls: float) -> list[Any]:
+    return [None if rng.random() < nulls else rng.choice(pool) for _ in range(rows)]
+
+
+def random_column(rng: random.Random, rows: int) -> Any:
+    name = rng.choice([*POOLS, "dictionary"])
+    nulls = rng.choice([0.0, 0.1, 0.5])
+    if name == "dictionary":
+        values = random_values(rng, STRINGS[:4], rows, nulls)
+        dictionary = pa.array(["b", "a", "b", "", "0", "unused"], pa.string())  # repeats
+        codes = {"a": [1], "b": [0, 2], "": [3], "0": [4]}
+        indices = [None if v is None else rng.choice(codes[v]) for v in values]
+        array = pa.DictionaryArray.from_arrays(pa.array(indices, pa.int32()), dictionary)
+        return pa.chunked_array([array])
+    type_, pool = POOLS[name]
+    return chunked(random_values(rng, pool, rows, nulls), type_, rng)
+
+
+def random_case(rng: random.Random) -> dict[str, Any]:
+    rows = rng.choice([0, 1, 2, 5, 20, 60])
+    table: dict[str, Any] = {}
+    paths: list[str] = []
+    constants: dict[str, Any] = {}
+    for i in range(rng.choice([1, 1, 2, 3])):
+        shape = rng.choice(["top", "top", "nested", "constant", "missing"])
+        name = f"c{i}"
+        if shape == "top":
+            table[name] = random_column(rng, rows)
+            paths.append(name)
+        elif shape == "nested":  # struct column `c<i>` with field `id`; null parents
+            column = random_column(rng, rows)
+            child = column.combine_chunks()
+            parents = pa.array([rng.random() < 0.2 for _ in range(rows)], pa.bool_())
+            struct = pa.StructArray.from_arrays(
+                [child, pa.array(range(rows), pa.int64())], names=["id", "n"], mask=parents
+            )
+            table[name] = struct
+            paths.append(rng.choice([f"{name}.id", f"{name}.id", f"{name}.nope", f"{name}.n"]))
+        elif shape == "constant":  # a partition value not stored in the rows
+            constants[name] = rng.choice(["NL", "", "0", None, 7, True, dt.date(2026, 1, 1)])
+            paths.append(rng.choice([name, name, f"{name}.x"]))
+        else:
+            paths.append(name)
+    if rng.random() < 0.2 and table:  # a constant for a column the rows hold: rows win
+        constants[next(iter(table))] = "ignored"
+    table.setdefault("_filler", pa.array(range(rows), pa.int64()))
+    coordinates: Sequence[int] | None = None
+    if rng.random() < 0.5:
+        start = rng.randint(0, 5)
+        coordinates = rng.choice(
+            [
+                list(range(start, start + rows)),
+                sorted(rng.sample(range(10 * rows + 1), rows)),
+                [rng.randint(0, 3) for _ in range(rows)],  # repeated coordinates
+                range(start, start + rows),
+            ]
+        )
+    return {
+        "table": pa.table(table),
+        "columns": paths,
+        "constants": constants,
+        "coordinates": coordinates,
+    }
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_random_tables_give_the_reference_entries(seed: int) -> None:
+    rng = random.Random(seed)
+    produced = 0
+    for _ in range(100):
+        case = random_case(rng)
+        produced += len(assert_same(**case))
+    assert produced > 0  # the cases are not all empty
+
+
+# --------------------------------------------------------------------------- edge cases
+
+
+def union_of(values: list[Any]) -> pa.Array:
+    """A sparse union column of booleans, integers and strings (Python values of mixed types:
+    True == 1 and hash(True) == hash(1) in Python, but they are different subjects)."""
+    kinds = [None if v is None else {bool: 0, int: 1, str: 2}[type(v)] for v in values]
+    children = [
+        pa.array([v if type(v) is t else None for v in values], a)
+        for t, a in ((bool, pa.bool_()), (int, pa.int64()), (str, pa.string()))
+    ]
+    type_ids = pa.array([0 if k is None else k for k in kinds], pa.int8())
+    return pa.UnionArray.from_sparse(type_ids, children)
+
+
+def struct_of(rows: list[dict[str, Any] | None]) -> pa.Array:
+    return pa.array(rows, pa.struct([("id", pa.string()), ("tier", pa.int32())]))
+
+
+EDGE_CASES: dict[str, dict[str, Any]] = {
+    "0 and empty string are subjects, null is not": {
+        "table": pa.table({"u": ["0", "", None, "0", ""]}),
+        "columns": ["u"],
+    },
+    "integer 0 and string 0 hash alike": {
+        "table": pa.table({"u": pa.array([0, None, 0], pa.int64())}),
+        "columns": ["u"],
+    },
+    "True == 1 in a union column": {
+        "table": pa.table({"u": union_of([True, 1, "1", 1, True, False, 0, None, "true"])}),
+        "columns": ["u"],
+    },
+    "True and 1 in a composite key": {
+        "table": pa.table(
+            {
+                "flag": pa.array([True, True, False, None], pa.bool_()),
+                "n": pa.array([1, 1, 0, 1], pa.int64()),
+            }
+        ),
+        "columns": ["flag", "n"],
+    },
+    "nested path, null parent and null child": {
+        "table": pa.table(
+            {"customer": struct_of([{"id": "c1", "tier": 1}, None, {"id": None, "tier": 2}])}
+        ),
+        "columns": ["customer.id"],
+    },
+    "nested integer leaf": {
+        "table": pa.table({"customer": struct_of([{"id": "x", "tier": 0}, None])}),
+        "columns": ["customer.tier"],
+    },
+    "a path through a non-struct column is null": {
+        "table": pa.table({"u": ["a", "b"]}),
+        "columns": ["u.id"],
+    },
+    "composite key with a nested part and a constant": {
+        "table": pa.table(
+            {"customer": struct_of([{"id": "c1", "tier": 1}, {"id": "c2", "tier": 1}])}
+        ),
+        "columns": ["country", "customer.id"],
+        "constants": {"country": "NL"},
+    },
+    "a null constant makes every row nobody's": {
+        "table": pa.table({"u": ["a", "b"]}),
+        "columns": ["u", "country"],
+        "constants": {"country": None},
+    },
+    "dates, decimals and booleans": {
+        "table": pa.table(
+            {
+                "d": pa.array([dt.date(2026, 11, 22), None, dt.date(2026, 11, 22)], pa.date32()),
+                "m": pa.array(
+                    [Decimal("12.50"), Decimal("12.50"), Decimal("0.00")], pa.decimal128(6, 2)
+                ),
+                "b": pa.array([True, False, True], pa.bool_()),
+            }
+        ),
+        "columns": ["d", "m", "b"],
+    },
+    "a dictionary with repeated and unused values": {
+        "table": pa.table(
+            {
+                "u": pa.DictionaryArray.from_arrays(
+                    pa.array([0, 2, 1, None, 0], pa.int32()), pa.array(["a", "b", "a", "zz"])
+                )
+            }
+        ),
+        "columns": ["u"],
+    },
+    "a float column with nothing to hash": {
+        "table": pa.table({"f": [1.5, 2.5], "u": pa.array([None, None], pa.string())}),
+        "columns": ["f", "u"],
+    },
+    "the null type": {"table": pa.table({"u": pa.nulls(3)}), "columns": ["u"]},
+    "no rows, a constant subject": {
+        "table": pa.table({"x": pa.array([], pa.int64())}),
+        "columns": ["country"],
+        "constants": {"country": 1.5},  # not a valid id, but nothing is hashed
+    },
+    "more than 64 rows of one subject": {
+        "table": pa.table({"u": ["a", "b"] * 100}),
+        "columns": ["u"],
+        "coordinates": list(range(2, 202)),
+    },
+    "coordinates in any order": {
+        "table": pa.table({"u": ["a", "b", "a", "a"]}),
+        "columns": ["u"],
+        "coordinates": [9, 3, 1, 4],
+    },
+    "JSON escaping in composite texts": {
+        "table": pa.table(
+            {
+                "t": ['q"', "\\", "\u2028", "é\n", "\x00", "😀"],
+                "u": ["\t", "/", "", "0", "a", "b"],
+            }
+        ),
+        "columns": ["t", "u"],
+    },
+}
+
+
+@pytest.mark.parametrize("case", EDGE_CASES.values(), ids=EDGE_CASES.keys())
+def test_edge_cases_give_the_reference_entries(case: dict[str, Any]) -> None:
+    assert_same(**case)
+
+
+def test_values_of_one_text_merge_into_one_entry() -> None:
+    """Int 1 and string "1" in one union column are one subject, as the reference found."""
+    entries = assert_same(pa.table({"u": union_of([1, "1", True])}), ["u"])
+    rows = {e.subject_hash: e.row_hints for e in entries}
+    assert rows == {subject_hash(KEY, ["u"], ["1"]): (0, 1), subject_hash(KEY, ["u"], [True]): (2,)}
+
+
+ERRORS: dict[str, dict[str, Any]] = {
+    "a timestamp column": {
+        "table": pa.table({"t": pa.array([dt.datetime(2026, 1, 1)], pa.timestamp("us"))}),
+        "columns": ["t"],
+    },
+    "a float column": {"table": pa.table({"f": [1.5]}), "columns": ["f"]},
+    "a struct as the subject": {  # the reference failed on hashing a dict, no better message
+        "table": pa.table({"customer": struct_of([{"id": "c1", "tier": 1}])}),
+        "columns": ["customer"],
+        "other_message": True,
+    },
+    "binary values": {"table": pa.table({"b": [b"x"]}), "columns": ["b"]},
+    "a short key": {"table": pa.table({"u": ["a"]}), "columns": ["u"], "key": b"short"},
+    "a short key and a bad value": {
+        "table": pa.table({"f": [1.5]}),
+        "columns": ["f"],
+        "key": b"short",
+    },
+    "a short key and a bad composite value": {
+        "table": pa.table({"u": ["a"], "f": [1.5]}),
+        "columns": ["u", "f"],
+        "key": b"short",
+    },
+    "a bad value in the second column": {
+        "table": pa.table({"u": ["a", "b"], "f": [None, 1.5]}),
+        "columns": ["u", "f"],
+    },
+    "wrong number of coordinates": {
+        "table": pa.table({"u": ["a"]}),
+        "columns": ["u"],
+        "coordinates": [],
+    },
+}
+
+
+@pytest.mark.parametrize("case", ERRORS.values(), ids=ERRORS.keys())
+def test_failures_are_the_reference_failures(case: dict[str, Any]) -> None:
+    data = dataset(*case["columns"])
+    key = case.get("key", KEY)
+    coordinates = case.get("coordinates")
+    with pytest.raises(Exception) as expected:  # noqa: PT011 (any type: compared below)
+        reference_entries(case["table"], data, REF, key=key, coordinates=coordinates)
+    with pytest.raises(type(expected.value)) as found:
+        entries_from_table(case["table"], data, REF, key=key, coordinates=coordinates)
+    if not case.get("other_message"):
+        assert str(found.value) == str(expected.value)
+
+
+def test_a_short_key_is_refused_only_when_something_is_hashed() -> None:
+    table = pa.table({"u": pa.array([None, None], pa.string())})
+    assert assert_same(table, ["u"], key=b"short") == []
+    table = pa.table({"a": ["x", None], "b": [None, 1.5]})  # each column has values, no row both
+    assert assert_same(table, ["a", "b"], key=b"short") == []
+
+
+# ------------------------------------------------------------ the models and the parts
+
+
+def test_built_entries_equal_validated_models() -> None:
+    table = pa.table({"u": [f"s{i % 37}" for i in range(500)]})
+    entries = entries_from_table(table, dataset("u"), REF, key=KEY)
+    assert len(entries) == 37
+    for entry in entries:
+        validated = IndexEntry(**entry.model_dump(exclude={"updated_at"}))
+        validated = validated.model_copy(update={"updated_at": entry.updated_at})
+        assert type(entry) is IndexEntry
+        assert entry == validated
+        assert entry.model_dump() == validated.model_dump()
+        assert entry.to_item() == validated.to_item()
+        assert hash(entry) == hash(validated)
+        assert entry.model_fields_set == entries[0].model_fields_set
+        assert pickle.loads(pickle.dumps(entry)) == entry
+        assert IndexEntry.model_validate(entry.model_dump()) == entry
+        assert entry.model_copy(update={"rows": 1}).rows == 1
+        assert entry.model_copy(update={"updated_at": "x"}).model_fields_set == {
+            *entries[0].model_fields_set,
+            "updated_at",
+        }
+        with pytest.raises(ValidationError):
+            entry.rows = 2  # type: ignore[misc]  # frozen, as a validated entry
+    # the built entries share one fields set, which pydantic copies before changing it
+    copied = entries[2].model_copy(update={"rows": 9})
+    assert copied.model_fields_set == entries[0].model_fields_set | {"rows"}
+    assert entries[1].model_fields_set == entries[0].model_fields_set
+
+
+@pytest.mark.parametrize("length", [32, 63, 64, 65, 200])
+def test_hmac_is_the_hmac_module_s(length: int) -> None:
+    key = bytes(range(256))[:length] if length <= 256 else b"k" * length
+    messages = [b"", b"a", "é😀".encode(), b"x" * 1000]
+    expected = [hmac.new(key, m, hashlib.sha256).hexdigest() for m in messages]
+    assert arrow_index._hmac_sha256(key)(messages) == expected
+
+
+def test_composite_texts_are_composite_text() -> None:
+    values = ['q"', "\\", "\u2028", "é\n", "\x00", "😀", "", "0", "a/b"]
+    columns = [arrow_index._coded(pa.array(values)), arrow_index._coded(pa.array(values[::-1]))]
+    codes, members = arrow_index._combined(columns)
+    texts = arrow_index._texts(["t\u00e9", 'c"'], columns, members)
+    pairs = zip(values, values[::-1], strict=True)
+    assert texts == [composite_text(["t\u00e9", 'c"'], [a, b]) for a, b in pairs]
+    assert codes.to_pylist() == list(range(len(values)))
+
+
+def test_row_subjects_sorted_hashes_and_null_rows() -> None:
+    table = pa.table({"u": ["b", None, "a", "b"]})
+    subjects = row_subjects(table, dataset("u"), {}, key=KEY)
+    assert subjects.hashes == sorted(subject_hash(KEY, ["u"], [v]) for v in ("a", "b"))
+    ids = subjects.ids.to_pylist()
+    assert ids[1] is None
+    assert subjects.hashes[ids[0]] == subject_hash(KEY, ["u"], ["b"]) == subjects.hashes[ids[3]]
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_collector_state_is_restored(enabled: bool) -> None:
+    was = gc.isenabled()
+    try:
+        (gc.enable if enabled else gc.disable)()
+        entries_from_table(pa.table({"u": ["a", "b", "c"]}), dataset("u"), REF, key=KEY)
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
+
+
+@pytest.mark.parametrize("name", [*POOLS, "union", "struct"])
+def test_a_column_s_codes_give_back_its_values(name: str) -> None:
+    """Arrow's dictionary encoding, or Python's for the types Arrow cannot hash (decimal32,
+    unions, structs): each row's code names its value; distinct (type, value) pairs only."""
+    if name == "union":
+        array = union_of([True, 1, "1", None, 1, True])
+    elif name == "struct":
+        array = struct_of([{"id": "a", "tier": 1}, None, {"id": "a", "tier": 1}])
+    else:
+        type_, pool = POOLS[name]
+        array = pa.array([*pool, None, *pool[::-1]], type_)
+    column = arrow_index._coded(array)
+    codes = column.codes.to_pylist()
+    assert [None if c is None else column.values[c] for c in codes] == array.to_pylist()
+    assert set(codes) - {None} == set(range(len(column.values)))  # every code is used
+    typed = [(type(v), v) for v in column.values if not isinstance(v, dict)]
+    assert len(set(typed)) == len(typed)
