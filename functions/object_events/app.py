@@ -1,17 +1,30 @@
-"""Object events: S3 Object Created / Object Deleted on the raw and lake buckets, via EventBridge.
+"""Object events: S3 Object Created / Object Deleted on the raw and lake buckets, in batches.
 
-Entry point of every object that reaches Lethe. Records one catalog item per object version
-(see lethe_shared.catalog), starts the ingestion state machine for a new raw object version
-under a registered dataset, and keeps the subject index current for lake objects that arrive by
-other means and for deletes (lethe_shared.index_maintenance).
+Entry point of every object that reaches Lethe. The EventBridge rule `lethe-<stage>-object-events`
+sends each S3 event to the queue `lethe-<stage>-object-events`; this function takes them from the
+queue in batches (SQS event source, `ReportBatchItemFailures`). Each record's body is the
+EventBridge S3 event.
 
-Invoked asynchronously by the `ObjectChanged` EventBridge rule: an exception makes Lambda retry
-twice and then park the event in `ObjectEventsDeadLetterQueue`, so a malformed event is logged
-with its reason, retried a bounded number of times, and kept.
+Per record, in the batch's order: one catalog item per object version (lethe_shared.catalog,
+conditional on the S3 sequencer, so order and duplicates do not matter), and the subject index
+kept current for lake objects that arrive by other means and for deletes
+(lethe_shared.index_maintenance). New raw object versions under a registered dataset are
+*collected*; after the batch, they are started as one ingestion execution per group of at most
+MAX_BATCH_OBJECTS versions, each with a manifest in the reports bucket and a deterministic name
+(lethe_shared.ingestion).
+
+Failures are per record (Powertools BatchProcessor): a malformed record (not JSON, not S3's
+EventBridge shape) or one that fails on a dependency is logged with its reason and reported in
+`batchItemFailures`; SQS redelivers it after the queue's visibility timeout and, after
+`maxReceiveCount` receives, moves it to `ObjectEventsDeadLetterQueue`. A group whose manifest or
+execution could not be started reports the records that asked for it. The other records of the
+batch are deleted from the queue.
 """
 
 from __future__ import annotations
 
+import json
+from collections import Counter
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import cache
@@ -20,6 +33,8 @@ from typing import Any
 import boto3
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.parser import parse
 from aws_lambda_powertools.utilities.parser.models import S3EventNotificationEventBridgeModel
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -29,15 +44,22 @@ from lethe_shared.catalog import Buckets, DynamoObjectCatalog
 from lethe_shared.config import Settings, load_settings
 from lethe_shared.errors import MalformedEventError
 from lethe_shared.index_maintenance import AwsIndexRequester, IndexMaintainer
-from lethe_shared.ingestion import StepFunctionsIngestionStarter
-from lethe_shared.object_events import EventKind, ObjectEvent, record_object_event
+from lethe_shared.ingestion import (
+    IngestionCollector,
+    IngestionGroup,
+    StartOutcome,
+    StepFunctionsBatchStarter,
+)
+from lethe_shared.object_events import EventKind, ObjectEvent, Outcome, record_object_event
 from lethe_shared.registry import DynamoDatasetRegistry
-from lethe_shared.s3 import S3ObjectStore
+from lethe_shared.s3 import S3ObjectStore, s3_url
 from lethe_shared.subjects import DynamoSubjectIndex
 
 logger = Logger()
 tracer = Tracer()
 metrics = Metrics()
+# Failures are reported per record, also when every record failed: the response says which.
+processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
 
 
 class ObjectEventsSettings(Settings):
@@ -45,6 +67,7 @@ class ObjectEventsSettings(Settings):
     datasets_table: str = Field(alias="DATASETS_TABLE", min_length=1)
     raw_bucket: str = Field(alias="RAW_BUCKET", min_length=3)
     lake_bucket: str = Field(alias="LAKE_BUCKET", min_length=3)
+    reports_bucket: str = Field(alias="REPORTS_BUCKET", min_length=3)
     ignored_retention_days: int = Field(alias="IGNORED_RETENTION_DAYS", ge=1)
     ingestion_state_machine_arn: str = Field(alias="INGESTION_STATE_MACHINE_ARN", min_length=20)
     index_table: str = Field(alias="INDEX_TABLE", min_length=1)
@@ -60,10 +83,11 @@ class _Dependencies:
     buckets: Buckets
     registry: DynamoDatasetRegistry
     catalog: DynamoObjectCatalog
-    ingestion: StepFunctionsIngestionStarter
+    starter: StepFunctionsBatchStarter
     index: IndexMaintainer
     objects: S3ObjectStore
     ignored_retention: timedelta
+    reports_bucket: str
 
 
 @cache
@@ -72,13 +96,14 @@ def _dependencies() -> _Dependencies:
     settings = load_settings(ObjectEventsSettings)
     dynamodb = boto3.resource("dynamodb")
     stepfunctions = boto3.client("stepfunctions")
-    objects = S3ObjectStore(boto3.client("s3"))
+    s3 = boto3.client("s3")
+    objects = S3ObjectStore(s3)
     return _Dependencies(
         buckets=Buckets(raw=settings.raw_bucket, lake=settings.lake_bucket),
         registry=DynamoDatasetRegistry(dynamodb.Table(settings.datasets_table)),
         catalog=DynamoObjectCatalog(dynamodb.Table(settings.catalog_table)),
-        ingestion=StepFunctionsIngestionStarter(
-            stepfunctions, settings.ingestion_state_machine_arn
+        starter=StepFunctionsBatchStarter(
+            stepfunctions, s3, settings.ingestion_state_machine_arn, settings.reports_bucket
         ),
         index=IndexMaintainer(
             index=DynamoSubjectIndex(dynamodb.Table(settings.index_table)),
@@ -93,6 +118,7 @@ def _dependencies() -> _Dependencies:
         ),
         objects=objects,
         ignored_retention=timedelta(days=settings.ignored_retention_days),
+        reports_bucket=settings.reports_bucket,
     )
 
 
@@ -126,34 +152,122 @@ def to_object_event(raw: dict[str, Any]) -> ObjectEvent:
     )
 
 
-@logger.inject_lambda_context(correlation_id_path="id", log_event=False)
-@tracer.capture_lambda_handler
-@metrics.log_metrics
-def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    deps = _dependencies()
+def event_of_body(body: str | None) -> dict[str, Any]:
+    """The EventBridge event a record's body holds, or MalformedEventError."""
     try:
-        object_event = to_object_event(event)
-    except MalformedEventError as exc:
-        metrics.add_metric(name="MalformedObjectEvents", unit=MetricUnit.Count, value=1)
-        logger.error(
-            "malformed object event; Lambda retries it, then the DLQ keeps it",
-            extra={"reason": str(exc), "event_id": event.get("id")},
+        event = json.loads(body or "")
+    except json.JSONDecodeError as exc:
+        raise MalformedEventError(f"the record body is not JSON: {exc}") from exc
+    if not isinstance(event, dict):
+        raise MalformedEventError(f"the record body is a JSON {type(event).__name__}, not an event")
+    return event
+
+
+def _sqs_records(event: dict[str, Any]) -> list[dict[str, Any]]:
+    records = event.get("Records") if isinstance(event, dict) else None
+    if not isinstance(records, list):
+        keys = sorted(event) if isinstance(event, dict) else type(event).__name__
+        raise MalformedEventError(
+            f"not an SQS event (no Records list; got {keys}): this function is invoked by its "
+            "SQS event source, each record's body being an EventBridge S3 event"
         )
-        raise
-    outcome = record_object_event(
-        object_event,
-        buckets=deps.buckets,
-        registry=deps.registry,
-        catalog=deps.catalog,
-        ingestion=deps.ingestion,
-        index=deps.index,
-        objects=deps.objects,
-        ignored_retention=deps.ignored_retention,
-    )
+    return records
+
+
+class _Batch:
+    """What one invocation processes: the records' outcomes and the versions to ingest."""
+
+    def __init__(self, deps: _Dependencies) -> None:
+        self.deps = deps
+        self.collector = IngestionCollector()
+        self.counts: Counter[str] = Counter()
+
+    def record(self, record: SQSRecord) -> None:
+        """Process one SQS record; raise to report it as a batch item failure."""
+        context = {
+            "message_id": record.message_id,
+            "receive_count": record.attributes.approximate_receive_count,
+        }
+        logger.set_correlation_id(None)  # the EventBridge event id, once the body is read
+        try:
+            raw = event_of_body(record.body)
+            event_id = raw.get("id")
+            if isinstance(event_id, str):
+                context["event_id"] = event_id
+                logger.set_correlation_id(event_id)
+            outcome = record_object_event(
+                to_object_event(raw),
+                buckets=self.deps.buckets,
+                registry=self.deps.registry,
+                catalog=self.deps.catalog,
+                ingestion=self.collector.for_record(record.message_id),
+                index=self.deps.index,
+                objects=self.deps.objects,
+                ignored_retention=self.deps.ignored_retention,
+            )
+        except MalformedEventError as exc:
+            self.counts["malformed"] += 1
+            logger.error(
+                "malformed object event; SQS redelivers it, then the dead-letter queue keeps it",
+                extra={**context, "reason": str(exc)},
+            )
+            raise
+        except Exception as exc:
+            self.counts["failed"] += 1
+            logger.exception(
+                "object event failed; SQS redelivers it",
+                extra={**context, "error": f"{type(exc).__name__}: {exc}"},
+            )
+            raise
+        self.counts["recorded" if outcome.written else "skipped"] += 1
+        _log_outcome(outcome, context)
+
+    def start_ingestion(self, failed_records: set[str]) -> set[str]:
+        """Start one execution per group; returns the records of the groups that did not start."""
+        not_started: set[str] = set()
+        for group in self.collector.groups(failed_records):
+            logger.set_correlation_id(group.name)
+            details = _group_details(group, self.deps.reports_bucket)
+            try:
+                outcome = self.deps.starter.start(group)
+            except Exception as exc:  # reported per record: SQS redelivers them
+                self.counts["batches_not_started"] += 1
+                not_started |= group.record_ids
+                logger.exception(
+                    "ingestion batch not started; its records are reported failed and redelivered",
+                    extra={**details, "error": f"{type(exc).__name__}: {exc}"},
+                )
+                continue
+            self.counts[outcome.value] += 1
+            metrics.add_metric(
+                name="IngestionBatchObjects", unit=MetricUnit.Count, value=len(group.items)
+            )
+            logger.info(
+                "ingestion batch started"
+                if outcome is StartOutcome.STARTED
+                else "ingestion batch was started before (same objects, same name)",
+                extra=details,
+            )
+        logger.set_correlation_id(None)
+        return not_started
+
+
+def _group_details(group: IngestionGroup, reports_bucket: str) -> dict[str, Any]:
+    return {
+        "execution": group.name,
+        "manifest": s3_url(reports_bucket, group.manifest_key),
+        "objects": len(group.items),
+        "datasets": sorted({item.dataset_id or "" for item in group.items}),
+        "records": len(group.record_ids),
+    }
+
+
+def _log_outcome(outcome: Outcome, context: dict[str, Any]) -> None:
     item = outcome.item
     logger.info(
         "object event recorded" if outcome.written else "object event already known; skipped",
         extra={
+            **context,
             "object_url": item.object_url,
             "version_id": item.version_id,
             "status": item.status.value,
@@ -163,14 +277,42 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             "index_action": outcome.index_action,
         },
     )
-    metric = "ObjectEventsRecorded" if outcome.written else "ObjectEventsSkipped"
-    metrics.add_metric(name=metric, unit=MetricUnit.Count, value=1)
-    return {
-        "object_url": item.object_url,
-        "version_id": item.version_id,
-        "status": item.status.value,
-        "dataset_id": item.dataset_id,
-        "written": outcome.written,
-        "ingestion_requested": outcome.ingestion_requested,
-        "index_action": outcome.index_action,
-    }
+
+
+_COUNT_METRICS = {
+    "recorded": "ObjectEventsRecorded",
+    "skipped": "ObjectEventsSkipped",
+    "malformed": "MalformedObjectEvents",
+    "failed": "ObjectEventsFailed",
+    StartOutcome.STARTED.value: "IngestionExecutionsStarted",
+    StartOutcome.ALREADY_STARTED.value: "IngestionExecutionsAlreadyStarted",
+    "batches_not_started": "IngestionBatchesNotStarted",
+}
+
+
+@logger.inject_lambda_context(log_event=False)
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    deps = _dependencies()
+    records = _sqs_records(event)
+    batch = _Batch(deps)
+    with processor(records=records, handler=batch.record):
+        processor.process()
+    failed = {str(f["itemIdentifier"]) for f in processor.response()["batchItemFailures"]}
+    failed |= batch.start_ingestion(failed)
+    for key, name in _COUNT_METRICS.items():
+        metrics.add_metric(name=name, unit=MetricUnit.Count, value=batch.counts[key])
+    metrics.add_metric(name="ObjectEventsBatchSize", unit=MetricUnit.Count, value=len(records))
+    # Record order, so the response reads like the batch.
+    failures = [
+        {"itemIdentifier": record.get("messageId")}
+        for record in records
+        if record.get("messageId") in failed
+    ]
+    if failures:
+        logger.warning(
+            "batch items reported failed",
+            extra={"failed": len(failures), "records": len(records)},
+        )
+    return {"batchItemFailures": failures}

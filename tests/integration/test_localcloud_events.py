@@ -1,7 +1,7 @@
 """S3 -> EventBridge events in AWS's shape, delivered to SQS, Lambda and Step Functions targets.
 
 A ThreadedMotoServer on 127.0.0.1 (free port); s3events, eventbridge and lambdas installed into
-it. Targets: SQS queues (moto's own delivery), the `recorder` fixture function (Lambda) and a
+it. Targets: SQS queues (SendMessage of the event), the `recorder` fixture function (Lambda) and a
 Pass state machine (Step Functions).
 """
 

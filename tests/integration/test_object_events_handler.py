@@ -1,4 +1,5 @@
-"""ObjectEventsFunction against moto DynamoDB, driven by the event files in events/."""
+"""ObjectEventsFunction against moto (DynamoDB, S3, Step Functions), driven by the event files in
+events/: SQS batches whose records carry EventBridge S3 events."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from lethe_shared.errors import ConfigurationError, MalformedEventError
 from tests.conftest import REPO_ROOT, FakeLambdaContext, load_function_module
 
 Event = Callable[[str], dict[str, Any]]
-RAW_KEY = "s3://lethe-local-raw-123456789012-us-east-1/reviews/2026/11/22/reviews-001.jsonl"
-
+RAW = "lethe-local-raw-123456789012-us-east-1"
+RAW_KEY = f"s3://{RAW}/reviews/2026/11/22/reviews-001.jsonl"
+REPORTS = "lethe-local-reports-123456789012-us-east-1"
+V1, V2 = "3HL4kqtJlcpXroDTDmJ.rmSpXd3dIbrHY", "8kJ2mN4pQ6rS8tU0vW2xY4zA6bC8dE0f"
 
 INGESTION_ARN = "arn:aws:states:us-east-1:123456789012:stateMachine:lethe-local-ingestion"
 
@@ -28,6 +31,7 @@ def app(
 ) -> Any:
     handler_env("ObjectEventsFunction")
     lethe_buckets()
+    boto3.client("s3").create_bucket(Bucket=REPORTS)
     boto3.client("iam").create_role(RoleName="sfn", AssumeRolePolicyDocument="{}")
     boto3.client("stepfunctions").create_state_machine(
         name="lethe-local-ingestion",
@@ -35,16 +39,45 @@ def app(
         roleArn="arn:aws:iam::123456789012:role/sfn",
     )
     module = load_function_module("object_events")
-    document = {
-        "dataset_id": "reviews",
-        "format": "jsonl",
-        "subject_columns": ["user_id"],
-        "schema": [{"name": "user_id", "type": "string"}],
-    }
-    lethe_tables["DatasetsTable"].put_item(
-        Item={"dataset_id": "reviews", "document": json.dumps(document)}
-    )
+    for dataset_id in ("reviews", "orders"):
+        document = {
+            "dataset_id": dataset_id,
+            "format": "jsonl",
+            "subject_columns": ["user_id"],
+            "schema": [{"name": "user_id", "type": "string"}],
+        }
+        lethe_tables["DatasetsTable"].put_item(
+            Item={"dataset_id": dataset_id, "document": json.dumps(document)}
+        )
     return module
+
+
+def _body(event: dict[str, Any]) -> dict[str, Any]:
+    """The EventBridge event of a one-record SQS batch."""
+    (record,) = event["Records"]
+    body: dict[str, Any] = json.loads(record["body"])
+    return body
+
+
+def _with_body(event: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
+    (record,) = event["Records"]
+    return {"Records": [{**record, "body": json.dumps(body)}]}
+
+
+def _executions() -> list[dict[str, Any]]:
+    sfn = boto3.client("stepfunctions")
+    executions: list[dict[str, Any]] = sfn.list_executions(stateMachineArn=INGESTION_ARN)[
+        "executions"
+    ]
+    return [
+        {**e, "input": json.loads(sfn.describe_execution(executionArn=e["executionArn"])["input"])}
+        for e in executions
+    ]
+
+
+def _manifest(name: str) -> Any:
+    body = boto3.client("s3").get_object(Bucket=REPORTS, Key=f"manifests/ingest/{name}.json")
+    return json.loads(body["Body"].read())
 
 
 def _items(tables: dict[str, Any]) -> list[dict[str, Any]]:
@@ -59,16 +92,10 @@ def test_created_event_writes_one_catalog_item(
 ) -> None:
     result = app.handler(load_event("object_created_raw.json"), lambda_context)
 
-    assert result == {
-        "object_url": RAW_KEY,
-        "version_id": "3HL4kqtJlcpXroDTDmJ.rmSpXd3dIbrHY",
-        "status": "RECEIVED",
-        "dataset_id": "reviews",
-        "written": True,
-        "ingestion_requested": True,
-        "index_action": None,  # raw objects are indexed by their ingestion
-    }
+    assert result == {"batchItemFailures": []}
     (item,) = _items(lethe_tables)
+    assert (item["object_url"], item["version_id"]) == (RAW_KEY, V1)
+    assert (item["status"], item["dataset_id"]) == ("RECEIVED", "reviews")
     assert item["etag"] == "b1946ac92492d2347c6235b4d2611184"
     assert item["size"] == 1024
     assert item["zone"] == "raw"
@@ -82,24 +109,27 @@ def test_same_event_twice_leaves_one_item(
     first = app.handler(load_event("object_created_raw.json"), lambda_context)
     second = app.handler(load_event("object_created_raw.json"), lambda_context)
 
-    assert (first["written"], second["written"]) == (True, False)
-    # Asking twice is safe: Step Functions answers a start with the name and input of a running
-    # execution with that execution, and refuses it once the execution has finished.
-    assert (first["ingestion_requested"], second["ingestion_requested"]) == (True, True)
+    # The redelivery asks again (the version is still RECEIVED), and the batch of the same
+    # version has the same execution name: Step Functions starts nothing new.
+    assert first == second == {"batchItemFailures": []}
     assert len(_items(lethe_tables)) == 1
-    executions = boto3.client("stepfunctions").list_executions(stateMachineArn=INGESTION_ARN)
-    (execution,) = executions["executions"]
-    assert execution["name"].startswith("reviews-")
-    described = boto3.client("stepfunctions").describe_execution(
-        executionArn=execution["executionArn"]
-    )
-    assert json.loads(described["input"]) == {
-        "dataset_id": "reviews",
-        "bucket": "lethe-local-raw-123456789012-us-east-1",
-        "key": "reviews/2026/11/22/reviews-001.jsonl",
-        "version_id": "3HL4kqtJlcpXroDTDmJ.rmSpXd3dIbrHY",
-        "object_url": RAW_KEY,
+    (execution,) = _executions()
+    assert execution["name"].startswith("reviews-batch-")
+    assert execution["input"] == {
+        "manifest": f"s3://{REPORTS}/manifests/ingest/{execution['name']}.json",
+        "objects": [
+            {
+                "dataset_id": "reviews",
+                "bucket": RAW,
+                "key": "reviews/2026/11/22/reviews-001.jsonl",
+                "version_id": V1,
+                "object_url": RAW_KEY,
+            }
+        ],
     }
+    assert _manifest(execution["name"]) == [
+        {"dataset_id": "reviews", "key": "reviews/2026/11/22/reviews-001.jsonl", "version_id": V1}
+    ]
 
 
 def test_delete_arriving_before_create_wins(
@@ -108,9 +138,10 @@ def test_delete_arriving_before_create_wins(
     app.handler(load_event("object_deleted_raw.json"), lambda_context)
     late = app.handler(load_event("object_created_raw.json"), lambda_context)
 
-    assert late["written"] is False
+    assert late == {"batchItemFailures": []}
     (item,) = _items(lethe_tables)
     assert item["status"] == "DELETED"
+    assert _executions() == []  # a deleted version is not ingested
 
 
 def test_delete_marker_adds_a_deleted_version(
@@ -131,8 +162,9 @@ def test_outside_dataset_is_ignored_and_expires(
 ) -> None:
     result = app.handler(load_event("object_created_raw_outside_dataset.json"), lambda_context)
 
-    assert result["status"] == "IGNORED"
+    assert result == {"batchItemFailures": []}
     (item,) = _items(lethe_tables)
+    assert item["status"] == "IGNORED"
     assert "dataset_id" not in item
     assert item["expires_at"] > 0
 
@@ -143,8 +175,7 @@ def test_lake_object_is_stored_and_listed_by_dataset(
     result = app.handler(load_event("object_created_lake.json"), lambda_context)
     app.handler(load_event("object_created_raw_outside_dataset.json"), lambda_context)
 
-    # the event's object version was never uploaded here: nothing to index
-    assert result["index_action"] == "object-gone"
+    assert result == {"batchItemFailures": []}
     listed = lethe_tables["ObjectCatalogTable"].query(
         IndexName="by_dataset",
         KeyConditionExpression="dataset_id = :d",
@@ -153,26 +184,99 @@ def test_lake_object_is_stored_and_listed_by_dataset(
     assert [(i["zone"], i["status"]) for i in listed] == [("lake", "STORED")]
 
 
-def test_malformed_event_raises_and_writes_nothing(
+def test_malformed_event_is_reported_failed_and_writes_nothing(
     app: Any,
     lethe_tables: dict[str, Any],
     load_event: Event,
     lambda_context: FakeLambdaContext,
 ) -> None:
+    event = load_event("object_created_malformed.json")
     records: list[logging.LogRecord] = []
     collector = logging.Handler()
     collector.emit = records.append  # type: ignore[method-assign]
     logging.getLogger("lethe").addHandler(collector)  # Powertools' logger for service "lethe"
     try:
-        with pytest.raises(MalformedEventError):
-            app.handler(load_event("object_created_malformed.json"), lambda_context)
+        result = app.handler(event, lambda_context)
     finally:
         logging.getLogger("lethe").removeHandler(collector)
 
+    assert result == {"batchItemFailures": [{"itemIdentifier": event["Records"][0]["messageId"]}]}
     assert _items(lethe_tables) == []
     (error,) = [r for r in records if r.levelno == logging.ERROR]
     assert error.getMessage().startswith("malformed object event")
     assert error.reason == "not an S3 EventBridge event: detail.object.key: Field required"
+
+
+def test_not_an_sqs_event_raises_and_writes_nothing(
+    app: Any, lethe_tables: dict[str, Any], load_event: Event, lambda_context: FakeLambdaContext
+) -> None:
+    with pytest.raises(MalformedEventError, match="not an SQS event"):
+        app.handler(_body(load_event("object_created_raw.json")), lambda_context)
+    assert _items(lethe_tables) == []
+
+
+def test_a_batch_ingests_its_raw_versions_in_one_execution(
+    app: Any, lethe_tables: dict[str, Any], load_event: Event, lambda_context: FakeLambdaContext
+) -> None:
+    batch = load_event("object_events_batch.json")
+    ids = [r["messageId"] for r in batch["Records"]]
+
+    result = app.handler(batch, lambda_context)
+    again = app.handler(batch, lambda_context)  # SQS delivers at least once
+
+    assert result == again == {"batchItemFailures": [{"itemIdentifier": ids[5]}]}
+    assert len(_items(lethe_tables)) == 5
+    (execution,) = _executions()
+    name = execution["name"]
+    orders_url = f"s3://{RAW}/orders/2026/11/22/orders-001.csv"
+    assert name.startswith("batch-")
+    assert len(name) <= 80
+    assert execution["input"] == {
+        "manifest": f"s3://{REPORTS}/manifests/ingest/{name}.json",
+        "objects": [
+            {
+                "dataset_id": "orders",
+                "bucket": RAW,
+                "key": "orders/2026/11/22/orders-001.csv",
+                "version_id": "Qz9yX8wV7uT6sR5qP4oN3mL2kJ1iH0gF",
+                "object_url": orders_url,
+            },
+            {
+                "dataset_id": "reviews",
+                "bucket": RAW,
+                "key": "reviews/2026/11/22/reviews-001.jsonl",
+                "version_id": V1,
+                "object_url": RAW_KEY,
+            },
+            {
+                "dataset_id": "reviews",
+                "bucket": RAW,
+                "key": "reviews/2026/11/22/reviews-001.jsonl",
+                "version_id": V2,
+                "object_url": RAW_KEY,
+            },
+        ],
+    }
+    assert _manifest(name) == [
+        {k: o[k] for k in ("dataset_id", "key", "version_id")}
+        for o in execution["input"]["objects"]
+    ]
+
+
+def test_a_failed_start_reports_the_records_of_its_group(
+    app: Any, lethe_tables: dict[str, Any], load_event: Event, lambda_context: FakeLambdaContext
+) -> None:
+    batch = load_event("object_events_batch.json")
+    ids = [r["messageId"] for r in batch["Records"]]
+    boto3.client("stepfunctions").delete_state_machine(stateMachineArn=INGESTION_ARN)
+
+    result = app.handler(batch, lambda_context)
+
+    # the three raw versions' records, and the malformed one; the others are done
+    failed = [f["itemIdentifier"] for f in result["batchItemFailures"]]
+    assert failed == [ids[0], ids[1], ids[2], ids[5]]
+    statuses = {(i["object_url"], i["version_id"]): i["status"] for i in _items(lethe_tables)}
+    assert statuses[(RAW_KEY, V1)] == statuses[(RAW_KEY, V2)] == "RECEIVED"
 
 
 def test_missing_configuration_fails_at_cold_start(
@@ -217,16 +321,17 @@ def test_a_lake_object_from_elsewhere_is_sent_to_the_indexer(
     app: Any, lethe_tables: dict[str, Any], load_event: Event, lambda_context: FakeLambdaContext
 ) -> None:
     event = load_event("object_created_lake.json")
+    body = _body(event)
     put = boto3.client("s3").put_object(
-        Bucket=event["detail"]["bucket"]["name"], Key=event["detail"]["object"]["key"], Body=b"x"
+        Bucket=body["detail"]["bucket"]["name"], Key=body["detail"]["object"]["key"], Body=b"x"
     )
-    event["detail"]["object"]["version-id"] = put["VersionId"]
+    body["detail"]["object"]["version-id"] = put["VersionId"]
     invoked: list[dict[str, Any]] = []
     app._dependencies().index.requester.lambda_client.invoke = lambda **kw: invoked.append(kw)
 
-    result = app.handler(event, lambda_context)
+    result = app.handler(_with_body(event, body), lambda_context)
 
-    assert result["index_action"] == "index-requested-lambda"
+    assert result == {"batchItemFailures": []}
     (call,) = invoked
     assert call["FunctionName"] == "lethe-local-index-object"
     assert call["InvocationType"] == "Event"
@@ -253,6 +358,6 @@ def test_a_delete_marker_flags_the_keys_index_entries(
 
     result = app.handler(load_event("object_delete_marker_raw.json"), lambda_context)
 
-    assert result["index_action"] == "entries-flagged-deleted"
+    assert result == {"batchItemFailures": []}
     stored = index.get_item(Key={"subject_hash": "a" * 64, "object_url": RAW_KEY})["Item"]
     assert stored["deleted"] is True

@@ -16,6 +16,7 @@ import pytest
 from moto.s3.models import s3_backends
 from moto.server import ThreadedMotoServer
 
+from lethe.localcloud import sfn_hooks
 from lethe.localcloud.cloud import configure_moto
 from lethe.localcloud.deployment import Deployment, Endpoints
 from lethe.localcloud.provision import (
@@ -27,6 +28,7 @@ from lethe.localcloud.provision import (
     substitute_definition,
 )
 from lethe.localcloud.s3events import eventbridge_enabled
+from lethe.localcloud.sfn_hooks import HookContext
 from lethe.localcloud.template import load_template, translate
 from tests.conftest import REPO_ROOT
 
@@ -46,13 +48,22 @@ def parameters(stage: str, engine: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def endpoints() -> Iterator[Endpoints]:
+def endpoints(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoints]:
+    """The server, with the Step Functions hooks the local cloud installs before it provisions:
+    creating a state machine parses its definition, and moto's parser reads ItemBatcher only
+    with them (sfn_hooks)."""
     restore = configure_moto()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     try:
         port = server.get_host_and_port()[1]
-        yield Endpoints(f"http://127.0.0.1:{port}", REGION, ACCOUNT)
+        found = Endpoints(f"http://127.0.0.1:{port}", REGION, ACCOUNT)
+        logs = tmp_path_factory.mktemp("provision-logs")
+        uninstall = sfn_hooks.install(HookContext(found, logs, REPO_ROOT))
+        try:
+            yield found
+        finally:
+            uninstall()
     finally:
         server.stop()
         restore()
@@ -141,8 +152,8 @@ def test_an_event_target_with_an_input_transformer_fails_naming_it(
         if (REPO_ROOT / folder).exists():
             (tmp_path / folder).symlink_to(REPO_ROOT / folder)
     template = load_template()
-    event = template["Resources"]["ObjectEventsFunction"]["Properties"]["Events"]["ObjectChanged"]
-    event["Properties"]["InputTransformer"] = {
+    (target,) = template["Resources"]["ObjectChangedRule"]["Properties"]["Targets"]
+    target["InputTransformer"] = {
         "InputPathsMap": {"key": "$.detail.object.key"},
         "InputTemplate": '{"key": <key>}',
     }
@@ -150,7 +161,7 @@ def test_an_event_target_with_an_input_transformer_fails_naming_it(
     # When it is provisioned, Then it fails naming the rule, instead of delivering other input
     with pytest.raises(
         ProvisionError,
-        match=r"^ObjectEventsFunctionObjectChanged: target \S+ uses InputTransformer, which",
+        match=r"^ObjectChangedRule: target \S+ uses InputTransformer, which",
     ):
         provision(endpoints, tmp_path, tmp_path / "state", parameters("transform", "GLUE"), "y")
     rules = endpoints.client("events").list_rules()["Rules"]
@@ -236,12 +247,11 @@ def test_object_events_function_spec(deployment: Deployment) -> None:
     assert spec.environment["CATALOG_TABLE"] == f"lethe-{STAGE}-object-catalog"
     assert spec.environment["STAGE"] == STAGE
     assert spec.environment["IGNORED_RETENTION_DAYS"] == "30"  # a Number parameter, as a string
-    assert spec.timeout_seconds == 30
+    assert spec.environment["REPORTS_BUCKET"] == f"lethe-{STAGE}-reports-{ACCOUNT}-{REGION}"
+    assert spec.timeout_seconds == 60
     assert spec.memory_mb == 256
-    assert spec.async_config.maximum_retry_attempts == 2
-    assert spec.async_config.on_failure_arn == (
-        f"arn:aws:sqs:{REGION}:{ACCOUNT}:lethe-{STAGE}-object-events-dlq"
-    )
+    # invoked synchronously by its SQS event source: no asynchronous retries or destination
+    assert spec.async_config.on_failure_arn is None
     assert deployment.function(spec.arn) is spec
 
 
@@ -263,9 +273,7 @@ def test_functions_exist_in_moto_with_the_role(
     assert "ObjectEventsFunctionRolePolicy0" in iam.list_role_policies(RoleName=role)["PolicyNames"]
 
 
-def test_object_events_rule_targets_the_function(
-    endpoints: Endpoints, deployment: Deployment
-) -> None:
+def test_object_events_rule_targets_the_queue(endpoints: Endpoints, deployment: Deployment) -> None:
     events = endpoints.client("events")
     rule = events.describe_rule(Name=f"lethe-{STAGE}-object-events")
     pattern = json.loads(rule["EventPattern"])
@@ -275,11 +283,113 @@ def test_object_events_rule_targets_the_function(
         f"lethe-{STAGE}-lake-{ACCOUNT}-{REGION}",
     ]
     targets = events.list_targets_by_rule(Rule=f"lethe-{STAGE}-object-events")["Targets"]
-    assert [t["Arn"] for t in targets] == [deployment.functions["ObjectEventsFunction"].arn]
+    assert [t["Arn"] for t in targets] == [
+        f"arn:aws:sqs:{REGION}:{ACCOUNT}:lethe-{STAGE}-object-events"
+    ]
     assert targets[0]["RetryPolicy"]["MaximumRetryAttempts"] == 185
     assert targets[0]["DeadLetterConfig"]["Arn"] == (
         f"arn:aws:sqs:{REGION}:{ACCOUNT}:lethe-{STAGE}-object-events-dlq"
     )
+
+
+def test_object_events_queue_redrives_to_the_dead_letter_queue(
+    endpoints: Endpoints, deployment: Deployment
+) -> None:
+    sqs = endpoints.client("sqs")
+    url = deployment.physical_ids["ObjectEventsQueue"]
+    attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert url.endswith(f"/{ACCOUNT}/lethe-{STAGE}-object-events")
+    assert json.loads(attributes["RedrivePolicy"]) == {
+        "deadLetterTargetArn": f"arn:aws:sqs:{REGION}:{ACCOUNT}:lethe-{STAGE}-object-events-dlq",
+        "maxReceiveCount": 5,
+    }
+    # at least 6x the function timeout plus the largest batching window, as AWS recommends
+    assert int(attributes["VisibilityTimeout"]) >= 6 * 60 + 300
+    policy = json.loads(attributes["Policy"])
+    (allow,) = [s for s in policy["Statement"] if s["Effect"] == "Allow"]
+    assert allow["Principal"] == {"Service": "events.amazonaws.com"}
+    assert allow["Condition"]["ArnEquals"]["aws:SourceArn"] == (
+        f"arn:aws:events:{REGION}:{ACCOUNT}:rule/lethe-{STAGE}-object-events"
+    )
+
+
+def test_dead_letter_queue_allows_redrive_from_the_object_events_queue_only() -> None:
+    props = translated_resources(STAGE, "EMR_SERVERLESS")["ObjectEventsDeadLetterQueue"][
+        "Properties"
+    ]
+    assert props["RedriveAllowPolicy"] == {
+        "redrivePermission": "byQueue",
+        "sourceQueueArns": [
+            {
+                "Fn::Sub": "arn:${AWS::Partition}:sqs:${AWS::Region}:${AWS::AccountId}:"
+                "lethe-${Stage}-object-events"
+            }
+        ],
+    }
+
+
+def test_object_events_function_polls_the_queue_in_batches(
+    endpoints: Endpoints, deployment: Deployment
+) -> None:
+    lam = endpoints.client("lambda")
+    function = deployment.functions["ObjectEventsFunction"]
+    # by name: moto 5.2.5 filters on the name it was created with, where AWS also takes the ARN
+    (mapping,) = lam.list_event_source_mappings(FunctionName=function.name)["EventSourceMappings"]
+    assert mapping["FunctionArn"] == function.arn
+    assert mapping["UUID"] == deployment.physical_ids["ObjectEventsSourceMapping"]
+    assert (
+        mapping["EventSourceArn"] == f"arn:aws:sqs:{REGION}:{ACCOUNT}:lethe-{STAGE}-object-events"
+    )
+    assert mapping["BatchSize"] == 100  # IngestionBatchSize's default
+    assert mapping["MaximumBatchingWindowInSeconds"] == 60  # IngestionBatchWindowSeconds'
+    assert mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    assert mapping["State"] == "Enabled"
+    # the function's role reads this queue only (no account-wide SQS managed policy)
+    policies = translated_resources(STAGE, "EMR_SERVERLESS")["ObjectEventsFunctionRole"]
+    documents = [
+        p["PolicyDocument"] for p in policies["Properties"]["Policies"] if "PolicyDocument" in p
+    ]
+    statements = [st for d in documents for st in d["Statement"]]
+    (consume,) = [st for st in statements if st.get("Sid") == "ConsumeObjectEvents"]
+    assert consume["Resource"] == {"Fn::GetAtt": ["ObjectEventsQueue", "Arn"]}
+    managed = policies["Properties"].get("ManagedPolicyArns", [])
+    assert not any("SQSQueueExecutionRole" in str(arn) for arn in managed)
+
+
+@pytest.mark.parametrize(
+    ("stage", "change", "message"),
+    [
+        (
+            "esmkinesis",
+            {"EventSourceArn": "arn:aws:kinesis:us-east-1:123456789012:stream/s"},
+            r"^M: event source arn:aws:kinesis:\S+ is not emulated \(only SQS queues",
+        ),
+        (
+            "esmfilter",
+            {"FilterCriteria": {"Filters": [{"Pattern": "{}"}]}},
+            r"^M: FilterCriteria is not emulated",
+        ),
+    ],
+)
+def test_event_source_mappings_the_local_cloud_cannot_run_fail_naming_them(
+    endpoints: Endpoints, tmp_path: Path, stage: str, change: dict[str, Any], message: str
+) -> None:
+    for folder in ("functions", "layers", "statemachines", "spark_jobs"):
+        if (REPO_ROOT / folder).exists():
+            (tmp_path / folder).symlink_to(REPO_ROOT / folder)
+    template = load_template()
+    template["Resources"]["M"] = {
+        "Type": "AWS::Lambda::EventSourceMapping",
+        "Properties": {
+            "FunctionName": {"Ref": "ObjectEventsFunction"},
+            "EventSourceArn": {"Fn::GetAtt": ["ObjectEventsQueue", "Arn"]},
+            **change,
+        },
+    }
+    (tmp_path / "template.yaml").write_text(json.dumps(template))
+
+    with pytest.raises(ProvisionError, match=message):
+        provision(endpoints, tmp_path, tmp_path / "state", parameters(stage, "GLUE"), stage)
 
 
 # ------------------------------------------------------------------------------ API
@@ -312,6 +422,13 @@ def test_outputs_resolve_to_created_names(deployment: Deployment) -> None:
     )
     assert outputs["ObjectEventsDeadLetterQueueUrl"].endswith(
         f"/{ACCOUNT}/lethe-{STAGE}-object-events-dlq"
+    )
+    assert outputs["ObjectEventsDeadLetterQueueArn"] == (
+        f"arn:aws:sqs:{REGION}:{ACCOUNT}:lethe-{STAGE}-object-events-dlq"
+    )
+    assert outputs["ObjectEventsQueueUrl"].endswith(f"/{ACCOUNT}/lethe-{STAGE}-object-events")
+    assert outputs["ObjectEventsQueueArn"] == (
+        f"arn:aws:sqs:{REGION}:{ACCOUNT}:lethe-{STAGE}-object-events"
     )
     assert outputs["SparkJobRoleArn"] == f"arn:aws:iam::{ACCOUNT}:role/lethe-{STAGE}-spark-{REGION}"
     api_id = deployment.physical_ids["LetheApi"]

@@ -4,9 +4,10 @@ SparkEngine=EMR_SERVERLESS, executed from the deployed files with the real Spark
 A lake that existed before Lethe: Parquet files written straight into the lake bucket (and one
 into the raw bucket) while no dataset owned their prefix, so the object events handler only
 recorded them as IGNORED; then the dataset is registered. The backfill indexes them in batches
-on a Distributed Map; the "objects" mode indexes exactly the objects it is given; a job that
-fails is retried, caught, notified and fails the execution; reconcile reports drift and fixes
-it."""
+on a Distributed Map that lists each zone itself (ItemReader) and batches the listing
+(ItemBatcher, emulated by the local cloud's hooks); the "objects" mode indexes exactly the
+objects it is given; a job that fails is retried, caught, notified and fails the execution;
+reconcile reports drift and fixes it."""
 
 from __future__ import annotations
 
@@ -205,7 +206,7 @@ def flows(cloud: Cloud) -> Workflows:
 @pytest.fixture(scope="module")
 def backfilled(flows: Workflows) -> dict[str, Any]:
     """The first backfill of the legacy lake: 5 lake objects, 1 raw, batches of 2, 2 at a time
-    (so each listed page holds 4 keys)."""
+    (so the lake's Distributed Map runs 3 child executions)."""
     assert flows.entries() == {}, "nothing may have indexed the legacy lake before the backfill"
     return flows.execute(
         "IndexBackfillStateMachineArn",
@@ -230,21 +231,64 @@ def test_backfill_indexes_a_lake_that_existed_before_lethe(
     assert flows.entries() == flows.hashed(EXPECTED)
 
 
-def test_backfill_runs_a_distributed_map_per_page_of_batches(
+def _objects_argument(run: dict[str, Any]) -> list[dict[str, Any]]:
+    arguments = run["jobDriver"]["sparkSubmit"]["entryPointArguments"]
+    return list(json.loads(arguments[arguments.index("--objects-json") + 1]))
+
+
+def test_backfill_reads_each_zone_with_one_distributed_map_in_batches(
     flows: Workflows, backfilled: dict[str, Any]
 ) -> None:
     history = backfilled["history"]
-    map_runs = flows.sfn.list_map_runs(executionArn=backfilled["execution"]["executionArn"])
+    execution_arn = backfilled["execution"]["executionArn"]
+    map_runs = flows.sfn.list_map_runs(executionArn=execution_arn)["mapRuns"]
 
-    assert entered_states(history).count("Index Batches") == 3  # lake: 4 + 1 keys; raw: 1
-    assert [e["type"] for e in history].count("MapRunSucceeded") == 3
-    counts = [
-        flows.sfn.describe_map_run(mapRunArn=run["mapRunArn"])["itemCounts"]
-        for run in map_runs["mapRuns"]
+    # One Map Run per zone, whose ItemReader lists the zone's prefix; no listing state of ours.
+    assert entered_states(history).count("Index Zone") == 2
+    assert [e["type"] for e in history].count("MapRunSucceeded") == 2
+    described = [flows.sfn.describe_map_run(mapRunArn=r["mapRunArn"]) for r in map_runs]
+    # DescribeMapRun counts objects as items and batches as child executions.
+    assert sorted((d["itemCounts"]["total"], d["executionCounts"]["total"]) for d in described) == [
+        (1, 1),  # raw: 1 object, 1 batch
+        (5, 3),  # lake: 5 objects in batches of 2
     ]
-    assert sorted(c["total"] for c in counts) == [1, 1, 2]
-    assert sum(c["succeeded"] for c in counts) == 4
-    assert sum(c["failed"] for c in counts) == 0
+    assert all(d["itemCounts"]["succeeded"] == d["itemCounts"]["total"] for d in described)
+    assert sum(d["executionCounts"]["failed"] for d in described) == 0
+
+
+def test_each_batch_is_one_job_run_over_its_objects_with_their_sizes(
+    flows: Workflows, backfilled: dict[str, Any]
+) -> None:
+    emr = flows.cloud.client("emr-serverless")
+    application = flows.outputs["SparkApplicationId"]
+    s3 = flows.cloud.client("s3")
+    runs = {
+        run["name"]: emr.get_job_run(applicationId=application, jobRunId=run["id"])["jobRun"]
+        for run in emr.list_job_runs(applicationId=application)["jobRuns"]
+        if run.get("name", "").startswith("backfill-legacy-")
+    }
+
+    # Named by zone and by the listing index of the batch's first object.
+    assert sorted(runs) == [
+        "backfill-legacy-lake-0",
+        "backfill-legacy-lake-2",
+        "backfill-legacy-lake-4",
+        "backfill-legacy-raw-0",
+    ]
+    assert {run["state"] for run in runs.values()} == {"SUCCESS"}
+    lake_keys = sorted(LAKE_FILES)  # the listing's order
+    expected = {
+        "backfill-legacy-lake-0": [(flows.lake, k) for k in lake_keys[0:2]],
+        "backfill-legacy-lake-2": [(flows.lake, k) for k in lake_keys[2:4]],
+        "backfill-legacy-lake-4": [(flows.lake, k) for k in lake_keys[4:]],
+        "backfill-legacy-raw-0": [(flows.raw, k) for k in RAW_FILES],
+    }
+    for name, run in runs.items():
+        objects = _objects_argument(run)
+        assert [(o["bucket"], o["key"]) for o in objects] == expected[name], name
+        for o in objects:  # the listing's sizes travel to the job (task grouping by bytes)
+            assert o["size"] == s3.head_object(Bucket=o["bucket"], Key=o["key"])["ContentLength"]
+            assert set(o) == {"bucket", "key", "size"}
 
 
 def test_a_second_backfill_finds_everything_indexed(
@@ -257,6 +301,24 @@ def test_a_second_backfill_finds_everything_indexed(
     assert again["execution"]["status"] == "SUCCEEDED", again["execution"].get("cause")
     assert json.loads(again["execution"]["output"])["batches"] == 2  # one per zone
     assert flows.entries() == flows.hashed(EXPECTED)
+
+
+def test_a_zone_without_objects_runs_no_child(flows: Workflows) -> None:
+    result = flows.execute(
+        "IndexBackfillStateMachineArn",
+        "backfill-empty",
+        {"dataset_id": "nothing_here", "zones": ["raw", "lake"]},
+    )
+
+    assert result["execution"]["status"] == "SUCCEEDED", result["execution"].get("cause")
+    assert json.loads(result["execution"]["output"]) == {
+        "dataset_id": "nothing_here",
+        "zones": ["raw", "lake"],
+        "status": "COMPLETED",
+        "objects": 0,
+        "batches": 0,
+    }
+    assert [e["type"] for e in result["history"]].count("MapRunSucceeded") == 2
 
 
 def test_objects_mode_indexes_exactly_the_given_objects(
@@ -324,7 +386,7 @@ def test_a_failing_job_is_retried_then_notified_and_the_backfill_fails(
     ]
     emr = cloud.client("emr-serverless")
     runs = emr.list_job_runs(applicationId=flows.outputs["SparkApplicationId"])["jobRuns"]
-    batch_runs = [r for r in runs if r.get("name") == "backfill-ghost-lake-0-0"]
+    batch_runs = [r for r in runs if r.get("name") == "backfill-ghost-lake-0"]
     assert len(batch_runs) == 2  # the first attempt and one retry
     assert {r["state"] for r in batch_runs} == {"FAILED"}
     (message,) = cloud.messages(notified, timeout=15)

@@ -295,3 +295,54 @@ def test_a_raw_version_a_producer_wrote_is_received_and_ingested(
     (item,) = catalog.items.values()
     assert item.status is ObjectStatus.RECEIVED
     assert len(starter.started) == 1
+
+
+def test_redelivery_asks_again_while_the_version_is_still_received(
+    catalog: MemoryCatalog, starter: RecordingStarter
+) -> None:
+    # the first delivery's batch never started its execution (the record was reported failed)
+    _record(_event(), catalog, RecordingStarter())
+
+    outcome = record_object_event(
+        _event(),
+        buckets=BUCKETS,
+        registry=_registry(),
+        catalog=catalog,
+        ingestion=starter,
+        index=RecordingIndex(),
+        objects=MemoryObjectStore(),
+    )
+
+    assert (outcome.written, outcome.ingestion_requested) == (False, True)
+    assert len(starter.started) == 1
+
+
+@pytest.mark.parametrize(
+    "status",
+    [
+        ObjectStatus.INGESTING,
+        ObjectStatus.INGESTED,
+        ObjectStatus.QUARANTINED,
+        ObjectStatus.SUPERSEDED,
+        ObjectStatus.FAILED,
+    ],
+)
+def test_redelivery_asks_nothing_once_the_state_machine_took_the_version(
+    catalog: MemoryCatalog, starter: RecordingStarter, status: ObjectStatus
+) -> None:
+    _record(_event(), catalog, RecordingStarter())
+    ((key, item),) = catalog.items.items()
+    catalog.items[key] = item.model_copy(update={"status": status})  # what the workflow wrote
+
+    outcome = record_object_event(
+        _event(),
+        buckets=BUCKETS,
+        registry=_registry(),
+        catalog=catalog,
+        ingestion=starter,
+        index=RecordingIndex(),
+        objects=MemoryObjectStore(),
+    )
+
+    assert (outcome.written, outcome.ingestion_requested) == (False, False)
+    assert starter.started == []

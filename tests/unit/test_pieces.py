@@ -162,7 +162,9 @@ def test_parquet_pieces_are_row_groups_with_their_row_indexes(tmp_path: Path) ->
     ]
 
     assert 3 <= len(planned) <= 10
-    assert [p.part.row_groups for p in planned][0][0] == 0
+    first_groups = planned[0].part.row_groups
+    assert first_groups is not None
+    assert first_groups[0] == 0
     assert planned[-1].part.row_groups is not None
     assert planned[-1].part.row_groups[1] == 10
     assert _view(concat_records(parts)) == _view(read_raw(path, _parquet_dataset(), tmp_path))

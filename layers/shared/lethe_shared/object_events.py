@@ -114,14 +114,27 @@ def _written_by_erasure(objects: ObjectStore, event: ObjectEvent) -> bool:
 
 
 def _still_wanted(item: CatalogItem, written: bool, catalog: ObjectCatalog) -> bool:
-    """Follow-up work of a creation (ingestion, indexing) is asked for again on a redelivered
-    event (written is False), in case the first delivery died between the catalog write and the
-    request; the requests are idempotent. A version that a newer event already marked deleted
-    gets none."""
+    """Indexing of a lake object is asked for again on a redelivered event (written is False), in
+    case the first delivery died between the catalog write and the request; the request is
+    idempotent. A version that a newer event already marked deleted gets none. (Ingestion of a
+    raw version: `_ingestion_wanted`.)"""
     if written:
         return True
     stored = catalog.get(item.bucket, item.key, item.version_id)
     return stored is not None and stored.status is not ObjectStatus.DELETED
+
+
+def _ingestion_wanted(item: CatalogItem, written: bool, catalog: ObjectCatalog) -> bool:
+    """Ingestion is asked for a new RECEIVED version, and again on a redelivered event while the
+    catalog still says RECEIVED: the first delivery may have died between the catalog write and
+    the start, or its batch's execution may not have started (the handler then fails the event's
+    SQS record, and SQS redelivers it). Once the state machine has taken the version
+    (INGESTING and later), or a newer event marked it DELETED, a redelivery asks for nothing:
+    batches are named by their content, so a start in another batch would ingest it again."""
+    if written:
+        return True
+    stored = catalog.get(item.bucket, item.key, item.version_id)
+    return stored is not None and stored.status is ObjectStatus.RECEIVED
 
 
 def _maintain_index(
@@ -148,9 +161,10 @@ def record_object_event(
     objects: ObjectStore,
     ignored_retention: timedelta = timedelta(days=30),
 ) -> Outcome:
-    """Record one S3 object event in the catalog, idempotently and in sequencer order; start
-    ingestion for a new raw object version under a registered dataset; keep the subject index
-    current for lake objects that arrive by other means and for deletes.
+    """Record one S3 object event in the catalog, idempotently and in sequencer order; ask
+    `ingestion` for a new raw object version under a registered dataset (the object events
+    handler collects these and starts one execution per batch: lethe_shared.ingestion); keep the
+    subject index current for lake objects that arrive by other means and for deletes.
 
     An event from a bucket other than the raw and lake `buckets` is malformed for this
     deployment (the EventBridge rule should never deliver it). A raw version that an erasure
@@ -173,7 +187,7 @@ def record_object_event(
     written = catalog.put_if_newer(item)
     requested = (
         item.status is ObjectStatus.RECEIVED
-        and _still_wanted(item, written, catalog)
+        and _ingestion_wanted(item, written, catalog)
         and ingestion.start(item)
     )
     index_action = _maintain_index(item, written, catalog, index)

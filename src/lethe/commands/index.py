@@ -281,8 +281,9 @@ def backfill_dataset(args: argparse.Namespace) -> int:
 
 
 class BatchProgress:
-    """Batch counts of the backfill's Map Runs (one per listed page), when the API has them;
-    else the number of Map Runs started and ended, read from the execution history."""
+    """Progress of the backfill's Map Runs (one per zone): batches are child executions
+    (DescribeMapRun `executionCounts`), objects are items (`itemCounts`), when the API has
+    them; else the number of Map Runs started and ended, read from the execution history."""
 
     def __init__(self, sfn: Any, execution_arn: str) -> None:
         self._sfn = sfn
@@ -298,20 +299,24 @@ class BatchProgress:
         return self._from_history()
 
     def _from_map_runs(self) -> str:
-        counts = {"succeeded": 0, "failed": 0, "running": 0, "pending": 0}
+        batches = {"succeeded": 0, "failed": 0, "running": 0, "pending": 0}
+        objects = {"total": 0, "succeeded": 0}
         runs = 0
         pages = self._sfn.get_paginator("list_map_runs").paginate(executionArn=self._execution_arn)
         for page in pages:
             for run in page.get("mapRuns", []):
                 runs += 1
-                items = self._sfn.describe_map_run(mapRunArn=run["mapRunArn"])["itemCounts"]
-                for name in counts:
-                    counts[name] += int(items.get(name, 0))
+                described = self._sfn.describe_map_run(mapRunArn=run["mapRunArn"])
+                for name in batches:
+                    batches[name] += int(described["executionCounts"].get(name, 0))
+                for name in objects:
+                    objects[name] += int(described["itemCounts"].get(name, 0))
         if not runs:
-            return "listing objects"
+            return "starting"
         return (
-            f"batches: {counts['succeeded']} done, {counts['running']} running, "
-            f"{counts['pending']} pending, {counts['failed']} failed; pages listed: {runs}"
+            f"batches: {batches['succeeded']} done, {batches['running']} running, "
+            f"{batches['pending']} pending, {batches['failed']} failed; objects: "
+            f"{objects['succeeded']} of {objects['total']} listed; zones started: {runs}"
         )
 
     def _from_history(self) -> str:
@@ -323,7 +328,7 @@ class BatchProgress:
             for event in page.get("events", []):
                 started += event["type"] == "MapRunStarted"
                 ended += event["type"] in {"MapRunSucceeded", "MapRunFailed", "MapRunAborted"}
-        return f"pages: {ended} of {started} indexed"
+        return f"zones: {ended} of {started} indexed"
 
 
 # ---------------------------------------------------------------------------------- reconcile

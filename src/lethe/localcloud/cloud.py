@@ -9,7 +9,8 @@
    to it: moto's Step Functions interpreter calls that port);
 2. provisions template.yaml (lethe.localcloud.provision) with the local parameters;
 3. installs the hooks: Lambda runtime (lambdas), EventBridge delivery (eventbridge), AWS-shaped
-   S3 events (s3events), Step Functions JSONata / Spark tasks (sfn_hooks);
+   S3 events (s3events), SQS event source mappings and message move tasks (sqs), Step Functions
+   JSONata / Spark tasks (sfn_hooks);
 4. uploads the Spark artifacts to the artifacts bucket (lethe.artifacts, as a real deploy does);
 5. serves the REST API (api) and a small control endpoint (captured mail, health);
 6. writes the state file atomically (JSON, see `state_document`).
@@ -20,7 +21,8 @@ and marks the state file as not ready; logs and the state directory stay.
 State file (JSON): endpoint_url, region, account_id, api_url (the REST API, with its stage),
 control_url (GET /mail, GET /health), outputs (the stack Outputs; ApiUrl is the local API),
 pid, state_dir, logs_dir, stack_name, parameters (effective, Defaults included), not_created
-(logical id -> reason), ready (true; false with stopped_at once stopped), started_at.
+(logical id -> reason), sqs_event_sources (the local batching window cap and retry delay),
+ready (true; false with stopped_at once stopped), started_at.
 
 Layout: ``<state_file>.d/`` is the state directory; ``logs/`` in it holds ``moto.log`` (every
 request to the emulated AWS APIs), ``<function name>.log`` per Lambda function, Spark run logs,
@@ -67,8 +69,33 @@ MOTO_CONFIG: Final[Mapping[str, Mapping[str, Any]]] = {
 }
 
 
+#: Environment variables that shorten SQS event source waits locally (docs/LOCAL_CLOUD.md):
+#: the longest batching window a poller waits (seconds; "none": the mapping's own window) and
+#: how soon a failed record is received again (seconds; "none": the queue's VisibilityTimeout).
+MAX_BATCH_WINDOW_ENV: Final = "LETHE_LOCAL_MAX_BATCH_WINDOW"
+SQS_RETRY_SECONDS_ENV: Final = "LETHE_LOCAL_SQS_RETRY_SECONDS"
+DEFAULT_MAX_BATCH_WINDOW: Final = 2.0
+DEFAULT_SQS_RETRY_SECONDS: Final = 1
+
+
 class CloudError(RuntimeError):
     """The local cloud could not start; the message says why."""
+
+
+def _env_number(name: str, default: float, *, integer: bool = False) -> float | None:
+    """A non-negative number from the environment; None for "none"/"off"; `default` if unset."""
+    text = os.environ.get(name, "").strip().lower()
+    if not text:
+        return default
+    if text in {"none", "off"}:
+        return None
+    try:
+        value = int(text) if integer else float(text)
+    except ValueError:
+        raise CloudError(f"{name}={text!r} is not a number (or 'none')") from None
+    if value < 0:
+        raise CloudError(f"{name}={text!r} must not be negative")
+    return value
 
 
 def default_state_dir(state_file: Path) -> Path:
@@ -279,7 +306,11 @@ class LocalCloud:
         *,
         stack_name: str | None = None,
         state_dir: Path | None = None,
+        max_batching_window: float | str | None = "env",
+        sqs_retry_seconds: int | str | None = "env",
     ) -> None:
+        """`max_batching_window` and `sqs_retry_seconds` ("env": from MAX_BATCH_WINDOW_ENV and
+        SQS_RETRY_SECONDS_ENV, defaults 2 s and 1 s; None: as the template says)."""
         if repo_root is None:
             from lethe.localcloud.template import REPO_ROOT  # noqa: PLC0415 - heavy, see the top
 
@@ -291,11 +322,23 @@ class LocalCloud:
         self.stack_name = stack_name or f"lethe-{self.parameters['Stage']}"
         self.state_dir = (state_dir or default_state_dir(self.state_file)).resolve()
         self.deployment: Deployment | None = None
+        self.dispatcher: Any = None  # the EventDispatcher, once started (wait_settled)
         self.api_url = ""
         self.control_url = ""
         self.state: dict[str, Any] = {}
         self._undo: list[tuple[str, Callable[[], None]]] = []
         self._lock = threading.Lock()
+        self.max_batching_window: float | None = (
+            _env_number(MAX_BATCH_WINDOW_ENV, DEFAULT_MAX_BATCH_WINDOW)
+            if max_batching_window == "env"
+            else (None if max_batching_window is None else float(max_batching_window))
+        )
+        retry = (
+            _env_number(SQS_RETRY_SECONDS_ENV, DEFAULT_SQS_RETRY_SECONDS, integer=True)
+            if sqs_retry_seconds == "env"
+            else sqs_retry_seconds
+        )
+        self.sqs_retry_seconds: int | None = None if retry is None else int(retry)
 
     @property
     def logs_dir(self) -> Path:
@@ -317,6 +360,7 @@ class LocalCloud:
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         self._route_moto_log(self.logs_dir / "moto.log")
         endpoints = self._start_moto()
+        self._install_sfn_hooks(endpoints)
         from lethe.localcloud.provision import provision  # noqa: PLC0415 - heavy, see the top
 
         logger.info(
@@ -372,23 +416,41 @@ class LocalCloud:
         logger.info("moto %s on 127.0.0.1:%d", _moto_version(), port)
         return Endpoints(f"http://127.0.0.1:{port}", self.region, ACCOUNT_ID)
 
+    def _install_sfn_hooks(self, endpoints: Endpoints) -> None:
+        """Before provisioning: creating a state machine parses its definition, and moto's
+        parser needs the hooks to read ItemBatcher (sfn_hooks P6)."""
+        from lethe.localcloud import sfn_hooks  # noqa: PLC0415 - heavy, see the top
+
+        context = sfn_hooks.HookContext(
+            endpoints=endpoints, logs_dir=self.logs_dir, repo_root=self.repo_root
+        )
+        self._undo.append(("Step Functions hooks", sfn_hooks.install(context)))
+
     def _install_hooks(self, deployment: Deployment) -> Any:
         from lethe.localcloud import (  # noqa: PLC0415 - heavy, see the top
             eventbridge,
             kms_hooks,
             lambdas,
             s3events,
-            sfn_hooks,
+            sqs,
         )
 
         runtime = lambdas.LambdaRuntime(deployment)
         self._undo.append(("Lambda workers", runtime.shutdown))
         self._undo.append(("Lambda invoke hook", lambdas.install(runtime)))
+        sources = sqs.SqsEventSources(
+            runtime,
+            max_batching_window=self.max_batching_window,
+            retry_visibility_seconds=self.sqs_retry_seconds,
+        )
+        self._undo.append(("SQS message move tasks", sqs.install_message_move_tasks()))
+        self._undo.append(("SQS event source mappings", sqs.install(sources)))
         dispatcher = eventbridge.EventDispatcher(runtime)
+        dispatcher.add_source(sources)
+        self.dispatcher = dispatcher
         self._undo.append(("EventBridge dispatcher", dispatcher.stop))
         self._undo.append(("EventBridge targets hook", eventbridge.install(dispatcher)))
         self._undo.append(("S3 events hook", s3events.install(dispatcher.dispatch)))
-        self._undo.append(("Step Functions hooks", sfn_hooks.install(deployment)))
         self._undo.append(("KMS digest signing hook", kms_hooks.install()))
         return runtime
 
@@ -441,6 +503,10 @@ class LocalCloud:
             "stack_name": self.stack_name,
             "parameters": dict(deployment.parameters),
             "not_created": dict(deployment.not_created),
+            "sqs_event_sources": {
+                "max_batching_window_seconds": self.max_batching_window,
+                "retry_seconds": self.sqs_retry_seconds,
+            },
             "ready": True,
             "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
         }

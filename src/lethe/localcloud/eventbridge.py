@@ -14,6 +14,11 @@ targets) only *queues* the rule and the event; `EventDispatcher`'s thread then, 
     asynchronously; retries and the on-failure destination are the function's);
   * ``arn:aws:states:...``: ``StartExecution`` (boto3 against the local endpoint, name = a uuid,
     input = the target input);
+  * ``arn:aws:sqs:...``: ``SendMessage`` of the target input as JSON (boto3 against the local
+    endpoint; for a FIFO queue with ``SqsParameters.MessageGroupId`` and the event id as
+    deduplication id, as EventBridge sends). moto's own SQS delivery ignores ``Input`` and
+    ``InputPath`` and, for events put with PutEvents, drops the event's ``account``; a queue's
+    event source mapping then hands the message to its function (lethe.localcloud.sqs);
   * anything else: moto's original code, for that one target.
 
 The target input follows EventBridge: ``Input`` (constant JSON) or ``InputPath`` (JSONPath);
@@ -29,7 +34,9 @@ only. moto's own S3 code tried every bus.
 
 Each delivery is logged at INFO on the ``lethe.localcloud.events`` logger (rule, target, event id).
 `EventDispatcher.wait_idle(timeout)` waits for the queue; `wait_settled(timeout)` also waits for
-the Lambda invocations that deliveries started (and for events those functions put, in turn).
+the Lambda invocations that deliveries started, for every source added with `add_source` (the
+SQS event source mappings: their queues drained and no batch in flight), and for what those put
+in turn, until one full pass sees no new activity.
 """
 
 from __future__ import annotations
@@ -44,7 +51,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from jsonpath_ng.ext.parser import parse as parse_json_path  # moto's own dependency
 from moto.events.models import Rule, events_backends
@@ -58,6 +65,17 @@ DEFAULT_BUS = "default"
 
 class UnsupportedTargetError(ValueError):
     """A rule target asks for something the local cloud does not emulate."""
+
+
+class SettleSource(Protocol):
+    """Something `wait_settled` waits for (e.g. lethe.localcloud.sqs.SqsEventSources)."""
+
+    @property
+    def activity(self) -> int:
+        """Grows whenever the source starts new work."""
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until the source has nothing to do; False if `timeout` passed first."""
 
 
 @dataclass
@@ -74,6 +92,9 @@ class EventDispatcher:
         self.runtime = runtime
         self._queue: queue.Queue[_Work | None] = queue.Queue()
         self._pending = 0
+        self._submitted = 0
+        self._sources: list[SettleSource] = []
+        self._sqs_clients: dict[str, Any] = {}
         self._cond = threading.Condition()
         self._thread = threading.Thread(
             target=self._loop, name="eventbridge-dispatcher", daemon=True
@@ -97,6 +118,7 @@ class EventDispatcher:
             return
         with self._cond:
             self._pending += 1
+            self._submitted += 1
         self._queue.put(work)
 
     # -- waiting and stopping ----------------------------------------------------------------
@@ -112,20 +134,31 @@ class EventDispatcher:
                 self._cond.wait(remaining)
         return True
 
+    def add_source(self, source: SettleSource) -> None:
+        """Make `wait_settled` also wait for `source`."""
+        self._sources.append(source)
+
+    def _activity(self) -> tuple[int, ...]:
+        with self._cond:
+            submitted = self._submitted
+        return (submitted, self.runtime.activity, *(s.activity for s in self._sources))
+
     def wait_settled(self, timeout: float) -> bool:
-        """Wait until both the queue and the runtime's async invocations stay idle."""
+        """Wait until the queue, the runtime's async invocations and every added source are
+        idle, in a pass during which none of them started anything new."""
         deadline = time.monotonic() + timeout
         while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if deadline - time.monotonic() <= 0:
                 return False
-            if not self.wait_idle(remaining):
-                return False
-            if not self.runtime.wait_idle(max(0.0, deadline - time.monotonic())):
-                return False
+            before = self._activity()
+            waits = [self.wait_idle, self.runtime.wait_idle, *(s.wait_idle for s in self._sources)]
+            for wait in waits:
+                if not wait(max(0.0, deadline - time.monotonic())):
+                    return False
             with self._cond:
-                if self._pending == 0:
-                    return True
+                pending = self._pending
+            if pending == 0 and self._activity() == before:
+                return True
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the thread after the events already queued."""
@@ -179,6 +212,8 @@ class EventDispatcher:
                     self.runtime.invoke_async(arn, target_input(target, aws_event))
                 elif service == "states":
                     self._start_execution(arn, target_input(target, aws_event))
+                elif service == "sqs":
+                    self._send_to_queue(arn, target, target_input(target, aws_event), aws_event)
                 else:
                     _moto_deliver(rule, target, event, transform_input)
             except Exception:
@@ -200,6 +235,25 @@ class EventDispatcher:
         sfn.start_execution(
             stateMachineArn=state_machine_arn, name=str(uuid.uuid4()), input=json.dumps(payload)
         )
+
+    def _send_to_queue(
+        self, queue_arn: str, target: dict[str, Any], payload: Any, event: dict[str, Any]
+    ) -> None:
+        _, _, _, region, account, name = queue_arn.split(":", 5)
+        if region not in self._sqs_clients:  # deliveries run on this one thread
+            self._sqs_clients[region] = self.runtime.deployment.endpoints.client("sqs", region)
+        sqs = self._sqs_clients[region]
+        url = sqs.get_queue_url(QueueName=name, QueueOwnerAWSAccountId=account)["QueueUrl"]
+        params: dict[str, Any] = {"QueueUrl": url, "MessageBody": json.dumps(payload)}
+        if name.endswith(".fifo"):
+            group = target.get("SqsParameters", {}).get("MessageGroupId")
+            if not group:
+                raise UnsupportedTargetError(
+                    f"target {target.get('Id')}: a FIFO queue needs SqsParameters.MessageGroupId"
+                )
+            params["MessageGroupId"] = group
+            params["MessageDeduplicationId"] = str(event.get("id") or uuid.uuid4())
+        sqs.send_message(**params)
 
 
 # -- event shapes and target input -------------------------------------------------------------

@@ -44,6 +44,8 @@ there; otherwise the event is dropped with a warning, as Lambda drops it.
 
 `install(runtime)` routes moto's Lambda ``Invoke`` API (boto3 ``lambda.invoke``, Step Functions
 Lambda tasks, which call that API over HTTP) to the runtime; see its docstring for the patch.
+SQS event source mappings (lethe.localcloud.sqs) call `invoke` directly, synchronously, as
+Lambda's pollers do. `activity` counts asynchronous invocations for `wait_settled`.
 """
 
 from __future__ import annotations
@@ -308,6 +310,7 @@ class LambdaRuntime:
         self._lock = threading.Lock()
         self._pools: dict[str, _Pool] = {}
         self._pending = 0
+        self._async_started = 0
         self._idle = threading.Condition()
         self._closed = threading.Event()
 
@@ -438,6 +441,7 @@ class LambdaRuntime:
         request_id = str(uuid.uuid4())
         with self._idle:
             self._pending += 1
+            self._async_started += 1
         thread = threading.Thread(
             target=self._run_async,
             args=(spec, function_ref, event, request_id),
@@ -522,6 +526,12 @@ class LambdaRuntime:
         logger.info("async invocation %s of %s sent to %s", request_id, spec.name, destination)
 
     # -- lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def activity(self) -> int:
+        """Asynchronous invocations started so far (for `EventDispatcher.wait_settled`)."""
+        with self._idle:
+            return self._async_started
 
     def wait_idle(self, timeout: float) -> bool:
         """Wait until no asynchronous invocation is pending; False if `timeout` passed first."""

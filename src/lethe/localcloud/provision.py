@@ -1171,6 +1171,63 @@ def _lambda_event_invoke_config(stack: _Stack, lid: str, props: dict[str, Any]) 
     return Created(f"{function.name}:{props.get('Qualifier', '$LATEST')}")
 
 
+# What lethe.localcloud.sqs follows; the rest of an SQS mapping is recorded in moto only.
+_ESM_PARAMETERS = (
+    "EventSourceArn",
+    "BatchSize",
+    "MaximumBatchingWindowInSeconds",
+    "FunctionResponseTypes",
+    "Enabled",
+    "ScalingConfig",
+)
+
+
+@_handles("AWS::Lambda::EventSourceMapping")
+def _event_source_mapping(stack: _Stack, lid: str, props: dict[str, Any]) -> Created:
+    """Created in moto's Lambda API; lethe.localcloud.sqs polls the queue and invokes the
+    function (only SQS sources are emulated, and without event filtering)."""
+    source = to_text(props["EventSourceArn"], f"{lid}.EventSourceArn")
+    if source.split(":")[2:3] != ["sqs"]:
+        raise ProvisionError(
+            f"{lid}: event source {source} is not emulated (only SQS queues: "
+            "lethe.localcloud.sqs); add a poller for it or leave it out of the local template"
+        )
+    if props.get("FilterCriteria"):
+        raise ProvisionError(
+            f"{lid}: FilterCriteria is not emulated: the local poller would hand the function "
+            "every message"
+        )
+    function = stack.function_for(to_text(props["FunctionName"], f"{lid}.FunctionName"))
+    _check_visibility_timeout(stack, lid, source, function)
+    params: dict[str, Any] = {"FunctionName": function.name, **_pick(props, _ESM_PARAMETERS)}
+    mapping = stack.call("lambda", "create_event_source_mapping", **params)
+    stack.warn_unhandled(lid, props, {"FunctionName", *_ESM_PARAMETERS})
+    return Created(
+        mapping["UUID"],
+        {"Id": mapping["UUID"], "EventSourceMappingArn": mapping.get("EventSourceMappingArn", "")},
+    )
+
+
+def _check_visibility_timeout(
+    stack: _Stack, lid: str, queue_arn: str, function: _FunctionDraft
+) -> None:
+    """Lambda refuses a mapping whose queue hides a message for less than the function runs."""
+    _, _, _, _, account, name = queue_arn.split(":", 5)
+    url = stack.call("sqs", "get_queue_url", QueueName=name, QueueOwnerAWSAccountId=account)
+    attributes = stack.call(
+        "sqs",
+        "get_queue_attributes",
+        QueueUrl=url["QueueUrl"],
+        AttributeNames=["VisibilityTimeout"],
+    )["Attributes"]
+    visibility = int(attributes.get("VisibilityTimeout", 30))
+    if visibility < function.timeout_seconds:
+        raise ProvisionError(
+            f"{lid}: queue {name} has VisibilityTimeout {visibility} s, less than the timeout of "
+            f"{function.name} ({function.timeout_seconds} s); Lambda refuses this mapping"
+        )
+
+
 # ---------------------------------------------------------------------------------- EventBridge
 
 

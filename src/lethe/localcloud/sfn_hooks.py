@@ -1,8 +1,8 @@
 """Hooks that let moto's Step Functions interpreter run Lethe's state machines for real.
 
 moto 5.2.5 executes state machines with LocalStack's ASL engine, vendored in
-`moto/stepfunctions/parser`. Three things Lethe needs do not work there out of the box, so
-`install()` patches the engine. Every patch is pinned to moto 5.2.5: `install()` refuses any other
+`moto/stepfunctions/parser`. Things Lethe needs do not work there out of the box, so `install()`
+patches the engine. Every patch is pinned to moto 5.2.5: `install()` refuses any other
 version and checks that each target still looks as described below, so upgrading moto is a
 deliberate act (re-read the named files, adjust, bump `PINNED_MOTO_VERSION`).
 
@@ -52,6 +52,27 @@ P5  Spark tasks.
            EMR Serverless backend (`moto/emrserverless/models.py`:
            `EMRServerlessBackend.start_job_run`, `JobRun.state`), so GetJobRun/GetJobRuns and
            ListJobRuns show them.
+P6  ItemBatcher in a Distributed Map.
+    Where: `AmazonStateLanguageParser.parse` (`asl/parse/asl_parser.py`, used by
+           CreateStateMachine's validation and by every execution), `DistributedIterationComponent.
+           _map_run` (`.../iteration/distributed_iteration_component.py`) and the `_eval_job` of
+           `DistributedItemProcessorWorker` and `DistributedIteratorWorker`.
+    Why:   moto's grammar has no ItemBatcher, so a definition with one is refused. `parse` takes
+           every Map's ItemBatcher out of the definition, lets moto parse the rest, checks the
+           batcher as AWS does and attaches an `ItemBatcherPlan` to the Map's iteration
+           component (limits and BatchInput are evaluated by components moto parses from a Pass
+           state holding the same fields). `_map_run` then applies ItemSelector to each item,
+           cuts the selected items into `{"Items", "BatchInput"}` child inputs (`batch_items`)
+           and runs one child per batch; `_eval_job` makes the Map Run's item counts count the
+           items of each batch (DescribeMapRun: items in itemCounts, batches in
+           executionCounts). The state machine's stored definition is unchanged.
+P7  ItemReader `arn:aws:states:::s3:listObjectsV2`.
+    Where: `ResourceEvalS3._handle_list_objects_v2` (`.../item_reader/eval/resource_eval_s3.py`).
+    Why:   moto lists one page (1,000 keys), fails on an empty listing (`response["Contents"]`)
+           and passes boto3's objects on (datetimes the engine cannot serialise, `ETag`). The
+           replacement reads every page and makes the items AWS documents ("ItemReader (Map)"):
+           `{Etag, Key, LastModified (epoch seconds), Size, StorageClass}`; an S3 error fails
+           the Map with States.ItemReaderFailed.
 
 Outside the engine, `install()` also sets moto's `default_user_config["stepfunctions"]
 ["execute_state_machine"] = True` and `MOTO_PORT` (the engine's aws-sdk and service tasks call
@@ -102,6 +123,7 @@ Not covered
 from __future__ import annotations
 
 import abc
+import copy
 import functools
 import hashlib
 import json
@@ -111,7 +133,7 @@ import os
 import random
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -120,6 +142,7 @@ from urllib.parse import urlparse
 
 import jsonata
 import moto
+from botocore.exceptions import ClientError, ParamValidationError
 from botocore.session import get_session as _botocore_session
 from botocore.validate import ParamValidator
 from jsonata.jexception import JException
@@ -151,6 +174,18 @@ from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name
 from moto.stepfunctions.parser.asl.component.common.string import (
     string_expression as _string_expression,
 )
+from moto.stepfunctions.parser.asl.component.state.exec.state_map.item_reader.eval.resource_eval_s3 import (  # noqa: E501
+    ResourceEvalS3 as _ResourceEvalS3,
+)
+from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration.distributed_iteration_component import (  # noqa: E501
+    DistributedIterationComponent as _DistributedIterationComponent,
+)
+from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration.itemprocessor.distributed_item_processor_worker import (  # noqa: E501
+    DistributedItemProcessorWorker as _DistributedItemProcessorWorker,
+)
+from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration.iterator.distributed_iterator_worker import (  # noqa: E501
+    DistributedIteratorWorker as _DistributedIteratorWorker,
+)
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.credentials import (
     StateCredentials,
 )
@@ -166,8 +201,15 @@ from moto.stepfunctions.parser.asl.eval import states as _eval_states
 from moto.stepfunctions.parser.asl.eval import variable_store as _eval_variable_store
 from moto.stepfunctions.parser.asl.eval.environment import Environment
 from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
+from moto.stepfunctions.parser.asl.eval.states import ItemData, MapData
 from moto.stepfunctions.parser.asl.jsonata import jsonata as _engine_jsonata
 from moto.stepfunctions.parser.asl.parse import preprocessor as _preprocessor
+from moto.stepfunctions.parser.asl.parse.asl_parser import (
+    AmazonStateLanguageParser as _AmazonStateLanguageParser,
+)
+from moto.stepfunctions.parser.asl.parse.asl_parser import (
+    ASLParserException as _ASLParserException,
+)
 
 from lethe.localcloud.deployment import Endpoints
 from lethe.localcloud.spark_runner import (
@@ -1068,6 +1110,452 @@ def _make_state_task_for(
 
 
 # ----------------------------------------------------------------------------------------------
+# P6-P7: a Distributed Map's items (ItemReader s3:listObjectsV2) and batches (ItemBatcher)
+#
+# AWS documents both in the Step Functions Developer Guide, "ItemReader (Map)" and "ItemBatcher
+# (Map)", and the States Language specification ("Reading Items", "Selecting Items", "Batching
+# Items", "Processing Items"): the Map reads its items, applies ItemSelector to each (with
+# Map.Item.Index and Map.Item.Value in the context), then cuts the selected items into batches;
+# each child execution gets {"Items": [...]} plus "BatchInput" when given, and the Map's result
+# has one element per batch.
+
+ITEM_BATCHER_FIELDS: Final = frozenset(
+    {
+        "BatchInput",
+        "MaxItemsPerBatch",
+        "MaxItemsPerBatchPath",
+        "MaxInputBytesPerBatch",
+        "MaxInputBytesPerBatchPath",
+    }
+)
+# "MaxInputBytesPerBatch: the maximum size of a batch in bytes, up to 256 KiB"; without it "the
+# interpreter processes as many items it can process up to 256 KiB in each child workflow
+# execution" (ItemBatcher (Map)). 256 KiB is also the limit of an execution's input.
+MAX_BATCH_BYTES: Final = 256 * 1024
+_BATCHER_STATE: Final = "ItemBatcher"
+_PLAN_ATTRIBUTE: Final = "_lethe_item_batcher"  # on a Map's DistributedIterationComponent
+_SIZES_ATTRIBUTE: Final = "_lethe_batch_sizes"  # on a Map Run record: items per child
+
+
+class ItemBatcherError(ValueError):
+    """A batch limit that is no positive integer, or an item bigger than the byte limit."""
+
+
+def _json_size(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+
+
+def batch_items(
+    items: list[Any],
+    *,
+    max_items: int | None,
+    max_bytes: int | None,
+    batch_input: Any = None,
+    has_batch_input: bool = False,
+) -> list[dict[str, Any]]:
+    """The child inputs of a batched Map: `{"Items": [...]}` (plus `"BatchInput"` when the
+    ItemBatcher has one), in item order. A batch holds at most `max_items` items and at most
+    `max_bytes` bytes (never more than 256 KiB), counted as the child input's compact UTF-8 JSON,
+    BatchInput included: AWS does not say whether BatchInput counts, so the stricter reading.
+    An item that cannot fit a batch on its own is an error (no child could start with it)."""
+    for name, limit in (("MaxItemsPerBatch", max_items), ("MaxInputBytesPerBatch", max_bytes)):
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
+        ):
+            raise ItemBatcherError(f"{name} must be a positive integer, not {limit!r}")
+    if max_items is None and max_bytes is None:
+        raise ItemBatcherError("an ItemBatcher needs MaxItemsPerBatch or MaxInputBytesPerBatch")
+    byte_limit = min(max_bytes or MAX_BATCH_BYTES, MAX_BATCH_BYTES)
+    envelope: dict[str, Any] = {"Items": []}
+    if has_batch_input:
+        envelope["BatchInput"] = batch_input
+    empty_size = _json_size(envelope)
+    batches: list[list[Any]] = []
+    current: list[Any] = []
+    size = empty_size
+    for index, item in enumerate(items):
+        item_size = _json_size(item)
+        if empty_size + item_size > byte_limit:
+            raise ItemBatcherError(
+                f"item {index} ({item_size} bytes) does not fit a batch of {byte_limit} bytes"
+            )
+        full = max_items is not None and len(current) >= max_items
+        if current and (full or size + 1 + item_size > byte_limit):
+            batches.append(current)
+            current, size = [], empty_size
+        size += item_size + (1 if current else 0)
+        current.append(item)
+    if current:
+        batches.append(current)
+    return [{**envelope, "Items": batch} for batch in batches]
+
+
+def s3_list_item(content: Mapping[str, Any]) -> dict[str, Any]:
+    """One item of an `s3:listObjectsV2` ItemReader, as "ItemReader (Map)" shows it: `Etag`,
+    `Key`, `LastModified` (epoch seconds), `Size`, `StorageClass`."""
+    modified = content.get("LastModified")
+    if isinstance(modified, datetime):
+        aware = modified if modified.tzinfo else modified.replace(tzinfo=UTC)
+        modified = int(aware.timestamp())
+    return {
+        "Etag": content.get("ETag"),
+        "Key": content["Key"],
+        "LastModified": modified,
+        "Size": content.get("Size"),
+        "StorageClass": content.get("StorageClass", "STANDARD"),
+    }
+
+
+def _states_failure(
+    env: Environment, typ: StatesErrorNameType, cause: str
+) -> FailureEventException:
+    error = StatesErrorName(typ=typ)
+    return FailureEventException(
+        FailureEvent(
+            env=env,
+            error_name=error,
+            event_type=HistoryEventType.EvaluationFailed,
+            event_details=_event_details(
+                evaluationFailedEventDetails=EvaluationFailedEventDetails(
+                    error=typ.to_name(), cause=cause
+                )
+            ),
+        )
+    )
+
+
+def _list_objects_v2(
+    env: Environment, resource_runtime_part: ResourceRuntimePart, state_credentials: Any
+) -> None:
+    """P7: every page of the listing (moto reads one page of 1,000 keys and fails on an empty
+    prefix), each object in the ItemReader's item shape; S3 errors fail the Map with
+    States.ItemReaderFailed."""
+    s3 = _ResourceEvalS3._get_s3_client(
+        resource_runtime_part=resource_runtime_part, state_credentials=state_credentials
+    )
+    parameters = dict(env.stack.pop() or {})
+    items: list[dict[str, Any]] = []
+    try:
+        for page in s3.get_paginator("list_objects_v2").paginate(**parameters):
+            items.extend(s3_list_item(content) for content in page.get("Contents", []))
+    except (ClientError, ParamValidationError) as exc:
+        raise _states_failure(
+            env, StatesErrorNameType.StatesItemReaderFailed, f"s3:listObjectsV2 failed: {exc}"
+        ) from exc
+    env.stack.append(items)
+
+
+@dataclass(frozen=True)
+class ItemBatcherPlan:
+    """One Map state's ItemBatcher: literal limits, and the rest evaluated at run time by a
+    component moto parsed from a Pass state that holds the same fields (so paths, payload
+    templates, intrinsic functions, JSONata and variables mean what they mean elsewhere)."""
+
+    state: str
+    max_items: int | None
+    max_bytes: int | None
+    has_batch_input: bool
+    dynamic: Any | None  # the evaluator component, or None when everything is literal
+    jsonata: bool
+
+    def evaluate(self, env: Environment) -> tuple[int | None, int | None, Any]:
+        values: dict[str, Any] = {}
+        if self.dynamic is not None:
+            frame = env.open_frame()
+            try:
+                map_input = env.states.get_input()
+                frame.states.reset(input_value=map_input)
+                frame.stack.append(map_input)  # JSONPath paths read the top of the stack
+                context = cast(dict[str, Any], env.states.context_object.context_object_data)
+                frame_context = cast(
+                    dict[str, Any], frame.states.context_object.context_object_data
+                )
+                for key in ("State", "Map"):  # $$.State.EnteredTime and the like
+                    if key in context:
+                        frame_context[key] = context[key]
+                self.dynamic.eval(frame)
+                values = dict(frame.stack.pop())
+            finally:
+                env.delete_frame(frame)
+        max_items = values.get("max_items", self.max_items)
+        max_bytes = values.get("max_bytes", self.max_bytes)
+        return max_items, max_bytes, values.get("batch_input")
+
+
+def item_batcher_problems(batcher: Any, *, jsonata: bool) -> list[str]:
+    """What AWS's definition checks refuse in an ItemBatcher (ItemBatcher (Map); the States
+    Language's "Batching Items")."""
+    if not isinstance(batcher, dict):
+        return ["ItemBatcher must be an object"]
+    problems = [
+        f"ItemBatcher: unknown field {k}" for k in sorted(set(batcher) - ITEM_BATCHER_FIELDS)
+    ]
+    if not {
+        "MaxItemsPerBatch",
+        "MaxItemsPerBatchPath",
+        "MaxInputBytesPerBatch",
+        "MaxInputBytesPerBatchPath",
+    } & set(batcher):
+        problems.append("ItemBatcher needs MaxItemsPerBatch(Path) or MaxInputBytesPerBatch(Path)")
+    for name in ("MaxItemsPerBatch", "MaxInputBytesPerBatch"):
+        if name in batcher and f"{name}Path" in batcher:
+            problems.append(f"ItemBatcher: {name} and {name}Path are exclusive")
+        if jsonata and f"{name}Path" in batcher:
+            problems.append(f"ItemBatcher: {name}Path is JSONPath only")
+        value = batcher.get(name)
+        if value is None or (jsonata and _is_jsonata(value)):
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            problems.append(f"ItemBatcher: {name} must be a positive integer")
+        elif name == "MaxInputBytesPerBatch" and value > MAX_BATCH_BYTES:
+            problems.append(f"ItemBatcher: MaxInputBytesPerBatch is at most {MAX_BATCH_BYTES}")
+    if not jsonata and "BatchInput" in batcher and not isinstance(batcher["BatchInput"], dict):
+        problems.append("ItemBatcher: BatchInput must be a payload template (an object)")
+    return problems
+
+
+def _is_jsonata(value: Any) -> bool:
+    return isinstance(value, str) and value.startswith("{%") and value.endswith("%}")
+
+
+def _item_batcher_plan(
+    original_parse: Callable[[str], Any], state: str, batcher: dict[str, Any], *, jsonata: bool
+) -> ItemBatcherPlan:
+    literal_items = batcher.get("MaxItemsPerBatch")
+    literal_bytes = batcher.get("MaxInputBytesPerBatch")
+    dynamic: dict[str, Any] = {}
+    if jsonata:
+        for key, field in (
+            ("max_items", "MaxItemsPerBatch"),
+            ("max_bytes", "MaxInputBytesPerBatch"),
+        ):
+            if _is_jsonata(batcher.get(field)):
+                dynamic[key] = batcher[field]
+        if "BatchInput" in batcher:
+            dynamic["batch_input"] = batcher["BatchInput"]
+        wrapper = {"QueryLanguage": "JSONata", "Type": "Pass", "Output": dynamic, "End": True}
+    else:
+        for key, field in (
+            ("max_items", "MaxItemsPerBatchPath"),
+            ("max_bytes", "MaxInputBytesPerBatchPath"),
+        ):
+            if field in batcher:
+                dynamic[f"{key}.$"] = batcher[field]
+        if "BatchInput" in batcher:
+            dynamic["batch_input"] = batcher["BatchInput"]
+        wrapper = {"Type": "Pass", "Parameters": dynamic, "End": True}
+    component = None
+    if dynamic:
+        program, _ = original_parse(
+            json.dumps({"StartAt": _BATCHER_STATE, "States": {_BATCHER_STATE: wrapper}})
+        )
+        pass_state = program.states.states[_BATCHER_STATE]
+        component = pass_state.output.jsonata_template_value if jsonata else pass_state.parameters
+    return ItemBatcherPlan(
+        state=state,
+        max_items=None if _is_jsonata(literal_items) else literal_items,
+        max_bytes=None if _is_jsonata(literal_bytes) else literal_bytes,
+        has_batch_input="BatchInput" in batcher,
+        dynamic=component,
+        jsonata=jsonata,
+    )
+
+
+def _nested_states(
+    state: dict[str, Any], here: tuple[str, ...]
+) -> Iterator[tuple[Any, tuple[str, ...]]]:
+    """The States blocks inside one state, with their paths."""
+    for key in ("ItemProcessor", "Iterator"):
+        if isinstance(state.get(key), dict):
+            yield state[key].get("States"), (*here, key)
+    for index, branch in enumerate(state.get("Branches") or []):
+        if isinstance(branch, dict):
+            yield branch.get("States"), (*here, "Branches", str(index))
+
+
+def _take_item_batchers(document: Any) -> list[tuple[tuple[str, ...], Any]]:
+    """Remove every Map state's ItemBatcher from the definition (moto's grammar has none) and
+    return them with the path of their state: names, with ItemProcessor/Iterator or
+    Branches/<i> between nesting levels."""
+    found: list[tuple[tuple[str, ...], Any]] = []
+    pending: list[tuple[Any, tuple[str, ...]]] = [
+        (document.get("States") if isinstance(document, dict) else None, ())
+    ]
+    while pending:
+        states, path = pending.pop()
+        if not isinstance(states, dict):
+            continue
+        for name, state in states.items():
+            if not isinstance(state, dict):
+                continue
+            here = (*path, name)
+            if state.get("Type") == "Map" and "ItemBatcher" in state:
+                found.append((here, state.pop("ItemBatcher")))
+            pending.extend(_nested_states(state, here))
+    return found
+
+
+def _state_at(program: Any, path: tuple[str, ...]) -> Any:
+    states = program.states.states
+    position = 0
+    while True:
+        state = states[path[position]]
+        position += 1
+        if position == len(path):
+            return state
+        kind = path[position]
+        position += 1
+        if kind in ("ItemProcessor", "Iterator"):
+            states = state.iteration_component._states.states
+        else:  # Branches/<i>
+            states = state.branches.programs[int(path[position])].states.states
+            position += 1
+
+
+def _make_parse(original: Callable[[str], Any]) -> Callable[[str], Any]:
+    def parse(definition: str) -> Any:
+        """P6: parse without the ItemBatchers, then attach each to its Map's iteration."""
+        try:
+            document = json.loads(definition)
+        except ValueError:
+            return original(definition)
+        batchers = _take_item_batchers(document)
+        if not batchers:
+            return original(definition)
+        program, tree = original(json.dumps(document))
+        problems: list[str] = []
+        for path, batcher in batchers:
+            state = _state_at(program, path)
+            name = "/".join(path)
+            if not isinstance(state.iteration_component, _DistributedIterationComponent):
+                problems.append(f"{name}: ItemBatcher needs a Map in DISTRIBUTED mode")
+                continue
+            jsonata = not state._is_language_query_jsonpath()
+            found = item_batcher_problems(batcher, jsonata=jsonata)
+            if found:
+                problems += [f"{name}: {problem}" for problem in found]
+                continue
+            plan = _item_batcher_plan(original, name, batcher, jsonata=jsonata)
+            setattr(state.iteration_component, _PLAN_ATTRIBUTE, plan)
+        if problems:
+            raise _ASLParserException(errors=problems)
+        return program, tree
+
+    return cast(Callable[[str], Any], staticmethod(parse))
+
+
+class _ScaledCounter:
+    def __init__(self, counter: Any, factor: int):
+        self._counter, self._factor = counter, factor
+
+    def count(self, increment: int = 1) -> None:
+        self._counter.count(increment * self._factor)
+
+    def offset(self, offset: int) -> None:
+        self._counter.offset(offset * self._factor)
+
+    def get(self) -> int:
+        return int(self._counter.get())
+
+
+class _ScaledProgress:
+    def __init__(self, progress: Any, factor: int):
+        self._progress, self._factor = progress, factor
+
+    def __getattr__(self, name: str) -> Any:
+        return _ScaledCounter(getattr(self._progress, name), self._factor)
+
+
+class _BatchRecordView:
+    """The Map Run record as one batch's worker sees it: DescribeMapRun counts items (objects)
+    in `itemCounts` and child executions (batches) in `executionCounts`, so an item count moto
+    adds for a job counts every item of its batch."""
+
+    def __init__(self, record: Any, batch_size: int):
+        self._record = record
+        self.item_counter = _ScaledProgress(record.item_counter, batch_size)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._record, name)
+
+
+def _make_map_run(original: Callable[..., None]) -> Callable[..., None]:
+    def _map_run(self: Any, env: Environment, eval_input: Any) -> None:
+        """P6: apply ItemSelector to each item, then cut the selected items into batches."""
+        plan: ItemBatcherPlan | None = getattr(self, _PLAN_ATTRIBUTE, None)
+        if plan is None:
+            original(self, env, eval_input)
+            return
+        items = env.stack.pop()
+        selector = eval_input.item_selector or eval_input.parameters
+        if selector is not None:
+            items = _select_items(env, selector, items)
+        max_items, max_bytes, batch_input = plan.evaluate(env)
+        try:
+            batches = batch_items(
+                items,
+                max_items=max_items,
+                max_bytes=max_bytes,
+                batch_input=batch_input,
+                has_batch_input=plan.has_batch_input,
+            )
+        except ItemBatcherError as exc:
+            typ = (
+                StatesErrorNameType.StatesQueryEvaluationError
+                if plan.jsonata
+                else StatesErrorNameType.StatesRuntime
+            )
+            raise _states_failure(env, typ, f"{plan.state}: ItemBatcher: {exc}") from exc
+        record = eval_input.map_run_record
+        setattr(record, _SIZES_ATTRIBUTE, [len(batch["Items"]) for batch in batches])
+        batched = copy.copy(eval_input)
+        batched.item_selector = None  # applied above, item by item
+        batched.parameters = None
+        env.stack.append(batches)
+        original(self, env, batched)
+
+    return _map_run
+
+
+def _select_items(env: Environment, selector: Any, items: list[Any]) -> list[Any]:
+    """ItemSelector per item, with Map.Item.Index and Map.Item.Value in the context, as moto's
+    workers apply it to one item per child."""
+    selected = []
+    frame = env.open_frame()
+    try:
+        map_input = env.states.get_input()
+        for index, item in enumerate(items):
+            frame.states.context_object.context_object_data["Map"] = MapData(
+                Item=ItemData(Index=index, Value=item)
+            )
+            frame.states.reset(input_value=map_input)
+            frame.stack.append(map_input)
+            selector.eval(frame)
+            selected.append(frame.stack.pop())
+            frame.stack.clear()
+    finally:
+        env.delete_frame(frame)
+    return selected
+
+
+def _make_eval_job(original: Callable[..., None]) -> Callable[..., None]:
+    def _eval_job(self: Any, env: Environment, job: Any) -> None:
+        """P6: item counts of a batch's child count its items (see `_BatchRecordView`)."""
+        record = self._map_run_record
+        sizes = getattr(record, _SIZES_ATTRIBUTE, None)
+        if sizes is None or isinstance(record, _BatchRecordView):
+            original(self, env, job)
+            return
+        self._map_run_record = _BatchRecordView(record, sizes[job.job_index])
+        try:
+            original(self, env, job)
+        finally:
+            self._map_run_record = record
+
+    return _eval_job
+
+
+# ----------------------------------------------------------------------------------------------
 # install / uninstall
 
 _MISSING: Final = object()
@@ -1156,6 +1644,12 @@ def _check_pinned_engine() -> None:
         (_string_expression.StringJSONata, "_eval_body"),
         (_preprocessor, "state_task_for"),
         (StateTaskServiceCallback, "_eval_integration_pattern"),
+        (_AmazonStateLanguageParser, "parse"),
+        (_DistributedIterationComponent, "_map_run"),
+        (_DistributedItemProcessorWorker, "_eval_job"),
+        (_DistributedIteratorWorker, "_eval_job"),
+        (_ResourceEvalS3, "_handle_list_objects_v2"),
+        (_ResourceEvalS3, "_get_s3_client"),
     ]
     problems += [
         f"{getattr(owner, '__name__', owner)}.{name} is missing"
@@ -1211,6 +1705,21 @@ def install(context: HookContextLike) -> Callable[[], None]:
                 "state_task_for",
                 _make_state_task_for(vars(_preprocessor)["state_task_for"], runtime),
             ),
+            _Patch(
+                _AmazonStateLanguageParser,
+                "parse",
+                _make_parse(_AmazonStateLanguageParser.parse),
+            ),
+            _Patch(
+                _DistributedIterationComponent,
+                "_map_run",
+                _make_map_run(_DistributedIterationComponent._map_run),
+            ),
+            *(
+                _Patch(worker, "_eval_job", _make_eval_job(worker._eval_job))
+                for worker in (_DistributedItemProcessorWorker, _DistributedIteratorWorker)
+            ),
+            _Patch(_ResourceEvalS3, "_handle_list_objects_v2", staticmethod(_list_objects_v2)),
         ]
         applied: list[_Patch] = []
         try:
