@@ -6,18 +6,22 @@
 One run measures, on a lake from bench/generate_lake.py (generated in a temporary directory,
 or `--lake DIR` to keep and reuse one):
 
-1. index build: `entries_from_table` over every object, each read with pyarrow one at a time,
-   against a baseline in the same run: the same reads touching the subject column(s) with
-   `to_pylist()` and no hashing; and the same reads with the per-row implementation
-   `entries_from_table` had before it was rewritten with Arrow (`reference_entries`, kept here
-   verbatim). Warm-up once, then `--repeats` rounds, the order rotating; median and range of
-   wall time and of the process's CPU time (steadier on a shared machine). The ratio (index time
-   / baseline time) is what indexing costs on top of a read.
-2. DynamoDB items and bytes per million rows: one item per `IndexEntry` (distinct (subject,
-   object) pairs, checked against a count made without hashing; every item checked equal to the
-   previous implementation's, and their SHA-256 digest reported), sized with DynamoDB's rules
-   (dynamo_size.py), against a row-level index (one item per row, as the seed's row-number
-   index), both minimal and with the same attributes as an IndexEntry.
+1. index build: every object read with pyarrow one at a time and its entries computed with
+   `entry_batch` (the entries as columns, what the index writers use), against a baseline in
+   the same run: the same reads touching the subject column(s) with `to_pylist()` and no
+   hashing. Also timed on the same reads: `entry_batch` then `to_items()` (the DynamoDB items a
+   writer sends); `entries_from_table` (the entries as IndexEntry models: this benchmark's
+   "index" before the columnar path), alone and then with `IndexEntry.to_item()` per entry (the
+   writer's path before); and the per-row implementation `entries_from_table` had before its
+   Arrow rewrite (`reference_entries`, kept here verbatim). Warm-up once, then `--repeats`
+   rounds, the order rotating; median and range of wall time and of the process's CPU time
+   (steadier on a shared machine). The ratio (time / baseline time) is what indexing costs on
+   top of a read.
+2. DynamoDB items and bytes per million rows: one item per entry (distinct (subject, object)
+   pairs, checked against a count made without hashing; every entry and every item checked
+   equal to the previous implementation's, and their SHA-256 digests reported), sized with
+   DynamoDB's rules (dynamo_size.py), against a row-level index (one item per row, as the
+   seed's row-number index), both minimal and with the same attributes as an IndexEntry.
 3. index writes per erased subject, for subjects drawn with the lake's skew: what the design
    prescribes (delete the subject's own items), against re-indexing every rewritten object
    with `DynamoSubjectIndex.replace_object` (run on a counting fake table for a few subjects)
@@ -63,10 +67,10 @@ import pydantic
 import pyspark
 from pyspark.sql import SparkSession
 
-from lethe_shared.arrow_index import ObjectRef, entries_from_table
+from lethe_shared.arrow_index import ObjectRef, entries_from_table, entry_batch
 from lethe_shared.catalog import Zone
 from lethe_shared.datasets import Dataset, parse_dataset
-from lethe_shared.subjects import DynamoSubjectIndex, IndexEntry, subject_hash
+from lethe_shared.subjects import DynamoSubjectIndex, EntryBatch, IndexEntry, subject_hash
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
@@ -106,12 +110,17 @@ class Objects:
         index: int,
         table: pa.Table,
         ref: ObjectRef | None = None,
-        indexer: Callable[..., list[IndexEntry]] = entries_from_table,
-    ) -> list[IndexEntry]:
+        indexer: Callable[..., Any] = entries_from_table,
+    ) -> Any:
         coordinates = generate_lake.coordinates(self.lake.format, table.num_rows)
         return indexer(
             table, self.dataset, ref or self.refs[index], key=KEY, coordinates=coordinates
         )
+
+    def batch(self, index: int, table: pa.Table, ref: ObjectRef | None = None) -> EntryBatch:
+        """The object's entries as columns (`entry_batch`), as the index writers compute them."""
+        batch: EntryBatch = self.index(index, table, ref, indexer=entry_batch)
+        return batch
 
 
 def read_and_touch(objects: Objects) -> int:
@@ -126,11 +135,44 @@ def read_and_touch(objects: Objects) -> int:
 
 
 def read_and_index(objects: Objects) -> int:
-    """What the index job does per object: read it, then `entries_from_table`."""
+    """What the index job does per object before writing: read it, then its entries as columns
+    (`entry_batch`)."""
+    rows = 0
+    for i in range(len(objects.refs)):
+        table = objects.read(i)
+        objects.batch(i, table)
+        rows += table.num_rows
+    return rows
+
+
+def read_and_items(objects: Objects) -> int:
+    """The same up to the DynamoDB items the writer sends (`EntryBatch.to_items`)."""
+    rows = 0
+    for i in range(len(objects.refs)):
+        table = objects.read(i)
+        objects.batch(i, table).to_items()
+        rows += table.num_rows
+    return rows
+
+
+def read_and_models(objects: Objects) -> int:
+    """The entries as IndexEntry models (`entries_from_table`): what "index" timed before the
+    columnar path."""
     rows = 0
     for i in range(len(objects.refs)):
         table = objects.read(i)
         objects.index(i, table)
+        rows += table.num_rows
+    return rows
+
+
+def read_and_model_items(objects: Objects) -> int:
+    """The writer's path before the columnar one: models, then `IndexEntry.to_item()` each."""
+    rows = 0
+    for i in range(len(objects.refs)):
+        table = objects.read(i)
+        for entry in objects.index(i, table):
+            entry.to_item()
         rows += table.num_rows
     return rows
 
@@ -255,48 +297,58 @@ def _side(wall: list[float], cpu: list[float], rows: int) -> dict[str, Any]:
     }
 
 
-SIDES = ("base", "index", "reference")
+SIDES = ("base", "index", "items", "models", "model_items", "reference")
+RUNS: dict[str, Callable[[Objects], int]] = {
+    "base": read_and_touch,
+    "index": read_and_index,
+    "items": read_and_items,
+    "models": read_and_models,
+    "model_items": read_and_model_items,
+    "reference": read_and_reference,
+}
+# JSON keys of each side (those of the first three sides as before the columnar path)
+SIDE_KEYS = {
+    "base": "baseline_read_touch",
+    "index": "index",
+    "items": "index_items",
+    "models": "index_models",
+    "model_items": "index_models_to_item",
+    "reference": "reference",
+}
 
 
 def measure_build(objects: Objects, repeats: int) -> dict[str, Any]:
-    runs: dict[str, Callable[[Objects], int]] = {
-        "base": read_and_touch,
-        "index": read_and_index,
-        "reference": read_and_reference,
-    }
-    for run in runs.values():  # warm-up: page cache, imports, allocator
+    for run in RUNS.values():  # warm-up: page cache, imports, allocator
         run(objects)
     wall: dict[str, list[float]] = {side: [] for side in SIDES}
     cpu: dict[str, list[float]] = {side: [] for side in SIDES}
     rows = 0
     for repeat in range(repeats):  # rotate the order so that drift hits every side
-        order = SIDES[repeat % 3 :] + SIDES[: repeat % 3]
+        shift = repeat % len(SIDES)
+        order = SIDES[shift:] + SIDES[:shift]
         for side in order if repeat % 2 == 0 else reversed(order):
-            elapsed, used, rows = timed(functools.partial(runs[side], objects))
+            elapsed, used, rows = timed(functools.partial(RUNS[side], objects))
             wall[side].append(elapsed)
             cpu[side].append(used)
 
     def ratios(times: dict[str, list[float]], side: str) -> dict[str, float]:
         return summary([i / b for i, b in zip(times[side], times["base"], strict=True)])
 
-    base, index = _side(wall["base"], cpu["base"], rows), _side(wall["index"], cpu["index"], rows)
-    reference = _side(wall["reference"], cpu["reference"], rows)
-    return {
-        "rows": rows,
-        "repeats": repeats,
-        "baseline_read_touch": base,
-        "index": index,
-        "reference": reference,
-        "time_ratio_index_to_baseline": ratios(wall, "index"),
-        "cpu_ratio_index_to_baseline": ratios(cpu, "index"),
-        "time_ratio_reference_to_baseline": ratios(wall, "reference"),
-        "cpu_ratio_reference_to_baseline": ratios(cpu, "reference"),
-        "index_cost_us_per_row": 1e6 * (index["median_s"] - base["median_s"]) / rows,
-        "index_cpu_cost_us_per_row": 1e6 * (index["cpu_median_s"] - base["cpu_median_s"]) / rows,
-        "reference_cpu_cost_us_per_row": 1e6
-        * (reference["cpu_median_s"] - base["cpu_median_s"])
-        / rows,
-    }
+    sides = {side: _side(wall[side], cpu[side], rows) for side in SIDES}
+    base = sides["base"]
+    result: dict[str, Any] = {"rows": rows, "repeats": repeats}
+    for side in SIDES:
+        key = SIDE_KEYS[side]
+        result[key] = sides[side]
+        if side == "base":
+            continue
+        result[f"time_ratio_{key}_to_baseline"] = ratios(wall, side)
+        result[f"cpu_ratio_{key}_to_baseline"] = ratios(cpu, side)
+        result[f"{key}_cost_us_per_row"] = 1e6 * (sides[side]["median_s"] - base["median_s"]) / rows
+        result[f"{key}_cpu_cost_us_per_row"] = (
+            1e6 * (sides[side]["cpu_median_s"] - base["cpu_median_s"]) / rows
+        )
+    return result
 
 
 # ----------------------------------------------------------------- 2. items and bytes
@@ -315,8 +367,10 @@ class Built:
     by_subject: dict[str, list[tuple[int, IndexEntry]]]
     distinct_pairs: int  # counted from the raw values, without hashing
     rows: int
-    equal_to_reference: bool  # every entry as the implementation before gave it
-    items_sha256: str  # of every item but updated_at, in the lake's order
+    entries_equal_to_reference: bool  # every entry as the implementation before gave it
+    writer_items_equal_to_reference: bool  # every item as IndexEntry.to_item of those
+    items_sha256: str  # of every entry but updated_at, in the lake's order
+    writer_items_sha256: str  # of every item as the writer sends it but updated_at, in order
 
 
 def _comparable(entry: IndexEntry) -> dict[str, Any]:
@@ -325,28 +379,48 @@ def _comparable(entry: IndexEntry) -> dict[str, Any]:
     return {**fields, "row_hints": list(entry.row_hints), "set": sorted(entry.model_fields_set)}
 
 
+def _item_text(item: dict[str, Any]) -> str:
+    """An item as compared: every key but updated_at in its order, each value with its type."""
+    kept = [(k, v, type(v).__name__) for k, v in item.items() if k != "updated_at"]
+    return json.dumps(kept)
+
+
 def build_index(objects: Objects) -> Built:
     per_object: list[list[IndexEntry]] = []
     by_subject: dict[str, list[tuple[int, IndexEntry]]] = defaultdict(list)
     distinct = rows = 0
-    equal = True
-    digest = hashlib.sha256()
+    equal = items_equal = True
+    digest, items_digest = hashlib.sha256(), hashlib.sha256()
     columns = objects.dataset.subject_columns
     for i in range(len(objects.refs)):
         table = objects.read(i)
-        entries = objects.index(i, table)
+        batch = objects.batch(i, table)
+        entries = batch.entries()
         found = [_comparable(e) for e in entries]
         reference = objects.index(i, table, indexer=reference_entries)
         equal = equal and found == [_comparable(e) for e in reference]
-        for item in found:
-            digest.update(json.dumps(item, sort_keys=True, default=str).encode())
+        items = [_item_text(item) for item in batch.to_items()]
+        items_equal = items_equal and items == [_item_text(e.to_item()) for e in reference]
+        for entry_fields in found:
+            digest.update(json.dumps(entry_fields, sort_keys=True, default=str).encode())
+        for item in items:
+            items_digest.update(item.encode())
         per_object.append(entries)
         for entry in entries:
             by_subject[entry.subject_hash].append((i, entry))
         present = table.filter(_all([pc.is_valid(table.column(c)) for c in columns]))
         distinct += present.group_by(columns).aggregate([]).num_rows
         rows += table.num_rows
-    return Built(per_object, dict(by_subject), distinct, rows, equal, digest.hexdigest())
+    return Built(
+        per_object,
+        dict(by_subject),
+        distinct,
+        rows,
+        equal,
+        items_equal,
+        digest.hexdigest(),
+        items_digest.hexdigest(),
+    )
 
 
 def _row_item_cost(
@@ -417,8 +491,12 @@ def measure_items(built: Built) -> dict[str, Any]:
         "items": items,
         "distinct_subject_object_pairs": built.distinct_pairs,
         "items_equal_distinct_pairs": items == built.distinct_pairs,
-        "items_equal_reference": built.equal_to_reference,
+        "items_equal_reference": built.entries_equal_to_reference
+        and built.writer_items_equal_to_reference,
+        "entries_equal_reference": built.entries_equal_to_reference,
+        "writer_items_equal_reference": built.writer_items_equal_to_reference,
         "items_sha256": built.items_sha256,
+        "writer_items_sha256": built.writer_items_sha256,
         "rows_per_item": built.rows / items,
         "entries_with_truncated_hints": truncated,
         "item_bytes": {"p50": float(np.percentile(sizes, 50)), "max": max(sizes)},
@@ -605,7 +683,7 @@ def verify_replace_object(
         # The new version of the object: its rows renumbered (Parquet row indexes; CSV and JSON
         # Lines line numbers, the erased lines being gone), a new version id and ETag, same URL.
         new_ref = object_ref(objects.lake, objects.lake.files[i], version=2)
-        new = objects.index(i, remaining, new_ref)
+        new = objects.batch(i, remaining, new_ref)  # written from its columns
         fake = _CountingTable(e.to_item() for e in old)
         DynamoSubjectIndex(fake).replace_object(new_ref.object_url, new)
         puts += fake.puts
@@ -636,14 +714,14 @@ def _spark_task(task: tuple[str, str, bool, dict[str, Any], dict[str, Any]]) -> 
     """One object: read it with pyarrow, index it. Runs in a Spark Python worker."""
     path, fmt, composite, document, ref = task
     table = generate_lake.read_object(path, fmt, composite)
-    entries = entries_from_table(
+    batch = entry_batch(
         table,
         parse_dataset(document),
         ObjectRef(**ref),
         key=KEY,
         coordinates=generate_lake.coordinates(fmt, table.num_rows),
     )
-    return table.num_rows, len(entries)
+    return table.num_rows, len(batch)
 
 
 def _spark_tasks(tasks: Iterable[Any]) -> list[tuple[int, int]]:
@@ -843,41 +921,48 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+BUILD_ROWS = (
+    ("base", "baseline: read + subject column to_pylist"),
+    ("index", "**index: read + entry_batch** (entries as columns)"),
+    ("items", "index, then items: read + entry_batch + to_items"),
+    ("models", "entries as models: read + entries_from_table"),
+    ("model_items", "models, then items: read + entries_from_table + to_item each"),
+    ("reference", "before: read + the per-row implementation"),
+)
+
+
 def _md_build(build: dict[str, Any]) -> list[str]:
-    b, x, p = build["baseline_read_touch"], build["index"], build["reference"]
     lines = [
-        f"**1. Index build** ({build['repeats']} repeats after a warm-up, the three runs in a "
+        f"**1. Index build** ({build['repeats']} repeats after a warm-up, the six runs in a "
         "rotating order; median [min-max]; wall time, and CPU time of the process)",
         "",
         "| measurement | wall s | min-max | rows/s | CPU s | min-max | rows per CPU s |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for label, side in (
-        ("baseline: read + subject column to_pylist", b),
-        ("index: read + entries_from_table", x),
-        ("before: read + the per-row implementation", p),
-    ):
+    for side, label in BUILD_ROWS:
+        s = build[SIDE_KEYS[side]]
         lines.append(
-            f"| {label} | {side['median_s']:.3f} | {side['min_s']:.3f}-{side['max_s']:.3f} | "
-            f"{_n(side['rows_per_s_median'])} | {side['cpu_median_s']:.3f} | "
-            f"{side['cpu_min_s']:.3f}-{side['cpu_max_s']:.3f} | "
-            f"{_n(side['cpu_rows_per_s_median'])} |"
+            f"| {label} | {s['median_s']:.3f} | {s['min_s']:.3f}-{s['max_s']:.3f} | "
+            f"{_n(s['rows_per_s_median'])} | {s['cpu_median_s']:.3f} | "
+            f"{s['cpu_min_s']:.3f}-{s['cpu_max_s']:.3f} | {_n(s['cpu_rows_per_s_median'])} |"
         )
-    for label, name in (("index", "index"), ("before", "reference")):
-        r = build[f"time_ratio_{name}_to_baseline"]
-        c = build[f"cpu_ratio_{name}_to_baseline"]
-        lines.append(
-            f"| **ratio {label} / baseline** | **{r['median']:.2f}x** | "
-            f"{r['min']:.2f}-{r['max']:.2f}x | | **{c['median']:.2f}x** | "
-            f"{c['min']:.2f}-{c['max']:.2f}x | |"
-        )
-    return [
-        *lines,
+    lines += [
         "",
-        f"Indexing costs {build['index_cost_us_per_row']:.2f} us (wall) and "
-        f"{build['index_cpu_cost_us_per_row']:.2f} us (CPU) per row on top of the read; the "
-        f"implementation before cost {build['reference_cpu_cost_us_per_row']:.2f} us (CPU).",
+        "| ratio to the baseline | wall | min-max | CPU | min-max | cost per row on top "
+        "of the read (CPU) |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
+    for side, label in BUILD_ROWS[1:]:
+        key = SIDE_KEYS[side]
+        r = build[f"time_ratio_{key}_to_baseline"]
+        c = build[f"cpu_ratio_{key}_to_baseline"]
+        bold = "**" if side == "index" else ""
+        lines.append(
+            f"| {label.replace('**', '')} | {bold}{r['median']:.2f}x{bold} | "
+            f"{r['min']:.2f}-{r['max']:.2f}x | {bold}{c['median']:.2f}x{bold} | "
+            f"{c['min']:.2f}-{c['max']:.2f}x | {build[f'{key}_cpu_cost_us_per_row']:.2f} us |"
+        )
+    return lines
 
 
 def _md_spark(spark: dict[str, Any]) -> list[str]:
@@ -924,9 +1009,12 @@ def _md_items(result: dict[str, Any]) -> list[str]:
         "",
         f"Items = distinct (subject, object) pairs: {items['items']:,} items, "
         f"{items['distinct_subject_object_pairs']:,} pairs counted without hashing "
-        f"({'equal' if items['items_equal_distinct_pairs'] else 'DIFFERENT'}); every item "
-        f"{'equal to' if items['items_equal_reference'] else 'DIFFERENT from'} the "
-        f"implementation before's (SHA-256 of the items {items['items_sha256'][:16]}...); "
+        f"({'equal' if items['items_equal_distinct_pairs'] else 'DIFFERENT'}); every entry "
+        f"{'equal to' if items['entries_equal_reference'] else 'DIFFERENT from'} the "
+        f"implementation before's (SHA-256 of the entries {items['items_sha256'][:16]}...), "
+        f"every item the writer sends "
+        f"{'equal to' if items['writer_items_equal_reference'] else 'DIFFERENT from'} "
+        f"`IndexEntry.to_item()` of those (SHA-256 {items['writer_items_sha256'][:16]}...); "
         f"{items['rows_per_item']:.2f} rows per item; "
         f"mean item {pm['lethe']['mean_item_bytes']:.0f} B, "
         f"max {items['item_bytes']['max']} B; {items['entries_with_truncated_hints']:,} entries "

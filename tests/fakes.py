@@ -8,7 +8,7 @@ assignments at the bottom fail mypy when a method is missing or has another sign
     ObjectCatalog    lethe_shared.catalog    DynamoObjectCatalog     MemoryCatalog
     SubjectIndex     lethe_shared.subjects   DynamoSubjectIndex      MemoryIndex
     ObjectStore      lethe_shared.s3         S3ObjectStore           MemoryObjectStore
-    IngestionStarter lethe_shared.ingestion  StepFunctions...Starter RecordingStarter
+    IngestionStarter lethe_shared.ingestion  StepFunctionsBatchStarter  RecordingStarter
     IndexRequester   lethe_shared.index_maintenance  AwsIndexRequester  RecordingRequester
     DocumentStore    lethe_shared.erasure_workflow   S3Documents        MemoryDocuments
     ErasureRequests  lethe_shared.erasure    DynamoErasureRequests   MemoryErasureRequests
@@ -46,7 +46,7 @@ from lethe_shared.index_maintenance import IndexRequester
 from lethe_shared.ingestion import IngestionStarter, ingestion_execution_name
 from lethe_shared.registry import DatasetRegistry
 from lethe_shared.s3 import ObjectHead, ObjectStore, ObjectVersion, s3_url
-from lethe_shared.subjects import FoundEntry, IndexEntry, SubjectIndex
+from lethe_shared.subjects import EntryBatch, FoundEntry, IndexEntry, SubjectIndex
 
 
 class MemoryRegistry:
@@ -138,8 +138,10 @@ class MemoryIndex:
     def subjects_of(self, object_url: str) -> set[str]:
         return {s for (s, url) in self.entries if url == object_url}
 
-    def replace_object(self, object_url: str, entries: Iterable[IndexEntry]) -> int:
-        wanted = list(entries)
+    def replace_object(self, object_url: str, entries: Iterable[IndexEntry] | EntryBatch) -> int:
+        if isinstance(entries, EntryBatch) and entries.object_url != object_url:
+            raise ValueError("every entry must belong to the object being replaced")
+        wanted = entries.entries() if isinstance(entries, EntryBatch) else list(entries)
         if any(e.object_url != object_url for e in wanted):
             raise ValueError("every entry must belong to the object being replaced")
         stale = self.subjects_of(object_url) - {e.subject_hash for e in wanted}

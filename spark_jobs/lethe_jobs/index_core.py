@@ -14,9 +14,10 @@ them, else by count); per object:
 3. skip objects whose `lethe-producer` metadata names a job that indexes what it writes
    (ingestion, erasure: `--skip-producer`, "none" with `force`), and objects whose entries all
    describe this version and ETag (unless `force`);
-4. download that exact version, compute its entries (`indexing.object_entries`) and make them
-   the object's entries (`index_maintenance.replace_entries`: put, then flag the subjects it no
-   longer holds, or remove them when no older version is left to hold them).
+4. download that exact version, compute its entries as columns (`indexing.object_batch`) and
+   make them the object's entries (`index_maintenance.replace_entries`: put the items built
+   from the columns, then flag the subjects it no longer holds, or remove them when no older
+   version is left to hold them).
 
 Failures worth a retry raise (AWS errors, an unregistered dataset, the hash key): the job
 fails and Step Functions retries it. An unreadable lake object is reported and keeps no entry.
@@ -38,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pyspark.sql import SparkSession
 
 from lethe_jobs.errors import InvalidObjectListError
-from lethe_jobs.indexing import StoredObject, UnreadableObjectError, object_entries
+from lethe_jobs.indexing import StoredObject, UnreadableObjectError, object_batch
 from lethe_jobs.objects import ObjectKind, object_kind
 from lethe_jobs.session import configure_logging
 from lethe_jobs.tasks import grouped_items
@@ -280,14 +281,14 @@ def index_object(aws: _Aws, location: ObjectLocation, ctx: IndexSettings) -> Out
         ):
             return _gone(aws, location)  # deleted between the HEAD and the read
         try:
-            entries = object_entries(kind, stored, ctx.dataset, key=ctx.hash_key, workdir=Path(tmp))
-            status = "indexed"
+            batch = object_batch(kind, stored, ctx.dataset, key=ctx.hash_key, workdir=Path(tmp))
         except UnreadableObjectError as exc:
             LOG.warning("%s cannot be read, it keeps no entries: %s", location.url, exc)
-            entries, status = [], "unreadable"
-    replace_entries(aws.index, aws.objects, location.bucket, location.key, entries)
-    deleted = len(existing - {e.subject_hash for e in entries})
-    return Outcome(status, len(entries), deleted, sum(e.rows for e in entries))
+            replace_entries(aws.index, aws.objects, location.bucket, location.key, [])
+            return Outcome("unreadable", 0, len(existing), 0)
+    replace_entries(aws.index, aws.objects, location.bucket, location.key, batch)
+    deleted = len(existing - set(batch.subject_hashes))
+    return Outcome("indexed", len(batch), deleted, batch.total_rows)
 
 
 def index_partition(items: Iterable[str], ctx: IndexSettings) -> Iterator[dict[str, Any]]:

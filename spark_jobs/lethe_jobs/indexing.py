@@ -1,7 +1,7 @@
 """Index entries of one object, from its content: what the ingest, index and reconcile jobs
 write or expect. No AWS here: the callers download the object and write the entries.
 
-- **lake Parquet files**: `lethe_shared.arrow_index.lake_object_entries`, the function the
+- **lake Parquet files**: `lethe_shared.arrow_index.lake_object_batch`, the function the
   indexer Lambda uses (row hint = row in the file; partition values from the Hive path), so a
   file gets the same entries whoever indexes it;
 - **raw objects**: read with the ingest job's readers; each row's subject values typed as the
@@ -12,8 +12,10 @@ write or expect. No AWS here: the callers download the object and write the entr
 - **quarantine files**: each line's `record` (the rejected row as read), typed the same way, so
   a rejected row has the same subject in its raw object and in quarantine; hint = line.
 
-Every path ends in `lethe_shared.arrow_index.entries_from_table`, the one implementation that
-turns rows into entries: the typed values go to it as their canonical texts.
+Every path ends in `lethe_shared.arrow_index.entry_batch`, the one implementation that turns
+rows into entries: the typed values go to it as their canonical texts. The `*_batch` functions
+return an object's entries as columns (`EntryBatch`, what the index job writes); the
+`*_entries` functions the same entries as IndexEntry models (`EntryBatch.entries()`).
 """
 
 from __future__ import annotations
@@ -33,14 +35,15 @@ from lethe_jobs.subject_values import json_leaf_text, subject_text
 from lethe_jobs.validate import POSITION, RECORD
 from lethe_shared.arrow_index import (
     ObjectRef,
-    entries_from_table,
-    lake_object_entries,
+    entry_batch,
+    lake_object_batch,
+    no_entries,
     row_subject_hashes,
 )
 from lethe_shared.catalog import Zone
 from lethe_shared.datasets import Dataset, hive_partition_values
 from lethe_shared.s3 import s3_url
-from lethe_shared.subjects import IndexEntry
+from lethe_shared.subjects import EntryBatch, IndexEntry
 
 _ARROW_ERRORS = (pa.ArrowException, TypeError, ValueError)
 
@@ -187,13 +190,18 @@ def subject_table(dataset: Dataset, texts: Sequence[Sequence[str | None]]) -> An
     return pa.table({name: _subject_array(node) for name, node in tree.items()})
 
 
+def batch_of_rows(rows: SubjectRows, dataset: Dataset, ref: ObjectRef, *, key: bytes) -> EntryBatch:
+    """The entries of `rows` as columns (empty when there are no rows)."""
+    table = subject_table(dataset, rows.texts)
+    return entry_batch(table, dataset, ref, key=key, coordinates=rows.coordinates)
+
+
 def entries_of_rows(
     rows: SubjectRows, dataset: Dataset, ref: ObjectRef, *, key: bytes
 ) -> list[IndexEntry]:
     if not rows.coordinates:
         return []
-    table = subject_table(dataset, rows.texts)
-    return entries_from_table(table, dataset, ref, key=key, coordinates=rows.coordinates)
+    return batch_of_rows(rows, dataset, ref, key=key).entries()
 
 
 def subject_hashes_of_rows(rows: SubjectRows, dataset: Dataset, *, key: bytes) -> Any:
@@ -204,23 +212,33 @@ def subject_hashes_of_rows(rows: SubjectRows, dataset: Dataset, *, key: bytes) -
     return row_subject_hashes(subject_table(dataset, rows.texts), dataset, {}, key=key)
 
 
-def raw_entries(
+def raw_batch(
     path: Path, dataset: Dataset, ref: ObjectRef, *, key: bytes, workdir: Path
-) -> list[IndexEntry]:
+) -> EntryBatch:
     """Entries of a raw object stored at `path`; an unreadable file has no rows, so none."""
     try:
         records = read_raw(path, dataset, workdir)
     except UnreadableFileError:
-        return []
-    return entries_of_rows(raw_subject_rows(records, dataset), dataset, ref, key=key)
+        return no_entries(dataset, ref)
+    return batch_of_rows(raw_subject_rows(records, dataset), dataset, ref, key=key)
+
+
+def raw_entries(
+    path: Path, dataset: Dataset, ref: ObjectRef, *, key: bytes, workdir: Path
+) -> list[IndexEntry]:
+    return raw_batch(path, dataset, ref, key=key, workdir=workdir).entries()
+
+
+def quarantine_batch(path: Path, dataset: Dataset, ref: ObjectRef, *, key: bytes) -> EntryBatch:
+    with path.open(encoding="utf-8") as lines:
+        rows = quarantine_subject_rows(lines, dataset)
+    return batch_of_rows(rows, dataset, ref, key=key)
 
 
 def quarantine_entries(
     path: Path, dataset: Dataset, ref: ObjectRef, *, key: bytes
 ) -> list[IndexEntry]:
-    with path.open(encoding="utf-8") as lines:
-        rows = quarantine_subject_rows(lines, dataset)
-    return entries_of_rows(rows, dataset, ref, key=key)
+    return quarantine_batch(path, dataset, ref, key=key).entries()
 
 
 def lake_file_ref(
@@ -237,13 +255,19 @@ def lake_file_ref(
     )
 
 
+def lake_parquet_batch(
+    path: Path, object_key: str, dataset: Dataset, ref: ObjectRef, *, key: bytes
+) -> EntryBatch:
+    try:
+        return lake_object_batch(path.read_bytes(), object_key, dataset, ref, key=key)
+    except _ARROW_ERRORS as exc:
+        raise UnreadableObjectError(f"not a readable Parquet file: {exc}") from exc
+
+
 def lake_parquet_entries(
     path: Path, object_key: str, dataset: Dataset, ref: ObjectRef, *, key: bytes
 ) -> list[IndexEntry]:
-    try:
-        return lake_object_entries(path.read_bytes(), object_key, dataset, ref, key=key)
-    except _ARROW_ERRORS as exc:
-        raise UnreadableObjectError(f"not a readable Parquet file: {exc}") from exc
+    return lake_parquet_batch(path, object_key, dataset, ref, key=key).entries()
 
 
 @dataclass(frozen=True)
@@ -261,18 +285,30 @@ class StoredObject:
         return s3_url(self.bucket, self.key)
 
 
+def object_batch(
+    kind: ObjectKind, stored: StoredObject, dataset: Dataset, *, key: bytes, workdir: Path
+) -> EntryBatch:
+    """The entries an object of `kind` should have, as columns: what the index job writes.
+    Raises UnreadableObjectError for a lake object that cannot be read, ValueError for an
+    object that holds no rows (ObjectKind.NO_ROWS: never indexed)."""
+    if kind is ObjectKind.RAW:
+        ref = ObjectRef(stored.url, Zone.RAW, dataset.format.value, stored.version_id, stored.etag)
+        return raw_batch(stored.path, dataset, ref, key=key, workdir=workdir)
+    if kind is ObjectKind.QUARANTINE_ROWS:
+        ref = ObjectRef(stored.url, Zone.LAKE, "jsonl", stored.version_id, stored.etag)
+        return quarantine_batch(stored.path, dataset, ref, key=key)
+    if kind is ObjectKind.LAKE_PARQUET:
+        ref = lake_file_ref(stored.url, stored.key, dataset, stored.version_id, stored.etag)
+        return lake_parquet_batch(stored.path, stored.key, dataset, ref, key=key)
+    raise ValueError(f"{stored.url} holds no rows: it has no entries")
+
+
 def object_entries(
     kind: ObjectKind, stored: StoredObject, dataset: Dataset, *, key: bytes, workdir: Path
 ) -> list[IndexEntry]:
-    """The entries an object of `kind` should have. Raises UnreadableObjectError for a lake
-    object that cannot be read."""
-    if kind is ObjectKind.RAW:
-        ref = ObjectRef(stored.url, Zone.RAW, dataset.format.value, stored.version_id, stored.etag)
-        return raw_entries(stored.path, dataset, ref, key=key, workdir=workdir)
-    if kind is ObjectKind.QUARANTINE_ROWS:
-        ref = ObjectRef(stored.url, Zone.LAKE, "jsonl", stored.version_id, stored.etag)
-        return quarantine_entries(stored.path, dataset, ref, key=key)
-    if kind is ObjectKind.LAKE_PARQUET:
-        ref = lake_file_ref(stored.url, stored.key, dataset, stored.version_id, stored.etag)
-        return lake_parquet_entries(stored.path, stored.key, dataset, ref, key=key)
-    return []
+    """The entries an object of `kind` should have (`object_batch`'s, as IndexEntry models;
+    none for an object that holds no rows). Raises UnreadableObjectError for a lake object
+    that cannot be read."""
+    if kind is ObjectKind.NO_ROWS:
+        return []
+    return object_batch(kind, stored, dataset, key=key, workdir=workdir).entries()

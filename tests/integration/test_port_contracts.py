@@ -3,7 +3,7 @@ adapter (on moto) pass the same tests, so a unit test on a fake says something a
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,7 +21,7 @@ from lethe_shared.catalog import (
 )
 from lethe_shared.errors import CatalogItemMissingError
 from lethe_shared.s3 import KeyState, ObjectStore, S3ObjectStore, key_state
-from lethe_shared.subjects import DynamoSubjectIndex, IndexEntry, SubjectIndex
+from lethe_shared.subjects import DynamoSubjectIndex, EntryBatch, IndexEntry, SubjectIndex
 from tests.fakes import MemoryCatalog, MemoryIndex, MemoryObjectStore
 from tests.integration.conftest import RAW
 
@@ -109,6 +109,64 @@ def test_index_entries_of_a_dataset(index: SubjectIndex) -> None:
     ]
 
 
+def _batch(subjects: Sequence[str], url: str = URL, version: str = "v2") -> EntryBatch:
+    """A batch of one entry per subject hash, the n-th with n + 1 rows (hints 0, 1, ...)."""
+    ends = [sum(range(2, n + 2)) for n in range(1, len(subjects) + 1)]
+    return EntryBatch(
+        object_url=url,
+        dataset_id="reviews",
+        zone=Zone.LAKE,
+        format="parquet",
+        version_id=version,
+        etag="e2",
+        subject_hashes=subjects,
+        ends=ends,
+        row_hints=list(range(ends[-1] if ends else 0)),
+    )
+
+
+def test_index_replace_object_with_a_batch(index: SubjectIndex) -> None:
+    index.replace_object(URL, [_entry("a"), _entry("b", rows=2)])
+    index.replace_object(OTHER, [_entry("a", OTHER)])
+    batch = _batch(["b" * 64, "c" * 64])
+
+    flagged = index.replace_object(URL, batch)  # a left the current version
+
+    assert flagged == 1
+    assert index.subjects_of(URL) == {"a" * 64, "b" * 64, "c" * 64}
+    for entry in batch.entries():
+        (found,) = index.lookup(entry.subject_hash)
+        assert found == entry  # every field, updated_at too
+        assert found.to_item() == entry.to_item()
+    assert [(e.object_url, e.version_id, e.deleted) for e in index.lookup("a" * 64)] == [
+        (URL, "v1", True),
+        (OTHER, "v1", False),
+    ]
+    assert index.described_versions(URL) == {"v2"}
+    assert index.describes_version(URL, ["b" * 64, "c" * 64], version_id="v2", etag="e2")
+    with pytest.raises(ValueError, match="every entry must belong"):
+        index.replace_object(OTHER, batch)
+    assert index.subjects_of(OTHER) == {"a" * 64}
+
+
+def test_index_replace_object_with_a_batch_as_with_its_entries(index: SubjectIndex) -> None:
+    """A batch and its entries as models make the same entries; an empty batch flags every
+    entry of the object, as an empty list does."""
+    subjects = [f"{n:064x}" for n in range(30)]  # more than one BatchWriteItem of 25 items
+    index.replace_object(URL, _batch(subjects))
+    index.replace_object(OTHER, _batch(subjects, OTHER).entries())
+
+    for subject in subjects:
+        by_batch, by_models = sorted(index.lookup(subject), key=lambda e: e.object_url != URL)
+        assert by_batch.object_url == URL
+        assert by_batch.to_item() | {"object_url": OTHER} == by_models.to_item() | {
+            "updated_at": by_batch.updated_at
+        }
+    assert index.replace_object(URL, _batch([])) == len(subjects)
+    assert index.replace_object(OTHER, []) == len(subjects)
+    assert all(e.deleted for s in subjects for e in index.lookup(s))
+
+
 def _item(
     version: str, sequencer: str, status: ObjectStatus = ObjectStatus.RECEIVED
 ) -> CatalogItem:
@@ -191,8 +249,10 @@ def test_catalog_records_a_failure_on_the_version(catalog: ObjectCatalog) -> Non
 
     failed = catalog.get(RAW, "reviews/a.csv", "v1")
     untouched = catalog.get(RAW, "reviews/a.csv", "v2")
-    assert failed is not None and failed.status is ObjectStatus.FAILED
-    assert untouched is not None and untouched.status is ObjectStatus.RECEIVED
+    assert failed is not None
+    assert failed.status is ObjectStatus.FAILED
+    assert untouched is not None
+    assert untouched.status is ObjectStatus.RECEIVED
     with pytest.raises(CatalogItemMissingError, match="v9"):
         catalog.record_failure(url, "v9", "gone", "run-1", now)
 

@@ -1,9 +1,12 @@
 """The Arrow implementation of `entries_from_table` gives exactly what the per-row implementation
 it replaced gave (kept below, verbatim, as `reference_entries`): same subject hashes, rows, row
 hints (all of them, in row order), order, object fields and validated model, for every input;
-the same exception type where the reference raised. Randomized tables (seeded) and edge cases:
-every subject column type, composite keys, nested struct paths, nulls and null parents, `0` and
-`""`, constants, chunking, dictionaries, and values Python holds equal across types (True == 1).
+the same exception type where the reference raised. The columnar path, `entry_batch`, gives the
+same: its `to_items()` are `IndexEntry.to_item()` of the reference's entries (same keys in the
+same order, same values and types; `updated_at` aside, one per batch), its `entries()` the
+reference's models. Randomized tables (seeded) and edge cases: every subject column type,
+composite keys, nested struct paths, nulls and null parents, `0` and `""`, constants, chunking,
+dictionaries, and values Python holds equal across types (True == 1).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import gc
 import hashlib
 import hmac
 import itertools
+import json
 import pickle
 import random
 from collections.abc import Mapping, Sequence
@@ -29,11 +33,18 @@ from lethe_shared import arrow_index
 from lethe_shared.arrow_index import (
     ObjectRef,
     entries_from_table,
+    entry_batch,
     row_subject_hashes,
     row_subjects,
 )
 from lethe_shared.catalog import Zone
-from lethe_shared.subjects import IndexEntry, composite_text, subject_hash
+from lethe_shared.subjects import (
+    MAX_ROW_HINTS,
+    EntryBatch,
+    IndexEntry,
+    composite_text,
+    subject_hash,
+)
 
 KEY = b"equality-test-key-0123456789abcdef"
 REF = ObjectRef(
@@ -118,6 +129,31 @@ def comparable(entries: list[IndexEntry]) -> list[dict[str, Any]]:
     ]
 
 
+def item_text(item: Mapping[str, Any]) -> str:
+    """An item as compared: every key but updated_at, in its order, with each value's Python
+    type (JSON alone would let 1 stand for True, a tuple for a list)."""
+    kept = {k: v for k, v in item.items() if k != "updated_at"}
+    types = {k: type(v).__name__ for k, v in kept.items()}
+    return json.dumps([list(kept.items()), types])
+
+
+def assert_items(batch: EntryBatch, expected: list[IndexEntry]) -> None:
+    """The batch's items are the reference entries' `to_item()`, and its models the reference's;
+    one `updated_at` for the batch, its own entries' `to_item()` exactly."""
+    items = batch.to_items()
+    assert [item_text(i) for i in items] == [item_text(e.to_item()) for e in expected]
+    assert all(type(i) is dict for i in items)
+    assert {i["updated_at"] for i in items} <= {batch.updated_at}
+    models = batch.entries()
+    assert comparable(models) == comparable(expected)
+    assert [e.to_item() for e in models] == items
+    assert len(batch) == len(expected)
+    assert list(batch.subject_hashes) == [e.subject_hash for e in expected]
+    assert batch.rows == [e.rows for e in expected]
+    assert batch.total_rows == sum(e.rows for e in expected)
+    assert list(batch.row_hints) == [h for e in expected for h in e.row_hints]
+
+
 def assert_same(
     table: pa.Table,
     columns: Sequence[str],
@@ -125,7 +161,8 @@ def assert_same(
     coordinates: Sequence[int] | None = None,
     key: bytes = KEY,
 ) -> list[IndexEntry]:
-    """The new implementation gives the reference's entries, or raises the same exception."""
+    """The new implementation gives the reference's entries, or raises the same exception;
+    the columnar path gives the reference's items and entries."""
     data = dataset(*columns)
     ref = ObjectRef(**{**REF.__dict__, "constants": dict(constants or {})})
     try:
@@ -133,11 +170,14 @@ def assert_same(
     except Exception as exc:  # the new implementation must fail the same way
         with pytest.raises(type(exc)):
             entries_from_table(table, data, ref, key=key, coordinates=coordinates)
+        with pytest.raises(type(exc)):
+            entry_batch(table, data, ref, key=key, coordinates=coordinates)
         return []
     found = entries_from_table(table, data, ref, key=key, coordinates=coordinates)
     assert comparable(found) == comparable(expected)
     assert len({e.updated_at for e in found}) <= 1  # one per call
     assert_row_hashes(table, data, ref, found, coordinates, key)
+    assert_items(entry_batch(table, data, ref, key=key, coordinates=coordinates), expected)
     return found
 
 
@@ -382,19 +422,13 @@ EDGE_CASES: dict[str, dict[str, Any]] = {
         "columns": ["u"],
         "coordinates": list(range(2, 202)),
     },
-    "coordinates in any order": {
-        "table": pa.table({"u": ["a", "b", "a", "a"]}),
+    "63, 64, 65 rows of a subject (hints_complete)": {
+        "table": pa.table({"u": ["a"] * 63 + ["b"] * 64 + ["c"] * 65 + ["a", "c"]}),
         "columns": ["u"],
-        "coordinates": [9, 3, 1, 4],
     },
-    "JSON escaping in composite texts": {
-        "table": pa.table(
-            {
-                "t": ['q"', "\\", "\u2028", "é\n", "\x00", "😀"],
-                "u": ["\t", "/", "", "0", "a", "b"],
-            }
-        ),
-        "columns": ["t", "u"],
+    "thousands of subjects in one object": {
+        "table": pa.table({"u": [f"user-{i % 4100:05d}" for i in range(9000)]}),
+        "columns": ["u"],
     },
 }
 
@@ -402,6 +436,32 @@ EDGE_CASES: dict[str, dict[str, Any]] = {
 @pytest.mark.parametrize("case", EDGE_CASES.values(), ids=EDGE_CASES.keys())
 def test_edge_cases_give_the_reference_entries(case: dict[str, Any]) -> None:
     assert_same(**case)
+
+
+ARROW_TEXTS = pa.table(
+    {
+        "i": pa.array([-(2**63), 0, 2**63 - 1, None, 0, 1001], pa.int64()),
+        "u": pa.array([2**64 - 1, 7, 7, 7, 0, None], pa.uint64()),
+        "i8": pa.array([-128, 127, 0, -1, None, 1], pa.int8()),
+        "b": pa.array([True, None, False, True, True, False], pa.bool_()),
+        "d": pa.array(
+            [dt.date(1, 1, 1), dt.date(9999, 12, 31), None, dt.date(2026, 11, 22), None, None],
+            pa.date32(),
+        ),
+        "s": pa.array(["", "0", "é😀", None, "\u2028", 'q"'], pa.string()),
+        "ls": pa.array(["", "0", "é😀", None, "\u2028", 'q"'], pa.large_string()),
+        "sv": pa.array(["", "0", "é😀", None, "\u2028", 'q"'], pa.string_view()),
+    }
+)
+
+
+@pytest.mark.parametrize("column", ARROW_TEXTS.column_names)
+def test_texts_arrow_computes_are_the_canonical_texts(column: str) -> None:
+    """Integers, booleans and strings are hashed from Arrow's texts of their values (dates go
+    through Python): the same hashes as the reference's texts, alone and in a composite key."""
+    entries = assert_same(ARROW_TEXTS, [column])
+    assert entries
+    assert_same(ARROW_TEXTS, ["s", column])
 
 
 def test_values_of_one_text_merge_into_one_entry() -> None:
@@ -437,6 +497,27 @@ ERRORS: dict[str, dict[str, Any]] = {
     "a bad value in the second column": {
         "table": pa.table({"u": ["a", "b"], "f": [None, 1.5]}),
         "columns": ["u", "f"],
+    },
+    "strings that are not UTF-8": {
+        "table": pa.table(
+            {
+                "u": pa.Array.from_buffers(
+                    pa.string(),
+                    3,
+                    [
+                        None,
+                        pa.array([0, 1, 2, 3], pa.int32()).buffers()[1],
+                        pa.py_buffer(b"a\xffb"),
+                    ],
+                )
+            }
+        ),
+        "columns": ["u"],
+        "other_message": True,  # the same error, about a position in another array
+    },
+    "a date32 beyond Python's dates": {
+        "table": pa.table({"d": pa.array([0, -1_000_000], pa.date32())}),
+        "columns": ["d"],
     },
     "wrong number of coordinates": {
         "table": pa.table({"u": ["a"]}),
@@ -501,7 +582,7 @@ def test_built_entries_equal_validated_models() -> None:
 def test_hmac_is_the_hmac_module_s(length: int) -> None:
     key = bytes(range(256))[:length] if length <= 256 else b"k" * length
     messages = [b"", b"a", "é😀".encode(), b"x" * 1000]
-    expected = [hmac.new(key, m, hashlib.sha256).hexdigest() for m in messages]
+    expected = [hmac.new(key, m, hashlib.sha256).digest() for m in messages]
     assert arrow_index._hmac_sha256(key)(messages) == expected
 
 
@@ -531,8 +612,73 @@ def test_the_collector_state_is_restored(enabled: bool) -> None:
         (gc.enable if enabled else gc.disable)()
         entries_from_table(pa.table({"u": ["a", "b", "c"]}), dataset("u"), REF, key=KEY)
         assert gc.isenabled() is enabled
+        entry_batch(pa.table({"u": ["a", "b", "c"]}), dataset("u"), REF, key=KEY).to_items()
+        assert gc.isenabled() is enabled
     finally:
         (gc.enable if was else gc.disable)()
+
+
+def test_a_batch_validates_the_shared_fields_once_at_construction() -> None:
+    """The boundary: an invalid object field fails when the batch is built, entries or not."""
+    bad = ObjectRef(**{**REF.__dict__, "zone": "nowhere"})
+    with pytest.raises(ValidationError):
+        entry_batch(pa.table({"u": ["a"]}), dataset("u"), bad, key=KEY)
+    with pytest.raises(ValidationError):
+        entry_batch(pa.table({"u": pa.array([], pa.string())}), dataset("u"), bad, key=KEY)
+    ok = ObjectRef(**{**REF.__dict__, "zone": "raw"})  # validated as IndexEntry does: the enum
+    batch = entry_batch(pa.table({"u": ["a"]}), dataset("u"), ok, key=KEY)
+    assert batch.zone is Zone.RAW
+    assert batch.to_items()[0]["zone"] == "raw"
+    assert type(batch.to_items()[0]["zone"]) is str
+
+
+def test_a_batch_is_a_sequence_of_its_entries() -> None:
+    table = pa.table({"u": ["b", "a", "b", None, "c"]})
+    batch = entry_batch(table, dataset("u"), REF, key=KEY, coordinates=[10, 11, 12, 13, 14])
+    entries = entries_from_table(
+        table, dataset("u"), REF, key=KEY, coordinates=[10, 11, 12, 13, 14]
+    )
+    assert len(batch) == 3
+    assert comparable(list(batch)) == comparable(entries)
+    assert comparable([batch[0], batch[-1]]) == comparable([entries[0], entries[-1]])
+    assert comparable(batch[1:]) == comparable(entries[1:])
+    assert batch[0] is batch.entries()[0]  # built once
+    assert batch.entries() is not batch.entries()  # a new list each time
+    assert sorted(batch.subject_hashes) == list(batch.subject_hashes)
+    assert (batch.object_url, batch.dataset_id, batch.format) == (REF.object_url, "ds", "parquet")
+    assert (batch.version_id, batch.etag, batch.total_rows) == ("v1", '"e1"', 4)
+    assert {e.updated_at for e in batch} == {i["updated_at"] for i in batch.to_items()}
+    assert {e.updated_at for e in batch} == {batch.updated_at}
+    assert "3 entries, 4 rows" in repr(batch)
+    empty = entry_batch(pa.table({"u": pa.array([None], pa.string())}), dataset("u"), REF, key=KEY)
+    assert (len(empty), empty.to_items(), empty.entries(), empty.total_rows) == (0, [], [], 0)
+
+
+@pytest.mark.parametrize(
+    ("columns", "message"),
+    [
+        ({"subject_hashes": ["a" * 64], "ends": [], "row_hints": []}, "one end per"),
+        ({"subject_hashes": ["a" * 64], "ends": [2], "row_hints": [0]}, "ends must"),
+        ({"subject_hashes": ["a" * 64], "ends": [0], "row_hints": []}, "ends must"),
+        ({"subject_hashes": [], "ends": [], "row_hints": [1]}, "ends must"),
+    ],
+)
+def test_a_batch_refuses_columns_that_do_not_fit(columns: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        EntryBatch(
+            object_url=REF.object_url, dataset_id="ds", zone=Zone.LAKE, format="parquet", **columns
+        )
+
+
+def test_items_keep_max_row_hints() -> None:
+    rows = MAX_ROW_HINTS + 1
+    table = pa.table({"u": ["a"] * MAX_ROW_HINTS + ["b"] * rows})
+    items = entry_batch(table, dataset("u"), REF, key=KEY).to_items()
+    by_rows = {i["rows"]: i for i in items}
+    assert by_rows[MAX_ROW_HINTS]["hints_complete"] is True
+    assert by_rows[MAX_ROW_HINTS]["row_hints"] == list(range(MAX_ROW_HINTS))
+    assert by_rows[rows]["hints_complete"] is False
+    assert by_rows[rows]["row_hints"] == list(range(MAX_ROW_HINTS, 2 * MAX_ROW_HINTS))
 
 
 @pytest.mark.parametrize("name", [*POOLS, "union", "struct"])

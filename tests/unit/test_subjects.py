@@ -13,9 +13,11 @@ import pytest
 from lethe_shared.catalog import Zone
 from lethe_shared.subjects import (
     MAX_ROW_HINTS,
+    EntryBatch,
     IndexEntry,
     canonical_text,
     composite_text,
+    entry_items,
     hash_of_id,
     hash_of_keys,
     key_from_secret,
@@ -107,3 +109,54 @@ def test_index_entry_keeps_a_bounded_number_of_hints() -> None:
     assert len(item["row_hints"]) == MAX_ROW_HINTS
     assert item["hints_complete"] is False
     assert IndexEntry.from_item(item).row_hints == tuple(range(MAX_ROW_HINTS))
+
+
+def _batch(url: str = "s3://lake/reviews/p.parquet") -> EntryBatch:
+    hashes = sorted(hash_of_id(KEY, f"u-{n}") for n in range(3))
+    return EntryBatch(
+        object_url=url,
+        dataset_id="reviews",
+        zone=Zone.LAKE,
+        format="parquet",
+        version_id="v1",
+        etag='"e1"',
+        subject_hashes=hashes,
+        ends=[1, 1 + MAX_ROW_HINTS, 2 + 2 * MAX_ROW_HINTS],
+        row_hints=list(range(2 + 2 * MAX_ROW_HINTS)),
+    )
+
+
+def test_entry_batch_items_are_its_entries_to_item() -> None:
+    batch = _batch()
+
+    items = batch.to_items()
+
+    assert items == [e.to_item() for e in batch.entries()]
+    assert [list(i) for i in items] == [list(e.to_item()) for e in batch.entries()]  # key order
+    assert [i["rows"] for i in items] == [1, MAX_ROW_HINTS, MAX_ROW_HINTS + 1]
+    assert [i["hints_complete"] for i in items] == [True, True, False]
+    assert items[2]["row_hints"] == list(range(1 + MAX_ROW_HINTS, 1 + 2 * MAX_ROW_HINTS))
+    assert [IndexEntry.from_item(i) for i in items[:2]] == batch.entries()[:2]  # all hints
+    for entry in batch.entries():  # equal to a validated entry with the same fields
+        assert entry == IndexEntry.model_validate(entry.model_dump())
+
+
+def test_entry_items_of_models_and_of_a_batch() -> None:
+    batch = _batch()
+
+    assert entry_items(batch.object_url, batch) == entry_items(batch.object_url, batch.entries())
+    for wrong in (batch, batch.entries()):
+        with pytest.raises(ValueError, match="every entry must belong"):
+            entry_items("s3://lake/reviews/other.parquet", wrong)
+    with pytest.raises(ValueError, match="every entry must belong"):  # even without entries
+        entry_items("s3://lake/reviews/other.parquet", EntryBatch(**_shared(batch)))
+    assert entry_items("s3://lake/reviews/other.parquet", []) == ([], set())
+
+
+def _shared(batch: EntryBatch) -> dict[str, Any]:
+    return {
+        "object_url": batch.object_url,
+        "dataset_id": batch.dataset_id,
+        "zone": batch.zone,
+        "format": batch.format,
+    }

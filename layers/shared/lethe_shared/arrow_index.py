@@ -7,11 +7,15 @@ matches rows with `row_subject_hashes`, the same computation row by row.
 
 How (docs/INDEX.md, "How entries are computed"): each subject column is dictionary-encoded by
 Arrow (one code per distinct value; several columns combine into one code per distinct tuple),
-each distinct subject is hashed once with `lethe_shared.subjects`' canonical text and HMAC, rows
-are sorted by their subject's hash with a stable Arrow sort (so each subject's rows stay in row
-order), and one IndexEntry is built per distinct subject. Python work is per distinct subject,
-never per row, except for column types Arrow cannot encode (structs, lists, unions, extension
-types, decimal32/64), whose values go through Python as before.
+each distinct subject is hashed once with `lethe_shared.subjects`' canonical text and HMAC (the
+texts of string, integer and boolean values are Arrow's, taken as bytes), the hashes are ranked
+by Arrow, and rows are sorted by their subject's rank with a stable Arrow sort (so each
+subject's rows stay in row order). `entry_batch` returns the entries as columns
+(`subjects.EntryBatch`: the hashes, the row hints cut by ends, the object's fields validated
+once), from which the index writer builds DynamoDB items directly; `entries_from_table` gives
+the same entries as IndexEntry models. Python work is per distinct subject, never per row,
+except for column types Arrow cannot encode (structs, lists, unions, extension types,
+decimal32/64), whose values go through Python as before.
 
 Imports pyarrow, and only pyarrow's compute kernels (no numpy: the indexer Lambda's layer has
 pyarrow 20 alone): import this module only where pyarrow is installed (Spark, the indexer
@@ -20,11 +24,9 @@ Lambda's layer, tests), never from lethe_shared's other modules.
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
@@ -40,6 +42,7 @@ from lethe_shared.registry import DatasetRegistry, require_dataset
 from lethe_shared.s3 import NULL_VERSION, ObjectStore, s3_url
 from lethe_shared.subjects import (
     KEY_MIN_BYTES,
+    EntryBatch,
     IndexEntry,
     SubjectIndex,
     canonical_text,
@@ -62,13 +65,62 @@ class ObjectRef:
 # ------------------------------------------------------------------------ subject columns
 
 
-@dataclass(frozen=True)
 class _Coded:
-    """One subject column: a code per row (null: the row's value is null) and the value of each
-    code as `to_pylist` gives it; every code is used by some row."""
+    """One subject column: a code per row (null: the row's value is null) and the distinct
+    values, every code used by some row: as an Arrow array (`dictionary`) when Arrow encoded
+    the column, else as Python values."""
 
-    codes: pa.Array  # int32
-    values: list[Any]
+    __slots__ = ("_values", "codes", "dictionary")
+
+    def __init__(
+        self, codes: pa.Array, values: list[Any] | None = None, dictionary: Any = None
+    ) -> None:
+        self.codes = codes  # int32
+        self.dictionary = dictionary
+        self._values = values
+
+    @property
+    def values(self) -> list[Any]:
+        """The distinct values as `to_pylist` gives them, in code order."""
+        if self._values is None:
+            self._values = self.dictionary.to_pylist() if self.dictionary is not None else []
+        return self._values
+
+    def __len__(self) -> int:
+        return len(self.dictionary) if self.dictionary is not None else len(self.values)
+
+    def messages(self) -> list[bytes] | None:
+        """The canonical text of each value as UTF-8 bytes, computed by Arrow for the types
+        whose Arrow text is the canonical text (strings as they are, integers in decimal
+        digits, booleans `true`/`false`): distinct values, distinct texts. None for other types
+        (Python computes their texts) and for strings that are not valid UTF-8 (Python fails
+        on them as before)."""
+        dictionary = self.dictionary
+        if dictionary is None:
+            return None
+        type_ = dictionary.type
+        if pa.types.is_integer(type_) or pa.types.is_boolean(type_):
+            texts = dictionary.cast(pa.string())
+            return texts.view(pa.binary()).to_pylist()  # type: ignore[no-any-return]
+        if not (
+            pa.types.is_string(type_)
+            or pa.types.is_large_string(type_)
+            or pa.types.is_string_view(type_)
+        ):
+            return None
+        try:
+            dictionary.validate(full=True)  # UTF-8
+        except pa.ArrowInvalid:
+            return None
+        return dictionary.view(_BINARY[type_.id]).to_pylist()  # type: ignore[no-any-return]
+
+
+# The binary type of the same layout as each string type: a view, without a copy.
+_BINARY = {
+    pa.string().id: pa.binary(),
+    pa.large_string().id: pa.large_binary(),
+    pa.string_view().id: pa.binary_view(),
+}
 
 
 def _no_values(rows: int) -> _Coded:
@@ -98,7 +150,9 @@ def _coded_in_python(values: list[Any]) -> _Coded:
 
 def _coded(column: Any) -> _Coded:
     """Arrow's dictionary encoding of a column: distinct values in order of first appearance."""
-    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    array = column
+    if isinstance(column, pa.ChunkedArray):
+        array = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
     if array.null_count == len(array):  # the null type too, whose dictionary holds a null
         return _no_values(len(array))
     if pa.types.is_dictionary(array.type):  # its dictionary may repeat values or hold unused ones
@@ -107,7 +161,7 @@ def _coded(column: Any) -> _Coded:
         encoded = pc.dictionary_encode(array)
     except pa.ArrowException:  # no hash kernel for this type
         return _coded_in_python(array.to_pylist())
-    return _Coded(encoded.indices, encoded.dictionary.to_pylist())
+    return _Coded(encoded.indices, dictionary=encoded.dictionary)
 
 
 def _subject_column(table: pa.Table, path: str, constants: Mapping[str, Any]) -> _Coded:
@@ -133,9 +187,9 @@ def _combined(columns: Sequence[_Coded]) -> tuple[pa.Array, list[list[int]]]:
     """One code per row for the tuple of its subject column codes (null when one is null), and
     for each column the member code of every tuple; tuples in order of first appearance."""
     codes = columns[0].codes
-    members: list[pa.Array] = [pa.array(range(len(columns[0].values)), pa.int64())]
+    members: list[pa.Array] = [pa.array(range(len(columns[0])), pa.int64())]
     for column in columns[1:]:
-        size = len(column.values)  # >= 1 (checked by the caller): keys stay below 2**62
+        size = len(column)  # >= 1 (checked by the caller): keys stay below 2**62
         keys = pc.add(pc.multiply(codes.cast(pa.int64()), size), column.codes.cast(pa.int64()))
         encoded = pc.dictionary_encode(keys)
         codes = encoded.indices
@@ -145,18 +199,24 @@ def _combined(columns: Sequence[_Coded]) -> tuple[pa.Array, list[list[int]]]:
     return codes, [m.to_pylist() for m in members]
 
 
-def _hmac_sha256(key: bytes) -> Callable[[Iterable[bytes]], list[str]]:
-    """`subject_hash`'s HMAC-SHA256 (RFC 2104, hex) of messages under one key, with the key's
-    inner and outer pads hashed once: a third of the cost of `hmac.new` per message. Raises
-    ValueError for a short key, as `subject_hash` does."""
+_SHA256_BLOCK = 64  # bytes (hashlib.sha256().block_size)
+_IPAD = bytes(b ^ 0x36 for b in range(256))  # RFC 2104's pads, as translation tables
+_OPAD = bytes(b ^ 0x5C for b in range(256))
+
+
+def _hmac_sha256(key: bytes) -> Callable[[Iterable[bytes]], list[bytes]]:
+    """`subject_hash`'s HMAC-SHA256 (RFC 2104; the 32-byte digests, `subject_hash` is their
+    hex) of messages under one key, with the key's inner and outer pads hashed once: a third of
+    the cost of `hmac.new` per message. Raises ValueError for a short key, as `subject_hash`
+    does."""
     if len(key) < KEY_MIN_BYTES:
         raise ValueError(f"the subject hash key must have at least {KEY_MIN_BYTES} bytes")
-    block = hashlib.sha256().block_size
+    block = _SHA256_BLOCK
     padded = (hashlib.sha256(key).digest() if len(key) > block else key).ljust(block, b"\0")
-    inner = hashlib.sha256(bytes(b ^ 0x36 for b in padded))
-    outer = hashlib.sha256(bytes(b ^ 0x5C for b in padded))
+    inner = hashlib.sha256(padded.translate(_IPAD))
+    outer = hashlib.sha256(padded.translate(_OPAD))
 
-    def digests(messages: Iterable[bytes]) -> list[str]:
+    def digests(messages: Iterable[bytes]) -> list[bytes]:
         new_inner, new_outer = inner.copy, outer.copy
         found = []
         for message in messages:
@@ -164,7 +224,7 @@ def _hmac_sha256(key: bytes) -> Callable[[Iterable[bytes]], list[str]]:
             first.update(message)
             second = new_outer()
             second.update(first.digest())
-            found.append(second.hexdigest())
+            found.append(second.digest())
         return found
 
     return digests
@@ -201,7 +261,7 @@ class RowSubjects:
     """Each row's subject: `ids[row]` indexes `hashes` (null: a subject column is null, the row
     is nobody's). `hashes` are the distinct subject hashes, ascending."""
 
-    ids: pa.Array  # int32, one per row
+    ids: pa.Array  # integers, one per row
     hashes: list[str]
 
 
@@ -213,32 +273,62 @@ def row_subjects(
     rows = table.num_rows
     names = dataset.subject_columns
     columns = [_subject_column(table, path, constants) for path in names]
-    if rows == 0 or any(not c.values for c in columns):
+    if rows == 0 or any(not len(c) for c in columns):
         return RowSubjects(_no_values(rows).codes, [])
     members: list[list[int]] = []  # a single column's codes are its values' indexes
     if len(columns) == 1:
-        codes, subjects = columns[0].codes, len(columns[0].values)
+        codes, subjects = columns[0].codes, len(columns[0])
     else:
         codes, members = _combined(columns)
         subjects = len(members[0])
     if not subjects:
         return RowSubjects(codes, [])
     digest = _hmac_sha256(key)  # before any text: a short key fails first, as in subject_hash
-    digests = digest(t.encode("utf-8") for t in _texts(names, columns, members))
+    messages = columns[0].messages() if len(columns) == 1 else None
+    if messages is not None:  # distinct values of one Arrow type: distinct texts
+        return RowSubjects(*_ranked(codes, digest(messages)))
+    texts = _texts(names, columns, members)
+    digests = digest(t.encode("utf-8") for t in texts)
+    if len(set(texts)) < len(texts):  # tuples of one text (a union column): one subject
+        return RowSubjects(*_merged(codes, digests))
     return RowSubjects(*_ranked(codes, digests))
 
 
-def _ranked(codes: pa.Array, digests: list[str]) -> tuple[pa.Array, list[str]]:
+_DIGEST = pa.binary(32)
+_HEX_OFFSETS: list[pa.Array] = [pa.array([0], pa.int32())]  # 0, 64, 128, ...: grown on demand
+
+
+def _hex_offsets(count: int) -> pa.Buffer:
+    """The offsets of `count` strings of 64 characters each, end to end (an int32 buffer)."""
+    if len(_HEX_OFFSETS[0]) <= count:
+        size = max(count + 1, 2 * len(_HEX_OFFSETS[0]))
+        _HEX_OFFSETS[0] = pa.array(range(0, 64 * size, 64), pa.int32())
+    return _HEX_OFFSETS[0].buffers()[1]
+
+
+def _ranked(codes: pa.Array, digests: list[bytes]) -> tuple[pa.Array, list[str]]:
     """Each row's code as the rank of its subject's hash among the distinct hashes, and those
-    hashes ascending."""
-    found = pa.array(digests, pa.string())
-    if pc.count_distinct(found).as_py() < len(digests):  # tuples of one text (a union column)
-        hashes = sorted(set(digests))
-        rank = {h: i for i, h in enumerate(hashes)}
-        return pc.take(pa.array([rank[d] for d in digests], pa.int32()), codes), hashes
+    hashes (hex) ascending; `digests` are distinct. Ranked by Arrow on the raw digests (their
+    order is their hex's), hex-encoded at once."""
+    count = len(digests)
+    found = pa.FixedSizeBinaryArray.from_buffers(
+        _DIGEST, count, [None, pa.py_buffer(b"".join(digests))]
+    )
     order = pc.sort_indices(found)
-    ranks = pc.sort_indices(order).cast(pa.int32())  # inverse permutation: places in `order`
-    return pc.take(ranks, codes), pc.take(found, order).to_pylist()
+    ranks = pc.sort_indices(order)  # the inverse permutation: each code's place in `order`
+    ascending = pc.take(found, order)
+    data = memoryview(ascending.buffers()[1])[: 32 * count].hex().encode()  # new: offset 0
+    hexed = pa.Array.from_buffers(
+        pa.string(), count, [None, _hex_offsets(count), pa.py_buffer(data)]
+    )
+    return pc.take(ranks, codes), hexed.to_pylist()
+
+
+def _merged(codes: pa.Array, digests: list[bytes]) -> tuple[pa.Array, list[str]]:
+    """`_ranked` when some digests are equal (codes whose texts are equal): one rank each."""
+    hashes = sorted({d.hex() for d in digests})
+    rank = {h: i for i, h in enumerate(hashes)}
+    return pc.take(pa.array([rank[d.hex()] for d in digests], pa.int32()), codes), hashes
 
 
 def row_subject_hashes(
@@ -252,59 +342,73 @@ def row_subject_hashes(
 
 # ------------------------------------------------------------------------------ entries
 
-_new = object.__new__
-_set = object.__setattr__
+
+@dataclass(frozen=True)
+class _Columns:
+    """An object's entries as columns: hashes ascending, the row hints of each entry one after
+    the other, cut by `ends`."""
+
+    hashes: list[str]
+    ends: list[int]
+    hints: list[int]
 
 
-@contextmanager
-def _collection_deferred() -> Iterator[None]:
-    """No cyclic garbage collection while entries are built: they all survive, and collections
-    triggered by their allocations would only walk them (a third of the cost of building them).
-    The collector's previous state is restored."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
+def _entry_columns(
+    table: pa.Table,
+    dataset: Dataset,
+    ref: ObjectRef,
+    key: bytes,
+    coordinates: Sequence[int] | None,
+) -> _Columns:
+    if coordinates is not None and len(coordinates) != table.num_rows:
+        raise ValueError("one coordinate per row")
+    subjects = row_subjects(table, dataset, ref.constants, key=key)
+    if not subjects.hashes:
+        return _Columns([], [], [])
+    ids = subjects.ids
+    order = pc.sort_indices(ids).slice(0, len(ids) - ids.null_count)  # stable: rows ascending
+    ends = pc.run_end_encode(pc.take(ids, order)).run_ends.to_pylist()
+    located = order if coordinates is None else pc.take(pa.array(coordinates, pa.int64()), order)
+    return _Columns(subjects.hashes, ends, located.to_pylist())
 
 
-def _entries(
-    first: IndexEntry, hashes: Sequence[str], hints: tuple[int, ...], ends: list[int]
-) -> list[IndexEntry]:
-    """`first` (validated) and one entry per further hash, equal to a validated IndexEntry with
-    `first`'s other fields (object, dataset, version, etag, updated_at): built as
-    `model_construct` does, without its cost, from values valid by construction (a hex digest,
-    a positive row count, int hints); tests/unit/test_arrow_index_equality.py checks it. The
-    built entries share one `model_fields_set` (a frozen model never changes it; model_copy
-    copies it before an update)."""
-    fields = first.__dict__
-    fields_set = set(first.model_fields_set)
-    extra, private = first.__pydantic_extra__, first.__pydantic_private__
-    entries = [first]
-    append, new, set_ = entries.append, _new, _set
-    start = ends[0]
-    with _collection_deferred():
-        for index in range(1, len(ends)):
-            end = ends[index]
-            entry = new(IndexEntry)
-            set_(
-                entry,
-                "__dict__",
-                {
-                    **fields,
-                    "subject_hash": hashes[index],
-                    "rows": end - start,
-                    "row_hints": hints[start:end],
-                },
-            )
-            set_(entry, "__pydantic_fields_set__", fields_set)
-            set_(entry, "__pydantic_extra__", extra)
-            set_(entry, "__pydantic_private__", private)
-            append(entry)
-            start = end
-    return entries
+def _batch(dataset: Dataset, ref: ObjectRef, columns: _Columns) -> EntryBatch:
+    return EntryBatch(
+        object_url=ref.object_url,
+        dataset_id=dataset.dataset_id,
+        zone=ref.zone,
+        format=ref.format,
+        version_id=ref.version_id,
+        etag=ref.etag,
+        subject_hashes=columns.hashes,
+        ends=columns.ends,
+        row_hints=columns.hints,
+    )
+
+
+def no_entries(dataset: Dataset, ref: ObjectRef) -> EntryBatch:
+    """The batch of an object that holds no subject's rows (an unreadable raw file)."""
+    return _batch(dataset, ref, _Columns([], [], []))
+
+
+def entry_batch(
+    table: pa.Table,
+    dataset: Dataset,
+    ref: ObjectRef,
+    *,
+    key: bytes,
+    coordinates: Sequence[int] | None = None,
+) -> EntryBatch:
+    """The entries of `table` as columns (`subjects.EntryBatch`): one per distinct subject,
+    ordered by subject hash, with its row hints (every row of the subject, ascending); the
+    object's fields validated once. What the index writers use: `SubjectIndex.replace_object`
+    writes a batch's items without an IndexEntry per entry.
+
+    `coordinates` locate each row in the object (line numbers of a CSV or JSON Lines file);
+    without them the row's index in the table is its hint (a Parquet row). Rows whose subject
+    columns hold a null are nobody's: they are not indexed. The entries share one `updated_at`.
+    """
+    return _batch(dataset, ref, _entry_columns(table, dataset, ref, key, coordinates))
 
 
 def entries_from_table(
@@ -315,48 +419,32 @@ def entries_from_table(
     key: bytes,
     coordinates: Sequence[int] | None = None,
 ) -> list[IndexEntry]:
-    """One IndexEntry per distinct subject in `table`, with its row count and row hints (every
-    row of the subject, ascending), ordered by subject hash.
-
-    `coordinates` locate each row in the object (line numbers of a CSV or JSON Lines file);
-    without them the row's index in the table is its hint (a Parquet row). Rows whose subject
-    columns hold a null are nobody's: they are not indexed. The entries share one `updated_at`.
-    """
-    if coordinates is not None and len(coordinates) != table.num_rows:
-        raise ValueError("one coordinate per row")
-    subjects = row_subjects(table, dataset, ref.constants, key=key)
-    if not subjects.hashes:
+    """`entry_batch`'s entries as IndexEntry models (one per distinct subject in `table`, with
+    its row count and row hints, ordered by subject hash; one `updated_at`)."""
+    columns = _entry_columns(table, dataset, ref, key, coordinates)
+    if not columns.hashes:
         return []
-    ids = subjects.ids
-    order = pc.sort_indices(ids).slice(0, len(ids) - ids.null_count)  # stable: rows ascending
-    ends = pc.run_end_encode(pc.take(ids, order)).run_ends.to_pylist()
-    located = order if coordinates is None else pc.take(pa.array(coordinates, pa.int64()), order)
-    hints = tuple(located.to_pylist())  # a slice of a tuple is the entry's tuple
-    first = IndexEntry(
-        subject_hash=subjects.hashes[0],
-        object_url=ref.object_url,
-        dataset_id=dataset.dataset_id,
-        zone=ref.zone,
-        format=ref.format,
-        rows=ends[0],
-        row_hints=hints[: ends[0]],
-        version_id=ref.version_id,
-        etag=ref.etag,
-    )
-    return _entries(first, subjects.hashes, hints, ends)
+    return _batch(dataset, ref, columns).entries()
+
+
+def lake_object_batch(
+    body: bytes, object_key: str, dataset: Dataset, ref: ObjectRef, *, key: bytes
+) -> EntryBatch:
+    """Index entries of one lake Parquet file from its bytes, as columns; partition values from
+    its Hive path. Used by the indexer Lambda and by the Spark jobs, so a file gets the same
+    entries whoever indexes it."""
+    if is_quarantine_key(object_key):
+        raise ValueError(f"{object_key} is a quarantine file: the Spark index job reads those")
+    table = pq.read_table(pa.BufferReader(body))
+    constants = {**hive_partition_values(object_key, dataset), **ref.constants}
+    return entry_batch(table, dataset, replace(ref, constants=constants), key=key)
 
 
 def lake_object_entries(
     body: bytes, object_key: str, dataset: Dataset, ref: ObjectRef, *, key: bytes
 ) -> list[IndexEntry]:
-    """Index entries of one lake Parquet file from its bytes; partition values from its Hive
-    path. Used by the indexer Lambda and by the Spark jobs, so a file gets the same entries
-    whoever indexes it."""
-    if is_quarantine_key(object_key):
-        raise ValueError(f"{object_key} is a quarantine file: the Spark index job reads those")
-    table = pq.read_table(pa.BufferReader(body))
-    constants = {**hive_partition_values(object_key, dataset), **ref.constants}
-    return entries_from_table(table, dataset, replace(ref, constants=constants), key=key)
+    """`lake_object_batch`'s entries as IndexEntry models."""
+    return lake_object_batch(body, object_key, dataset, ref, key=key).entries()
 
 
 class LakeIndexAction(StrEnum):
@@ -396,7 +484,6 @@ def index_lake_object(
         return LakeIndexOutcome(url, LakeIndexAction.SKIPPED)
     dataset = require_dataset(registry, dataset_id)
     ref = ObjectRef(url, Zone.LAKE, "parquet", head.version_id, head.etag)
-    entries = lake_object_entries(body, key, dataset, ref, key=hash_key())
-    replace_entries(index, objects, bucket, key, entries)
-    rows = sum(e.rows for e in entries)
-    return LakeIndexOutcome(url, LakeIndexAction.INDEXED, len(entries), rows)
+    batch = lake_object_batch(body, key, dataset, ref, key=hash_key())
+    replace_entries(index, objects, bucket, key, batch)  # written from its columns
+    return LakeIndexOutcome(url, LakeIndexAction.INDEXED, len(batch), batch.total_rows)

@@ -12,6 +12,10 @@ Canonical text, so that the same subject hashes the same whatever the column typ
   dataset's `subject_columns` order, so `("acme", 1001)` never collides with a single id.
 A null value is no subject: rows with a null subject column are never indexed.
 
+An object's entries travel either as `IndexEntry` models or as one `EntryBatch`: the same
+entries as columns (what `arrow_index.entry_batch` computes), validated once per object, from
+which the writer builds DynamoDB items without a model per entry.
+
 `DynamoSubjectIndex` is the one reader and writer of `SubjectIndexTable`: ingestion, the index
 and reconcile jobs, the indexer Lambda, object events and the CLI all go through it.
 """
@@ -19,13 +23,14 @@ and reconcile jobs, the indexer Lambda, object events and the CLI all go through
 from __future__ import annotations
 
 import datetime as dt
+import gc
 import hashlib
 import hmac
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Protocol
+from typing import Any, Protocol, overload
 
 from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict, Field
@@ -161,6 +166,222 @@ class IndexEntry(BaseModel):
         )
 
 
+class collection_deferred:  # used as `with collection_deferred():`
+    """No cyclic garbage collection while many objects that all survive are built (entries,
+    items): collections triggered by their allocations would only walk them. The collector's
+    previous state is restored on leaving, without allocating (a generator-based context
+    manager would allocate while the new objects are young, and so trigger a collection that
+    walks them all)."""
+
+    __slots__ = ("_enabled",)
+
+    def __enter__(self) -> None:
+        self._enabled = gc.isenabled()
+        gc.disable()
+
+    def __exit__(self, *_: object) -> None:
+        if self._enabled:
+            gc.enable()
+
+
+_NO_HASH = "0" * 64  # the template entry's: a valid hash that no entry of a batch uses
+
+
+class EntryBatch(Sequence[IndexEntry]):
+    """The entries of one object as columns: every entry's subject hash, and its row hints (all
+    rows of the subject, ascending) as one list cut by `ends`; the fields every entry shares
+    (object, dataset, zone, format, version, ETag, one `updated_at`) once.
+
+    The boundary: the shared fields are validated once, by validating one IndexEntry with them
+    (so they are exactly what a validated entry holds), and the columns are checked as wholes
+    (64 lowercase hex digits per hash, `ends` strictly increasing up to the number of hints);
+    no entry is validated on its own. `to_items()` builds the DynamoDB items directly, equal to
+    `IndexEntry.to_item()` of each entry (same keys in the same order, same values);
+    `entries()` builds the IndexEntry models (once, on demand), equal to validated ones. As a
+    `Sequence[IndexEntry]` a batch goes wherever entries go; `SubjectIndex.replace_object`
+    writes it without models. Entry `i` has `rows = ends[i] - ends[i - 1]` (`ends[-1]` = 0):
+    a batch lists every row of each subject, `to_item` keeps the first `MAX_ROW_HINTS`.
+    """
+
+    __slots__ = ("_ends", "_hashes", "_hints", "_item", "_models", "_template")
+
+    def __init__(
+        self,
+        *,
+        object_url: str,
+        dataset_id: str,
+        zone: Zone,
+        format: str,
+        version_id: str = NULL_VERSION,
+        etag: str = "",
+        subject_hashes: Sequence[str] = (),
+        ends: Sequence[int] = (),
+        row_hints: Sequence[int] = (),
+    ) -> None:
+        template = IndexEntry(
+            subject_hash=_NO_HASH,
+            object_url=object_url,
+            dataset_id=dataset_id,
+            zone=zone,
+            format=format,
+            rows=1,
+            row_hints=(),
+            version_id=version_id,
+            etag=etag,
+        )
+        hashes, cut, hints = list(subject_hashes), list(ends), list(row_hints)
+        _check_columns(hashes, cut, len(hints))
+        self._template = template
+        self._item = template.to_item()
+        self._hashes, self._ends, self._hints = hashes, cut, hints
+        self._models: list[IndexEntry] | None = None
+
+    # -- the shared fields, as validated
+    @property
+    def object_url(self) -> str:
+        return self._template.object_url
+
+    @property
+    def dataset_id(self) -> str:
+        return self._template.dataset_id
+
+    @property
+    def zone(self) -> Zone:
+        return self._template.zone
+
+    @property
+    def format(self) -> str:
+        return self._template.format
+
+    @property
+    def version_id(self) -> str:
+        return self._template.version_id
+
+    @property
+    def etag(self) -> str:
+        return self._template.etag
+
+    @property
+    def updated_at(self) -> str:
+        return self._template.updated_at
+
+    # -- the columns (not to be changed)
+    @property
+    def subject_hashes(self) -> Sequence[str]:
+        return self._hashes
+
+    @property
+    def ends(self) -> Sequence[int]:
+        return self._ends
+
+    @property
+    def row_hints(self) -> Sequence[int]:
+        """Every entry's row hints, one after the other."""
+        return self._hints
+
+    @property
+    def rows(self) -> list[int]:
+        """Each entry's row count."""
+        return [end - start for start, end in zip([0, *self._ends], self._ends, strict=False)]
+
+    @property
+    def total_rows(self) -> int:
+        """The rows that belong to a subject (every entry's rows)."""
+        return self._ends[-1] if self._ends else 0
+
+    def __len__(self) -> int:
+        return len(self._hashes)
+
+    @overload
+    def __getitem__(self, index: int) -> IndexEntry: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[IndexEntry]: ...
+
+    def __getitem__(self, index: int | slice) -> IndexEntry | list[IndexEntry]:
+        return self._built()[index]
+
+    def __iter__(self) -> Iterator[IndexEntry]:
+        return iter(self._built())
+
+    def __repr__(self) -> str:
+        return (
+            f"EntryBatch({self.object_url!r}, {len(self)} entries, {self.total_rows} rows, "
+            f"version {self.version_id!r})"
+        )
+
+    def entries(self) -> list[IndexEntry]:
+        """One IndexEntry per entry, equal to a validated IndexEntry with the same fields (built
+        as `model_construct` does, without its cost, from the validated template's fields;
+        tests/unit/test_arrow_index_equality.py checks it). They share one `model_fields_set`
+        (a frozen model never changes it; model_copy copies it before an update)."""
+        return list(self._built())
+
+    def _built(self) -> list[IndexEntry]:
+        if self._models is None:
+            self._models = self._build()
+        return self._models
+
+    def _build(self) -> list[IndexEntry]:
+        template = self._template
+        fields = template.__dict__
+        fields_set = set(template.model_fields_set)
+        extra, private = template.__pydantic_extra__, template.__pydantic_private__
+        hints = self._hints
+        entries: list[IndexEntry] = []
+        append, new, set_ = entries.append, object.__new__, object.__setattr__
+        with collection_deferred():
+            for subject, start, end in zip(
+                self._hashes, [0, *self._ends], self._ends, strict=False
+            ):
+                entry = new(IndexEntry)
+                set_(
+                    entry,
+                    "__dict__",
+                    {
+                        **fields,
+                        "subject_hash": subject,
+                        "rows": end - start,
+                        "row_hints": tuple(hints[start:end]),
+                    },
+                )
+                set_(entry, "__pydantic_fields_set__", fields_set)
+                set_(entry, "__pydantic_extra__", extra)
+                set_(entry, "__pydantic_private__", private)
+                append(entry)
+        return entries
+
+    def to_items(self) -> list[dict[str, Any]]:
+        """The DynamoDB item of every entry: `IndexEntry.to_item()` of each, without a model.
+        Each item is a copy of the validated template's own `to_item` (so the shared values
+        and the keys' order are what `to_item` gives) with the entry's subject hash, rows,
+        first `MAX_ROW_HINTS` row hints and `hints_complete` set."""
+        template, hints, most = self._item, self._hints, MAX_ROW_HINTS
+        copy = template.copy
+        items: list[dict[str, Any]] = []
+        append = items.append
+        with collection_deferred():
+            for subject, start, end in zip(
+                self._hashes, [0, *self._ends], self._ends, strict=False
+            ):
+                item = copy()
+                item["subject_hash"] = subject
+                item["rows"] = rows = end - start
+                item["row_hints"] = hints[start : end if rows <= most else start + most]
+                item["hints_complete"] = rows <= most
+                append(item)
+        return items
+
+
+def _check_columns(hashes: list[str], ends: list[int], hints: int) -> None:
+    """A batch's columns as wholes (not value by value: their producer computes them, valid by
+    construction): one end per hash, the last end the number of hints. Raises ValueError."""
+    if len(ends) != len(hashes):
+        raise ValueError("one end per subject hash")
+    if (ends[-1] if ends else 0) != hints or (ends and ends[0] < 1):
+        raise ValueError("ends must increase strictly, up to the number of row hints")
+
+
 @dataclass(frozen=True)
 class FoundEntry:
     """An index entry as the by_dataset index shows it (keys, rows, deleted)."""
@@ -169,6 +390,21 @@ class FoundEntry:
     subject_hash: str
     rows: int
     deleted: bool
+
+
+def entry_items(
+    object_url: str, entries: Iterable[IndexEntry] | EntryBatch
+) -> tuple[list[dict[str, Any]], set[str]]:
+    """The DynamoDB items of an object's entries and their subject hashes; an EntryBatch's
+    from its columns. Raises ValueError when an entry (or the batch) is another object's."""
+    if isinstance(entries, EntryBatch):
+        if entries.object_url != object_url:
+            raise ValueError("every entry must belong to the object being replaced")
+        return entries.to_items(), set(entries.subject_hashes)
+    wanted = list(entries)
+    if any(e.object_url != object_url for e in wanted):
+        raise ValueError("every entry must belong to the object being replaced")
+    return [e.to_item() for e in wanted], {e.subject_hash for e in wanted}
 
 
 class SubjectIndex(Protocol):
@@ -180,10 +416,11 @@ class SubjectIndex(Protocol):
     def subjects_of(self, object_url: str) -> set[str]:
         """The subject hashes an object has entries for."""
 
-    def replace_object(self, object_url: str, entries: Iterable[IndexEntry]) -> int:
-        """Make `entries` the object's current entries; the entries of subjects its current
-        version no longer holds are flagged `deleted` (older versions may still hold them).
-        Returns how many were flagged."""
+    def replace_object(self, object_url: str, entries: Iterable[IndexEntry] | EntryBatch) -> int:
+        """Make `entries` (IndexEntry models, or an EntryBatch) the object's current entries;
+        the entries of subjects its current version no longer holds are flagged `deleted`
+        (older versions may still hold them). Raises ValueError for an entry of another
+        object. Returns how many were flagged."""
 
     def flag_deleted(self, object_url: str, deleted: bool = True) -> int:
         """Flag (or unflag) every entry of the object; returns how many."""
@@ -240,17 +477,16 @@ class DynamoSubjectIndex:
             )
         }
 
-    def replace_object(self, object_url: str, entries: Iterable[IndexEntry]) -> int:
+    def replace_object(self, object_url: str, entries: Iterable[IndexEntry] | EntryBatch) -> int:
         """Write the object's current entries, then flag `deleted` the entries of subjects its
         current version no longer holds: in a versioned bucket the version they were found in
-        is still stored, and erasure must reach it. Other objects' entries are never touched."""
-        wanted = list(entries)
-        if any(e.object_url != object_url for e in wanted):
-            raise ValueError("every entry must belong to the object being replaced")
-        stale = self.subjects_of(object_url) - {e.subject_hash for e in wanted}
+        is still stored, and erasure must reach it. Other objects' entries are never touched.
+        An EntryBatch is written from its columns (`to_items`), without a model per entry."""
+        items, subjects = entry_items(object_url, entries)
+        stale = self.subjects_of(object_url) - subjects
         with self._table.batch_writer() as batch:  # resends unprocessed items itself
-            for entry in wanted:
-                batch.put_item(Item=entry.to_item())
+            for item in items:
+                batch.put_item(Item=item)
         self._flag(object_url, stale, True)
         return len(stale)
 
