@@ -64,6 +64,10 @@ NOT_EMULATED: Final[dict[str, str]] = {
         "account-wide CloudWatch role for API Gateway logging; the local API server logs to "
         "the state directory"
     ),
+    "AWS::CloudFormation::WaitConditionHandle": (
+        "only orders creation in CloudFormation (a conditional DependsOn); creation_order "
+        "already follows DependsOn, and nothing signals a handle locally"
+    ),
     "AWS::XRay::Group": "X-Ray is not emulated: tracing is off locally",
     "AWS::XRay::SamplingRule": "X-Ray is not emulated: tracing is off locally",
     "AWS::CloudWatch::Dashboard": "dashboards have no local viewer",
@@ -964,6 +968,19 @@ def _sns_topic(stack: _Stack, lid: str, props: dict[str, Any]) -> Created:
         )
     stack.warn_unhandled(lid, props, {"TopicName", "Tags", "Subscription", *attribute_names})
     return Created(arn, {"TopicArn": arn, "TopicName": name})
+
+
+@_handles("AWS::SNS::TopicPolicy")
+def _sns_topic_policy(stack: _Stack, lid: str, props: dict[str, Any]) -> Created:
+    for arn in props["Topics"]:
+        stack.call(
+            "sns",
+            "set_topic_attributes",
+            TopicArn=arn,
+            AttributeName="Policy",
+            AttributeValue=_json_text(props["PolicyDocument"]),
+        )
+    return Created(stack.name(lid, None, 128))
 
 
 @_handles("AWS::SNS::Subscription")
