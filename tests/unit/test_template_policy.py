@@ -1,0 +1,567 @@
+"""What template.yaml must keep so that `sam build && sam deploy --guided` works on a fresh
+account (docs/DEPLOY.md): each check is a function that returns the offending resources, run
+against the real template, and run against a copy broken on purpose to show that it can fail.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import shlex
+import tomllib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lethe.localcloud.template import REPO_ROOT, TEMPLATE_PATH, load_template, translate
+
+pytestmark = pytest.mark.unit
+
+Template = dict[str, Any]
+NO_VALUE = {"Ref": "AWS::NoValue"}
+LOG_RETENTION = {"Ref": "LogRetentionDays"}
+AWS_MANAGED_ALIASES = ("alias/aws/sns", "alias/aws/sqs")
+FUNCTION_TYPES = ("AWS::Serverless::Function", "AWS::Lambda::Function")
+STATE_MACHINE_TYPES = ("AWS::Serverless::StateMachine", "AWS::StepFunctions::StateMachine")
+RETAINED_TYPES = (
+    "AWS::S3::Bucket",
+    "AWS::DynamoDB::Table",
+    "AWS::DynamoDB::GlobalTable",
+    "AWS::SecretsManager::Secret",
+)
+
+
+# ---------------------------------------------------------------------------------- helpers
+
+
+def _resources(template: Template, *types: str) -> dict[str, dict[str, Any]]:
+    return {
+        lid: resource
+        for lid, resource in template.get("Resources", {}).items()
+        if resource.get("Type") in types
+    }
+
+
+def _props(resource: dict[str, Any]) -> dict[str, Any]:
+    return dict(resource.get("Properties") or {})
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+
+
+def _conditions_in(value: Any) -> set[str]:
+    if isinstance(value, dict):
+        found = {value["Fn::If"][0]} if "Fn::If" in value else set()
+        for item in value.values():
+            found |= _conditions_in(item)
+        return found
+    if isinstance(value, list):
+        return set().union(*(_conditions_in(item) for item in value)) if value else set()
+    return set()
+
+
+def _under(value: Any, truth: dict[str, bool]) -> Any:
+    """value with every Fn::If decided by truth; AWS::NoValue becomes None (absent)."""
+    if isinstance(value, dict):
+        if "Fn::If" in value:
+            condition, when_true, when_false = value["Fn::If"]
+            return _under(when_true if truth[condition] else when_false, truth)
+        if value == NO_VALUE:
+            return None
+        resolved = {k: _under(v, truth) for k, v in value.items()}
+        return {k: v for k, v in resolved.items() if v is not None}
+    if isinstance(value, list):
+        return [item for item in (_under(v, truth) for v in value) if item is not None]
+    return value
+
+
+def _every_branch(value: Any) -> Iterator[tuple[dict[str, bool], Any]]:
+    names = sorted(_conditions_in(value))
+    for values in itertools.product([True, False], repeat=len(names)):
+        truth = dict(zip(names, values, strict=True))
+        yield truth, _under(value, truth)
+
+
+def _is_true(value: Any) -> bool:
+    return value is True or str(value).lower() == "true"
+
+
+# ---------------------------------------------------------------------------------- checks
+
+
+def roles_with_names(template: Template) -> list[str]:
+    """A named IAM role needs CAPABILITY_NAMED_IAM and collides across regions and stacks."""
+    return [
+        lid
+        for lid, resource in _resources(template, "AWS::IAM::Role").items()
+        if "RoleName" in _props(resource)
+    ]
+
+
+def aws_managed_sns_sqs_keys(template: Template) -> list[str]:
+    """alias/aws/sns and alias/aws/sqs cannot be granted to CloudWatch or EventBridge."""
+    return [
+        lid
+        for lid, resource in template.get("Resources", {}).items()
+        if any(s.strip() in AWS_MANAGED_ALIASES for s in _strings(resource))
+    ]
+
+
+def unencrypted_queues(template: Template) -> list[str]:
+    offenders = []
+    for lid, resource in _resources(template, "AWS::SQS::Queue").items():
+        for truth, props in _every_branch(_props(resource)):
+            key = props.get("KmsMasterKeyId")
+            customer_key = key is not None and not (
+                isinstance(key, str) and key.startswith("alias/aws/")
+            )
+            if not (_is_true(props.get("SqsManagedSseEnabled")) or customer_key):
+                offenders.append(f"{lid} (conditions {truth})")
+    return offenders
+
+
+def topics_without_customer_key(template: Template) -> list[str]:
+    """Every topic is encrypted in every branch, never with an AWS managed key, and the key
+    the template creates for it rotates and admits CloudWatch and EventBridge."""
+    keys = _resources(template, "AWS::KMS::Key")
+    offenders = []
+    for lid, resource in _resources(template, "AWS::SNS::Topic").items():
+        for truth, props in _every_branch(_props(resource)):
+            key = props.get("KmsMasterKeyId")
+            if key is None or (isinstance(key, str) and key.startswith("alias/aws/")):
+                offenders.append(f"{lid} (conditions {truth}): no customer managed key")
+                continue
+            target = key.get("Fn::GetAtt", [None])[0] if isinstance(key, dict) else None
+            if target is None and isinstance(key, dict):
+                target = key.get("Ref")
+            if target in keys and not _key_serves_publishers(keys[target]):
+                offenders.append(f"{lid}: key {target} lacks rotation or publisher grants")
+    return offenders
+
+
+def _key_serves_publishers(key: dict[str, Any]) -> bool:
+    props = _props(key)
+    if not _is_true(props.get("EnableKeyRotation")):
+        return False
+    statements = props.get("KeyPolicy", {}).get("Statement", [])
+    for service in ("cloudwatch.amazonaws.com", "events.amazonaws.com"):
+        granted = [
+            s
+            for s in statements
+            if s.get("Effect") == "Allow"
+            and service in _as_list(s.get("Principal", {}).get("Service"))
+            and "aws:SourceAccount" in str(s.get("Condition", {}))
+            and {"kms:GenerateDataKey*", "kms:Decrypt"} <= set(_as_list(s.get("Action")))
+        ]
+        if not granted:
+            return False
+    return True
+
+
+def _as_list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    return value if isinstance(value, list) else [value]
+
+
+def unconditional_reserved_concurrency(template: Template) -> list[str]:
+    """A fresh account may have too little concurrency to reserve any: reserve only on demand."""
+    offenders = []
+    candidates = dict(_resources(template, *FUNCTION_TYPES))
+    candidates["Globals.Function"] = {"Properties": template.get("Globals", {}).get("Function")}
+    for lid, resource in candidates.items():
+        value = _props(resource).get("ReservedConcurrentExecutions")
+        if value is None:
+            continue
+        branches = value.get("Fn::If") if isinstance(value, dict) else None
+        if not (branches and branches[0] == "HasReservedConcurrency" and branches[2] == NO_VALUE):
+            offenders.append(lid)
+    condition = template.get("Conditions", {}).get("HasReservedConcurrency")
+    if condition != {"Fn::Not": [{"Fn::Equals": [{"Ref": "ReservedConcurrency"}, 0]}]}:
+        offenders.append("Conditions.HasReservedConcurrency (must be ReservedConcurrency != 0)")
+    return offenders
+
+
+def mappings_above_reserved_concurrency(template: Template) -> list[str]:
+    """An SQS mapping's MaximumConcurrency stays below every reserved concurrency the
+    parameter allows, so Lambda never throttles a batch (a throttled batch still counts a
+    receive towards the queue's maxReceiveCount)."""
+    allowed = template["Parameters"].get("ReservedConcurrency", {}).get("AllowedValues", [])
+    reservable = [int(v) for v in allowed if int(v) > 0]
+    offenders = []
+    for lid, resource in _resources(template, "AWS::Lambda::EventSourceMapping").items():
+        maximum = _props(resource).get("ScalingConfig", {}).get("MaximumConcurrency")
+        if maximum is None:
+            continue
+        if not reservable or int(maximum) >= min(reservable):
+            offenders.append(f"{lid} (MaximumConcurrency {maximum}, reservable {reservable})")
+    return offenders
+
+
+def functions_without_log_group(template: Template) -> list[str]:
+    groups = _resources(template, "AWS::Logs::LogGroup").values()
+    offenders = []
+    for lid in _resources(template, *FUNCTION_TYPES):
+        name = {"Fn::Sub": f"/aws/lambda/${{{lid}}}"}
+        matching = [g for g in groups if _props(g).get("LogGroupName") == name]
+        if not matching:
+            offenders.append(f"{lid}: no AWS::Logs::LogGroup named /aws/lambda/${{{lid}}}")
+        elif any(_props(g).get("RetentionInDays") != LOG_RETENTION for g in matching):
+            offenders.append(f"{lid}: its log group's RetentionInDays is not LogRetentionDays")
+    return offenders
+
+
+def state_machines_without_retained_logs(template: Template) -> list[str]:
+    groups = _resources(template, "AWS::Logs::LogGroup")
+    offenders = []
+    for lid, resource in _resources(template, *STATE_MACHINE_TYPES).items():
+        props = _props(resource)
+        logging = props.get("Logging") or props.get("LoggingConfiguration") or {}
+        destinations = logging.get("Destinations", [])
+        if not destinations:
+            offenders.append(f"{lid}: no logging destination")
+        for destination in destinations:
+            arn = destination.get("CloudWatchLogsLogGroup", {}).get("LogGroupArn", {})
+            group = arn.get("Fn::GetAtt", [None])[0] if isinstance(arn, dict) else None
+            if group not in groups:
+                offenders.append(f"{lid}: destination {arn} is not a log group of this template")
+            elif _props(groups[group]).get("RetentionInDays") != LOG_RETENTION:
+                offenders.append(f"{lid}: log group {group} does not keep LogRetentionDays")
+    return offenders
+
+
+def log_groups_with_fixed_retention(template: Template) -> list[str]:
+    return [
+        lid
+        for lid, resource in _resources(template, "AWS::Logs::LogGroup").items()
+        if _props(resource).get("RetentionInDays") != LOG_RETENTION
+    ]
+
+
+def data_resources_not_retained(template: Template) -> list[str]:
+    return [
+        f"{lid} ({resource['Type']})"
+        for lid, resource in _resources(template, *RETAINED_TYPES).items()
+        if resource.get("DeletionPolicy") != "Retain"
+        or resource.get("UpdateReplacePolicy") != "Retain"
+    ]
+
+
+def unvalidated_parameters(template: Template) -> list[str]:
+    offenders = []
+    for name, parameter in template.get("Parameters", {}).items():
+        if not str(parameter.get("Description", "")).strip():
+            offenders.append(f"{name}: no Description")
+        validated = "AllowedValues" in parameter or "AllowedPattern" in parameter
+        if parameter.get("Type") == "Number":
+            validated = "AllowedValues" in parameter or (
+                "MinValue" in parameter and "MaxValue" in parameter
+            )
+        if not validated:
+            offenders.append(f"{name}: no AllowedValues, AllowedPattern or MinValue/MaxValue")
+    return offenders
+
+
+def api_gateway_account_problems(template: Template) -> list[str]:
+    """The account's CloudWatch role, created under CreateApiGatewayAccountRole, before the
+    stage whose method settings log to CloudWatch (checked on the SAM-translated template)."""
+    accounts = _resources(template, "AWS::ApiGateway::Account")
+    if not accounts:
+        return ["no AWS::ApiGateway::Account"]
+    problems = []
+    conditions = template.get("Conditions", {})
+    for lid, account in accounts.items():
+        condition = account.get("Condition")
+        if condition is None or "CreateApiGatewayAccountRole" not in str(conditions.get(condition)):
+            problems.append(f"{lid}: not under a condition on CreateApiGatewayAccountRole")
+        role_arn = _props(account).get("CloudWatchRoleArn", {})
+        role_id = role_arn.get("Fn::GetAtt", [None])[0] if isinstance(role_arn, dict) else None
+        role = template["Resources"].get(str(role_id), {})
+        role_props = _props(role)
+        if role.get("Condition") != condition:
+            problems.append(f"{lid}: its role {role_id} is not under the same condition")
+        managed = str(role_props.get("ManagedPolicyArns"))
+        trust = str(role_props.get("AssumeRolePolicyDocument"))
+        if "AmazonAPIGatewayPushToCloudWatchLogs" not in managed:
+            problems.append(f"{lid}: role {role_id} lacks AmazonAPIGatewayPushToCloudWatchLogs")
+        if "apigateway.amazonaws.com" not in trust:
+            problems.append(f"{lid}: role {role_id} is not assumable by API Gateway")
+    translated = _translated(template)
+    for stage in _resources(translated, "AWS::ApiGateway::Stage"):
+        before = _dependencies(translated, stage)
+        missing = sorted(set(accounts) - before)
+        if missing:
+            problems.append(f"{stage}: created without waiting for {', '.join(missing)}")
+    return problems
+
+
+def _translated(template: Template) -> Template:
+    parameters = {"ApproverEmails": "a@example.com", "SenderEmail": "s@example.com"}
+    return translate(template, parameters)
+
+
+def _references(value: Any) -> set[str]:
+    if isinstance(value, dict):
+        found: set[str] = set()
+        if "Ref" in value:
+            found.add(str(value["Ref"]))
+        if "Fn::GetAtt" in value:
+            target = value["Fn::GetAtt"]
+            found.add(str(target[0] if isinstance(target, list) else target.split(".")[0]))
+        if "Fn::Sub" in value:
+            text = value["Fn::Sub"] if isinstance(value["Fn::Sub"], str) else value["Fn::Sub"][0]
+            found |= {part.split("}")[0].split(".")[0] for part in text.split("${")[1:]}
+        for item in value.values():
+            found |= _references(item)
+        return found
+    if isinstance(value, list):
+        return set().union(*(_references(item) for item in value)) if value else set()
+    return set()
+
+
+def _dependencies(template: Template, logical_id: str) -> set[str]:
+    """Everything CloudFormation creates before logical_id (Ref, GetAtt, Sub, DependsOn)."""
+    resources = template["Resources"]
+    seen: set[str] = set()
+    pending = [logical_id]
+    while pending:
+        resource = resources[pending.pop()]
+        depends = resource.get("DependsOn", [])
+        direct = _references({k: v for k, v in resource.items() if k != "DependsOn"})
+        direct |= set([depends] if isinstance(depends, str) else depends)
+        for name in direct & set(resources) - seen:
+            seen.add(name)
+            pending.append(name)
+    return seen
+
+
+def alert_subscription_problems(template: Template) -> list[str]:
+    parameter = template.get("Parameters", {}).get("AlertEmail")
+    if parameter is None or parameter.get("Default") != "":
+        return ["Parameters.AlertEmail: missing or not empty by default"]
+    problems = []
+    subscriptions = [
+        (lid, resource)
+        for lid, resource in _resources(template, "AWS::SNS::Subscription").items()
+        if _props(resource).get("Endpoint") == {"Ref": "AlertEmail"}
+    ]
+    if not subscriptions:
+        problems.append("no AWS::SNS::Subscription to Ref AlertEmail")
+    for lid, resource in subscriptions:
+        if _props(resource).get("Protocol") != "email" or "Condition" not in resource:
+            problems.append(f"{lid}: not an email subscription under a condition")
+    policies = _resources(template, "AWS::SNS::TopicPolicy").values()
+    statements = [s for p in policies for s in _props(p)["PolicyDocument"]["Statement"]]
+    for service in ("cloudwatch.amazonaws.com", "events.amazonaws.com"):
+        allowed = [
+            s
+            for s in statements
+            if s.get("Effect") == "Allow"
+            and service in _as_list(s.get("Principal", {}).get("Service"))
+            and "sns:Publish" in _as_list(s.get("Action"))
+            and "aws:SourceAccount" in str(s.get("Condition"))
+            and "aws:SourceArn" in str(s.get("Condition"))
+        ]
+        if not allowed:
+            problems.append(f"no topic policy lets {service} publish (SourceAccount, SourceArn)")
+    return problems
+
+
+def samconfig_problems(template: Template, path: Path) -> list[str]:
+    if not path.exists():
+        return [f"{path.name}: missing"]
+    config = tomllib.loads(path.read_text())
+    problems = []
+    deploy = config.get("default", {}).get("deploy", {}).get("parameters", {})
+    if _as_list(deploy.get("capabilities")) != ["CAPABILITY_IAM"]:
+        problems.append(f"{path.name}: deploy capabilities {deploy.get('capabilities')!r}")
+    if deploy.get("resolve_s3") is not True:
+        problems.append(f"{path.name}: deploy resolve_s3 is not true")
+    overrides = deploy.get("parameter_overrides", "")
+    items = overrides if isinstance(overrides, list) else shlex.split(overrides)
+    for item in items:
+        name = item.split("=", 1)[0]
+        if name not in template.get("Parameters", {}):
+            problems.append(f"{path.name}: parameter_overrides names unknown parameter {name}")
+    return problems
+
+
+CHECKS: dict[str, Callable[[Template], list[str]]] = {
+    "roles_with_names": roles_with_names,
+    "aws_managed_sns_sqs_keys": aws_managed_sns_sqs_keys,
+    "unencrypted_queues": unencrypted_queues,
+    "topics_without_customer_key": topics_without_customer_key,
+    "unconditional_reserved_concurrency": unconditional_reserved_concurrency,
+    "mappings_above_reserved_concurrency": mappings_above_reserved_concurrency,
+    "functions_without_log_group": functions_without_log_group,
+    "state_machines_without_retained_logs": state_machines_without_retained_logs,
+    "log_groups_with_fixed_retention": log_groups_with_fixed_retention,
+    "data_resources_not_retained": data_resources_not_retained,
+    "unvalidated_parameters": unvalidated_parameters,
+    "api_gateway_account_problems": api_gateway_account_problems,
+    "alert_subscription_problems": alert_subscription_problems,
+}
+
+
+# ---------------------------------------------------------------------------------- the tests
+
+
+@pytest.fixture(scope="module")
+def template() -> Template:
+    return load_template(TEMPLATE_PATH)
+
+
+@pytest.mark.parametrize("check", sorted(CHECKS))
+def test_template_keeps_the_deploy_policy(template: Template, check: str) -> None:
+    offenders = CHECKS[check](template)
+    assert offenders == [], f"{check}: {offenders}"
+
+
+def test_samconfig_deploys_with_capability_iam(template: Template) -> None:
+    problems = samconfig_problems(template, REPO_ROOT / "samconfig.toml")
+    assert problems == [], problems
+
+
+# Each check must be able to fail: break a copy of the template the way the old one was.
+
+
+def _set(template: Template, lid: str, **props: Any) -> None:
+    template["Resources"][lid]["Properties"].update(props)
+
+
+def _first(template: Template, *types: str) -> str:
+    return sorted(_resources(template, *types))[0]
+
+
+def _break_roles(t: Template) -> str:
+    lid = _first(t, "AWS::IAM::Role")
+    _set(t, lid, RoleName="fixed")
+    return lid
+
+
+def _break_aws_keys(t: Template) -> str:
+    lid = _first(t, "AWS::SNS::Topic")
+    _set(t, lid, KmsMasterKeyId={"Fn::If": ["HasKmsKey", {"Ref": "KmsKeyArn"}, "alias/aws/sns"]})
+    return lid
+
+
+def _break_queues(t: Template) -> str:
+    lid = _first(t, "AWS::SQS::Queue")
+    t["Resources"][lid]["Properties"].pop("SqsManagedSseEnabled", None)
+    return lid
+
+
+def _break_topics(t: Template) -> str:
+    lid = _first(t, "AWS::SNS::Topic")
+    _set(t, lid, KmsMasterKeyId={"Fn::If": ["HasKmsKey", {"Ref": "KmsKeyArn"}, NO_VALUE]})
+    return lid
+
+
+def _break_reserved(t: Template) -> str:
+    lid = _first(t, *FUNCTION_TYPES)
+    _set(t, lid, ReservedConcurrentExecutions=50)
+    return lid
+
+
+def _break_mappings(t: Template) -> str:
+    lid = _first(t, "AWS::Lambda::EventSourceMapping")
+    _set(t, lid, ScalingConfig={"MaximumConcurrency": 1000})
+    return lid
+
+
+def _break_function_logs(t: Template) -> str:
+    lid = _first(t, *FUNCTION_TYPES)
+    name = {"Fn::Sub": f"/aws/lambda/${{{lid}}}"}
+    for group_id, group in list(_resources(t, "AWS::Logs::LogGroup").items()):
+        if _props(group).get("LogGroupName") == name:
+            del t["Resources"][group_id]
+    return lid
+
+
+def _break_state_machine_logs(t: Template) -> str:
+    lid = _first(t, *STATE_MACHINE_TYPES)
+    arn = t["Resources"][lid]["Properties"]["Logging"]["Destinations"][0]
+    group = arn["CloudWatchLogsLogGroup"]["LogGroupArn"]["Fn::GetAtt"][0]
+    _set(t, group, RetentionInDays=365)
+    return lid
+
+
+def _break_log_groups(t: Template) -> str:
+    lid = _first(t, "AWS::Logs::LogGroup")
+    _set(t, lid, RetentionInDays=365)
+    return lid
+
+
+def _break_retention(t: Template) -> str:
+    lid = _first(t, "AWS::SecretsManager::Secret")
+    del t["Resources"][lid]["UpdateReplacePolicy"]
+    return lid
+
+
+def _break_parameters(t: Template) -> str:
+    t["Parameters"]["IgnoredObjectRetentionDays"].pop("MaxValue", None)
+    return "IgnoredObjectRetentionDays"
+
+
+def _break_api_account(t: Template) -> str:
+    for lid in _resources(t, "AWS::ApiGateway::Account"):
+        t["Resources"][lid].pop("Condition", None)
+    return "ApiGatewayAccount"
+
+
+def _break_alerts(t: Template) -> str:
+    for lid in _resources(t, "AWS::SNS::TopicPolicy"):
+        for statement in t["Resources"][lid]["Properties"]["PolicyDocument"]["Statement"]:
+            statement.pop("Condition", None)
+    return "events.amazonaws.com"
+
+
+BREAKERS: dict[str, Callable[[Template], str]] = {
+    "roles_with_names": _break_roles,
+    "aws_managed_sns_sqs_keys": _break_aws_keys,
+    "unencrypted_queues": _break_queues,
+    "topics_without_customer_key": _break_topics,
+    "unconditional_reserved_concurrency": _break_reserved,
+    "mappings_above_reserved_concurrency": _break_mappings,
+    "functions_without_log_group": _break_function_logs,
+    "state_machines_without_retained_logs": _break_state_machine_logs,
+    "log_groups_with_fixed_retention": _break_log_groups,
+    "data_resources_not_retained": _break_retention,
+    "unvalidated_parameters": _break_parameters,
+    "api_gateway_account_problems": _break_api_account,
+    "alert_subscription_problems": _break_alerts,
+}
+
+
+def test_every_check_has_a_breaker() -> None:
+    assert sorted(BREAKERS) == sorted(CHECKS)
+
+
+@pytest.mark.parametrize("check", sorted(CHECKS))
+def test_check_names_the_resource_a_broken_template_breaks(template: Template, check: str) -> None:
+    broken = copy.deepcopy(template)
+    culprit = BREAKERS[check](broken)
+    offenders = CHECKS[check](broken)
+    assert any(culprit in offender for offender in offenders), (check, culprit, offenders)
+
+
+def test_samconfig_check_names_unknown_parameters(template: Template, tmp_path: Path) -> None:
+    path = tmp_path / "samconfig.toml"
+    path.write_text(
+        'version = 0.1\n[default.deploy.parameters]\ncapabilities = "CAPABILITY_NAMED_IAM"\n'
+        'parameter_overrides = "Stage=dev NoSuchParameter=1"\n'
+    )
+    problems = samconfig_problems(template, path)
+    assert any("NoSuchParameter" in p for p in problems), problems
+    assert any("capabilities" in p for p in problems), problems
+    assert any("resolve_s3" in p for p in problems), problems
