@@ -248,10 +248,20 @@ def log_groups_with_fixed_retention(template: Template) -> list[str]:
     ]
 
 
+def _signs(resource: dict[str, Any]) -> bool:
+    """A KMS key that signs (erasure certificates): what it signed must stay verifiable."""
+    return bool(_props(resource).get("KeyUsage") == "SIGN_VERIFY")
+
+
 def data_resources_not_retained(template: Template) -> list[str]:
+    keys = {
+        lid: resource
+        for lid, resource in _resources(template, "AWS::KMS::Key").items()
+        if _signs(resource)
+    }
     return [
         f"{lid} ({resource['Type']})"
-        for lid, resource in _resources(template, *RETAINED_TYPES).items()
+        for lid, resource in {**_resources(template, *RETAINED_TYPES), **keys}.items()
         if resource.get("DeletionPolicy") != "Retain"
         or resource.get("UpdateReplacePolicy") != "Retain"
     ]
@@ -565,3 +575,12 @@ def test_samconfig_check_names_unknown_parameters(template: Template, tmp_path: 
     assert any("NoSuchParameter" in p for p in problems), problems
     assert any("capabilities" in p for p in problems), problems
     assert any("resolve_s3" in p for p in problems), problems
+
+
+def test_a_certificate_signing_key_must_be_retained(template: Template) -> None:
+    broken = copy.deepcopy(template)
+    (signing,) = [lid for lid, r in _resources(broken, "AWS::KMS::Key").items() if _signs(r)]
+    del broken["Resources"][signing]["DeletionPolicy"]
+
+    assert data_resources_not_retained(template) == []
+    assert data_resources_not_retained(broken) == [f"{signing} (AWS::KMS::Key)"]
