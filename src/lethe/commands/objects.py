@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from lethe.commands.datasets import require_dataset
 from lethe.target import Target, add_target_arguments, resolve
 from lethe_shared.catalog import CatalogItem, DynamoObjectCatalog, ObjectStatus, Zone, latest
 
@@ -58,6 +59,7 @@ def _row(target: Target, item: CatalogItem) -> dict[str, Any]:
 
 def list_objects(args: argparse.Namespace) -> int:
     target = resolve(args)
+    require_dataset(target, args.dataset)
     catalog = DynamoObjectCatalog(
         target.resource("dynamodb").Table(target.output("ObjectCatalogTableName"))
     )
