@@ -33,6 +33,7 @@ GROUPS: Final[tuple[str, ...]] = (
     "objects",
     "index",
     "erasure",
+    "dlq",
     "artifacts",
     "demo",
 )
