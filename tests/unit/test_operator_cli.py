@@ -8,6 +8,7 @@ import argparse
 import io
 import json
 import tomllib
+from importlib.metadata import PackageNotFoundError
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,7 @@ def test_version_is_the_distribution_version(capsys: pytest.CaptureFixture[str])
 
 def test_version_from_source_falls_back_to_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
     def missing(name: str) -> str:
-        raise cli.PackageNotFoundError(name)
+        raise PackageNotFoundError(name)
 
     monkeypatch.setattr(cli, "distribution_version", missing)
     assert cli.version() == lethe.__version__ == _pyproject_version()
