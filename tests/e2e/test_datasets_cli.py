@@ -45,8 +45,9 @@ def test_an_invalid_document_is_refused_with_every_problem(
     assert "subject_columns[0]: 'customer.id' is not a column of the schema" in result.stderr
     assert "partition_by[0]: 'country' is not a column of the schema" in result.stderr
     missing = registered.lethe("datasets", "get", "bad", check=False)
-    assert missing.returncode == 1
+    assert missing.returncode == 3  # ExitCode.NOT_FOUND
     assert "dataset 'bad' is not registered (404)" in missing.stderr
+    assert "lethe datasets list" in missing.stderr
 
 
 def test_the_api_refuses_unsigned_requests(registered: LocalCloud) -> None:

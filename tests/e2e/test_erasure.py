@@ -327,5 +327,5 @@ def test_a_rejected_request_changes_no_byte(ingested: LocalCloud, erased: dict[s
 
     assert 'data-outcome="rejected"' in answer.text
     waited = _cli(ingested, "erasure", "status", request_id, "--wait", "--timeout", "120")
-    assert waited.returncode == 3  # REJECTED
+    assert waited.returncode == 5  # REJECTED: ExitCode.NOT_ERASED
     assert _every_version(ingested) == before

@@ -208,5 +208,6 @@ def test_down_stops_it_and_is_idempotent(cloud: dict[str, Any], state_file: Path
     assert again.returncode == 0
     assert "not running" in again.stdout
     mail = lethe("local", "mail", "--state-file", str(state_file), "--json")
-    assert mail.returncode == 1
+    assert mail.returncode == 4  # ExitCode.UNREACHABLE: no local cloud
     assert mail.stderr.startswith("lethe: error: no local cloud state")
+    assert "lethe local up --detach --state-file" in mail.stderr

@@ -475,7 +475,7 @@ def _progress(*statuses: str) -> list[Answer]:
 
 @pytest.mark.parametrize(
     ("final", "code"),
-    [("COMPLETED", 0), ("REJECTED", 3), ("EXPIRED", 3), ("FAILED", 1)],
+    [("COMPLETED", 0), ("REJECTED", 5), ("EXPIRED", 5), ("FAILED", 1)],
 )
 def test_request_wait_exit_codes(
     fake: FakeTarget,
@@ -592,8 +592,9 @@ def test_status_json_is_the_record_as_returned(
 def test_status_not_found(fake: FakeTarget, run: Callable[..., Outcome]) -> None:
     fake.routes[GET] = [(404, {"message": f"erasure request {RID} not found"})]
     result = run("status", RID)
-    assert result.code == 1
+    assert result.code == 3  # ExitCode.NOT_FOUND
     assert "not found" in result.err
+    assert "lethe erasure list" in result.err
 
 
 def test_status_refuses_what_is_not_a_request_id_without_echoing_it(
@@ -633,7 +634,7 @@ def test_status_wait_until_stops_at_a_final_status(
     rejected = record("REJECTED", outcome="CANCELLED", history=[])
     fake.routes[GET] = [*_progress("RECEIVED"), (200, rejected)]
     result = run("status", RID, "--wait", "--until", "AWAITING_APPROVAL")
-    assert result.code == 3
+    assert result.code == 5  # ExitCode.NOT_ERASED
 
 
 def test_status_until_needs_wait(fake: FakeTarget, run: Callable[..., Outcome]) -> None:

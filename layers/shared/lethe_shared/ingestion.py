@@ -15,6 +15,10 @@ The execution name is derived from the group's object versions (`IngestionGroup.
 redelivered identical batch is refused by Step Functions (ExecutionAlreadyExists) instead of
 ingesting twice. Two versions of one key may share a group: the ingest job decides, by the
 catalog's sequencer order, which one is SUPERSEDED.
+
+An operator's re-ingestion (`lethe objects reingest`) plans its groups the same way with a
+`rerun` label (a UTC timestamp): the same input and manifest, under a name of its own, since the
+name of the first attempt stays taken in Step Functions.
 """
 
 from __future__ import annotations
@@ -41,6 +45,8 @@ MAX_INPUT_BYTES = 200_000
 MANIFEST_PREFIX = "manifests/ingest/"
 #: Hex digits of the group digest in the execution name (sha256 of the group's versions).
 _DIGEST_LENGTH = 48
+#: The same for a rerun, whose name also holds its label.
+_RERUN_DIGEST_LENGTH = 32
 
 
 class IngestionStarter(Protocol):
@@ -97,11 +103,18 @@ class IngestionGroup:
 
     items: tuple[CatalogItem, ...]  # sorted by sort_key, no version twice
     record_ids: frozenset[str] = field(default_factory=frozenset)
+    rerun: str = ""  # an operator's re-ingestion: its label (e.g. a UTC timestamp)
 
     @property
     def name(self) -> str:
-        """`[<dataset>-]batch-<digest of the versions>`: the same versions, the same name."""
+        """`[<dataset>-]batch-<digest of the versions>`: the same versions, the same name; a
+        rerun is `<dataset or batch>-rerun-<label>-<digest>` (the same versions, another
+        attempt; a long dataset id is cut, never the rerun part)."""
         datasets = {item.dataset_id for item in self.items}
+        if self.rerun:
+            digest = group_digest(self.items, _RERUN_DIGEST_LENGTH)
+            label = str(next(iter(datasets))) if len(datasets) == 1 else "batch"
+            return execution_name(label, f"rerun-{self.rerun}-{digest}")
         label = f"{datasets.pop()}-batch" if len(datasets) == 1 else "batch"
         return execution_name(label, group_digest(self.items))
 
@@ -132,6 +145,7 @@ def plan_groups(
     requests: Iterable[tuple[CatalogItem, str]],
     *,
     max_objects: int | None = None,
+    rerun: str = "",
     max_input_bytes: int | None = None,
 ) -> list[IngestionGroup]:
     """Split (item, record id) requests into execution groups.
@@ -159,18 +173,20 @@ def plan_groups(
     for item in ordered:
         entry = _entry_bytes(item)
         if current and (len(current) >= max_objects or size + entry > max_input_bytes):
-            groups.append(_group(current, records))
+            groups.append(_group(current, records, rerun))
             current, size = [], _INPUT_OVERHEAD
         current.append(item)
         size += entry
     if current:
-        groups.append(_group(current, records))
+        groups.append(_group(current, records, rerun))
     return groups
 
 
-def _group(items: list[CatalogItem], records: dict[tuple[str, str], set[str]]) -> IngestionGroup:
+def _group(
+    items: list[CatalogItem], records: dict[tuple[str, str], set[str]], rerun: str = ""
+) -> IngestionGroup:
     ids = frozenset(rid for item in items for rid in records[version_key(item)])
-    return IngestionGroup(items=tuple(items), record_ids=ids)
+    return IngestionGroup(items=tuple(items), record_ids=ids, rerun=rerun)
 
 
 class IngestionCollector:

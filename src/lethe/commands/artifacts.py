@@ -107,7 +107,9 @@ def upload_artifacts_command(args: argparse.Namespace) -> int:
         s3 = target.client("s3")
     elif args.bucket:
         bucket = args.bucket
-        s3 = boto3.session.Session(region_name=args.region).client("s3")
+        s3 = boto3.session.Session(
+            profile_name=getattr(args, "profile", None), region_name=getattr(args, "region", None)
+        ).client("s3")
     else:
         raise UsageError("say where: --bucket B, or --state-file F / --stack-name S")
     try:

@@ -6,9 +6,9 @@ import argparse
 import json
 from pathlib import Path
 
-from lethe.commands import CommandError
-from lethe.target import add_target_arguments, resolve
-from lethe_shared.datasets import parse_dataset
+from lethe.commands import CommandError, NotFoundError
+from lethe.target import Target, add_target_arguments, resolve
+from lethe_shared.datasets import Dataset, parse_dataset
 from lethe_shared.errors import DatasetValidationError
 from lethe_shared.registry import DynamoDatasetRegistry
 
@@ -24,6 +24,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
     get = commands.add_parser("get", help="print a registered dataset document")
     get.add_argument("dataset_id")
+    get.add_argument(
+        "--json", action="store_true", help="print the document as JSON (what it always prints)"
+    )
     add_target_arguments(get)
     get.set_defaults(func=get_dataset)
 
@@ -57,6 +60,10 @@ def put_dataset(args: argparse.Namespace) -> int:
 
 def get_dataset(args: argparse.Namespace) -> int:
     status, body = resolve(args).call_api("GET", f"/datasets/{args.dataset_id}")
+    if status == 404:
+        raise NotFoundError(
+            f"{body.get('message')} ({status}): list them with `lethe datasets list`"
+        )
     if status >= 400:
         raise CommandError(f"{body.get('message')} ({status})")
     print(json.dumps(body["dataset"], indent=2, sort_keys=True))
@@ -78,3 +85,16 @@ def list_datasets(args: argparse.Namespace) -> int:
                 f"subjects={','.join(dataset.subject_columns)}"
             )
     return 0
+
+
+def require_dataset(target: Target, dataset_id: str) -> Dataset:
+    """The registered dataset `dataset_id`, or NotFoundError (exit 3) saying how to list them."""
+    registry = DynamoDatasetRegistry(
+        target.resource("dynamodb").Table(target.output("DatasetsTableName"))
+    )
+    dataset = registry.get(dataset_id)
+    if dataset is None:
+        raise NotFoundError(
+            f"dataset {dataset_id} is not registered: list them with `lethe datasets list`"
+        )
+    return dataset

@@ -24,6 +24,7 @@ from typing import Any
 
 import requests
 
+from lethe.progress import Waiting
 from lethe.target import Target, from_state_file
 from lethe_shared.s3 import s3_url
 
@@ -82,7 +83,7 @@ def run_demo(args: argparse.Namespace) -> int:
         _register(target)
         _lookup(state_file, "before ingestion: nobody is indexed yet")
         _upload(target)
-        statuses = _wait_until_settled(target)
+        statuses = _wait_until_settled(target, quiet=bool(getattr(args, "quiet", False)))
         _show_objects(state_file)
         _show_quarantine(target)
         _lookup(state_file, "after ingestion: every object holding the subject, by keyed hash")
@@ -141,19 +142,25 @@ def _raw_statuses(target: Target) -> dict[str, str]:
     return statuses
 
 
-def _wait_until_settled(target: Target) -> dict[str, str]:
+def _wait_until_settled(target: Target, *, quiet: bool = False) -> dict[str, str]:
     _step("waiting for the ingestion state machine and the Spark ingest job")
     deadline = time.monotonic() + SETTLE_TIMEOUT_SECONDS
     last: dict[str, str] = {}
-    while time.monotonic() < deadline:
-        statuses = _raw_statuses(target)
-        if statuses != last:
-            summary = ", ".join(f"{k.split('/')[0]}:{v}" for k, v in sorted(statuses.items()))
-            print(f"  {summary}", flush=True)
-            last = statuses
-        if len(statuses) == len(UPLOADS) and set(statuses.values()) <= TERMINAL:
-            return statuses
-        time.sleep(2)
+    # The statuses are the demo's story (stdout); a terminal also gets a spinner on stderr.
+    with Waiting("ingestion", quiet=quiet or not sys.stderr.isatty()) as spinner:
+        while time.monotonic() < deadline:
+            statuses = _raw_statuses(target)
+            if statuses != last:
+                summary = ", ".join(f"{k.split('/')[0]}:{v}" for k, v in sorted(statuses.items()))
+                print(f"  {summary}", flush=True)
+                settled = sum(status in TERMINAL for status in statuses.values())
+                spinner.update(f"{settled} of {len(UPLOADS)} uploads settled")
+                last = statuses
+            else:
+                spinner.tick()
+            if len(statuses) == len(UPLOADS) and set(statuses.values()) <= TERMINAL:
+                return statuses
+            time.sleep(2)
     raise SystemExit(f"ingestion did not settle within {SETTLE_TIMEOUT_SECONDS} s: {last}")
 
 

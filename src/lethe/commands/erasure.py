@@ -6,9 +6,10 @@ prints or logs a raw id, not in errors either (the API's 400 answers name fields
 and every server message is redacted of the ids given before it is shown). Requests are shown
 by id, status and counts; subjects by count (the record holds keyed hashes only).
 
-Exit statuses: 0 ok, 1 runtime failure, 2 usage error. With `--wait`, the outcome decides:
-0 COMPLETED (or the `--until` status reached), 3 REJECTED or EXPIRED (nothing was erased,
-cancelled requests included), 1 FAILED or the wait timed out (the request goes on).
+Exit statuses (`ExitCode`, docs/CLI.md): 0 ok, 1 runtime failure, 2 usage error, 3 no such
+request, 4 deployment unreachable. With `--wait`, the outcome decides: 0 COMPLETED (or the
+`--until` status reached), 5 REJECTED or EXPIRED (nothing was erased, cancelled requests
+included), 1 FAILED or the wait timed out (the request goes on).
 """
 
 from __future__ import annotations
@@ -25,11 +26,12 @@ from typing import Any, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from lethe.commands import CommandError, UsageError
+from lethe.commands import CommandError, ExitCode, NotFoundError, UsageError
+from lethe.progress import Waiting, waiting
 from lethe.target import Target, add_target_arguments, resolve
 from lethe_shared.erasure import TERMINAL, ErasureStatus
 
-EXIT_NOT_ERASED: Final = 3  # --wait ended REJECTED or EXPIRED
+EXIT_NOT_ERASED: Final = ExitCode.NOT_ERASED  # --wait ended REJECTED or EXPIRED
 WAIT_TIMEOUT_SECONDS: Final = 6 * 3600.0
 POLL_FIRST_SECONDS: Final = 1.0
 POLL_MAX_SECONDS: Final = 10.0  # the poll interval grows to this and stays there
@@ -58,7 +60,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     commands = parser.add_subparsers(dest="erasure_command", metavar="COMMAND", required=True)
     wait_epilog = (
-        "With --wait the exit status is 0 for COMPLETED, 3 for REJECTED or EXPIRED (nothing "
+        "With --wait the exit status is 0 for COMPLETED, 5 for REJECTED or EXPIRED (nothing "
         "erased; a cancelled request ends REJECTED), 1 for FAILED or when --timeout runs out "
         "(the request goes on)."
     )
@@ -258,7 +260,8 @@ def file_request(args: argparse.Namespace) -> int:
         return 0
     if not args.json:
         print(request_id, flush=True)
-    record = wait_for_request(target, request_id, timeout=args.timeout)
+    with waiting(args, request_id) as shown:
+        record = wait_for_request(target, request_id, timeout=args.timeout, waiting=shown)
     if args.json:
         print(json.dumps(record, indent=2, sort_keys=True))
     else:
@@ -303,7 +306,10 @@ def show_status(args: argparse.Namespace) -> int:
         raise UsageError("--until needs --wait")
     target = resolve(args)
     if args.wait:
-        record = wait_for_request(target, request_id, timeout=args.timeout, until=args.until)
+        with waiting(args, request_id) as shown:
+            record = wait_for_request(
+                target, request_id, timeout=args.timeout, until=args.until, waiting=shown
+            )
     else:
         record = get_request(target, request_id)
     if args.json:
@@ -321,8 +327,17 @@ def show_status(args: argparse.Namespace) -> int:
 def get_request(target: Target, request_id: str) -> dict[str, Any]:
     status, record = target.call_api("GET", f"/erasure-requests/{request_id}")
     if status >= 400:
-        raise CommandError(_refusal(f"cannot read request {request_id}", status, record))
+        raise _read_error(request_id, status, record)
     return record
+
+
+def _read_error(request_id: str, status: int, answer: dict[str, Any]) -> CommandError:
+    if status == 404:
+        return NotFoundError(
+            _refusal(f"no request {request_id}", status, answer)
+            + "\nlist them with `lethe erasure list`"
+        )
+    return CommandError(_refusal(f"cannot read request {request_id}", status, answer))
 
 
 def wait_for_request(
@@ -331,15 +346,17 @@ def wait_for_request(
     *,
     timeout: float,
     until: str | None = None,
+    waiting: Waiting | None = None,
     sleep: Callable[[float], None] | None = None,
     clock: Callable[[], float] | None = None,
 ) -> dict[str, Any]:
     """GET the request until its status is final, or is (or has passed through) `until`.
-    Each new status goes to stderr with its history entry. The interval grows from 1 s to
-    10 s; 429 and 5xx answers are retried. After `timeout` s it raises CommandError (the
+    Each new status goes to `waiting` (stderr) with its history entry. The interval grows from
+    1 s to 10 s; 429 and 5xx answers are retried. After `timeout` s it raises CommandError (the
     request goes on)."""
     sleep = sleep or _sleep
     clock = clock or _clock
+    progress = waiting if waiting is not None else Waiting(request_id)
     deadline = clock() + timeout
     interval = POLL_FIRST_SECONDS
     shown = ""
@@ -350,12 +367,14 @@ def wait_for_request(
             record = answer
             current = str(record.get("status", ""))
             if current != shown:
-                print(f"  {_progress_line(record)}", file=sys.stderr)
+                progress.update(_progress_line(record))
                 shown = current
+            else:
+                progress.tick()
             if _is_terminal(record) or (until is not None and _reached(record, until)):
                 return record
         elif status != 429 and status < 500:
-            raise CommandError(_refusal(f"cannot read request {request_id}", status, answer))
+            raise _read_error(request_id, status, answer)
         if clock() + interval > deadline:
             raise CommandError(
                 f"request {request_id} is still {shown or 'unknown'} after {timeout:.0f} s; "
@@ -522,6 +541,8 @@ def cancel_request(args: argparse.Namespace) -> int:
     target = resolve(args)
     body = {"requested_by": _requested_by(target, args.requested_by)}
     status, answer = target.call_api("POST", f"/erasure-requests/{request_id}/cancel", body)
+    if status == 404:
+        raise _read_error(request_id, status, answer)
     if status == 409:
         raise CommandError(
             str(answer.get("message") or f"request {request_id} cannot be cancelled")

@@ -21,11 +21,12 @@ from typing import Any, Final
 from botocore.exceptions import BotoCoreError, ClientError
 
 from lethe.commands import CommandError, UsageError
+from lethe.commands.datasets import require_dataset
+from lethe.progress import Waiting, waiting
 from lethe.target import Target, add_target_arguments, resolve
 from lethe_shared.catalog import Zone
 from lethe_shared.datasets import DATASET_ID_PATTERN
 from lethe_shared.executions import timestamped
-from lethe_shared.registry import DynamoDatasetRegistry
 from lethe_shared.s3 import split_s3_url
 from lethe_shared.subjects import (
     DRIFT_KINDS,
@@ -206,12 +207,7 @@ def _subject_key_pairs(items: Sequence[str]) -> dict[str, str]:
 
 
 def _composite_hash(target: Target, dataset_id: str, pairs: dict[str, str], key: bytes) -> str:
-    registry = DynamoDatasetRegistry(
-        target.resource("dynamodb").Table(target.output("DatasetsTableName"))
-    )
-    dataset = registry.get(dataset_id)
-    if dataset is None:
-        raise CommandError(f"dataset {dataset_id} is not registered")
+    dataset = require_dataset(target, dataset_id)
     unknown = sorted(set(pairs) - set(dataset.subject_columns))
     if unknown:
         raise UsageError(
@@ -259,6 +255,7 @@ def backfill_dataset(args: argparse.Namespace) -> int:
     if args.zones:
         document["zones"] = args.zones
     target = resolve(args)
+    require_dataset(target, args.dataset)
     sfn = target.client("stepfunctions")
     execution_arn = _start(
         sfn,
@@ -269,9 +266,14 @@ def backfill_dataset(args: argparse.Namespace) -> int:
     print(execution_arn)
     if args.no_wait:
         return 0
-    described = wait_for_execution(
-        sfn, execution_arn, timeout=args.timeout, progress=BatchProgress(sfn, execution_arn)
-    )
+    with waiting(args, f"backfill of {args.dataset}") as shown:
+        described = wait_for_execution(
+            sfn,
+            execution_arn,
+            timeout=args.timeout,
+            progress=BatchProgress(sfn, execution_arn),
+            waiting=shown,
+        )
     output = _finished(described, "backfill")
     print(
         f"backfill of {args.dataset} SUCCEEDED: {output.get('objects', 0)} objects "
@@ -337,6 +339,7 @@ class BatchProgress:
 def reconcile_dataset(args: argparse.Namespace) -> int:
     _check_dataset_id(args.dataset)
     target = resolve(args)
+    require_dataset(target, args.dataset)
     sfn = target.client("stepfunctions")
     execution_arn = _start(
         sfn,
@@ -345,7 +348,8 @@ def reconcile_dataset(args: argparse.Namespace) -> int:
         {"dataset_id": args.dataset, "fix": args.fix},
     )
     print(execution_arn, file=sys.stderr if args.json else sys.stdout)
-    described = wait_for_execution(sfn, execution_arn, timeout=args.timeout)
+    with waiting(args, f"reconcile of {args.dataset}") as shown:
+        described = wait_for_execution(sfn, execution_arn, timeout=args.timeout, waiting=shown)
     output = _finished(described, "reconcile")
     bucket, key = _split_s3_url(str(output["report"]))
     body = target.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read()
@@ -424,24 +428,24 @@ def wait_for_execution(
     *,
     timeout: float,
     progress: Callable[[], str] | None = None,
+    waiting: Waiting | None = None,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> dict[str, Any]:
-    """describe_execution until the execution ends; progress lines go to stderr when they
-    change. The interval grows from 1 s to 10 s; after `timeout` s it raises CommandError
-    (the execution goes on)."""
+    """describe_execution until the execution ends; `progress` lines go to `waiting` (stderr:
+    a spinner on a terminal, a line per change otherwise, nothing with --quiet). The interval
+    grows from 1 s to 10 s; after `timeout` s it raises CommandError (the execution goes on)."""
     deadline = clock() + timeout
     interval = POLL_FIRST_SECONDS
-    shown = ""
+    shown = waiting if waiting is not None else Waiting("execution")
     while True:
         described: dict[str, Any] = sfn.describe_execution(executionArn=execution_arn)
         if described["status"] != "RUNNING":
             return described
         if progress is not None:
-            line = progress()
-            if line != shown:
-                print(f"  {line}", file=sys.stderr)
-                shown = line
+            shown.update(progress())
+        else:
+            shown.update(str(described["status"]))
         if clock() + interval > deadline:
             raise CommandError(f"still RUNNING after {timeout:.0f} s; it goes on: {execution_arn}")
         sleep(interval)

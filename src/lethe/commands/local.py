@@ -20,7 +20,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from lethe.commands import CommandError, UsageError
+from lethe.commands import CommandError, UnreachableError, UsageError
 from lethe.localcloud.cloud import default_state_dir, parse_parameter_overrides, read_state
 from lethe.localcloud.mail import fetch_mail, summary
 
@@ -64,6 +64,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
     status = commands.add_parser("status", help="print the state JSON of a running local cloud")
     _state_file_argument(status)
+    status.add_argument(
+        "--json", action="store_true", help="print the state as JSON (what it always prints)"
+    )
     status.set_defaults(func=local_status)
 
     mail = commands.add_parser("mail", help="emails the local cloud sent (SES)")
@@ -125,12 +128,12 @@ def running_state(state_file: Path) -> dict[str, Any]:
     """The state of the running local cloud described by `state_file`, or a CommandError."""
     state = read_state(state_file)
     if state is None:
-        raise CommandError(
+        raise UnreachableError(
             f"no local cloud state in {state_file}: start one with "
             f"`lethe local up --detach --state-file {state_file}`"
         )
     if not state.get("ready") or not cloud_process_alive(state.get("pid")):
-        raise CommandError(
+        raise UnreachableError(
             f"the local cloud of {state_file} is not running (stale state file); "
             f"`lethe local up --detach --state-file {state_file}` starts a new one"
         )
@@ -281,6 +284,9 @@ def local_mail(args: argparse.Namespace) -> int:
     try:
         items = fetch_mail(str(control_url))
     except OSError as error:
-        raise CommandError(f"cannot read the captured mail from {control_url}: {error}") from None
+        raise UnreachableError(
+            f"cannot read the captured mail from {control_url}: {error}; `lethe local status "
+            f"--state-file {args.state_file}` tells whether it runs"
+        ) from None
     print(json.dumps(items, indent=2) if args.json else summary(items))
     return 0

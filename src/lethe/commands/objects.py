@@ -1,13 +1,42 @@
-"""`lethe objects list --dataset ID [--json]`: the raw and lake objects of a dataset."""
+"""`lethe objects list | reingest`: the raw and lake objects of a dataset, and re-ingestion.
+
+`reingest --dataset ID (--key KEY [--version-id V] | --status S)` re-runs ingestion of raw
+object versions (after fixing what made them FAILED, say) the way the object events function
+starts it: groups planned by `lethe_shared.ingestion.plan_groups`, each a manifest in the reports
+bucket and one execution of the ingestion state machine (`StepFunctionsBatchStarter`), under a
+name of its own (`rerun-<UTC time>-<digest>`: the first attempt's name stays taken). The state
+machine's Mark Ingesting step takes any catalogued version that is not DELETED, so the catalog is
+not touched here. DELETED versions and lake objects are refused; a version being ingested
+(INGESTING) needs --force.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, Final
 
+from lethe.commands import CommandError, NotFoundError, UsageError
+from lethe.commands.datasets import require_dataset
 from lethe.target import Target, add_target_arguments, resolve
 from lethe_shared.catalog import CatalogItem, DynamoObjectCatalog, ObjectStatus, Zone, latest
+from lethe_shared.ingestion import IngestionGroup, StepFunctionsBatchStarter, plan_groups
+from lethe_shared.s3 import s3_url
+
+#: Statuses `reingest --status` may select (DELETED is refused: nothing is left to ingest).
+REINGEST_STATUSES: Final = tuple(
+    s.value
+    for s in (
+        ObjectStatus.FAILED,
+        ObjectStatus.RECEIVED,
+        ObjectStatus.QUARANTINED,
+        ObjectStatus.INGESTED,
+        ObjectStatus.SUPERSEDED,
+        ObjectStatus.INGESTING,
+        ObjectStatus.DELETED,
+    )
+)
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -21,6 +50,33 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     add_target_arguments(listing)
     listing.set_defaults(func=list_objects)
+
+    reingest = commands.add_parser(
+        "reingest",
+        help="re-run ingestion of raw object versions (e.g. the FAILED ones)",
+        description="Starts the ingestion state machine for raw object versions of a dataset, "
+        "as the object events function does, under a new execution name. DELETED versions and "
+        "lake objects are refused.",
+    )
+    reingest.add_argument("--dataset", required=True, help="dataset id")
+    chosen = reingest.add_mutually_exclusive_group(required=True)
+    chosen.add_argument("--key", help="a raw object key (its current version, or --version-id)")
+    chosen.add_argument(
+        "--status",
+        choices=REINGEST_STATUSES,
+        metavar="STATUS",
+        help="every raw version of the dataset in this status (FAILED, RECEIVED, ...)",
+    )
+    reingest.add_argument("--version-id", help="with --key: this version of the key")
+    reingest.add_argument(
+        "--dry-run", action="store_true", help="list what would be re-ingested; start nothing"
+    )
+    reingest.add_argument(
+        "--force", action="store_true", help="also versions INGESTING now (a stuck execution)"
+    )
+    reingest.add_argument("--json", action="store_true", help="print the plan/outcome as JSON")
+    add_target_arguments(reingest)
+    reingest.set_defaults(func=reingest_objects)
 
 
 def _lake_rows(target: Target, item: CatalogItem) -> int | None:
@@ -58,6 +114,7 @@ def _row(target: Target, item: CatalogItem) -> dict[str, Any]:
 
 def list_objects(args: argparse.Namespace) -> int:
     target = resolve(args)
+    require_dataset(target, args.dataset)
     catalog = DynamoObjectCatalog(
         target.resource("dynamodb").Table(target.output("ObjectCatalogTableName"))
     )
@@ -81,3 +138,130 @@ def list_objects(args: argparse.Namespace) -> int:
             f"{row['key']} ({row['version_id']})"
         )
     return 0
+
+
+# ------------------------------------------------------------------------------------ reingest
+
+
+def reingest_objects(args: argparse.Namespace) -> int:
+    if args.version_id and not args.key:
+        raise UsageError("--version-id needs --key")
+    if args.status == ObjectStatus.DELETED:
+        raise UsageError("DELETED versions cannot be re-ingested: their data is gone from S3")
+    target = resolve(args)
+    require_dataset(target, args.dataset)
+    catalog = DynamoObjectCatalog(
+        target.resource("dynamodb").Table(target.output("ObjectCatalogTableName"))
+    )
+    raw = target.output("RawBucketName")
+    if args.key:
+        items = [_chosen_version(catalog, args.dataset, raw, args.key, args.version_id)]
+        _check_reingestable(items[0], force=args.force)
+    else:
+        items = sorted(
+            (
+                item
+                for item in catalog.by_dataset(args.dataset)
+                if item.zone is Zone.RAW and item.bucket == raw and item.status == args.status
+            ),
+            key=lambda i: (i.key, i.sequencer),
+        )
+        if args.status == ObjectStatus.INGESTING and not args.force:
+            raise UsageError("versions INGESTING are being ingested now: add --force to re-run")
+    rerun = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    groups = plan_groups(((item, "lethe-cli") for item in items), rerun=rerun)
+    machine = target.output("IngestionStateMachineArn")
+    reports = target.output("ReportsBucketName")
+    executions = [_execution(group, machine, reports) for group in groups]
+    if not args.dry_run and groups:
+        starter = StepFunctionsBatchStarter(
+            target.client("stepfunctions"), target.client("s3"), machine, reports
+        )
+        for group, execution in zip(groups, executions, strict=True):
+            execution["outcome"] = starter.start(group).value
+    _print_reingest(args, items, executions)
+    return 0
+
+
+def _chosen_version(
+    catalog: DynamoObjectCatalog, dataset_id: str, raw: str, key: str, version_id: str | None
+) -> CatalogItem:
+    listing = f"`lethe objects list --dataset {dataset_id} --all-versions` lists them"
+    if version_id:
+        item = catalog.get(raw, key, version_id)
+        if item is None:
+            raise NotFoundError(f"no version {version_id} of s3://{raw}/{key}: {listing}")
+    else:
+        versions = [
+            i for i in catalog.by_dataset(dataset_id) if i.key == key and i.zone is Zone.RAW
+        ]
+        found = latest(versions)
+        if found is None:
+            lake = any(i.key == key for i in catalog.by_dataset(dataset_id))
+            if lake:
+                raise CommandError(
+                    f"{key} is a lake object of {dataset_id}, not a raw one: re-ingestion reads "
+                    "raw objects (the raw key it came from)"
+                )
+            raise NotFoundError(f"no raw object {key} in dataset {dataset_id}: {listing}")
+        item = found
+    if item.dataset_id != dataset_id:
+        raise CommandError(
+            f"s3://{raw}/{key} belongs to dataset {item.dataset_id or '(none)'}, not {dataset_id}"
+        )
+    return item
+
+
+def _check_reingestable(item: CatalogItem, *, force: bool) -> None:
+    where = f"{item.object_url} (version {item.version_id})"
+    if item.zone is not Zone.RAW:
+        raise CommandError(f"{where} is a {item.zone.value} object: only raw objects are ingested")
+    if item.status is ObjectStatus.DELETED:
+        raise CommandError(
+            f"{where} is DELETED: its data is gone from S3, nothing to re-ingest"
+            + (" (the key's current version is a delete marker)" if item.delete_marker else "")
+        )
+    if item.status is ObjectStatus.INGESTING and not force:
+        raise CommandError(
+            f"{where} is INGESTING now: wait for its execution, or add --force if it is stuck"
+        )
+
+
+def _execution(group: IngestionGroup, machine_arn: str, reports: str) -> dict[str, Any]:
+    return {
+        "name": group.name,
+        "execution_arn": f"{machine_arn.replace(':stateMachine:', ':execution:')}:{group.name}",
+        "manifest": s3_url(reports, group.manifest_key),
+        "objects": len(group.items),
+        "outcome": "planned",
+    }
+
+
+def _print_reingest(
+    args: argparse.Namespace, items: list[CatalogItem], executions: list[dict[str, Any]]
+) -> None:
+    versions = [
+        {"bucket": i.bucket, "key": i.key, "version_id": i.version_id, "status": i.status.value}
+        for i in items
+    ]
+    if args.json:
+        document = {
+            "dataset": args.dataset,
+            "dry_run": args.dry_run,
+            "versions": versions,
+            "executions": executions,
+        }
+        print(json.dumps(document, indent=2))
+        return
+    if not items:
+        print(f"nothing to re-ingest: no raw version of {args.dataset} is {args.status}")
+        return
+    verb = "would re-ingest" if args.dry_run else "re-ingesting"
+    print(f"{verb} {len(items)} version(s) of {args.dataset}:")
+    for version in versions:
+        print(f"  {version['status']:12} {version['key']} ({version['version_id']})")
+    for execution in executions:
+        if args.dry_run:
+            print(f"would start {execution['name']} ({execution['objects']} objects)")
+        else:
+            print(f"{execution['outcome']}: {execution['execution_arn']}")
