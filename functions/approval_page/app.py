@@ -19,6 +19,7 @@ from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities import parameters
+from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import Field
 
@@ -75,7 +76,11 @@ def _page() -> ApprovalPage:
 
 
 def _request(approval_id: str) -> HttpRequest:
-    event = app.current_event
+    return http_request_of(app.current_event, approval_id)
+
+
+def http_request_of(event: APIGatewayProxyEvent, approval_id: str) -> HttpRequest:
+    """What the approval page reads of an API Gateway request (lethe_shared.approval_flow)."""
     headers = {k.lower(): v for k, v in (event.headers or {}).items()}
     cookies = "; ".join((event.multi_value_headers or {}).get("Cookie", [])) or headers.get(
         "cookie"

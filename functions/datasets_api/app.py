@@ -20,7 +20,7 @@ from pydantic import Field
 
 from lethe_shared.catalog import Buckets
 from lethe_shared.config import Settings, load_settings
-from lethe_shared.datasets import parse_dataset
+from lethe_shared.datasets import Dataset, parse_dataset
 from lethe_shared.errors import BucketVersioningError, DatasetNotFoundError, DatasetValidationError
 from lethe_shared.registry import DynamoDatasetRegistry
 from lethe_shared.s3 import S3ObjectStore
@@ -64,11 +64,11 @@ class BadRequestError(Exception):
     """The request itself (not the document) is unusable."""
 
 
-@app.put("/datasets/<dataset_id>")
-@tracer.capture_method
-def put_dataset(dataset_id: str) -> Response[str]:
+def dataset_of_request(dataset_id: str, body: str | None) -> Dataset:
+    """The dataset a PUT's body registers under the path's dataset_id: BadRequestError for a body
+    that is not JSON or names another dataset, DatasetValidationError for an invalid document."""
     try:
-        document = json.loads(app.current_event.body or "")
+        document = json.loads(body or "")
     except json.JSONDecodeError as exc:
         raise BadRequestError(f"body is not JSON: {exc.msg} at position {exc.pos}") from exc
     if isinstance(document, dict):
@@ -78,7 +78,13 @@ def put_dataset(dataset_id: str) -> Response[str]:
                 f"dataset_id {document['dataset_id']!r} in the body differs from {dataset_id!r} "
                 "in the path"
             )
-    dataset = parse_dataset(document)
+    return parse_dataset(document)
+
+
+@app.put("/datasets/<dataset_id>")
+@tracer.capture_method
+def put_dataset(dataset_id: str) -> Response[str]:
+    dataset = dataset_of_request(dataset_id, app.current_event.body)
     deps = _dependencies()
     deps.objects.require_versioning(deps.buckets.names)
     version = deps.registry.put(dataset)

@@ -124,13 +124,19 @@ def _file(document: Any, idempotency_key: str | None, via: str) -> dict[str, Any
     }
 
 
+def document_of_body(body: str | None) -> Any:
+    """A POST body's JSON document (validated by parse_request_body when filed), or
+    BadRequestError."""
+    try:
+        return json.loads(body or "")
+    except json.JSONDecodeError as exc:
+        raise BadRequestError(f"body is not JSON: {exc.msg} at position {exc.pos}") from exc
+
+
 @app.post("/erasure-requests")
 @tracer.capture_method
 def post_request() -> Response[str]:
-    try:
-        document = json.loads(app.current_event.body or "")
-    except json.JSONDecodeError as exc:
-        raise BadRequestError(f"body is not JSON: {exc.msg} at position {exc.pos}") from exc
+    document = document_of_body(app.current_event.body)
     headers = {k.lower(): v for k, v in (app.current_event.headers or {}).items()}
     key = headers.get("idempotency-key")
     if key is not None and not 1 <= len(key) <= 256:
@@ -139,16 +145,20 @@ def post_request() -> Response[str]:
     return _json(202, _file(document, key, f"api ({caller})"))
 
 
-@app.get("/erasure-requests")
-@tracer.capture_method
-def list_requests() -> Response[str]:
-    status_text = app.current_event.get_query_string_value("status")
+def status_filter(status_text: str | None) -> ErasureStatus | None:
+    """The list's `status` query parameter (None: every status), or BadRequestError."""
     try:
-        status = ErasureStatus(status_text) if status_text else None
+        return ErasureStatus(status_text) if status_text else None
     except ValueError as exc:
         raise BadRequestError(
             f"status must be one of {', '.join(s.value for s in ErasureStatus)}"
         ) from exc
+
+
+@app.get("/erasure-requests")
+@tracer.capture_method
+def list_requests() -> Response[str]:
+    status = status_filter(app.current_event.get_query_string_value("status"))
     records = _dependencies().requests.list(status)
     return _json(200, {"requests": [r.public() for r in records]})
 
@@ -162,15 +172,21 @@ def get_request(request_id: str) -> Response[str]:
     return _json(200, record.public())
 
 
+def canceller_of(body: str | None, caller: str) -> str:
+    """Who cancels: the optional body's `requested_by`, else the IAM caller; BadRequestError for
+    a body that is not JSON."""
+    try:
+        document = json.loads(body or "{}")
+    except json.JSONDecodeError as exc:
+        raise BadRequestError(f"body is not JSON: {exc.msg}") from exc
+    return str(document.get("requested_by") or caller) if isinstance(document, dict) else caller
+
+
 @app.post("/erasure-requests/<request_id>/cancel")
 @tracer.capture_method
 def cancel(request_id: str) -> Response[str]:
-    try:
-        document = json.loads(app.current_event.body or "{}")
-    except json.JSONDecodeError as exc:
-        raise BadRequestError(f"body is not JSON: {exc.msg}") from exc
     caller = app.current_event.request_context.identity.user_arn or "unknown caller"
-    by = str(document.get("requested_by") or caller) if isinstance(document, dict) else caller
+    by = canceller_of(app.current_event.body, caller)
     deps = _dependencies()
     record = cancel_request(request_id, by, requests=deps.requests, callbacks=deps.callbacks)
     metrics.add_metric(name="ErasureRequestsCancelled", unit=MetricUnit.Count, value=1)
@@ -205,10 +221,22 @@ def _not_cancellable(exc: InvalidTransitionError) -> Response[str]:
     )
 
 
-def _from_event(event: dict[str, Any]) -> dict[str, Any]:
-    """An `Erasure Requested` event: a bad one is logged and dropped (retrying cannot help)."""
+def is_request_event(event: dict[str, Any]) -> bool:
+    """An EventBridge `Erasure Requested` event (anything else is an API Gateway request)."""
+    return event.get("detail-type") == REQUEST_EVENT
+
+
+def request_of_event(event: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """An `Erasure Requested` event's request body (validated by parse_request_body when filed)
+    and idempotency key: the detail's `idempotency_key`, else the event id."""
     detail = dict(event.get("detail") or {})
     key = str(detail.pop("idempotency_key", "") or event.get("id") or "") or None
+    return detail, key
+
+
+def _from_event(event: dict[str, Any]) -> dict[str, Any]:
+    """An `Erasure Requested` event: a bad one is logged and dropped (retrying cannot help)."""
+    detail, key = request_of_event(event)
     try:
         return _file(detail, key, f"event {event.get('source', '')}")
     except ErasureRequestError as exc:
@@ -224,6 +252,6 @@ def _from_event(event: dict[str, Any]) -> dict[str, Any]:
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    if event.get("detail-type") == REQUEST_EVENT:
+    if is_request_event(event):
         return _from_event(event)
     return app.resolve(event, context)

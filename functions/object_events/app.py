@@ -163,7 +163,7 @@ def event_of_body(body: str | None) -> dict[str, Any]:
     return event
 
 
-def _sqs_records(event: dict[str, Any]) -> list[dict[str, Any]]:
+def sqs_records(event: dict[str, Any]) -> list[dict[str, Any]]:
     records = event.get("Records") if isinstance(event, dict) else None
     if not isinstance(records, list):
         keys = sorted(event) if isinstance(event, dict) else type(event).__name__
@@ -295,7 +295,7 @@ _COUNT_METRICS = {
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     deps = _dependencies()
-    records = _sqs_records(event)
+    records = sqs_records(event)
     batch = _Batch(deps)
     with processor(records=records, handler=batch.record):
         processor.process()
