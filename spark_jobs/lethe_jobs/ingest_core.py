@@ -482,15 +482,17 @@ def _run_pipeline(
         context.parallelize([(s,) for s in specs], len(specs)), "pieces string"
     )
     reader = partial(tasks.read_pieces, settings=settings, schema=schema)
-    frame = source.mapInArrow(reader, schema).persist(StorageLevel.MEMORY_AND_DISK)
+    # Both reads of the batch are kept on the executors' local disk, never in their heap: a
+    # partition holds a task's pieces (up to 256 MiB of input, several times that as rows), and
+    # caching it in memory ran 1.5 GB executors out of heap on a 1 GB object (docs/BENCHMARKS.md,
+    # "Ingestion"); written and read back as a stream, it needs one cached batch at a time.
+    frame = source.mapInArrow(reader, schema).persist(StorageLevel.DISK_ONLY)
     shuffle = max(context.defaultParallelism, len(groups))
     try:
         totals = _piece_totals(frame, settings)
         readable = sorted(i for i, t in totals.items() if t.unreadable is None)
         raw_entries = _write_raw_entries(frame, settings, readable, shuffle)
-        conformed = _conformed(frame, settings, schema, readable).persist(
-            StorageLevel.MEMORY_AND_DISK
-        )
+        conformed = _conformed(frame, settings, schema, readable).persist(StorageLevel.DISK_ONLY)
         try:
             lake = _write_lake(conformed, settings, shuffle)
             quarantine = _write_quarantine(conformed, settings, shuffle)
