@@ -8,7 +8,9 @@
 
 The same script runs on Glue 5.0, EMR Serverless 7.x and locally (LETHE_SPARK_MASTER set).
 Prints one JSON summary line on stdout (`{"objects": [one outcome per object version], "counts":
-{status: n}}`); logs go to stderr. Exits 0 when every object version has its outcome recorded
+{status: n}}`); logs go to stderr, and so does one CloudWatch Embedded Metric Format line of
+the batch's counts (lethe_jobs.emf: objects ingested, quarantined and failed, rows written and
+quarantined). Exits 0 when every object version has its outcome recorded
 (INGESTED, QUARANTINED, SUPERSEDED or FAILED), non-zero (with the exception's message) when the
 run should be retried or looked at. What happens is described in lethe_jobs.ingest_core.
 """
@@ -23,6 +25,7 @@ from datetime import UTC, datetime
 
 import boto3
 
+from lethe_jobs.emf import emf_line
 from lethe_jobs.ingest_core import AwsPorts, parse_args, run_ingest
 from lethe_jobs.session import configure_logging, job_session
 from lethe_shared.catalog import DynamoObjectCatalog
@@ -55,6 +58,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = run_ingest(spark, args, aws, datetime.now(UTC))
     sys.stdout.write(json.dumps(result.summary(), sort_keys=True) + "\n")
     sys.stdout.flush()
+    sys.stderr.write(emf_line(result.metric_counts(), datetime.now(UTC)) + "\n")
+    sys.stderr.flush()
     return 0
 
 

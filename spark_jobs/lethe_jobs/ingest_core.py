@@ -226,6 +226,17 @@ class BatchResult:
             "counts": dict(sorted(counts.items())),
         }
 
+    def metric_counts(self) -> dict[str, int]:
+        """The batch's figures for the dashboard (lethe_jobs.emf; docs/OPERATIONS.md)."""
+        statuses = Counter(r.status for r in self.objects)
+        return {
+            "ObjectsIngested": statuses[ObjectStatus.INGESTED],
+            "ObjectsQuarantined": statuses[ObjectStatus.QUARANTINED],
+            "ObjectsFailed": statuses[ObjectStatus.FAILED],
+            "RowsWritten": sum(r.rows_written for r in self.objects),
+            "RowsQuarantined": sum(r.rows_quarantined for r in self.objects),
+        }
+
 
 @dataclass(frozen=True)
 class AwsPorts:

@@ -171,6 +171,29 @@ def test_csv_rows_are_partitioned_and_the_bad_row_is_quarantined(
     assert all("[exec-csv]" in line for line in log_lines)
 
 
+def test_the_batch_counts_go_to_stderr_as_one_embedded_metric_format_line(
+    cloud: Cloud, run_job: IngestRunner
+) -> None:
+    # Given the CSV with two good rows and one bad one, ingested
+    cloud.register(REVIEWS)
+    version = cloud.upload(REVIEWS_KEY, REVIEWS_CSV, "reviews")
+    run_job("reviews", REVIEWS_KEY, version, correlation_id="exec-emf")
+
+    # Then stderr has one EMF document (docs/OPERATIONS.md, Dashboard) with the batch's counts,
+    # and neither the key nor the dataset's rows
+    documents = [json.loads(line) for line in run_job.logs.splitlines() if line.startswith('{"')]
+    (emf,) = [d for d in documents if "_aws" in d]
+    assert emf["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "Lethe"
+    assert {k: v for k, v in emf.items() if k != "_aws"} == {
+        "service": "lethe",
+        "ObjectsIngested": 1,
+        "ObjectsQuarantined": 0,
+        "ObjectsFailed": 0,
+        "RowsWritten": 2,
+        "RowsQuarantined": 1,
+    }
+
+
 def test_ingestion_indexes_its_lake_files_the_raw_object_and_quarantine(
     cloud: Cloud, run_job: IngestRunner
 ) -> None:

@@ -70,7 +70,6 @@ NOT_EMULATED: Final[dict[str, str]] = {
     ),
     "AWS::XRay::Group": "X-Ray is not emulated: tracing is off locally",
     "AWS::XRay::SamplingRule": "X-Ray is not emulated: tracing is off locally",
-    "AWS::CloudWatch::Dashboard": "dashboards have no local viewer",
 }
 
 DEFAULT_STACK_NAME: Final = "lethe-local"
@@ -1339,6 +1338,20 @@ def _alarm(stack: _Stack, lid: str, props: dict[str, Any]) -> Created:
     stack.call("cloudwatch", "put_metric_alarm", **params)
     stack.warn_unhandled(lid, props, {*_ALARM_PARAMETERS, "Tags"})
     return Created(name, {"Arn": stack.arn("cloudwatch", f"alarm:{name}")})
+
+
+@_handles("AWS::CloudWatch::Dashboard")
+def _dashboard(stack: _Stack, lid: str, props: dict[str, Any]) -> Created:
+    """Stored by moto (nothing draws it locally); the body must at least be JSON, as on AWS."""
+    name = stack.name(lid, props.get("DashboardName"), 255)
+    body = props["DashboardBody"]
+    try:
+        json.loads(body)
+    except (TypeError, ValueError) as error:
+        raise ProvisionError(f"{lid}: DashboardBody is not JSON: {error}") from None
+    stack.call("cloudwatch", "put_dashboard", DashboardName=name, DashboardBody=body)
+    stack.warn_unhandled(lid, props, {"DashboardName", "DashboardBody"})
+    return Created(name, {})
 
 
 # ---------------------------------------------------------------------------------- Secrets, KMS
