@@ -20,6 +20,7 @@ import pytest
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.parser import parse
+from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
 
 from lethe.localcloud.template import load_template
 from lethe_shared.approval import is_approval_id, parse_decision_form
@@ -58,6 +59,7 @@ EVENT_FUNCTIONS: dict[str, str] = {
     "approval_request_task.json": "ApprovalRequestFunction",
     "approval_page_get.json": "ApprovalPageFunction",
     "approval_page_post.json": "ApprovalPageFunction",
+    "erasure_metrics_schedule.json": "ErasureMetricsFunction",
 }
 ENV_FILE = "env.json"
 
@@ -126,7 +128,7 @@ def load(name: str) -> dict[str, Any]:
 
 def test_every_function_of_the_template_has_an_event() -> None:
     functions = set(template_functions())
-    assert len(functions) == 7
+    assert len(functions) == 8
     assert set(EVENT_FUNCTIONS.values()) == functions
 
 
@@ -356,6 +358,20 @@ def check_approval_request_task(name: str) -> None:
     assert task.task_token
 
 
+def check_erasure_metrics_schedule(name: str) -> None:
+    """The handler reads nothing of the event: what matters is that it is the EventBridge
+    schedule the template gives the function (Stage=local)."""
+    event = parse(event=load(name), model=EventBridgeModel)
+    assert (event.source, event.detail_type) == ("aws.events", "Scheduled Event")
+    (schedule,) = [
+        e["Properties"]
+        for e in template_functions()["ErasureMetricsFunction"]["Events"].values()
+        if e["Type"] == "Schedule"
+    ]
+    rule = schedule["Name"]["Fn::Sub"].replace("${Stage}", "local")
+    assert event.resources == [f"arn:aws:events:us-east-1:123456789012:rule/{rule}"]
+
+
 def check_index_object_request(name: str) -> None:
     app = handler_module("IndexObjectFunction")
     request = parse(event=load(name), model=app.IndexObjectRequest)
@@ -403,6 +419,7 @@ CHECKS: dict[str, Callable[[str], None]] = {
     "approval_request_task.json": check_approval_request_task,
     "approval_page_get.json": check_approval_page_get,
     "approval_page_post.json": check_approval_page_post,
+    "erasure_metrics_schedule.json": check_erasure_metrics_schedule,
 }
 REJECTED = {
     "object_created_malformed.json",
