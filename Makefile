@@ -122,8 +122,10 @@ e2e: venv system-deps ## End to end on the local cloud, started through the CLI
 # ------------------------------------------------------------------ benchmarks (on demand, never part of `make test`)
 .PHONY: bench
 BENCH_ARGS ?=
-bench: venv system-deps ## Subject index benchmark; results in docs/BENCHMARKS.md (BENCH_ARGS="--spark ...")
+INGEST_BENCH_ARGS ?=
+bench: venv system-deps ## Subject index, then ingestion benchmark; results in docs/BENCHMARKS.md (BENCH_ARGS="--spark ...", INGEST_BENCH_ARGS="--quick ...")
 	$(BIN)/python bench/index_bench.py $(BENCH_ARGS)
+	$(BIN)/python bench/ingest_bench.py $(INGEST_BENCH_ARGS)
 
 # ------------------------------------------------------------------ running it
 .PHONY: demo local-up local-down build deploy-artifacts clean
