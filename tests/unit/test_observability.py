@@ -21,10 +21,10 @@ import pytest
 from lethe.localcloud.template import REPO_ROOT, TEMPLATE_PATH, load_template
 from lethe_shared.erasure import ErasureStatus
 from lethe_shared.request_ages import OPEN_STATUSES, RequestAges
+from tests.unit.template_rules import Template, first_of, properties_of, resources_of
 
 pytestmark = pytest.mark.unit
 
-Template = dict[str, Any]
 TOPIC = {"Ref": "NotificationsTopic"}
 ALARM = "AWS::CloudWatch::Alarm"
 STATE_MACHINE_TYPES = ("AWS::Serverless::StateMachine", "AWS::StepFunctions::StateMachine")
@@ -51,18 +51,6 @@ ENGINE_EVENTS = {
 
 
 # ---------------------------------------------------------------------------------- helpers
-
-
-def _resources(template: Template, *types: str) -> dict[str, dict[str, Any]]:
-    return {
-        lid: resource
-        for lid, resource in template.get("Resources", {}).items()
-        if resource.get("Type") in types
-    }
-
-
-def _props(resource: dict[str, Any]) -> dict[str, Any]:
-    return dict(resource.get("Properties") or {})
 
 
 def _walk(value: Any) -> Iterator[tuple[str, Any]]:
@@ -116,8 +104,8 @@ def _placeholders(text: str) -> str:
 
 
 def dashboard_metrics(template: Template) -> Iterator[tuple[str, list[Any]]]:
-    for lid, resource in _resources(template, "AWS::CloudWatch::Dashboard").items():
-        body = _props(resource)["DashboardBody"]
+    for lid, resource in resources_of(template, "AWS::CloudWatch::Dashboard").items():
+        body = properties_of(resource)["DashboardBody"]
         text = body["Fn::Sub"] if isinstance(body, dict) else body
         plain = re.sub(r":(\s*)\$\{([A-Za-z]+)\}", r':\1"__\2__"', text)  # bare numbers
         plain = _placeholders(plain)
@@ -131,9 +119,9 @@ def dashboard_metrics(template: Template) -> Iterator[tuple[str, list[Any]]]:
 
 def state_machines_without_failure_alarm(template: Template) -> list[str]:
     """Each state machine: an alarm on its failed, timed out and aborted executions."""
-    alarms = [_props(a) for a in _resources(template, ALARM).values()]
+    alarms = [properties_of(a) for a in resources_of(template, ALARM).values()]
     offenders = []
-    for lid in _resources(template, *STATE_MACHINE_TYPES):
+    for lid in resources_of(template, *STATE_MACHINE_TYPES):
         watched: set[str] = set()
         for props in alarms:
             for metric in _alarm_metrics(props):
@@ -156,14 +144,14 @@ def dead_letter_queues(template: Template) -> set[str]:
                 if inner_key == "Fn::GetAtt":
                     target = inner if isinstance(inner, list) else str(inner).split(".")
                     found.add(target[0])
-    queues = _resources(template, "AWS::SQS::Queue")
+    queues = resources_of(template, "AWS::SQS::Queue")
     return {lid for lid in found if lid in queues}
 
 
 def dead_letter_queues_without_depth_alarm(template: Template) -> list[str]:
     alarmed: set[str] = set()
-    for resource in _resources(template, ALARM).values():
-        props = _props(resource)
+    for resource in resources_of(template, ALARM).values():
+        props = properties_of(resource)
         for metric in _alarm_metrics(props):
             queue = _dimension(metric, "QueueName")
             if (
@@ -183,8 +171,8 @@ def alarms_not_to_the_topic(template: Template) -> list[str]:
     """Every alarm notifies the topic only, is named lethe-<stage>-..., treats missing data as
     fine (heartbeat alarms: as breaching) and says where the operator's guide is."""
     offenders = []
-    for lid, resource in _resources(template, ALARM).items():
-        props = _props(resource)
+    for lid, resource in resources_of(template, ALARM).items():
+        props = properties_of(resource)
         if props.get("AlarmActions") != [TOPIC]:
             offenders.append(f"{lid} (AlarmActions)")
         for key in ("OKActions", "InsufficientDataActions"):
@@ -207,8 +195,8 @@ def lethe_metrics_nobody_emits(template: Template) -> list[str]:
     for lid, row in dashboard_metrics(template):
         if row[0] == "Lethe" and (row[1] not in emitted or row[2:4] != ["service", "lethe"]):
             offenders.append(f"{lid} ({row[1]})")
-    for lid, resource in _resources(template, ALARM).items():
-        for metric in _alarm_metrics(_props(resource)):
+    for lid, resource in resources_of(template, ALARM).items():
+        for metric in _alarm_metrics(properties_of(resource)):
             if metric.get("Namespace") == "Lethe" and (
                 metric.get("MetricName") not in emitted
                 or metric.get("Dimensions") != [{"Name": "service", "Value": "lethe"}]
@@ -221,9 +209,9 @@ def dashboard_aws_metrics_of_nothing(template: Template) -> list[str]:
     """AWS metrics on the dashboard: a known metric of a resource this template creates."""
     resources = template.get("Resources", {})
     rule_names = {
-        _placeholders(_props(r)["Name"]["Fn::Sub"])
-        for r in _resources(template, "AWS::Events::Rule").values()
-        if isinstance(_props(r).get("Name"), dict)
+        _placeholders(properties_of(r)["Name"]["Fn::Sub"])
+        for r in resources_of(template, "AWS::Events::Rule").values()
+        if isinstance(properties_of(r).get("Name"), dict)
     }
     offenders = []
     for lid, metric in dashboard_metrics(template):
@@ -247,18 +235,18 @@ def spark_failures_not_notified(template: Template) -> list[str]:
     """Per engine, a rule sends failed Spark job runs to the topic as a constant message (an
     event's error text may quote data: nothing of the event is forwarded)."""
     offenders = []
-    rules = _resources(template, "AWS::Events::Rule")
+    rules = resources_of(template, "AWS::Events::Rule")
     for condition, (source, detail_type) in ENGINE_EVENTS.items():
         good = [
             lid
             for lid, rule in rules.items()
             if rule.get("Condition") == condition
-            and _props(rule).get("EventPattern", {}).get("source") == [source]
-            and _props(rule)["EventPattern"].get("detail-type") == [detail_type]
-            and "FAILED" in _props(rule)["EventPattern"].get("detail", {}).get("state", [])
+            and properties_of(rule).get("EventPattern", {}).get("source") == [source]
+            and properties_of(rule)["EventPattern"].get("detail-type") == [detail_type]
+            and "FAILED" in properties_of(rule)["EventPattern"].get("detail", {}).get("state", [])
             and any(
                 t.get("Arn") == TOPIC and "Input" in t and "InputPath" not in t
-                for t in _props(rule).get("Targets", [])
+                for t in properties_of(rule).get("Targets", [])
             )
         ]
         if not good:
@@ -271,7 +259,7 @@ def request_age_alarms_missing(template: Template) -> list[str]:
     validated numbers."""
     offenders = []
     parameters = template.get("Parameters", {})
-    alarms = [_props(a) for a in _resources(template, ALARM).values()]
+    alarms = [properties_of(a) for a in resources_of(template, ALARM).values()]
     for parameter, metric_name in PARAMETER_ALARMS.items():
         spec = parameters.get(parameter, {})
         if spec.get("Type") != "Number" or "MinValue" not in spec or "MaxValue" not in spec:
@@ -343,20 +331,16 @@ def test_emitted_metrics_are_read_from_the_code() -> None:
 # ---------------------------------------------------------------------------------- breakers
 
 
-def _first(template: Template, *types: str) -> str:
-    return sorted(_resources(template, *types))[0]
-
-
 def _alarm_on_state_machine(t: Template, lid: str) -> str:
-    for alarm_id, alarm in _resources(t, ALARM).items():
-        for metric in _alarm_metrics(_props(alarm)):
+    for alarm_id, alarm in resources_of(t, ALARM).items():
+        for metric in _alarm_metrics(properties_of(alarm)):
             if _dimension(metric, "StateMachineArn") == {"Ref": lid}:
                 return alarm_id
     raise AssertionError(f"no alarm on {lid}")
 
 
 def _break_state_machine_alarm(t: Template) -> str:
-    lid = _first(t, *STATE_MACHINE_TYPES)
+    lid = first_of(t, *STATE_MACHINE_TYPES)
     del t["Resources"][_alarm_on_state_machine(t, lid)]
     return lid
 
@@ -367,28 +351,28 @@ def _break_dlq_alarm(t: Template) -> str:
 
 
 def _break_alarm_actions(t: Template) -> str:
-    lid = _first(t, ALARM)
+    lid = first_of(t, ALARM)
     t["Resources"][lid]["Properties"]["OKActions"] = ["arn:aws:sns:us-east-1:123456789012:other"]
     return lid
 
 
 def _break_lethe_metric(t: Template) -> str:
-    lid = _first(t, "AWS::CloudWatch::Dashboard")
+    lid = first_of(t, "AWS::CloudWatch::Dashboard")
     body = t["Resources"][lid]["Properties"]["DashboardBody"]
     body["Fn::Sub"] = body["Fn::Sub"].replace('"RowsWritten"', '"RowsWrittenTypo"', 1)
     return "RowsWrittenTypo"
 
 
 def _break_aws_metric(t: Template) -> str:
-    lid = _first(t, "AWS::CloudWatch::Dashboard")
+    lid = first_of(t, "AWS::CloudWatch::Dashboard")
     body = t["Resources"][lid]["Properties"]["DashboardBody"]
     body["Fn::Sub"] = body["Fn::Sub"].replace("${WorkflowDeadLetterQueue.", "${GoneQueue.", 1)
     return "GoneQueue"
 
 
 def _break_spark_rules(t: Template) -> str:
-    for rule in _resources(t, "AWS::Events::Rule").values():
-        for target in _props(rule).get("Targets", []):
+    for rule in resources_of(t, "AWS::Events::Rule").values():
+        for target in properties_of(rule).get("Targets", []):
             if target.get("Arn") == TOPIC:
                 target.pop("Input", None)
                 target["InputPath"] = "$.detail"

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from lethe.localcloud.template import REPO_ROOT, TEMPLATE_PATH, load_template, translate
+from tests.unit.template_rules import Template, first_of, properties_of, resources_of
 
 pytestmark = pytest.mark.unit
 
-Template = dict[str, Any]
 NO_VALUE = {"Ref": "AWS::NoValue"}
 LOG_RETENTION = {"Ref": "LogRetentionDays"}
 AWS_MANAGED_ALIASES = ("alias/aws/sns", "alias/aws/sqs")
@@ -34,18 +34,6 @@ RETAINED_TYPES = (
 
 
 # ---------------------------------------------------------------------------------- helpers
-
-
-def _resources(template: Template, *types: str) -> dict[str, dict[str, Any]]:
-    return {
-        lid: resource
-        for lid, resource in template.get("Resources", {}).items()
-        if resource.get("Type") in types
-    }
-
-
-def _props(resource: dict[str, Any]) -> dict[str, Any]:
-    return dict(resource.get("Properties") or {})
 
 
 def _strings(value: Any) -> Iterator[str]:
@@ -103,8 +91,8 @@ def roles_with_names(template: Template) -> list[str]:
     """A named IAM role needs CAPABILITY_NAMED_IAM and collides across regions and stacks."""
     return [
         lid
-        for lid, resource in _resources(template, "AWS::IAM::Role").items()
-        if "RoleName" in _props(resource)
+        for lid, resource in resources_of(template, "AWS::IAM::Role").items()
+        if "RoleName" in properties_of(resource)
     ]
 
 
@@ -119,8 +107,8 @@ def aws_managed_sns_sqs_keys(template: Template) -> list[str]:
 
 def unencrypted_queues(template: Template) -> list[str]:
     offenders = []
-    for lid, resource in _resources(template, "AWS::SQS::Queue").items():
-        for truth, props in _every_branch(_props(resource)):
+    for lid, resource in resources_of(template, "AWS::SQS::Queue").items():
+        for truth, props in _every_branch(properties_of(resource)):
             key = props.get("KmsMasterKeyId")
             customer_key = key is not None and not (
                 isinstance(key, str) and key.startswith("alias/aws/")
@@ -133,10 +121,10 @@ def unencrypted_queues(template: Template) -> list[str]:
 def topics_without_customer_key(template: Template) -> list[str]:
     """Every topic is encrypted in every branch, never with an AWS managed key, and the key
     the template creates for it rotates and admits CloudWatch and EventBridge."""
-    keys = _resources(template, "AWS::KMS::Key")
+    keys = resources_of(template, "AWS::KMS::Key")
     offenders = []
-    for lid, resource in _resources(template, "AWS::SNS::Topic").items():
-        for truth, props in _every_branch(_props(resource)):
+    for lid, resource in resources_of(template, "AWS::SNS::Topic").items():
+        for truth, props in _every_branch(properties_of(resource)):
             key = props.get("KmsMasterKeyId")
             if key is None or (isinstance(key, str) and key.startswith("alias/aws/")):
                 offenders.append(f"{lid} (conditions {truth}): no customer managed key")
@@ -150,7 +138,7 @@ def topics_without_customer_key(template: Template) -> list[str]:
 
 
 def _key_serves_publishers(key: dict[str, Any]) -> bool:
-    props = _props(key)
+    props = properties_of(key)
     if not _is_true(props.get("EnableKeyRotation")):
         return False
     statements = props.get("KeyPolicy", {}).get("Statement", [])
@@ -177,10 +165,10 @@ def _as_list(value: Any) -> list[Any]:
 def unconditional_reserved_concurrency(template: Template) -> list[str]:
     """A fresh account may have too little concurrency to reserve any: reserve only on demand."""
     offenders = []
-    candidates = dict(_resources(template, *FUNCTION_TYPES))
+    candidates = dict(resources_of(template, *FUNCTION_TYPES))
     candidates["Globals.Function"] = {"Properties": template.get("Globals", {}).get("Function")}
     for lid, resource in candidates.items():
-        value = _props(resource).get("ReservedConcurrentExecutions")
+        value = properties_of(resource).get("ReservedConcurrentExecutions")
         if value is None:
             continue
         branches = value.get("Fn::If") if isinstance(value, dict) else None
@@ -199,8 +187,8 @@ def mappings_above_reserved_concurrency(template: Template) -> list[str]:
     allowed = template["Parameters"].get("ReservedConcurrency", {}).get("AllowedValues", [])
     reservable = [int(v) for v in allowed if int(v) > 0]
     offenders = []
-    for lid, resource in _resources(template, "AWS::Lambda::EventSourceMapping").items():
-        maximum = _props(resource).get("ScalingConfig", {}).get("MaximumConcurrency")
+    for lid, resource in resources_of(template, "AWS::Lambda::EventSourceMapping").items():
+        maximum = properties_of(resource).get("ScalingConfig", {}).get("MaximumConcurrency")
         if maximum is None:
             continue
         if not reservable or int(maximum) >= min(reservable):
@@ -209,23 +197,23 @@ def mappings_above_reserved_concurrency(template: Template) -> list[str]:
 
 
 def functions_without_log_group(template: Template) -> list[str]:
-    groups = _resources(template, "AWS::Logs::LogGroup").values()
+    groups = resources_of(template, "AWS::Logs::LogGroup").values()
     offenders = []
-    for lid in _resources(template, *FUNCTION_TYPES):
+    for lid in resources_of(template, *FUNCTION_TYPES):
         name = {"Fn::Sub": f"/aws/lambda/${{{lid}}}"}
-        matching = [g for g in groups if _props(g).get("LogGroupName") == name]
+        matching = [g for g in groups if properties_of(g).get("LogGroupName") == name]
         if not matching:
             offenders.append(f"{lid}: no AWS::Logs::LogGroup named /aws/lambda/${{{lid}}}")
-        elif any(_props(g).get("RetentionInDays") != LOG_RETENTION for g in matching):
+        elif any(properties_of(g).get("RetentionInDays") != LOG_RETENTION for g in matching):
             offenders.append(f"{lid}: its log group's RetentionInDays is not LogRetentionDays")
     return offenders
 
 
 def state_machines_without_retained_logs(template: Template) -> list[str]:
-    groups = _resources(template, "AWS::Logs::LogGroup")
+    groups = resources_of(template, "AWS::Logs::LogGroup")
     offenders = []
-    for lid, resource in _resources(template, *STATE_MACHINE_TYPES).items():
-        props = _props(resource)
+    for lid, resource in resources_of(template, *STATE_MACHINE_TYPES).items():
+        props = properties_of(resource)
         logging = props.get("Logging") or props.get("LoggingConfiguration") or {}
         destinations = logging.get("Destinations", [])
         if not destinations:
@@ -235,7 +223,7 @@ def state_machines_without_retained_logs(template: Template) -> list[str]:
             group = arn.get("Fn::GetAtt", [None])[0] if isinstance(arn, dict) else None
             if group not in groups:
                 offenders.append(f"{lid}: destination {arn} is not a log group of this template")
-            elif _props(groups[group]).get("RetentionInDays") != LOG_RETENTION:
+            elif properties_of(groups[group]).get("RetentionInDays") != LOG_RETENTION:
                 offenders.append(f"{lid}: log group {group} does not keep LogRetentionDays")
     return offenders
 
@@ -243,25 +231,25 @@ def state_machines_without_retained_logs(template: Template) -> list[str]:
 def log_groups_with_fixed_retention(template: Template) -> list[str]:
     return [
         lid
-        for lid, resource in _resources(template, "AWS::Logs::LogGroup").items()
-        if _props(resource).get("RetentionInDays") != LOG_RETENTION
+        for lid, resource in resources_of(template, "AWS::Logs::LogGroup").items()
+        if properties_of(resource).get("RetentionInDays") != LOG_RETENTION
     ]
 
 
 def _signs(resource: dict[str, Any]) -> bool:
     """A KMS key that signs (erasure certificates): what it signed must stay verifiable."""
-    return bool(_props(resource).get("KeyUsage") == "SIGN_VERIFY")
+    return bool(properties_of(resource).get("KeyUsage") == "SIGN_VERIFY")
 
 
 def data_resources_not_retained(template: Template) -> list[str]:
     keys = {
         lid: resource
-        for lid, resource in _resources(template, "AWS::KMS::Key").items()
+        for lid, resource in resources_of(template, "AWS::KMS::Key").items()
         if _signs(resource)
     }
     return [
         f"{lid} ({resource['Type']})"
-        for lid, resource in {**_resources(template, *RETAINED_TYPES), **keys}.items()
+        for lid, resource in {**resources_of(template, *RETAINED_TYPES), **keys}.items()
         if resource.get("DeletionPolicy") != "Retain"
         or resource.get("UpdateReplacePolicy") != "Retain"
     ]
@@ -285,7 +273,7 @@ def unvalidated_parameters(template: Template) -> list[str]:
 def api_gateway_account_problems(template: Template) -> list[str]:
     """The account's CloudWatch role, created under CreateApiGatewayAccountRole, before the
     stage whose method settings log to CloudWatch (checked on the SAM-translated template)."""
-    accounts = _resources(template, "AWS::ApiGateway::Account")
+    accounts = resources_of(template, "AWS::ApiGateway::Account")
     if not accounts:
         return ["no AWS::ApiGateway::Account"]
     problems = []
@@ -294,10 +282,10 @@ def api_gateway_account_problems(template: Template) -> list[str]:
         condition = account.get("Condition")
         if condition is None or "CreateApiGatewayAccountRole" not in str(conditions.get(condition)):
             problems.append(f"{lid}: not under a condition on CreateApiGatewayAccountRole")
-        role_arn = _props(account).get("CloudWatchRoleArn", {})
+        role_arn = properties_of(account).get("CloudWatchRoleArn", {})
         role_id = role_arn.get("Fn::GetAtt", [None])[0] if isinstance(role_arn, dict) else None
         role = template["Resources"].get(str(role_id), {})
-        role_props = _props(role)
+        role_props = properties_of(role)
         if role.get("Condition") != condition:
             problems.append(f"{lid}: its role {role_id} is not under the same condition")
         managed = str(role_props.get("ManagedPolicyArns"))
@@ -307,7 +295,7 @@ def api_gateway_account_problems(template: Template) -> list[str]:
         if "apigateway.amazonaws.com" not in trust:
             problems.append(f"{lid}: role {role_id} is not assumable by API Gateway")
     translated = _translated(template)
-    for stage in _resources(translated, "AWS::ApiGateway::Stage"):
+    for stage in resources_of(translated, "AWS::ApiGateway::Stage"):
         before = _dependencies(translated, stage)
         missing = sorted(set(accounts) - before)
         if missing:
@@ -362,16 +350,16 @@ def alert_subscription_problems(template: Template) -> list[str]:
     problems = []
     subscriptions = [
         (lid, resource)
-        for lid, resource in _resources(template, "AWS::SNS::Subscription").items()
-        if _props(resource).get("Endpoint") == {"Ref": "AlertEmail"}
+        for lid, resource in resources_of(template, "AWS::SNS::Subscription").items()
+        if properties_of(resource).get("Endpoint") == {"Ref": "AlertEmail"}
     ]
     if not subscriptions:
         problems.append("no AWS::SNS::Subscription to Ref AlertEmail")
     for lid, resource in subscriptions:
-        if _props(resource).get("Protocol") != "email" or "Condition" not in resource:
+        if properties_of(resource).get("Protocol") != "email" or "Condition" not in resource:
             problems.append(f"{lid}: not an email subscription under a condition")
-    policies = _resources(template, "AWS::SNS::TopicPolicy").values()
-    statements = [s for p in policies for s in _props(p)["PolicyDocument"]["Statement"]]
+    policies = resources_of(template, "AWS::SNS::TopicPolicy").values()
+    statements = [s for p in policies for s in properties_of(p)["PolicyDocument"]["Statement"]]
     for service in ("cloudwatch.amazonaws.com", "events.amazonaws.com"):
         allowed = [
             s
@@ -449,57 +437,53 @@ def _set(template: Template, lid: str, **props: Any) -> None:
     template["Resources"][lid]["Properties"].update(props)
 
 
-def _first(template: Template, *types: str) -> str:
-    return sorted(_resources(template, *types))[0]
-
-
 def _break_roles(t: Template) -> str:
-    lid = _first(t, "AWS::IAM::Role")
+    lid = first_of(t, "AWS::IAM::Role")
     _set(t, lid, RoleName="fixed")
     return lid
 
 
 def _break_aws_keys(t: Template) -> str:
-    lid = _first(t, "AWS::SNS::Topic")
+    lid = first_of(t, "AWS::SNS::Topic")
     _set(t, lid, KmsMasterKeyId={"Fn::If": ["HasKmsKey", {"Ref": "KmsKeyArn"}, "alias/aws/sns"]})
     return lid
 
 
 def _break_queues(t: Template) -> str:
-    lid = _first(t, "AWS::SQS::Queue")
+    lid = first_of(t, "AWS::SQS::Queue")
     t["Resources"][lid]["Properties"].pop("SqsManagedSseEnabled", None)
     return lid
 
 
 def _break_topics(t: Template) -> str:
-    lid = _first(t, "AWS::SNS::Topic")
+    lid = first_of(t, "AWS::SNS::Topic")
     _set(t, lid, KmsMasterKeyId={"Fn::If": ["HasKmsKey", {"Ref": "KmsKeyArn"}, NO_VALUE]})
     return lid
 
 
 def _break_reserved(t: Template) -> str:
-    lid = _first(t, *FUNCTION_TYPES)
+    lid = first_of(t, *FUNCTION_TYPES)
     _set(t, lid, ReservedConcurrentExecutions=50)
     return lid
 
 
 def _break_mappings(t: Template) -> str:
-    lid = _first(t, "AWS::Lambda::EventSourceMapping")
+    lid = first_of(t, "AWS::Lambda::EventSourceMapping")
     _set(t, lid, ScalingConfig={"MaximumConcurrency": 1000})
     return lid
 
 
 def _break_function_logs(t: Template) -> str:
-    lid = _first(t, *FUNCTION_TYPES)
+    lid = first_of(t, *FUNCTION_TYPES)
     name = {"Fn::Sub": f"/aws/lambda/${{{lid}}}"}
-    for group_id, group in list(_resources(t, "AWS::Logs::LogGroup").items()):
-        if _props(group).get("LogGroupName") == name:
+    for group_id, group in list(resources_of(t, "AWS::Logs::LogGroup").items()):
+        if properties_of(group).get("LogGroupName") == name:
             del t["Resources"][group_id]
     return lid
 
 
 def _break_state_machine_logs(t: Template) -> str:
-    lid = _first(t, *STATE_MACHINE_TYPES)
+    lid = first_of(t, *STATE_MACHINE_TYPES)
     arn = t["Resources"][lid]["Properties"]["Logging"]["Destinations"][0]
     group = arn["CloudWatchLogsLogGroup"]["LogGroupArn"]["Fn::GetAtt"][0]
     _set(t, group, RetentionInDays=365)
@@ -507,13 +491,13 @@ def _break_state_machine_logs(t: Template) -> str:
 
 
 def _break_log_groups(t: Template) -> str:
-    lid = _first(t, "AWS::Logs::LogGroup")
+    lid = first_of(t, "AWS::Logs::LogGroup")
     _set(t, lid, RetentionInDays=365)
     return lid
 
 
 def _break_retention(t: Template) -> str:
-    lid = _first(t, "AWS::SecretsManager::Secret")
+    lid = first_of(t, "AWS::SecretsManager::Secret")
     del t["Resources"][lid]["UpdateReplacePolicy"]
     return lid
 
@@ -524,13 +508,13 @@ def _break_parameters(t: Template) -> str:
 
 
 def _break_api_account(t: Template) -> str:
-    for lid in _resources(t, "AWS::ApiGateway::Account"):
+    for lid in resources_of(t, "AWS::ApiGateway::Account"):
         t["Resources"][lid].pop("Condition", None)
     return "ApiGatewayAccount"
 
 
 def _break_alerts(t: Template) -> str:
-    for lid in _resources(t, "AWS::SNS::TopicPolicy"):
+    for lid in resources_of(t, "AWS::SNS::TopicPolicy"):
         for statement in t["Resources"][lid]["Properties"]["PolicyDocument"]["Statement"]:
             statement.pop("Condition", None)
     return "events.amazonaws.com"
@@ -579,7 +563,7 @@ def test_samconfig_check_names_unknown_parameters(template: Template, tmp_path: 
 
 def test_a_certificate_signing_key_must_be_retained(template: Template) -> None:
     broken = copy.deepcopy(template)
-    (signing,) = [lid for lid, r in _resources(broken, "AWS::KMS::Key").items() if _signs(r)]
+    (signing,) = [lid for lid, r in resources_of(broken, "AWS::KMS::Key").items() if _signs(r)]
     del broken["Resources"][signing]["DeletionPolicy"]
 
     assert data_resources_not_retained(template) == []
