@@ -128,7 +128,7 @@ bench: venv system-deps ## Subject index, then ingestion benchmark; results in d
 	$(BIN)/python bench/ingest_bench.py $(INGEST_BENCH_ARGS)
 
 # ------------------------------------------------------------------ running it
-.PHONY: demo local-up local-down build deploy-artifacts clean
+.PHONY: demo local-up local-down build deploy-artifacts diagram clean
 demo: venv system-deps ## The end-to-end scenario on the local cloud
 	$(BIN)/lethe demo
 
@@ -137,6 +137,9 @@ local-up: venv system-deps ## Start the local cloud in the background (state in 
 
 local-down: venv ## Stop the local cloud
 	$(BIN)/lethe local down --state-file .lethe/local.json
+
+diagram: venv ## Regenerate the architecture diagram in docs/ARCHITECTURE.md from template.yaml
+	$(BIN)/python -m lethe.diagram --write
 
 build: sam-build ## sam build
 
