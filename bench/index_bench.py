@@ -7,16 +7,16 @@ One run measures, on a lake from bench/generate_lake.py (generated in a temporar
 or `--lake DIR` to keep and reuse one):
 
 1. index build: every object read with pyarrow one at a time and its entries computed with
-   `entry_batch` (the entries as columns, what the index writers use), against a baseline in
-   the same run: the same reads touching the subject column(s) with `to_pylist()` and no
-   hashing. Also timed on the same reads: `entry_batch` then `to_items()` (the DynamoDB items a
-   writer sends); `entries_from_table` (the entries as IndexEntry models: this benchmark's
-   "index" before the columnar path), alone and then with `IndexEntry.to_item()` per entry (the
-   writer's path before); and the per-row implementation `entries_from_table` had before its
-   Arrow rewrite (`reference_entries`, kept here verbatim). Warm-up once, then `--repeats`
-   rounds, the order rotating; median and range of wall time and of the process's CPU time
-   (steadier on a shared machine). The ratio (time / baseline time) is what indexing costs on
-   top of a read.
+   `entry_batch` (the entries as columns, what the index writers use), against a baseline in the
+   same run: the same reads touching the subject column(s) with `to_pylist()` and no hashing.
+   Also timed on the same reads: `entry_batch` then `to_items()` (the DynamoDB items a writer
+   sends); `entries_from_table` (the entries as IndexEntry models: this benchmark's "index"
+   before the columnar path), alone and then with `IndexEntry.to_item()` per entry (the writer's
+   path before); and the per-row implementation `entries_from_table` had before its Arrow
+   rewrite (`reference_entries`, kept verbatim in bench/reference_index.py). Warm-up once, then
+   `--repeats` rounds, the order rotating; median and range of wall time and of the process's
+   CPU time (steadier on a shared machine). The ratio (time / baseline time) is what indexing
+   costs on top of a read.
 2. DynamoDB items and bytes per million rows: one item per entry (distinct (subject, object)
    pairs, checked against a count made without hashing; every entry and every item checked
    equal to the previous implementation's, and their SHA-256 digests reported), sized with
@@ -53,7 +53,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,6 +66,7 @@ import pyarrow.compute as pc
 import pydantic
 import pyspark
 from pyspark.sql import SparkSession
+from reference_index import reference_entries
 
 from lethe_shared.arrow_index import ObjectRef, entries_from_table, entry_batch
 from lethe_shared.catalog import Zone
@@ -175,67 +176,6 @@ def read_and_model_items(objects: Objects) -> int:
             entry.to_item()
         rows += table.num_rows
     return rows
-
-
-# ------------------------------------------- the implementation before the Arrow rewrite
-
-
-def _reference_subject_values(
-    table: pa.Table, path: str, constants: Mapping[str, Any]
-) -> list[Any]:
-    """The values of one subject column path (`customer.id`) for every row."""
-    head, *rest = path.split(".")
-    if head not in table.column_names:
-        if head in constants and not rest:
-            return [constants[head]] * table.num_rows
-        return [None] * table.num_rows
-    column: Any = table.column(head)
-    for part in rest:
-        if not pa.types.is_struct(column.type) or column.type.get_field_index(part) < 0:
-            return [None] * table.num_rows
-        column = pc.struct_field(column, part)
-    return list(column.to_pylist())
-
-
-def reference_entries(
-    table: pa.Table,
-    dataset: Dataset,
-    ref: ObjectRef,
-    *,
-    key: bytes,
-    coordinates: Sequence[int] | None = None,
-) -> list[IndexEntry]:
-    """`entries_from_table` as it was before its Arrow rewrite (per row, a validated model per
-    entry), verbatim: the build's second baseline and the items' reference."""
-    if coordinates is not None and len(coordinates) != table.num_rows:
-        raise ValueError("one coordinate per row")
-    columns = dataset.subject_columns
-    per_column = [_reference_subject_values(table, path, ref.constants) for path in columns]
-    rows: dict[str, list[int]] = {}
-    cache: dict[tuple[Any, ...], str] = {}  # keyed with types: True == 1 in Python
-    for index, values in enumerate(zip(*per_column, strict=True)):
-        if any(v is None for v in values):
-            continue
-        typed = tuple((type(v), v) for v in values)
-        digest = cache.get(typed)
-        if digest is None:
-            digest = subject_hash(key, columns, list(values))
-            cache[typed] = digest
-        rows.setdefault(digest, []).append(coordinates[index] if coordinates is not None else index)
-    return [
-        IndexEntry(
-            subject_hash=digest,
-            object_url=ref.object_url,
-            dataset_id=dataset.dataset_id,
-            zone=ref.zone,
-            format=ref.format,
-            rows=len(hints),
-            row_hints=tuple(hints),
-            version_id=ref.version_id,
-            etag=ref.etag,
-        )
-        for digest, hints in sorted(rows.items())
-    ]
 
 
 def read_and_reference(objects: Objects) -> int:

@@ -1,12 +1,13 @@
-"""The Arrow implementation of `entries_from_table` gives exactly what the per-row implementation
-it replaced gave (kept below, verbatim, as `reference_entries`): same subject hashes, rows, row
-hints (all of them, in row order), order, object fields and validated model, for every input;
-the same exception type where the reference raised. The columnar path, `entry_batch`, gives the
-same: its `to_items()` are `IndexEntry.to_item()` of the reference's entries (same keys in the
-same order, same values and types; `updated_at` aside, one per batch), its `entries()` the
-reference's models. Randomized tables (seeded) and edge cases: every subject column type,
-composite keys, nested struct paths, nulls and null parents, `0` and `""`, constants, chunking,
-dictionaries, and values Python holds equal across types (True == 1).
+"""The Arrow implementation of `entries_from_table` gives exactly what the per-row
+implementation it replaced gave (`reference_entries`, kept verbatim in
+bench/reference_index.py): same subject hashes, rows, row hints (all of them, in row order),
+order, object fields and validated model, for every input; the same exception type where the
+reference raised. The columnar path, `entry_batch`, gives the same: its `to_items()` are
+`IndexEntry.to_item()` of the reference's entries (same keys in the same order, same values and
+types; `updated_at` aside, one per batch), its `entries()` the reference's models. Randomized
+tables (seeded) and edge cases: every subject column type, composite keys, nested struct paths,
+nulls and null parents, `0` and `""`, constants, chunking, dictionaries, and values Python holds
+equal across types (True == 1).
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ from types import SimpleNamespace
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pytest
 from pydantic import ValidationError
 
+from bench.reference_index import reference_entries
 from lethe_shared import arrow_index
 from lethe_shared.arrow_index import (
     ObjectRef,
@@ -54,63 +55,6 @@ REF = ObjectRef(
     version_id="v1",
     etag='"e1"',
 )
-
-
-# ------------------------------------------------- the implementation before, verbatim
-
-
-def reference_subject_values(table: pa.Table, path: str, constants: Mapping[str, Any]) -> list[Any]:
-    """The values of one subject column path (`customer.id`) for every row."""
-    head, *rest = path.split(".")
-    if head not in table.column_names:
-        if head in constants and not rest:
-            return [constants[head]] * table.num_rows
-        return [None] * table.num_rows
-    column: Any = table.column(head)
-    for part in rest:
-        if not pa.types.is_struct(column.type) or column.type.get_field_index(part) < 0:
-            return [None] * table.num_rows
-        column = pc.struct_field(column, part)
-    return list(column.to_pylist())
-
-
-def reference_entries(
-    table: pa.Table,
-    dataset: Any,
-    ref: ObjectRef,
-    *,
-    key: bytes,
-    coordinates: Sequence[int] | None = None,
-) -> list[IndexEntry]:
-    if coordinates is not None and len(coordinates) != table.num_rows:
-        raise ValueError("one coordinate per row")
-    columns = dataset.subject_columns
-    per_column = [reference_subject_values(table, path, ref.constants) for path in columns]
-    rows: dict[str, list[int]] = {}
-    cache: dict[tuple[Any, ...], str] = {}  # keyed with types: True == 1 in Python
-    for index, values in enumerate(zip(*per_column, strict=True)):
-        if any(v is None for v in values):
-            continue
-        typed = tuple((type(v), v) for v in values)
-        digest = cache.get(typed)
-        if digest is None:
-            digest = subject_hash(key, columns, list(values))
-            cache[typed] = digest
-        rows.setdefault(digest, []).append(coordinates[index] if coordinates is not None else index)
-    return [
-        IndexEntry(
-            subject_hash=digest,
-            object_url=ref.object_url,
-            dataset_id=dataset.dataset_id,
-            zone=ref.zone,
-            format=ref.format,
-            rows=len(hints),
-            row_hints=tuple(hints),
-            version_id=ref.version_id,
-            etag=ref.etag,
-        )
-        for digest, hints in sorted(rows.items())
-    ]
 
 
 # ------------------------------------------------------------------------------ helpers
