@@ -40,7 +40,7 @@ from pyspark.sql import SparkSession
 
 from lethe_jobs.errors import InvalidObjectListError
 from lethe_jobs.indexing import StoredObject, UnreadableObjectError, object_batch
-from lethe_jobs.objects import ObjectKind, object_kind
+from lethe_jobs.objects import ObjectKind, object_kind, object_list
 from lethe_jobs.session import configure_logging
 from lethe_jobs.tasks import grouped_items
 from lethe_shared.catalog import Buckets
@@ -53,7 +53,7 @@ from lethe_shared.index_maintenance import (
     settle_missing_key,
 )
 from lethe_shared.registry import DatasetRegistry, require_dataset
-from lethe_shared.s3 import ObjectHead, ObjectStore, S3ObjectStore, s3_url, split_s3_url
+from lethe_shared.s3 import ObjectHead, ObjectStore, S3ObjectStore, s3_url
 from lethe_shared.subjects import DynamoSubjectIndex, SubjectIndex
 
 LOG = logging.getLogger("lethe.index")
@@ -173,21 +173,7 @@ def parse_objects(document: Any, dataset_id: str, buckets: Buckets) -> list[Obje
 
 
 def read_objects(objects: ObjectStore, args: IndexArgs) -> list[ObjectLocation]:
-    if args.objects_json is not None:
-        text = args.objects_json
-    else:
-        try:
-            bucket, key = split_s3_url(args.objects_manifest or "")
-        except ValueError as exc:
-            raise InvalidObjectListError(f"--objects-manifest: {exc}") from exc
-        body = objects.read_bytes(bucket, key)
-        if body is None:
-            raise InvalidObjectListError(f"the manifest {args.objects_manifest} does not exist")
-        text = body.decode("utf-8")
-    try:
-        document = json.loads(text)
-    except ValueError as exc:
-        raise InvalidObjectListError(f"the object list is not JSON: {exc}") from exc
+    document = object_list(objects, args.objects_json, args.objects_manifest)
     return parse_objects(document, args.dataset_id, args.buckets)
 
 

@@ -68,6 +68,7 @@ from lethe_jobs.ingest_tasks import (
     BatchObject,
     TaskSettings,
 )
+from lethe_jobs.objects import object_list
 from lethe_jobs.readers import BATCH_ROWS
 from lethe_jobs.tasks import task_groups
 from lethe_jobs.validate import (
@@ -167,21 +168,7 @@ def parse_batch(document: Any) -> list[BatchRequest]:
 
 
 def read_batch(objects: ObjectStore, args: IngestArgs) -> list[BatchRequest]:
-    if args.objects_json is not None:
-        text = args.objects_json
-    else:
-        try:
-            bucket, key = split_s3_url(args.objects_manifest or "")
-        except ValueError as exc:
-            raise InvalidObjectListError(f"--objects-manifest: {exc}") from exc
-        body = objects.read_bytes(bucket, key)
-        if body is None:
-            raise InvalidObjectListError(f"the manifest {args.objects_manifest} does not exist")
-        text = body.decode("utf-8")
-    try:
-        document = json.loads(text)
-    except ValueError as exc:
-        raise InvalidObjectListError(f"the object list is not JSON: {exc}") from exc
+    document = object_list(objects, args.objects_json, args.objects_manifest)
     return parse_batch(document)
 
 

@@ -12,12 +12,22 @@ Which objects hold rows (docs/INDEX.md):
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from lethe_jobs import layout
+from lethe_jobs.errors import InvalidObjectListError
 from lethe_shared.catalog import Buckets
-from lethe_shared.s3 import KeyState, ObjectHead, ObjectStore, ObjectVersion, key_state
+from lethe_shared.s3 import (
+    KeyState,
+    ObjectHead,
+    ObjectStore,
+    ObjectVersion,
+    key_state,
+    split_s3_url,
+)
 
 
 class ObjectKind(StrEnum):
@@ -74,3 +84,25 @@ def list_prefix(objects: ObjectStore, bucket: str, prefix: str) -> Listing:
         elif state is KeyState.HIDDEN:
             hidden.add(key)
     return Listing(current, hidden, with_older)
+
+
+def object_list(objects: ObjectStore, objects_json: str | None, manifest: str | None) -> Any:
+    """The JSON document a job was given as its object list: `--objects-json` itself, or the
+    manifest object `--objects-manifest` names (what Step Functions passes when the list is
+    too large for job arguments). Raises InvalidObjectListError: a bad URL, a missing
+    manifest, not JSON. The caller checks the document's shape."""
+    if objects_json is not None:
+        text = objects_json
+    else:
+        try:
+            bucket, key = split_s3_url(manifest or "")
+        except ValueError as exc:
+            raise InvalidObjectListError(f"--objects-manifest: {exc}") from exc
+        body = objects.read_bytes(bucket, key)
+        if body is None:
+            raise InvalidObjectListError(f"the manifest {manifest} does not exist")
+        text = body.decode("utf-8")
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise InvalidObjectListError(f"the object list is not JSON: {exc}") from exc
