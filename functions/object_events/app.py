@@ -253,12 +253,16 @@ class _Batch:
 
 
 def _group_details(group: IngestionGroup, reports_bucket: str) -> dict[str, Any]:
+    """The batch's line names every object version in it (at most the batch size, 200), so that
+    `lethe trace s3://<raw object>` finds the execution an upload went to from the logs alone,
+    before the object's catalog item records it."""
     return {
         "execution": group.name,
         "manifest": s3_url(reports_bucket, group.manifest_key),
         "objects": len(group.items),
         "datasets": sorted({item.dataset_id or "" for item in group.items}),
         "records": len(group.record_ids),
+        "versions": [f"{item.object_url}#{item.version_id}" for item in group.items],
     }
 
 

@@ -70,6 +70,7 @@ from lethe_shared.erasure_report import (
 from lethe_shared.index_maintenance import ERASE_PRODUCER
 from lethe_shared.registry import DatasetRegistry, require_dataset
 from lethe_shared.s3 import (
+    ERASURE_METADATA,
     PRODUCER_METADATA,
     KeyState,
     ObjectStore,
@@ -81,7 +82,6 @@ from lethe_shared.s3 import (
 )
 
 LOG = logging.getLogger("lethe.erase")
-ERASURE_METADATA = "lethe-erasure"  # the request that wrote the version
 MAX_ATTEMPTS = 5  # reads of one object while producers keep writing it
 MODES = ("erase", "verify")
 

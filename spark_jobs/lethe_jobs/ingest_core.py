@@ -27,7 +27,8 @@ The driver plans and collects summaries; the executors do the work (`ingest_task
    catalog item.
 
 Every lake object it writes carries the S3 metadata `lethe-producer: ingest`: the object events
-path sees these writes too, and leaves their indexing to this job.
+path sees these writes too, and leaves their indexing to this job; and `lethe-correlation-id`,
+the run's correlation id, so that `lethe trace` goes from a lake object to the story that wrote it.
 
 Quarantining is a success of the job, and a FAILED object does not fail its neighbours. What
 is worth a retry or an investigation (an AWS error, a Spark task that keeps failing, an invalid
@@ -667,7 +668,7 @@ def _quarantine_file(
         key,
         body,
         content_type=JSON_CONTENT_TYPE,
-        metadata=tasks.INGEST_METADATA,
+        metadata=tasks.ingest_metadata(settings.correlation_id),
     )
     return s3_url(settings.lake_bucket, key)
 

@@ -38,7 +38,13 @@ from lethe_shared.arrow_index import ObjectRef, entries_from_table
 from lethe_shared.catalog import Zone
 from lethe_shared.datasets import DataFormat, Dataset, hive_partition_values
 from lethe_shared.index_maintenance import INGEST_PRODUCER, replace_entries
-from lethe_shared.s3 import PRODUCER_METADATA, S3ObjectStore, s3_url, version_args
+from lethe_shared.s3 import (
+    CORRELATION_METADATA,
+    PRODUCER_METADATA,
+    S3ObjectStore,
+    s3_url,
+    version_args,
+)
 from lethe_shared.subjects import MAX_ROW_HINTS, DynamoSubjectIndex, IndexEntry
 
 LOG = logging.getLogger("lethe.ingest")
@@ -52,9 +58,15 @@ HINTS_KEPT = MAX_ROW_HINTS + 1  # one more than stored: IndexEntry then says hin
 ROW_GROUP_ROWS = 131_072  # rows a lake file's row group holds at most (what a writer buffers)
 PARQUET_CONTENT_TYPE = "application/vnd.apache.parquet"
 JSONL_CONTENT_TYPE = "application/x-ndjson"
-# Every lake object the job writes says so: the object events path sees these writes too, and
-# leaves their indexing to this job (lethe_shared.index_maintenance.indexed_by_writer).
-INGEST_METADATA = {PRODUCER_METADATA: INGEST_PRODUCER}
+
+
+def ingest_metadata(correlation_id: str) -> dict[str, str]:
+    """The S3 metadata of every lake object the job writes. `lethe-producer` says a job wrote
+    it: the object events path sees these writes too, and leaves their indexing to this job
+    (lethe_shared.index_maintenance.indexed_by_writer). `lethe-correlation-id` names the run
+    (the execution's name), so `lethe trace s3://<lake object>` finds the story that wrote it."""
+    return {PRODUCER_METADATA: INGEST_PRODUCER, CORRELATION_METADATA: correlation_id}
+
 
 META_FIELDS = (
     T.StructField(KIND, T.ByteType(), False),
@@ -481,7 +493,8 @@ class _LakeFile:
         self.writer.close()
         stored = store.upload(
             self.settings.lake_bucket, self.key, self.path,
-            content_type=PARQUET_CONTENT_TYPE, metadata=INGEST_METADATA,
+            content_type=PARQUET_CONTENT_TYPE,
+            metadata=ingest_metadata(self.settings.correlation_id),
         )  # fmt: skip
         ref = ObjectRef(
             self.ref.object_url, Zone.LAKE, "parquet", stored.version_id, stored.etag,
@@ -562,7 +575,11 @@ class _QuarantineFile:
         self.out.close()
         lake = self.settings.lake_bucket
         stored = store.upload(
-            lake, self.key, self.path, content_type=JSONL_CONTENT_TYPE, metadata=INGEST_METADATA
+            lake,
+            self.key,
+            self.path,
+            content_type=JSONL_CONTENT_TYPE,
+            metadata=ingest_metadata(self.settings.correlation_id),
         )
         url = s3_url(lake, self.key)
         ref = ObjectRef(url, Zone.LAKE, "jsonl", stored.version_id, stored.etag)

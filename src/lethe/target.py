@@ -53,6 +53,8 @@ class Target:
     endpoint_url: str | None = None  # the local cloud's moto server; None on AWS
     credentials: dict[str, str] | None = None  # fixed fake credentials for the local cloud
     profile: str | None = None  # the AWS profile of a stack target (--profile)
+    stack_name: str | None = None  # the CloudFormation stack of a stack target
+    logs_dir: Path | None = None  # the local cloud's log files; None on AWS
 
     @property
     def is_local(self) -> bool:
@@ -153,6 +155,8 @@ def from_state_file(path: Path) -> Target:
             "aws_access_key_id": "testing",
             "aws_secret_access_key": "testing",
         },
+        stack_name=state.get("stack_name"),
+        logs_dir=Path(state["logs_dir"]) if state.get("logs_dir") else None,
     )
 
 
@@ -187,6 +191,7 @@ def from_stack(stack_name: str, region: str | None = None, profile: str | None =
         region=session.region_name,
         api_url=outputs.get("ApiUrl", ""),
         profile=profile,
+        stack_name=stack_name,
     )
 
 

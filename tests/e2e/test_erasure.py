@@ -329,3 +329,24 @@ def test_a_rejected_request_changes_no_byte(ingested: LocalCloud, erased: dict[s
     waited = _cli(ingested, "erasure", "status", request_id, "--wait", "--timeout", "120")
     assert waited.returncode == 5  # REJECTED: ExitCode.NOT_ERASED
     assert _every_version(ingested) == before
+
+
+def test_trace_of_the_request_id_finds_its_execution_and_its_spark_jobs(
+    ingested: LocalCloud, erased: dict[str, Any]
+) -> None:
+    request_id = erased["request_id"]
+    traced = _cli(ingested, "trace", request_id, "--json")
+    assert traced.returncode == 0, traced.stderr
+    story = json.loads(traced.stdout)
+
+    (run,) = story["executions"]
+    assert (run["name"], run["status"]) == (f"erasure-{request_id}", "SUCCEEDED")
+    assert len(run["job_runs"]) == 2  # the erase job and the verify job
+    sources = {line["source"] for line in story["lines"]}
+    spark = {s for s in sources if s.startswith("spark-")}
+    assert len(spark) == 2, sources  # both runs' logs, whole
+    texts = [line["text"] for line in story["lines"]]
+    assert any("erasure request filed" in t for t in texts)  # the erasure API
+    assert any(f"[erasure-{request_id}]" in t for t in texts)  # the Spark jobs' lines
+    # the story's lines carry hashes only: no raw subject id of the request
+    assert not any(subject in t for t in texts for subject in ERASED)

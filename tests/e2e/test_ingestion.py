@@ -194,3 +194,56 @@ def test_objects_list_shows_raw_and_lake_objects(
     lake = [o for o in listed if o["zone"] == "lake" and "_quarantine" not in o["key"]]
     assert [(o["status"], o["rows"]) for o in lake] == [("STORED", 3)]
     assert {"zone", "bucket", "key", "version_id", "status", "rows"} <= set(listed[0])
+
+
+def test_trace_follows_an_upload_from_its_event_into_the_spark_job(
+    registered: LocalCloud, ingested: dict[str, dict[str, Any]]
+) -> None:
+    key = "clicks/2026/11/21/part-0001.parquet"
+    url = f"s3://{registered.outputs['RawBucketName']}/{key}"
+    execution = ingested[key]["ingest_correlation_id"]  # what the ingest job recorded
+
+    def finished() -> dict[str, Any] | None:  # the catalog says INGESTED before the end
+        story = json.loads(registered.lethe("trace", url, "--json").stdout)
+        runs = [e for e in story["executions"] if e["name"] == execution]
+        return story if runs and runs[0]["status"] != "RUNNING" else None
+
+    story = wait_for(finished, timeout=120, what=f"execution {execution} to end")
+
+    assert story["terms"][0] == url
+    assert execution in story["terms"]
+    (run,) = [e for e in story["executions"] if e["name"] == execution]
+    assert run["status"] == "SUCCEEDED"
+    assert "ingestion" in run["state_machine"].lower()
+    assert run["job_runs"], "the Spark job run the execution submitted"
+    lines = story["lines"]
+    assert [line for line in lines if not line["time"]] == []
+    assert [line["time"] for line in lines] == sorted(line["time"] for line in lines)
+    events = [line["text"] for line in lines if not line["source"].startswith("spark-")]
+    # the object events function: the S3 event of the upload, then the batch it started
+    assert any(url in text and "object event recorded" in text for text in events)
+    assert any(execution in text and "ingestion batch" in text for text in events)
+    # the Spark job's own lines carry the execution's name as their correlation id
+    spark = [line["text"] for line in lines if line["source"].startswith("spark-")]
+    assert any(f"[{execution}]" in text for text in spark)
+    # the samples' other uploads are in the same batch or not; the REST API's lines are not
+    assert not any("datasets" in line["source"].lower() for line in lines)
+
+    # a lake object written by that run leads back to the same story (its S3 metadata)
+    lake = registered.lethe("objects", "list", "--dataset", "clicks", "--json").stdout
+    (written,) = [
+        o for o in json.loads(lake) if o["zone"] == "lake" and "_quarantine" not in o["key"]
+    ]
+    back = json.loads(
+        registered.lethe(
+            "trace", f"s3://{registered.outputs['LakeBucketName']}/{written['key']}", "--json"
+        ).stdout
+    )
+    assert execution in back["terms"]
+    assert [e["name"] for e in back["executions"]] == [execution]
+
+
+def test_trace_of_an_unknown_id_exits_not_found(registered: LocalCloud) -> None:
+    result = registered.lethe("trace", "batch-no-such-execution-0000", check=False)
+    assert result.returncode == 3, result.stderr
+    assert "no execution and no log line mention batch-no-such-execution-0000" in result.stderr

@@ -225,10 +225,10 @@ def test_ingestion_indexes_its_lake_files_the_raw_object_and_quarantine(
     assert len(cloud.entries()) == 6
     # and no raw subject id is stored anywhere in the index
     assert not any({"u1", "u2", "u3"} & {str(v) for e in cloud.entries() for v in e})
-    # and every object the job wrote says that ingestion indexed it
+    # and every object the job wrote says that ingestion indexed it, and which run wrote it
     for key in (DAY1, DAY2, REVIEWS_QUARANTINE):
         metadata = cloud.s3.head_object(Bucket=LAKE, Key=key)["Metadata"]
-        assert metadata == {"lethe-producer": "ingest"}
+        assert metadata == {"lethe-producer": "ingest", "lethe-correlation-id": "exec-1"}
 
 
 def test_rerunning_the_same_version_overwrites_instead_of_duplicating(

@@ -30,6 +30,8 @@ from lethe_shared.errors import BucketVersioningError
 
 NULL_VERSION = "null"  # the version id S3 gives objects written while versioning was off
 PRODUCER_METADATA = "lethe-producer"  # S3 user metadata (x-amz-meta-lethe-producer)
+CORRELATION_METADATA = "lethe-correlation-id"  # the run of a Lethe job that wrote the version
+ERASURE_METADATA = "lethe-erasure"  # the erasure request whose job wrote the version
 CHUNK_BYTES = 1024 * 1024
 
 # What S3 answers when the object or version asked for is not there: HEAD answers a bare 404
@@ -105,6 +107,12 @@ class ObjectHead:
     def producer(self) -> str | None:
         """The Lethe job that wrote this version (`lethe-producer` metadata), if one did."""
         return self.metadata.get(PRODUCER_METADATA)
+
+    @property
+    def story(self) -> str | None:
+        """What `lethe trace` follows from this version: the erasure request that rewrote it, or
+        the correlation id of the job run that wrote it; None for a producer's own upload."""
+        return self.metadata.get(ERASURE_METADATA) or self.metadata.get(CORRELATION_METADATA)
 
     @classmethod
     def from_response(

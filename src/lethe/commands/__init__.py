@@ -34,6 +34,7 @@ GROUPS: Final[tuple[str, ...]] = (
     "index",
     "erasure",
     "dlq",
+    "trace",
     "artifacts",
     "demo",
 )
