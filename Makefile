@@ -107,7 +107,7 @@ test: lint unit integration spark sfn e2e ## Every gate and every test tier (wha
 unit: venv ## Unit tests (no network)
 	$(PYTEST) tests/unit -m unit -q
 
-integration: venv browser-deps ## Handlers, adapters and local cloud parts against moto
+integration: venv $(SAM_VENV)/.installed browser-deps ## Handlers, adapters and local cloud parts against moto (and SAM CLI's env resolution)
 	$(PYTEST) tests/integration -m integration -q
 
 spark: venv system-deps ## PySpark jobs on a local[2] session

@@ -24,7 +24,7 @@ from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
 
 from lethe.localcloud.template import load_template
 from lethe_shared.approval import is_approval_id, parse_decision_form
-from lethe_shared.config import Settings, load_settings
+from lethe_shared.config import ENDPOINT_OVERRIDE, Settings, load_settings
 from lethe_shared.erasure import ErasureRequestError, ErasureStatus, parse_request_body
 from lethe_shared.errors import DatasetValidationError, MalformedEventError
 from lethe_shared.object_events import EventKind
@@ -162,6 +162,9 @@ def test_env_json_gives_every_function_every_variable_of_the_template() -> None:
     assert set(env) == set(template_functions())
     for logical_id, variables in env.items():
         assert set(variables) == template_environment(logical_id), logical_id
+        # LETHE_ENDPOINT_URL is empty, as deployed; `lethe local sam-env` writes the file that
+        # sets it to the local cloud's endpoint
+        assert variables.pop(ENDPOINT_OVERRIDE) == "", logical_id
         assert all(isinstance(value, str) and value for value in variables.values()), logical_id
 
 

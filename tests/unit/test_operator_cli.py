@@ -25,6 +25,7 @@ from lethe.commands import (
     UsageError,
     dlq,
 )
+from lethe.commands.local import sam_env_vars
 from lethe.progress import Waiting
 from lethe_shared.catalog import CatalogItem, ObjectStatus, Zone
 from lethe_shared.ingestion import IngestionGroup, plan_groups
@@ -326,3 +327,16 @@ def test_a_rerun_has_its_own_name_and_the_same_input() -> None:
     }
     assert rerun.manifest() == first.manifest()
     assert IngestionGroup(items=rerun.items, rerun="20261122T100000Z").name == rerun.name
+
+
+def test_sam_env_sets_the_endpoint_for_every_function_and_keeps_their_variables() -> None:
+    state = {
+        "endpoint_url": "http://127.0.0.1:4566",
+        "function_environments": {"B": {"STAGE": "local"}, "A": {"STAGE": "local", "X": "1"}},
+    }
+    assert sam_env_vars(state) == {
+        "A": {"STAGE": "local", "X": "1", "LETHE_ENDPOINT_URL": "http://127.0.0.1:4566"},
+        "B": {"STAGE": "local", "LETHE_ENDPOINT_URL": "http://127.0.0.1:4566"},
+    }
+    with pytest.raises(CommandError, match="no function environments; restart it"):
+        sam_env_vars({"endpoint_url": "http://127.0.0.1:4566"})

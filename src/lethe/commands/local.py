@@ -78,6 +78,16 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     mail.set_defaults(func=local_mail)
 
+    sam_env = commands.add_parser(
+        "sam-env",
+        help="an --env-vars file for `sam local invoke` against this local cloud",
+        description="Prints, for every function, the variables the template declares with the "
+        "values this local cloud deployed, and LETHE_ENDPOINT_URL set to its endpoint: the "
+        "--env-vars file that sends a `sam local invoke` to this local cloud (events/README.md).",
+    )
+    _state_file_argument(sam_env)
+    sam_env.set_defaults(func=local_sam_env)
+
 
 def _state_file_argument(parser: argparse.ArgumentParser) -> None:
     default = os.environ.get("LETHE_STATE_FILE")
@@ -289,4 +299,31 @@ def local_mail(args: argparse.Namespace) -> int:
             f"--state-file {args.state_file}` tells whether it runs"
         ) from None
     print(json.dumps(items, indent=2) if args.json else summary(items))
+    return 0
+
+
+# ---------------------------------------------------------------------------------- sam-env
+
+
+def sam_env_vars(state: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """`sam local invoke --env-vars` for the local cloud of `state`: per logical id, the
+    function's variables as deployed there, with LETHE_ENDPOINT_URL set to its endpoint
+    (lethe_shared.config.apply_endpoint_override). SAM CLI passes only declared variables, and
+    the template declares LETHE_ENDPOINT_URL (empty) for every function."""
+    from lethe_shared.config import ENDPOINT_OVERRIDE  # noqa: PLC0415 - pydantic: when used
+
+    environments = state.get("function_environments")
+    if not environments:
+        raise CommandError(
+            "this local cloud's state has no function environments; restart it with this "
+            "version of lethe (`lethe local down` then `lethe local up --detach`)"
+        )
+    return {
+        logical_id: {**variables, ENDPOINT_OVERRIDE: str(state["endpoint_url"])}
+        for logical_id, variables in sorted(environments.items())
+    }
+
+
+def local_sam_env(args: argparse.Namespace) -> int:
+    print(json.dumps(sam_env_vars(running_state(args.state_file.resolve())), indent=2))
     return 0

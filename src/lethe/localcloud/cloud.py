@@ -503,6 +503,11 @@ class LocalCloud:
             "stack_name": self.stack_name,
             "parameters": dict(deployment.parameters),
             "not_created": dict(deployment.not_created),
+            # each function's template variables as deployed here (`lethe local sam-env`)
+            "function_environments": {
+                logical_id: dict(spec.environment)
+                for logical_id, spec in sorted(deployment.functions.items())
+            },
             "sqs_event_sources": {
                 "max_batching_window_seconds": self.max_batching_window,
                 "retry_seconds": self.sqs_retry_seconds,
