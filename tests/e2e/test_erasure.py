@@ -16,6 +16,7 @@ import json
 import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
@@ -350,3 +351,83 @@ def test_trace_of_the_request_id_finds_its_execution_and_its_spark_jobs(
     assert any(f"[erasure-{request_id}]" in t for t in texts)  # the Spark jobs' lines
     # the story's lines carry hashes only: no raw subject id of the request
     assert not any(subject in t for t in texts for subject in ERASED)
+
+
+def _lake_subjects(cloud: LocalCloud) -> set[str]:
+    """Every subject id the lake holds now, read from the subject columns of every dataset's
+    current lake Parquet objects (so other e2e modules' subjects are swept too when they ran)."""
+    s3, lake = cloud.client("s3"), cloud.outputs["LakeBucketName"]
+    datasets = json.loads(_cli(cloud, "datasets", "list", "--json").stdout)
+    found: set[str] = set()
+    for dataset in datasets:
+        columns = [str(c) for c in dataset["subject_columns"]]
+        pages = s3.get_paginator("list_objects_v2").paginate(
+            Bucket=lake, Prefix=f"{dataset['dataset_id']}/"
+        )
+        for page in pages:
+            for obj in page.get("Contents", []):
+                if not obj["Key"].endswith(".parquet"):
+                    continue
+                body = s3.get_object(Bucket=lake, Key=obj["Key"])["Body"].read()
+                table = pq.read_table(io.BytesIO(body))
+                for column in columns:
+                    head, *path = column.split(".")
+                    if head not in table.column_names:
+                        continue
+                    for row in table.column(head).to_pylist():
+                        value = row
+                        for part in path:
+                            value = value.get(part) if isinstance(value, dict) else None
+                        if isinstance(value, str) and len(value) >= 4:
+                            found.add(value)
+    return found
+
+
+def _swept_texts(cloud: LocalCloud, erased: dict[str, Any]) -> dict[str, str]:
+    """Every record Lethe keeps or sends about the scenario, as text, by where it came from:
+    log lines, state machine histories, emails, reports (manifests, certificates), DynamoDB
+    items and the SNS and EventBridge messages it published."""
+    texts: dict[str, str] = {}
+    logs_dir = cloud.state["logs_dir"]
+    for path in sorted(Path(logs_dir).glob("*.log")):
+        if path.name != "moto.log":  # the emulator's wire log: uploads carry the data itself
+            texts[f"log {path.name}"] = path.read_text(encoding="utf-8", errors="replace")
+    sfn = cloud.client("stepfunctions")
+    for output, machine in cloud.outputs.items():
+        if not output.endswith("StateMachineArn"):
+            continue
+        for execution in sfn.list_executions(stateMachineArn=machine)["executions"]:
+            history = sfn.get_execution_history(executionArn=execution["executionArn"])
+            texts[f"history {execution['name']}"] = json.dumps(history["events"], default=str)
+    texts["mail"] = _cli(cloud, "local", "mail", "--json").stdout
+    s3, reports = cloud.client("s3"), cloud.outputs["ReportsBucketName"]
+    for page in s3.get_paginator("list_object_versions").paginate(Bucket=reports):
+        for v in page.get("Versions", []):
+            body = s3.get_object(Bucket=reports, Key=v["Key"], VersionId=v["VersionId"])
+            texts[f"report {v['Key']}"] = _texts(v["Key"], body["Body"].read())
+    dynamodb = cloud.client("dynamodb")
+    for name in dynamodb.list_tables()["TableNames"]:
+        items = dynamodb.get_paginator("scan").paginate(TableName=name)
+        texts[f"table {name}"] = json.dumps([i for page in items for i in page["Items"]])
+    texts["sns"] = json.dumps(erased["sns"])
+    texts["eventbridge"] = json.dumps(erased["events"])
+    return texts
+
+
+def test_privacy_sweep_no_raw_subject_id_outside_the_data(
+    ingested: LocalCloud, erased: dict[str, Any]
+) -> None:
+    """Issue 11, privacy: after the scenario (uploads, an approved erasure, a rejected one),
+    no log line, history, email, report, certificate, audit record, DynamoDB item or published
+    message holds a raw subject id of it; the data buckets are the only place they live."""
+    subjects = {*ERASED, KEPT, *_lake_subjects(ingested)}
+    texts = _swept_texts(ingested, erased)
+
+    assert KEPT in _lake_subjects(ingested)  # the sweep's subject list is real
+    assert len(texts) > 20
+    assert any(k.startswith("history erasure-") for k in texts)
+    assert any(k.startswith("report ") for k in texts)
+    leaks = sorted(
+        (where, subject) for where, text in texts.items() for subject in subjects if subject in text
+    )
+    assert leaks == []
