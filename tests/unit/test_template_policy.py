@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import re
 import shlex
 import tomllib
 from collections.abc import Callable, Iterator
@@ -16,7 +17,16 @@ from typing import Any
 import pytest
 
 from lethe.localcloud.template import REPO_ROOT, TEMPLATE_PATH, load_template, translate
-from tests.unit.template_rules import Template, first_of, properties_of, resources_of
+from tests.unit.template_rules import (
+    LAMBDA_ARCHITECTURES,
+    LAMBDA_RUNTIME,
+    Template,
+    first_of,
+    function_settings,
+    properties_of,
+    requirement_pins,
+    resources_of,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -24,6 +34,9 @@ NO_VALUE = {"Ref": "AWS::NoValue"}
 LOG_RETENTION = {"Ref": "LogRetentionDays"}
 AWS_MANAGED_ALIASES = ("alias/aws/sns", "alias/aws/sqs")
 FUNCTION_TYPES = ("AWS::Serverless::Function", "AWS::Lambda::Function")
+LAYER_TYPES = ("AWS::Serverless::LayerVersion", "AWS::Lambda::LayerVersion")
+# The Lambda test tier's lock: what `make lambda-tests` installs on the runtime's Python.
+LAMBDA_LOCK = "requirements/lambda.lock"
 STATE_MACHINE_TYPES = ("AWS::Serverless::StateMachine", "AWS::StepFunctions::StateMachine")
 RETAINED_TYPES = (
     "AWS::S3::Bucket",
@@ -194,6 +207,73 @@ def mappings_above_reserved_concurrency(template: Template) -> list[str]:
         if not reservable or int(maximum) >= min(reservable):
             offenders.append(f"{lid} (MaximumConcurrency {maximum}, reservable {reservable})")
     return offenders
+
+
+def functions_off_the_lambda_runtime(template: Template) -> list[str]:
+    """Every function runs on LAMBDA_RUNTIME on arm64 (its own setting or Globals.Function)."""
+    offenders = []
+    for lid in resources_of(template, *FUNCTION_TYPES):
+        settings = function_settings(template, lid)
+        if settings.get("Runtime") != LAMBDA_RUNTIME:
+            offenders.append(f"{lid}: Runtime {settings.get('Runtime')!r}, not {LAMBDA_RUNTIME}")
+        architectures = settings.get("Architectures")
+        if architectures != LAMBDA_ARCHITECTURES:
+            offenders.append(f"{lid}: Architectures {architectures!r}, not {LAMBDA_ARCHITECTURES}")
+    return offenders
+
+
+def layers_off_the_lambda_runtime(template: Template) -> list[str]:
+    """Every layer is built for LAMBDA_RUNTIME on arm64 and declares only that runtime and
+    architecture (a layer of another runtime or architecture would not load its binaries)."""
+    offenders = []
+    for lid, resource in resources_of(template, *LAYER_TYPES).items():
+        props = properties_of(resource)
+        expected: dict[str, Any] = {
+            "CompatibleRuntimes": [LAMBDA_RUNTIME],
+            "CompatibleArchitectures": LAMBDA_ARCHITECTURES,
+        }
+        if resource["Type"] == "AWS::Serverless::LayerVersion":
+            metadata = resource.get("Metadata") or {}
+            props = {**props, **{k: metadata.get(k) for k in ("BuildMethod", "BuildArchitecture")}}
+            expected |= {
+                "BuildMethod": LAMBDA_RUNTIME,
+                "BuildArchitecture": LAMBDA_ARCHITECTURES[0],
+            }
+        for key, value in expected.items():
+            if props.get(key) != value:
+                offenders.append(f"{lid}: {key} {props.get(key)!r}, not {value!r}")
+    return offenders
+
+
+def layer_pins_untested(template: Template, root: Path) -> list[str]:
+    """Each layer's requirements.txt pins exactly what the Lambda test tier installs
+    (requirements/lambda.lock, frozen from a venv of the runtime's Python), and the Makefile
+    runs that tier, and sam build, with the runtime's Python: so the layer's pyarrow is a
+    release with wheels for the runtime's Python, tested there."""
+    problems = []
+    lock_path = root / LAMBDA_LOCK
+    lock = requirement_pins(lock_path.read_text()) if lock_path.exists() else {}
+    if not lock:
+        problems.append(f"{LAMBDA_LOCK}: missing or empty")
+    for lid, resource in resources_of(template, "AWS::Serverless::LayerVersion").items():
+        content = properties_of(resource).get("ContentUri")
+        requirements = root / str(content) / "requirements.txt"
+        if not isinstance(content, str) or not requirements.exists():
+            continue
+        for name, version in requirement_pins(requirements.read_text()).items():
+            if lock.get(name) != version:
+                problems.append(
+                    f"{lid}: {content}requirements.txt pins {name}=={version},"
+                    f" {LAMBDA_LOCK} has {lock.get(name)}"
+                )
+    makefile = (root / "Makefile").read_text()
+    minor = re.search(r"^LAMBDA_PYTHON_VERSION := (\S+)$", makefile, re.MULTILINE)
+    if minor is None or f"python{minor.group(1)}" != LAMBDA_RUNTIME:
+        problems.append(f"Makefile: LAMBDA_PYTHON_VERSION is not {LAMBDA_RUNTIME}'s")
+    machine = re.search(r"^LAMBDA_MACHINE := (\S+)$", makefile, re.MULTILINE)
+    if machine is None or {"aarch64": "arm64"}.get(machine.group(1)) != LAMBDA_ARCHITECTURES[0]:
+        problems.append(f"Makefile: LAMBDA_MACHINE is not that of {LAMBDA_ARCHITECTURES[0]}")
+    return problems
 
 
 def functions_without_log_group(template: Template) -> list[str]:
@@ -401,6 +481,8 @@ CHECKS: dict[str, Callable[[Template], list[str]]] = {
     "topics_without_customer_key": topics_without_customer_key,
     "unconditional_reserved_concurrency": unconditional_reserved_concurrency,
     "mappings_above_reserved_concurrency": mappings_above_reserved_concurrency,
+    "functions_off_the_lambda_runtime": functions_off_the_lambda_runtime,
+    "layers_off_the_lambda_runtime": layers_off_the_lambda_runtime,
     "functions_without_log_group": functions_without_log_group,
     "state_machines_without_retained_logs": state_machines_without_retained_logs,
     "log_groups_with_fixed_retention": log_groups_with_fixed_retention,
@@ -423,6 +505,11 @@ def template() -> Template:
 def test_template_keeps_the_deploy_policy(template: Template, check: str) -> None:
     offenders = CHECKS[check](template)
     assert offenders == [], f"{check}: {offenders}"
+
+
+def test_layers_pin_what_the_lambda_tier_tests(template: Template) -> None:
+    problems = layer_pins_untested(template, REPO_ROOT)
+    assert problems == [], problems
 
 
 def test_samconfig_deploys_with_capability_iam(template: Template) -> None:
@@ -470,6 +557,17 @@ def _break_reserved(t: Template) -> str:
 def _break_mappings(t: Template) -> str:
     lid = first_of(t, "AWS::Lambda::EventSourceMapping")
     _set(t, lid, ScalingConfig={"MaximumConcurrency": 1000})
+    return lid
+
+
+def _break_runtime(t: Template) -> str:
+    t["Globals"]["Function"]["Runtime"] = "python3.11"
+    return first_of(t, *FUNCTION_TYPES)
+
+
+def _break_layers(t: Template) -> str:
+    lid = first_of(t, *LAYER_TYPES)
+    _set(t, lid, CompatibleRuntimes=["python3.11"])
     return lid
 
 
@@ -527,6 +625,8 @@ BREAKERS: dict[str, Callable[[Template], str]] = {
     "topics_without_customer_key": _break_topics,
     "unconditional_reserved_concurrency": _break_reserved,
     "mappings_above_reserved_concurrency": _break_mappings,
+    "functions_off_the_lambda_runtime": _break_runtime,
+    "layers_off_the_lambda_runtime": _break_layers,
     "functions_without_log_group": _break_function_logs,
     "state_machines_without_retained_logs": _break_state_machine_logs,
     "log_groups_with_fixed_retention": _break_log_groups,
@@ -559,6 +659,50 @@ def test_samconfig_check_names_unknown_parameters(template: Template, tmp_path: 
     assert any("NoSuchParameter" in p for p in problems), problems
     assert any("capabilities" in p for p in problems), problems
     assert any("resolve_s3" in p for p in problems), problems
+
+
+def test_a_function_back_on_x86_64_or_its_own_runtime_is_named(template: Template) -> None:
+    broken = copy.deepcopy(template)
+    first, second = sorted(resources_of(broken, *FUNCTION_TYPES))[:2]
+    _set(broken, first, Architectures=["x86_64"])
+    _set(broken, second, Runtime="python3.12")
+    assert sorted(functions_off_the_lambda_runtime(broken)) == [
+        f"{first}: Architectures ['x86_64'], not ['arm64']",
+        f"{second}: Runtime 'python3.12', not python3.13",
+    ]
+
+
+def test_a_layer_built_for_x86_64_is_named(template: Template) -> None:
+    broken = copy.deepcopy(template)
+    lid = first_of(broken, "AWS::Serverless::LayerVersion")
+    broken["Resources"][lid]["Metadata"].pop("BuildArchitecture")
+    assert layers_off_the_lambda_runtime(broken) == [f"{lid}: BuildArchitecture None, not 'arm64'"]
+
+
+def _repo_copy(root: Path) -> Path:
+    for name in ("Makefile", LAMBDA_LOCK, "layers/arrow/requirements.txt"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text((REPO_ROOT / name).read_text())
+    return root
+
+
+def test_a_layer_pin_the_tier_does_not_test_is_named(template: Template, tmp_path: Path) -> None:
+    root = _repo_copy(tmp_path)
+    assert layer_pins_untested(template, root) == []
+    requirements = root / "layers/arrow/requirements.txt"
+    requirements.write_text(re.sub(r"pyarrow==\S+", "pyarrow==20.0.0", requirements.read_text()))
+    makefile = root / "Makefile"
+    makefile.write_text(
+        makefile.read_text().replace(
+            "LAMBDA_PYTHON_VERSION := 3.13", "LAMBDA_PYTHON_VERSION := 3.11"
+        )
+    )
+    problems = layer_pins_untested(template, root)
+    assert any(
+        p.startswith("ArrowLayer: layers/arrow/requirements.txt pins pyarrow==20.0.0")
+        for p in problems
+    ), problems
+    assert "Makefile: LAMBDA_PYTHON_VERSION is not python3.13's" in problems
 
 
 def test_a_certificate_signing_key_must_be_retained(template: Template) -> None:
