@@ -277,15 +277,89 @@ def layer_pins_untested(template: Template, root: Path) -> list[str]:
 
 
 def functions_without_log_group(template: Template) -> list[str]:
-    groups = resources_of(template, "AWS::Logs::LogGroup").values()
+    """Every function logs (LoggingConfig.LogGroup) to a log group of this template that keeps
+    LogRetentionDays, its own, never named /aws/lambda/...: Lambda creates that name itself for
+    a function without LoggingConfig, so declaring it fails on a stack whose functions ran.
+    JSON format, and an application log level equal to Powertools' (Lambda drops JSON lines
+    below it). The roles SAM generates may write to it (AWSLambdaBasicExecutionRole)."""
+    groups = resources_of(template, "AWS::Logs::LogGroup")
+    globals_config = template.get("Globals", {}).get("Function", {}).get("LoggingConfig") or {}
+    variables = template.get("Globals", {}).get("Function", {}).get("Environment", {})
+    powertools_level = variables.get("Variables", {}).get("POWERTOOLS_LOG_LEVEL")
+    translated = _translated(template)
     offenders = []
+    users: dict[str, list[str]] = {}
     for lid in resources_of(template, *FUNCTION_TYPES):
-        name = {"Fn::Sub": f"/aws/lambda/${{{lid}}}"}
-        matching = [g for g in groups if properties_of(g).get("LogGroupName") == name]
-        if not matching:
-            offenders.append(f"{lid}: no AWS::Logs::LogGroup named /aws/lambda/${{{lid}}}")
-        elif any(properties_of(g).get("RetentionInDays") != LOG_RETENTION for g in matching):
+        config = {
+            **globals_config,
+            **(properties_of(template["Resources"][lid]).get("LoggingConfig") or {}),
+        }
+        target = config.get("LogGroup")
+        group = target.get("Ref") if isinstance(target, dict) else None
+        if group not in groups:
+            offenders.append(
+                f"{lid}: LoggingConfig.LogGroup {target!r} is no log group of this template"
+            )
+            continue
+        users.setdefault(group, []).append(lid)
+        props = properties_of(groups[group])
+        if props.get("RetentionInDays") != LOG_RETENTION:
             offenders.append(f"{lid}: its log group's RetentionInDays is not LogRetentionDays")
+        if "/aws/lambda/" in "".join(_strings(props.get("LogGroupName"))):
+            offenders.append(f"{lid}: its log group is named like the one Lambda creates itself")
+        if (
+            config.get("LogFormat") != "JSON"
+            or config.get("ApplicationLogLevel") != powertools_level
+        ):
+            offenders.append(f"{lid}: LoggingConfig is not JSON at POWERTOOLS_LOG_LEVEL")
+        role = function_settings(translated, lid).get("Role", {})
+        role_id = role.get("Fn::GetAtt", [None])[0] if isinstance(role, dict) else None
+        managed = str(
+            properties_of(translated["Resources"].get(str(role_id), {})).get("ManagedPolicyArns")
+        )
+        if "AWSLambdaBasicExecutionRole" not in managed:
+            offenders.append(
+                f"{lid}: role {role_id} lacks AWSLambdaBasicExecutionRole (log writes)"
+            )
+    offenders += [
+        f"{', '.join(sorted(lids))}: share log group {group}"
+        for group, lids in users.items()
+        if len(lids) > 1
+    ]
+    return offenders
+
+
+def api_stages_without_retained_logs(template: Template) -> list[str]:
+    """Each REST API stage that logs executions has its execution log group
+    (API-Gateway-Execution-Logs_<api id>/<stage>) declared with LogRetentionDays and created
+    before the stage (else API Gateway creates it, kept forever, and the declared one fails);
+    its access logs go to a log group of this template with LogRetentionDays."""
+    translated = _translated(template)
+    groups = resources_of(translated, "AWS::Logs::LogGroup")
+    offenders = []
+    for stage, resource in resources_of(translated, "AWS::ApiGateway::Stage").items():
+        props = properties_of(resource)
+        api = props.get("RestApiId", {}).get("Ref")
+        stage_name = props.get("StageName", {})
+        stage_ref = stage_name.get("Ref") if isinstance(stage_name, dict) else None
+        name = {"Fn::Sub": f"API-Gateway-Execution-Logs_${{{api}}}/${{{stage_ref}}}"}
+        logging = [
+            m for m in props.get("MethodSettings", []) if m.get("LoggingLevel", "OFF") != "OFF"
+        ]
+        execution = [g for g, r in groups.items() if properties_of(r).get("LogGroupName") == name]
+        if logging and not execution:
+            offenders.append(f"{stage}: no AWS::Logs::LogGroup named {name['Fn::Sub']}")
+        for group in execution:
+            if properties_of(groups[group]).get("RetentionInDays") != LOG_RETENTION:
+                offenders.append(f"{stage}: execution log group {group} lacks LogRetentionDays")
+            if group not in _dependencies(translated, stage):
+                offenders.append(f"{stage}: created without waiting for {group}")
+        arn = props.get("AccessLogSetting", {}).get("DestinationArn")
+        access = arn.get("Fn::GetAtt", [None])[0] if isinstance(arn, dict) else None
+        if arn is None or access not in groups:
+            offenders.append(f"{stage}: access logs {arn!r} go to no log group of this template")
+        elif properties_of(groups[access]).get("RetentionInDays") != LOG_RETENTION:
+            offenders.append(f"{stage}: access log group {access} lacks LogRetentionDays")
     return offenders
 
 
@@ -484,6 +558,7 @@ CHECKS: dict[str, Callable[[Template], list[str]]] = {
     "functions_off_the_lambda_runtime": functions_off_the_lambda_runtime,
     "layers_off_the_lambda_runtime": layers_off_the_lambda_runtime,
     "functions_without_log_group": functions_without_log_group,
+    "api_stages_without_retained_logs": api_stages_without_retained_logs,
     "state_machines_without_retained_logs": state_machines_without_retained_logs,
     "log_groups_with_fixed_retention": log_groups_with_fixed_retention,
     "data_resources_not_retained": data_resources_not_retained,
@@ -573,11 +648,13 @@ def _break_layers(t: Template) -> str:
 
 def _break_function_logs(t: Template) -> str:
     lid = first_of(t, *FUNCTION_TYPES)
-    name = {"Fn::Sub": f"/aws/lambda/${{{lid}}}"}
-    for group_id, group in list(resources_of(t, "AWS::Logs::LogGroup").items()):
-        if properties_of(group).get("LogGroupName") == name:
-            del t["Resources"][group_id]
+    t["Resources"][lid]["Properties"].pop("LoggingConfig")
     return lid
+
+
+def _break_api_logs(t: Template) -> str:
+    t["Resources"]["LetheApi"]["Properties"].pop("Tags")  # the stage no longer waits for it
+    return "ApiExecutionLogGroup"
 
 
 def _break_state_machine_logs(t: Template) -> str:
@@ -628,6 +705,7 @@ BREAKERS: dict[str, Callable[[Template], str]] = {
     "functions_off_the_lambda_runtime": _break_runtime,
     "layers_off_the_lambda_runtime": _break_layers,
     "functions_without_log_group": _break_function_logs,
+    "api_stages_without_retained_logs": _break_api_logs,
     "state_machines_without_retained_logs": _break_state_machine_logs,
     "log_groups_with_fixed_retention": _break_log_groups,
     "data_resources_not_retained": _break_retention,
@@ -677,6 +755,33 @@ def test_a_layer_built_for_x86_64_is_named(template: Template) -> None:
     lid = first_of(broken, "AWS::Serverless::LayerVersion")
     broken["Resources"][lid]["Metadata"].pop("BuildArchitecture")
     assert layers_off_the_lambda_runtime(broken) == [f"{lid}: BuildArchitecture None, not 'arm64'"]
+
+
+def test_a_function_logging_to_lambdas_own_group_or_below_powertools_is_named(
+    template: Template,
+) -> None:
+    broken = copy.deepcopy(template)
+    first, second, third = sorted(resources_of(broken, *FUNCTION_TYPES))[:3]
+    group = broken["Resources"][first]["Properties"]["LoggingConfig"]["LogGroup"]["Ref"]
+    _set(broken, group, LogGroupName={"Fn::Sub": f"/aws/lambda/${{{first}}}"})
+    broken["Resources"][second]["Properties"]["LoggingConfig"]["ApplicationLogLevel"] = "WARN"
+    broken["Resources"][third]["Properties"]["LoggingConfig"]["LogGroup"] = {"Ref": group}
+    assert sorted(functions_without_log_group(broken)) == sorted(
+        [
+            f"{first}: its log group is named like the one Lambda creates itself",
+            f"{third}: its log group is named like the one Lambda creates itself",
+            f"{second}: LoggingConfig is not JSON at POWERTOOLS_LOG_LEVEL",
+            f"{first}, {third}: share log group {group}",
+        ]
+    )
+
+
+def test_an_api_stage_without_its_execution_log_group_is_named(template: Template) -> None:
+    broken = copy.deepcopy(template)
+    del broken["Resources"]["ApiExecutionLogGroup"]
+    broken["Resources"]["LetheApi"]["Properties"].pop("Tags")
+    (problem,) = api_stages_without_retained_logs(broken)
+    assert problem.startswith("LetheApiStage: no AWS::Logs::LogGroup named API-Gateway-Execution")
 
 
 def _repo_copy(root: Path) -> Path:
