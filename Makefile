@@ -67,7 +67,7 @@ $(CHECKOV_VENV)/.installed: requirements/checkov.lock
 tools: $(SAM_VENV)/.installed $(CHECKOV_VENV)/.installed ## Create the SAM CLI and checkov venvs
 
 .PHONY: lambda-python
-lambda-python: ## Check that Python $(LAMBDA_PYTHON_VERSION) (the Lambda runtime's) is installed
+lambda-python: ## Find the Lambda runtime's Python (LAMBDA_PYTHON_VERSION); fail with a message when missing
 	@if [ -z "$(LAMBDA_PYTHON)" ]; then \
 	  echo "Python $(LAMBDA_PYTHON_VERSION) not found: the Lambda runtime is python$(LAMBDA_PYTHON_VERSION) (template.yaml)," \
 	    "and make lambda-tests and make sam-build need that interpreter. Looked for python$(LAMBDA_PYTHON_VERSION)" \
