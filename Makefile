@@ -10,6 +10,17 @@ VENV := .venv
 BIN := $(VENV)/bin
 SAM_VENV := .venv-sam
 CHECKOV_VENV := .venv-checkov
+LAMBDA_VENV := .venv-lambda
+# The Lambda runtime's Python minor version (template.yaml Globals Runtime: python3.13). It builds
+# the layers (`sam build` without a container needs that interpreter) and runs the Lambda test
+# tier. LAMBDA_PYTHON is the first of python3.13 on PATH and pyenv's 3.13.* that really is 3.13
+# (a pyenv shim whose version is not selected fails the check); override it to use another.
+LAMBDA_PYTHON_VERSION := 3.13
+# The machine name of template.yaml's Architectures: [arm64].
+LAMBDA_MACHINE := aarch64
+LAMBDA_PYTHON ?= $(shell for p in python$(LAMBDA_PYTHON_VERSION) $$HOME/.pyenv/versions/$(LAMBDA_PYTHON_VERSION).*/bin/python$(LAMBDA_PYTHON_VERSION); do \
+  "$$p" -c 'import sys; v = "%d.%d" % sys.version_info[:2]; v == "$(LAMBDA_PYTHON_VERSION)" or sys.exit(1); print(sys.executable)' 2>/dev/null && break; \
+  done; true)
 BUILD := .build
 PIP_VERSION := 25.3
 
@@ -55,6 +66,23 @@ $(CHECKOV_VENV)/.installed: requirements/checkov.lock
 
 tools: $(SAM_VENV)/.installed $(CHECKOV_VENV)/.installed ## Create the SAM CLI and checkov venvs
 
+.PHONY: lambda-python
+lambda-python: ## Find the Lambda runtime's Python (LAMBDA_PYTHON_VERSION); fail with a message when missing
+	@if [ -z "$(LAMBDA_PYTHON)" ]; then \
+	  echo "Python $(LAMBDA_PYTHON_VERSION) not found: the Lambda runtime is python$(LAMBDA_PYTHON_VERSION) (template.yaml)," \
+	    "and make lambda-tests and make sam-build need that interpreter. Looked for python$(LAMBDA_PYTHON_VERSION)" \
+	    "on PATH and in ~/.pyenv/versions/$(LAMBDA_PYTHON_VERSION).*; install it or set LAMBDA_PYTHON=/path/to/python$(LAMBDA_PYTHON_VERSION)." >&2; \
+	  exit 1; \
+	fi
+	@echo "Lambda runtime Python: $(LAMBDA_PYTHON)"
+
+# The Lambda test tier's venv, on the runtime's Python minor version (requirements/lambda.in).
+$(LAMBDA_VENV)/.installed: requirements/lambda.lock | lambda-python
+	$(LAMBDA_PYTHON) -m venv $(LAMBDA_VENV)
+	$(LAMBDA_VENV)/bin/pip install --quiet --disable-pip-version-check --upgrade pip==$(PIP_VERSION)
+	$(LAMBDA_VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements/lambda.lock
+	touch $@
+
 browser-deps: ## Debian's Chromium for the approval page's browser tests (Playwright never downloads one)
 	@if ! command -v chromium >/dev/null; then \
 	  echo "chromium not found: installing Debian's chromium"; \
@@ -97,18 +125,29 @@ cfn-lint: venv ## cfn-lint on the SAM-translated template (.cfnlintrc lists the 
 checkov: $(CHECKOV_VENV)/.installed ## checkov on template.yaml (skips are justified inline)
 	$(CHECKOV_VENV)/bin/checkov -f template.yaml --framework cloudformation --skip-download --quiet --compact
 
-sam-build: $(SAM_VENV)/.installed ## sam build (no container)
-	$(SAM_VENV)/bin/sam build --template template.yaml --build-dir .aws-sam/build --cached --cache-dir .aws-sam/cache
+# Without a container, sam build installs the layers' packages with the runtime's own Python
+# (python3.13 on PATH) and asks pip for cp313 manylinux wheels of the layer's BuildArchitecture.
+sam-build: $(SAM_VENV)/.installed lambda-python ## sam build (no container), with the Lambda runtime's Python
+	PATH="$(dir $(LAMBDA_PYTHON)):$$PATH" $(SAM_VENV)/bin/sam build --template template.yaml --build-dir .aws-sam/build --cached --cache-dir .aws-sam/cache
+	PYTHONPATH=src $(LAMBDA_PYTHON) -m lethe.lambda_build .aws-sam/build --python $(LAMBDA_PYTHON_VERSION) --arch $(LAMBDA_MACHINE)
 
 # ------------------------------------------------------------------ tests
-.PHONY: test unit integration spark sfn e2e
-test: lint unit integration spark sfn e2e ## Every gate and every test tier (what CI runs)
+.PHONY: test unit integration lambda-tests spark sfn e2e
+test: lint unit integration lambda-tests spark sfn e2e ## Every gate and every test tier (what CI runs)
 
 unit: venv ## Unit tests (no network)
 	$(PYTEST) tests/unit -m unit -q
 
 integration: venv $(SAM_VENV)/.installed browser-deps ## Handlers, adapters and local cloud parts against moto (and SAM CLI's env resolution)
 	$(PYTEST) tests/integration -m integration -q
+
+# The test modules marked lambda_runtime (handlers with moto, lethe_shared), run again under the
+# Lambda runtime's Python minor version with the layers' pins. They are found by their marker:
+# the other modules of tests/ import pyspark or the local cloud, which that venv does not have.
+LAMBDA_TEST_FILES = $(shell grep -l 'pytest.mark.lambda_runtime' tests/unit/test_*.py tests/integration/test_*.py)
+lambda-tests: $(LAMBDA_VENV)/.installed ## Handler and lethe_shared tests on the Lambda runtime's Python (.venv-lambda)
+	$(LAMBDA_VENV)/bin/python -c 'import sys; v = "%d.%d" % sys.version_info[:2]; v == "$(LAMBDA_PYTHON_VERSION)" or sys.exit(f"$(LAMBDA_VENV) runs Python {v}, not $(LAMBDA_PYTHON_VERSION): rm -r $(LAMBDA_VENV)")'
+	$(LAMBDA_VENV)/bin/pytest -m lambda_runtime -q -p no:cacheprovider $(LAMBDA_TEST_FILES)
 
 spark: venv system-deps ## PySpark jobs on a local[2] session
 	$(PYTEST) tests/spark -m spark -q

@@ -9,17 +9,18 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 import pytest
 from moto import mock_aws
 from moto.core.config import default_user_config
-from moto.server import ThreadedMotoServer
 
-from lethe.localcloud.deployment import Endpoints
 from lethe.localcloud.template import load_template
 from tests.conftest import EVENTS_DIR
+
+if TYPE_CHECKING:
+    from lethe.localcloud.deployment import Endpoints
 
 REGION = "us-east-1"
 RAW = "lethe-local-raw-123456789012-us-east-1"
@@ -94,7 +95,14 @@ def handler_env(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
 def moto_server(account: str = "123456789012") -> Iterator[Endpoints]:
     """A moto server on 127.0.0.1 (free port) configured as the local cloud configures it:
     Lambda's Docker-free backend, state machines executed, MOTO_PORT pointing the Step Functions
-    interpreter at it."""
+    interpreter at it.
+
+    Imported here, not at the top: the handler tests of the Lambda tier (make lambda-tests) share
+    this conftest, and their venv has neither moto's server (Flask) nor the local cloud."""
+    from moto.server import ThreadedMotoServer  # noqa: PLC0415
+
+    from lethe.localcloud.deployment import Endpoints  # noqa: PLC0415
+
     patch = pytest.MonkeyPatch()
     patch.setitem(default_user_config["lambda"], "use_docker", False)
     patch.setitem(default_user_config["stepfunctions"], "execute_state_machine", True)

@@ -34,6 +34,8 @@ from lethe_shared.erasure import (
 from tests.conftest import FakeLambdaContext, load_function_module
 from tests.integration.conftest import REGION, create_table_from_template
 
+pytestmark = pytest.mark.lambda_runtime
+
 Event = Callable[[str], dict[str, Any]]
 SECRET = "u-SECRET-1001"
 RID = "er-20261122T100000Z-0a1b2c3d"  # events/approval_request_task.json

@@ -10,6 +10,8 @@ import pytest
 
 from tests.conftest import FakeLambdaContext, load_function_module
 
+pytestmark = pytest.mark.lambda_runtime
+
 Event = Callable[[str], dict[str, Any]]
 
 

@@ -22,6 +22,8 @@ from lethe_shared.subjects import hash_of_id
 from tests.conftest import REPO_ROOT, FakeLambdaContext, load_function_module
 from tests.integration.conftest import create_table_from_template
 
+pytestmark = pytest.mark.lambda_runtime
+
 Event = Callable[[str], dict[str, Any]]
 SECRET = "u-SECRET-1001"
 HASH_SECRET = "h" * 64

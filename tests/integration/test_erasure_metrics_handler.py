@@ -21,7 +21,7 @@ from lethe_shared.erasure import (
 from tests.conftest import FakeLambdaContext, load_function_module
 from tests.integration.conftest import create_table_from_template
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.lambda_runtime]
 
 SECRET = "u-SECRET-1001"
 

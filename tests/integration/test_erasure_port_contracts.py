@@ -27,6 +27,8 @@ from lethe_shared.erasure_workflow import S3Documents, StepFunctionsStarter
 from tests.fakes import MemoryApprovals, MemoryErasureRequests
 from tests.integration.conftest import create_table_from_template
 
+pytestmark = pytest.mark.lambda_runtime
+
 T0 = datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
 H1 = "1" * 64
 REPORTS = "lethe-local-reports-123456789012-us-east-1"

@@ -27,6 +27,8 @@ from lethe_shared.subjects import DynamoSubjectIndex, IndexEntry, hash_of_id
 from tests.conftest import FakeLambdaContext, load_function_module
 from tests.integration.conftest import LAKE, RAW, create_table_from_template
 
+pytestmark = pytest.mark.lambda_runtime
+
 Event = Callable[[str], dict[str, Any]]
 SECRET = "u-SECRET-1001"
 HASH_KEY = b"h" * 64

@@ -16,6 +16,8 @@ from lethe_shared.subjects import hash_of_id
 from tests.conftest import FakeLambdaContext, load_function_module
 from tests.integration.conftest import LAKE
 
+pytestmark = pytest.mark.lambda_runtime
+
 SECRET = "k" * 64
 KEY = "reviews/review_date=2026-11-22/part-external-0001.parquet"
 URL = f"s3://{LAKE}/{KEY}"

@@ -14,6 +14,8 @@ import pytest
 from lethe_shared.errors import ConfigurationError, MalformedEventError
 from tests.conftest import REPO_ROOT, FakeLambdaContext, load_function_module
 
+pytestmark = pytest.mark.lambda_runtime
+
 Event = Callable[[str], dict[str, Any]]
 RAW = "lethe-local-raw-123456789012-us-east-1"
 RAW_KEY = f"s3://{RAW}/reviews/2026/11/22/reviews-001.jsonl"

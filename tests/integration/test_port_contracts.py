@@ -25,6 +25,8 @@ from lethe_shared.subjects import DynamoSubjectIndex, EntryBatch, IndexEntry, Su
 from tests.fakes import MemoryCatalog, MemoryIndex, MemoryObjectStore
 from tests.integration.conftest import RAW
 
+pytestmark = pytest.mark.lambda_runtime
+
 URL = "s3://lake/reviews/p=1/part-a.parquet"
 OTHER = "s3://lake/reviews/p=2/part-b.parquet"
 

@@ -302,8 +302,10 @@ def test_every_log_group_keeps_log_retention_days(
         for lid, resource in translated_resources(stage, result.parameters["SparkEngine"]).items()
         if resource["Type"] == "AWS::Logs::LogGroup"
     ]
-    assert f"/aws/lambda/lethe-{stage}-object-events" in names
+    assert f"/lethe/{stage}/lambda/object-events" in names
     assert f"lethe-{stage}-spark" in names
+    api = result.physical_ids["LetheApi"]
+    assert f"API-Gateway-Execution-Logs_{api}/{stage}" in names
     for name in names:
         (group,) = logs.describe_log_groups(logGroupNamePrefix=name)["logGroups"]
         assert group["retentionInDays"] == days, name

@@ -12,6 +12,8 @@ from lethe_shared.errors import BucketVersioningError
 from lethe_shared.s3 import KeyState, S3ObjectStore, key_state, s3_url, split_s3_url
 from tests.integration.conftest import LAKE, RAW
 
+pytestmark = pytest.mark.lambda_runtime
+
 KEY = "reviews/a.csv"
 
 

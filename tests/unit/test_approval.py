@@ -16,6 +16,8 @@ from pydantic import ValidationError
 from lethe_shared import approval as ap
 from lethe_shared.errors import LetheError
 
+pytestmark = pytest.mark.lambda_runtime
+
 KEY = b"k" * 32
 OTHER_KEY = b"o" * 32
 BASE = "https://abc.execute-api.eu-west-1.amazonaws.com/Prod"

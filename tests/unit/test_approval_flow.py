@@ -49,6 +49,8 @@ from lethe_shared.erasure_workflow import (
 )
 from tests.fakes import MemoryApprovals, MemoryErasureRequests
 
+pytestmark = pytest.mark.lambda_runtime
+
 SIGNING_KEY = b"approval-signing-key-for-unit-tests-0123456789"
 HASH_KEY = b"k" * 32
 SECRET = "u-SECRET-1001"

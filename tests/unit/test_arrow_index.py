@@ -12,6 +12,8 @@ from lethe_shared.catalog import Zone
 from lethe_shared.datasets import parse_dataset
 from lethe_shared.subjects import hash_of_id, hash_of_keys
 
+pytestmark = pytest.mark.lambda_runtime
+
 KEY = b"k" * 32
 REF = ObjectRef(
     object_url="s3://lake/ds/part-1.parquet",

@@ -47,6 +47,8 @@ from lethe_shared.subjects import (
     subject_hash,
 )
 
+pytestmark = pytest.mark.lambda_runtime
+
 KEY = b"equality-test-key-0123456789abcdef"
 REF = ObjectRef(
     object_url="s3://lake/ds/part-1.parquet",

@@ -6,6 +6,8 @@ import pytest
 
 from lethe_shared.catalog import CatalogItem, ObjectStatus, Zone, latest, normalize_sequencer
 
+pytestmark = pytest.mark.lambda_runtime
+
 
 @pytest.mark.parametrize(
     ("earlier", "later"),

@@ -20,6 +20,8 @@ from pydantic import ValidationError
 from lethe_shared import certificate as cf
 from lethe_shared.errors import LetheError
 
+pytestmark = pytest.mark.lambda_runtime
+
 T0 = dt.datetime(2026, 11, 22, 10, 0, tzinfo=dt.UTC)
 H1 = hashlib.sha256(b"subject-1").hexdigest()
 H2 = hashlib.sha256(b"subject-2").hexdigest()

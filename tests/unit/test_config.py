@@ -8,6 +8,8 @@ from pydantic import Field
 from lethe_shared.config import Settings, apply_endpoint_override, load_settings
 from lethe_shared.errors import ConfigurationError
 
+pytestmark = pytest.mark.lambda_runtime
+
 
 class ExampleSettings(Settings):
     table: str = Field(alias="TABLE", min_length=1)

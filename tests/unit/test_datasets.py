@@ -9,6 +9,8 @@ import pytest
 from lethe_shared.datasets import Compression, DataFormat, parse_dataset, parse_type
 from lethe_shared.errors import DatasetValidationError
 
+pytestmark = pytest.mark.lambda_runtime
+
 CONTRACT_EXAMPLE: dict[str, Any] = {
     "dataset_id": "reviews",
     "format": "jsonl",

@@ -32,6 +32,8 @@ from lethe_shared.erasure_workflow import file_request
 from lethe_shared.subjects import hash_of_id, hash_of_keys
 from tests.fakes import MemoryErasureRequests
 
+pytestmark = pytest.mark.lambda_runtime
+
 KEY = b"k" * 32
 SECRET = "u-SECRET-1001"
 OTHER = "u-2002"

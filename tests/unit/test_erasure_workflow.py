@@ -52,6 +52,8 @@ from lethe_shared.subjects import IndexEntry, hash_of_id
 from tests import fakes
 from tests.fakes import MemoryErasureRequests, MemoryIndex, MemoryObjectStore
 
+pytestmark = pytest.mark.lambda_runtime
+
 KEY = b"k" * 32
 SECRET = "u-SECRET-1001"
 OTHER = "u-2002"

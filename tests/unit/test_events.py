@@ -30,6 +30,8 @@ from lethe_shared.errors import DatasetValidationError, MalformedEventError
 from lethe_shared.object_events import EventKind
 from tests.conftest import EVENTS_DIR, load_function_module
 
+pytestmark = pytest.mark.lambda_runtime
+
 RAW = "lethe-local-raw-123456789012-us-east-1"
 LAKE = "lethe-local-lake-123456789012-us-east-1"
 RID = "er-20261122T100000Z-0a1b2c3d"

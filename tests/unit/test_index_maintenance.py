@@ -9,6 +9,8 @@ from lethe_shared.index_maintenance import IndexAction, IndexMaintainer, index_e
 from lethe_shared.subjects import IndexEntry
 from tests.fakes import MemoryIndex, MemoryObjectStore, RecordingRequester
 
+pytestmark = pytest.mark.lambda_runtime
+
 LAKE, RAW = "lake", "raw"
 KEY = "reviews/review_date=2026-11-22/part-1.parquet"
 URL = f"s3://{LAKE}/{KEY}"

@@ -23,6 +23,8 @@ from lethe_shared.ingestion import (
     plan_groups,
 )
 
+pytestmark = pytest.mark.lambda_runtime
+
 RAW = "lethe-local-raw-123456789012-us-east-1"
 REPORTS = "lethe-local-reports-123456789012-us-east-1"
 REGION = "us-east-1"

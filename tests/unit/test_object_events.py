@@ -14,6 +14,8 @@ from lethe_shared.ingestion import ingestion_execution_name as execution_name
 from lethe_shared.object_events import EventKind, ObjectEvent, catalog_item_for, record_object_event
 from tests.fakes import MemoryCatalog, MemoryObjectStore, MemoryRegistry, RecordingStarter
 
+pytestmark = pytest.mark.lambda_runtime
+
 RAW, LAKE = "raw-bucket", "lake-bucket"
 BUCKETS = Buckets(raw=RAW, lake=LAKE)
 

@@ -28,6 +28,8 @@ from lethe_shared.ingestion import IngestionGroup, StartOutcome
 from tests.conftest import FakeLambdaContext, load_function_module
 from tests.fakes import MemoryCatalog, MemoryObjectStore, MemoryRegistry
 
+pytestmark = pytest.mark.lambda_runtime
+
 RAW = "lethe-local-raw-123456789012-us-east-1"
 LAKE = "lethe-local-lake-123456789012-us-east-1"
 REPORTS = "lethe-local-reports-123456789012-us-east-1"

@@ -16,6 +16,8 @@ from lethe_shared.errors import MalformedEventError
 from lethe_shared.object_events import EventKind
 from tests.conftest import load_function_module
 
+pytestmark = pytest.mark.lambda_runtime
+
 app = load_function_module("object_events")
 Loader = Callable[[str], dict[str, Any]]
 

@@ -14,7 +14,7 @@ from lethe_shared.erasure import ErasureRequest, ErasureStatus, HistoryEvent
 from lethe_shared.request_ages import awaiting_since, measure
 from tests.fakes import MemoryErasureRequests
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.lambda_runtime]
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 

@@ -24,6 +24,8 @@ from lethe_shared.subjects import (
     subject_hash,
 )
 
+pytestmark = pytest.mark.lambda_runtime
+
 KEY = b"k" * 32
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import re
 import shlex
 import tomllib
 from collections.abc import Callable, Iterator
@@ -16,7 +17,16 @@ from typing import Any
 import pytest
 
 from lethe.localcloud.template import REPO_ROOT, TEMPLATE_PATH, load_template, translate
-from tests.unit.template_rules import Template, first_of, properties_of, resources_of
+from tests.unit.template_rules import (
+    LAMBDA_ARCHITECTURES,
+    LAMBDA_RUNTIME,
+    Template,
+    first_of,
+    function_settings,
+    properties_of,
+    requirement_pins,
+    resources_of,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -24,6 +34,9 @@ NO_VALUE = {"Ref": "AWS::NoValue"}
 LOG_RETENTION = {"Ref": "LogRetentionDays"}
 AWS_MANAGED_ALIASES = ("alias/aws/sns", "alias/aws/sqs")
 FUNCTION_TYPES = ("AWS::Serverless::Function", "AWS::Lambda::Function")
+LAYER_TYPES = ("AWS::Serverless::LayerVersion", "AWS::Lambda::LayerVersion")
+# The Lambda test tier's lock: what `make lambda-tests` installs on the runtime's Python.
+LAMBDA_LOCK = "requirements/lambda.lock"
 STATE_MACHINE_TYPES = ("AWS::Serverless::StateMachine", "AWS::StepFunctions::StateMachine")
 RETAINED_TYPES = (
     "AWS::S3::Bucket",
@@ -196,16 +209,157 @@ def mappings_above_reserved_concurrency(template: Template) -> list[str]:
     return offenders
 
 
-def functions_without_log_group(template: Template) -> list[str]:
-    groups = resources_of(template, "AWS::Logs::LogGroup").values()
+def functions_off_the_lambda_runtime(template: Template) -> list[str]:
+    """Every function runs on LAMBDA_RUNTIME on arm64 (its own setting or Globals.Function)."""
     offenders = []
     for lid in resources_of(template, *FUNCTION_TYPES):
-        name = {"Fn::Sub": f"/aws/lambda/${{{lid}}}"}
-        matching = [g for g in groups if properties_of(g).get("LogGroupName") == name]
-        if not matching:
-            offenders.append(f"{lid}: no AWS::Logs::LogGroup named /aws/lambda/${{{lid}}}")
-        elif any(properties_of(g).get("RetentionInDays") != LOG_RETENTION for g in matching):
+        settings = function_settings(template, lid)
+        if settings.get("Runtime") != LAMBDA_RUNTIME:
+            offenders.append(f"{lid}: Runtime {settings.get('Runtime')!r}, not {LAMBDA_RUNTIME}")
+        architectures = settings.get("Architectures")
+        if architectures != LAMBDA_ARCHITECTURES:
+            offenders.append(f"{lid}: Architectures {architectures!r}, not {LAMBDA_ARCHITECTURES}")
+    return offenders
+
+
+def layers_off_the_lambda_runtime(template: Template) -> list[str]:
+    """Every layer is built for LAMBDA_RUNTIME on arm64 and declares only that runtime and
+    architecture (a layer of another runtime or architecture would not load its binaries)."""
+    offenders = []
+    for lid, resource in resources_of(template, *LAYER_TYPES).items():
+        props = properties_of(resource)
+        expected: dict[str, Any] = {
+            "CompatibleRuntimes": [LAMBDA_RUNTIME],
+            "CompatibleArchitectures": LAMBDA_ARCHITECTURES,
+        }
+        if resource["Type"] == "AWS::Serverless::LayerVersion":
+            metadata = resource.get("Metadata") or {}
+            props = {**props, **{k: metadata.get(k) for k in ("BuildMethod", "BuildArchitecture")}}
+            expected |= {
+                "BuildMethod": LAMBDA_RUNTIME,
+                "BuildArchitecture": LAMBDA_ARCHITECTURES[0],
+            }
+        for key, value in expected.items():
+            if props.get(key) != value:
+                offenders.append(f"{lid}: {key} {props.get(key)!r}, not {value!r}")
+    return offenders
+
+
+def layer_pins_untested(template: Template, root: Path) -> list[str]:
+    """Each layer's requirements.txt pins exactly what the Lambda test tier installs
+    (requirements/lambda.lock, frozen from a venv of the runtime's Python), and the Makefile
+    runs that tier, and sam build, with the runtime's Python: so the layer's pyarrow is a
+    release with wheels for the runtime's Python, tested there."""
+    problems = []
+    lock_path = root / LAMBDA_LOCK
+    lock = requirement_pins(lock_path.read_text()) if lock_path.exists() else {}
+    if not lock:
+        problems.append(f"{LAMBDA_LOCK}: missing or empty")
+    for lid, resource in resources_of(template, "AWS::Serverless::LayerVersion").items():
+        content = properties_of(resource).get("ContentUri")
+        requirements = root / str(content) / "requirements.txt"
+        if not isinstance(content, str) or not requirements.exists():
+            continue
+        for name, version in requirement_pins(requirements.read_text()).items():
+            if lock.get(name) != version:
+                problems.append(
+                    f"{lid}: {content}requirements.txt pins {name}=={version},"
+                    f" {LAMBDA_LOCK} has {lock.get(name)}"
+                )
+    makefile = (root / "Makefile").read_text()
+    minor = re.search(r"^LAMBDA_PYTHON_VERSION := (\S+)$", makefile, re.MULTILINE)
+    if minor is None or f"python{minor.group(1)}" != LAMBDA_RUNTIME:
+        problems.append(f"Makefile: LAMBDA_PYTHON_VERSION is not {LAMBDA_RUNTIME}'s")
+    machine = re.search(r"^LAMBDA_MACHINE := (\S+)$", makefile, re.MULTILINE)
+    if machine is None or {"aarch64": "arm64"}.get(machine.group(1)) != LAMBDA_ARCHITECTURES[0]:
+        problems.append(f"Makefile: LAMBDA_MACHINE is not that of {LAMBDA_ARCHITECTURES[0]}")
+    return problems
+
+
+def functions_without_log_group(template: Template) -> list[str]:
+    """Every function logs (LoggingConfig.LogGroup) to a log group of this template that keeps
+    LogRetentionDays, its own, never named /aws/lambda/...: Lambda creates that name itself for
+    a function without LoggingConfig, so declaring it fails on a stack whose functions ran.
+    JSON format, and an application log level equal to Powertools' (Lambda drops JSON lines
+    below it). The roles SAM generates may write to it (AWSLambdaBasicExecutionRole)."""
+    groups = resources_of(template, "AWS::Logs::LogGroup")
+    globals_config = template.get("Globals", {}).get("Function", {}).get("LoggingConfig") or {}
+    variables = template.get("Globals", {}).get("Function", {}).get("Environment", {})
+    powertools_level = variables.get("Variables", {}).get("POWERTOOLS_LOG_LEVEL")
+    translated = _translated(template)
+    offenders = []
+    users: dict[str, list[str]] = {}
+    for lid in resources_of(template, *FUNCTION_TYPES):
+        config = {
+            **globals_config,
+            **(properties_of(template["Resources"][lid]).get("LoggingConfig") or {}),
+        }
+        target = config.get("LogGroup")
+        group = target.get("Ref") if isinstance(target, dict) else None
+        if group not in groups:
+            offenders.append(
+                f"{lid}: LoggingConfig.LogGroup {target!r} is no log group of this template"
+            )
+            continue
+        users.setdefault(group, []).append(lid)
+        props = properties_of(groups[group])
+        if props.get("RetentionInDays") != LOG_RETENTION:
             offenders.append(f"{lid}: its log group's RetentionInDays is not LogRetentionDays")
+        if "/aws/lambda/" in "".join(_strings(props.get("LogGroupName"))):
+            offenders.append(f"{lid}: its log group is named like the one Lambda creates itself")
+        if (
+            config.get("LogFormat") != "JSON"
+            or config.get("ApplicationLogLevel") != powertools_level
+        ):
+            offenders.append(f"{lid}: LoggingConfig is not JSON at POWERTOOLS_LOG_LEVEL")
+        role = function_settings(translated, lid).get("Role", {})
+        role_id = role.get("Fn::GetAtt", [None])[0] if isinstance(role, dict) else None
+        managed = str(
+            properties_of(translated["Resources"].get(str(role_id), {})).get("ManagedPolicyArns")
+        )
+        if "AWSLambdaBasicExecutionRole" not in managed:
+            offenders.append(
+                f"{lid}: role {role_id} lacks AWSLambdaBasicExecutionRole (log writes)"
+            )
+    offenders += [
+        f"{', '.join(sorted(lids))}: share log group {group}"
+        for group, lids in users.items()
+        if len(lids) > 1
+    ]
+    return offenders
+
+
+def api_stages_without_retained_logs(template: Template) -> list[str]:
+    """Each REST API stage that logs executions has its execution log group
+    (API-Gateway-Execution-Logs_<api id>/<stage>) declared with LogRetentionDays and created
+    before the stage (else API Gateway creates it, kept forever, and the declared one fails);
+    its access logs go to a log group of this template with LogRetentionDays."""
+    translated = _translated(template)
+    groups = resources_of(translated, "AWS::Logs::LogGroup")
+    offenders = []
+    for stage, resource in resources_of(translated, "AWS::ApiGateway::Stage").items():
+        props = properties_of(resource)
+        api = props.get("RestApiId", {}).get("Ref")
+        stage_name = props.get("StageName", {})
+        stage_ref = stage_name.get("Ref") if isinstance(stage_name, dict) else None
+        name = {"Fn::Sub": f"API-Gateway-Execution-Logs_${{{api}}}/${{{stage_ref}}}"}
+        logging = [
+            m for m in props.get("MethodSettings", []) if m.get("LoggingLevel", "OFF") != "OFF"
+        ]
+        execution = [g for g, r in groups.items() if properties_of(r).get("LogGroupName") == name]
+        if logging and not execution:
+            offenders.append(f"{stage}: no AWS::Logs::LogGroup named {name['Fn::Sub']}")
+        for group in execution:
+            if properties_of(groups[group]).get("RetentionInDays") != LOG_RETENTION:
+                offenders.append(f"{stage}: execution log group {group} lacks LogRetentionDays")
+            if group not in _dependencies(translated, stage):
+                offenders.append(f"{stage}: created without waiting for {group}")
+        arn = props.get("AccessLogSetting", {}).get("DestinationArn")
+        access = arn.get("Fn::GetAtt", [None])[0] if isinstance(arn, dict) else None
+        if arn is None or access not in groups:
+            offenders.append(f"{stage}: access logs {arn!r} go to no log group of this template")
+        elif properties_of(groups[access]).get("RetentionInDays") != LOG_RETENTION:
+            offenders.append(f"{stage}: access log group {access} lacks LogRetentionDays")
     return offenders
 
 
@@ -401,7 +555,10 @@ CHECKS: dict[str, Callable[[Template], list[str]]] = {
     "topics_without_customer_key": topics_without_customer_key,
     "unconditional_reserved_concurrency": unconditional_reserved_concurrency,
     "mappings_above_reserved_concurrency": mappings_above_reserved_concurrency,
+    "functions_off_the_lambda_runtime": functions_off_the_lambda_runtime,
+    "layers_off_the_lambda_runtime": layers_off_the_lambda_runtime,
     "functions_without_log_group": functions_without_log_group,
+    "api_stages_without_retained_logs": api_stages_without_retained_logs,
     "state_machines_without_retained_logs": state_machines_without_retained_logs,
     "log_groups_with_fixed_retention": log_groups_with_fixed_retention,
     "data_resources_not_retained": data_resources_not_retained,
@@ -423,6 +580,11 @@ def template() -> Template:
 def test_template_keeps_the_deploy_policy(template: Template, check: str) -> None:
     offenders = CHECKS[check](template)
     assert offenders == [], f"{check}: {offenders}"
+
+
+def test_layers_pin_what_the_lambda_tier_tests(template: Template) -> None:
+    problems = layer_pins_untested(template, REPO_ROOT)
+    assert problems == [], problems
 
 
 def test_samconfig_deploys_with_capability_iam(template: Template) -> None:
@@ -473,13 +635,26 @@ def _break_mappings(t: Template) -> str:
     return lid
 
 
+def _break_runtime(t: Template) -> str:
+    t["Globals"]["Function"]["Runtime"] = "python3.11"
+    return first_of(t, *FUNCTION_TYPES)
+
+
+def _break_layers(t: Template) -> str:
+    lid = first_of(t, *LAYER_TYPES)
+    _set(t, lid, CompatibleRuntimes=["python3.11"])
+    return lid
+
+
 def _break_function_logs(t: Template) -> str:
     lid = first_of(t, *FUNCTION_TYPES)
-    name = {"Fn::Sub": f"/aws/lambda/${{{lid}}}"}
-    for group_id, group in list(resources_of(t, "AWS::Logs::LogGroup").items()):
-        if properties_of(group).get("LogGroupName") == name:
-            del t["Resources"][group_id]
+    t["Resources"][lid]["Properties"].pop("LoggingConfig")
     return lid
+
+
+def _break_api_logs(t: Template) -> str:
+    t["Resources"]["LetheApi"]["Properties"].pop("Tags")  # the stage no longer waits for it
+    return "ApiExecutionLogGroup"
 
 
 def _break_state_machine_logs(t: Template) -> str:
@@ -527,7 +702,10 @@ BREAKERS: dict[str, Callable[[Template], str]] = {
     "topics_without_customer_key": _break_topics,
     "unconditional_reserved_concurrency": _break_reserved,
     "mappings_above_reserved_concurrency": _break_mappings,
+    "functions_off_the_lambda_runtime": _break_runtime,
+    "layers_off_the_lambda_runtime": _break_layers,
     "functions_without_log_group": _break_function_logs,
+    "api_stages_without_retained_logs": _break_api_logs,
     "state_machines_without_retained_logs": _break_state_machine_logs,
     "log_groups_with_fixed_retention": _break_log_groups,
     "data_resources_not_retained": _break_retention,
@@ -559,6 +737,77 @@ def test_samconfig_check_names_unknown_parameters(template: Template, tmp_path: 
     assert any("NoSuchParameter" in p for p in problems), problems
     assert any("capabilities" in p for p in problems), problems
     assert any("resolve_s3" in p for p in problems), problems
+
+
+def test_a_function_back_on_x86_64_or_its_own_runtime_is_named(template: Template) -> None:
+    broken = copy.deepcopy(template)
+    first, second = sorted(resources_of(broken, *FUNCTION_TYPES))[:2]
+    _set(broken, first, Architectures=["x86_64"])
+    _set(broken, second, Runtime="python3.12")
+    assert sorted(functions_off_the_lambda_runtime(broken)) == [
+        f"{first}: Architectures ['x86_64'], not ['arm64']",
+        f"{second}: Runtime 'python3.12', not python3.13",
+    ]
+
+
+def test_a_layer_built_for_x86_64_is_named(template: Template) -> None:
+    broken = copy.deepcopy(template)
+    lid = first_of(broken, "AWS::Serverless::LayerVersion")
+    broken["Resources"][lid]["Metadata"].pop("BuildArchitecture")
+    assert layers_off_the_lambda_runtime(broken) == [f"{lid}: BuildArchitecture None, not 'arm64'"]
+
+
+def test_a_function_logging_to_lambdas_own_group_or_below_powertools_is_named(
+    template: Template,
+) -> None:
+    broken = copy.deepcopy(template)
+    first, second, third = sorted(resources_of(broken, *FUNCTION_TYPES))[:3]
+    group = broken["Resources"][first]["Properties"]["LoggingConfig"]["LogGroup"]["Ref"]
+    _set(broken, group, LogGroupName={"Fn::Sub": f"/aws/lambda/${{{first}}}"})
+    broken["Resources"][second]["Properties"]["LoggingConfig"]["ApplicationLogLevel"] = "WARN"
+    broken["Resources"][third]["Properties"]["LoggingConfig"]["LogGroup"] = {"Ref": group}
+    assert sorted(functions_without_log_group(broken)) == sorted(
+        [
+            f"{first}: its log group is named like the one Lambda creates itself",
+            f"{third}: its log group is named like the one Lambda creates itself",
+            f"{second}: LoggingConfig is not JSON at POWERTOOLS_LOG_LEVEL",
+            f"{first}, {third}: share log group {group}",
+        ]
+    )
+
+
+def test_an_api_stage_without_its_execution_log_group_is_named(template: Template) -> None:
+    broken = copy.deepcopy(template)
+    del broken["Resources"]["ApiExecutionLogGroup"]
+    broken["Resources"]["LetheApi"]["Properties"].pop("Tags")
+    (problem,) = api_stages_without_retained_logs(broken)
+    assert problem.startswith("LetheApiStage: no AWS::Logs::LogGroup named API-Gateway-Execution")
+
+
+def _repo_copy(root: Path) -> Path:
+    for name in ("Makefile", LAMBDA_LOCK, "layers/arrow/requirements.txt"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text((REPO_ROOT / name).read_text())
+    return root
+
+
+def test_a_layer_pin_the_tier_does_not_test_is_named(template: Template, tmp_path: Path) -> None:
+    root = _repo_copy(tmp_path)
+    assert layer_pins_untested(template, root) == []
+    requirements = root / "layers/arrow/requirements.txt"
+    requirements.write_text(re.sub(r"pyarrow==\S+", "pyarrow==20.0.0", requirements.read_text()))
+    makefile = root / "Makefile"
+    makefile.write_text(
+        makefile.read_text().replace(
+            "LAMBDA_PYTHON_VERSION := 3.13", "LAMBDA_PYTHON_VERSION := 3.11"
+        )
+    )
+    problems = layer_pins_untested(template, root)
+    assert any(
+        p.startswith("ArrowLayer: layers/arrow/requirements.txt pins pyarrow==20.0.0")
+        for p in problems
+    ), problems
+    assert "Makefile: LAMBDA_PYTHON_VERSION is not python3.13's" in problems
 
 
 def test_a_certificate_signing_key_must_be_retained(template: Template) -> None:
