@@ -18,7 +18,6 @@ import boto3
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities import parameters
-from aws_lambda_powertools.utilities.parser import parse
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, Field
 
@@ -71,7 +70,7 @@ def _dependencies() -> _Dependencies:
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    task = parse(event=event, model=ApprovalTask)
+    task = ApprovalTask.model_validate(event)
     deps = _dependencies()
     settings = deps.settings
     key = str(parameters.get_secret(settings.signing_key_secret_arn, max_age=KEY_CACHE_SECONDS))

@@ -19,7 +19,6 @@ from typing import Any, Literal
 import boto3
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities.parser import parse
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, Field
 
@@ -122,7 +121,7 @@ def _run(step: StepEvent, deps: _Dependencies) -> dict[str, Any]:
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    step = parse(event=event, model=StepEvent)
+    step = StepEvent.model_validate(event)
     logger.append_keys(step=step.step)
     result = _run(step, _dependencies())
     logger.info("erasure step done", extra={"request_id": step.request_id})

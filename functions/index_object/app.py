@@ -16,7 +16,6 @@ import boto3
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities import parameters
-from aws_lambda_powertools.utilities.parser import parse
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, Field
 
@@ -71,7 +70,7 @@ def _dependencies() -> _Dependencies:
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    request = parse(event=event, model=IndexObjectRequest)
+    request = IndexObjectRequest.model_validate(event)
     deps = _dependencies()
     if request.bucket != deps.settings.lake_bucket:
         raise MalformedEventError(f"only lake objects are indexed here, not s3://{request.bucket}")
