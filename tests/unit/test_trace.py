@@ -128,6 +128,18 @@ def _write(path: Path, *lines: str) -> None:
     path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
 
 
+def _spark_log(folder: Path, run: str, correlation_id: str, *lines: str) -> None:
+    """A local Spark run's log file: its header (as spark_runner writes it), then `lines`."""
+    _write(
+        folder / f"spark-{run}.log",
+        f"# lethe local Spark run {run}",
+        "# script s3://artifacts/ingest.py",
+        f"# args ['--correlation-id', '{correlation_id}']",
+        "# py-files []",
+        *lines,
+    )
+
+
 def test_local_log_files_give_the_story_lines_in_time_order(tmp_path: Path) -> None:
     _write(
         tmp_path / "lethe-local-ObjectEvents.log",
@@ -137,22 +149,18 @@ def test_local_log_files_give_the_story_lines_in_time_order(tmp_path: Path) -> N
         _json("10:00:02,100", "another batch", execution="orders-batch-ffff"),
         "END RequestId: 1",
     )
-    _write(
-        tmp_path / "spark-jr_1.log",
-        "# lethe local Spark run jr_1",
-        "# script s3://artifacts/ingest.py",
-        f"# args ['--correlation-id', '{EXECUTION}']",
-        "# py-files []",
+    _spark_log(
+        tmp_path,
+        "jr_1",
+        EXECUTION,
         "26/11/24 10:00:05 INFO SparkContext: Running Spark version 3.5.9",
         f"2026-11-24 10:00:07,250 INFO [{EXECUTION}] lethe.ingest: wrote 3 rows",
         "Traceback (most recent call last):",
     )
-    _write(
-        tmp_path / "spark-jr_2.log",
-        "# lethe local Spark run jr_2",
-        "# script s3://artifacts/ingest.py",
-        "# args ['--correlation-id', 'orders-batch-ffff']",
-        "# py-files []",
+    _spark_log(
+        tmp_path,
+        "jr_2",
+        "orders-batch-ffff",
         "2026-11-24 10:00:06,000 INFO [orders-batch-ffff] lethe.ingest: other rows",
     )
     _write(tmp_path / "moto.log", f"POST /execution/{EXECUTION}")
@@ -181,12 +189,10 @@ def test_collect_follows_the_execution_a_batch_line_names(tmp_path: Path) -> Non
             versions=["s3://raw/reviews/a.csv#v1"],
         ),
     )
-    _write(
-        tmp_path / "spark-jr_1.log",
-        "# lethe local Spark run jr_1",
-        "# script s3://artifacts/ingest.py",
-        f"# args ['--correlation-id', '{EXECUTION}']",
-        "# py-files []",
+    _spark_log(
+        tmp_path,
+        "jr_1",
+        EXECUTION,
         f"2026-11-24 10:00:07,250 INFO [{EXECUTION}] lethe.ingest: wrote 3 rows",
     )
     sfn = FakeSfn({_arn(INGESTION, EXECUTION): _history("jr_1")})
