@@ -74,7 +74,7 @@ from lethe_jobs.ingest_tasks import (
     TaskSettings,
 )
 from lethe_jobs.objects import object_list
-from lethe_jobs.readers import BATCH_ROWS, GZIP_MAGIC
+from lethe_jobs.readers import BATCH_ROWS, GZIP_MAGIC, parquet_data_columns
 from lethe_jobs.tasks import task_groups
 from lethe_jobs.validate import (
     POSITION,
@@ -419,11 +419,13 @@ def _pipelines(
 
 def _parquet_fields(metadata: Any) -> list[T.StructField]:
     """The Spark fields of a Parquet footer's schema, as the readers give its columns (types
-    Spark cannot hold are converted by `to_spark_compatible`; one that cannot be is read as
-    the file gives it, and the read task finds the file unreadable)."""
+    Spark cannot hold are converted by `to_spark_compatible`, columns named like the job's own
+    are left out; a file with a type that cannot be converted, or a repeated column name, gets
+    none, and its read task finds it unreadable)."""
     arrow = metadata.schema.to_arrow_schema()
     try:
-        arrow = to_spark_compatible(arrow.empty_table()).schema
+        arrow = arrow.empty_table().select(parquet_data_columns(list(arrow.names)))
+        arrow = to_spark_compatible(arrow).schema
         return [T.StructField(f.name, spark_type(f.type)) for f in arrow]
     except Exception:
         return []

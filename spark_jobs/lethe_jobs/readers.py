@@ -23,6 +23,10 @@ Choices written down:
   not the file: the record keeps them as `\\xNN` escapes; in a CSV header they make the file
   unreadable;
 - a JSON Lines line nested deeper than MAX_JSON_DEPTH is rejected, not a crash;
+- a CSV or Parquet column whose name starts with RESERVED_PREFIX (the job's own columns:
+  POSITION, RECORD, ...) is not read, like any column the schema does not declare (it stays in
+  `columns`, which names what the file holds); a Parquet file that repeats a column name is
+  unreadable, like a CSV header that does;
 - a CSV record from a row with too many fields keeps the surplus values under "_extra_fields";
   a JSON Lines line that is not an object is kept as text under "_raw".
 """
@@ -53,6 +57,7 @@ from lethe_shared.datasets import Compression, CsvOptions, DataFormat, Dataset
 GZIP_MAGIC = b"\x1f\x8b"
 CSV_FIELD_LIMIT = 64 * 1024 * 1024
 _BOM = "\ufeff"
+RESERVED_PREFIX = "_lethe_"  # the ingest frame's own columns start so (validate.POSITION, ...)
 MAX_JSON_DEPTH = 500  # JSON Lines: deeper lines are rejected (_parse_object)
 _JSON_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"')
 _BRACKETS = re.compile(r"[\[\]{}]")
@@ -230,9 +235,10 @@ class _CsvCollector:
             column.append(value)
 
     def records(self) -> RawRecords:
+        kept = [i for i, name in enumerate(self.names) if not name.startswith(RESERVED_PREFIX)]
         arrays = [pa.array(self.positions, pa.int64())]
-        arrays += [pa.array(column, pa.string()) for column in self.values]
-        table = pa.table(arrays, names=[POSITION, *self.names])
+        arrays += [pa.array(self.values[i], pa.string()) for i in kept]
+        table = pa.table(arrays, names=[POSITION, *[self.names[i] for i in kept]])
         return RawRecords(table, "line", list(self.names), self.rejected)
 
 
@@ -382,8 +388,14 @@ def read_parquet_batches(source: Any, part: Slice, batch_rows: int) -> Iterator[
     seekable file (a ranged S3 reader: only the footer and those row groups are fetched)."""
     try:
         parquet = pq.ParquetFile(source, coerce_int96_timestamp_unit="us")
+        names = list(parquet.schema_arrow.names)
+        kept = parquet_data_columns(names)
         groups = range(*part.row_groups) if part.row_groups else range(parquet.num_row_groups)
-        batches = parquet.iter_batches(batch_size=batch_rows, row_groups=list(groups))
+        batches = parquet.iter_batches(
+            batch_size=batch_rows,
+            row_groups=list(groups),
+            columns=None if kept == names else kept,
+        )
         position = part.first_row
         produced = False
         for batch in batches:
@@ -392,18 +404,28 @@ def read_parquet_batches(source: Any, part: Slice, batch_rows: int) -> Iterator[
             position += table.num_rows
             columns = list(table.column_names)
             yield RawRecords(
-                pa.table([positions, *table.columns], names=[POSITION, *columns]), "row", columns
+                pa.table([positions, *table.columns], names=[POSITION, *columns]), "row", names
             )
             produced = True
         if not produced:
-            empty = _spark_compatible(parquet.schema_arrow.empty_table())
+            empty = _spark_compatible(parquet.schema_arrow.empty_table().select(kept))
             columns = list(empty.column_names)
             positions = pa.array([], pa.int64())
             yield RawRecords(
-                pa.table([positions, *empty.columns], names=[POSITION, *columns]), "row", columns
+                pa.table([positions, *empty.columns], names=[POSITION, *columns]), "row", names
             )
     except (pa.ArrowException, OSError) as exc:
         raise UnreadableFileError(f"not a Parquet file: {exc}") from exc
+
+
+def parquet_data_columns(names: list[str]) -> list[str]:
+    """The columns of a Parquet file the readers read: all but those named with
+    RESERVED_PREFIX. Raises UnreadableFileError when a name repeats (which one the schema
+    means cannot be told)."""
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise UnreadableFileError(f"the file repeats column(s) {', '.join(duplicates)}")
+    return [name for name in names if not name.startswith(RESERVED_PREFIX)]
 
 
 def _spark_compatible(table: Any) -> Any:

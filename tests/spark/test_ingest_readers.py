@@ -124,6 +124,15 @@ def test_csv_bytes_that_are_not_utf8_reject_only_their_record(tmp_path: Path) ->
     ]
 
 
+def test_csv_columns_named_like_the_jobs_own_are_not_read(tmp_path: Path) -> None:
+    data = b"id,_lethe_position,note\nu1,99,a\n"
+
+    records = read(tmp_path, data, make_dataset("csv"))
+
+    assert records.table.to_pylist() == [{POSITION: 2, "id": "u1", "note": "a"}]
+    assert records.columns == ["id", "_lethe_position", "note"]
+
+
 def test_csv_header_that_is_not_utf8_is_unreadable(tmp_path: Path) -> None:
     with pytest.raises(UnreadableFileError, match="not UTF-8 text: the header"):
         read(tmp_path, b"id,n\xf6te\nu1,a\n", make_dataset("csv"))
@@ -247,3 +256,18 @@ def test_gzipped_parquet_is_decompressed_first(tmp_path: Path) -> None:
 def test_a_file_that_is_not_parquet_is_unreadable(tmp_path: Path) -> None:
     with pytest.raises(UnreadableFileError, match="not a Parquet file"):
         read(tmp_path, b"id,note\nu1,x\n", make_dataset("parquet"))
+
+
+def test_parquet_columns_named_like_the_jobs_own_are_not_read(tmp_path: Path) -> None:
+    table = pa.table({"id": ["u1"], POSITION: [99], RECORD: ["{}"], "note": ["a"]})
+
+    records = read(tmp_path, parquet_bytes(table), make_dataset("parquet"))
+
+    assert records.table.to_pylist() == [{POSITION: 0, "id": "u1", "note": "a"}]
+    assert records.columns == ["id", POSITION, RECORD, "note"]
+
+
+def test_parquet_that_repeats_a_column_name_is_unreadable(tmp_path: Path) -> None:
+    table = pa.table([["u1"], ["a"], ["b"]], names=["id", "note", "note"])
+    with pytest.raises(UnreadableFileError, match=r"the file repeats column\(s\) note"):
+        read(tmp_path, parquet_bytes(table), make_dataset("parquet"))
