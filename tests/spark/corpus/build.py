@@ -121,6 +121,8 @@ CSV_CASES: dict[str, bytes] = {
     "csv/decimal-scale.csv": CSV_HEADER
     + b"subj-scale-1,1,0.005,,rounds up\nsubj-scale-2,2,0.004,,rounds down\n"
     + b"subj-scale-3,3,1e3,,exponent\n",
+    "csv/reserved-column.csv": b"user_id,n,_lethe_position,_lethe_record,note\n"
+    + b"subj-rc-1,1,99,{},ok\nsubj-rc-2,x,98,{},bad n\n",
     "csv/long-subject.csv": CSV_HEADER + LONG_SUBJECT.encode() + b",1,,,long id\n",
     "csv/injection-subjects.csv": CSV_HEADER
     + b"".join(f"{_csv_quote(s)},{i},,,payload\n".encode() for i, s in enumerate(INJECTIONS)),
@@ -279,7 +281,23 @@ def _null_subject() -> bytes:
     return _parquet(pa.table({"user_id": ["subj-pnull-1", None, ""], "n": [1, 2, 3]}))
 
 
+def _odd_column_names() -> bytes:
+    names = ["user_id", "a.b", "with space", "ünï`code`", "n"]
+    return _parquet(pa.table([["subj-odd-1"], ["x"], ["y"], ["z"], [7]], names=names))
+
+
+def _reserved_column() -> bytes:
+    return _parquet(pa.table({"user_id": ["subj-res-1"], "_lethe_position": [99], "n": [1]}))
+
+
+def _duplicate_columns() -> bytes:
+    return _parquet(pa.table([["subj-dupc-1"], [1], [2]], names=["user_id", "n", "n"]))
+
+
 PARQUET_CASES: dict[str, Callable[[], bytes]] = {
+    "parquet/odd-column-names.parquet": _odd_column_names,
+    "parquet/reserved-column.parquet": _reserved_column,
+    "parquet/duplicate-columns.parquet": _duplicate_columns,
     "parquet/corrupt-footer.parquet": _corrupt_footer,
     "parquet/truncated.parquet": lambda: _parquet(_pq_rows(50, "ptr"))[:200],
     "parquet/not-parquet.parquet": lambda: CSV_HEADER + b"subj-np-1,1,,,text\n",
