@@ -37,7 +37,7 @@ from tests.spark.corpus import build
 
 CORPUS = json.loads(build.MANIFEST.read_text(encoding="utf-8"))
 CASES: list[dict[str, Any]] = CORPUS["cases"]
-JOB_TIMEOUT_SECONDS = 480  # the whole batch; the run takes about a minute on two cores
+JOB_TIMEOUT_SECONDS = 480  # the whole batch; one to three minutes on two shared cores
 pytestmark = pytest.mark.timeout(JOB_TIMEOUT_SECONDS + 120)  # the job is killed first
 SUBJECT_MARK = "subj-"  # every subject id of the corpus starts so; no key or dataset id does
 LOCAL_SPARK = {
