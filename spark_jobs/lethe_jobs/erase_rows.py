@@ -359,16 +359,18 @@ def _copy_csv(
 ) -> None:
     """Copy every record but those starting on a line in `drop`, with all their lines. Lines
     and record starts are counted as readers._read_csv counts them."""
-    # newline="": lines split on \n, \r\n and \r and kept as they are, as the reader splits
-    tap = _LineTap(io.TextIOWrapper(payload, encoding="utf-8", newline=""))
+    # newline="": lines split on \n, \r\n and \r and kept as they are, as the reader splits;
+    # bytes that are not UTF-8 (a record the reader rejected) pass through as they are
+    text = io.TextIOWrapper(payload, encoding="utf-8", errors="surrogateescape", newline="")
+    tap = _LineTap(text)
     reader = csv_reader(cast(IO[str], tap), options)  # csv.reader takes any line iterator
     last_line = 0
     for row in reader:
         start, last_line = last_line + 1, int(reader.line_num)
         if not (row and start in drop):
-            write("".join(tap.taken).encode("utf-8"))
+            write("".join(tap.taken).encode("utf-8", "surrogateescape"))
         tap.taken.clear()
-    write("".join(tap.taken).encode("utf-8"))
+    write("".join(tap.taken).encode("utf-8", "surrogateescape"))
 
 
 def _copy_jsonl(payload: IO[bytes], write: Callable[[bytes], object], drop: frozenset[int]) -> None:

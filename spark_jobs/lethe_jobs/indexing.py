@@ -75,7 +75,7 @@ def _json_object(text: Any) -> dict[str, Any] | None:
         return None
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than Python parses
         return None
     return value if isinstance(value, dict) else None
 

@@ -38,16 +38,21 @@ object list) raises: the run fails and the state machine marks the batch's objec
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import logging
+import shutil
+import tempfile
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import partial
+from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -70,7 +75,7 @@ from lethe_jobs.ingest_tasks import (
     TaskSettings,
 )
 from lethe_jobs.objects import object_list
-from lethe_jobs.readers import BATCH_ROWS
+from lethe_jobs.readers import BATCH_ROWS, GZIP_MAGIC, parquet_data_columns
 from lethe_jobs.tasks import task_groups
 from lethe_jobs.validate import (
     POSITION,
@@ -81,11 +86,11 @@ from lethe_jobs.validate import (
     extract_json_fields,
 )
 from lethe_shared.catalog import IngestionRecord, ObjectCatalog, ObjectStatus
-from lethe_shared.datasets import DataFormat, Dataset
+from lethe_shared.datasets import Compression, DataFormat, Dataset
 from lethe_shared.errors import CatalogItemMissingError
 from lethe_shared.index_maintenance import replace_entries, settle_missing_key
 from lethe_shared.registry import DatasetRegistry
-from lethe_shared.s3 import ObjectStore, S3ObjectStore, s3_url, split_s3_url
+from lethe_shared.s3 import ObjectStore, S3ObjectStore, s3_url, split_s3_url, version_args
 from lethe_shared.subjects import SubjectIndex
 
 LOG = logging.getLogger("lethe.ingest")
@@ -381,7 +386,8 @@ def _pipelines(
 ) -> list[tuple[T.StructType, list[pieces.Piece]]]:
     """The dataset's objects cut into pieces, in groups that share one frame schema: text
     datasets have one; Parquet objects are grouped by the schema of their footer (an object
-    whose footer cannot be read runs on its own and is found unreadable by its read task)."""
+    whose footer cannot be read runs on its own and is found unreadable by its read task; a
+    gzip-wrapped one is one piece, which its reader decompresses)."""
     dataset = settings.dataset
     objects = list(settings.objects.values())
     if dataset.format is not DataFormat.PARQUET:
@@ -394,7 +400,7 @@ def _pipelines(
     footers = _footers(s3.client, settings, objects)
     by_schema: dict[str, tuple[T.StructType, list[pieces.Piece]]] = {}
     for obj in objects:
-        metadata = footers[obj.index]
+        metadata, gzipped = footers[obj.index]
         if metadata is None:
             by_schema[f"unreadable-{obj.index}"] = (
                 tasks.frame_schema(dataset),
@@ -404,33 +410,67 @@ def _pipelines(
         data = _parquet_fields(metadata)
         schema = tasks.frame_schema(dataset, data)
         group = by_schema.setdefault(schema.json(), (schema, []))
-        group[1].extend(pieces.parquet_pieces(obj.index, metadata, obj.size, settings.piece_bytes))
+        group[1].extend(
+            [pieces.Piece(obj.index, size=obj.size)]
+            if gzipped
+            else pieces.parquet_pieces(obj.index, metadata, obj.size, settings.piece_bytes)
+        )
     return list(by_schema.values())
 
 
 def _parquet_fields(metadata: Any) -> list[T.StructField]:
     """The Spark fields of a Parquet footer's schema, as the readers give its columns (types
-    Spark cannot hold are converted by `to_spark_compatible`; one that cannot be is read as
-    the file gives it, and the read task finds the file unreadable)."""
+    Spark cannot hold are converted by `to_spark_compatible`, columns named like the job's own
+    are left out; a file with a type that cannot be converted, or a repeated column name, gets
+    none, and its read task finds it unreadable)."""
     arrow = metadata.schema.to_arrow_schema()
     try:
-        arrow = to_spark_compatible(arrow.empty_table()).schema
+        arrow = arrow.empty_table().select(parquet_data_columns(list(arrow.names)))
+        arrow = to_spark_compatible(arrow).schema
         return [T.StructField(f.name, spark_type(f.type)) for f in arrow]
     except Exception:
         return []
 
 
-def _footers(client: Any, settings: TaskSettings, objects: list[BatchObject]) -> dict[int, Any]:
-    def footer(obj: BatchObject) -> Any:
+def _footers(
+    client: Any, settings: TaskSettings, objects: list[BatchObject]
+) -> dict[int, tuple[Any, bool]]:
+    """Per object, its Parquet footer (None when it cannot be read) and whether the object is
+    gzip-wrapped Parquet."""
+
+    def footer(obj: BatchObject) -> tuple[Any, bool]:
         try:
             return pieces.parquet_metadata(
                 client, settings.raw_bucket, obj.key, obj.version_id, obj.size
-            )
+            ), False
         except Exception:
-            return None
+            return _gzipped_footer(client, settings, obj), True
 
     with ThreadPoolExecutor(max_workers=HEAD_THREADS) as pool:
         return dict(zip([o.index for o in objects], pool.map(footer, objects), strict=True))
+
+
+def _gzipped_footer(client: Any, settings: TaskSettings, obj: BatchObject) -> Any:
+    """The footer of gzip-wrapped Parquet (None when the object is not gzip, or not Parquet
+    inside). Its footer cannot be reached by ranges: the object is streamed once through gzip
+    to a temporary file on the driver's disk (memory stays one buffer), and only the footer is
+    read from there. Without it, the object would run with no data columns and every row
+    would be quarantined with an empty record."""
+    if settings.dataset.compression is Compression.NONE:
+        return None
+    fetch = partial(
+        client.get_object, Bucket=settings.raw_bucket, Key=obj.key, **version_args(obj.version_id)
+    )
+    try:
+        if fetch(Range="bytes=0-1")["Body"].read() != GZIP_MAGIC:
+            return None
+        with tempfile.TemporaryDirectory(prefix="lethe-footer-") as tmp:
+            path = Path(tmp) / "object.parquet"
+            with gzip.GzipFile(fileobj=fetch()["Body"]) as stream, path.open("wb") as out:
+                shutil.copyfileobj(stream, out, length=1024 * 1024)
+            return pq.ParquetFile(path).metadata
+    except Exception:
+        return None
 
 
 def _scan_large_text(

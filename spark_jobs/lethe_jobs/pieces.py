@@ -101,9 +101,9 @@ def csv_header(stream: IO[bytes], dataset: Dataset) -> tuple[str, ...] | None:
     if not dataset.csv.header:
         return None
     text = io.TextIOWrapper(stream, encoding="utf-8-sig", newline="")
-    from lethe_jobs.readers import csv_reader  # noqa: PLC0415 - one reader configuration
+    from lethe_jobs.readers import csv_reader, is_blank_row  # noqa: PLC0415 - one configuration
 
-    header = next((row for row in csv_reader(text, dataset.csv) if row), None)
+    header = next((row for row in csv_reader(text, dataset.csv) if not is_blank_row(row)), None)
     text.detach()
     return tuple(header) if header else None
 

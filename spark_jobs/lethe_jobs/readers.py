@@ -16,7 +16,17 @@ Choices written down:
 - gzip is recognised by its magic number (1f 8b) when compression is "auto", never by the key;
 - a file that is empty after decompression is an empty dataset file (no rows, not an error), for
   CSV and JSON Lines; a CSV file with content but no header row is unreadable;
-- blank lines are skipped in both text formats; a UTF-8 byte order mark is allowed;
+- blank lines are skipped in both text formats; a UTF-8 byte order mark is allowed; a CSV
+  header is the first row with a field that is not only whitespace (a file of whitespace lines
+  misses its header, as one of blank lines does);
+- bytes that are not UTF-8 reject the record they are in (the CSV record, the JSON Lines line),
+  not the file: the record keeps them as `\\xNN` escapes; in a CSV header they make the file
+  unreadable;
+- a JSON Lines line nested deeper than MAX_JSON_DEPTH is rejected, not a crash;
+- a CSV or Parquet column whose name starts with RESERVED_PREFIX (the job's own columns:
+  POSITION, RECORD, ...) is not read, like any column the schema does not declare (it stays in
+  `columns`, which names what the file holds); a Parquet file that repeats a column name is
+  unreadable, like a CSV header that does;
 - a CSV record from a row with too many fields keeps the surplus values under "_extra_fields";
   a JSON Lines line that is not an object is kept as text under "_raw".
 """
@@ -27,6 +37,7 @@ import csv
 import gzip
 import io
 import json
+import re
 import shutil
 import zlib
 from collections.abc import Callable, Iterator
@@ -46,6 +57,11 @@ from lethe_shared.datasets import Compression, CsvOptions, DataFormat, Dataset
 GZIP_MAGIC = b"\x1f\x8b"
 CSV_FIELD_LIMIT = 64 * 1024 * 1024
 _BOM = "\ufeff"
+RESERVED_PREFIX = "_lethe_"  # the ingest frame's own columns start so (validate.POSITION, ...)
+MAX_JSON_DEPTH = 500  # JSON Lines: deeper lines are rejected (_parse_object)
+_JSON_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BRACKETS = re.compile(r"[\[\]{}]")
+_UNDECODED = re.compile("[\udc80-\udcff]")  # bytes that were not UTF-8 (surrogateescape)
 _GZIP_ERRORS = (gzip.BadGzipFile, EOFError, zlib.error)
 
 
@@ -138,6 +154,16 @@ def iter_raw(
         raise UnreadableFileError(f"not UTF-8 text: {exc}") from exc
 
 
+def is_blank_row(row: list[str]) -> bool:
+    """A CSV row with no field that holds more than whitespace: never a header."""
+    return not any(value.strip() for value in row)
+
+
+def _escaped(text: str) -> str:
+    """Text decoded with surrogateescape, its undecodable bytes written as \\xNN."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def read_raw(path: Path, dataset: Dataset, workdir: Path) -> RawRecords:
     """The whole raw file at `path` at once (small objects: the index job, erasure). Raises
     UnreadableFileError."""
@@ -173,6 +199,7 @@ def csv_reader(text: IO[str], options: CsvOptions) -> Any:
 
 
 def _csv_record(names: list[str], values: list[str]) -> str:
+    values = [_escaped(v) if _UNDECODED.search(v) else v for v in values]
     record: dict[str, Any] = dict(zip(names, values, strict=False))
     if len(values) > len(names):
         record["_extra_fields"] = values[len(names) :]
@@ -190,18 +217,28 @@ class _CsvCollector:
         return len(self.positions) + len(self.rejected)
 
     def add(self, line: int, row: list[str]) -> None:
+        reasons = []
         if len(row) != len(self.names):
-            reason = f"expected {len(self.names)} fields, found {len(row)}"
-            self.rejected.append(RejectedRecord(line, (reason,), _csv_record(self.names, row)))
+            reasons.append(f"expected {len(self.names)} fields, found {len(row)}")
+        reasons += [
+            f"column {self.names[i]}: not UTF-8 text" if i < len(self.names) else
+            f"field {i + 1}: not UTF-8 text"
+            for i, value in enumerate(row)
+            if _UNDECODED.search(value)
+        ]  # fmt: skip
+        if reasons:
+            record = _csv_record(self.names, row)
+            self.rejected.append(RejectedRecord(line, tuple(reasons), record))
             return
         self.positions.append(line)
         for column, value in zip(self.values, row, strict=True):
             column.append(value)
 
     def records(self) -> RawRecords:
+        kept = [i for i, name in enumerate(self.names) if not name.startswith(RESERVED_PREFIX)]
         arrays = [pa.array(self.positions, pa.int64())]
-        arrays += [pa.array(column, pa.string()) for column in self.values]
-        table = pa.table(arrays, names=[POSITION, *self.names])
+        arrays += [pa.array(self.values[i], pa.string()) for i in kept]
+        table = pa.table(arrays, names=[POSITION, *[self.names[i] for i in kept]])
         return RawRecords(table, "line", list(self.names), self.rejected)
 
 
@@ -209,11 +246,13 @@ def _csv_header(reader: Any, dataset: Dataset) -> list[str] | None:
     """The column names; None for an empty file. Raises UnreadableFileError."""
     if not dataset.csv.header:
         return [c.name for c in dataset.schema_]
-    header = next((row for row in reader if row), None)
+    header = next((row for row in reader if not is_blank_row(row)), None)
     if header is None:
         if reader.line_num == 0:
             return None
         raise UnreadableFileError("missing header: the file has only blank lines")
+    if any(_UNDECODED.search(name) for name in header):
+        raise UnreadableFileError("not UTF-8 text: the header holds bytes that are not UTF-8")
     duplicates = sorted({name for name in header if header.count(name) > 1})
     if duplicates:
         raise UnreadableFileError(f"the header repeats column(s) {', '.join(duplicates)}")
@@ -224,7 +263,8 @@ def _read_csv(
     payload: IO[bytes], dataset: Dataset, _workdir: Path, part: Slice, batch_rows: int
 ) -> Iterator[RawRecords]:
     encoding = "utf-8-sig" if part.first_line == 1 else "utf-8"
-    text = io.TextIOWrapper(payload, encoding=encoding, newline="")
+    # undecodable bytes become surrogates, and reject only the record that holds them
+    text = io.TextIOWrapper(payload, encoding=encoding, errors="surrogateescape", newline="")
     reader = csv_reader(text, dataset.csv)
     offset = part.first_line - 1  # a slice's local line n is line n + offset of the object
     try:
@@ -254,12 +294,27 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+def _nesting(text: str) -> int:
+    """How deep the arrays and objects of a JSON text nest (brackets inside strings aside)."""
+    depth = deepest = 0
+    for bracket in _BRACKETS.findall(_JSON_STRINGS.sub("", text)):
+        depth += 1 if bracket in "[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
 def _parse_object(text: str) -> dict[str, Any] | str:
-    """The JSON object on one line, or the reason it is none."""
+    """The JSON object on one line, or the reason it is none. A line nested deeper than
+    MAX_JSON_DEPTH is refused before parsing: Python's parser would run out of recursion at a
+    depth that depends on the interpreter, and Spark's JSON parser refuses more than 1,000."""
+    if text.count("[") + text.count("{") > MAX_JSON_DEPTH and _nesting(text) > MAX_JSON_DEPTH:
+        return f"not a JSON object: nested deeper than {MAX_JSON_DEPTH} levels"
     try:
         value = json.loads(text, parse_constant=_reject_constant)
     except ValueError as exc:
         return f"not a JSON object: {exc}"
+    except RecursionError:
+        return "not a JSON object: nested too deeply to parse"
     if not isinstance(value, dict):
         return f"not a JSON object: found a JSON {type(value).__name__}"
     return value
@@ -288,12 +343,18 @@ def _read_jsonl(
 ) -> Iterator[RawRecords]:
     collector = _JsonlCollector()
     for number, raw in enumerate(payload, start=part.first_line):
-        text = raw.decode("utf-8").removesuffix("\n").removesuffix("\r")
+        try:
+            text = raw.decode("utf-8")
+            parsed: dict[str, Any] | str | None = None
+        except UnicodeDecodeError as exc:
+            text = raw.decode("utf-8", "backslashreplace")
+            parsed = f"not UTF-8 text: {exc}"
+        text = text.removesuffix("\n").removesuffix("\r")
         if number == 1:
             text = text.removeprefix(_BOM)
         if not text.strip():
             continue
-        parsed = _parse_object(text)
+        parsed = parsed or _parse_object(text)
         if isinstance(parsed, str):
             record = json.dumps({"_raw": text}, ensure_ascii=False)
             collector.rejected.append(RejectedRecord(number, (parsed,), record))
@@ -327,8 +388,14 @@ def read_parquet_batches(source: Any, part: Slice, batch_rows: int) -> Iterator[
     seekable file (a ranged S3 reader: only the footer and those row groups are fetched)."""
     try:
         parquet = pq.ParquetFile(source, coerce_int96_timestamp_unit="us")
+        names = list(parquet.schema_arrow.names)
+        kept = parquet_data_columns(names)
         groups = range(*part.row_groups) if part.row_groups else range(parquet.num_row_groups)
-        batches = parquet.iter_batches(batch_size=batch_rows, row_groups=list(groups))
+        batches = parquet.iter_batches(
+            batch_size=batch_rows,
+            row_groups=list(groups),
+            columns=None if kept == names else kept,
+        )
         position = part.first_row
         produced = False
         for batch in batches:
@@ -337,18 +404,28 @@ def read_parquet_batches(source: Any, part: Slice, batch_rows: int) -> Iterator[
             position += table.num_rows
             columns = list(table.column_names)
             yield RawRecords(
-                pa.table([positions, *table.columns], names=[POSITION, *columns]), "row", columns
+                pa.table([positions, *table.columns], names=[POSITION, *columns]), "row", names
             )
             produced = True
         if not produced:
-            empty = _spark_compatible(parquet.schema_arrow.empty_table())
+            empty = _spark_compatible(parquet.schema_arrow.empty_table().select(kept))
             columns = list(empty.column_names)
             positions = pa.array([], pa.int64())
             yield RawRecords(
-                pa.table([positions, *empty.columns], names=[POSITION, *columns]), "row", columns
+                pa.table([positions, *empty.columns], names=[POSITION, *columns]), "row", names
             )
     except (pa.ArrowException, OSError) as exc:
         raise UnreadableFileError(f"not a Parquet file: {exc}") from exc
+
+
+def parquet_data_columns(names: list[str]) -> list[str]:
+    """The columns of a Parquet file the readers read: all but those named with
+    RESERVED_PREFIX. Raises UnreadableFileError when a name repeats (which one the schema
+    means cannot be told)."""
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise UnreadableFileError(f"the file repeats column(s) {', '.join(duplicates)}")
+    return [name for name in names if not name.startswith(RESERVED_PREFIX)]
 
 
 def _spark_compatible(table: Any) -> Any:

@@ -101,9 +101,41 @@ def test_empty_csv_is_an_empty_file_but_blank_lines_miss_a_header(tmp_path: Path
         read(tmp_path, b"\n\n", make_dataset("csv"))
 
 
-def test_csv_that_is_not_utf8_is_unreadable(tmp_path: Path) -> None:
-    with pytest.raises(UnreadableFileError, match="not UTF-8 text"):
-        read(tmp_path, b"id,note\nu1,caf\xe9\n", make_dataset("csv"))
+def test_whitespace_lines_miss_a_header_like_blank_lines(tmp_path: Path) -> None:
+    with pytest.raises(UnreadableFileError, match="missing header"):
+        read(tmp_path, b"  \n\t\r\n \n", make_dataset("csv"))
+    records = read(tmp_path, b"   \nid,note\nu1,a\n", make_dataset("csv"))
+    assert records.table.to_pylist() == [{POSITION: 3, "id": "u1", "note": "a"}]
+
+
+def test_csv_bytes_that_are_not_utf8_reject_only_their_record(tmp_path: Path) -> None:
+    data = b"id,note\nu1,caf\xe9\nu2,fine\n\xff,x,y\n"
+
+    records = read(tmp_path, data, make_dataset("csv"))
+
+    assert records.table.to_pylist() == [{POSITION: 3, "id": "u2", "note": "fine"}]
+    assert rejected(records) == [
+        (2, ("column note: not UTF-8 text",), {"id": "u1", "note": "caf\\xe9"}),
+        (
+            4,
+            ("expected 2 fields, found 3", "column id: not UTF-8 text"),
+            {"id": "\\xff", "note": "x", "_extra_fields": ["y"]},
+        ),
+    ]
+
+
+def test_csv_columns_named_like_the_jobs_own_are_not_read(tmp_path: Path) -> None:
+    data = b"id,_lethe_position,note\nu1,99,a\n"
+
+    records = read(tmp_path, data, make_dataset("csv"))
+
+    assert records.table.to_pylist() == [{POSITION: 2, "id": "u1", "note": "a"}]
+    assert records.columns == ["id", "_lethe_position", "note"]
+
+
+def test_csv_header_that_is_not_utf8_is_unreadable(tmp_path: Path) -> None:
+    with pytest.raises(UnreadableFileError, match="not UTF-8 text: the header"):
+        read(tmp_path, b"id,n\xf6te\nu1,a\n", make_dataset("csv"))
 
 
 # -------------------------------------------------------------------------------- JSON Lines
@@ -147,8 +179,32 @@ def test_truncated_gzip_is_unreadable(tmp_path: Path) -> None:
 
 
 def test_compression_none_reads_gzip_bytes_as_they_are(tmp_path: Path) -> None:
-    with pytest.raises(UnreadableFileError, match="not UTF-8"):
-        read(tmp_path, gzip.compress(b'{"id": "a"}\n'), make_dataset("jsonl", compression="none"))
+    data = gzip.compress(b'{"id": "a"}\n')
+    records = read(tmp_path, data, make_dataset("jsonl", compression="none"))
+    assert records.table.num_rows == 0
+    assert records.rejected
+    assert all(r.reasons[0].startswith("not UTF-8 text") for r in records.rejected)
+
+
+def test_jsonl_line_that_is_not_utf8_or_nested_too_deeply_is_rejected_alone(
+    tmp_path: Path,
+) -> None:
+    deep = b'{"id": "d", "x": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+    brackets = b'{"id": "b", "s": "' + b"[" * 600 + b'", "x": [[[{}]]]}'  # in a string: fine
+    data = b'{"id": "a"}\n{"id": "caf\xe9"}\n' + deep + b"\n" + brackets + b"\n"
+
+    records = read(tmp_path, data, make_dataset("jsonl"))
+
+    assert records.table.column(POSITION).to_pylist() == [1, 4]
+    assert rejected(records) == [
+        (
+            2,
+            ("not UTF-8 text: 'utf-8' codec can't decode byte 0xe9 in position 11: "
+             "invalid continuation byte",),
+            {"_raw": '{"id": "caf\\xe9"}'},
+        ),
+        (3, ("not a JSON object: nested deeper than 500 levels",), {"_raw": deep.decode()}),
+    ]  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------- Parquet
@@ -200,3 +256,18 @@ def test_gzipped_parquet_is_decompressed_first(tmp_path: Path) -> None:
 def test_a_file_that_is_not_parquet_is_unreadable(tmp_path: Path) -> None:
     with pytest.raises(UnreadableFileError, match="not a Parquet file"):
         read(tmp_path, b"id,note\nu1,x\n", make_dataset("parquet"))
+
+
+def test_parquet_columns_named_like_the_jobs_own_are_not_read(tmp_path: Path) -> None:
+    table = pa.table({"id": ["u1"], POSITION: [99], RECORD: ["{}"], "note": ["a"]})
+
+    records = read(tmp_path, parquet_bytes(table), make_dataset("parquet"))
+
+    assert records.table.to_pylist() == [{POSITION: 0, "id": "u1", "note": "a"}]
+    assert records.columns == ["id", POSITION, RECORD, "note"]
+
+
+def test_parquet_that_repeats_a_column_name_is_unreadable(tmp_path: Path) -> None:
+    table = pa.table([["u1"], ["a"], ["b"]], names=["id", "note", "note"])
+    with pytest.raises(UnreadableFileError, match=r"the file repeats column\(s\) note"):
+        read(tmp_path, parquet_bytes(table), make_dataset("parquet"))

@@ -426,9 +426,23 @@ def test_plain_file_stays_plain_with_compression_none(tmp_path: Path) -> None:
     assert target.read_bytes() == b"user_id,note\nu1,a\n"
 
 
-def test_invalid_utf8_is_unreadable(tmp_path: Path) -> None:
+def test_bytes_that_are_not_utf8_in_a_record_are_kept_as_they_are(tmp_path: Path) -> None:
+    # the ingest reader rejects only the records holding them (they are indexed, as \\xNN)
     dataset = make_dataset("csv")
-    source = put(tmp_path, "in.csv", b"user_id,note\n\xff\xfe,a\n")
+    data = b"user_id,note\n\xff\xfe,a\nu1,b\nu2,caf\xe9\n"
+    source = put(tmp_path, "in.csv", data)
+
+    result, target = erase(
+        tmp_path, RAW, source, "ds/in.csv", matcher(dataset, hashed(dataset, "u1"))
+    )
+
+    assert result.positions == (3,)
+    assert target.read_bytes() == b"user_id,note\n\xff\xfe,a\nu2,caf\xe9\n"
+
+
+def test_a_header_that_is_not_utf8_is_unreadable(tmp_path: Path) -> None:
+    dataset = make_dataset("csv")
+    source = put(tmp_path, "in.csv", b"user_id,n\xffte\nu1,a\n")
 
     with pytest.raises(UnreadableObjectError):
         erase(tmp_path, RAW, source, "ds/in.csv", matcher(dataset, hashed(dataset, "u1")))
