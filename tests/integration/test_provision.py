@@ -337,6 +337,37 @@ def test_alert_email_is_subscribed(endpoints: Endpoints, glue_deployment: Deploy
     ]
 
 
+@pytest.mark.parametrize(
+    ("machine", "name"),
+    [
+        ("IngestionStateMachine", "ingestion"),
+        ("IndexBackfillStateMachine", "index-backfill"),
+        ("IndexReconcileStateMachine", "index-reconcile"),
+        ("ErasureStateMachine", "erasure"),
+    ],
+)
+def test_state_machines_run_as_roles_that_trust_only_them(
+    endpoints: Endpoints, deployment: Deployment, machine: str, name: str
+) -> None:
+    """The explicit role of each state machine (template.yaml, not SAM's) is created with its
+    trust condition and inline policies, and the state machine runs as it."""
+    sfn = endpoints.client("stepfunctions")
+    described = sfn.describe_state_machine(stateMachineArn=deployment.physical_ids[machine])
+    assert described["roleArn"] == deployment.attributes[f"{machine}Role"]["Arn"]
+    iam = endpoints.client("iam")
+    role = iam.get_role(RoleName=deployment.physical_ids[f"{machine}Role"])["Role"]
+    (statement,) = role["AssumeRolePolicyDocument"]["Statement"]
+    arn = f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:lethe-{STAGE}-{name}"
+    assert statement["Principal"] == {"Service": "states.amazonaws.com"}
+    assert statement["Condition"] == {
+        "StringEquals": {"aws:SourceAccount": ACCOUNT},
+        "ArnLike": {"aws:SourceArn": [arn, f"{arn}:*"]},
+    }
+    assert described["stateMachineArn"] == arn
+    policies = iam.list_role_policies(RoleName=role["RoleName"])["PolicyNames"]
+    assert policies == [f"{machine}RolePolicy0"]  # Policy1 only with KmsKeyArn
+
+
 def test_api_gateway_account_role_follows_its_parameter(
     deployment: Deployment, glue_deployment: Deployment
 ) -> None:
