@@ -34,7 +34,7 @@ from aws_lambda_powertools.utilities import parameters
 from moto.core.config import default_user_config
 from moto.dynamodb.responses import DynamoHandler
 
-from lethe_shared.approval import confirmation_code, link_signature, sign_link
+from lethe_shared.approval import confirmation_code, csrf_token, link_signature, sign_link
 from lethe_shared.erasure import (
     ApprovalLink,
     DynamoApprovals,
@@ -60,6 +60,7 @@ SIGNING_SECRET = "s" * 64
 API_URL = "https://abc123.execute-api.us-east-1.amazonaws.com/local"
 REQUESTER = "privacy@example.com"
 DPO, CISO = "dpo@example.com", "ciso@example.com"
+DPO_ROLE = "arn:aws:iam::123456789012:role/DpoRole"  # ApproverPrincipals: DPO files as it
 RACES = 50
 REPORT = {
     "manifest_url": "s3://lethe-local-reports-123456789012-us-east-1/erasure/x/manifest.json",
@@ -109,12 +110,13 @@ class Stack:
     monkeypatch: pytest.MonkeyPatch
     task_calls: TaskCalls = field(default_factory=TaskCalls)
 
-    def file(self, rid: str, *, requested_by: str = REQUESTER) -> None:
-        """A REPORTED request for SECRET (what Build Report leaves)."""
+    def file(self, rid: str, *, requested_by: str = REQUESTER, caller: str = "") -> None:
+        """A REPORTED request for SECRET (what Build Report leaves), filed by IAM `caller`."""
         body = parse_request_body(
             {"subject_ids": [SECRET], "reason": "ticket 4711", "requested_by": requested_by}
         )
-        self.requests.create(new_request(rid, body, hash_subjects(body, b"k" * 32, [])))
+        subjects = hash_subjects(body, b"k" * 32, [])
+        self.requests.create(new_request(rid, body, subjects, principal=caller))
         self.requests.transition(
             rid, ErasureStatus.REPORTED, by="workflow", updates={"report": REPORT}
         )
@@ -158,6 +160,7 @@ def deploy(
     handler_env("ApprovalRequestFunction")
     handler_env("ApprovalPageFunction")
     monkeypatch.setenv("APPROVER_EMAILS", f"{DPO},{CISO}")
+    monkeypatch.setenv("APPROVER_PRINCIPALS", f"{DPO}={DPO_ROLE}")
     parameters.clear_caches()
     boto3.client("secretsmanager").create_secret(
         Name="lethe-local-approval-signing-key", SecretString=SIGNING_SECRET
@@ -496,6 +499,7 @@ def test_a_non_approver_decides_nothing(awaiting: tuple[Stack, dict[str, str]]) 
     stack, links = awaiting
     shown = visit(stack, stack.page_function(), links[DPO])
     stack.monkeypatch.setenv("APPROVER_EMAILS", CISO)
+    stack.monkeypatch.setenv("APPROVER_PRINCIPALS", "")  # DPO's mapping goes with them
     function = stack.page_function()
     # and a link record for an address that was never an approver, signed with the key
     outsider = "Q" * 32
@@ -556,6 +560,44 @@ def test_the_requester_named_as_an_approver_gets_no_link_and_cannot_decide(
         "The requester cannot approve their own request."
         in (visit(stack, function, own_link).response["body"])
     )
+    assert_undecided(stack, rid_of(1), before)
+
+
+def test_an_approver_who_filed_the_request_in_another_name_gets_no_link_and_cannot_decide(
+    stack: Stack,
+) -> None:
+    # Given DPO's role filed the request through the API, naming someone else as requester
+    stack.file(rid_of(1), caller="arn:aws:sts::123456789012:assumed-role/DpoRole/dpo-laptop")
+
+    links = stack.ask(rid_of(1))
+
+    # Then only CISO is asked; a link made for DPO by hand decides nothing
+    assert list(links) == [CISO]
+    own = "R" * 32
+    deadline = int(parse_qs(urlsplit(links[CISO]).query)["e"][0])
+    DynamoApprovals(stack.tables[1]).put(
+        ApprovalLink(
+            approval_id=own, request_id=rid_of(1), approver=DPO, deadline=deadline,
+            created_at="2026-11-22T10:00:00+00:00", expires_at=deadline,
+        )
+    )  # fmt: skip
+    own_link = sign_link(SIGNING_SECRET.encode(), API_URL, own, deadline)
+    function = stack.page_function()
+    key, nonce = SIGNING_SECRET.encode(), "n" * 43
+    own_form = urlencode(
+        {
+            "csrf_token": csrf_token(key, own, nonce),
+            "confirmation": confirmation_code(key, own),
+            "decision": "approve",
+        }
+    )
+    before = stack.snapshot()
+
+    opened = visit(stack, function, own_link)
+    posted = post(stack, function, own_link, own_form, f"lethe_csrf={nonce}")
+
+    assert answer(opened.response) == answer(posted) == (403, "not-allowed")
+    assert "The requester cannot approve their own request." in posted["body"]
     assert_undecided(stack, rid_of(1), before)
 
 
