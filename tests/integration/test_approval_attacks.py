@@ -554,12 +554,21 @@ def test_the_requester_named_as_an_approver_gets_no_link_and_cannot_decide(
     )  # fmt: skip
     own_link = sign_link(SIGNING_SECRET.encode(), API_URL, own, deadline)
     function = stack.page_function()
-    before = stack.snapshot()
-    assert answer(visit(stack, function, own_link).response) == (403, "not-allowed")
-    assert (
-        "The requester cannot approve their own request."
-        in (visit(stack, function, own_link).response["body"])
+    key, nonce = SIGNING_SECRET.encode(), "n" * 43
+    own_form = urlencode(
+        {
+            "csrf_token": csrf_token(key, own, nonce),
+            "confirmation": confirmation_code(key, own),
+            "decision": "approve",
+        }
     )
+    before = stack.snapshot()
+
+    opened = visit(stack, function, own_link)
+    posted = post(stack, function, own_link, own_form, f"lethe_csrf={nonce}")
+
+    assert answer(opened.response) == answer(posted) == (403, "not-allowed")
+    assert "The requester cannot approve their own request." in posted["body"]
     assert_undecided(stack, rid_of(1), before)
 
 
