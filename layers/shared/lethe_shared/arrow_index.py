@@ -26,9 +26,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from operator import itemgetter
 from typing import Any
 
 import pyarrow as pa
@@ -89,19 +91,18 @@ class _Coded:
     def __len__(self) -> int:
         return len(self.dictionary) if self.dictionary is not None else len(self.values)
 
-    def messages(self) -> list[bytes] | None:
-        """The canonical text of each value as UTF-8 bytes, computed by Arrow for the types
-        whose Arrow text is the canonical text (strings as they are, integers in decimal
-        digits, booleans `true`/`false`): distinct values, distinct texts. None for other types
-        (Python computes their texts) and for strings that are not valid UTF-8 (Python fails
-        on them as before)."""
+    def messages(self) -> pa.Array | None:
+        """The canonical text of each value as UTF-8 bytes (a binary array), computed by Arrow
+        for the types whose Arrow text is the canonical text (strings as they are, integers in
+        decimal digits, booleans `true`/`false`): distinct values, distinct texts. None for
+        other types (Python computes their texts) and for strings that are not valid UTF-8
+        (Python fails on them as before)."""
         dictionary = self.dictionary
         if dictionary is None:
             return None
         type_ = dictionary.type
         if pa.types.is_integer(type_) or pa.types.is_boolean(type_):
-            texts = dictionary.cast(pa.string())
-            return texts.view(pa.binary()).to_pylist()  # type: ignore[no-any-return]
+            return dictionary.cast(pa.string()).view(pa.binary())
         if not (
             pa.types.is_string(type_)
             or pa.types.is_large_string(type_)
@@ -112,7 +113,7 @@ class _Coded:
             dictionary.validate(full=True)  # UTF-8
         except pa.ArrowInvalid:
             return None
-        return dictionary.view(_BINARY[type_.id]).to_pylist()  # type: ignore[no-any-return]
+        return dictionary.view(_BINARY[type_.id])
 
 
 # The binary type of the same layout as each string type: a view, without a copy.
@@ -257,6 +258,138 @@ def _texts(names: Sequence[str], columns: Sequence[_Coded], members: list[list[i
 
 
 @dataclass(frozen=True)
+class _Subjects:
+    """One object's subjects before hashing: a code per row (null: the row is nobody's) and the
+    canonical text of each code as UTF-8 bytes (a binary or large binary array). Two codes
+    share a text only when `distinct` is false (an integer and a string `1` in one union
+    column): they are one subject."""
+
+    codes: pa.Array
+    texts: pa.Array
+    distinct: bool
+
+
+def _check_key(key: bytes) -> None:
+    if len(key) < KEY_MIN_BYTES:
+        raise ValueError(f"the subject hash key must have at least {KEY_MIN_BYTES} bytes")
+
+
+def _subjects(
+    table: pa.Table, dataset: Dataset, constants: Mapping[str, Any], key: bytes
+) -> _Subjects:
+    """The codes and texts of `table`'s subjects (see the module docstring). Raises for a short
+    key, only when the table has a subject, and before computing any text, as `subject_hash`."""
+    rows = table.num_rows
+    names = dataset.subject_columns
+    columns = [_subject_column(table, path, constants) for path in names]
+    if rows == 0 or any(not len(c) for c in columns):
+        return _Subjects(_no_values(rows).codes, _NO_TEXTS, True)
+    members: list[list[int]] = []  # a single column's codes are its values' indexes
+    if len(columns) == 1:
+        codes, subjects = columns[0].codes, len(columns[0])
+    else:
+        codes, members = _combined(columns)
+        subjects = len(members[0])
+    if not subjects:
+        return _Subjects(codes, _NO_TEXTS, True)
+    _check_key(key)
+    messages = columns[0].messages() if len(columns) == 1 else None
+    if messages is not None:  # distinct values of one Arrow type: distinct texts
+        return _Subjects(codes, messages, True)
+    texts = _texts(names, columns, members)
+    encoded = pa.array([t.encode("utf-8") for t in texts], pa.large_binary())
+    return _Subjects(codes, encoded, len(set(texts)) == len(texts))
+
+
+_NO_TEXTS = pa.array([], pa.binary())
+_DIGEST = pa.binary(32)
+_HEX_OFFSETS: list[pa.Array] = [pa.array([0], pa.int32())]  # 0, 64, 128, ...: grown on demand
+
+
+def _hex_offsets(count: int) -> pa.Buffer:
+    """The offsets of `count` strings of 64 characters each, end to end (an int32 buffer)."""
+    if len(_HEX_OFFSETS[0]) <= count:
+        size = max(count + 1, 2 * len(_HEX_OFFSETS[0]))
+        _HEX_OFFSETS[0] = pa.array(range(0, 64 * size, 64), pa.int32())
+    return _HEX_OFFSETS[0].buffers()[1]
+
+
+# Byte indexes that turn each 32-byte digest's first 8 bytes into a little-endian uint64 whose
+# numeric order is the digests' (big-endian) order: 7, 6, ..., 0, 39, 38, ..., 32, ...
+_PREFIX_BYTES: list[pa.Array] = [pa.array([], pa.int32())]
+
+
+def _order(found: pa.FixedSizeBinaryArray) -> pa.Array:
+    """The indexes that sort distinct digests ascending (their hex's order). Sorted by Arrow
+    on their first 8 bytes as integers (several times faster than comparing 32-byte values),
+    unless two digests share those bytes: then on the whole digests."""
+    count = len(found)
+    if sys.byteorder != "little":
+        return pc.sort_indices(found)
+    if len(_PREFIX_BYTES[0]) < 8 * count:
+        size = max(count, 2 * len(_PREFIX_BYTES[0]) // 8)
+        _PREFIX_BYTES[0] = pa.array(
+            [32 * (i >> 3) + 7 - (i & 7) for i in range(8 * size)], pa.int32()
+        )
+    raw = pa.Array.from_buffers(pa.uint8(), 32 * count, [None, found.buffers()[1]])
+    prefixes = pc.take(raw, _PREFIX_BYTES[0].slice(0, 8 * count))
+    keys = pa.Array.from_buffers(pa.uint64(), count, [None, prefixes.buffers()[1]])
+    order = pc.sort_indices(keys)
+    ascending = pc.take(keys, order)
+    if count > 1 and pc.any(pc.equal(ascending.slice(1), ascending.slice(0, count - 1))).as_py():
+        return pc.sort_indices(found)
+    return order
+
+
+def _joined(texts: Sequence[pa.Array]) -> pa.Array:
+    """The texts of several objects as one array (large binary unless all fit in binary)."""
+    if len(texts) == 1:
+        return texts[0]
+    if all(t.type == pa.binary() for t in texts) and sum(t.nbytes for t in texts) < 2**30:
+        return pa.concat_arrays(texts)
+    return pa.concat_arrays([t.cast(pa.large_binary()) for t in texts])
+
+
+def _hashed(objects: Sequence[_Subjects], key: bytes) -> tuple[list[pa.Array], list[str]]:
+    """Each object's row ids, and the hashes they index: the distinct subject hashes of all
+    `objects`, ascending (hex). A row's id is its subject hash's rank (null: nobody's).
+
+    Each distinct text of the group is hashed once, however many objects hold it: the texts
+    of all objects are concatenated and dictionary-encoded by Arrow (equal texts, one
+    subject), the distinct ones hashed, the digests ranked by Arrow on their raw bytes (their
+    order is their hex's) and hex-encoded at once; each object's codes are then mapped to the
+    ranks with two Arrow takes."""
+    held = [i for i, o in enumerate(objects) if len(o.texts)]
+    if not held:
+        return [o.codes for o in objects], []
+    if len(held) == 1 and objects[held[0]].distinct:
+        distinct, ids = objects[held[0]].texts, None
+    else:
+        encoded = pc.dictionary_encode(_joined([objects[i].texts for i in held]))
+        distinct, ids = encoded.dictionary, encoded.indices
+    digests = _hmac_sha256(key)(distinct.to_pylist())
+    count = len(digests)
+    found = pa.FixedSizeBinaryArray.from_buffers(
+        _DIGEST, count, [None, pa.py_buffer(b"".join(digests))]
+    )
+    order = _order(found)
+    ranks = pc.sort_indices(order)  # the inverse permutation: each text's place in `order`
+    ascending = pc.take(found, order)
+    data = memoryview(ascending.buffers()[1])[: 32 * count].hex().encode()  # new: offset 0
+    hexed = pa.Array.from_buffers(
+        pa.string(), count, [None, _hex_offsets(count), pa.py_buffer(data)]
+    )
+    rows = [o.codes for o in objects]
+    start = 0
+    for i in held:
+        size = len(objects[i].texts)
+        code_ranks = ranks if ids is None else pc.take(ranks, ids.slice(start, size))
+        rows[i] = pc.take(code_ranks, objects[i].codes)
+        start += size
+    return rows, hexed.to_pylist()
+
+
+@dataclass(frozen=True)
 class RowSubjects:
     """Each row's subject: `ids[row]` indexes `hashes` (null: a subject column is null, the row
     is nobody's). `hashes` are the distinct subject hashes, ascending."""
@@ -270,65 +403,8 @@ def row_subjects(
 ) -> RowSubjects:
     """The subject of every row of `table` (see the module docstring): one hash per distinct
     subject, the same `subject_hash` gives."""
-    rows = table.num_rows
-    names = dataset.subject_columns
-    columns = [_subject_column(table, path, constants) for path in names]
-    if rows == 0 or any(not len(c) for c in columns):
-        return RowSubjects(_no_values(rows).codes, [])
-    members: list[list[int]] = []  # a single column's codes are its values' indexes
-    if len(columns) == 1:
-        codes, subjects = columns[0].codes, len(columns[0])
-    else:
-        codes, members = _combined(columns)
-        subjects = len(members[0])
-    if not subjects:
-        return RowSubjects(codes, [])
-    digest = _hmac_sha256(key)  # before any text: a short key fails first, as in subject_hash
-    messages = columns[0].messages() if len(columns) == 1 else None
-    if messages is not None:  # distinct values of one Arrow type: distinct texts
-        return RowSubjects(*_ranked(codes, digest(messages)))
-    texts = _texts(names, columns, members)
-    digests = digest(t.encode("utf-8") for t in texts)
-    if len(set(texts)) < len(texts):  # tuples of one text (a union column): one subject
-        return RowSubjects(*_merged(codes, digests))
-    return RowSubjects(*_ranked(codes, digests))
-
-
-_DIGEST = pa.binary(32)
-_HEX_OFFSETS: list[pa.Array] = [pa.array([0], pa.int32())]  # 0, 64, 128, ...: grown on demand
-
-
-def _hex_offsets(count: int) -> pa.Buffer:
-    """The offsets of `count` strings of 64 characters each, end to end (an int32 buffer)."""
-    if len(_HEX_OFFSETS[0]) <= count:
-        size = max(count + 1, 2 * len(_HEX_OFFSETS[0]))
-        _HEX_OFFSETS[0] = pa.array(range(0, 64 * size, 64), pa.int32())
-    return _HEX_OFFSETS[0].buffers()[1]
-
-
-def _ranked(codes: pa.Array, digests: list[bytes]) -> tuple[pa.Array, list[str]]:
-    """Each row's code as the rank of its subject's hash among the distinct hashes, and those
-    hashes (hex) ascending; `digests` are distinct. Ranked by Arrow on the raw digests (their
-    order is their hex's), hex-encoded at once."""
-    count = len(digests)
-    found = pa.FixedSizeBinaryArray.from_buffers(
-        _DIGEST, count, [None, pa.py_buffer(b"".join(digests))]
-    )
-    order = pc.sort_indices(found)
-    ranks = pc.sort_indices(order)  # the inverse permutation: each code's place in `order`
-    ascending = pc.take(found, order)
-    data = memoryview(ascending.buffers()[1])[: 32 * count].hex().encode()  # new: offset 0
-    hexed = pa.Array.from_buffers(
-        pa.string(), count, [None, _hex_offsets(count), pa.py_buffer(data)]
-    )
-    return pc.take(ranks, codes), hexed.to_pylist()
-
-
-def _merged(codes: pa.Array, digests: list[bytes]) -> tuple[pa.Array, list[str]]:
-    """`_ranked` when some digests are equal (codes whose texts are equal): one rank each."""
-    hashes = sorted({d.hex() for d in digests})
-    rank = {h: i for i, h in enumerate(hashes)}
-    return pc.take(pa.array([rank[d.hex()] for d in digests], pa.int32()), codes), hashes
+    ids, hashes = _hashed([_subjects(table, dataset, constants, key)], key)
+    return RowSubjects(ids[0], hashes)
 
 
 def row_subject_hashes(
@@ -344,32 +420,65 @@ def row_subject_hashes(
 
 
 @dataclass(frozen=True)
+class ObjectSubjects:
+    """An object's rows as the index needs them (`object_subjects`): each row's subject code,
+    the texts of the codes and each row's location; not the table, so that the objects of a
+    group hold their subject columns only until `entry_batches` hashes them together."""
+
+    dataset: Dataset
+    ref: ObjectRef
+    subjects: _Subjects
+    coordinates: pa.Array | None  # int64, one per row; None: a row's index is its hint
+
+    @property
+    def rows(self) -> int:
+        return len(self.subjects.codes)
+
+
+def object_subjects(
+    table: pa.Table,
+    dataset: Dataset,
+    ref: ObjectRef,
+    *,
+    key: bytes,
+    coordinates: Sequence[int] | None = None,
+) -> ObjectSubjects:
+    """The subjects of `table`'s rows, to be hashed by `entry_batches` (with `entry_batch`'s
+    arguments and failures: a short key fails here when the table has a subject)."""
+    if coordinates is not None and len(coordinates) != table.num_rows:
+        raise ValueError("one coordinate per row")
+    located = None if coordinates is None else pa.array(coordinates, pa.int64())
+    return ObjectSubjects(dataset, ref, _subjects(table, dataset, ref.constants, key), located)
+
+
+@dataclass(frozen=True)
 class _Columns:
     """An object's entries as columns: hashes ascending, the row hints of each entry one after
     the other, cut by `ends`."""
 
-    hashes: list[str]
+    hashes: Sequence[str]
     ends: list[int]
     hints: list[int]
 
 
 def _entry_columns(
-    table: pa.Table,
-    dataset: Dataset,
-    ref: ObjectRef,
-    key: bytes,
-    coordinates: Sequence[int] | None,
+    found: ObjectSubjects, ids: pa.Array, hashes: list[str], alone: bool
 ) -> _Columns:
-    if coordinates is not None and len(coordinates) != table.num_rows:
-        raise ValueError("one coordinate per row")
-    subjects = row_subjects(table, dataset, ref.constants, key=key)
-    if not subjects.hashes:
+    """The entries of one object from its rows' ids into `hashes` (`_hashed`); `alone`: the
+    object was hashed on its own, so every hash is one of its subjects'."""
+    if not hashes or ids.null_count == len(ids):
         return _Columns([], [], [])
-    ids = subjects.ids
     order = pc.sort_indices(ids).slice(0, len(ids) - ids.null_count)  # stable: rows ascending
-    ends = pc.run_end_encode(pc.take(ids, order)).run_ends.to_pylist()
-    located = order if coordinates is None else pc.take(pa.array(coordinates, pa.int64()), order)
-    return _Columns(subjects.hashes, ends, located.to_pylist())
+    runs = pc.run_end_encode(pc.take(ids, order))
+    ends = runs.run_ends.to_pylist()
+    own = hashes if alone else _picked(hashes, runs.values.to_pylist())
+    located = order if found.coordinates is None else pc.take(found.coordinates, order)
+    return _Columns(own, ends, located.to_pylist())
+
+
+def _picked(hashes: list[str], ranks: list[int]) -> Sequence[str]:
+    """`[hashes[r] for r in ranks]`, without a Python loop."""
+    return itemgetter(*ranks)(hashes) if len(ranks) > 1 else [hashes[r] for r in ranks]
 
 
 def _batch(dataset: Dataset, ref: ObjectRef, columns: _Columns) -> EntryBatch:
@@ -391,6 +500,21 @@ def no_entries(dataset: Dataset, ref: ObjectRef) -> EntryBatch:
     return _batch(dataset, ref, _Columns([], [], []))
 
 
+def _columns_of(objects: Sequence[ObjectSubjects], key: bytes) -> list[_Columns]:
+    ids, hashes = _hashed([o.subjects for o in objects], key)
+    alone = len(objects) == 1
+    return [_entry_columns(o, i, hashes, alone) for o, i in zip(objects, ids, strict=True)]
+
+
+def entry_batches(objects: Sequence[ObjectSubjects], *, key: bytes) -> list[EntryBatch]:
+    """The entries of several objects (`object_subjects`), one batch each in their order, each
+    exactly `entry_batch`'s for that object: hashing once each distinct subject of the group
+    (a subject in several objects has one entry in each, with the same hash). What the index
+    job uses for the objects of one Spark task."""
+    columns = _columns_of(objects, key)
+    return [_batch(o.dataset, o.ref, c) for o, c in zip(objects, columns, strict=True)]
+
+
 def entry_batch(
     table: pa.Table,
     dataset: Dataset,
@@ -408,7 +532,8 @@ def entry_batch(
     without them the row's index in the table is its hint (a Parquet row). Rows whose subject
     columns hold a null are nobody's: they are not indexed. The entries share one `updated_at`.
     """
-    return _batch(dataset, ref, _entry_columns(table, dataset, ref, key, coordinates))
+    found = object_subjects(table, dataset, ref, key=key, coordinates=coordinates)
+    return entry_batches([found], key=key)[0]
 
 
 def entries_from_table(
@@ -421,7 +546,8 @@ def entries_from_table(
 ) -> list[IndexEntry]:
     """`entry_batch`'s entries as IndexEntry models (one per distinct subject in `table`, with
     its row count and row hints, ordered by subject hash; one `updated_at`)."""
-    columns = _entry_columns(table, dataset, ref, key, coordinates)
+    found = object_subjects(table, dataset, ref, key=key, coordinates=coordinates)
+    (columns,) = _columns_of([found], key)
     if not columns.hashes:
         return []
     return _batch(dataset, ref, columns).entries()
