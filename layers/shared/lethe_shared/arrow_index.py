@@ -553,17 +553,26 @@ def entries_from_table(
     return _batch(dataset, ref, columns).entries()
 
 
+def lake_object_subjects(
+    body: bytes, object_key: str, dataset: Dataset, ref: ObjectRef, *, key: bytes
+) -> ObjectSubjects:
+    """The subjects of one lake Parquet file from its bytes (`object_subjects`), partition
+    values from its Hive path: `lake_object_batch` for a group of objects (`entry_batches`)."""
+    if is_quarantine_key(object_key):
+        raise ValueError(f"{object_key} is a quarantine file: the Spark index job reads those")
+    table = pq.read_table(pa.BufferReader(body))
+    constants = {**hive_partition_values(object_key, dataset), **ref.constants}
+    return object_subjects(table, dataset, replace(ref, constants=constants), key=key)
+
+
 def lake_object_batch(
     body: bytes, object_key: str, dataset: Dataset, ref: ObjectRef, *, key: bytes
 ) -> EntryBatch:
     """Index entries of one lake Parquet file from its bytes, as columns; partition values from
     its Hive path. Used by the indexer Lambda and by the Spark jobs, so a file gets the same
     entries whoever indexes it."""
-    if is_quarantine_key(object_key):
-        raise ValueError(f"{object_key} is a quarantine file: the Spark index job reads those")
-    table = pq.read_table(pa.BufferReader(body))
-    constants = {**hive_partition_values(object_key, dataset), **ref.constants}
-    return entry_batch(table, dataset, replace(ref, constants=constants), key=key)
+    found = lake_object_subjects(body, object_key, dataset, ref, key=key)
+    return entry_batches([found], key=key)[0]
 
 
 def lake_object_entries(
