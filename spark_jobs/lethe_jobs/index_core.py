@@ -63,9 +63,11 @@ from lethe_shared.subjects import DynamoSubjectIndex, SubjectIndex
 
 LOG = logging.getLogger("lethe.index")
 NO_PRODUCER = "none"
-# Rows whose subjects (a 4-byte code each, and an 8-byte line number for raw and quarantine
-# objects) a task holds before hashing them together: bounds the memory of a group.
-GROUP_ROWS = 4_000_000
+# Rows whose subjects a task holds before hashing them together: bounds the memory of a group.
+# A row holds its subject column's value (the column's own buffers, no copy; for other subject
+# columns a 4-byte code and the distinct texts) and, for raw and quarantine objects, an 8-byte
+# line number: tens of bytes per row, so about 100 MB for subject ids of 40 characters.
+GROUP_ROWS = 2_000_000
 TRUE_WORDS = frozenset({"true", "yes", "1"})
 FALSE_WORDS = frozenset({"false", "no", "0"})
 

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pytest
 
 from bench.reference_index import reference_entries
+from lethe_shared import arrow_index
 from lethe_shared.arrow_index import (
     ObjectRef,
     entry_batch,
@@ -185,3 +186,24 @@ def test_object_subjects_keep_codes_and_texts_not_the_table() -> None:
     assert found.coordinates.to_pylist() == [3, 4, 5]
     with pytest.raises(ValueError, match="one coordinate per row"):
         object_subjects(table, dataset("u"), REF, key=KEY, coordinates=[1])
+
+
+@pytest.mark.parametrize("prefixes", ["tied", "none"])
+def test_digests_sharing_their_first_bytes_are_ordered_whole(
+    prefixes: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows are sorted on each digest's first 8 bytes as an integer; when two digests share
+    them (here: every digest, forced) or the machine is big-endian (no prefixes), the order
+    comes from the whole digests: the same entries, alone and in a group."""
+
+    def forced(found: pa.FixedSizeBinaryArray) -> pa.Array | None:
+        return pa.array([0] * len(found), pa.uint64()) if prefixes == "tied" else None
+
+    monkeypatch.setattr(arrow_index, "_prefixes", forced)
+    rng = random.Random(7)
+    strings = [f"s{i}" for i in range(40)]
+    cases = [
+        Case(pa.table({"u": [rng.choice(strings) for _ in range(60)]}), ["u"]) for _ in range(4)
+    ]
+    assert_group(cases)
+    assert_group(cases[:1])

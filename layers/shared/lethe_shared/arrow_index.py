@@ -219,13 +219,14 @@ def _hmac_sha256(key: bytes) -> Callable[[Iterable[bytes]], list[bytes]]:
 
     def digests(messages: Iterable[bytes]) -> list[bytes]:
         new_inner, new_outer = inner.copy, outer.copy
-        found = []
+        found: list[bytes] = []
+        append = found.append
         for message in messages:
             first = new_inner()
             first.update(message)
             second = new_outer()
             second.update(first.digest())
-            found.append(second.digest())
+            append(second.digest())
         return found
 
     return digests
@@ -259,14 +260,43 @@ def _texts(names: Sequence[str], columns: Sequence[_Coded], members: list[list[i
 
 @dataclass(frozen=True)
 class _Subjects:
-    """One object's subjects before hashing: a code per row (null: the row is nobody's) and the
-    canonical text of each code as UTF-8 bytes (a binary or large binary array). Two codes
-    share a text only when `distinct` is false (an integer and a string `1` in one union
-    column): they are one subject."""
+    """One object's subjects before hashing: the canonical text of each subject as UTF-8 bytes
+    (a binary array) and a code per row (null: the row is nobody's) that names its text; or,
+    without codes, each row's text (null: nobody's). Two codes share a text only when
+    `distinct` is false (an integer and a string `1` in one union column): one subject."""
 
-    codes: pa.Array
+    codes: pa.Array | None
     texts: pa.Array
     distinct: bool
+
+    @property
+    def rows(self) -> int:
+        return len(self.texts if self.codes is None else self.codes)
+
+
+def _row_texts(table: pa.Table, path: str) -> pa.Array | None:
+    """Each row's canonical text, as Arrow computes it, for a single subject column whose Arrow
+    text is the canonical text (a string or integer or boolean column or struct field, as in
+    `_Coded.messages`); None for every other column (codes and distinct texts then)."""
+    head, *rest = path.split(".")
+    if head not in table.column_names:
+        return None
+    column: Any = table.column(head)
+    for part in rest:
+        if not pa.types.is_struct(column.type) or column.type.get_field_index(part) < 0:
+            return None
+        column = pc.struct_field(column, part)
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    type_ = array.type
+    if pa.types.is_integer(type_) or pa.types.is_boolean(type_):
+        return array.cast(pa.string()).view(pa.binary())
+    if not (pa.types.is_string(type_) or pa.types.is_large_string(type_)):
+        return None
+    try:
+        array.validate(full=True)  # UTF-8
+    except pa.ArrowInvalid:
+        return None
+    return array.view(_BINARY[type_.id])
 
 
 def _check_key(key: bytes) -> None:
@@ -281,6 +311,12 @@ def _subjects(
     key, only when the table has a subject, and before computing any text, as `subject_hash`."""
     rows = table.num_rows
     names = dataset.subject_columns
+    texts_of_rows = _row_texts(table, names[0]) if len(names) == 1 and rows else None
+    if texts_of_rows is not None:
+        if texts_of_rows.null_count == rows:
+            return _Subjects(_no_values(rows).codes, _NO_TEXTS, True)
+        _check_key(key)
+        return _Subjects(None, texts_of_rows, False)
     columns = [_subject_column(table, path, constants) for path in names]
     if rows == 0 or any(not len(c) for c in columns):
         return _Subjects(_no_values(rows).codes, _NO_TEXTS, True)
@@ -319,28 +355,6 @@ def _hex_offsets(count: int) -> pa.Buffer:
 _PREFIX_BYTES: list[pa.Array] = [pa.array([], pa.int32())]
 
 
-def _order(found: pa.FixedSizeBinaryArray) -> pa.Array:
-    """The indexes that sort distinct digests ascending (their hex's order). Sorted by Arrow
-    on their first 8 bytes as integers (several times faster than comparing 32-byte values),
-    unless two digests share those bytes: then on the whole digests."""
-    count = len(found)
-    if sys.byteorder != "little":
-        return pc.sort_indices(found)
-    if len(_PREFIX_BYTES[0]) < 8 * count:
-        size = max(count, 2 * len(_PREFIX_BYTES[0]) // 8)
-        _PREFIX_BYTES[0] = pa.array(
-            [32 * (i >> 3) + 7 - (i & 7) for i in range(8 * size)], pa.int32()
-        )
-    raw = pa.Array.from_buffers(pa.uint8(), 32 * count, [None, found.buffers()[1]])
-    prefixes = pc.take(raw, _PREFIX_BYTES[0].slice(0, 8 * count))
-    keys = pa.Array.from_buffers(pa.uint64(), count, [None, prefixes.buffers()[1]])
-    order = pc.sort_indices(keys)
-    ascending = pc.take(keys, order)
-    if count > 1 and pc.any(pc.equal(ascending.slice(1), ascending.slice(0, count - 1))).as_py():
-        return pc.sort_indices(found)
-    return order
-
-
 def _joined(texts: Sequence[pa.Array]) -> pa.Array:
     """The texts of several objects as one array (large binary unless all fit in binary)."""
     if len(texts) == 1:
@@ -350,20 +364,72 @@ def _joined(texts: Sequence[pa.Array]) -> pa.Array:
     return pa.concat_arrays([t.cast(pa.large_binary()) for t in texts])
 
 
-def _hashed(objects: Sequence[_Subjects], key: bytes) -> tuple[list[pa.Array], list[str]]:
-    """Each object's row ids, and the hashes they index: the distinct subject hashes of all
-    `objects`, ascending (hex). A row's id is its subject hash's rank (null: nobody's).
+@dataclass(frozen=True)
+class _Hashed:
+    """A group's subjects hashed: `hashes` (hex) of the group's distinct subjects, and for each
+    object each row's subject (`ids`, an index into `hashes`; null: nobody's) and its sort key
+    (`row_keys`: an unsigned integer per subject, ascending as the hashes are). `ascending`:
+    one object holds every subject, `hashes` are ascending and each row's key is its id."""
 
-    Each distinct text of the group is hashed once, however many objects hold it: the texts
+    hashes: Sequence[str]
+    ids: list[pa.Array]
+    row_keys: list[pa.Array]
+    ascending: bool
+
+
+def _prefixes(found: pa.FixedSizeBinaryArray) -> pa.Array | None:
+    """An unsigned integer per digest, its first 8 bytes read big-endian: their order is the
+    digests' (their hex's) where they differ, and Arrow sorts integers several times faster
+    than 32-byte values. None on a big-endian machine."""
+    if sys.byteorder != "little":
+        return None
+    count = len(found)
+    if len(_PREFIX_BYTES[0]) < 8 * count:
+        size = max(count, 2 * len(_PREFIX_BYTES[0]) // 8)
+        indexes = [32 * (i >> 3) + 7 - (i & 7) for i in range(8 * size)]
+        _PREFIX_BYTES[0] = pa.array(indexes, pa.int32())
+    raw = pa.Array.from_buffers(pa.uint8(), 32 * count, [None, found.buffers()[1]])
+    prefixes = pc.take(raw, _PREFIX_BYTES[0].slice(0, 8 * count))
+    return pa.Array.from_buffers(pa.uint64(), count, [None, prefixes.buffers()[1]])
+
+
+def _ascending(found: pa.FixedSizeBinaryArray, prefixes: pa.Array | None) -> pa.Array:
+    """The indexes that sort distinct digests ascending: by their prefixes unless two share
+    one, then by the whole digests."""
+    if prefixes is not None:
+        order = pc.sort_indices(prefixes)
+        ordered = pc.take(prefixes, order)
+        count = len(ordered)
+        if count < 2 or not pc.any(pc.equal(ordered.slice(1), ordered.slice(0, count - 1))).as_py():
+            return order
+    return pc.sort_indices(found)
+
+
+def _hex(found: pa.FixedSizeBinaryArray) -> list[str]:
+    """The hex of each digest, encoded at once."""
+    count = len(found)
+    start = 32 * found.offset
+    data = memoryview(found.buffers()[1])[start : start + 32 * count].hex().encode()
+    hexed = pa.Array.from_buffers(
+        pa.string(), count, [None, _hex_offsets(count), pa.py_buffer(data)]
+    )
+    return hexed.to_pylist()  # type: ignore[no-any-return]
+
+
+def _hashed(objects: Sequence[_Subjects], key: bytes) -> _Hashed:
+    """Each distinct text of the group hashed once, however many objects hold it: the texts
     of all objects are concatenated and dictionary-encoded by Arrow (equal texts, one
-    subject), the distinct ones hashed, the digests ranked by Arrow on their raw bytes (their
-    order is their hex's) and hex-encoded at once; each object's codes are then mapped to the
-    ranks with two Arrow takes."""
+    subject), the distinct ones hashed and hex-encoded at once, and each object's rows mapped
+    to them with Arrow takes. Rows are keyed by their digest's first 8 bytes (`_prefixes`;
+    their rank when two subjects share those); for a single object (`entry_batch`), by their
+    subject's rank, a small range that Arrow sorts by counting."""
     held = [i for i, o in enumerate(objects) if len(o.texts)]
+    nobody = [pa.nulls(o.rows, pa.int32()) for o in objects]
     if not held:
-        return [o.codes for o in objects], []
-    if len(held) == 1 and objects[held[0]].distinct:
-        distinct, ids = objects[held[0]].texts, None
+        return _Hashed([], nobody, nobody, True)
+    alone = objects[held[0]]
+    if len(held) == 1 and alone.codes is not None and alone.distinct:
+        distinct, ids = alone.texts, None
     else:
         encoded = pc.dictionary_encode(_joined([objects[i].texts for i in held]))
         distinct, ids = encoded.dictionary, encoded.indices
@@ -372,21 +438,31 @@ def _hashed(objects: Sequence[_Subjects], key: bytes) -> tuple[list[pa.Array], l
     found = pa.FixedSizeBinaryArray.from_buffers(
         _DIGEST, count, [None, pa.py_buffer(b"".join(digests))]
     )
-    order = _order(found)
-    ranks = pc.sort_indices(order)  # the inverse permutation: each text's place in `order`
-    ascending = pc.take(found, order)
-    data = memoryview(ascending.buffers()[1])[: 32 * count].hex().encode()  # new: offset 0
-    hexed = pa.Array.from_buffers(
-        pa.string(), count, [None, _hex_offsets(count), pa.py_buffer(data)]
-    )
-    rows = [o.codes for o in objects]
+    prefixes = _prefixes(found)
+    if len(held) == 1:
+        order = _ascending(found, prefixes)
+        keys = pc.sort_indices(order)  # the inverse permutation: each subject's rank
+        hashes = _hex(pc.take(found, order))
+    else:
+        keys = prefixes
+        if keys is None or len(pc.unique(keys)) < count:
+            keys = pc.sort_indices(_ascending(found, None))
+        hashes = _hex(found)
+    rows, row_keys = list(nobody), list(nobody)
     start = 0
     for i in held:
-        size = len(objects[i].texts)
-        code_ranks = ranks if ids is None else pc.take(ranks, ids.slice(start, size))
-        rows[i] = pc.take(code_ranks, objects[i].codes)
+        found_i = objects[i]
+        size = len(found_i.texts)
+        part = None if ids is None else ids.slice(start, size)
+        if found_i.codes is None:
+            rows[i] = part
+        else:
+            rows[i] = found_i.codes if part is None else pc.take(part, found_i.codes)
+        row_keys[i] = pc.take(keys, rows[i])
         start += size
-    return rows, hexed.to_pylist()
+    if len(held) == 1:
+        rows[held[0]] = row_keys[held[0]]
+    return _Hashed(hashes, rows, row_keys, len(held) == 1)
 
 
 @dataclass(frozen=True)
@@ -403,8 +479,8 @@ def row_subjects(
 ) -> RowSubjects:
     """The subject of every row of `table` (see the module docstring): one hash per distinct
     subject, the same `subject_hash` gives."""
-    ids, hashes = _hashed([_subjects(table, dataset, constants, key)], key)
-    return RowSubjects(ids[0], hashes)
+    hashed = _hashed([_subjects(table, dataset, constants, key)], key)  # one: ascending
+    return RowSubjects(hashed.ids[0], list(hashed.hashes))
 
 
 def row_subject_hashes(
@@ -432,7 +508,7 @@ class ObjectSubjects:
 
     @property
     def rows(self) -> int:
-        return len(self.subjects.codes)
+        return self.subjects.rows
 
 
 def object_subjects(
@@ -462,21 +538,23 @@ class _Columns:
 
 
 def _entry_columns(
-    found: ObjectSubjects, ids: pa.Array, hashes: list[str], alone: bool
+    found: ObjectSubjects, ids: pa.Array, keys: pa.Array, hashed: _Hashed
 ) -> _Columns:
-    """The entries of one object from its rows' ids into `hashes` (`_hashed`); `alone`: the
-    object was hashed on its own, so every hash is one of its subjects'."""
-    if not hashes or ids.null_count == len(ids):
+    """The entries of one object from its rows' subjects (`_Hashed`): rows sorted by their
+    subject's key with Arrow's stable sort (each subject's rows stay in row order), cut into
+    runs of one subject."""
+    if keys.null_count == len(keys):
         return _Columns([], [], [])
-    order = pc.sort_indices(ids).slice(0, len(ids) - ids.null_count)  # stable: rows ascending
+    order = pc.sort_indices(keys).slice(0, len(keys) - keys.null_count)  # stable: rows ascending
     runs = pc.run_end_encode(pc.take(ids, order))
     ends = runs.run_ends.to_pylist()
-    own = hashes if alone else _picked(hashes, runs.values.to_pylist())
+    hashes = hashed.hashes
+    own = hashes if hashed.ascending else _picked(hashes, runs.values.to_pylist())
     located = order if found.coordinates is None else pc.take(found.coordinates, order)
     return _Columns(own, ends, located.to_pylist())
 
 
-def _picked(hashes: list[str], ranks: list[int]) -> Sequence[str]:
+def _picked(hashes: Sequence[str], ranks: list[int]) -> Sequence[str]:
     """`[hashes[r] for r in ranks]`, without a Python loop."""
     return itemgetter(*ranks)(hashes) if len(ranks) > 1 else [hashes[r] for r in ranks]
 
@@ -501,9 +579,9 @@ def no_entries(dataset: Dataset, ref: ObjectRef) -> EntryBatch:
 
 
 def _columns_of(objects: Sequence[ObjectSubjects], key: bytes) -> list[_Columns]:
-    ids, hashes = _hashed([o.subjects for o in objects], key)
-    alone = len(objects) == 1
-    return [_entry_columns(o, i, hashes, alone) for o, i in zip(objects, ids, strict=True)]
+    hashed = _hashed([o.subjects for o in objects], key)
+    parts = zip(objects, hashed.ids, hashed.row_keys, strict=True)
+    return [_entry_columns(o, i, k, hashed) for o, i, k in parts]
 
 
 def entry_batches(objects: Sequence[ObjectSubjects], *, key: bytes) -> list[EntryBatch]:
