@@ -449,16 +449,18 @@ def _hashed(objects: Sequence[_Subjects], key: bytes) -> _Hashed:
             keys = pc.sort_indices(_ascending(found, None))
         hashes = _hex(found)
     rows, row_keys = list(nobody), list(nobody)
+    text_keys = None if ids is None else pc.take(keys, ids)  # of every text of the group
     start = 0
     for i in held:
         found_i = objects[i]
         size = len(found_i.texts)
-        part = None if ids is None else ids.slice(start, size)
-        if found_i.codes is None:
-            rows[i] = part
+        if ids is None or text_keys is None:
+            rows[i], row_keys[i] = found_i.codes, pc.take(keys, found_i.codes)
+        elif found_i.codes is None:  # a text per row
+            rows[i], row_keys[i] = ids.slice(start, size), text_keys.slice(start, size)
         else:
-            rows[i] = found_i.codes if part is None else pc.take(part, found_i.codes)
-        row_keys[i] = pc.take(keys, rows[i])
+            rows[i] = pc.take(ids.slice(start, size), found_i.codes)
+            row_keys[i] = pc.take(text_keys.slice(start, size), found_i.codes)
         start += size
     if len(held) == 1:
         rows[held[0]] = row_keys[held[0]]
