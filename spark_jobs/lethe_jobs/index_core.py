@@ -15,13 +15,16 @@ them, else by count); per object:
    (ingestion, erasure: `--skip-producer`, "none" with `force`), and objects whose entries all
    describe this version and ETag (unless `force`);
 4. download that exact version, read its subjects (`indexing.object_subjects_of`: the subject
-   columns' codes and texts, not the rows) and delete the download;
+   column(s) and line numbers, not the rows) and delete the download;
 5. when the task's objects are read (or `GROUP_ROWS` rows are held), compute their entries as
    columns together (`arrow_index.entry_batches`: each distinct subject of the group hashed
    once, every object's entries exactly what it would have alone) and make them each object's
    entries (`index_maintenance.replace_entries`: put the items built from the columns, then
    flag the subjects it no longer holds, or remove them when no older version is left to hold
-   them).
+   them). Each entry names the version and ETag that were read. As before, nothing orders this
+   write after the entries of a version uploaded since the HEAD (no conditional write; the
+   reconcile job finds entries of a version that is not current), but the window is now the
+   reads of the task's objects, not one object's.
 
 Failures worth a retry raise (AWS errors, an unregistered dataset, the hash key): the job
 fails and Step Functions retries it. An unreadable lake object is reported and keeps no entry.
