@@ -1,21 +1,25 @@
-"""Index entries of one object, from its rows as an Arrow table.
+"""Index entries of objects, from their rows as Arrow tables.
 
 Used by everything that indexes: the ingest job (lake files, the raw object, quarantine), the
 Spark index and reconcile jobs, and the small-object indexer Lambda (`index_lake_object`). One
 implementation, so that a backfill gives exactly the index ingestion would. The erase job
 matches rows with `row_subject_hashes`, the same computation row by row.
 
-How (docs/INDEX.md, "How entries are computed"): each subject column is dictionary-encoded by
-Arrow (one code per distinct value; several columns combine into one code per distinct tuple),
-each distinct subject is hashed once with `lethe_shared.subjects`' canonical text and HMAC (the
-texts of string, integer and boolean values are Arrow's, taken as bytes), the hashes are ranked
-by Arrow, and rows are sorted by their subject's rank with a stable Arrow sort (so each
-subject's rows stay in row order). `entry_batch` returns the entries as columns
-(`subjects.EntryBatch`: the hashes, the row hints cut by ends, the object's fields validated
-once), from which the index writer builds DynamoDB items directly; `entries_from_table` gives
-the same entries as IndexEntry models. Python work is per distinct subject, never per row,
-except for column types Arrow cannot encode (structs, lists, unions, extension types,
-decimal32/64), whose values go through Python as before.
+How (docs/INDEX.md, "How entries are computed"): `object_subjects` keeps what an object's
+entries need and not the table: a single string, integer or boolean subject column as each
+row's text (Arrow's text of the value, as bytes), any other subject as a code per row
+(dictionary-encoded by Arrow; several columns combine into one code per distinct tuple) and
+each code's canonical text (`lethe_shared.subjects`). `entry_batches` computes the entries of
+a group of objects (a Spark task's): their texts are concatenated and dictionary-encoded by
+Arrow, each distinct subject of the group is hashed once (HMAC-SHA256, the key's pads hashed
+once), and each object's rows are sorted by their subject's digest (its first 8 bytes as an
+integer) with a stable Arrow sort (so each subject's rows stay in row order). Each object gets
+the entries as columns (`subjects.EntryBatch`: the hashes, the row hints cut by ends, the
+object's fields validated once), from which the index writer builds DynamoDB items directly,
+the same alone (`entry_batch`) or in any group; `entries_from_table` gives them as IndexEntry
+models. Python work is per distinct subject, never per row, except for column types Arrow
+cannot encode (structs, lists, unions, extension types, decimal32/64), whose values go through
+Python as before.
 
 Imports pyarrow, and only pyarrow's compute kernels (no numpy: the indexer Lambda's layer has
 pyarrow 20 alone): import this module only where pyarrow is installed (Spark, the indexer
