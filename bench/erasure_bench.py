@@ -825,9 +825,9 @@ def _range(s: dict[str, float], digits: int = 2) -> str:
     return f"{s['min']:.{digits}f}-{s['max']:.{digits}f}"
 
 
-def _table(*names: str, left: int = 1) -> list[str]:
-    """A Markdown table's header: the first `left` columns left-aligned, the others right."""
-    marks = ["---" if i < left else "---:" for i in range(len(names))]
+def _table(*names: str, left: Sequence[int] = (0,)) -> list[str]:
+    """A Markdown table's header: the columns numbered in `left` left-aligned, the others right."""
+    marks = ["---" if i in left else "---:" for i in range(len(names))]
     return ["| " + " | ".join(names) + " |", "|" + "|".join(marks) + "|"]
 
 
@@ -854,7 +854,7 @@ K_HEAD = _table(
     "wall ratio (min-max)",
     "CPU s (Lethe / scan)",
     "CPU ratio (min-max)",
-    left=0,
+    left=(),
 )
 
 
@@ -900,7 +900,7 @@ def markdown(result: dict[str, Any]) -> str:
             "MB/s (wall)",
             "erase_rows / bare, CPU (min-max)",
             "wall",
-            left=4,
+            left=(0, 3),
         ),
     ]
     for zone, e in result["efficiency"].items():
@@ -937,7 +937,8 @@ def markdown(result: dict[str, Any]) -> str:
         f"**Against Find and Forget's cost overview**: one object of {_n(a['rows'])} rows "
         f"({a['row_groups']} row groups; raw {a['object_bytes']['raw'] / MIB:.1f} MiB, "
         f"its lake-zone file {a['object_bytes']['lake'] / MIB:.1f} MiB), 10 subjects' rows "
-        f"erased. vCPU-s per GB (median CPU of {a['rounds']} rounds): `erase_rows` raw "
+        f"erased. vCPU-s per GB (CPU, median of {a['rounds']} round(s) after a warm-up): "
+        "`erase_rows` raw "
         f"{per_gb['erase_rows_raw']:.1f}, "
         f"lake {per_gb['erase_rows_lake']:.1f}; bare rewrite raw {per_gb['bare_pyarrow_raw']:.1f}, "
         f"lake {per_gb['bare_pyarrow_lake']:.1f}.",
@@ -1049,6 +1050,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         action="store_true",
         help="also a 4x lake in the scaling curve and a 256 MiB large object",
     )
+    parser.add_argument("--from-json", type=Path, help="render this results file; run nothing")
     args = parser.parse_args(argv)
     if args.full:
         args.scale_sizes = sorted({*args.scale_sizes, 4.0})
@@ -1058,8 +1060,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="lethe-erasure-bench-") as scratch:
-        result = run(args, Path(scratch))
+    if args.from_json:  # render a run again (plots, tables, the docs block), without measuring
+        result = json.loads(args.from_json.read_text(encoding="utf-8"))
+        args.out_json = args.from_json
+    else:
+        with tempfile.TemporaryDirectory(prefix="lethe-erasure-bench-") as scratch:
+            result = run(args, Path(scratch))
     result["plots"] = [str(p) for p in plots(result, args.plots)] if args.plots else []
     args.out_json.parent.mkdir(parents=True, exist_ok=True)
     args.out_json.write_text(json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8")
