@@ -637,7 +637,7 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
             f"{eff[zone.value]['ratio_cpu']['median']:.2f}x of bare pyarrow (CPU)",
             flush=True,
         )
-    big = anchor(default.dataset, args.anchor_mib, args.seed, max(1, args.repeats - 2), scratch)
+    big = anchor(default.dataset, args.anchor_mib, args.seed, max(2, args.repeats - 1), scratch)
     print(f"anchor: {big['vcpu_s_per_gb']}", flush=True)
     sizes = []
     for fraction in args.scale_sizes:
@@ -1066,7 +1066,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         with tempfile.TemporaryDirectory(prefix="lethe-erasure-bench-") as scratch:
             result = run(args, Path(scratch))
-    result["plots"] = [str(p) for p in plots(result, args.plots)] if args.plots else []
+    written = plots(result, args.plots) if args.plots else []
+    result["plots"] = [str(p.relative_to(REPO) if p.is_relative_to(REPO) else p) for p in written]
     args.out_json.parent.mkdir(parents=True, exist_ok=True)
     args.out_json.write_text(json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8")
     text = markdown(result)
