@@ -412,6 +412,16 @@ class MemoryErasureRequests:
         self.items[request_id] = changed
         return record
 
+    def clear_task_token(self, request_id: str, token: str) -> bool:
+        item = self.items.get(request_id)
+        if item is None or not token or item.get("task_token") != token:
+            return False
+        changed = copy.deepcopy(item)
+        del changed["task_token"]
+        changed["updated_at"] = datetime.now(UTC).isoformat()
+        self.items[request_id] = changed
+        return True
+
     def update(self, request_id: str, updates: Mapping[str, Any]) -> ErasureRequest:
         item = self.items.get(request_id)
         if item is None:

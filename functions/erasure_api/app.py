@@ -9,9 +9,13 @@ The same function takes EventBridge events (`source: lethe.requests`, detail-typ
 Requested`, detail = the POST body plus an optional `idempotency_key`; the event id is the key
 otherwise, so a redelivered event files one request). Subject ids are hashed as soon as they
 are read (lethe_shared.erasure) and never logged or stored. The IAM caller's ARN is recorded
-on the request (`requester_principal`); a `requested_by` naming an approver of
-APPROVER_PRINCIPALS is accepted only from that approver's principal (403 otherwise; an event,
-which has no authenticated caller, is refused).
+on the request (`requester_principal`); a request filed by event records the event's
+account and source instead (`event:<account>:<source>`: EventBridge passes no caller). A
+`requested_by` naming an approver of APPROVER_PRINCIPALS is accepted only from that approver's
+principal (403 otherwise; an event, unless the approver is mapped to its sender, is refused).
+A cancel is accepted from the request's requester principal or an approver's principal when
+either is known (403 otherwise). A GET of a request whose approver's decision is recorded but
+did not reach the workflow hands it over again (lethe_shared.approval_flow.deliver_decision).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from aws_lambda_powertools.utilities import parameters
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import Field
 
+from lethe_shared.approval_flow import deliver_decision, pending_delivery
 from lethe_shared.config import Settings, load_settings
 from lethe_shared.erasure import (
     DynamoErasureRequests,
@@ -43,10 +48,16 @@ from lethe_shared.erasure import (
 from lethe_shared.erasure_workflow import (
     StepFunctionsCallbacks,
     StepFunctionsStarter,
+    TaskGoneError,
     cancel_request,
     file_request,
 )
-from lethe_shared.principals import ApproverPrincipalsSetting, RequesterNotCallerError
+from lethe_shared.principals import (
+    ApproverPrincipalsSetting,
+    CancelNotAllowedError,
+    RequesterNotCallerError,
+    event_principal,
+)
 from lethe_shared.registry import DynamoDatasetRegistry
 from lethe_shared.subjects import key_from_secret
 
@@ -175,9 +186,18 @@ def list_requests() -> Response[str]:
 @app.get("/erasure-requests/<request_id>")
 @tracer.capture_method
 def get_request(request_id: str) -> Response[str]:
-    record = _dependencies().requests.get(request_id)
+    deps = _dependencies()
+    record = deps.requests.get(request_id)
     if record is None:
         raise RequestNotFoundError(f"no erasure request {request_id}")
+    if pending_delivery(record):  # a decision recorded, its hand-over to the workflow failed
+        try:
+            deliver_decision(record, requests=deps.requests, callbacks=deps.callbacks)
+        except TaskGoneError:  # the approval task ended first: the workflow expires it
+            logger.warning(
+                "approval task ended before the decision", extra={"request_id": request_id}
+            )
+        record = deps.requests.get(request_id) or record
     return _json(200, record.public())
 
 
@@ -194,9 +214,14 @@ def canceller_of(body: str | None, caller: str) -> str:
 @app.post("/erasure-requests/<request_id>/cancel")
 @tracer.capture_method
 def cancel(request_id: str) -> Response[str]:
-    caller = app.current_event.request_context.identity.user_arn or "unknown caller"
+    caller_arn = app.current_event.request_context.identity.user_arn
+    caller = caller_arn or "unknown caller"
     by = canceller_of(app.current_event.body, caller)
     deps = _dependencies()
+    found = deps.requests.get(request_id)
+    if found is None:
+        raise RequestNotFoundError(f"no erasure request {request_id}")
+    deps.settings.approver_principals.check_canceller(found.requester_principal, caller_arn)
     record = cancel_request(request_id, by, requests=deps.requests, callbacks=deps.callbacks)
     metrics.add_metric(name="ErasureRequestsCancelled", unit=MetricUnit.Count, value=1)
     logger.info("erasure request cancelled", extra={"request_id": request_id})
@@ -215,6 +240,11 @@ def _bad_request(exc: BadRequestError) -> Response[str]:
 
 @app.exception_handler(RequesterNotCallerError)
 def _not_the_requester(exc: RequesterNotCallerError) -> Response[str]:
+    return _json(403, {"message": str(exc)})
+
+
+@app.exception_handler(CancelNotAllowedError)
+def _not_allowed_to_cancel(exc: CancelNotAllowedError) -> Response[str]:
     return _json(403, {"message": str(exc)})
 
 
@@ -252,7 +282,8 @@ def _from_event(event: dict[str, Any]) -> dict[str, Any]:
     """An `Erasure Requested` event: a bad one is logged and dropped (retrying cannot help)."""
     detail, key = request_of_event(event)
     try:
-        return _file(detail, key, f"event {event.get('source', '')}", None)
+        sender = event_principal(event.get("account"), event.get("source")) or None
+        return _file(detail, key, f"event {event.get('source', '')}", sender)
     except ErasureRequestError as exc:
         metrics.add_metric(name="ErasureRequestsRefused", unit=MetricUnit.Count, value=1)
         logger.error("erasure request event refused", extra={"problems": exc.problems})

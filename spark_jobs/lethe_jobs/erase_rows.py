@@ -84,7 +84,14 @@ from lethe_jobs.indexing import (
     subject_hashes_of_rows,
 )
 from lethe_jobs.objects import ObjectKind
-from lethe_jobs.readers import RawRecords, csv_reader, open_payload, read_raw
+from lethe_jobs.readers import (
+    RawRecords,
+    csv_reader,
+    cut_of,
+    open_payload,
+    read_raw,
+    salvaging,
+)
 from lethe_jobs.validate import POSITION
 from lethe_shared.arrow_index import ObjectRef, row_subject_hashes
 from lethe_shared.catalog import Zone
@@ -320,14 +327,24 @@ def _group_matches(group: Any, offset: int, ref: ObjectRef, matcher: SubjectMatc
 
 
 def _rewrite_raw_text(source: Path, target: Path, dataset: Dataset, drop: frozenset[int]) -> None:
+    """A truncated gzip stream (readers.salvaging) is copied up to its cut. Its last record is
+    the reader's cut tail: kept, the new member is written without its trailer, so that the
+    object reads as the same records, the same tail included; dropped (the tail held an erased
+    subject), the new member is complete: there is no cut left."""
     try:
         with open_payload(source, dataset.compression) as payload:
             header = _gzip_header(source) if isinstance(payload, gzip.GzipFile) else None
-            with _sink(target, header) as write:
+            stream = salvaging(payload)
+            last: list[int | None] = [None]  # the last record's line, once copied
+
+            def complete() -> bool:  # no cut, or the record at the cut was erased
+                return cut_of(stream) is None or last[0] in drop
+
+            with _sink(target, header, trailer=complete) as write:
                 if dataset.format is DataFormat.CSV:
-                    _copy_csv(payload, write, dataset.csv, drop)
+                    last[0] = _copy_csv(stream, write, dataset.csv, drop)
                 else:
-                    _copy_jsonl(payload, write, drop)
+                    last[0] = _copy_jsonl(stream, write, drop)
     except (*_GZIP_ERRORS, UnicodeDecodeError, csv.Error, UnreadableFileError) as exc:
         raise UnreadableObjectError(f"unreadable raw object: {exc}") from exc
 
@@ -356,28 +373,36 @@ class _LineTap:
 
 def _copy_csv(
     payload: IO[bytes], write: Callable[[bytes], object], options: CsvOptions, drop: frozenset[int]
-) -> None:
+) -> int | None:
     """Copy every record but those starting on a line in `drop`, with all their lines. Lines
-    and record starts are counted as readers._read_csv counts them."""
+    and record starts are counted as readers._read_csv counts them. Returns the line the last
+    row starts on (None: no row)."""
     # newline="": lines split on \n, \r\n and \r and kept as they are, as the reader splits;
     # bytes that are not UTF-8 (a record the reader rejected) pass through as they are
     text = io.TextIOWrapper(payload, encoding="utf-8", errors="surrogateescape", newline="")
     tap = _LineTap(text)
     reader = csv_reader(cast(IO[str], tap), options)  # csv.reader takes any line iterator
     last_line = 0
+    start = None
     for row in reader:
         start, last_line = last_line + 1, int(reader.line_num)
         if not (row and start in drop):
             write("".join(tap.taken).encode("utf-8", "surrogateescape"))
         tap.taken.clear()
     write("".join(tap.taken).encode("utf-8", "surrogateescape"))
+    return start
 
 
-def _copy_jsonl(payload: IO[bytes], write: Callable[[bytes], object], drop: frozenset[int]) -> None:
-    """Copy every line but those in `drop`; lines end at \\n, as readers._read_jsonl reads."""
+def _copy_jsonl(
+    payload: IO[bytes], write: Callable[[bytes], object], drop: frozenset[int]
+) -> int | None:
+    """Copy every line but those in `drop`; lines end at \\n, as readers._read_jsonl reads.
+    Returns the number of the last line (None: no line)."""
+    number = None
     for number, line in enumerate(payload, start=1):
         if number not in drop:
             write(line)
+    return number
 
 
 def _rewrite_lines(source: Path, target: Path, drop: frozenset[int]) -> None:
@@ -393,9 +418,12 @@ def _rewrite_lines(source: Path, target: Path, drop: frozenset[int]) -> None:
 
 
 @contextmanager
-def _sink(target: Path, gzip_header: bytes | None) -> Iterator[Callable[[bytes], object]]:
-    """A writer of `target`'s payload: gzip-compressed behind `gzip_header` when given. A
-    target left incomplete by an error is removed."""
+def _sink(
+    target: Path, gzip_header: bytes | None, trailer: Callable[[], bool] = lambda: True
+) -> Iterator[Callable[[bytes], object]]:
+    """A writer of `target`'s payload: gzip-compressed behind `gzip_header` when given, with
+    the member's trailer unless `trailer()` says no when it closes. A target left incomplete by
+    an error is removed."""
     try:
         with target.open("wb") as out:
             if gzip_header is None:
@@ -403,7 +431,7 @@ def _sink(target: Path, gzip_header: bytes | None) -> Iterator[Callable[[bytes],
             else:
                 member = _GzipMember(out, gzip_header)
                 yield member.write
-                member.close()
+                member.close(trailer=trailer())
     except BaseException:
         target.unlink(missing_ok=True)
         raise
@@ -456,9 +484,12 @@ class _GzipMember:
         self._size += len(data)
         self._out.write(self._deflate.compress(data))
 
-    def close(self) -> None:
+    def close(self, *, trailer: bool = True) -> None:
+        """Ends the deflate stream; without `trailer` the member stops there, cut as a
+        truncated one is (CRC-32 and size missing)."""
         self._out.write(self._deflate.flush())
-        self._out.write(struct.pack("<II", self._crc, self._size & 0xFFFFFFFF))
+        if trailer:
+            self._out.write(struct.pack("<II", self._crc, self._size & 0xFFFFFFFF))
 
 
 def _gzip_file(source: Path, target: Path, header: bytes) -> None:

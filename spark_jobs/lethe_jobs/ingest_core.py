@@ -17,7 +17,9 @@ The driver plans and collects summaries; the executors do the work (`ingest_task
 4. a read task per group streams its pieces' records, a batch at a time, with the raw objects'
    partial index entries and one summary per piece (`ingest_tasks.read_pieces`); an unreadable
    object (a piece raised `UnreadableFileError`) is quarantined whole, its records discarded;
-5. Spark conforms the records (`validate`, pure DataFrame transformations) and sends valid rows
+5. Spark conforms the records (`validate`, pure DataFrame transformations), places each valid
+   row in its partition (`ingest_tasks.place_rows`: a row whose lake object could not be
+   written or indexed, its URL over 1,024 bytes, is rejected there) and sends valid rows
    to one writer task per lake file (object, partition; sorted by source position), rejected
    ones to one quarantine writer per object, and adds up the raw objects' entries per subject;
    each writer uploads its file and replaces the file's index entries (`replace_entries`);
@@ -600,20 +602,19 @@ def _conformed(
         )
     conformed = source.transform(conform(dataset, keep=keep))
     reasons = F.when(F.size(col(PREREASONS)) > 0, col(PREREASONS)).otherwise(col(REASONS))
-    return conformed.withColumn(REASONS, reasons).drop(PREREASONS)
+    conformed = conformed.withColumn(REASONS, reasons).drop(PREREASONS)
+    # each valid row's lake partition path; a row whose lake key S3 would refuse is rejected
+    placed = T.StructType([*conformed.schema.fields, T.StructField(PART, T.StringType())])
+    return conformed.mapInArrow(partial(tasks.place_rows, settings=settings), placed)
 
 
 def _write_lake(conformed: DataFrame, settings: TaskSettings, shuffle: int) -> list[Any]:
     dataset = settings.dataset
     valid = conformed.where(F.size(col(REASONS)) == 0).select(
-        col(OBJECT), col(POSITION), *[col(c.name) for c in dataset.schema_]
+        col(OBJECT), col(POSITION), *[col(c.name) for c in dataset.schema_], col(PART)
     )
-    with_part = T.StructType([*valid.schema.fields, T.StructField(PART, T.StringType())])
     return (
-        valid.mapInArrow(
-            partial(tasks.partition_paths, partition_by=list(dataset.partition_by)), with_part
-        )
-        .repartition(shuffle, col(OBJECT), col(PART))
+        valid.repartition(shuffle, col(OBJECT), col(PART))
         .sortWithinPartitions(col(OBJECT), col(PART), col(POSITION))
         .mapInArrow(partial(tasks.write_lake_files, settings=settings), tasks.LAKE_SUMMARY)
         .collect()

@@ -55,6 +55,7 @@ INFO = "_lethe_info"
 PART = "_lethe_partition"
 ROW, PIECE, ENTRY = 0, 1, 2
 HINTS_KEPT = MAX_ROW_HINTS + 1  # one more than stored: IndexEntry then says hints are incomplete
+MAX_KEY_BYTES = 1024  # S3's longest object key and DynamoDB's longest sort key, UTF-8 bytes
 ROW_GROUP_ROWS = 131_072  # rows a lake file's row group holds at most (what a writer buffers)
 PARQUET_CONTENT_TYPE = "application/vnd.apache.parquet"
 JSONL_CONTENT_TYPE = "application/x-ndjson"
@@ -434,6 +435,64 @@ def partition_paths(
             else [""] * batch.num_rows
         )
         yield batch.append_column(PART, pa.array(paths, pa.string()))
+
+
+def key_problem(bucket: str, key: str) -> str | None:
+    """Why a lake object under `key` could not be written or indexed (a row reason, naming no
+    value), or None: S3 refuses keys over MAX_KEY_BYTES, and the subject index keys each entry
+    by the object's URL, `s3://<bucket>/<key>`, which DynamoDB refuses over MAX_KEY_BYTES as a
+    sort key, so the URL is the tighter limit."""
+    try:
+        size = len(key.encode("utf-8"))
+    except UnicodeEncodeError:
+        return "the partition values make a lake key that is not UTF-8 text"
+    url = len(s3_url(bucket, key).encode("utf-8"))
+    if size > MAX_KEY_BYTES:
+        return (
+            f"the partition values make a lake key of {size} bytes; "
+            f"S3 allows at most {MAX_KEY_BYTES}"
+        )
+    if url > MAX_KEY_BYTES:
+        return (
+            f"the partition values make a lake object URL of {url} bytes; the subject index "
+            f"(a DynamoDB sort key) allows at most {MAX_KEY_BYTES}"
+        )
+    return None
+
+
+def place_rows(
+    batches: Iterable[pa.RecordBatch], settings: TaskSettings
+) -> Iterator[pa.RecordBatch]:
+    """Over conformed rows (OBJECT, REASONS, the schema's columns, ...): add PART, the lake
+    partition path of each valid row (null for a rejected one). A valid row whose partition
+    values would give a lake key that cannot be written or indexed (`key_problem`: its URL or
+    key longer than MAX_KEY_BYTES, not UTF-8) gets that reason instead, and goes to quarantine
+    alone: the object's other rows are written, and the job does not fail on S3's
+    KeyTooLongError or DynamoDB's ValidationException."""
+    dataset = settings.dataset
+    partition_by = list(dataset.partition_by)
+    for rendered in partition_paths(batches, partition_by):
+        parts = rendered.column(PART).to_pylist()
+        reasons = rendered.column(REASONS).to_pylist()
+        objects = rendered.column(OBJECT).to_pylist()
+        changed = False
+        for row, (part, found) in enumerate(zip(parts, reasons, strict=True)):
+            if found:
+                parts[row] = None
+                continue
+            if not partition_by:
+                continue  # <dataset id>/part-<h>.parquet: under 100 bytes
+            key = layout.lake_key(dataset.dataset_id, part, settings.digest(objects[row]))
+            problem = key_problem(settings.lake_bucket, key)
+            if problem is not None:
+                reasons[row], parts[row], changed = [problem], None, True
+        index = rendered.schema.get_field_index(PART)
+        placed = rendered.set_column(index, PART, pa.array(parts, pa.string()))
+        if changed:
+            index = placed.schema.get_field_index(REASONS)
+            field = placed.schema.field(index)
+            placed = placed.set_column(index, field, pa.array(reasons, field.type))
+        yield placed
 
 
 def _runs(table: Any, keys: Sequence[str]) -> Iterator[tuple[tuple[Any, ...], int, int]]:

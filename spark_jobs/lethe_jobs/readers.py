@@ -19,6 +19,13 @@ Choices written down:
 - blank lines are skipped in both text formats; a UTF-8 byte order mark is allowed; a CSV
   header is the first row with a field that is not only whitespace (a file of whitespace lines
   misses its header, as one of blank lines does);
+- a truncated gzip stream (CSV, JSON Lines) is read up to its cut: the records before it are
+  read as usual, and the last record (the one the cut falls in, or the last one before it: the
+  missing trailer cannot tell) is rejected as the stream's `TRUNCATED` tail, keeping its text
+  under "_raw" and, as its columns, only the fields the cut did not reach (a CSV field followed
+  by a delimiter, a JSON member followed by "," or "}"), so that a subject whose id is complete
+  is indexed there; a stream cut before its first record is unreadable. Truncated gzip-wrapped
+  Parquet is unreadable (its footer is at the end);
 - bytes that are not UTF-8 reject the record they are in (the CSV record, the JSON Lines line),
   not the file: the record keeps them as `\\xNN` escapes; in a CSV header they make the file
   unreadable;
@@ -40,7 +47,7 @@ import json
 import re
 import shutil
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,6 +70,11 @@ _JSON_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"')
 _BRACKETS = re.compile(r"[\[\]{}]")
 _UNDECODED = re.compile("[\udc80-\udcff]")  # bytes that were not UTF-8 (surrogateescape)
 _GZIP_ERRORS = (gzip.BadGzipFile, EOFError, zlib.error)
+TRUNCATED = "truncated gzip stream"
+TRUNCATED_TAIL = (
+    f"{TRUNCATED}: the record at the cut may be incomplete (only the fields before the cut"
+    " are read; its text is kept under _raw)"
+)
 
 
 @dataclass(frozen=True)
@@ -110,6 +122,50 @@ def open_payload(path: Path, compression: Compression) -> Iterator[IO[bytes]]:
             yield stream
 
 
+class _SalvagingGzip(io.RawIOBase):
+    """A gzip stream that ends where a truncated stream is cut instead of raising: every byte
+    decompressed before the cut is read (deflate output is a prefix of the original; the CRC
+    that would confirm it is in the missing trailer), and `truncated` says why it ended. A
+    stream that is not deflate still raises."""
+
+    def __init__(self, stream: gzip.GzipFile) -> None:
+        self._stream = stream
+        self.truncated: str | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self.truncated is not None:
+            return 0
+        try:
+            data = self._stream.read1(len(buffer))  # one read: no data held when it raises
+        except EOFError as exc:
+            self.truncated = f"{TRUNCATED}: {exc}"
+            return 0
+        buffer[: len(data)] = data
+        return len(data)
+
+
+def salvaging(payload: IO[bytes]) -> IO[bytes]:
+    """`payload` read to the cut when it is a truncated gzip stream (see `cut_of`); any other
+    payload as it is."""
+    if not isinstance(payload, gzip.GzipFile):
+        return payload
+    return cast(IO[bytes], io.BufferedReader(_SalvagingGzip(payload)))
+
+
+def cut_of(payload: IO[bytes]) -> str | None:
+    """Why a `salvaging` payload ended early (a truncated gzip stream), once it was read to its
+    end; None when it ended as a stream should."""
+    raw = getattr(payload, "raw", None)
+    return raw.truncated if isinstance(raw, _SalvagingGzip) else None
+
+
+def is_salvaging(payload: IO[bytes]) -> bool:
+    return isinstance(getattr(payload, "raw", None), _SalvagingGzip)
+
+
 @dataclass(frozen=True)
 class Slice:
     """The part of an object a reader reads: all of it, or one piece of a large object
@@ -146,7 +202,9 @@ def iter_raw(
         DataFormat.PARQUET: _read_parquet,
     }
     try:
-        with open_payload(source, dataset.compression) as payload:
+        with open_payload(source, dataset.compression) as opened:
+            # text is read up to a cut; Parquet needs its footer, at the end
+            payload = opened if dataset.format is DataFormat.PARQUET else salvaging(opened)
             yield from readers[dataset.format](payload, dataset, workdir, part, batch_rows)
     except _GZIP_ERRORS as exc:
         raise UnreadableFileError(f"not a valid gzip stream: {exc}") from exc
@@ -259,32 +317,108 @@ def _csv_header(reader: Any, dataset: Dataset) -> list[str] | None:
     return list(header)
 
 
+class RecordLines:
+    """Feeds csv.reader the lines of a text stream and keeps the lines it takes since `clear`:
+    after a row, the text of that row's record, as read."""
+
+    def __init__(self, lines: Iterable[str]) -> None:
+        self._lines = iter(lines)
+        self.taken: list[str] = []
+
+    def __iter__(self) -> RecordLines:
+        return self
+
+    def __next__(self) -> str:
+        line = next(self._lines)
+        self.taken.append(line)
+        return line
+
+    def clear(self) -> str:
+        text = "".join(self.taken)
+        self.taken.clear()
+        return text
+
+
+def _csv_tail(
+    names: list[str], line: int, row: list[str], text: str, reason: str
+) -> RejectedRecord:
+    """The record a truncated stream's cut falls in: every field but the last (which the cut
+    may have shortened) as its columns, and its text under "_raw"."""
+    complete = [_escaped(v) if _UNDECODED.search(v) else v for v in row[:-1]]
+    record: dict[str, Any] = dict(zip(names, complete, strict=False))
+    record["_raw"] = _escaped(text)
+    return RejectedRecord(line, (reason,), json.dumps(record, ensure_ascii=False))
+
+
 def _read_csv(
     payload: IO[bytes], dataset: Dataset, _workdir: Path, part: Slice, batch_rows: int
 ) -> Iterator[RawRecords]:
     encoding = "utf-8-sig" if part.first_line == 1 else "utf-8"
     # undecodable bytes become surrogates, and reject only the record that holds them
     text = io.TextIOWrapper(payload, encoding=encoding, errors="surrogateescape", newline="")
-    reader = csv_reader(text, dataset.csv)
+    # a stream that may be cut: each record's text is kept, and the last one held back
+    tap = RecordLines(text) if is_salvaging(payload) else None
+    reader = csv_reader(cast(IO[str], text if tap is None else tap), dataset.csv)
     offset = part.first_line - 1  # a slice's local line n is line n + offset of the object
     try:
         names = list(part.header) if part.header is not None else _csv_header(reader, dataset)
         if names is None:
+            _refuse_cut(payload, "before the header")
             yield _CsvCollector([c.name for c in dataset.schema_]).records()
             return
         collector = _CsvCollector(names)
-        last_line = reader.line_num
-        for row in reader:
+        last = _Last()
+        rows = _csv_rows(reader, tap, offset)
+        for line, row, _ in rows if tap is None else last.held_back(rows):
             if row:  # a blank line is no record
-                collector.add(last_line + 1 + offset, row)
-                if len(collector) >= batch_rows:
-                    yield collector.records()
-                    collector = _CsvCollector(names)
-            last_line = reader.line_num
+                collector.add(line, row)
+            if len(collector) >= batch_rows:
+                yield collector.records()
+                collector = _CsvCollector(names)
     except csv.Error as exc:
         line = reader.line_num + offset
         raise UnreadableFileError(f"not valid CSV (line {line}): {exc}") from exc
+    if last.item is None:
+        _refuse_cut(payload, "before the first record")
+    elif cut_of(payload) is None:
+        if last.item[1]:
+            collector.add(last.item[0], last.item[1])
+    else:
+        line, row, record_text = last.item
+        collector.rejected.append(_csv_tail(names, line, row, record_text, TRUNCATED_TAIL))
     yield collector.records()
+
+
+def _csv_rows(
+    reader: Any, tap: RecordLines | None, offset: int
+) -> Iterator[tuple[int, list[str], str]]:
+    """Each row with the line it starts on and (with a tap) its text."""
+    if tap is not None:
+        tap.clear()  # the header's
+    last_line = reader.line_num
+    for row in reader:
+        yield last_line + 1 + offset, row, tap.clear() if tap is not None else ""
+        last_line = reader.line_num
+
+
+class _Last:
+    """Holds back the last item of an iteration (the record a cut may fall in)."""
+
+    def __init__(self) -> None:
+        self.item: Any = None
+
+    def held_back(self, items: Iterable[Any]) -> Iterator[Any]:
+        for item in items:
+            if self.item is not None:
+                yield self.item
+            self.item = item
+
+
+def _refuse_cut(payload: IO[bytes], where: str) -> None:
+    """Raises UnreadableFileError when `payload` is a gzip stream cut `where` (no record)."""
+    cut = cut_of(payload)
+    if cut is not None:
+        raise UnreadableFileError(f"{cut} ({where})")
 
 
 # ------------------------------------------------------------------------------ JSON Lines
@@ -338,34 +472,95 @@ class _JsonlCollector:
         return RawRecords(table, "line", list(self.names), self.rejected, json_text=True)
 
 
+def complete_members(text: str) -> dict[str, Any]:
+    """The members of a JSON object cut short that the cut did not reach: read from the start,
+    each `"key": value` followed by "," or "}" (a value at the very end may be cut: "12" of
+    "123"). Stops at the first member that is not complete or not valid JSON."""
+    decoder = json.JSONDecoder(parse_constant=_reject_constant)
+    members: dict[str, Any] = {}
+    if _nesting(text) > MAX_JSON_DEPTH:
+        return members
+    at = len(text) - len(text.lstrip())
+    if not text.startswith("{", at):
+        return members
+    at += 1
+    try:
+        while True:
+            at = _skip_space(text, at)
+            key, at = decoder.raw_decode(text, at)
+            at = _skip_space(text, at)
+            if not isinstance(key, str) or not text.startswith(":", at):
+                return members
+            value, at = decoder.raw_decode(text, _skip_space(text, at + 1))
+            at = _skip_space(text, at)
+            if at >= len(text) or text[at] not in ",}":
+                return members
+            members[key] = value
+            if text[at] == "}":
+                return members
+            at += 1
+    except (ValueError, RecursionError):
+        return members
+
+
+def _skip_space(text: str, at: int) -> int:
+    while at < len(text) and text[at] in " \t\r\n":
+        at += 1
+    return at
+
+
+def _jsonl_tail(number: int, text: str, reason: str) -> RejectedRecord:
+    members = complete_members(text)
+    members.pop("_raw", None)
+    record = json.dumps({**members, "_raw": text}, ensure_ascii=False)
+    return RejectedRecord(number, (reason,), record)
+
+
 def _read_jsonl(
     payload: IO[bytes], _dataset: Dataset, _workdir: Path, part: Slice, batch_rows: int
 ) -> Iterator[RawRecords]:
     collector = _JsonlCollector()
-    for number, raw in enumerate(payload, start=part.first_line):
-        try:
-            text = raw.decode("utf-8")
-            parsed: dict[str, Any] | str | None = None
-        except UnicodeDecodeError as exc:
-            text = raw.decode("utf-8", "backslashreplace")
-            parsed = f"not UTF-8 text: {exc}"
-        text = text.removesuffix("\n").removesuffix("\r")
-        if number == 1:
-            text = text.removeprefix(_BOM)
-        if not text.strip():
-            continue
-        parsed = parsed or _parse_object(text)
-        if isinstance(parsed, str):
-            record = json.dumps({"_raw": text}, ensure_ascii=False)
-            collector.rejected.append(RejectedRecord(number, (parsed,), record))
-        else:
-            collector.names.update(dict.fromkeys(parsed))
-            collector.positions.append(number)
-            collector.texts.append(text)
+    last = _Last()
+    lines = enumerate(payload, start=part.first_line)
+    for number, raw in last.held_back(lines) if is_salvaging(payload) else lines:
+        _add_jsonl_line(collector, number, raw)
         if len(collector) >= batch_rows:
             yield collector.records()
             collector = _JsonlCollector()
+    if last.item is None:
+        _refuse_cut(payload, "before the first record")
+    elif cut_of(payload) is None:
+        _add_jsonl_line(collector, *last.item)
+    else:
+        number, raw = last.item
+        collector.rejected.append(_jsonl_tail(number, _line_text(number, raw)[0], TRUNCATED_TAIL))
     yield collector.records()
+
+
+def _line_text(number: int, raw: bytes) -> tuple[str, str | None]:
+    """A line's text (undecodable bytes as \\xNN) and why it is no UTF-8 text, if it is not."""
+    try:
+        text, problem = raw.decode("utf-8"), None
+    except UnicodeDecodeError as exc:
+        text, problem = raw.decode("utf-8", "backslashreplace"), f"not UTF-8 text: {exc}"
+    text = text.removesuffix("\n").removesuffix("\r")
+    if number == 1:
+        text = text.removeprefix(_BOM)
+    return text, problem
+
+
+def _add_jsonl_line(collector: _JsonlCollector, number: int, raw: bytes) -> None:
+    text, problem = _line_text(number, raw)
+    if not text.strip():
+        return
+    parsed = problem or _parse_object(text)
+    if isinstance(parsed, str):
+        record = json.dumps({"_raw": text}, ensure_ascii=False)
+        collector.rejected.append(RejectedRecord(number, (parsed,), record))
+    else:
+        collector.names.update(dict.fromkeys(parsed))
+        collector.positions.append(number)
+        collector.texts.append(text)
 
 
 # --------------------------------------------------------------------------------- Parquet

@@ -14,6 +14,12 @@ Rules, in the order their reasons are listed:
    so a leaf of the wrong type is caught, not silently nulled. A file column whose type cannot be
    cast at all (a Parquet struct declared as int) rejects every row that has a value there.
    A schema column the file lacks is null in every row (schema evolution), not an error.
+   A decimal is never rounded: a value with more fraction digits than the declared scale is
+   rejected ("column amount: '0.005' has more fraction digits than decimal(38,2) holds (it would
+   be rounded)"), one with more integer digits than the precision allows is not a valid value;
+   trailing zeros and an exponent count as written (`1.50`, `1e3` fit decimal(10,2)). Text is
+   checked by its digits (`_rounds_text`), a typed source (Parquet decimal, double, float) by
+   converting the value back: it must give the source value again.
 2. nullability: a column declared `nullable: false` must hold a value: "column x must not be null".
 3. subjects: every subject column (`user_id`, `customer.id`) must hold a value:
    "subject column customer.id is missing". Only null counts as missing: the empty string and 0
@@ -238,12 +244,53 @@ def _try_cast(expression: str, target: T.DataType) -> Column:
     return F.expr(f"try_cast({expression} AS {target.simpleString()})")
 
 
+def _rounding_reason(column: SchemaColumn, declared: DdlType, shown: Column) -> Column:
+    return F.concat(
+        F.lit(f"column {column.name}: "),
+        _quoted(shown),
+        F.lit(f" has more fraction digits than {declared.ddl()} holds (it would be rounded)"),
+    )
+
+
+# a decimal as Spark's cast reads it (java.math.BigDecimal, trimmed): groups 1 the fraction
+# digits, 2 the exponent
+_DECIMAL_TEXT = r"^\s*[+-]?\p{Nd}*(?:\.(\p{Nd}*))?(?:[eE]([+-]?\p{Nd}+))?\s*$"
+
+
+def _rounds_text(text: Column, target: T.DecimalType) -> Column:
+    """True where the decimal `text` needs more fraction digits than `target`'s scale (its cast
+    would round it): the fraction's digits without trailing zeros, less the exponent. A form
+    whose digits cannot be counted here counts as rounded (rejected, never altered)."""
+    fraction = F.regexp_replace(F.regexp_extract(text, _DECIMAL_TEXT, 1), "0+$", "")
+    exponent_text = F.regexp_extract(text, _DECIMAL_TEXT, 2)
+    exponent = F.when(exponent_text == "", F.lit(0.0)).otherwise(exponent_text.cast("double"))
+    needed = F.length(fraction).cast("double") - exponent
+    return ~text.rlike(_DECIMAL_TEXT) | exponent.isNull() | (needed > F.lit(float(target.scale)))
+
+
+def _rounds(source: Column, value: Column, source_type: T.DataType, target: T.DataType) -> Column:
+    """True where `value`, the cast of `source` to `target`, is a rounded (altered) decimal."""
+    if not isinstance(target, T.DecimalType):
+        return F.lit(False)
+    if isinstance(source_type, T.StringType):
+        return value.isNotNull() & _rounds_text(source, target)
+    if isinstance(source_type, T.DecimalType | T.DoubleType | T.FloatType):
+        return value.isNotNull() & ~value.cast(source_type).eqNullSafe(source)
+    return F.lit(False)  # integers and booleans convert exactly or not at all
+
+
 def _from_text(column: SchemaColumn, index: int, declared: DdlType, target: T.DataType) -> _Plan:
     raw = _raw(index)
     value = _try_cast(f"`_lethe_raw_{index}`", target)
-    failed = F.coalesce(raw.isNotNull() & (raw != "") & value.isNull(), F.lit(False))
+    reason = _invalid(column, declared, raw)
+    failed = raw.isNotNull() & (raw != "") & value.isNull()
+    if isinstance(target, T.DecimalType):  # a rounded decimal: rejected, and no value
+        rounded = _rounds(raw, value, T.StringType(), target)
+        value = F.when(~rounded, value)
+        failed = raw.isNotNull() & (raw != "") & (value.isNull() | rounded)
+        reason = F.when(rounded, _rounding_reason(column, declared, raw)).otherwise(reason)
     sources = ((f"_lethe_raw_{index}", col(column.name)),)
-    return _Plan(column, index, sources, value, failed, _invalid(column, declared, raw))
+    return _Plan(column, index, sources, value, F.coalesce(failed, F.lit(False)), reason)
 
 
 def _text_leaves(data_type: T.DataType) -> T.DataType:
@@ -291,7 +338,10 @@ def _from_typed(df: DataFrame, column: SchemaColumn, index: int, target: T.DataT
         return _Plan(column, index, sources, F.lit(None).cast(target), failed, reason)
     value = _try_cast(f"`_lethe_raw_{index}`", target)
     failed = F.coalesce(_leaf_failed(raw, value, raw_type, target), F.lit(False))
-    reason = _invalid(column, declared, raw.cast("string"))
+    reason = F.when(
+        F.coalesce(_rounds(raw, value, raw_type, target), F.lit(False)),
+        _rounding_reason(column, declared, raw.cast("string")),
+    ).otherwise(_invalid(column, declared, raw.cast("string")))
     return _Plan(column, index, sources, value, failed, reason)
 
 
@@ -325,8 +375,8 @@ def _leaf_failed(
         )
         return lost | keys | values
     if isinstance(source_type, T.StringType) and not isinstance(target, T.StringType):
-        return lost & (source != "")
-    return lost
+        return (lost | _rounds(source, value, source_type, target)) & (source != "")
+    return lost | _rounds(source, value, source_type, target)
 
 
 def _elements_failed(

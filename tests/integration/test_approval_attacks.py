@@ -31,10 +31,12 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import boto3
 import pytest
 from aws_lambda_powertools.utilities import parameters
+from botocore.exceptions import ClientError
 from moto.core.config import default_user_config
 from moto.dynamodb.responses import DynamoHandler
 
 from lethe_shared.approval import confirmation_code, csrf_token, link_signature, sign_link
+from lethe_shared.approval_flow import DELIVERY_ATTEMPTS
 from lethe_shared.erasure import (
     ApprovalLink,
     DynamoApprovals,
@@ -379,6 +381,84 @@ def test_a_replayed_post_decides_once(awaiting: tuple[Stack, dict[str, str]]) ->
     assert_decided_once(stack, rid_of(1), "approve", DPO)
 
 
+class Outage:
+    """Step Functions refusing the next `refuse` SendTaskSuccess/SendTaskFailure calls of the
+    page's client (throttled, as past boto3's own retries): a refused call never reaches
+    Step Functions, so TaskCalls records only the calls that got through."""
+
+    def __init__(self, refuse: int) -> None:
+        self.refuse = refuse
+        self.refused = 0
+
+    def hook(self, model: Any, **_: Any) -> None:
+        if model.name in {"SendTaskSuccess", "SendTaskFailure"} and self.refuse > 0:
+            self.refuse -= 1
+            self.refused += 1
+            raise ClientError(
+                {"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}, model.name
+            )
+
+
+def failing_page_function(stack: Stack, outage: Outage) -> Any:
+    """A fresh ApprovalPageFunction instance whose Step Functions calls go through `outage`."""
+    module = load_function_module("approval_page")
+    client = module._dependencies().callbacks.client
+    client.meta.events.register("before-parameter-build.sfn", outage.hook)
+    client.meta.events.register("before-parameter-build.sfn", stack.task_calls.hook)
+    return module
+
+
+@pytest.mark.parametrize("decision", ["approve", "reject"])
+def test_a_decision_step_functions_refuses_is_kept_and_handed_over_by_the_next_post(
+    awaiting: tuple[Stack, dict[str, str]], decision: str
+) -> None:
+    stack, links = awaiting
+    rid = rid_of(1)
+    outage = Outage(refuse=DELIVERY_ATTEMPTS)  # every attempt of the first POST
+    function = failing_page_function(stack, outage)
+    shown = visit(stack, function, links[DPO])
+    decide = post_event(stack, links[DPO], shown.form(decision), shown.cookie)
+    ciso = stack.page_function()
+    ciso_shown = visit(stack, ciso, links[CISO])  # opened before DPO decides
+
+    # When DPO decides while Step Functions refuses every SendTask call
+    first = function.handler(decide, FakeLambdaContext())
+
+    # Then the decision is recorded and said to be pending; the token waits on the record
+    assert answer(first) == (200, "approved" if decision == "approve" else "rejected")
+    assert 'data-reason="delivery-pending"' in first["body"]
+    assert outage.refused == DELIVERY_ATTEMPTS
+    record = stack.record(rid)
+    assert (record.approval["decision"], record.task_token) == (decision, token_of(rid))
+    assert stack.task_calls.of(token_of(rid)) == []
+
+    # When the approver submits again (Step Functions answers again), and CISO tries the other
+    # decision, from another instance
+    again = function.handler(decide, FakeLambdaContext())
+    other = "reject" if decision == "approve" else "approve"
+    late = post(stack, ciso, links[CISO], ciso_shown.form(other), ciso_shown.cookie)
+
+    # Then the recorded decision was handed over once, and nothing else was decided
+    assert [answer(again), answer(late)] == [(409, "already-decided")] * 2
+    assert_decided_once(stack, rid, decision, DPO)
+
+
+def test_a_refusal_within_the_attempts_of_one_post_is_retried_there(
+    awaiting: tuple[Stack, dict[str, str]],
+) -> None:
+    stack, links = awaiting
+    outage = Outage(refuse=DELIVERY_ATTEMPTS - 1)
+    function = failing_page_function(stack, outage)
+    shown = visit(stack, function, links[CISO])
+
+    decided = post(stack, function, links[CISO], shown.form("reject"), shown.cookie)
+
+    assert answer(decided) == (200, "rejected")
+    assert "delivery-pending" not in decided["body"]
+    assert outage.refused == DELIVERY_ATTEMPTS - 1
+    assert_decided_once(stack, rid_of(1), "reject", CISO)
+
+
 def test_an_expired_link_decides_nothing(stack: Stack) -> None:
     # Given links whose deadline is seconds away, and the page opened in time
     stack.monkeypatch.setenv("APPROVAL_TIMEOUT_HOURS", "0.001")  # 3.6 s
@@ -662,15 +742,20 @@ def contend(
     """One approver's POST in a Lambda execution environment of its own (a forked process).
     Its conditional write waits at `gate` until every contender has reached its own: all have
     read the request as AWAITING_APPROVAL and passed every check, so only the conditional
-    write can tell them apart. Puts (index, status, body, task calls, error) on `answers`."""
+    write can tell them apart (the winner's later write, removing the handed-over task
+    token, is not held). Puts (index, status, body, task calls, error) on `answers`."""
     calls: list[tuple[str, str, str]] = []
 
     def record(model: Any, params: dict[str, Any], **_: Any) -> None:
         if model.name in {"SendTaskSuccess", "SendTaskFailure"}:
             calls.append((model.name, params["taskToken"], params.get("error", "")))
 
-    def hold(**_: Any) -> None:
-        gate.wait()
+    held: list[bool] = []
+
+    def hold(**_: Any) -> None:  # the decision's conditional write (the first UpdateItem)
+        if not held:
+            held.append(True)
+            gate.wait()
 
     try:
         function = load_function_module("approval_page")

@@ -15,8 +15,10 @@ from typing import Any
 import boto3
 import pytest
 from aws_lambda_powertools.utilities import parameters
+from botocore.exceptions import ClientError
 
 from lethe.localcloud.provision import substitute_definition
+from lethe_shared.approval_flow import DELIVERY_ATTEMPTS
 from lethe_shared.erasure import DynamoErasureRequests, ErasureStatus, idempotent_request_id
 from lethe_shared.subjects import hash_of_id
 from tests.conftest import REPO_ROOT, FakeLambdaContext, load_function_module
@@ -333,6 +335,150 @@ def test_cancel_of_an_unknown_request_is_404(app: Any, load_event: Event) -> Non
     )
 
 
+OTHER_USER = "arn:aws:iam::123456789012:user/someone-else"
+CANCEL_REFUSED = (
+    403,
+    {"message": "only the IAM principal that filed this request or an approver's may cancel it"},
+)
+
+
+def cancel_as(load_event: Event, rid: str, arn: str) -> dict[str, Any]:
+    event = at(load_event("erasure_api_cancel.json"), rid)
+    event["requestContext"]["identity"]["userArn"] = arn
+    return event
+
+
+def test_cancel_by_another_principal_is_forbidden_and_changes_nothing(
+    app: Any, requests_table: Any, load_event: Event
+) -> None:
+    # Given a request filed by the privacy officer (events/erasure_api_post.json's caller)
+    _, filed = call(app, load_event("erasure_api_post.json"))
+    rid = filed["request_id"]
+    before = stored_items(requests_table)
+
+    # When another IAM user, and a caller API Gateway gave no ARN, try to cancel it
+    refused = [call(app, cancel_as(load_event, rid, arn)) for arn in (OTHER_USER, "")]
+
+    # Then both are refused with a message, and the request is as it was
+    assert refused == [CANCEL_REFUSED, CANCEL_REFUSED]
+    assert stored_items(requests_table) == before
+    assert before[0]["status"] == "RECEIVED"
+
+
+def test_cancel_by_the_requesters_principal_or_an_approvers(
+    app: Any, requests_table: Any, load_event: Event
+) -> None:
+    requester_role = "arn:aws:sts::123456789012:assumed-role/privacy-app/run-1"
+    filed = [
+        call(app, as_caller(with_key(load_event("erasure_api_post.json"), k), arn, REQUESTER))[1]
+        for k, arn in (("k1", requester_role), ("k2", requester_role))
+    ]
+
+    # another session of the role that filed it, and a session of an approver's role
+    later_session = "arn:aws:sts::123456789012:assumed-role/privacy-app/run-2"
+    by_requester = call(app, cancel_as(load_event, filed[0]["request_id"], later_session))
+    by_approver = call(app, cancel_as(load_event, filed[1]["request_id"], APPROVER_SESSION))
+
+    assert [(r[0], r[1]["outcome"]) for r in (by_requester, by_approver)] == [
+        (200, "CANCELLED"),
+        (200, "CANCELLED"),
+    ]
+    other_role = "arn:aws:sts::123456789012:assumed-role/other-app/run-1"
+    third = call(
+        app,
+        as_caller(with_key(load_event("erasure_api_post.json"), "k3"), requester_role, REQUESTER),
+    )
+    assert call(app, cancel_as(load_event, third[1]["request_id"], other_role)) == CANCEL_REFUSED
+
+
+def test_a_request_filed_by_event_is_cancelled_by_an_approver_only(
+    app: Any, requests_table: Any, load_event: Event
+) -> None:
+    app.handler(load_event("erasure_requested_event.json"), FakeLambdaContext())
+    rid = idempotent_request_id(EVENT_ID, REQUESTER)
+
+    refused = call(
+        app, cancel_as(load_event, rid, "arn:aws:iam::123456789012:user/privacy-officer")
+    )
+    cancelled = call(app, cancel_as(load_event, rid, APPROVER_SESSION))
+
+    assert refused == CANCEL_REFUSED
+    assert (cancelled[0], cancelled[1]["outcome"]) == (200, "CANCELLED")
+
+
+# ---------------------------------------------------------------- a decision's hand-over
+
+
+class SendTaskCalls:
+    """SendTaskSuccess/SendTaskFailure the API's boto3 client sends; the first `refuse` of
+    them refused as Step Functions refuses a throttled call."""
+
+    def __init__(self, refuse: int = 0) -> None:
+        self.refuse = refuse
+        self.sent: list[tuple[str, str]] = []
+
+    def hook(self, model: Any, params: dict[str, Any], **_: Any) -> None:
+        if model.name not in {"SendTaskSuccess", "SendTaskFailure"}:
+            return
+        if self.refuse > 0:
+            self.refuse -= 1
+            raise ClientError(
+                {"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}, model.name
+            )
+        self.sent.append((model.name, params["taskToken"]))
+
+
+def decided_undelivered(requests_table: Any, rid: str, decision: str) -> None:
+    """An approver's decision recorded whose hand-over to the workflow failed: decided, the
+    task token still on the record."""
+    requests = DynamoErasureRequests(requests_table)
+    requests.transition(rid, ErasureStatus.REPORTED, by="workflow")
+    requests.transition(
+        rid, ErasureStatus.AWAITING_APPROVAL, by="workflow", updates={"task_token": "tok-1"}
+    )
+    target = ErasureStatus.APPROVED if decision == "approve" else ErasureStatus.REJECTED
+    requests.transition(
+        rid,
+        target,
+        by="approver@example.com",
+        updates={"approval": {"decision": decision, "decided_by": "approver@example.com"}},
+    )
+
+
+@pytest.mark.parametrize(
+    ("decision", "call_name"), [("approve", "SendTaskSuccess"), ("reject", "SendTaskFailure")]
+)
+def test_get_hands_over_a_recorded_undelivered_decision_once(
+    app: Any, requests_table: Any, load_event: Event, decision: str, call_name: str
+) -> None:
+    _, filed = call(app, load_event("erasure_api_post.json"))
+    rid = filed["request_id"]
+    decided_undelivered(requests_table, rid, decision)
+    calls = SendTaskCalls(refuse=DELIVERY_ATTEMPTS)  # the first GET: Step Functions throttles
+    app._dependencies().callbacks.client.meta.events.register(
+        "before-parameter-build.sfn", calls.hook
+    )
+    requests = DynamoErasureRequests(requests_table)
+
+    first = call(app, at(load_event("erasure_api_get.json"), rid))
+    still = requests.get(rid)
+    second = call(app, at(load_event("erasure_api_get.json"), rid))
+    third = call(app, at(load_event("erasure_api_get.json"), rid))
+
+    assert [r[0] for r in (first, second, third)] == [200, 200, 200]
+    assert still is not None
+    assert still.task_token == "tok-1"  # kept while undelivered
+    assert calls.sent == [(call_name, "tok-1")]  # the second GET; the third sends nothing
+    after = requests.get(rid)
+    assert after is not None
+    assert after.task_token == ""
+    assert (
+        after.status.value
+        == first[1]["status"]
+        == ("APPROVED" if decision == "approve" else "REJECTED")
+    )
+
+
 # ------------------------------------------------------------------------------ the event
 
 
@@ -413,6 +559,40 @@ def test_a_request_in_an_approvers_name_from_another_caller_is_forbidden(
     )
     assert stored_items(requests_table) == []
     assert executions() == []
+
+
+def test_an_event_records_its_account_and_source_as_the_requester_principal(
+    app: Any, requests_table: Any, load_event: Event
+) -> None:
+    app.handler(load_event("erasure_requested_event.json"), FakeLambdaContext())
+
+    (item,) = stored_items(requests_table)
+    assert item["requester_principal"] == "event:123456789012:lethe.requests"
+
+
+def test_an_event_in_the_name_of_the_approver_mapped_to_its_sender_is_filed(
+    app: Any, requests_table: Any, load_event: Event, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given the approver mapped to the event sender too (they run the app that sends events)
+    monkeypatch.setenv(
+        "APPROVER_PRINCIPALS",
+        "approver@example.com=arn:aws:iam::123456789012:role/lethe-local-approver,"
+        "approver@example.com=event:123456789012:lethe.requests",
+    )
+    app._dependencies.cache_clear()
+    event = load_event("erasure_requested_event.json")
+    event["detail"]["requested_by"] = "approver@example.com"
+    other = load_event("erasure_requested_event.json")
+    other["account"], other["id"] = "210987654321", "another-event-id"
+    other["detail"]["requested_by"] = "approver@example.com"
+
+    filed = app.handler(event, FakeLambdaContext())
+    refused = app.handler(other, FakeLambdaContext())  # the same source from another account
+
+    assert filed["status"] == "RECEIVED"
+    assert "refused" in refused
+    (item,) = stored_items(requests_table)
+    assert item["requester_principal"] == "event:123456789012:lethe.requests"
 
 
 def test_an_event_in_an_approvers_name_is_refused(

@@ -118,6 +118,30 @@ def test_transitions_follow_the_edges_and_append_history_in_order(
     assert stored.created_at == T0.isoformat()
 
 
+def test_the_task_token_is_cleared_only_while_it_is_the_one_handed_over(
+    requests: ErasureRequests,
+) -> None:
+    requests.create(request("er-1"))
+    requests.transition("er-1", ErasureStatus.REPORTED, by="workflow")
+    requests.transition(
+        "er-1", ErasureStatus.AWAITING_APPROVAL, by="workflow", updates={"task_token": "tok-2"}
+    )
+
+    stale = requests.clear_task_token("er-1", "tok-1")  # a retry's older token
+    kept = requests.get("er-1")
+    cleared = requests.clear_task_token("er-1", "tok-2")
+    again = requests.clear_task_token("er-1", "tok-2")
+
+    assert (stale, cleared, again) == (False, True, False)
+    assert kept is not None
+    assert kept.task_token == "tok-2"
+    after = requests.get("er-1")
+    assert after is not None
+    assert (after.task_token, after.status) == ("", ErasureStatus.AWAITING_APPROVAL)
+    assert after.history == kept.history
+    assert requests.clear_task_token("er-unknown", "tok-2") is False
+
+
 def test_a_transition_from_another_status_is_refused_with_the_current_one(
     requests: ErasureRequests,
 ) -> None:

@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from ingest import main
+from lethe_jobs.layout import object_hash
 from lethe_shared.errors import HashKeyError
 from tests.spark.cloud import GLUE_ARGS, LAKE, RAW, Cloud, JobRunner, h, ingest_args
 
@@ -423,6 +424,71 @@ def test_an_unreadable_file_is_quarantined_whole(cloud: Cloud, run_job: IngestRu
     assert report["correlation_id"] == "exec-broken"
     assert cloud.catalog_item(BROKEN_KEY, version)["status"] == "QUARANTINED"
     assert cloud.entries() == set()  # no row could be read: nobody's rows
+
+
+def test_rows_whose_lake_key_would_pass_s3s_limit_are_quarantined_alone(
+    cloud: Cloud, run_job: IngestRunner
+) -> None:
+    # Given a dataset partitioned by a free-text column: its values become lake key segments
+    cloud.register(
+        {
+            "dataset_id": "longkeys",
+            "format": "csv",
+            "subject_columns": ["user_id"],
+            "partition_by": ["region"],
+            "schema": [{"name": "user_id", "type": "string"}, {"name": "region", "type": "string"}],
+        }
+    )
+    key = "longkeys/batch.csv"
+    digest = object_hash(RAW, key)
+    # the index keys each entry by the lake object's URL, a DynamoDB sort key of at most 1,024
+    # bytes: "s3://lethe-test-lake/longkeys/region=<value>/part-<16 hex>.parquet" is 67 bytes
+    # besides the value, so the URL's limit comes before S3's on the key (1,024 too)
+    at_limit, over = "a" * 957, "a" * 958
+    two_byte = "\u00e9" * 480  # 480 characters, 960 bytes: over in bytes, not in characters
+    escaped = "/" * 319  # Hive writes each "/" as %2F: 957 bytes, at the limit again
+    s3_over = "a" * 979  # a key of 1,025 bytes
+    rows = [("subj-lk-1", at_limit), ("subj-lk-2", over), ("subj-lk-3", "eu"),
+            ("subj-lk-4", two_byte), ("subj-lk-5", escaped), ("subj-lk-6", s3_over)]  # fmt: skip
+    body = "user_id,region\n" + "".join(f"{u},{r}\n" for u, r in rows)
+    version = cloud.upload(key, body.encode(), "longkeys")
+
+    # When the job ingests it
+    summary = run_job("longkeys", key, version, correlation_id="exec-long")
+
+    # Then the rows whose object fits are in the lake, the limit itself included
+    fits = {
+        f"longkeys/region={value}/part-{digest}.parquet" for value in (at_limit, "eu", "%2F" * 319)
+    }
+    assert sorted(len(f"s3://{LAKE}/{k}".encode()) for k in fits) == [69, 1024, 1024]
+    quarantine = f"longkeys/_quarantine/{digest}.jsonl"
+    assert set(cloud.lake_keys()) == fits | {quarantine}
+    assert summary["status"] == "INGESTED"
+    assert (summary["rows_read"], summary["rows_written"], summary["rows_quarantined"]) == (6, 3, 3)
+    # and each row one byte or more over is quarantined alone, with the reason and its record
+    rejected = [json.loads(line) for line in cloud.lake_object(quarantine).splitlines()]
+    url = (
+        "the partition values make a lake object URL of {} bytes; "
+        "the subject index (a DynamoDB sort key) allows at most 1024"
+    )
+    assert [(r["source"]["line"], r["reasons"], r["record"]["user_id"]) for r in rejected] == [
+        (3, [url.format(1025)], "subj-lk-2"),
+        (5, [url.format(1027)], "subj-lk-4"),
+        (7, ["the partition values make a lake key of 1025 bytes; S3 allows at most 1024"],
+         "subj-lk-6"),
+    ]  # fmt: skip
+    assert rejected[0]["record"]["region"] == over
+    # and indexed there and in the raw object, so that an erasure finds them
+    for subject in ("subj-lk-2", "subj-lk-4", "subj-lk-6"):
+        assert {e[1] for e in cloud.lookup(h(subject))} == {
+            f"s3://{LAKE}/{quarantine}",
+            f"s3://{RAW}/{key}",
+        }
+    # and the rows in the lake are indexed under their long URLs
+    assert {e[1] for e in cloud.lookup(h("subj-lk-1"))} == {
+        f"s3://{LAKE}/longkeys/region={at_limit}/part-{digest}.parquet",
+        f"s3://{RAW}/{key}",
+    }
 
 
 def test_unregistered_dataset_and_missing_version_fail_only_that_object(

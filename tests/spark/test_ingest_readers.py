@@ -6,6 +6,7 @@ import datetime as dt
 import gzip
 import io
 import json
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from lethe_jobs.errors import UnreadableFileError
-from lethe_jobs.readers import RawRecords, read_raw
+from lethe_jobs.readers import TRUNCATED_TAIL, RawRecords, complete_members, read_raw
 from lethe_jobs.validate import POSITION, RECORD
 from lethe_shared.datasets import Dataset, parse_dataset
 
@@ -172,10 +173,97 @@ def test_declared_gzip_that_is_not_gzip_is_unreadable(tmp_path: Path) -> None:
         read(tmp_path, b'{"id": "a"}\n', make_dataset("jsonl", compression="gzip"))
 
 
-def test_truncated_gzip_is_unreadable(tmp_path: Path) -> None:
-    data = gzip.compress(b'{"id": "a"}\n' * 100)[:30]
+def cut_gzip(prefix: bytes) -> bytes:
+    """A gzip stream cut where its decompressed bytes are exactly `prefix`: the rest of the
+    deflate stream and the trailer (CRC-32, size) are missing."""
+    deflate = zlib.compressobj(6, zlib.DEFLATED, -zlib.MAX_WBITS)
+    body = deflate.compress(prefix) + deflate.flush(zlib.Z_SYNC_FLUSH)
+    return gzip.compress(b"", mtime=0)[:10] + body
+
+
+def test_truncated_gzip_jsonl_reads_the_lines_before_the_cut_and_rejects_the_tail(
+    tmp_path: Path,
+) -> None:
+    data = cut_gzip(b'{"id": "a"}\n\n{"id": "b"}\n{"id": "c", "note": "cut he')
+
+    records = read(tmp_path, data, make_dataset("jsonl"))
+
+    assert records.table.column(POSITION).to_pylist() == [1, 3]
+    assert records.table.column(RECORD).to_pylist() == ['{"id": "a"}', '{"id": "b"}']
+    [(line, reasons, record)] = rejected(records)
+    assert line == 4
+    assert reasons == (TRUNCATED_TAIL,)
+    assert record == {"id": "c", "_raw": '{"id": "c", "note": "cut he'}  # only what is whole
+    assert records.rows_read == 3
+
+
+def test_truncated_gzip_jsonl_a_cut_subject_id_is_nobodys(tmp_path: Path) -> None:
+    records = read(
+        tmp_path, cut_gzip(b'{"id": "a"}\n{"note": 1, "id": "subj-12'), make_dataset("jsonl")
+    )
+
+    [(line, _, record)] = rejected(records)
+    assert (line, record) == (2, {"note": 1, "_raw": '{"note": 1, "id": "subj-12'})
+
+
+@pytest.mark.parametrize(
+    ("tail", "members"),
+    [
+        ('{"id": "c", "n": 12', {"id": "c"}),  # 12 may be the start of 123
+        ('{"id": "c", "n": 12}', {"id": "c", "n": 12}),  # whole, but the line end is cut
+        ('{"id": "c", "t": [1, {"x": "y"}], "n": tr', {"id": "c", "t": [1, {"x": "y"}]}),
+        ('{"id" "c", "n": 1,', {}),  # not JSON before the cut
+        ("[1, 2", {}),
+        ("", {}),
+    ],
+)
+def test_the_complete_members_of_a_cut_line(tail: str, members: dict[str, Any]) -> None:
+    assert complete_members(tail) == members
+
+
+def test_truncated_gzip_csv_keeps_the_fields_before_the_cut(tmp_path: Path) -> None:
+    data = cut_gzip(b'id,note\nu1,a\nu2,"two\nlines"\nu3,"open quote\nstill in it')
+
+    records = read(tmp_path, data, make_dataset("csv"))
+
+    assert records.table.to_pylist() == [
+        {POSITION: 2, "id": "u1", "note": "a"},
+        {POSITION: 3, "id": "u2", "note": "two\nlines"},
+    ]
+    [(line, reasons, record)] = rejected(records)
+    assert (line, reasons) == (5, (TRUNCATED_TAIL,))
+    assert record == {"id": "u3", "_raw": 'u3,"open quote\nstill in it'}
+
+
+def test_truncated_gzip_csv_whose_last_line_looks_whole_still_rejects_it(tmp_path: Path) -> None:
+    # the missing trailer cannot tell whether "u2,b" was the whole last field
+    records = read(tmp_path, cut_gzip(b"id,note\nu1,a\nu2,b\n"), make_dataset("csv"))
+
+    assert records.table.column("id").to_pylist() == ["u1"]
+    assert rejected(records) == [(3, (TRUNCATED_TAIL,), {"id": "u2", "_raw": "u2,b\n"})]
+
+
+@pytest.mark.parametrize(
+    ("fmt", "prefix"), [("jsonl", b""), ("csv", b""), ("csv", b"id,no"), ("csv", b"id,note\n")]
+)
+def test_gzip_cut_before_its_first_record_is_unreadable(
+    tmp_path: Path, fmt: str, prefix: bytes
+) -> None:
+    with pytest.raises(UnreadableFileError, match="truncated gzip stream"):
+        read(tmp_path, cut_gzip(prefix), make_dataset(fmt))
+
+
+def test_gzip_whose_deflate_data_is_corrupt_is_unreadable(tmp_path: Path) -> None:
+    with pytest.raises(UnreadableFileError, match="not a valid gzip stream"):
+        read(tmp_path, b"\x1f\x8b\x08\x00 not deflate data\n", make_dataset("jsonl"))
+
+
+def test_truncated_gzip_parquet_is_unreadable(tmp_path: Path) -> None:
+    sink = io.BytesIO()
+    pq.write_table(pa.table({"id": ["a", "b"]}), sink)
+    data = gzip.compress(sink.getvalue())[:-20]
     with pytest.raises(UnreadableFileError, match="gzip"):
-        read(tmp_path, data, make_dataset("jsonl"))
+        read(tmp_path, data, make_dataset("parquet"))
 
 
 def test_compression_none_reads_gzip_bytes_as_they_are(tmp_path: Path) -> None:

@@ -24,6 +24,13 @@ from lethe_jobs.validate import (
 from lethe_shared.datasets import Dataset, parse_dataset
 
 
+def rounded(value: str, ddl: str = "decimal(10,2)", column: str = "v") -> str:
+    return (
+        f"column {column}: '{value}' has more fraction digits than {ddl} holds"
+        " (it would be rounded)"
+    )
+
+
 def make_dataset(
     schema: list[dict[str, Any]], subjects: list[str], fmt: str = "csv", **more: Any
 ) -> Dataset:
@@ -87,10 +94,54 @@ def make_dataset(
             ["12.345", "7", "123456789012", "1,5"],
             "decimal(10,2)",
             [
-                (Decimal("12.35"), []),
+                (
+                    None,  # never rounded to 12.35: a changed value is rejected
+                    [
+                        "column v: '12.345' has more fraction digits than decimal(10,2) holds"
+                        " (it would be rounded)"
+                    ],
+                ),
                 (Decimal("7.00"), []),
                 (None, ["column v: '123456789012' is not a valid decimal(10,2)"]),
                 (None, ["column v: '1,5' is not a valid decimal(10,2)"]),
+            ],
+        ),
+        (
+            "decimal(10,2)",
+            [
+                "12.340",  # trailing zeros are no digits of the value
+                "99999999.99",  # the precision's limit, exactly
+                "-99999999.99",
+                "999999999.99",  # one integer digit over
+                "1.5e1",
+                "1e-2",
+                "1e-3",
+                " +.25 ",
+                "0.005",
+                "-0.004",
+                "1E-99999999999",  # rounds to 0.00 in a cast, if it were allowed to
+                "0.00000000000000000000000000000000000001",
+            ],
+            "decimal(10,2)",
+            [
+                (Decimal("12.34"), []),
+                (Decimal("99999999.99"), []),
+                (Decimal("-99999999.99"), []),
+                (None, ["column v: '999999999.99' is not a valid decimal(10,2)"]),
+                (Decimal("15.00"), []),
+                (Decimal("0.01"), []),
+                (None, [rounded("1e-3")]),
+                (Decimal("0.25"), []),
+                (None, [rounded("0.005")]),
+                (None, [rounded("-0.004")]),
+                (None, ["column v: '1E-99999999999' is not a valid decimal(10,2)"]),
+                (
+                    None,
+                    [
+                        "column v: '0.00000000000000000000000000000000000001' has more fraction"
+                        " digits than decimal(10,2) holds (it would be rounded)"
+                    ],
+                ),
             ],
         ),
         ("string", ["abc", ""], "string", [("abc", []), ("", [])]),
@@ -334,6 +385,53 @@ def test_typed_columns_convert_or_conflict(spark: SparkSession) -> None:
         f"id string, n int, size int, day date, {REASONS} array<string>",
     )
     assertDataFrameEqual(actual, wanted)
+
+
+def test_typed_and_nested_decimals_are_never_rounded(spark: SparkSession) -> None:
+    # Given Parquet-like typed values and JSON arrays, into decimal(10,2)
+    dataset = make_dataset(
+        [
+            {"name": "id", "type": "string"},
+            {"name": "d", "type": "decimal(10,2)"},
+            {"name": "f", "type": "decimal(10,2)"},
+            {"name": "a", "type": "array<decimal(10,2)>"},
+        ],
+        ["id"],
+        fmt="parquet",
+    )
+    frame = spark.createDataFrame(
+        [
+            ("fits", Decimal("1.2300"), 0.25, "[1.25, 2]"),
+            ("d", Decimal("1.2345"), None, None),
+            ("f", None, 0.005, None),
+            ("a", None, None, "[1.25, 1.255]"),
+            ("limit", Decimal("99999999.9900"), None, "[-99999999.99]"),
+        ],
+        "id string, d decimal(12,4), f double, a string",
+    )
+
+    actual = {r["id"]: r for r in frame.transform(conform(dataset)).collect()}
+
+    fits = actual["fits"]
+    assert (fits["d"], fits["f"], fits["a"], fits[REASONS]) == (
+        Decimal("1.23"),
+        Decimal("0.25"),
+        [Decimal("1.25"), Decimal("2.00")],
+        [],
+    )
+    assert actual["d"][REASONS] == [
+        "column d: '1.2345' has more fraction digits than decimal(10,2) holds (it would be rounded)"
+    ]
+    assert actual["f"][REASONS] == [
+        "column f: '0.005' has more fraction digits than decimal(10,2) holds (it would be rounded)"
+    ]
+    assert actual["a"][REASONS] == ["column a: '[1.25, 1.255]' is not a valid array<decimal(10,2)>"]
+    limit = actual["limit"]
+    assert (limit["d"], limit["a"], limit[REASONS]) == (
+        Decimal("99999999.99"),
+        [Decimal("-99999999.99")],
+        [],
+    )
 
 
 def test_json_lines_fields_come_from_the_record_text(spark: SparkSession) -> None:

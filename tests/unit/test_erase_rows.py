@@ -448,6 +448,112 @@ def test_a_header_that_is_not_utf8_is_unreadable(tmp_path: Path) -> None:
         erase(tmp_path, RAW, source, "ds/in.csv", matcher(dataset, hashed(dataset, "u1")))
 
 
+# ------------------------------------------------------------------ truncated gzip (CSV, JSONL)
+
+
+def cut_gzip(prefix: bytes, header: bytes = FULL_GZIP_HEADER) -> bytes:
+    """A gzip member cut where its decompressed bytes are exactly `prefix`: the rest of the
+    deflate stream and the trailer (CRC-32, size) are missing."""
+    deflate = zlib.compressobj(6, zlib.DEFLATED, -zlib.MAX_WBITS)
+    return header + deflate.compress(prefix) + deflate.flush(zlib.Z_SYNC_FLUSH)
+
+
+def gunzip_to_cut(data: bytes) -> tuple[bytes, bool]:
+    """The decompressed bytes of a gzip file, and whether it is complete (trailer checked)."""
+    stream = zlib.decompressobj(wbits=31)
+    payload = stream.decompress(data)
+    return payload, stream.eof
+
+
+CUT_CSV = b"user_id,note\nu1,a\nu2,b\nu1,c\nu3,cut he"
+
+
+def index_hints(tmp_path: Path, path: Path, dataset: Dataset) -> dict[str, tuple[int, ...]]:
+    stored = StoredObject("bucket", "ds/in.csv.gz", "v1", "etag", path)
+    return {
+        e.subject_hash: e.row_hints
+        for e in object_entries(RAW, stored, dataset, key=KEY, workdir=tmp_path)
+    }
+
+
+def test_truncated_gzip_matches_are_the_index_row_hints_tail_included(tmp_path: Path) -> None:
+    dataset = make_dataset("csv")
+    source = put(tmp_path, "in.csv.gz", cut_gzip(CUT_CSV))
+
+    index = index_hints(tmp_path, source, dataset)
+
+    assert index == {
+        hashed(dataset, "u1"): (2, 4),
+        hashed(dataset, "u2"): (3,),
+        hashed(dataset, "u3"): (5,),  # the tail: its id is followed by a delimiter
+    }
+    for digest, hints in index.items():
+        found = match_rows(RAW, source, "ds/in.csv.gz", matcher(dataset, digest), workdir=tmp_path)
+        assert found == RowMatches(5 - 1, hints)  # 4 records: 3 complete, 1 cut
+
+
+def test_truncated_gzip_erasing_before_the_cut_keeps_the_cut_tail_as_it_was(
+    tmp_path: Path,
+) -> None:
+    dataset = make_dataset("csv")
+    source = put(tmp_path, "in.csv.gz", cut_gzip(CUT_CSV))
+    rows = matcher(dataset, hashed(dataset, "u1"))
+
+    result, target = erase(tmp_path, RAW, source, "ds/in.csv.gz", rows)
+
+    assert (result.positions, result.rows_before, result.rows_after) == ((2, 4), 4, 2)
+    written = target.read_bytes()
+    assert written[: len(FULL_GZIP_HEADER)] == FULL_GZIP_HEADER
+    payload, complete = gunzip_to_cut(written)
+    assert payload == b"user_id,note\nu2,b\nu3,cut he"
+    assert not complete  # still cut: the tail reads as the same cut record, nothing more
+    verify_erased(RAW, target, "ds/in.csv.gz", rows, expected_rows=2, workdir=tmp_path)
+    assert index_hints(tmp_path, target, dataset) == {
+        hashed(dataset, "u2"): (2,),
+        hashed(dataset, "u3"): (3,),
+    }
+
+
+def test_truncated_gzip_erasing_the_subject_at_the_cut_leaves_a_whole_gzip(
+    tmp_path: Path,
+) -> None:
+    dataset = make_dataset("csv")
+    source = put(tmp_path, "in.csv.gz", cut_gzip(CUT_CSV))
+    rows = matcher(dataset, hashed(dataset, "u3"))
+
+    result, target = erase(tmp_path, RAW, source, "ds/in.csv.gz", rows)
+
+    assert (result.positions, result.rows_after) == ((5,), 3)
+    assert gzip.decompress(target.read_bytes()) == b"user_id,note\nu1,a\nu2,b\nu1,c\n"
+    verify_erased(RAW, target, "ds/in.csv.gz", rows, expected_rows=3, workdir=tmp_path)
+
+
+def test_truncated_gzip_jsonl_tail_with_a_complete_id_is_erased_and_a_cut_id_is_nobodys(
+    tmp_path: Path,
+) -> None:
+    dataset = make_dataset("jsonl")
+    lines = b'{"user_id": "u1"}\n{"user_id": "u2", "note": "x"}\n{"user_id": "u2", "note": "cu'
+    source = put(tmp_path, "in.jsonl.gz", cut_gzip(lines))
+    rows = matcher(dataset, hashed(dataset, "u2"))
+
+    result, target = erase(tmp_path, RAW, source, "ds/in.jsonl.gz", rows)
+
+    assert (result.positions, result.rows_after) == ((2, 3), 1)
+    assert gzip.decompress(target.read_bytes()) == b'{"user_id": "u1"}\n'
+
+    cut_id = put(tmp_path, "cut.jsonl.gz", cut_gzip(b'{"user_id": "u1"}\n{"user_id": "u2'))
+    found = match_rows(RAW, cut_id, "ds/cut.jsonl.gz", rows, workdir=tmp_path)
+    assert found == RowMatches(2, ())  # "u2 cut short is no id: the limit (RELIABILITY.md)
+
+
+def test_corrupt_deflate_data_is_still_unreadable(tmp_path: Path) -> None:
+    dataset = make_dataset("csv")
+    source = put(tmp_path, "in.csv.gz", FULL_GZIP_HEADER + b"not deflate data at all")
+
+    with pytest.raises(UnreadableObjectError):
+        erase(tmp_path, RAW, source, "ds/in.csv.gz", matcher(dataset, hashed(dataset, "u1")))
+
+
 # ------------------------------------------------------------------------------ JSON Lines
 
 

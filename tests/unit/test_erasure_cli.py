@@ -692,6 +692,16 @@ def test_cancel_too_late(fake: FakeTarget, run: Callable[..., Outcome]) -> None:
     assert fake.calls[0].body == {"requested_by": "arn:aws:iam::123456789012:user/dpo"}
 
 
+def test_cancel_by_a_principal_that_may_not_says_why(
+    fake: FakeTarget, run: Callable[..., Outcome]
+) -> None:
+    message = "only the IAM principal that filed this request or an approver's may cancel it"
+    fake.routes[CANCEL] = [(403, {"message": message})]
+    result = run("cancel", RID)
+    assert result.code == 1
+    assert result.err == f"lethe: error: cannot cancel request {RID} (403): {message}\n"
+
+
 # ------------------------------------------------------------------------ certificate
 
 

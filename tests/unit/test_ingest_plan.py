@@ -12,8 +12,10 @@ from lethe_jobs.errors import InvalidObjectListError
 from lethe_jobs.ingest_core import MAX_OBJECTS, BatchRequest, parse_args, parse_batch
 from lethe_jobs.ingest_tasks import (
     HINTS_KEPT,
+    MAX_KEY_BYTES,
     PART,
     EntryAccumulator,
+    key_problem,
     partition_paths,
     piece_from_spec,
     piece_spec,
@@ -125,3 +127,22 @@ def test_partition_paths_render_as_the_layout_does() -> None:
         "day=__HIVE_DEFAULT_PARTITION__",
     ]
     assert plain.column(PART).to_pylist() == ["", "", ""]
+
+
+@pytest.mark.parametrize(
+    ("bucket", "key", "problem"),
+    [
+        ("b", "k" * (MAX_KEY_BYTES - 7), None),  # s3://b/ + key: the URL at 1,024 bytes
+        ("b", "k" * (MAX_KEY_BYTES - 6), "a lake object URL of 1025 bytes"),
+        ("b", "\u00e9" * 508 + "k", None),  # 1,017 bytes of key: 1,024 of URL
+        ("b", "\u00e9" * 509, "a lake object URL of 1025 bytes"),  # 509 characters
+        ("b", "k" * (MAX_KEY_BYTES + 1), "a lake key of 1025 bytes; S3 allows at most 1024"),
+        ("b", "k\udc80", "not UTF-8 text"),  # a lone surrogate cannot be a key
+    ],
+)
+def test_key_problem_counts_utf8_bytes_of_the_key_and_its_url(
+    bucket: str, key: str, problem: str | None
+) -> None:
+    found = key_problem(bucket, key)
+    assert (found is None) == (problem is None)
+    assert problem is None or (found is not None and problem in found)

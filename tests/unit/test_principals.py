@@ -11,9 +11,11 @@ import pytest
 from lethe.localcloud.template import load_template
 from lethe_shared.principals import (
     ApproverPrincipals,
+    CancelNotAllowedError,
     Principal,
     PrincipalError,
     RequesterNotCallerError,
+    event_principal,
 )
 
 ACCOUNT = "123456789012"
@@ -157,6 +159,10 @@ def _template_pattern() -> str:
         f"{DPO}=arn:aws:sts::{ACCOUNT}:federated-user/d",
         f"{DPO}=arn:aws:iam::1234:user/u",
         f"{DPO}=arn:aws:s3:::bucket",
+        f"{DPO}=event:{ACCOUNT}:lethe.requests",
+        f"{DPO}=event:{ACCOUNT}:",
+        f"{DPO}=event:1234:lethe.requests",
+        f"{DPO}=event:{ACCOUNT}:lethe requests",
     ],
 )
 def test_the_template_parameter_accepts_what_the_functions_accept(item: str) -> None:
@@ -168,3 +174,53 @@ def test_the_template_parameter_accepts_what_the_functions_accept(item: str) -> 
     except PrincipalError:
         parsed = False
     assert bool(re.fullmatch(_template_pattern(), item)) is parsed
+
+
+# ------------------------------------------------------------------------ event senders, cancel
+
+EVENTS = f"event:{ACCOUNT}:lethe.requests"
+
+
+def test_an_event_sender_is_a_principal_an_approver_may_be_mapped_to() -> None:
+    assert event_principal(ACCOUNT, "lethe.requests") == EVENTS
+    assert event_principal(None, "lethe.requests") == ""
+    assert event_principal(ACCOUNT, "") == ""
+    assert Principal.parse(EVENTS) == Principal("", ACCOUNT, "event", "lethe.requests")
+    principals = ApproverPrincipals.parse(f"{DPO}={DPO_ROLE},{DPO}={EVENTS}")
+
+    assert principals.filed_by(DPO, EVENTS)  # DPO is not asked to approve those requests
+    assert not principals.filed_by(DPO, "event:210987654321:lethe.requests")
+    assert not principals.filed_by(DPO, f"event:{ACCOUNT}:other.source")
+    assert not principals.filed_by(CISO, EVENTS)
+    principals.check_requester(DPO, EVENTS)  # the mapped sender may name DPO
+    with pytest.raises(RequesterNotCallerError):
+        ApproverPrincipals.parse(MAPPING).check_requester(DPO, EVENTS)
+
+
+@pytest.mark.parametrize(
+    ("mapping", "requester", "caller", "allowed"),
+    [
+        # the requester's own identity: the same user, another session of the same role
+        (MAPPING, CISO_USER, CISO_USER, True),
+        ("", DPO_SESSION, f"arn:aws:sts::{ACCOUNT}:assumed-role/DpoRole/other", True),
+        ("", DPO_SESSION, f"arn:aws:sts::{ACCOUNT}:assumed-role/OtherRole/dpo-laptop", False),
+        ("", CISO_USER, f"arn:aws:iam::{ACCOUNT}:user/someone", False),
+        ("", CISO_USER, "arn:aws:iam::210987654321:user/ciso", False),
+        ("", CISO_USER, None, False),
+        # an approver's principal, whoever filed
+        (MAPPING, f"arn:aws:iam::{ACCOUNT}:user/someone", DPO_SESSION, True),
+        (MAPPING, EVENTS, DPO_SESSION, True),
+        (MAPPING, EVENTS, f"arn:aws:iam::{ACCOUNT}:user/someone", False),
+        (MAPPING, "", f"arn:aws:iam::{ACCOUNT}:user/someone", False),
+        # nothing known (no IAM requester recorded, nobody mapped): IAM access is the check
+        ("", "", f"arn:aws:iam::{ACCOUNT}:user/someone", True),
+        ("", EVENTS, None, True),
+    ],
+)
+def test_who_may_cancel(mapping: str, requester: str, caller: str | None, allowed: bool) -> None:
+    principals = ApproverPrincipals.parse(mapping)
+    if allowed:
+        principals.check_canceller(requester, caller)
+    else:
+        with pytest.raises(CancelNotAllowedError):
+            principals.check_canceller(requester, caller)

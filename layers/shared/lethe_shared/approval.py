@@ -651,22 +651,38 @@ def _result(outcome: Outcome, title: str, message: str, extra: str = "", reason:
 
 
 def render_decided_page(
-    decision: Decision, *, request_id: str, decided_by: str, decided_at: dt.datetime
+    decision: Decision,
+    *,
+    request_id: str,
+    decided_by: str,
+    decided_at: dt.datetime,
+    pending: bool = False,
 ) -> Page:
-    """The decision was recorded (the caller's conditional write succeeded)."""
+    """The decision was recorded (the caller's conditional write succeeded). `pending`: handing
+    it to the waiting workflow failed for now (it is handed over again later)."""
     when = _e(_utc_text(decided_at))
+    reason = "delivery-pending" if pending else ""
+    later = (
+        " It is recorded, but could not be handed to the erasure workflow yet: it is handed "
+        "over again when this form is submitted again or the request's status is read."
+        if pending
+        else ""
+    )
     if decision == "approve":
         return _result(
             "approved",
             "Erasure approved",
-            f"{_e(decided_by)} approved erasure request {_e(request_id)} at {when}. The erasure "
-            "starts now; the requester is notified when it completes.",
-        )
+            f"{_e(decided_by)} approved erasure request {_e(request_id)} at {when}. "
+            + (later.strip() if pending else "The erasure starts now; the requester is notified "
+               "when it completes."),
+            reason=reason,
+        )  # fmt: skip
     return _result(
         "rejected",
         "Erasure rejected",
         f"{_e(decided_by)} rejected erasure request {_e(request_id)} at {when}. Nothing will be "
-        "erased; the requester is notified.",
+        "erased; the requester is notified." + later,
+        reason=reason,
     )
 
 

@@ -6,12 +6,20 @@ the request record (it never leaves DynamoDB), creates one signed link per confi
 link: a GET renders the confirmation page and changes nothing; a POST checks the link, the
 form, the CSRF token, who decides and the typed code (lethe_shared.approval, in that order),
 then applies the decision exactly once with a conditional transition of the request, and only
-then hands the decision to the waiting workflow through the task token.
+then hands the decision to the waiting workflow through the task token (`deliver_decision`).
+
+The token stays on the record until the decision was handed over: a SendTaskSuccess or
+SendTaskFailure that fails (throttling, a network error) is retried DELIVERY_ATTEMPTS times,
+and a decision still not handed over is handed over again by the next POST of an approval link
+of the request and by the erasure API's GET of it. Handing it over twice is harmless: it is the
+one recorded decision, and Step Functions takes only the first answer for a token (a later one
+finds the task gone, which also settles it).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -66,6 +74,8 @@ from lethe_shared.errors import LetheError
 from lethe_shared.principals import ApproverPrincipals, ApproverPrincipalsSetting
 
 LOG = logging.getLogger("lethe.approval")
+DELIVERY_ATTEMPTS = 3  # SendTask calls per hand-over, with DELIVERY_PAUSE_SECONDS doubling
+DELIVERY_PAUSE_SECONDS = 0.2
 LINK_RECORD_DAYS = 30  # approval link records stay this long after their deadline (TTL)
 CSRF_MAX_AGE = 12 * 3600
 
@@ -129,6 +139,63 @@ def is_requester(approver: str, record: ErasureRequest, principals: ApproverPrin
     return _same_person(approver, record.requested_by) or principals.filed_by(
         approver, record.requester_principal
     )
+
+
+def pending_delivery(record: ErasureRequest) -> bool:
+    """Whether an approver's decision is recorded and not yet handed to the workflow: decided,
+    and the task token still on the record."""
+    return (
+        record.status in (ErasureStatus.APPROVED, ErasureStatus.REJECTED)
+        and bool(record.approval.get("decision"))
+        and bool(record.task_token)
+    )
+
+
+def deliver_decision(
+    record: ErasureRequest,
+    *,
+    requests: ErasureRequests,
+    callbacks: TaskCallbacks,
+    attempts: int = DELIVERY_ATTEMPTS,
+    pause: float = DELIVERY_PAUSE_SECONDS,
+) -> bool:
+    """Hand the recorded decision of `record` to the waiting workflow through its task token,
+    then remove the token (only if it is still that one). True when handed over or the task
+    has ended (TaskGoneError: nothing can take it any more); False when every attempt failed:
+    the token stays for a later hand-over. Sends nothing when nothing is pending."""
+    if not pending_delivery(record):
+        return True
+    approval, token = record.approval, record.task_token
+    decided_by = str(approval.get("decided_by", ""))
+    for attempt in range(attempts):
+        try:
+            if approval["decision"] == "approve":
+                output = {
+                    "decision": "approve",
+                    "decided_by": decided_by,
+                    "decided_at": str(approval.get("decided_at", "")),
+                }
+                callbacks.success(token, output)
+            else:
+                callbacks.failure(token, "ErasureRejected", f"rejected by {decided_by}")
+        except TaskGoneError:
+            LOG.warning(
+                "request %s: the approval task ended before the decision", record.request_id
+            )
+            requests.clear_task_token(record.request_id, token)
+            raise
+        except Exception as exc:  # throttled, a network error: the decision stays recorded
+            LOG.warning(
+                "request %s: handing the decision over failed (attempt %d of %d): %s",
+                record.request_id, attempt + 1, attempts, type(exc).__name__,
+            )  # fmt: skip
+            if attempt + 1 < attempts:
+                time.sleep(pause * 2**attempt)
+            continue
+        requests.clear_task_token(record.request_id, token)
+        return True
+    LOG.error("request %s: the decision is recorded, not yet handed over", record.request_id)
+    return False
 
 
 def _summary(record: ErasureRequest, approver: str, deadline: datetime) -> ApprovalSummary:
@@ -338,6 +405,11 @@ class ApprovalPage:
         except ApprovalError as exc:
             return HttpAnswer(_refusal(exc))
         record = self._record(link)
+        if pending_delivery(record):  # decided, not yet handed over: hand it over again
+            try:
+                deliver_decision(record, requests=self.requests, callbacks=self.callbacks)
+            except TaskGoneError:
+                LOG.warning("request %s: the approval task ended undelivered", record.request_id)
         refusal = self._closed(record) or self._allowed(link, record)
         if refusal is not None:
             return HttpAnswer(refusal)
@@ -352,8 +424,8 @@ class ApprovalPage:
         self, link: ApprovalLink, record: ErasureRequest, decision: Decision, at: datetime
     ) -> Page:
         target = ErasureStatus.APPROVED if decision == "approve" else ErasureStatus.REJECTED
-        try:
-            self.requests.transition(
+        try:  # the token stays until the decision is handed over (deliver_decision)
+            decided = self.requests.transition(
                 record.request_id,
                 target,
                 by=link.approver,
@@ -368,27 +440,24 @@ class ApprovalPage:
                         "approval_id": link.approval_id,
                     }
                 },
-                remove=("task_token",),
             )
         except InvalidTransitionError:  # another approver (or a cancel) was first
             current = self._record(link)
             return self._closed(current) or render_closed_page(
                 request_id=current.request_id, status=current.status.value
             )
-        output = {"decision": decision, "decided_by": link.approver, "decided_at": at.isoformat()}
         try:
-            if decision == "approve":
-                self.callbacks.success(record.task_token, output)
-            else:
-                self.callbacks.failure(
-                    record.task_token, "ErasureRejected", f"rejected by {link.approver}"
-                )
+            handed = deliver_decision(decided, requests=self.requests, callbacks=self.callbacks)
         except TaskGoneError:  # the approval task timed out as the decision arrived
             LOG.warning("request %s: the decision came after the deadline", record.request_id)
             return render_expired_page(request_id=record.request_id)
         LOG.info("request %s: %s by an approver", record.request_id, decision)
         return render_decided_page(
-            decision, request_id=record.request_id, decided_by=link.approver, decided_at=at
+            decision,
+            request_id=record.request_id,
+            decided_by=link.approver,
+            decided_at=at,
+            pending=not handed,
         )
 
 

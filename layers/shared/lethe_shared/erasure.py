@@ -343,6 +343,10 @@ class ErasureRequests(Protocol):
     def update(self, request_id: str, updates: Mapping[str, Any]) -> ErasureRequest:
         """Set attributes without changing the status (report details, results)."""
 
+    def clear_task_token(self, request_id: str, token: str) -> bool:
+        """Remove the task token if it is still `token` (the token a decision was handed to);
+        False when the record holds another one or none."""
+
 
 class DynamoErasureRequests:
     """ErasureRequests on `ErasureRequestsTable`: request_id (HASH); GSI by_status (status
@@ -431,6 +435,21 @@ class DynamoErasureRequests:
                 raise RequestNotFoundError(f"no erasure request {request_id}") from None
             raise InvalidTransitionError(request_id, target, stored.status.value) from None
         return ErasureRequest.from_item(answer["Attributes"])
+
+    def clear_task_token(self, request_id: str, token: str) -> bool:
+        try:
+            self._table.update_item(
+                Key={"request_id": request_id},
+                UpdateExpression="REMOVE task_token SET #updated = :now",
+                ConditionExpression="task_token = :token",
+                ExpressionAttributeNames={"#updated": "updated_at"},
+                ExpressionAttributeValues={":token": token, ":now": _now()},
+            )
+        except ClientError as exc:
+            if error_code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
 
     def update(self, request_id: str, updates: Mapping[str, Any]) -> ErasureRequest:
         names = {f"#u{i}": name for i, name in enumerate(updates)} | {"#updated": "updated_at"}

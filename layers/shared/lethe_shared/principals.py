@@ -25,7 +25,12 @@ A principal is one of:
 - `arn:<partition>:sts::<account>:assumed-role/<role>/<session>`: that one session name. Only
   where the session name is not the caller's choice (IAM Identity Center sets it to the user's
   name); otherwise map the role;
-- `arn:<partition>:iam::<account>:root`: the account's root user.
+- `arn:<partition>:iam::<account>:root`: the account's root user;
+- `event:<account>:<source>`: an `Erasure Requested` event of that source sent from that
+  account. EventBridge passes no caller identity with an event, only the account it was put
+  from (set by EventBridge, not by the sender) and its `source`: a request filed by event
+  records this form (`event_principal`) as its `requester_principal`, so that an approver
+  mapped to it (the approver who runs or may send those events) is not asked to approve it.
 
 User and role names are compared case-insensitively (IAM names are unique regardless of case);
 session names exactly.
@@ -42,7 +47,7 @@ from pydantic import PlainValidator, WithJsonSchema
 
 from lethe_shared.errors import LetheError
 
-Kind = Literal["user", "role", "session", "root", "federated"]
+Kind = Literal["user", "role", "session", "root", "federated", "event"]
 
 _ARN = re.compile(r"^arn:(aws[a-z-]*):(iam|sts)::([0-9]{12}):(\S+)$")
 _NAME = r"[\w+=.@-]{1,128}"
@@ -50,10 +55,15 @@ _IAM_RESOURCE = re.compile(rf"^(user|role)/(?:[\w+=,.@/-]*/)?({_NAME})$")
 _SESSION = re.compile(rf"^assumed-role/({_NAME})/({_NAME})$")
 _FEDERATED = re.compile(rf"^federated-user/({_NAME})$")
 _ADDRESS = re.compile(r"^[^@\s,=]+@[^@\s,=]+$")
+_EVENT = re.compile(r"^event:([0-9]{12}):([\w.-]{1,256})$")
 
 
 class PrincipalError(LetheError):
     """A configured principal (or mapping entry) is not one of the accepted forms."""
+
+
+class CancelNotAllowedError(LetheError):
+    """The caller is neither the request's requester nor an approver. Nothing was changed."""
 
 
 class RequesterNotCallerError(LetheError):
@@ -71,7 +81,11 @@ class Principal:
 
     @classmethod
     def parse(cls, arn: str) -> Principal:
-        """A principal from its ARN (configured, or a caller's). Raises PrincipalError."""
+        """A principal from its ARN (configured, or a caller's), or an event sender
+        (`event:<account>:<source>`). Raises PrincipalError."""
+        event = _EVENT.match(arn.strip())
+        if event is not None:
+            return cls("", event.group(1), "event", event.group(2))
         match = _ARN.match(arn.strip())
         if match is None:
             raise PrincipalError("an IAM principal is an arn:aws...:iam:: or :sts:: ARN")
@@ -101,6 +115,26 @@ class Principal:
         if self.kind == "role":  # any session of the role
             return caller.kind == "session" and caller.name == self.name
         return (self.kind, self.name, self.session) == (caller.kind, caller.name, caller.session)
+
+    def same_identity(self, other: Principal) -> bool:
+        """Whether two callers are one identity: the same user, root or event sender, or
+        sessions of the same role (a role's session names are often per call)."""
+        if (self.partition, self.account, self.kind) != (
+            other.partition,
+            other.account,
+            other.kind,
+        ):
+            return False
+        return self.name == other.name and (self.kind == "session" or self.session == other.session)
+
+
+def event_principal(account: object, source: object) -> str:
+    """The requester principal of a request filed by an EventBridge event (the account it was
+    put from and its source); "" when the event lacks either."""
+    text = f"event:{account}:{source}"
+    return (
+        text if isinstance(account, str) and isinstance(source, str) and _EVENT.match(text) else ""
+    )
 
 
 def _person(address: str) -> str:
@@ -159,6 +193,33 @@ class ApproverPrincipals:
         caller = caller_principal(caller_arn)
         return caller is not None and any(
             p.covers(caller) for p in self.principals.get(_person(approver), ())
+        )
+
+    def is_approver(self, caller_arn: str | None) -> bool:
+        """Whether the caller is one of any approver's principals."""
+        caller = caller_principal(caller_arn)
+        return caller is not None and any(
+            p.covers(caller) for mapped in self.principals.values() for p in mapped
+        )
+
+    def check_canceller(self, requester_principal: str, caller_arn: str | None) -> None:
+        """Raise CancelNotAllowedError unless the caller may cancel the request: its
+        requester (the IAM identity recorded when it was filed: the same user or root, or a
+        session of the same role) or any approver's principal. When neither is known (no IAM
+        requester recorded, nobody mapped), IAM access to the API is the only check."""
+        requester = caller_principal(requester_principal)
+        if requester is not None and requester.kind == "event":
+            requester = None  # no API caller is an event sender
+        if requester is None and not self:
+            return
+        caller = caller_principal(caller_arn)
+        if caller is not None and (
+            (requester is not None and requester.same_identity(caller))
+            or self.is_approver(caller_arn)
+        ):
+            return
+        raise CancelNotAllowedError(
+            "only the IAM principal that filed this request or an approver's may cancel it"
         )
 
     def check_requester(self, requested_by: str, caller_arn: str | None) -> None:

@@ -119,8 +119,9 @@ CSV_CASES: dict[str, bytes] = {
     + b"subj-dec-4,2147483647,,,int max\n"
     + b"subj-dec-5,2147483648,,,int overflow\n",
     "csv/decimal-scale.csv": CSV_HEADER
-    + b"subj-scale-1,1,0.005,,rounds up\nsubj-scale-2,2,0.004,,rounds down\n"
-    + b"subj-scale-3,3,1e3,,exponent\n",
+    + b"subj-scale-1,1,0.005,,would round up\nsubj-scale-2,2,0.004,,would round down\n"
+    + b"subj-scale-3,3,1e3,,exponent\nsubj-scale-4,4,12.340,,trailing zero\n"
+    + b"subj-scale-5,5,0.01,,the scale exactly\n",
     "csv/reserved-column.csv": b"user_id,n,_lethe_position,_lethe_record,note\n"
     + b"subj-rc-1,1,99,{},ok\nsubj-rc-2,x,98,{},bad n\n",
     "csv/long-subject.csv": CSV_HEADER + LONG_SUBJECT.encode() + b",1,,,long id\n",
@@ -189,6 +190,10 @@ JSONL_CASES: dict[str, bytes] = {
     + b'}\n{"user_id": "subj-jdec-3", "amount": 1'
     + b"0" * 38
     + b"}\n",
+    "jsonl/decimal-scale.jsonl": b'{"user_id": "subj-jds-1", "amount": 1.5}\n'
+    + b'{"user_id": "subj-jds-2", "amount": 2.000}\n'
+    + b'{"user_id": "subj-jds-3", "amount": 1.5e1}\n'
+    + b'{"user_id": "subj-jds-4", "amount": 1e2}\n',
     "jsonl/duplicate-keys.jsonl": b'{"user_id": "subj-dk-first", "user_id": "subj-dk-last"}\n',
     "jsonl/injection-subjects.jsonl": _jsonl(
         *[{"user_id": s, "n": i} for i, s in enumerate(INJECTIONS)], {"user_id": LONG_SUBJECT}
@@ -262,6 +267,19 @@ def _decimal256() -> bytes:
     return _parquet(table)
 
 
+def _decimal_scale() -> bytes:
+    table = pa.table(
+        {
+            "user_id": ["subj-pds-1", "subj-pds-2", "subj-pds-3"],
+            "amount": pa.array(
+                [Decimal("1.5000000000"), Decimal("1.0000000001"), Decimal("-0.0000000009")],
+                pa.decimal128(38, 10),
+            ),
+        }
+    )
+    return _parquet(table)
+
+
 def _unexpected_schema() -> bytes:
     return _parquet(pa.table({"foo": [1, 2], "bar": ["subj-us-1", "subj-us-2"]}))
 
@@ -310,6 +328,7 @@ PARQUET_CASES: dict[str, Callable[[], bytes]] = {
     "parquet/decimal-limit.parquet": _decimals,
     "parquet/decimal-overflow.parquet": _decimal_overflow,
     "parquet/decimal256.parquet": _decimal256,
+    "parquet/decimal-scale.parquet": _decimal_scale,
     "parquet/gzipped.parquet": lambda: _gzip(_parquet(_pq_rows(2, "pgz"))),
     "parquet/null-subject.parquet": _null_subject,
 }
