@@ -79,12 +79,13 @@ from lethe_jobs.arrow_bridge import to_spark_compatible
 from lethe_jobs.errors import UnreadableFileError
 from lethe_jobs.indexing import (
     UnreadableObjectError,
+    column_subject_hashes,
     quarantine_subject_rows,
     raw_subject_rows,
     subject_hashes_of_rows,
 )
 from lethe_jobs.objects import ObjectKind
-from lethe_jobs.readers import RawRecords, csv_reader, open_payload, read_raw
+from lethe_jobs.readers import csv_reader, open_payload, read_raw
 from lethe_jobs.validate import POSITION
 from lethe_shared.arrow_index import ObjectRef, row_subject_hashes
 from lethe_shared.catalog import Zone
@@ -305,11 +306,9 @@ def _group_matches(group: Any, offset: int, ref: ObjectRef, matcher: SubjectMatc
     coordinates = range(offset, offset + int(group.num_rows))
     positions = pa.array(coordinates, pa.int64())
     if ref.zone is Zone.RAW:  # as readers._read_parquet gives the rows to raw_subject_rows
-        typed = to_spark_compatible(group)
-        table = pa.table([positions, *typed.columns], names=[POSITION, *typed.column_names])
-        rows = raw_subject_rows(RawRecords(table, "row", list(typed.column_names)), dataset)
-        hashes = subject_hashes_of_rows(rows, dataset, key=key)
-        return _matched(rows.coordinates, hashes, matcher.hashes)
+        # the texts raw_subject_rows gives, computed per distinct value of the column
+        hashes = column_subject_hashes(to_spark_compatible(group), dataset, key=key)
+        return _matched(coordinates, hashes, matcher.hashes)
     # as arrow_index.lake_object_entries (POSITION keeps the row count without columns)
     table = pa.table([positions, *group.columns], names=[POSITION, *group.column_names])
     hashes = row_subject_hashes(table, dataset, ref.constants, key=key)
