@@ -110,7 +110,7 @@ def _texts(
     return columns
 
 
-def _distinct_safe(kind: pa.DataType) -> bool:
+def distinct_safe(kind: pa.DataType) -> bool:
     """Types whose equal values (as Arrow hashes them) are equal Python values with equal
     texts: the texts of a column of them can be computed once per distinct value."""
     return bool(
@@ -119,7 +119,10 @@ def _distinct_safe(kind: pa.DataType) -> bool:
 
 
 def _chunk_texts(chunk: pa.Array, rest: Sequence[str], declared: Any) -> pa.Array:
-    if not rest and _distinct_safe(chunk.type):
+    textual = pa.types.is_string(chunk.type) or pa.types.is_large_string(chunk.type)
+    if not rest and textual and (declared is None or declared.name == "string"):
+        return chunk.cast(pa.string())  # subject_text of a str typed as a string: the str
+    if not rest and distinct_safe(chunk.type):
         encoded = pc.dictionary_encode(chunk)  # nulls stay null indices: null texts
         distinct = encoded.dictionary.to_pylist()
         texts = pa.array([subject_text(v, declared) for v in distinct], pa.string())

@@ -10,10 +10,13 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from lethe_jobs import erase_rows
 from lethe_jobs.arrow_bridge import to_spark_compatible
 from lethe_jobs.indexing import column_subject_hashes, raw_subject_rows, subject_hashes_of_rows
 from lethe_jobs.readers import RawRecords
 from lethe_jobs.validate import POSITION
+from lethe_shared.arrow_index import ObjectRef
+from lethe_shared.catalog import Zone
 from lethe_shared.datasets import Dataset, parse_dataset
 
 KEY = b"column-subject-hashes-unit-test-key-0123"
@@ -79,3 +82,40 @@ def test_nested_path_row_by_row() -> None:
     table = pa.table({"customer": customer})
     ds = dataset([("customer", "struct<id:string>")], ["customer.id"])
     assert column_subject_hashes(table, ds, key=KEY).to_pylist() == row_by_row(table, ds)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("zone", ["raw", "lake"])
+@pytest.mark.parametrize(
+    ("arrow_type", "pool", "declared"),
+    [
+        (pa.string(), TEXTS, "string"),
+        (pa.string(), TEXTS, "int"),
+        (pa.int64(), INTS, "string"),
+        (pa.int32(), [v for v in INTS if abs(v) < 2**31], "long"),
+    ],
+)
+def test_erase_matches_distinct_values_as_rows(
+    seed: int, zone: str, arrow_type: pa.DataType, pool: list[Any], declared: str
+) -> None:
+    """The erase job hashes a row group's distinct subject values once and selects rows by
+    their code: the same rows as hashing every row."""
+    rng = random.Random(seed)
+    column = pa.chunked_array(
+        [pa.array(draw(rng, pool, n), arrow_type) for n in (rng.randint(0, 50), 60)], arrow_type
+    )
+    group = pa.table({"user_id": column})
+    ds = dataset([("user_id", declared)], ["user_id"])
+    ref = ObjectRef("k", Zone(zone), "parquet", constants={})
+    every_row = (
+        column_subject_hashes(to_spark_compatible(group), ds, key=KEY)
+        if zone == "raw"
+        else erase_rows._subject_hashes(group, ref, erase_rows.SubjectMatcher(ds, frozenset(), KEY))
+    ).to_pylist()
+    chosen = frozenset(
+        rng.sample(sorted({h for h in every_row if h}), k=min(3, len(set(every_row) - {None})))
+    )
+    matcher = erase_rows.SubjectMatcher(ds, chosen, KEY)
+    expected = [7 + i for i, h in enumerate(every_row) if h in chosen]
+    assert erase_rows._distinct_subjects(group, ds) is not None
+    assert erase_rows._group_matches(group, 7, ref, matcher) == expected
