@@ -103,11 +103,11 @@ ruff: venv ## ruff lint and format check
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-mypy: venv ## mypy: strict on lethe_shared, the Spark jobs and the test fakes; the CLI, functions, unit tests, the erasure benchmark
+mypy: venv ## mypy: strict on lethe_shared, the Spark jobs and the test fakes; the CLI, functions, unit tests, the erasure benchmark and the report
 	$(BIN)/mypy layers/shared/lethe_shared spark_jobs src/lethe
 	MYPYPATH=layers/shared:spark_jobs:src $(BIN)/mypy --strict tests/fakes.py
 	MYPYPATH=layers/shared:spark_jobs:src $(BIN)/mypy tests/unit
-	MYPYPATH=layers/shared:spark_jobs:src:bench $(BIN)/mypy bench/erasure_bench.py bench/generate_lake.py
+	MYPYPATH=layers/shared:spark_jobs:src:bench $(BIN)/mypy bench/erasure_bench.py bench/generate_lake.py bench/report.py bench/ingest_profile.py
 	@for dir in $(FUNCTION_DIRS); do \
 	  echo "mypy $$dir"; MYPYPATH=layers/shared $(BIN)/mypy $$dir/app.py || exit 1; \
 	done

@@ -226,7 +226,7 @@ def run_job(
     """Run `python spark_jobs/ingest.py` on `batch` and wait for it, sampling its process tree.
     With `profile_dir`, the driver and every Python worker task run under cProfile and write
     their profiles there (bench/ingest_profile.py)."""
-    profiling = ()
+    profiling: tuple[str, ...] = ()
     if profile_dir is not None:
         conf = [*conf, "spark.python.daemon.module=profiled_daemon"]
         profiling = ("-m", "cProfile", "-o", str(profile_dir / "driver.prof"))
@@ -523,7 +523,7 @@ def measure_profile(
     check_outcome(run, objects)
     print(f"   profiled run: {run.wall_s:.1f} s", flush=True)
     roles = run.tree
-    cpu = {
+    cpu: dict[str, float] = {
         f"job: {role}": float(figures.get("cpu_s", 0.0))
         for role, figures in roles.items()
         if isinstance(figures, dict) and "cpu_s" in figures
@@ -983,7 +983,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=2, help="timed rounds after a warm-up")
     parser.add_argument(
-        "--per-object", type=int, default=1, help="objects also ingested one job run each (0: no)"
+        "--per-object",
+        type=int,
+        default=0,
+        help="objects also ingested one job run each (default 0; --full: 3)",
     )
     parser.add_argument("--cores", type=int, default=2, help="the job's master: local[N]")
     parser.add_argument(

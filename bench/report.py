@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import importlib
 import importlib.metadata
 import json
 import os
@@ -47,6 +48,12 @@ def end_marker(name: str) -> str:
 # -------------------------------------------------------------------------- renderers
 
 
+def _bench_module(name: str) -> Any:
+    """A benchmark module, imported when its section is rendered (they import pyspark, moto,
+    the Lambda stack: not what rendering one section needs)."""
+    return importlib.import_module(name)
+
+
 def _load(results: Path, name: str) -> dict[str, Any] | None:
     path = results / name
     if not path.exists():
@@ -73,7 +80,7 @@ def _provenance(result: Mapping[str, Any], source: str) -> str:
 
 
 def render_index(results: Path) -> str | None:
-    import index_bench  # noqa: PLC0415 (imports pyspark: only when rendered)
+    index_bench = _bench_module("index_bench")
 
     result = _load(results, "latest.json")
     if result is None:
@@ -82,14 +89,14 @@ def render_index(results: Path) -> str | None:
 
 
 def render_erasure(results: Path) -> str | None:
-    import erasure_bench  # noqa: PLC0415
+    erasure_bench = _bench_module("erasure_bench")
 
     result = _load(results, "erasure_latest.json")
     return None if result is None else erasure_bench.markdown(result)
 
 
 def render_ingest(results: Path) -> str | None:
-    import ingest_bench  # noqa: PLC0415
+    ingest_bench = _bench_module("ingest_bench")
 
     result = _load(results, "ingest_latest.json")
     if result is None:
@@ -108,7 +115,7 @@ def render_ingest(results: Path) -> str | None:
 
 
 def render_lambda(results: Path) -> str | None:
-    import lambda_footprint  # noqa: PLC0415
+    lambda_footprint = _bench_module("lambda_footprint")
 
     result = _load(results, "lambda_latest.json")
     if result is None:
@@ -235,7 +242,7 @@ def _lambda_targets(result: Mapping[str, Any]) -> list[tuple[str, str, str, str]
 
 def render_targets(results: Path) -> str | None:
     """Every target of the benchmarks issue against the last runs' figures."""
-    import erasure_bench  # noqa: PLC0415
+    erasure_bench = _bench_module("erasure_bench")
 
     rows: list[tuple[str, str, str, str]] = []
     loaded = {name: _load(results, name) for name in (
@@ -307,8 +314,8 @@ def render(doc: str, results: Path, sections: tuple[Section, ...] = SECTIONS) ->
 
 
 def draw_plots(results: Path, out: Path) -> list[Path]:
-    import erasure_bench  # noqa: PLC0415
-    import ingest_profile  # noqa: PLC0415
+    erasure_bench = _bench_module("erasure_bench")
+    ingest_profile = _bench_module("ingest_profile")
 
     written: list[Path] = []
     erasure = _load(results, "erasure_latest.json")
