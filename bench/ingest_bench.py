@@ -975,8 +975,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="the size before the 15-minute default: 20 x 10,000 rows, 3 rounds, 3 one-object "
         "runs, section 3 at 16-1536 MiB (40-50 minutes on 2 cores)",
     )
-    parser.add_argument("--objects", type=int, default=10, help="objects of the batch")
-    parser.add_argument("--rows-per-object", type=int, default=5_000)
+    parser.add_argument("--objects", type=int, default=8, help="objects of the batch")
+    parser.add_argument("--rows-per-object", type=int, default=4_000)
     parser.add_argument("--subjects", type=int, default=1_000, help="distinct subjects")
     parser.add_argument("--skew", type=float, default=1.0, help="Zipf exponent of the subjects")
     parser.add_argument("--days", type=int, default=3, help="dates (partitions) in each object")

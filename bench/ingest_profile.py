@@ -139,9 +139,17 @@ def _name(func: tuple[str, int, str]) -> str:
 
 def worker_profile(files: Iterable[Path]) -> dict[str, Any]:
     """Worker time by category and by task function (seconds, summed over every task)."""
-    paths = [str(p) for p in files]
+    paths, unreadable = [], 0
+    for path in files:
+        try:
+            pstats.Stats(str(path))
+        except (EOFError, ValueError, TypeError, OSError):  # cut short: its worker was ended
+            unreadable += 1
+            continue
+        paths.append(str(path))
     if not paths:
-        return {"tasks": 0, "total_s": 0.0, "categories_s": {}, "task_functions_s": {}}
+        return {"tasks": 0, "unreadable": unreadable, "total_s": 0.0, "categories_s": {},
+                "task_functions_s": {}}  # fmt: skip
     stats = pstats.Stats(*paths).stats  # type: ignore[attr-defined]
     categories: dict[str, float] = defaultdict(float)
     for func, (_cc, _nc, own, _cum, callers) in stats.items():
@@ -162,6 +170,7 @@ def worker_profile(files: Iterable[Path]) -> dict[str, Any]:
     total = sum(categories.values())
     top = sorted(stats.items(), key=lambda kv: -kv[1][2])[:TOP]
     return {
+        "unreadable": unreadable,
         "top_own_s": [
             {"function": _name(func), "own_s": round(v[2], 3), "calls": v[1]} for func, v in top
         ],

@@ -24,8 +24,10 @@ def _profiled(infile: Any, outfile: Any) -> Any:
         return _worker_main(infile, outfile)
     finally:
         profile.disable()
-        if _TARGET:
-            profile.dump_stats(os.path.join(_TARGET, f"worker-{os.getpid()}-{next(_CALLS)}.prof"))
+        if _TARGET:  # written whole, then renamed: a worker ended mid-write leaves no file
+            name = os.path.join(_TARGET, f"worker-{os.getpid()}-{next(_CALLS)}.prof")
+            profile.dump_stats(name + ".part")
+            os.replace(name + ".part", name)
 
 
 daemon.worker_main = _profiled  # daemon.worker looks the name up at each call
