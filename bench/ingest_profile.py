@@ -72,6 +72,7 @@ WORKER_TASKS = (
 
 # own-time categories of worker functions, first match wins: (label, file or name fragments)
 CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("Python imports (a worker's first task)", ("<frozen importlib", "<frozen zipimport")),
     ("HMAC-SHA256 of subjects", ("_hashlib", "hashlib", "hmac")),
     ("CSV read and parse (pyarrow)", ("pyarrow._csv", "pyarrow/csv", "read_csv", "open_csv")),
     ("Parquet write (pyarrow)", ("pyarrow._parquet", "pyarrow/parquet", "ParquetWriter")),
@@ -187,14 +188,15 @@ def markdown(profile: dict[str, Any], timed_median_s: float | None) -> list[str]
     run = profile["run"]
     wall = run["wall_s"]
     overhead = (
-        f" (the timed runs' median: {timed_median_s:.1f} s; the difference is the profilers')"
+        f" (against the timed runs' median of {timed_median_s:.1f} s: the profilers slow the "
+        "Python side down, and the load on the machine moves both; read the shares)"
         if timed_median_s
-        else ""
+        else ")"
     )
     driver = profile["driver"]
     lines = [
         f"**Where the time goes** (one more run of the same batch with the driver and every "
-        f"Python worker task under cProfile: {wall:.1f} s wall{overhead})",
+        f"Python worker task under cProfile: {wall:.1f} s wall{overhead}",
         "",
         "| phase of the job (driver's wall clock) | s | share |",
         "|---|---:|---:|",
