@@ -1,6 +1,7 @@
 """Ingestion benchmark: the ingest job's throughput, job runs per 1,000 uploads, driver memory.
 
-    python bench/ingest_bench.py             # the default run, 40-50 minutes on 2 cores
+    python bench/ingest_bench.py             # the default run (make bench), about 5 minutes
+    python bench/ingest_bench.py --full      # the size before: 40-50 minutes on 2 cores
     python bench/ingest_bench.py --quick     # a smoke run of a few minutes
 
 One run measures, on raw CSV objects written by bench/csv_objects.py (in a temporary directory,
@@ -27,7 +28,10 @@ deleted at the end):
    executors of one core, `--executor-memory` 1536m, each a JVM of its own, as on a cluster), so
    that the driver is measured apart from the executors; peak RSS (VmHWM, sampled from /proc)
    of the driver's Python process, of its JVM, of the largest executor JVM and of the largest
-   Python worker.
+   Python worker. Only with `--full` or `--memory-sizes` (it takes half an hour).
+4. Where the time goes: one more run of section 1's batch with the driver and every Python
+   worker task under cProfile (bench/ingest_profile.py, bench/profiled_daemon.py): the job's
+   wall time by phase, CPU by process (and the moto server's), the workers' time by what runs.
 
 Results: JSON (`--out-json`, default bench/results/ingest_latest.json) and Markdown on stdout.
 """
@@ -59,6 +63,7 @@ from typing import Any
 
 import csv_objects
 import generate_lake
+import ingest_profile
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
@@ -216,11 +221,21 @@ def run_job(
     tmp: Path | None = None,
     extra_args: Sequence[str] = (),
     conf: Sequence[str] = (),
+    profile_dir: Path | None = None,
 ) -> JobRun:
-    """Run `python spark_jobs/ingest.py` on `batch` and wait for it, sampling its process tree."""
+    """Run `python spark_jobs/ingest.py` on `batch` and wait for it, sampling its process tree.
+    With `profile_dir`, the driver and every Python worker task run under cProfile and write
+    their profiles there (bench/ingest_profile.py)."""
+    profiling: tuple[str, ...] = ()
+    if profile_dir is not None:
+        conf = [*conf, "spark.python.daemon.module=profiled_daemon"]
+        profiling = ("-m", "cProfile", "-o", str(profile_dir / "driver.prof"))
     env = job_environment(cloud, master, driver_memory, tmp, conf)
+    if profile_dir is not None:
+        env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(BENCH_DIR)])
+        env["LETHE_BENCH_PROFILE_DIR"] = str(profile_dir)
     args = [*cloud.job_args(batch, correlation_id), *extra_args]
-    command = [sys.executable, str(INGEST_SCRIPT), *args]
+    command = [sys.executable, *profiling, str(INGEST_SCRIPT), *args]
     moto_before = _self_cpu()
     started = time.perf_counter()
     process = subprocess.Popen(
@@ -488,6 +503,42 @@ def measure_per_object(
     }
 
 
+def measure_profile(
+    args: argparse.Namespace, cloud: MotoCloud, objects: list[csv_objects.CsvObject], scratch: Path
+) -> dict[str, Any]:
+    """One more run of the batch, driver and Python workers under cProfile."""
+    target = scratch / "profile"
+    target.mkdir()
+    rows = sum(o.rows for o in objects)
+    run = run_job(
+        cloud,
+        upload(cloud, objects),
+        rows=rows,
+        correlation_id="bench-profile",
+        master=f"local[{args.cores}]",
+        timeout=args.timeout,
+        tmp=args.tmp,
+        profile_dir=target,
+    )
+    check_outcome(run, objects)
+    print(f"   profiled run: {run.wall_s:.1f} s", flush=True)
+    roles = run.tree
+    cpu: dict[str, float] = {
+        f"job: {role}": float(figures.get("cpu_s", 0.0))
+        for role, figures in roles.items()
+        if isinstance(figures, dict) and "cpu_s" in figures
+    }
+    cpu["moto server (stands in for S3 and DynamoDB)"] = round(run.moto_cpu_s, 2)
+    result = {
+        "run": run.to_json(),
+        "driver": ingest_profile.driver_phases(target / "driver.prof"),
+        "workers": ingest_profile.worker_profile(sorted(target.glob("worker-*.prof"))),
+        "cpu_s": {k: round(v, 2) for k, v in cpu.items()},
+    }
+    shutil.rmtree(target)
+    return result
+
+
 # ------------------------------------------------------------------------------ 2. batching
 
 
@@ -751,6 +802,9 @@ def markdown(result: dict[str, Any]) -> str:
     lines = [f"Ingestion benchmark, {result['date_utc']}, `{result['command']}`", ""]
     if result.get("throughput"):
         lines += _md_throughput(result["throughput"], result.get("per_object"))
+    if result.get("profile"):
+        timed = result.get("throughput", {}).get("ingest", {}).get("wall_s", {}).get("median")
+        lines += ["", *ingest_profile.markdown(result["profile"], timed)]
     if result.get("batching"):
         lines += ["", *_md_batching(result["batching"])]
     if result.get("memory"):
@@ -889,6 +943,14 @@ def _md_memory(m: dict[str, Any]) -> list[str]:
 
 # ------------------------------------------------------------------------------ main
 
+# The size before `make bench` had to fit 15 minutes (40-50 minutes on 2 cores): `--full`.
+FULL = {
+    "objects": 20,
+    "rows_per_object": 10_000,
+    "repeats": 3,
+    "per_object": 3,
+    "memory_sizes": [16.0, 64.0, 256.0, 1024.0, 1536.0],
+}
 QUICK = {
     "objects": 8,
     "rows_per_object": 2_000,
@@ -907,22 +969,32 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         description="Ingestion benchmark (see bench/README.md and docs/BENCHMARKS.md)."
     )
     parser.add_argument("--quick", action="store_true", help="a small smoke run (a few minutes)")
-    parser.add_argument("--objects", type=int, default=20, help="objects of the batch")
-    parser.add_argument("--rows-per-object", type=int, default=10_000)
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="the size before the 15-minute default: 20 x 10,000 rows, 3 rounds, 3 one-object "
+        "runs, section 3 at 16-1536 MiB (40-50 minutes on 2 cores)",
+    )
+    parser.add_argument("--objects", type=int, default=8, help="objects of the batch")
+    parser.add_argument("--rows-per-object", type=int, default=4_000)
     parser.add_argument("--subjects", type=int, default=1_000, help="distinct subjects")
     parser.add_argument("--skew", type=float, default=1.0, help="Zipf exponent of the subjects")
     parser.add_argument("--days", type=int, default=3, help="dates (partitions) in each object")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--repeats", type=int, default=3, help="timed rounds after a warm-up")
+    parser.add_argument("--repeats", type=int, default=2, help="timed rounds after a warm-up")
     parser.add_argument(
-        "--per-object", type=int, default=3, help="objects also ingested one job run each (0: no)"
+        "--per-object",
+        type=int,
+        default=0,
+        help="objects also ingested one job run each (default 0; --full: 3)",
     )
     parser.add_argument("--cores", type=int, default=2, help="the job's master: local[N]")
     parser.add_argument(
         "--memory-sizes",
         type=_sizes,
-        default=[16.0, 64.0, 256.0, 1024.0, 1536.0],
-        help="MiB of the single objects of section 3, comma-separated ('' skips it)",
+        default=[],
+        help="MiB of the single objects of section 3, comma-separated (default: none, the "
+        "section is skipped; --full: 16,64,256,1024,1536)",
     )
     parser.add_argument("--driver-memory", default="512m", help="section 3's spark driver memory")
     parser.add_argument(
@@ -951,16 +1023,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--batch-sizes", type=_sizes, default=[10.0, 1000.0], help="section 2's other sizes"
     )
     parser.add_argument(
-        "--skip", default="", help="sections to skip, comma-separated: throughput,batching,memory"
+        "--skip",
+        default="",
+        help="sections to skip, comma-separated: throughput,batching,memory,profile",
     )
     parser.add_argument("--timeout", type=float, default=3600, help="seconds per job run")
     parser.add_argument(
         "--out-json", type=Path, default=BENCH_DIR / "results" / "ingest_latest.json"
     )
     args = parser.parse_args(argv)
-    if args.quick:
+    if args.quick or args.full:
         explicit = {a.split("=")[0] for a in (argv if argv is not None else sys.argv[1:])}
-        for name, value in QUICK.items():
+        for name, value in (QUICK if args.quick else FULL).items():
             if f"--{name.replace('_', '-')}" not in explicit:
                 setattr(args, name, value)
     return args
@@ -995,6 +1069,9 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
             result["throughput"] = measure_throughput(args, cloud, objects, scratch)
             print("1b. one object per job run ...", flush=True)
             result["per_object"] = measure_per_object(args, cloud, objects)
+            if "profile" not in skip:
+                print("1c. where the time goes: a profiled run ...", flush=True)
+                result["profile"] = measure_profile(args, cloud, objects, scratch)
             shutil.rmtree(scratch / "objects")
         if "memory" not in skip and args.memory_sizes:
             print("3. driver memory ...", flush=True)

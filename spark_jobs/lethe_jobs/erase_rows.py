@@ -79,13 +79,14 @@ from lethe_jobs.arrow_bridge import to_spark_compatible
 from lethe_jobs.errors import UnreadableFileError
 from lethe_jobs.indexing import (
     UnreadableObjectError,
+    column_subject_hashes,
+    distinct_safe,
     quarantine_subject_rows,
     raw_subject_rows,
     subject_hashes_of_rows,
 )
 from lethe_jobs.objects import ObjectKind
 from lethe_jobs.readers import (
-    RawRecords,
     csv_reader,
     cut_of,
     open_payload,
@@ -308,19 +309,59 @@ def _parquet_matches(
 
 
 def _group_matches(group: Any, offset: int, ref: ObjectRef, matcher: SubjectMatcher) -> list[int]:
-    dataset, key = matcher.dataset, matcher.key
-    coordinates = range(offset, offset + int(group.num_rows))
-    positions = pa.array(coordinates, pa.int64())
+    dataset = matcher.dataset
     if ref.zone is Zone.RAW:  # as readers._read_parquet gives the rows to raw_subject_rows
-        typed = to_spark_compatible(group)
-        table = pa.table([positions, *typed.columns], names=[POSITION, *typed.column_names])
-        rows = raw_subject_rows(RawRecords(table, "row", list(typed.column_names)), dataset)
-        hashes = subject_hashes_of_rows(rows, dataset, key=key)
-        return _matched(rows.coordinates, hashes, matcher.hashes)
-    # as arrow_index.lake_object_entries (POSITION keeps the row count without columns)
-    table = pa.table([positions, *group.columns], names=[POSITION, *group.column_names])
-    hashes = row_subject_hashes(table, dataset, ref.constants, key=key)
+        group = to_spark_compatible(group)
+    distinct = _distinct_subjects(group, dataset)
+    if distinct is not None:  # each distinct value hashed once, rows selected by its code
+        values, codes = distinct
+        hashes = _subject_hashes(values, ref, matcher)
+        chosen = _selected(hashes, matcher.hashes)
+        if not len(chosen):
+            return []
+        rows = pc.indices_nonzero(pc.fill_null(pc.is_in(codes, value_set=chosen), False))
+        return [offset + row for row in rows.to_pylist()]
+    coordinates = range(offset, offset + int(group.num_rows))
+    hashes = _subject_hashes(group, ref, matcher)
     return _matched(coordinates, hashes, matcher.hashes)
+
+
+def _subject_hashes(table: Any, ref: ObjectRef, matcher: SubjectMatcher) -> Any:
+    """The subject hash of each row of `table` (a row group, or its distinct subject values):
+    raw rows typed as `raw_subject_rows` types them, lake rows as `lake_object_entries` reads
+    them (POSITION keeps the row count without columns)."""
+    dataset, key = matcher.dataset, matcher.key
+    if ref.zone is Zone.RAW:
+        return column_subject_hashes(table, dataset, key=key)
+    positions = pa.array(range(int(table.num_rows)), pa.int64())
+    located = pa.table([positions, *table.columns], names=[POSITION, *table.column_names])
+    return row_subject_hashes(located, dataset, ref.constants, key=key)
+
+
+def _distinct_subjects(table: Any, dataset: Dataset) -> tuple[Any, Any] | None:
+    """For a dataset with one flat subject column of strings or integers in `table`: a table of
+    its distinct values and each row's code into it (null for a null value: nobody's). A row's
+    subject hash depends on its value alone, so hashing the distinct values selects the same
+    rows. None for any other shape (composite keys, nested paths, other types)."""
+    if len(dataset.subject_columns) != 1:
+        return None
+    path = dataset.subject_columns[0]
+    if "." in path or path not in table.column_names:
+        return None
+    column = table.column(path)
+    if not distinct_safe(column.type):
+        return None
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    encoded = pc.dictionary_encode(array)
+    return pa.table({path: encoded.dictionary}), encoded.indices
+
+
+def _selected(hashes: Any, selected: frozenset[str]) -> Any:
+    """The indexes (int32) of the `hashes` (a string array; null: nobody's) that are selected."""
+    if not selected or len(hashes) == 0:
+        return pa.array([], pa.int32())
+    chosen = pc.is_in(hashes, value_set=pa.array(sorted(selected), pa.string()))
+    return pc.indices_nonzero(pc.fill_null(chosen, False)).cast(pa.int32())
 
 
 # ------------------------------------------------------------------------ text rewriting
@@ -647,12 +688,29 @@ def _schema_options(arrow_schema: Any, parquet_schema: Any, version: str) -> dic
         ),
     }
     versions = ("1.0",) if version == "1.0" else ("2.6", "2.4")
+    wanted = _schema_lines(parquet_schema)
+    # the choice depends on these alone: probed once per shape in a process (a task's objects
+    # of one dataset share it)
+    shape = (arrow_schema.serialize().to_pybytes(), tuple(wanted), versions, *fixed.values())
+    if shape not in _SCHEMA_OPTIONS:
+        if len(_SCHEMA_OPTIONS) >= _SCHEMA_OPTIONS_KEPT:
+            _SCHEMA_OPTIONS.clear()
+        _SCHEMA_OPTIONS[shape] = _probed_options(arrow_schema, wanted, fixed, versions)
+    return dict(_SCHEMA_OPTIONS[shape])
+
+
+_SCHEMA_OPTIONS: dict[tuple[Any, ...], Mapping[str, Any]] = {}
+_SCHEMA_OPTIONS_KEPT = 256
+
+
+def _probed_options(
+    arrow_schema: Any, wanted: list[str], fixed: Mapping[str, Any], versions: tuple[str, ...]
+) -> Mapping[str, Any]:
     candidates = [
         {**fixed, "version": v, "use_compliant_nested_type": compliant}
         for v in versions
         for compliant in (True, False)
     ]
-    wanted = _schema_lines(parquet_schema)
 
     def differences(options: Mapping[str, Any]) -> int:
         found = _schema_lines(_probe(arrow_schema, options))

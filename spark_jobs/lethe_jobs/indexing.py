@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from lethe_jobs.errors import UnreadableFileError
 from lethe_jobs.objects import ObjectKind
@@ -109,6 +110,56 @@ def _texts(
     return columns
 
 
+def distinct_safe(kind: pa.DataType) -> bool:
+    """Types whose equal values (as Arrow hashes them) are equal Python values with equal
+    texts: the texts of a column of them can be computed once per distinct value."""
+    return bool(
+        pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_integer(kind)
+    )
+
+
+def _chunk_texts(chunk: pa.Array, rest: Sequence[str], declared: Any) -> pa.Array:
+    textual = pa.types.is_string(chunk.type) or pa.types.is_large_string(chunk.type)
+    if not rest and textual and (declared is None or declared.name == "string"):
+        return chunk.cast(pa.string())  # subject_text of a str typed as a string: the str
+    if not rest and distinct_safe(chunk.type):
+        encoded = pc.dictionary_encode(chunk)  # nulls stay null indices: null texts
+        distinct = encoded.dictionary.to_pylist()
+        texts = pa.array([subject_text(v, declared) for v in distinct], pa.string())
+        return pc.take(texts, encoded.indices)
+    return pa.array(
+        [subject_text(_walk(v, rest, False), declared) for v in chunk.to_pylist()], pa.string()
+    )
+
+
+def column_texts(table: pa.Table, dataset: Dataset) -> list[pa.Array]:
+    """The canonical subject text of every row of `table` (typed columns, not JSON text), one
+    string array per subject column, exactly as `_texts` gives them row by row: a flat column of
+    strings or integers is converted once per distinct value (`subject_text` depends on the
+    value alone), any other column row by row."""
+    columns: list[pa.Array] = []
+    for path in dataset.subject_columns:
+        head, *rest = path.split(".")
+        declared = dataset.column_type(path)
+        if head not in table.column_names:
+            columns.append(pa.nulls(table.num_rows, pa.string()))
+            continue
+        chunks = [_chunk_texts(c, rest, declared) for c in table.column(head).chunks]
+        columns.append(pa.concat_arrays(chunks) if chunks else pa.array([], pa.string()))
+    return columns
+
+
+def column_subject_hashes(table: pa.Table, dataset: Dataset, *, key: bytes) -> pa.Array:
+    """The subject hash of every row of `table` (typed columns, as `raw_subject_rows` reads a
+    Parquet object's), in row order; null: nobody's. Equal to `subject_hashes_of_rows` of
+    `raw_subject_rows` for the same rows, without a Python value per row."""
+    if table.num_rows == 0:
+        return pa.array([], pa.string())
+    return row_subject_hashes(
+        _arrow_subject_table(dataset, column_texts(table, dataset)), dataset, {}, key=key
+    )
+
+
 def _record_heads(dataset: Dataset, records: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
     heads = {path.split(".")[0] for path in dataset.subject_columns}
     return {h: [r.get(h) for r in records] for h in heads}
@@ -123,12 +174,7 @@ def raw_subject_rows(records: RawRecords, dataset: Dataset) -> SubjectRows:
         documents = [_json_object(t) or {} for t in table.column(RECORD).to_pylist()]
         texts = _texts(dataset, _record_heads(dataset, documents), len(positions), True)
     else:
-        heads = {
-            h: table.column(h).to_pylist()
-            for h in {p.split(".")[0] for p in dataset.subject_columns}
-            if h in table.column_names
-        }
-        texts = _texts(dataset, heads, len(positions), False)
+        texts = [column.to_pylist() for column in column_texts(table, dataset)]
     rejected = [_json_object(r.record_json) or {} for r in records.rejected]
     rejected_texts = _texts(dataset, _record_heads(dataset, rejected), len(rejected), True)
     return SubjectRows(
@@ -175,10 +221,24 @@ def quarantine_subject_rows(lines: Iterable[str], dataset: Dataset) -> SubjectRo
 
 
 def _subject_array(node: Any) -> Any:
+    if isinstance(node, pa.Array):
+        return node
     if isinstance(node, list):
         return pa.array(node, pa.string())
     children = [_subject_array(child) for child in node.values()]
     return pa.StructArray.from_arrays(children, names=list(node))
+
+
+def _arrow_subject_table(dataset: Dataset, texts: Sequence[pa.Array]) -> pa.Table:
+    """`subject_table` of string arrays."""
+    tree: dict[str, Any] = {}
+    for path, values in zip(dataset.subject_columns, texts, strict=True):
+        *parents, leaf = path.split(".")
+        node = tree
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = values
+    return pa.table({name: _subject_array(node) for name, node in tree.items()})
 
 
 def subject_table(dataset: Dataset, texts: Sequence[Sequence[str | None]]) -> Any:

@@ -1,0 +1,258 @@
+"""Where an ingest job's time goes: the ingestion benchmark's profile run, summed.
+
+The profile run is one more run of the real job on the same batch, with the driver under
+cProfile (`python -m cProfile -o driver.prof spark_jobs/ingest.py ...`: cProfile's clock is wall
+time, and the driver blocks in each Spark action, so the cumulative time of the job's own
+functions is the wall time of its phases) and every Python worker task under cProfile
+(bench/profiled_daemon.py). Summed here into:
+
+- `driver_phases`: the job's wall time by phase, disjoint, from the driver's profile;
+- `worker_categories`: the Python workers' time by what runs (own time of each function,
+  grouped by module; a built-in's time goes to the module that called it, split by caller);
+- `worker_tasks`: the cumulative time of each task function of `lethe_jobs.ingest_tasks`
+  (includes waiting for its input from the JVM).
+
+Plus, from the run's process tree, CPU seconds per process role (bench/proc_tree.py) and of the
+moto server. The profilers slow the Python side down: the run's wall time is reported next to
+the timed runs' median so the overhead shows.
+"""
+
+from __future__ import annotations
+
+import pstats
+from collections import defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+# (label, functions whose cumulative time is the phase: (file suffix, function name))
+DRIVER_PHASES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
+    (
+        "Spark session: JVM start-up and session build",
+        (("lethe_jobs/session.py", "build_session"),),
+    ),
+    ("Spark session stop", (("pyspark/sql/session.py", "stop"),)),
+    (
+        "plan pieces (Parquet footers, large text scanned for line ends)",
+        (("lethe_jobs/ingest_core.py", "_pipelines"),),
+    ),
+    (
+        "read and parse the raw objects, partial index entries (first Spark action, cached)",
+        (("lethe_jobs/ingest_core.py", "_piece_totals"),),
+    ),
+    (
+        "raw objects' index entries: added up, written to DynamoDB",
+        (("lethe_jobs/ingest_core.py", "_write_raw_entries"),),
+    ),
+    (
+        "validate and conform (Spark SQL), lake Parquet files to S3, their index entries",
+        (("lethe_jobs/ingest_core.py", "_write_lake"),),
+    ),
+    ("quarantine files", (("lethe_jobs/ingest_core.py", "_write_quarantine"),)),
+    (
+        "outcomes, stale lake files, catalog records (driver, DynamoDB)",
+        (
+            ("lethe_jobs/ingest_core.py", "_outcomes"),
+            ("lethe_jobs/ingest_core.py", "_remove_stale"),
+            ("lethe_jobs/ingest_core.py", "_record"),
+        ),
+    ),
+)
+RUN_INGEST = ("lethe_jobs/ingest_core.py", "run_ingest")
+MAIN = ("spark_jobs/ingest.py", "main")
+
+WORKER_TASKS = (
+    "scan_object",
+    "read_pieces",
+    "write_raw_entries",
+    "partition_paths",
+    "write_lake_files",
+    "write_quarantine",
+)
+
+# own-time categories of worker functions, first match wins: (label, file or name fragments)
+CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("Python imports (a worker's first task)", ("<frozen importlib", "<frozen zipimport")),
+    ("HMAC-SHA256 of subjects", ("_hashlib", "hashlib", "hmac")),
+    ("CSV read and parse (pyarrow)", ("pyarrow._csv", "pyarrow/csv", "read_csv", "open_csv")),
+    ("Parquet write (pyarrow)", ("pyarrow._parquet", "pyarrow/parquet", "ParquetWriter")),
+    (
+        "AWS calls to the emulator (boto3, HTTP client side)",
+        ("botocore", "boto3", "urllib3", "http/client", "s3transfer", "ssl.py", "socket.py"),
+    ),
+    ("Lethe: index entries (lethe_shared.arrow_index)", ("lethe_shared/arrow_index",)),
+    ("Lethe: other job code (lethe_jobs, lethe_shared)", ("lethe_jobs/", "lethe_shared/")),
+    (
+        "Spark worker: Arrow batches from and to the JVM, waiting for it",
+        ("pyspark/", "pyarrow/ipc", "pyarrow.lib.RecordBatchStreamReader", "pyarrow.ipc"),
+    ),
+    ("Arrow compute and conversions (pyarrow, other)", ("pyarrow",)),
+)
+OTHER = "other Python (standard library, json, logging)"
+
+
+def _matches(func: tuple[str, int, str], file_suffix: str, name: str) -> bool:
+    return func[0].replace("\\", "/").endswith(file_suffix) and func[2] == name
+
+
+def _cumulative(stats: dict[Any, Any], wanted: Iterable[tuple[str, str]]) -> float:
+    total = 0.0
+    for suffix, name in wanted:
+        total += sum(v[3] for f, v in stats.items() if _matches(f, suffix, name))
+    return total
+
+
+def driver_phases(profile: Path) -> dict[str, Any]:
+    """The driver's wall time by phase (seconds), disjoint; `total_s` is the profile's."""
+    stats = pstats.Stats(str(profile)).stats  # type: ignore[attr-defined]
+    total = max((v[3] for v in stats.values()), default=0.0)
+    phases = {label: _cumulative(stats, funcs) for label, funcs in DRIVER_PHASES}
+    run_ingest = _cumulative(stats, [RUN_INGEST])
+    inside = sum(v for k, v in phases.items() if not k.startswith("Spark session"))
+    main = _cumulative(stats, [MAIN])
+    session = sum(v for k, v in phases.items() if k.startswith("Spark session"))
+    phases["batch document, object heads, catalog look-ups (driver, S3 and DynamoDB)"] = max(
+        run_ingest - inside, 0.0
+    )
+    phases["hash key, AWS clients, logging (driver)"] = max(main - run_ingest - session, 0.0)
+    phases["Python start-up and imports of the driver"] = max(total - main, 0.0)
+    return {"total_s": round(total, 3), "phases_s": {k: round(v, 3) for k, v in phases.items()}}
+
+
+def _category_of_file(func: tuple[str, int, str]) -> str | None:
+    where = f"{func[0].replace(chr(92), '/')}:{func[2]}"
+    for label, fragments in CATEGORIES:
+        if any(fragment in where for fragment in fragments):
+            return label
+    return None
+
+
+TOP = 10
+
+
+def _name(func: tuple[str, int, str]) -> str:
+    """module-ish name of a profiled function: the file's last two parts and the function."""
+    if func[0] == "~":
+        return func[2]
+    parts = func[0].replace("\\", "/").split("/")
+    return f"{'/'.join(parts[-2:])}:{func[1]}({func[2]})"
+
+
+def worker_profile(files: Iterable[Path]) -> dict[str, Any]:
+    """Worker time by category and by task function (seconds, summed over every task)."""
+    paths, unreadable = [], 0
+    for path in files:
+        try:
+            pstats.Stats(str(path))
+        except (EOFError, ValueError, TypeError, OSError):  # cut short: its worker was ended
+            unreadable += 1
+            continue
+        paths.append(str(path))
+    if not paths:
+        return {"tasks": 0, "unreadable": unreadable, "total_s": 0.0, "categories_s": {},
+                "task_functions_s": {}}  # fmt: skip
+    stats = pstats.Stats(*paths).stats  # type: ignore[attr-defined]
+    categories: dict[str, float] = defaultdict(float)
+    for func, (_cc, _nc, own, _cum, callers) in stats.items():
+        label = _category_of_file(func)
+        if label is None and func[0] == "~" and callers:  # a C function: to its callers' modules
+            caller_own = sum(c[2] for c in callers.values())
+            for caller, figures in callers.items():
+                share = own * (figures[2] / caller_own if caller_own else 1 / len(callers))
+                categories[_category_of_file(caller) or OTHER] += share
+            continue
+        categories[label or OTHER] += own
+    tasks = {
+        name: round(
+            sum(v[3] for f, v in stats.items() if f[2] == name and "ingest_tasks" in f[0]), 3
+        )
+        for name in WORKER_TASKS
+    }
+    total = sum(categories.values())
+    top = sorted(stats.items(), key=lambda kv: -kv[1][2])[:TOP]
+    return {
+        "unreadable": unreadable,
+        "top_own_s": [
+            {"function": _name(func), "own_s": round(v[2], 3), "calls": v[1]} for func, v in top
+        ],
+        "tasks": len(paths),
+        "total_s": round(total, 3),
+        "categories_s": {
+            k: round(v, 3) for k, v in sorted(categories.items(), key=lambda kv: -kv[1])
+        },
+        "task_functions_s": {k: v for k, v in tasks.items() if v > 0},
+    }
+
+
+def markdown(profile: dict[str, Any], timed_median_s: float | None) -> list[str]:
+    run = profile["run"]
+    wall = run["wall_s"]
+    overhead = (
+        f" (against the timed runs' median of {timed_median_s:.1f} s: the profilers slow the "
+        "Python side down, and the load on the machine moves both; read the shares)"
+        if timed_median_s
+        else ")"
+    )
+    driver = profile["driver"]
+    lines = [
+        f"**Where the time goes** (one more run of the same batch with the driver and every "
+        f"Python worker task under cProfile: {wall:.1f} s wall{overhead}",
+        "",
+        "| phase of the job (driver's wall clock) | s | share |",
+        "|---|---:|---:|",
+    ]
+    total = driver["total_s"] or 1.0
+    for label, seconds in sorted(driver["phases_s"].items(), key=lambda kv: -kv[1]):
+        lines.append(f"| {label} | {seconds:.1f} | {100 * seconds / total:.0f} % |")
+    lines.append(f"| **whole driver** | **{driver['total_s']:.1f}** | 100 % |")
+    cpu = profile["cpu_s"]
+    lines += [
+        "",
+        "| CPU seconds of the run, by process | s | share |",
+        "|---|---:|---:|",
+    ]
+    cpu_total = sum(cpu.values()) or 1.0
+    for label, seconds in sorted(cpu.items(), key=lambda kv: -kv[1]):
+        lines.append(f"| {label} | {seconds:.1f} | {100 * seconds / cpu_total:.0f} % |")
+    workers = profile["workers"]
+    wtotal = workers["total_s"] or 1.0
+    lines += [
+        "",
+        f"| Python workers' time by what runs ({workers['tasks']} task(s), summed; wall time "
+        "inside each task) | s | share |",
+        "|---|---:|---:|",
+    ]
+    for label, seconds in workers["categories_s"].items():
+        lines.append(f"| {label} | {seconds:.1f} | {100 * seconds / wtotal:.0f} % |")
+    tasks = ", ".join(f"`{k}` {v:.1f} s" for k, v in workers["task_functions_s"].items())
+    lines += ["", f"Cumulative time of each task function (with its input's wait): {tasks}."]
+    top = "; ".join(f"`{t['function']}` {t['own_s']:.1f} s" for t in workers.get("top_own_s", []))
+    if top:
+        lines += ["", f"The workers' largest own times: {top}."]
+    return lines
+
+
+def plot(profile: dict[str, Any], out: Path) -> Path:
+    """A PNG of the three breakdowns (matplotlib, Agg)."""
+    import matplotlib  # noqa: PLC0415 (only for the plot)
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    parts = [
+        ("driver wall s by phase", profile["driver"]["phases_s"]),
+        ("CPU s by process", profile["cpu_s"]),
+        ("Python workers s by category", profile["workers"]["categories_s"]),
+    ]
+    fig, axes = plt.subplots(3, 1, figsize=(10, 11))
+    for ax, (title, values) in zip(axes, parts, strict=True):
+        items = sorted(values.items(), key=lambda kv: kv[1])
+        ax.barh([k[:70] for k, _ in items], [v for _, v in items], color="#4477aa")
+        ax.set_title(title, fontsize=10)
+        ax.tick_params(axis="y", labelsize=7)
+    fig.suptitle("Ingest job: where the time goes (profile run)", fontsize=11)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=90, metadata={"Software": None})
+    plt.close(fig)
+    return out
