@@ -715,3 +715,27 @@ def test_uninstall_restores_moto_and_install_works_again(cloud: LocalCloud) -> N
     )
     assert engine_jsonata._eval_jsonata is sfn_hooks.evaluate_jsonata
     assert os.environ["MOTO_PORT"] == cloud.endpoints.endpoint_url.rsplit(":", 1)[1]
+
+
+def test_definitions_parse_in_parallel(cloud: LocalCloud) -> None:
+    """P8: every execution parses its definition in its own thread; moto's parser shares its
+    query language scopes between parses, so the erasure definition (JSONata with one JSONPath
+    state) parsed by several threads at once failed "Cannot downgrade from JSONata context"."""
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
+    from moto.stepfunctions.parser.asl.parse.asl_parser import (  # noqa: PLC0415
+        AmazonStateLanguageParser,
+    )
+
+    definition = (REPO_ROOT / "statemachines" / "erasure.asl.json").read_text()
+
+    def parse(_: int) -> str:
+        try:
+            AmazonStateLanguageParser.parse(definition)
+        except Exception as exc:  # noqa: BLE001 - the failure is what is counted
+            return f"{type(exc).__name__}: {exc}"
+        return ""
+
+    with ThreadPoolExecutor(8) as pool:
+        failures = [f for f in pool.map(parse, range(24)) if f]
+    assert failures == []

@@ -66,6 +66,14 @@ P6  ItemBatcher in a Distributed Map.
            and runs one child per batch; `_eval_job` makes the Map Run's item counts count the
            items of each batch (DescribeMapRun: items in itemCounts, batches in
            executionCounts). The state machine's stored definition is unchanged.
+P8  One parse at a time.
+    Where: the same `AmazonStateLanguageParser.parse` wrapper as P6.
+    Why:   moto's `Preprocessor` keeps its query language scope stack in a class attribute
+           (`_query_language_per_scope = []`) that every parse shares, and every execution
+           parses its definition in its own thread. Two executions of a JSONata machine with a
+           JSONPath state (the erasure's approval wait) starting at once interleave their
+           scopes and one fails "Cannot downgrade from JSONata context to a JSONPath context"
+           in its thread: the execution stays RUNNING with no event. The wrapper holds a lock.
 P7  ItemReader `arn:aws:states:::s3:listObjectsV2`.
     Where: `ResourceEvalS3._handle_list_objects_v2` (`.../item_reader/eval/resource_eval_s3.py`).
     Why:   moto lists one page (1,000 keys), fails on an empty listing (`response["Contents"]`)
@@ -1412,9 +1420,23 @@ def _state_at(program: Any, path: tuple[str, ...]) -> Any:
             position += 1
 
 
+# P8: moto's Preprocessor keeps its query language scopes in a list that is a class attribute
+# (`Preprocessor._query_language_per_scope = []`), shared by every parse. Each execution parses
+# its definition in its own thread, so two executions starting together interleave their
+# scopes: a JSONata definition with one JSONPath state then fails "Cannot downgrade from JSONata
+# context to a JSONPath context", in the execution's thread, and the execution stays RUNNING
+# with no history (found by `make soak`: 50 erasure requests filed at once). One parse at a time.
+_PARSE_LOCK = threading.RLock()
+
+
 def _make_parse(original: Callable[[str], Any]) -> Callable[[str], Any]:
     def parse(definition: str) -> Any:
-        """P6: parse without the ItemBatchers, then attach each to its Map's iteration."""
+        """P6: parse without the ItemBatchers, then attach each to its Map's iteration.
+        P8: one parse at a time (moto's parser shares state between parses)."""
+        with _PARSE_LOCK:
+            return _parse(definition)
+
+    def _parse(definition: str) -> Any:
         try:
             document = json.loads(definition)
         except ValueError:
