@@ -222,6 +222,7 @@ from moto.stepfunctions.parser.asl.parse.asl_parser import (
 from lethe.localcloud.deployment import Endpoints
 from lethe.localcloud.spark_runner import (
     DEFAULT_MASTER,
+    RunSlots,
     SparkRunResult,
     parse_spark_submit_parameters,
     run_spark_job,
@@ -257,6 +258,7 @@ class HookContext:
     repo_root: Path  # relative script locations (not s3://) resolve against it
     spark_master: str = DEFAULT_MASTER
     max_run_seconds: float = DEFAULT_MAX_RUN_SECONDS  # cap on every Spark run
+    spark_slots: RunSlots | None = None  # None: LETHE_LOCAL_SPARK_RUNS (spark_runner.RunSlots)
 
 
 @dataclass(frozen=True)
@@ -266,6 +268,7 @@ class _Runtime:
     repo_root: Path
     spark_master: str
     max_run_seconds: float
+    slots: RunSlots
 
     def run(
         self,
@@ -290,6 +293,7 @@ class _Runtime:
             master=self.spark_master,
             should_continue=env.is_running,
             base_dir=self.repo_root,
+            slots=self.slots,
         )
         LOG.info(
             "Spark run %s %s in %.1f s (log %s)%s",
@@ -1694,6 +1698,7 @@ def install(context: HookContextLike) -> Callable[[], None]:
         repo_root=Path(context.repo_root),
         spark_master=getattr(context, "spark_master", DEFAULT_MASTER),
         max_run_seconds=float(getattr(context, "max_run_seconds", DEFAULT_MAX_RUN_SECONDS)),
+        slots=getattr(context, "spark_slots", None) or RunSlots.from_environment(),
     )
     with _install_lock:
         if _current.installation is not None:

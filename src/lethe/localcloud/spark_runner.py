@@ -19,6 +19,9 @@ The local cloud's Step Functions hooks (`sfn_hooks.py`) call `run_spark_job` for
   so are the Python environment settings of EMR Serverless (`spark.archives` and the
   `PYSPARK_PYTHON` / `PYSPARK_DRIVER_PYTHON` that point into it, docs/SPARK.md): the local run
   uses this venv's interpreter, which has the same pinned packages;
+- at most `RunSlots.limit` runs go at once (`LETHE_LOCAL_SPARK_RUNS`, default 2: each run is a
+  JVM with a `local[2]` master, and a burst of executions would otherwise start one JVM each);
+  a run waits for a slot after downloading its files, and its time limit counts from its slot;
 - stdout and stderr go to `<logs_dir>/spark-<run_id>.log`; on failure `error_message` is the
   final line(s) of the last Python traceback on stderr (what Glue's ErrorMessage and EMR's
   stateDetails show), or the last meaningful stderr lines when there is no traceback.
@@ -50,6 +53,8 @@ from lethe.localcloud.deployment import Endpoints
 LOG = logging.getLogger(__name__)
 
 DEFAULT_MASTER = "local[2]"
+RUNS_ENV = "LETHE_LOCAL_SPARK_RUNS"
+DEFAULT_CONCURRENT_RUNS = 2
 _POLL_SECONDS = 0.25
 _KILL_GRACE_SECONDS = 10.0
 _STDERR_TAIL_LINES = 400
@@ -99,6 +104,44 @@ class SparkRunResult:
     duration: float  # seconds, wall clock, download included
     timed_out: bool = False
     cancelled: bool = False
+
+
+class RunSlots:
+    """At most `limit` Spark runs at once on this machine; the others wait for a slot.
+
+    A Step Functions execution runs in a thread of the cloud process, so a burst of executions
+    (1,000 uploads, 50 erasure requests) would start one JVM each at the same moment, on a
+    machine with a couple of cores: every run slows down, memory runs out, none finishes
+    sooner. On AWS each run has its own workers; here they take turns."""
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit  # None: no limit
+        self._slots = threading.BoundedSemaphore(limit) if limit else None
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None) -> RunSlots:
+        """`LETHE_LOCAL_SPARK_RUNS`: a positive number, or `none` for no limit."""
+        value = (environ if environ is not None else os.environ).get(RUNS_ENV, "").strip()
+        if not value:
+            return cls(DEFAULT_CONCURRENT_RUNS)
+        if value.lower() == "none":
+            return cls(None)
+        if not value.isdigit() or int(value) < 1:
+            raise ValueError(f"{RUNS_ENV} must be a positive number or 'none', not {value!r}")
+        return cls(int(value))
+
+    def acquire(self, should_continue: Callable[[], bool] | None) -> bool:
+        """Wait for a slot; False when `should_continue()` says the run is no longer wanted."""
+        if self._slots is None:
+            return True
+        while not self._slots.acquire(timeout=_POLL_SECONDS):
+            if should_continue is not None and not _still_wanted(should_continue):
+                return False
+        return True
+
+    def release(self) -> None:
+        if self._slots is not None:
+            self._slots.release()
 
 
 @dataclass(frozen=True)
@@ -208,14 +251,16 @@ def run_spark_job(
     master: str = DEFAULT_MASTER,
     should_continue: Callable[[], bool] | None = None,
     base_dir: Path | None = None,
+    slots: RunSlots | None = None,
 ) -> SparkRunResult:
     """Run `python <script> *args` as Glue / EMR Serverless would, and wait for it.
 
     `script_url` and `py_files` are `s3://bucket/key` URLs on the local cloud's S3 (local paths
     and `file://` URLs work too, relative ones against `base_dir`). The run is killed (whole
     process group) when `timeout_seconds` pass or when `should_continue()` returns False (the
-    Step Functions task was stopped or timed out). Never raises for a failing job: the result says
-    what happened.
+    Step Functions task was stopped or timed out). With `slots`, the run first waits for one
+    (after its downloads); `timeout_seconds` counts from then. Never raises for a failing job:
+    the result says what happened.
     """
     started = time.monotonic()
     logs_dir.mkdir(parents=True, exist_ok=True)
@@ -245,16 +290,34 @@ def run_spark_job(
             log.write(f"# command {shlex.join(command)}\n")
             log.write(f"# PYSPARK_SUBMIT_ARGS {env['PYSPARK_SUBMIT_ARGS']}\n")
             log.flush()
-            return _run(
-                command,
-                env=env,
-                workdir=workdir,
-                log=log,
-                log_path=log_path,
-                started=started,
-                timeout_seconds=timeout_seconds,
-                should_continue=should_continue,
-            )
+            if slots is not None and slots.limit:
+                waiting = time.monotonic()
+                if not slots.acquire(should_continue):
+                    log.write("# cancelled while waiting for a run slot\n")
+                    return SparkRunResult(
+                        False, None, "the job run was cancelled", log_path,
+                        time.monotonic() - started, cancelled=True,
+                    )  # fmt: skip
+                log.write(
+                    f"# waited {time.monotonic() - waiting:.1f} s for one of {slots.limit} "
+                    "run slots\n"
+                )
+                log.flush()
+            try:
+                return _run(
+                    command,
+                    env=env,
+                    workdir=workdir,
+                    log=log,
+                    log_path=log_path,
+                    started=started,
+                    deadline=time.monotonic() + timeout_seconds,
+                    timeout_seconds=timeout_seconds,
+                    should_continue=should_continue,
+                )
+            finally:
+                if slots is not None:
+                    slots.release()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -267,6 +330,7 @@ def _run(
     log: IO[str],
     log_path: Path,
     started: float,
+    deadline: float,
     timeout_seconds: float,
     should_continue: Callable[[], bool] | None,
 ) -> SparkRunResult:
@@ -292,7 +356,6 @@ def _run(
         daemon=True,
     )
     pump.start()
-    deadline = started + timeout_seconds
     timed_out = cancelled = False
     while process.poll() is None:
         if time.monotonic() >= deadline:
