@@ -1772,4 +1772,10 @@ def install(context: HookContextLike) -> Callable[[], None]:
             moto.__version__,
             runtime.logs_dir,
         )
-        return installation.uninstall
+    slots = runtime.slots
+
+    def uninstall() -> None:
+        installation.uninstall()
+        slots.shutdown()  # the warm Spark drivers (spark_runner.WarmDriver)
+
+    return uninstall
