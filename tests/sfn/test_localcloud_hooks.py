@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import jsonata
 import pytest
 from moto.core import config as moto_config
 from moto.server import ThreadedMotoServer
@@ -838,3 +839,23 @@ def test_warm_run_is_killed_at_its_timeout(cloud: LocalCloud, tmp_path: Path) ->
     assert (result.succeeded, result.timed_out) == (False, True)
     assert elapsed < 300  # the driver's start (a JVM) and 2 s
     assert "sleeping" in result.log_path.read_text()
+
+
+def test_declared_values_are_bound_not_parsed() -> None:
+    """P1: the engine's `($states:=...;$var:=...;EXPR)` gives the same result when the JSON
+    values are bound as variables (null at the top stays JSONata's null)."""
+    expression = (
+        '($states:={"input":{"a":null,"s":"q\\"uote;$x:=1;","n":[1,2]}};$v:=null;$w:=3;'
+        "[$states.input.s, $states.input.a = null, $v = null, $exists($v), $w * 2,"
+        " $states.input.n[1]])"
+    )
+    rest, bindings = sfn_hooks.lift_declarations(expression)
+
+    assert rest.startswith("([$states.input.s")
+    assert set(bindings) == {"states", "v", "w"}
+    assert sfn_hooks.evaluate_jsonata(expression) == [
+        'q"uote;$x:=1;', True, True, True, 6, 2,
+    ]  # fmt: skip
+    unlifted = jsonata.Jsonata(expression).evaluate(None)  # what JSONata's parser gives
+    assert sfn_hooks.evaluate_jsonata(expression) == unlifted
+    assert sfn_hooks.lift_declarations("$states.input") == ("$states.input", {})

@@ -16,6 +16,9 @@ P1  JSONata evaluator.
            crashes. We set it to `evaluate_jsonata`, built on `jsonata-python`. The engine hands
            over one self-contained expression, `($states:={...};$var:=...;EXPR)`, in which it has
            already bound `$states.input/result/errorOutput/context` and the Assign variables.
+           `lift_declarations` reads those JSON values (P2) with the json module and binds them
+           as variables, so JSONata parses only EXPR: parsing the whole execution input again
+           on every evaluation was most of the cloud's CPU under load (`make soak`).
 P2  JSON-safe variable declarations.
     Where: `encode_jsonata_variable_declarations` in `asl/jsonata/jsonata.py`, imported by name
            into `asl/eval/states.py` and `asl/eval/variable_store.py` (patched in all three).
@@ -139,6 +142,7 @@ import logging
 import math
 import os
 import random
+import re
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -154,6 +158,7 @@ from botocore.exceptions import ClientError, ParamValidationError
 from botocore.session import get_session as _botocore_session
 from botocore.validate import ParamValidator
 from jsonata.jexception import JException
+from jsonata.utils import Utils as _JsonataUtils
 from moto.core import config as moto_config
 from moto.core.exceptions import JsonRESTError
 from moto.core.utils import utcnow
@@ -387,15 +392,47 @@ ASL_JSONATA_FUNCTIONS: Final[Mapping[str, Callable[..., Any]]] = {
     "parse": _asl_parse,
 }
 _NATIVE_REFERENCES: Final = frozenset(f"${name}" for name in ASL_JSONATA_FUNCTIONS)
+_JSONATA_NULL: Final = _JsonataUtils.NULL_VALUE
+
+
+_DECLARATION: Final = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*):=")
+_JSON_DECODER: Final = json.JSONDecoder()
+
+
+def lift_declarations(expression: str) -> tuple[str, dict[str, Any]]:
+    """P1: the engine's expression is `(<declarations><expression>)`, and P2 writes each
+    declared value (`$states`, every variable) as JSON. Read those values with the json module
+    and bind them as variables, leaving JSONata's parser only the expression itself: parsing the
+    whole execution input again for every evaluation (each Map iteration's, each Choice's) was
+    most of the local cloud's CPU under load (`make soak`). Returns the rest of the expression
+    and the bindings; a declaration that is not plain JSON (none are, after P2/P3) stops it."""
+    if not expression.startswith("("):
+        return expression, {}
+    bindings: dict[str, Any] = {}
+    position = 1
+    while match := _DECLARATION.match(expression, position):
+        try:
+            value, end = _JSON_DECODER.raw_decode(expression, match.end())
+        except ValueError:
+            break
+        if expression[end : end + 1] != ";":
+            break
+        # a JSON null bound at the top is JSONata's null, not "undefined"
+        bindings[match.group(1)] = _JSONATA_NULL if value is None else value
+        position = end + 1
+    if not bindings:
+        return expression, {}
+    return "(" + expression[position:], bindings
 
 
 def evaluate_jsonata(expression: str) -> Any:
     """P1: evaluate one self-contained JSONata expression as Step Functions would."""
     try:
-        compiled = jsonata.Jsonata(expression)
+        rest, bindings = lift_declarations(expression)
+        compiled = jsonata.Jsonata(rest)
         for name, function in ASL_JSONATA_FUNCTIONS.items():
             compiled.register_lambda(name, function)
-        result = compiled.evaluate(None)
+        result = compiled.evaluate(None, bindings)
     except JSONataEvaluationError:
         raise
     except JException as exc:
