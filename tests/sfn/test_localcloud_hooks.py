@@ -859,3 +859,6 @@ def test_declared_values_are_bound_not_parsed() -> None:
     unlifted = jsonata.Jsonata(expression).evaluate(None)  # what JSONata's parser gives
     assert sfn_hooks.evaluate_jsonata(expression) == unlifted
     assert sfn_hooks.lift_declarations("$states.input") == ("$states.input", {})
+    typed = f"$type({expression})"  # how moto checks a string result's type
+    assert sfn_hooks.lift_declarations(typed) == (f"$type({rest})", bindings)
+    assert sfn_hooks.evaluate_jsonata(typed) == "array"

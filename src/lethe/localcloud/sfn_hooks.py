@@ -405,11 +405,13 @@ def lift_declarations(expression: str) -> tuple[str, dict[str, Any]]:
     and bind them as variables, leaving JSONata's parser only the expression itself: parsing the
     whole execution input again for every evaluation (each Map iteration's, each Choice's) was
     most of the local cloud's CPU under load (`make soak`). Returns the rest of the expression
-    and the bindings; a declaration that is not plain JSON (none are, after P2/P3) stops it."""
-    if not expression.startswith("("):
+    and the bindings; a declaration that is not plain JSON (none are, after P2/P3) stops it.
+    moto also checks a string result's type with `$type(<the same expression>)`: that one too."""
+    head = next((p for p in ("(", "$type((") if expression.startswith(p)), None)
+    if head is None:
         return expression, {}
     bindings: dict[str, Any] = {}
-    position = 1
+    position = len(head)
     while match := _DECLARATION.match(expression, position):
         try:
             value, end = _JSON_DECODER.raw_decode(expression, match.end())
@@ -422,7 +424,7 @@ def lift_declarations(expression: str) -> tuple[str, dict[str, Any]]:
         position = end + 1
     if not bindings:
         return expression, {}
-    return "(" + expression[position:], bindings
+    return head + expression[position:], bindings
 
 
 def evaluate_jsonata(expression: str) -> Any:
