@@ -103,10 +103,11 @@ ruff: venv ## ruff lint and format check
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-mypy: venv ## mypy: strict on lethe_shared, the Spark jobs and the test fakes; the CLI, functions, unit tests
+mypy: venv ## mypy: strict on lethe_shared, the Spark jobs and the test fakes; the CLI, functions, unit tests, the erasure benchmark
 	$(BIN)/mypy layers/shared/lethe_shared spark_jobs src/lethe
 	MYPYPATH=layers/shared:spark_jobs:src $(BIN)/mypy --strict tests/fakes.py
 	MYPYPATH=layers/shared:spark_jobs:src $(BIN)/mypy tests/unit
+	MYPYPATH=layers/shared:spark_jobs:src:bench $(BIN)/mypy bench/erasure_bench.py bench/generate_lake.py
 	@for dir in $(FUNCTION_DIRS); do \
 	  echo "mypy $$dir"; MYPYPATH=layers/shared $(BIN)/mypy $$dir/app.py || exit 1; \
 	done
@@ -162,8 +163,10 @@ e2e: venv system-deps ## End to end on the local cloud, started through the CLI
 .PHONY: bench
 BENCH_ARGS ?=
 INGEST_BENCH_ARGS ?=
-bench: venv system-deps lambda-python ## Subject index, ingestion and Lambda footprint benchmarks; results in docs/BENCHMARKS.md (BENCH_ARGS="--spark ...", INGEST_BENCH_ARGS="--quick ...", LAMBDA_BENCH_ARGS="--rounds 30")
+ERASURE_BENCH_ARGS ?=
+bench: venv system-deps lambda-python ## Subject index, erasure, ingestion and Lambda footprint benchmarks; results in docs/BENCHMARKS.md (BENCH_ARGS="--spark ...", ERASURE_BENCH_ARGS="--full ...", INGEST_BENCH_ARGS="--quick ...", LAMBDA_BENCH_ARGS="--rounds 30")
 	$(BIN)/python bench/index_bench.py $(BENCH_ARGS)
+	$(BIN)/python bench/erasure_bench.py --update-docs $(ERASURE_BENCH_ARGS)
 	$(BIN)/python bench/ingest_bench.py $(INGEST_BENCH_ARGS)
 	$(MAKE) sam-build
 	$(BIN)/python bench/lambda_footprint.py --python $(LAMBDA_PYTHON) $(LAMBDA_BENCH_ARGS)

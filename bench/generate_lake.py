@@ -16,6 +16,14 @@ holds about 1/ln(S) of all rows. Which subject number is the k-th heaviest is a 
 permutation, so heavy subjects are spread over the id space. Every object holds rows of one
 date (the partition column `event_date`), in the file, as raw objects do.
 
+Activity windows (`--window W`, default 0: none). Without them every subject may appear in every
+object (rows drawn independently), the worst case for an index: a subject with many rows is in
+every object. With W > 0 objects are batches in time order and each subject is active in W
+consecutive ones (its first a seeded uniform choice): an object's rows are drawn with the same
+skew from the subjects active in it, so a subject's rows lie in at most W objects however large
+the lake grows. `write_lake_zone` writes the lake zone of the same rows: one Hive-partitioned
+Parquet file per raw object, as the ingest job lays it out (`lethe_jobs.layout`).
+
 Deterministic: the same arguments and seed give the same bytes (Parquet, CSV, JSON Lines).
 Importable: `generate(...)` returns a `Lake` (file paths, dataset document, subject model).
 """
@@ -24,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -122,6 +131,42 @@ class SubjectModel:
         return {"user_id": ids("u", numbers, 9)}
 
 
+class ActivityWindows:
+    """Subjects active in W consecutive objects (of `objects`): `draw(rng, size, index)` draws
+    the rows of object `index` with the model's skew among the subjects active in it."""
+
+    def __init__(self, model: SubjectModel, objects: int, window: int) -> None:
+        if window < 1:
+            raise ValueError("a window of at least one object")
+        self.model, self.objects, self.window = model, objects, min(window, objects)
+        rng = np.random.default_rng([model.seed, 11])
+        starts = rng.integers(0, objects - self.window + 1, model.subjects)
+        self._order = np.argsort(starts, kind="stable")  # subject numbers by first object
+        self._starts = starts[self._order]
+        rank = np.empty(model.subjects, dtype=np.int64)
+        rank[model._by_rank] = np.arange(model.subjects)
+        self._weight = (rank + 1.0) ** (-model.skew)  # by subject number
+
+    def active(self, index: int) -> Any:
+        """The subject numbers active in object `index` (a numpy array)."""
+        low = np.searchsorted(self._starts, index - self.window + 1, side="left")
+        high = np.searchsorted(self._starts, index, side="right")
+        return self._order[low:high]
+
+    def objects_of(self, number: int) -> range:
+        """The objects subject `number` may appear in."""
+        start = int(self._starts[int(np.flatnonzero(self._order == number)[0])])
+        return range(start, start + self.window)
+
+    def draw(self, rng: np.random.Generator, size: int, index: int) -> Any:
+        members = self.active(index)
+        if len(members) == 0:  # no subject active here: the whole population instead
+            return self.model.draw(rng, size)
+        cdf = np.cumsum(self._weight[members])
+        picks = np.searchsorted(cdf / cdf[-1], rng.random(size), side="right")
+        return members[np.minimum(picks, len(members) - 1)]
+
+
 @dataclass(frozen=True)
 class Lake:
     root: Path
@@ -136,6 +181,11 @@ class Lake:
     @property
     def rows(self) -> int:
         return self.rows_per_object * len(self.files)
+
+    @property
+    def windows(self) -> ActivityWindows | None:
+        window = int(self.parameters.get("window", 0))
+        return ActivityWindows(self.model, len(self.files), window) if window else None
 
 
 def dataset_document(fmt: str, composite: bool, dataset_id: str = DATASET_ID) -> dict[str, Any]:
@@ -174,9 +224,11 @@ def object_table(
     day: dt.date,
     rng: np.random.Generator,
     comments: pa.Array,
+    windows: ActivityWindows | None = None,
 ) -> pa.Table:
-    """The rows of object `index`, all of date `day`."""
-    numbers = model.draw(rng, rows)
+    """The rows of object `index`, all of date `day` (drawn among the subjects active in it
+    when `windows` are given)."""
+    numbers = model.draw(rng, rows) if windows is None else windows.draw(rng, rows, index)
     columns: dict[str, pa.Array] = dict(model.columns_of(numbers))
     midnight = np.datetime64(day.isoformat(), "us")
     seconds = np.sort(rng.integers(0, 86_400 * 1_000_000, rows))
@@ -261,8 +313,10 @@ def generate(
     composite: bool = False,
     tenants: int = 16,
     dataset_id: str = DATASET_ID,
+    window: int = 0,
 ) -> Lake:
-    """Write the lake under `out` and return what was written."""
+    """Write the lake under `out` and return what was written (`window`: see the module
+    docstring; 0 = every subject may appear in every object)."""
     if fmt not in FORMATS:
         raise ValueError(f"format is one of {', '.join(FORMATS)}")
     if objects < 1 or rows_per_object < 1:
@@ -270,6 +324,7 @@ def generate(
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
     model = SubjectModel(subjects, skew, seed, composite, tenants)
+    windows = ActivityWindows(model, objects, window) if window else None
     rng = np.random.default_rng(seed)
     comments = _comment_pool(rng)
     files = []
@@ -277,7 +332,13 @@ def generate(
         path = root / object_key(dataset_id, index, objects, fmt)
         day = object_day(index, objects)
         table = object_table(
-            model, index=index, rows=rows_per_object, day=day, rng=rng, comments=comments
+            model,
+            index=index,
+            rows=rows_per_object,
+            day=day,
+            rng=rng,
+            comments=comments,
+            windows=windows,
         )
         write_object(table, path, fmt)
         files.append(path)
@@ -295,6 +356,8 @@ def generate(
         "tenants": tenants,
         "dataset_id": dataset_id,
     }
+    if window:  # absent when 0, so that older lakes' lake.json stay as they were
+        parameters["window"] = window
     manifest = {
         "parameters": parameters,
         "dataset": document,
@@ -322,6 +385,37 @@ def load(root: Path | str) -> Lake:
     )
 
 
+LAKE_ZONE_DIR = "lake-zone"  # under the lake's root: the lake bucket's keys
+RAW_BUCKET = "lethe-prod-raw-123456789012-us-east-1"  # the template's naming
+
+
+def lake_zone_key(lake: Lake, raw: Path) -> str:
+    """The lake file the ingest job writes for a raw object of one date: the Hive partition of
+    its date and `part-<h>.parquet`, h = `lethe_jobs.layout.object_hash` of the raw object."""
+    raw_key = raw.relative_to(lake.root).as_posix()
+    digest = hashlib.sha256(f"{RAW_BUCKET}/{raw_key}".encode()).hexdigest()[:16]
+    index = lake.files.index(raw)
+    day = object_day(index, len(lake.files))
+    return f"{lake.parameters['dataset_id']}/event_date={day.isoformat()}/part-{digest}.parquet"
+
+
+def write_lake_zone(lake: Lake) -> list[Path]:
+    """The lake zone of a Parquet lake's rows (written once, then reused): per raw object one
+    lake file under `<root>/lake-zone/<key>`, the partition column `event_date` in the path and
+    not in the file, the other columns as they are, Snappy (what Spark writes)."""
+    if lake.format != "parquet":
+        raise ValueError("the lake zone is written from a Parquet lake")
+    paths = []
+    for raw in lake.files:
+        path = lake.root / LAKE_ZONE_DIR / lake_zone_key(lake, raw)
+        if not path.exists():
+            table = pq.read_table(raw)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(table.drop_columns(["event_date"]), path, compression="snappy")
+        paths.append(path)
+    return paths
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The lake's shape, shared with the benchmark's command line."""
     parser.add_argument("--objects", type=int, default=200, help="number of objects (files)")
@@ -336,6 +430,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--composite", action="store_true", help="subject key (tenant, user_id) instead of user_id"
     )
     parser.add_argument("--tenants", type=int, default=16, help="tenants with --composite")
+    parser.add_argument(
+        "--window",
+        type=int,
+        default=0,
+        help="each subject active in this many consecutive objects (0: in any object)",
+    )
 
 
 def generate_from_args(out: Path | str, args: argparse.Namespace) -> Lake:
@@ -349,6 +449,7 @@ def generate_from_args(out: Path | str, args: argparse.Namespace) -> Lake:
         fmt=args.format,
         composite=args.composite,
         tenants=args.tenants,
+        window=getattr(args, "window", 0),
     )
 
 

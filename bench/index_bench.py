@@ -6,20 +6,25 @@
 One run measures, on a lake from bench/generate_lake.py (generated in a temporary directory,
 or `--lake DIR` to keep and reuse one):
 
-1. index build: every object read with pyarrow one at a time and its entries computed with
-   `entry_batch` (the entries as columns, what the index writers use), against a baseline in the
-   same run: the same reads touching the subject column(s) with `to_pylist()` and no hashing.
-   Also timed on the same reads: `entry_batch` then `to_items()` (the DynamoDB items a writer
-   sends); `entries_from_table` (the entries as IndexEntry models: this benchmark's "index"
-   before the columnar path), alone and then with `IndexEntry.to_item()` per entry (the writer's
-   path before); and the per-row implementation `entries_from_table` had before its Arrow
-   rewrite (`reference_entries`, kept verbatim in bench/reference_index.py). Warm-up once, then
+1. index build: the objects grouped as the index job groups them into Spark tasks
+   (`lethe_jobs.tasks.task_groups` on `JOB_CORES` = 2 cores), every object read with pyarrow one
+   at a time and its subjects kept (`object_subjects`), then the entries of the group's objects
+   computed together (`entry_batches`, the entries as columns, what the index job writes),
+   against a baseline in the same run: the same reads touching the subject column(s) with
+   `to_pylist()` and no hashing. Also timed on the same reads: `entry_batch` per object (what
+   the indexer Lambda and ingestion compute, one object at a time); `entry_batches` then
+   `to_items()` (the DynamoDB items a writer sends); `entries_from_table` (the entries as
+   IndexEntry models: this benchmark's "index" before the columnar path), alone and then with
+   `IndexEntry.to_item()` per entry (the writer's path before); and the per-row implementation
+   `entries_from_table` had before its Arrow rewrite (`reference_entries`, kept verbatim in
+   bench/reference_index.py). Warm-up once, then
    `--repeats` rounds, the order rotating; median and range of wall time and of the process's
    CPU time (steadier on a shared machine). The ratio (time / baseline time) is what indexing
    costs on top of a read.
 2. DynamoDB items and bytes per million rows: one item per entry (distinct (subject, object)
    pairs, checked against a count made without hashing; every entry and every item checked
-   equal to the previous implementation's, and their SHA-256 digests reported), sized with
+   equal to the previous implementation's, every batch of a group equal to `entry_batch` of
+   its object alone, and their SHA-256 digests reported), sized with
    DynamoDB's rules (dynamo_size.py), against a row-level index (one item per row, as the
    seed's row-number index), both minimal and with the same attributes as an IndexEntry.
 3. index writes per erased subject, for subjects drawn with the lake's skew: what the design
@@ -42,6 +47,7 @@ import datetime as dt
 import functools
 import gc
 import hashlib
+import importlib.util
 import json
 import os
 import platform
@@ -53,8 +59,8 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +74,14 @@ import pyspark
 from pyspark.sql import SparkSession
 from reference_index import reference_entries
 
-from lethe_shared.arrow_index import ObjectRef, entries_from_table, entry_batch
+from lethe_shared.arrow_index import (
+    ObjectRef,
+    ObjectSubjects,
+    entries_from_table,
+    entry_batch,
+    entry_batches,
+    object_subjects,
+)
 from lethe_shared.catalog import Zone
 from lethe_shared.datasets import Dataset, parse_dataset
 from lethe_shared.subjects import DynamoSubjectIndex, EntryBatch, IndexEntry, subject_hash
@@ -79,6 +92,21 @@ KEY = b"lethe-benchmark-subject-hash-key-0123456789"  # any key of >= 32 bytes
 BUCKET = "lethe-prod-raw-123456789012-us-east-1"  # the template's naming, a 12-digit account
 MIB = 1024 * 1024
 GIB = 1024 * MIB
+# The index job groups objects into Spark tasks with `lethe_jobs.tasks.task_groups`, at least
+# one task per core (`min_tasks`): the build groups the lake's objects as a job on 2 cores does
+# (local[2], the Spark section's master), and computes each group's entries together.
+JOB_CORES = 2
+
+
+def _job_tasks() -> Any:
+    """`lethe_jobs.tasks` (spark_jobs/ is not an installed package; the module is plain Python)."""
+    path = REPO / "spark_jobs" / "lethe_jobs" / "tasks.py"
+    spec = importlib.util.spec_from_file_location("lethe_job_tasks", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 # ------------------------------------------------------------------------------- objects
@@ -100,6 +128,13 @@ class Objects:
     lake: generate_lake.Lake
     dataset: Dataset
     refs: list[ObjectRef]
+    # The objects as the index job groups them into Spark tasks (`JOB_CORES`): the job's
+    # driver computes the groups before the tasks run, so the build does not time them.
+    groups: list[list[int]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        sizes = [path.stat().st_size for path in self.lake.files]
+        self.groups = _job_tasks().task_groups(sizes, min_tasks=JOB_CORES)
 
     def read(self, index: int) -> pa.Table:
         return generate_lake.read_object(
@@ -123,6 +158,25 @@ class Objects:
         batch: EntryBatch = self.index(index, table, ref, indexer=entry_batch)
         return batch
 
+    def subjects(self, index: int, table: pa.Table) -> ObjectSubjects:
+        """The object's subjects, to be hashed with its group's (`object_subjects`)."""
+        found: ObjectSubjects = self.index(index, table, indexer=object_subjects)
+        return found
+
+    def grouped_batches(self) -> Iterator[tuple[int, EntryBatch]]:
+        """What the index job does per Spark task before writing: each object of the group read
+        and its subjects kept (not the table), then the group's entries as columns
+        (`entry_batches`), one batch per object, with the number of rows read."""
+        for group in self.groups:
+            found, rows = [], 0
+            for i in group:
+                table = self.read(i)
+                found.append(self.subjects(i, table))
+                rows += table.num_rows
+            batches = entry_batches(found, key=KEY)
+            yield rows, batches[0]
+            yield from ((0, b) for b in batches[1:])
+
 
 def read_and_touch(objects: Objects) -> int:
     """Baseline: read every object and materialise its subject column(s) as Python values."""
@@ -136,8 +190,14 @@ def read_and_touch(objects: Objects) -> int:
 
 
 def read_and_index(objects: Objects) -> int:
-    """What the index job does per object before writing: read it, then its entries as columns
-    (`entry_batch`)."""
+    """What the index job does before writing: the objects of each task read, then the entries
+    of the task's objects as columns (`Objects.grouped_batches`)."""
+    return sum(rows for rows, _ in objects.grouped_batches())
+
+
+def read_and_index_each(objects: Objects) -> int:
+    """What the indexer Lambda and ingestion do per object: read it, then its entries as
+    columns (`entry_batch`), one object at a time."""
     rows = 0
     for i in range(len(objects.refs)):
         table = objects.read(i)
@@ -147,12 +207,11 @@ def read_and_index(objects: Objects) -> int:
 
 
 def read_and_items(objects: Objects) -> int:
-    """The same up to the DynamoDB items the writer sends (`EntryBatch.to_items`)."""
+    """The index job's path up to the DynamoDB items the writer sends (`EntryBatch.to_items`)."""
     rows = 0
-    for i in range(len(objects.refs)):
-        table = objects.read(i)
-        objects.batch(i, table).to_items()
-        rows += table.num_rows
+    for read, batch in objects.grouped_batches():
+        batch.to_items()
+        rows += read
     return rows
 
 
@@ -237,10 +296,11 @@ def _side(wall: list[float], cpu: list[float], rows: int) -> dict[str, Any]:
     }
 
 
-SIDES = ("base", "index", "items", "models", "model_items", "reference")
+SIDES = ("base", "index", "each", "items", "models", "model_items", "reference")
 RUNS: dict[str, Callable[[Objects], int]] = {
     "base": read_and_touch,
     "index": read_and_index,
+    "each": read_and_index_each,
     "items": read_and_items,
     "models": read_and_models,
     "model_items": read_and_model_items,
@@ -250,6 +310,7 @@ RUNS: dict[str, Callable[[Objects], int]] = {
 SIDE_KEYS = {
     "base": "baseline_read_touch",
     "index": "index",
+    "each": "index_per_object",
     "items": "index_items",
     "models": "index_models",
     "model_items": "index_models_to_item",
@@ -276,7 +337,12 @@ def measure_build(objects: Objects, repeats: int) -> dict[str, Any]:
 
     sides = {side: _side(wall[side], cpu[side], rows) for side in SIDES}
     base = sides["base"]
-    result: dict[str, Any] = {"rows": rows, "repeats": repeats}
+    result: dict[str, Any] = {
+        "rows": rows,
+        "repeats": repeats,
+        "task_group_objects": [len(group) for group in objects.groups],
+        "job_cores": JOB_CORES,
+    }
     for side in SIDES:
         key = SIDE_KEYS[side]
         result[key] = sides[side]
@@ -308,6 +374,7 @@ class Built:
     distinct_pairs: int  # counted from the raw values, without hashing
     rows: int
     entries_equal_to_reference: bool  # every entry as the implementation before gave it
+    grouped_equal_to_per_object: bool  # every batch of a group as entry_batch's of its object
     writer_items_equal_to_reference: bool  # every item as IndexEntry.to_item of those
     items_sha256: str  # of every entry but updated_at, in the lake's order
     writer_items_sha256: str  # of every item as the writer sends it but updated_at, in order
@@ -325,6 +392,11 @@ def _item_text(item: dict[str, Any]) -> str:
     return json.dumps(kept)
 
 
+def _columns(batch: EntryBatch) -> tuple[Any, ...]:
+    fields = (batch.object_url, batch.version_id, batch.etag, batch.zone, batch.format)
+    return (*fields, list(batch.subject_hashes), list(batch.ends), list(batch.row_hints))
+
+
 def build_index(objects: Objects) -> Built:
     per_object: list[list[IndexEntry]] = []
     by_subject: dict[str, list[tuple[int, IndexEntry]]] = defaultdict(list)
@@ -332,9 +404,11 @@ def build_index(objects: Objects) -> Built:
     equal = items_equal = True
     digest, items_digest = hashlib.sha256(), hashlib.sha256()
     columns = objects.dataset.subject_columns
-    for i in range(len(objects.refs)):
+    grouped_equal = True
+    for i, (_, batch) in enumerate(objects.grouped_batches()):  # the index job's batches
         table = objects.read(i)
-        batch = objects.batch(i, table)
+        alone = objects.batch(i, table)  # the indexer Lambda's
+        grouped_equal = grouped_equal and _columns(batch) == _columns(alone)
         entries = batch.entries()
         found = [_comparable(e) for e in entries]
         reference = objects.index(i, table, indexer=reference_entries)
@@ -357,6 +431,7 @@ def build_index(objects: Objects) -> Built:
         distinct,
         rows,
         equal,
+        grouped_equal,
         items_equal,
         digest.hexdigest(),
         items_digest.hexdigest(),
@@ -434,6 +509,7 @@ def measure_items(built: Built) -> dict[str, Any]:
         "items_equal_reference": built.entries_equal_to_reference
         and built.writer_items_equal_to_reference,
         "entries_equal_reference": built.entries_equal_to_reference,
+        "grouped_equal_per_object": built.grouped_equal_to_per_object,
         "writer_items_equal_reference": built.writer_items_equal_to_reference,
         "items_sha256": built.items_sha256,
         "writer_items_sha256": built.writer_items_sha256,
@@ -863,8 +939,9 @@ def markdown(result: dict[str, Any]) -> str:
 
 BUILD_ROWS = (
     ("base", "baseline: read + subject column to_pylist"),
-    ("index", "**index: read + entry_batch** (entries as columns)"),
-    ("items", "index, then items: read + entry_batch + to_items"),
+    ("index", "**index: read + entry_batches per task** (entries as columns, as the index job)"),
+    ("each", "per object: read + entry_batch (as the indexer Lambda and ingestion)"),
+    ("items", "index, then items: read + entry_batches per task + to_items"),
     ("models", "entries as models: read + entries_from_table"),
     ("model_items", "models, then items: read + entries_from_table + to_item each"),
     ("reference", "before: read + the per-row implementation"),
@@ -873,8 +950,10 @@ BUILD_ROWS = (
 
 def _md_build(build: dict[str, Any]) -> list[str]:
     lines = [
-        f"**1. Index build** ({build['repeats']} repeats after a warm-up, the six runs in a "
-        "rotating order; median [min-max]; wall time, and CPU time of the process)",
+        f"**1. Index build** ({build['repeats']} repeats after a warm-up, the seven runs in a "
+        "rotating order; median [min-max]; wall time, and CPU time of the process; the index "
+        f"job's grouping on {build['job_cores']} cores: tasks of "
+        f"{', '.join(str(n) for n in build['task_group_objects'])} objects)",
         "",
         "| measurement | wall s | min-max | rows/s | CPU s | min-max | rows per CPU s |",
         "|---|---:|---:|---:|---:|---:|---:|",
@@ -952,6 +1031,9 @@ def _md_items(result: dict[str, Any]) -> list[str]:
         f"({'equal' if items['items_equal_distinct_pairs'] else 'DIFFERENT'}); every entry "
         f"{'equal to' if items['entries_equal_reference'] else 'DIFFERENT from'} the "
         f"implementation before's (SHA-256 of the entries {items['items_sha256'][:16]}...), "
+        f"every batch of a group "
+        f"{'equal to' if items['grouped_equal_per_object'] else 'DIFFERENT from'} "
+        "`entry_batch` of its object alone, "
         f"every item the writer sends "
         f"{'equal to' if items['writer_items_equal_reference'] else 'DIFFERENT from'} "
         f"`IndexEntry.to_item()` of those (SHA-256 {items['writer_items_sha256'][:16]}...); "

@@ -3,8 +3,9 @@
 A GET renders the confirmation page (what will be erased, the confirmation code, the two
 forms) and changes nothing: mail scanners open every link. A POST decides only with an
 authentic unexpired link, the page's CSRF cookie and token, an allowed approver and the typed
-code, and only once (lethe_shared.approval_flow.ApprovalPage). Every answer is an HTML page
-with strict security headers.
+code, and only once (lethe_shared.approval_flow.ApprovalPage). The requester is not an allowed
+approver, by address or by the IAM principal that filed the request (APPROVER_PRINCIPALS).
+Every answer is an HTML page with strict security headers.
 """
 
 from __future__ import annotations
@@ -24,8 +25,13 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import Field
 
 from lethe_shared.approval import response_headers
-from lethe_shared.approval_flow import ApprovalPage, HttpAnswer, HttpRequest
-from lethe_shared.config import CommaList, Settings, load_settings
+from lethe_shared.approval_flow import (
+    ApprovalPage,
+    ApproversSettingsBase,
+    HttpAnswer,
+    HttpRequest,
+)
+from lethe_shared.config import load_settings
 from lethe_shared.erasure import DynamoApprovals, DynamoErasureRequests
 from lethe_shared.erasure_workflow import StepFunctionsCallbacks
 
@@ -36,10 +42,9 @@ app = APIGatewayRestResolver()
 KEY_CACHE_SECONDS = 300
 
 
-class ApprovalPageSettings(Settings):
+class ApprovalPageSettings(ApproversSettingsBase):
     requests_table: str = Field(alias="ERASURE_REQUESTS_TABLE", min_length=1)
     approvals_table: str = Field(alias="APPROVALS_TABLE", min_length=1)
-    approvers: CommaList = Field(alias="APPROVER_EMAILS", min_length=1)
     signing_key_secret_arn: str = Field(alias="APPROVAL_SIGNING_KEY_SECRET_ARN", min_length=1)
 
 
@@ -72,6 +77,7 @@ def _page() -> ApprovalPage:
         callbacks=deps.callbacks,
         signing_key=str(key).encode(),
         approvers=deps.settings.approvers,
+        principals=deps.settings.approver_principals,
     )
 
 

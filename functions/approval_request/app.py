@@ -1,7 +1,8 @@
 """Wait For Approval: the erasure workflow's `.waitForTaskToken` task.
 
 Keeps the task token on the request record (it never leaves DynamoDB), creates one signed link
-per configured approver (never the requester) and emails each approver their own link through
+per configured approver (never the requester, by address or by the IAM principal that filed
+the request: APPROVER_PRINCIPALS) and emails each approver their own link through
 SES (lethe_shared.approval_flow.request_approval). The task then waits until an approver
 decides on the approval page, the request is cancelled, or the deadline passes (the task's
 TimeoutSeconds, from ApprovalTimeoutHours).
@@ -21,8 +22,8 @@ from aws_lambda_powertools.utilities import parameters
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, Field
 
-from lethe_shared.approval_flow import SesMailer, request_approval
-from lethe_shared.config import CommaList, Settings, load_settings
+from lethe_shared.approval_flow import ApproversSettingsBase, SesMailer, request_approval
+from lethe_shared.config import load_settings
 from lethe_shared.erasure import DynamoApprovals, DynamoErasureRequests
 
 logger = Logger()
@@ -31,10 +32,9 @@ metrics = Metrics()
 KEY_CACHE_SECONDS = 300
 
 
-class ApprovalRequestSettings(Settings):
+class ApprovalRequestSettings(ApproversSettingsBase):
     requests_table: str = Field(alias="ERASURE_REQUESTS_TABLE", min_length=1)
     approvals_table: str = Field(alias="APPROVALS_TABLE", min_length=1)
-    approvers: CommaList = Field(alias="APPROVER_EMAILS", min_length=1)
     sender: str = Field(alias="SENDER_EMAIL", min_length=3)
     signing_key_secret_arn: str = Field(alias="APPROVAL_SIGNING_KEY_SECRET_ARN", min_length=1)
     api_url: str = Field(alias="API_URL", pattern=r"^https?://")
@@ -84,6 +84,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         signing_key=key.encode(),
         base_url=settings.api_url,
         timeout=timedelta(hours=settings.timeout_hours),
+        principals=settings.approver_principals,
     )
     metrics.add_metric(name="ApprovalEmailsSent", unit=MetricUnit.Count, value=len(links))
     logger.info("approval requested", extra={"request_id": task.request_id, "links": len(links)})

@@ -8,7 +8,10 @@
 The same function takes EventBridge events (`source: lethe.requests`, detail-type `Erasure
 Requested`, detail = the POST body plus an optional `idempotency_key`; the event id is the key
 otherwise, so a redelivered event files one request). Subject ids are hashed as soon as they
-are read (lethe_shared.erasure) and never logged or stored.
+are read (lethe_shared.erasure) and never logged or stored. The IAM caller's ARN is recorded
+on the request (`requester_principal`); a `requested_by` naming an approver of
+APPROVER_PRINCIPALS is accepted only from that approver's principal (403 otherwise; an event,
+which has no authenticated caller, is refused).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from lethe_shared.erasure_workflow import (
     cancel_request,
     file_request,
 )
+from lethe_shared.principals import ApproverPrincipalsSetting, RequesterNotCallerError
 from lethe_shared.registry import DynamoDatasetRegistry
 from lethe_shared.subjects import key_from_secret
 
@@ -59,6 +63,7 @@ class ErasureApiSettings(Settings):
     datasets_table: str = Field(alias="DATASETS_TABLE", min_length=1)
     hash_key_secret_arn: str = Field(alias="HASH_KEY_SECRET_ARN", min_length=1)
     state_machine_arn: str = Field(alias="ERASURE_STATE_MACHINE_ARN", min_length=20)
+    approver_principals: ApproverPrincipalsSetting = Field(alias="APPROVER_PRINCIPALS")
 
 
 @dataclass(frozen=True)
@@ -94,7 +99,9 @@ def _json(status: int, body: dict[str, Any]) -> Response[str]:
     )
 
 
-def _file(document: Any, idempotency_key: str | None, via: str) -> dict[str, Any]:
+def _file(
+    document: Any, idempotency_key: str | None, via: str, caller: str | None
+) -> dict[str, Any]:
     body = parse_request_body(document)
     deps = _dependencies()
     secret = parameters.get_secret(deps.settings.hash_key_secret_arn, max_age=KEY_CACHE_SECONDS)
@@ -106,6 +113,8 @@ def _file(document: Any, idempotency_key: str | None, via: str) -> dict[str, Any
         starter=deps.starter,
         idempotency_key=idempotency_key,
         via=via,
+        caller=caller,
+        principals=deps.settings.approver_principals,
     )
     record = filed.request
     metrics.add_metric(
@@ -141,8 +150,8 @@ def post_request() -> Response[str]:
     key = headers.get("idempotency-key")
     if key is not None and not 1 <= len(key) <= 256:
         raise BadRequestError("Idempotency-Key must have 1 to 256 characters")
-    caller = app.current_event.request_context.identity.user_arn or "unknown caller"
-    return _json(202, _file(document, key, f"api ({caller})"))
+    caller = app.current_event.request_context.identity.user_arn  # IAM authenticated it
+    return _json(202, _file(document, key, f"api ({caller or 'unknown caller'})", caller))
 
 
 def status_filter(status_text: str | None) -> ErasureStatus | None:
@@ -204,6 +213,11 @@ def _bad_request(exc: BadRequestError) -> Response[str]:
     return _json(400, {"message": str(exc)})
 
 
+@app.exception_handler(RequesterNotCallerError)
+def _not_the_requester(exc: RequesterNotCallerError) -> Response[str]:
+    return _json(403, {"message": str(exc)})
+
+
 @app.exception_handler(IdempotencyConflictError)
 def _reused_key(exc: IdempotencyConflictError) -> Response[str]:
     return _json(409, {"message": str(exc)})
@@ -238,12 +252,13 @@ def _from_event(event: dict[str, Any]) -> dict[str, Any]:
     """An `Erasure Requested` event: a bad one is logged and dropped (retrying cannot help)."""
     detail, key = request_of_event(event)
     try:
-        return _file(detail, key, f"event {event.get('source', '')}")
+        return _file(detail, key, f"event {event.get('source', '')}", None)
     except ErasureRequestError as exc:
         metrics.add_metric(name="ErasureRequestsRefused", unit=MetricUnit.Count, value=1)
         logger.error("erasure request event refused", extra={"problems": exc.problems})
         return {"refused": exc.problems}
-    except IdempotencyConflictError as exc:
+    except (IdempotencyConflictError, RequesterNotCallerError) as exc:
+        metrics.add_metric(name="ErasureRequestsRefused", unit=MetricUnit.Count, value=1)
         logger.error("erasure request event refused", extra={"problem": str(exc)})
         return {"refused": [str(exc)]}
 

@@ -30,14 +30,17 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import signal
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import boto3
+from pyspark import TaskContext
 from pyspark.sql import SparkSession
 
 from lethe_jobs.erase_rows import (
@@ -84,6 +87,12 @@ from lethe_shared.s3 import (
 LOG = logging.getLogger("lethe.erase")
 MAX_ATTEMPTS = 5  # reads of one object while producers keep writing it
 MODES = ("erase", "verify")
+# A fault for tests only (tests/spark/test_erase_faults.py): this Spark local property, set to N
+# on the driver's thread before a run, makes an erase task's Python worker SIGKILL itself right
+# after its Nth rewrite (the new version written, older versions not yet purged), as a job dying
+# there would. Nothing in Lethe sets it, Glue and EMR Serverless do not know it: unset, no hook
+# is built and the run is unchanged.
+TEST_KILL_AFTER_REWRITES = "lethe.test.erase.killWorkerAfterRewrites"
 
 
 class ManifestMismatchError(JobError):
@@ -188,6 +197,8 @@ def _erase_current(
     current: ObjectVersion,
     ctx: EraseSettings,
     tmp: Path,
+    *,
+    after_rewrite: Callable[[], None] | None = None,
 ) -> tuple[EraseResult, VersionRef | None] | None:
     """Rewrite (or delete) the current version; None when a producer wrote meanwhile."""
     source, target = tmp / "current", tmp / "erased"
@@ -210,11 +221,19 @@ def _erase_current(
     )
     if written is None:
         return None
+    if after_rewrite is not None:
+        after_rewrite()
     return erased, VersionRef(version_id=written.version_id, etag=written.etag)
 
 
-def erase_object(store: S3ObjectStore, item: ManifestObject, ctx: EraseSettings) -> ObjectResult:
-    """Erase the subjects from one key and all its versions (module docstring, 2-4)."""
+def erase_object(
+    store: S3ObjectStore,
+    item: ManifestObject,
+    ctx: EraseSettings,
+    after_rewrite: Callable[[], None] | None = None,
+) -> ObjectResult:
+    """Erase the subjects from one key and all its versions (module docstring, 2-4).
+    `after_rewrite` runs right after each conditional write of a new version (tests' faults)."""
     first: list[VersionRef] | None = None
     purged = 0
     removed = 0  # rows this erasure removed in versions it wrote that another one then replaced
@@ -233,7 +252,9 @@ def erase_object(store: S3ObjectStore, item: ManifestObject, ctx: EraseSettings)
             )
         current = next(v for v in versions if v.is_latest)
         with tempfile.TemporaryDirectory(prefix="lethe-erase-") as tmp:
-            outcome = _erase_current(store, item, current, ctx, Path(tmp))
+            outcome = _erase_current(
+                store, item, current, ctx, Path(tmp), after_rewrite=after_rewrite
+            )
         if outcome is None:
             LOG.warning("%s changed while erasing it: reading it again", item.object_url)
             continue
@@ -367,12 +388,30 @@ def _later_erasures(
     return True
 
 
+def _test_kill_hook() -> Callable[[], None] | None:
+    """The TEST_KILL_AFTER_REWRITES fault of this task, or None (always, outside that test)."""
+    context = TaskContext.get()
+    value = context.getLocalProperty(TEST_KILL_AFTER_REWRITES) if context is not None else None
+    if not value:
+        return None
+    left = [int(value)]
+
+    def after_rewrite() -> None:
+        left[0] -= 1
+        if left[0] == 0:
+            LOG.warning("test fault %s: killing this worker", TEST_KILL_AFTER_REWRITES)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return after_rewrite
+
+
 def _erase_partition(items: Iterable[str], ctx: EraseSettings) -> Iterator[str]:
     configure_logging(ctx.correlation_id)  # an executor's Python worker logs on its own
     store = S3ObjectStore(boto3.client("s3"))
+    after_rewrite = _test_kill_hook()
     for text in items:
         item = ManifestObject.model_validate_json(text)
-        result = erase_object(store, item, ctx)
+        result = erase_object(store, item, ctx, after_rewrite)
         LOG.info(
             "%s: %s, %d of %d rows removed, %d versions purged",
             item.object_url, result.action, result.rows_removed, result.rows_before,

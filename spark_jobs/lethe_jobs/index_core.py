@@ -14,10 +14,17 @@ them, else by count); per object:
 3. skip objects whose `lethe-producer` metadata names a job that indexes what it writes
    (ingestion, erasure: `--skip-producer`, "none" with `force`), and objects whose entries all
    describe this version and ETag (unless `force`);
-4. download that exact version, compute its entries as columns (`indexing.object_batch`) and
-   make them the object's entries (`index_maintenance.replace_entries`: put the items built
-   from the columns, then flag the subjects it no longer holds, or remove them when no older
-   version is left to hold them).
+4. download that exact version, read its subjects (`indexing.object_subjects_of`: the subject
+   column(s) and line numbers, not the rows) and delete the download;
+5. when the task's objects are read (or `GROUP_ROWS` rows are held), compute their entries as
+   columns together (`arrow_index.entry_batches`: each distinct subject of the group hashed
+   once, every object's entries exactly what it would have alone) and make them each object's
+   entries (`index_maintenance.replace_entries`: put the items built from the columns, then
+   flag the subjects it no longer holds, or remove them when no older version is left to hold
+   them). Each entry names the version and ETag that were read. As before, nothing orders this
+   write after the entries of a version uploaded since the HEAD (no conditional write; the
+   reconcile job finds entries of a version that is not current), but the window is now the
+   reads of the task's objects, not one object's.
 
 Failures worth a retry raise (AWS errors, an unregistered dataset, the hash key): the job
 fails and Step Functions retries it. An unreadable lake object is reported and keeps no entry.
@@ -39,10 +46,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pyspark.sql import SparkSession
 
 from lethe_jobs.errors import InvalidObjectListError
-from lethe_jobs.indexing import StoredObject, UnreadableObjectError, object_batch
+from lethe_jobs.indexing import StoredObject, UnreadableObjectError, object_subjects_of
 from lethe_jobs.objects import ObjectKind, object_kind, object_list
 from lethe_jobs.session import configure_logging
 from lethe_jobs.tasks import grouped_items
+from lethe_shared.arrow_index import ObjectSubjects, entry_batches
 from lethe_shared.catalog import Buckets
 from lethe_shared.datasets import Dataset
 from lethe_shared.index_maintenance import (
@@ -58,6 +66,11 @@ from lethe_shared.subjects import DynamoSubjectIndex, SubjectIndex
 
 LOG = logging.getLogger("lethe.index")
 NO_PRODUCER = "none"
+# Rows whose subjects a task holds before hashing them together: bounds the memory of a group.
+# A row holds its subject column's value (the column's own buffers, no copy; for other subject
+# columns a 4-byte code and the distinct texts) and, for raw and quarantine objects, an 8-byte
+# line number: tens of bytes per row, so about 100 MB for subject ids of 40 characters.
+GROUP_ROWS = 2_000_000
 TRUE_WORDS = frozenset({"true", "yes", "1"})
 FALSE_WORDS = frozenset({"false", "no", "0"})
 
@@ -243,8 +256,18 @@ def _skip_reason(
     return None
 
 
-def index_object(aws: _Aws, location: ObjectLocation, ctx: IndexSettings) -> Outcome:
-    """Make one object's index entries match its current version (module docstring)."""
+@dataclass(frozen=True)
+class _Read:
+    """An object read up to its subjects, whose entries are computed with its group's."""
+
+    location: ObjectLocation
+    existing: set[str]  # the subjects it has entries for
+    subjects: ObjectSubjects
+
+
+def read_object(aws: _Aws, location: ObjectLocation, ctx: IndexSettings) -> Outcome | _Read:
+    """Steps 1-4 of the module docstring: the object's outcome when it is not to be indexed
+    (skipped, missing, unreadable: settled here), else its subjects."""
     kind = object_kind(ctx.dataset.dataset_id, location.bucket, location.key, ctx.buckets)
     if kind is ObjectKind.NO_ROWS:
         removed = aws.index.remove_object(location.url) if ctx.clear_unindexable else 0
@@ -267,23 +290,63 @@ def index_object(aws: _Aws, location: ObjectLocation, ctx: IndexSettings) -> Out
         ):
             return _gone(aws, location)  # deleted between the HEAD and the read
         try:
-            batch = object_batch(kind, stored, ctx.dataset, key=ctx.hash_key, workdir=Path(tmp))
+            found = object_subjects_of(
+                kind, stored, ctx.dataset, key=ctx.hash_key, workdir=Path(tmp)
+            )
         except UnreadableObjectError as exc:
             LOG.warning("%s cannot be read, it keeps no entries: %s", location.url, exc)
             replace_entries(aws.index, aws.objects, location.bucket, location.key, [])
             return Outcome("unreadable", 0, len(existing), 0)
-    replace_entries(aws.index, aws.objects, location.bucket, location.key, batch)
-    deleted = len(existing - set(batch.subject_hashes))
-    return Outcome("indexed", len(batch), deleted, batch.total_rows)
+    return _Read(location, existing, found)
+
+
+def write_group(aws: _Aws, group: Sequence[_Read], ctx: IndexSettings) -> list[Outcome]:
+    """Step 5: the entries of the objects read, computed together, each made its object's."""
+    batches = entry_batches([r.subjects for r in group], key=ctx.hash_key)
+    outcomes = []
+    for read, batch in zip(group, batches, strict=True):
+        location = read.location
+        replace_entries(aws.index, aws.objects, location.bucket, location.key, batch)
+        deleted = len(read.existing - set(batch.subject_hashes))
+        outcomes.append(Outcome("indexed", len(batch), deleted, batch.total_rows))
+    return outcomes
+
+
+def index_group(
+    aws: _Aws, locations: Iterable[ObjectLocation], ctx: IndexSettings
+) -> list[Outcome]:
+    """Make the index entries of several objects (a Spark task's) match their current
+    versions (module docstring); the outcomes in the order of `locations`."""
+    outcomes: list[Outcome | None] = []
+    group: list[tuple[int, _Read]] = []
+    held = 0
+
+    def flush() -> None:
+        written = write_group(aws, [read for _, read in group], ctx)
+        for (place, _), outcome in zip(group, written, strict=True):
+            outcomes[place] = outcome
+        group.clear()
+
+    for location in locations:
+        found = read_object(aws, location, ctx)
+        outcomes.append(found if isinstance(found, Outcome) else None)
+        if isinstance(found, _Read):
+            group.append((len(outcomes) - 1, found))
+            held += found.subjects.rows
+            if held >= GROUP_ROWS:
+                flush()
+                held = 0
+    flush()
+    return [o for o in outcomes if o is not None]
 
 
 def index_partition(items: Iterable[str], ctx: IndexSettings) -> Iterator[dict[str, Any]]:
-    """A Spark task: index the objects of one partition (JSON object locations)."""
+    """A Spark task: index the objects of one partition (JSON object locations) as a group."""
     configure_logging(ctx.correlation_id)  # an executor's Python worker logs on its own
     aws = _Aws.connect(ctx.index_table)
-    for item in items:
-        location = ObjectLocation.model_validate_json(item)
-        yield asdict(index_object(aws, location, ctx))
+    locations = [ObjectLocation.model_validate_json(item) for item in items]
+    for outcome in index_group(aws, locations, ctx):
+        yield asdict(outcome)
 
 
 def index_objects(

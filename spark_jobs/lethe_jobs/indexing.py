@@ -12,10 +12,13 @@ write or expect. No AWS here: the callers download the object and write the entr
 - **quarantine files**: each line's `record` (the rejected row as read), typed the same way, so
   a rejected row has the same subject in its raw object and in quarantine; hint = line.
 
-Every path ends in `lethe_shared.arrow_index.entry_batch`, the one implementation that turns
-rows into entries: the typed values go to it as their canonical texts. The `*_batch` functions
-return an object's entries as columns (`EntryBatch`, what the index job writes); the
-`*_entries` functions the same entries as IndexEntry models (`EntryBatch.entries()`).
+Every path ends in `lethe_shared.arrow_index.entry_batches`, the one implementation that turns
+rows into entries: the typed values go to it as their canonical texts. The `*_subjects`
+functions return an object's subjects before hashing (`ObjectSubjects`: the subject columns'
+codes and texts, not the rows), which the index job hashes for all the objects of a Spark task
+at once (`entry_batches`); the `*_batch` functions return one object's entries as columns
+(`EntryBatch`); the `*_entries` functions the same entries as IndexEntry models
+(`EntryBatch.entries()`).
 """
 
 from __future__ import annotations
@@ -35,9 +38,10 @@ from lethe_jobs.subject_values import json_leaf_text, subject_text
 from lethe_jobs.validate import POSITION, RECORD
 from lethe_shared.arrow_index import (
     ObjectRef,
-    entry_batch,
-    lake_object_batch,
-    no_entries,
+    ObjectSubjects,
+    entry_batches,
+    lake_object_subjects,
+    object_subjects,
     row_subject_hashes,
 )
 from lethe_shared.catalog import Zone
@@ -190,10 +194,17 @@ def subject_table(dataset: Dataset, texts: Sequence[Sequence[str | None]]) -> An
     return pa.table({name: _subject_array(node) for name, node in tree.items()})
 
 
+def subjects_of_rows(
+    rows: SubjectRows, dataset: Dataset, ref: ObjectRef, *, key: bytes
+) -> ObjectSubjects:
+    """The subjects of `rows`, to be hashed by `entry_batches`."""
+    table = subject_table(dataset, rows.texts)
+    return object_subjects(table, dataset, ref, key=key, coordinates=rows.coordinates)
+
+
 def batch_of_rows(rows: SubjectRows, dataset: Dataset, ref: ObjectRef, *, key: bytes) -> EntryBatch:
     """The entries of `rows` as columns (empty when there are no rows)."""
-    table = subject_table(dataset, rows.texts)
-    return entry_batch(table, dataset, ref, key=key, coordinates=rows.coordinates)
+    return entry_batches([subjects_of_rows(rows, dataset, ref, key=key)], key=key)[0]
 
 
 def entries_of_rows(
@@ -212,15 +223,23 @@ def subject_hashes_of_rows(rows: SubjectRows, dataset: Dataset, *, key: bytes) -
     return row_subject_hashes(subject_table(dataset, rows.texts), dataset, {}, key=key)
 
 
+def raw_subjects(
+    path: Path, dataset: Dataset, ref: ObjectRef, *, key: bytes, workdir: Path
+) -> ObjectSubjects:
+    """Subjects of a raw object stored at `path`; an unreadable file has no rows, so none."""
+    try:
+        rows = raw_subject_rows(read_raw(path, dataset, workdir), dataset)
+    except UnreadableFileError:
+        rows = SubjectRows([], [[] for _ in dataset.subject_columns])
+    return subjects_of_rows(rows, dataset, ref, key=key)
+
+
 def raw_batch(
     path: Path, dataset: Dataset, ref: ObjectRef, *, key: bytes, workdir: Path
 ) -> EntryBatch:
     """Entries of a raw object stored at `path`; an unreadable file has no rows, so none."""
-    try:
-        records = read_raw(path, dataset, workdir)
-    except UnreadableFileError:
-        return no_entries(dataset, ref)
-    return batch_of_rows(raw_subject_rows(records, dataset), dataset, ref, key=key)
+    found = raw_subjects(path, dataset, ref, key=key, workdir=workdir)
+    return entry_batches([found], key=key)[0]
 
 
 def raw_entries(
@@ -229,10 +248,17 @@ def raw_entries(
     return raw_batch(path, dataset, ref, key=key, workdir=workdir).entries()
 
 
-def quarantine_batch(path: Path, dataset: Dataset, ref: ObjectRef, *, key: bytes) -> EntryBatch:
+def quarantine_subjects(
+    path: Path, dataset: Dataset, ref: ObjectRef, *, key: bytes
+) -> ObjectSubjects:
     with path.open(encoding="utf-8") as lines:
         rows = quarantine_subject_rows(lines, dataset)
-    return batch_of_rows(rows, dataset, ref, key=key)
+    return subjects_of_rows(rows, dataset, ref, key=key)
+
+
+def quarantine_batch(path: Path, dataset: Dataset, ref: ObjectRef, *, key: bytes) -> EntryBatch:
+    found = quarantine_subjects(path, dataset, ref, key=key)
+    return entry_batches([found], key=key)[0]
 
 
 def quarantine_entries(
@@ -255,13 +281,20 @@ def lake_file_ref(
     )
 
 
+def lake_parquet_subjects(
+    path: Path, object_key: str, dataset: Dataset, ref: ObjectRef, *, key: bytes
+) -> ObjectSubjects:
+    try:
+        return lake_object_subjects(path.read_bytes(), object_key, dataset, ref, key=key)
+    except _ARROW_ERRORS as exc:
+        raise UnreadableObjectError(f"not a readable Parquet file: {exc}") from exc
+
+
 def lake_parquet_batch(
     path: Path, object_key: str, dataset: Dataset, ref: ObjectRef, *, key: bytes
 ) -> EntryBatch:
-    try:
-        return lake_object_batch(path.read_bytes(), object_key, dataset, ref, key=key)
-    except _ARROW_ERRORS as exc:
-        raise UnreadableObjectError(f"not a readable Parquet file: {exc}") from exc
+    found = lake_parquet_subjects(path, object_key, dataset, ref, key=key)
+    return entry_batches([found], key=key)[0]
 
 
 def lake_parquet_entries(
@@ -285,22 +318,32 @@ class StoredObject:
         return s3_url(self.bucket, self.key)
 
 
+def object_subjects_of(
+    kind: ObjectKind, stored: StoredObject, dataset: Dataset, *, key: bytes, workdir: Path
+) -> ObjectSubjects:
+    """The subjects of an object of `kind`, read from `stored.path`: `object_batch` before
+    hashing, for `entry_batches` (what the index job does for the objects of a task). Raises
+    UnreadableObjectError for a lake object that cannot be read, ValueError for an object
+    that holds no rows (ObjectKind.NO_ROWS: never indexed)."""
+    if kind is ObjectKind.RAW:
+        ref = ObjectRef(stored.url, Zone.RAW, dataset.format.value, stored.version_id, stored.etag)
+        return raw_subjects(stored.path, dataset, ref, key=key, workdir=workdir)
+    if kind is ObjectKind.QUARANTINE_ROWS:
+        ref = ObjectRef(stored.url, Zone.LAKE, "jsonl", stored.version_id, stored.etag)
+        return quarantine_subjects(stored.path, dataset, ref, key=key)
+    if kind is ObjectKind.LAKE_PARQUET:
+        ref = lake_file_ref(stored.url, stored.key, dataset, stored.version_id, stored.etag)
+        return lake_parquet_subjects(stored.path, stored.key, dataset, ref, key=key)
+    raise ValueError(f"{stored.url} holds no rows: it has no entries")
+
+
 def object_batch(
     kind: ObjectKind, stored: StoredObject, dataset: Dataset, *, key: bytes, workdir: Path
 ) -> EntryBatch:
-    """The entries an object of `kind` should have, as columns: what the index job writes.
-    Raises UnreadableObjectError for a lake object that cannot be read, ValueError for an
-    object that holds no rows (ObjectKind.NO_ROWS: never indexed)."""
-    if kind is ObjectKind.RAW:
-        ref = ObjectRef(stored.url, Zone.RAW, dataset.format.value, stored.version_id, stored.etag)
-        return raw_batch(stored.path, dataset, ref, key=key, workdir=workdir)
-    if kind is ObjectKind.QUARANTINE_ROWS:
-        ref = ObjectRef(stored.url, Zone.LAKE, "jsonl", stored.version_id, stored.etag)
-        return quarantine_batch(stored.path, dataset, ref, key=key)
-    if kind is ObjectKind.LAKE_PARQUET:
-        ref = lake_file_ref(stored.url, stored.key, dataset, stored.version_id, stored.etag)
-        return lake_parquet_batch(stored.path, stored.key, dataset, ref, key=key)
-    raise ValueError(f"{stored.url} holds no rows: it has no entries")
+    """The entries an object of `kind` should have, as columns (`object_subjects_of`, then
+    hashed alone). Raises as `object_subjects_of`."""
+    found = object_subjects_of(kind, stored, dataset, key=key, workdir=workdir)
+    return entry_batches([found], key=key)[0]
 
 
 def object_entries(

@@ -7,8 +7,6 @@ log line; the task token must not leave the server either."""
 
 from __future__ import annotations
 
-import email
-import email.policy
 import html
 import logging
 import re
@@ -21,7 +19,6 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import boto3
 import pytest
 from aws_lambda_powertools.utilities import parameters
-from moto.ses.models import ses_backends
 
 from lethe_shared.approval import CONTENT_SECURITY_POLICY
 from lethe_shared.erasure import (
@@ -32,7 +29,9 @@ from lethe_shared.erasure import (
     parse_request_body,
 )
 from tests.conftest import FakeLambdaContext, load_function_module
-from tests.integration.conftest import REGION, create_table_from_template
+from tests.integration.approval_events import aimed, headers_of, outcome, part, sent_mail
+from tests.integration.approval_events import link_in as link_in_api
+from tests.integration.conftest import create_table_from_template
 
 pytestmark = pytest.mark.lambda_runtime
 
@@ -98,49 +97,8 @@ def _nothing_private_in_logs(
         assert TOKEN not in text
 
 
-def sent_mail() -> list[EmailMessage]:
-    messages = []
-    for message in ses_backends["123456789012"][REGION].sent_messages:
-        parsed = email.message_from_string(message.raw_data, policy=email.policy.default)
-        assert isinstance(parsed, EmailMessage)
-        messages.append(parsed)
-    return messages
-
-
-def part(message: EmailMessage, subtype: str) -> str:
-    body = message.get_body(preferencelist=(subtype,))
-    assert body is not None
-    assert body.get_content_subtype() == subtype
-    return str(body.get_content())
-
-
 def link_in(message: EmailMessage) -> str:
-    (link,) = re.findall(rf"{re.escape(API_URL)}/approvals/\S+", part(message, "plain"))
-    return str(link)
-
-
-def aimed(event: dict[str, Any], link: str) -> dict[str, Any]:
-    """An approval page event for the path and query of `link`."""
-    split = urlsplit(link)
-    approval_id = split.path.rsplit("/", 1)[1]
-    query = {k: v[0] for k, v in parse_qs(split.query).items()}
-    event["path"] = f"/approvals/{approval_id}"
-    event["pathParameters"] = {"approval_id": approval_id}
-    event["requestContext"]["path"] = f"/local/approvals/{approval_id}"
-    event["queryStringParameters"] = query
-    event["multiValueQueryStringParameters"] = {k: [v] for k, v in query.items()}
-    return event
-
-
-def headers_of(response: dict[str, Any]) -> dict[str, str]:
-    single = dict(response.get("headers") or {})
-    multi = {k: ", ".join(v) for k, v in (response.get("multiValueHeaders") or {}).items()}
-    return {**multi, **single}
-
-
-def outcome(response: dict[str, Any]) -> str | None:
-    found = re.search(r'data-outcome="([^"]+)"', response["body"])
-    return found.group(1) if found else None
+    return link_in_api(message, API_URL)
 
 
 def ask(functions: tuple[Any, Any], load_event: Event) -> dict[str, Any]:

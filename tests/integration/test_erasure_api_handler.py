@@ -363,3 +363,71 @@ def test_a_bad_erasure_requested_event_is_refused_and_files_nothing(
     }
     assert stored_items(requests_table) == []
     assert executions() == []
+
+
+# ------------------------------------------------------------------------------ the IAM caller
+# events/env.json maps approver@example.com to arn:aws:iam::123456789012:role/lethe-local-approver
+
+APPROVER_SESSION = "arn:aws:sts::123456789012:assumed-role/lethe-local-approver/approver"
+
+
+def as_caller(event: dict[str, Any], arn: str, requested_by: str) -> dict[str, Any]:
+    event["requestContext"]["identity"]["userArn"] = arn
+    event["body"] = json.dumps({**json.loads(event["body"]), "requested_by": requested_by})
+    return event
+
+
+def test_the_callers_arn_is_recorded_as_the_requester_principal(
+    app: Any, requests_table: Any, load_event: Event
+) -> None:
+    status, body = call(
+        app,
+        as_caller(load_event("erasure_api_post.json"), APPROVER_SESSION, "approver@example.com"),
+    )
+
+    assert status == 202
+    (item,) = stored_items(requests_table)
+    assert (item["requested_by"], item["requester_principal"]) == (
+        "approver@example.com",
+        APPROVER_SESSION,
+    )
+    _, shown = call(app, at(load_event("erasure_api_get.json"), body["request_id"]))
+    assert shown["requester_principal"] == APPROVER_SESSION
+
+
+def test_a_request_in_an_approvers_name_from_another_caller_is_forbidden(
+    app: Any, requests_table: Any, load_event: Event
+) -> None:
+    event = as_caller(
+        load_event("erasure_api_post.json"),
+        "arn:aws:iam::123456789012:user/privacy-officer",
+        "Approver@Example.com",
+    )
+
+    assert call(app, event) == (
+        403,
+        {
+            "message": "requested_by names an approver: only that approver's own IAM principal "
+            "may file a request in their name"
+        },
+    )
+    assert stored_items(requests_table) == []
+    assert executions() == []
+
+
+def test_an_event_in_an_approvers_name_is_refused(
+    app: Any, requests_table: Any, load_event: Event
+) -> None:
+    event = load_event("erasure_requested_event.json")
+    event["detail"]["requested_by"] = "approver@example.com"
+
+    result = app.handler(event, FakeLambdaContext())
+
+    assert result == {
+        "refused": [
+            "requested_by names an approver: only that approver's own IAM principal may file "
+            "a request in their name"
+        ]
+    }
+    assert stored_items(requests_table) == []
+    assert executions() == []

@@ -3,7 +3,9 @@ template as loaded by the local cloud's CloudFormation-aware loader, and lookups
 
 from __future__ import annotations
 
+import itertools
 import re
+from collections.abc import Iterator
 from typing import Any
 
 Template = dict[str, Any]
@@ -55,3 +57,41 @@ def requirement_pins(text: str) -> dict[str, str]:
         name = re.sub(r"[-_.]+", "-", name.split("[", 1)[0]).lower()
         pins[name] = version
     return pins
+
+
+NO_VALUE = {"Ref": "AWS::NoValue"}
+
+
+def conditions_in(value: Any) -> set[str]:
+    """The template conditions value's Fn::If branches name."""
+    if isinstance(value, dict):
+        found = {value["Fn::If"][0]} if "Fn::If" in value else set()
+        for item in value.values():
+            found |= conditions_in(item)
+        return found
+    if isinstance(value, list):
+        return set().union(*(conditions_in(item) for item in value)) if value else set()
+    return set()
+
+
+def under(value: Any, truth: dict[str, bool]) -> Any:
+    """value with every Fn::If decided by truth; AWS::NoValue becomes None (absent)."""
+    if isinstance(value, dict):
+        if "Fn::If" in value:
+            condition, when_true, when_false = value["Fn::If"]
+            return under(when_true if truth[condition] else when_false, truth)
+        if value == NO_VALUE:
+            return None
+        resolved = {k: under(v, truth) for k, v in value.items()}
+        return {k: v for k, v in resolved.items() if v is not None}
+    if isinstance(value, list):
+        return [item for item in (under(v, truth) for v in value) if item is not None]
+    return value
+
+
+def every_branch(value: Any) -> Iterator[tuple[dict[str, bool], Any]]:
+    """(truth, value decided by it) for every combination of the conditions value uses."""
+    names = sorted(conditions_in(value))
+    for values in itertools.product([True, False], repeat=len(names)):
+        truth = dict(zip(names, values, strict=True))
+        yield truth, under(value, truth)

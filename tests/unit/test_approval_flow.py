@@ -11,7 +11,7 @@ import json
 import logging
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
@@ -47,6 +47,7 @@ from lethe_shared.erasure_workflow import (
     cancel_request,
     mark,
 )
+from lethe_shared.principals import ApproverPrincipals
 from tests.fakes import MemoryApprovals, MemoryErasureRequests
 
 pytestmark = pytest.mark.lambda_runtime
@@ -685,3 +686,84 @@ def test_a_cancelled_request_is_closed_to_its_links(awaiting: World) -> None:
     assert "status REJECTED" in answer.page.html
     assert awaiting.callbacks.calls == cancelled_calls
     assert awaiting.record().status is ErasureStatus.REJECTED
+
+
+# ------------------------------------------------------------------------------ the IAM caller
+
+DPO_ROLE = "arn:aws:iam::123456789012:role/DpoRole"
+DPO_SESSION = "arn:aws:sts::123456789012:assumed-role/DpoRole/dpo-laptop"
+PRINCIPALS = ApproverPrincipals.parse(f"{DPO}={DPO_ROLE}")
+
+
+def filed_by(requests: MemoryErasureRequests, caller: str) -> None:
+    """A REPORTED request filed by `caller`, naming someone else as the requester."""
+    body = parse_request_body(
+        {"subject_ids": [SECRET], "reason": "ticket 88", "requested_by": "someone@example.com"}
+    )
+    requests.create(
+        new_request(RID, body, hash_subjects(body, HASH_KEY, []), now=T0, principal=caller)
+    )
+    requests.transition(RID, ErasureStatus.REPORTED, by="workflow", updates={"report": REPORT})
+
+
+def test_an_approver_who_filed_the_request_in_another_name_is_not_asked_and_cannot_decide() -> None:
+    # Given DPO's role filed the request, naming someone else as the requester
+    world = World(
+        MemoryErasureRequests(), MemoryApprovals(), RecordingMailer(), RecordingCallbacks()
+    )
+    filed_by(world.requests, DPO_SESSION)
+
+    # When approval is requested: only CISO is asked
+    request_approval(
+        RID, "task-token-1", requests=world.requests, approvals=world.approvals,
+        mailer=world.mailer, approvers=APPROVERS, signing_key=SIGNING_KEY, base_url=BASE_URL,
+        timeout=timedelta(hours=72), principals=PRINCIPALS, now=T0,
+    )  # fmt: skip
+    assert [m.to for m in world.mailer.sent] == [CISO]
+
+    # and a link made for DPO by hand decides nothing, on GET or POST
+    approval_id = new_approval_id()
+    deadline = int(DEADLINE.timestamp())
+    world.approvals.put(
+        ApprovalLink(
+            approval_id=approval_id, request_id=RID, approver=DPO, deadline=deadline,
+            created_at=T0.isoformat(), expires_at=deadline + 86400,
+        )
+    )  # fmt: skip
+    link = sign_link(SIGNING_KEY, BASE_URL, approval_id, deadline)
+    nonce = new_csrf_nonce()
+    body = urlencode(
+        {
+            "csrf_token": csrf_token(SIGNING_KEY, approval_id, nonce),
+            "confirmation": confirmation_code(SIGNING_KEY, approval_id),
+            "decision": "approve",
+        }
+    )
+    page = replace(world.page(), principals=PRINCIPALS)
+    opened = page.get(http(link), now=NOW)
+    posted = page.post(http(link, cookie=f"lethe_csrf={nonce}", body=body), now=NOW)
+
+    for answer in (opened, posted):
+        assert (answer.page.status_code, answer.page.outcome) == (403, "not-allowed")
+        assert "The requester cannot approve their own request." in answer.page.html
+    assert_nothing_decided(world)
+    # CISO still can
+    assert decide(world, world.link_of(CISO), "approve").page.outcome == "approved"
+
+
+def test_when_every_approver_filed_it_nobody_is_asked() -> None:
+    requests = MemoryErasureRequests()
+    filed_by(requests, DPO_SESSION)
+    approvals, mailer = MemoryApprovals(), RecordingMailer()
+    before = copy.deepcopy(requests.items)
+
+    with pytest.raises(NoApproverError):
+        request_approval(
+            RID, "task-token-1", requests=requests, approvals=approvals, mailer=mailer,
+            approvers=[DPO], signing_key=SIGNING_KEY, base_url=BASE_URL,
+            timeout=timedelta(hours=72), principals=PRINCIPALS, now=T0,
+        )  # fmt: skip
+
+    assert requests.items == before
+    assert approvals.links == {}
+    assert mailer.sent == []

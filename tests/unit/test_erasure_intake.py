@@ -29,6 +29,7 @@ from lethe_shared.erasure import (
     parse_request_body,
 )
 from lethe_shared.erasure_workflow import file_request
+from lethe_shared.principals import ApproverPrincipals, RequesterNotCallerError
 from lethe_shared.subjects import hash_of_id, hash_of_keys
 from tests.fakes import MemoryErasureRequests
 
@@ -452,6 +453,51 @@ def test_a_bad_body_files_nothing() -> None:
         file_request(
             body(subject_ids=[SECRET], reason=f"for {SECRET}"), hash_key=KEY, datasets=DATASETS,
             requests=requests, starter=starter,
+        )  # fmt: skip
+
+    assert requests.items == {}
+    assert starter.calls == []
+
+
+# ------------------------------------------------------------------------------ the IAM caller
+
+APPROVER_ROLE = "arn:aws:iam::123456789012:role/DpoRole"
+APPROVER_SESSION = "arn:aws:sts::123456789012:assumed-role/DpoRole/dpo"
+PRINCIPALS = ApproverPrincipals.parse(f"dpo@example.com={APPROVER_ROLE}")
+
+
+def test_the_callers_principal_is_recorded_on_the_request() -> None:
+    requests = MemoryErasureRequests()
+
+    filed = file_request(
+        body(subject_ids=[SECRET], requested_by="dpo@example.com"), hash_key=KEY,
+        datasets=DATASETS, requests=requests, starter=RecordingStarter(),
+        caller=APPROVER_SESSION, principals=PRINCIPALS,
+    )  # fmt: skip
+
+    assert filed.request.requester_principal == APPROVER_SESSION
+    assert filed.request.public()["requester_principal"] == APPROVER_SESSION
+
+
+@pytest.mark.parametrize(
+    "caller",
+    [
+        "arn:aws:iam::123456789012:user/privacy-officer",
+        "arn:aws:sts::123456789012:assumed-role/OtherRole/dpo",
+        None,  # an Erasure Requested event: no authenticated caller
+    ],
+)
+def test_a_request_in_an_approvers_name_from_another_caller_files_nothing(
+    caller: str | None,
+) -> None:
+    requests = MemoryErasureRequests()
+    starter = RecordingStarter()
+
+    with pytest.raises(RequesterNotCallerError):
+        file_request(
+            body(subject_ids=[SECRET], requested_by=" DPO@example.com"), hash_key=KEY,
+            datasets=DATASETS, requests=requests, starter=starter, caller=caller,
+            principals=PRINCIPALS,
         )  # fmt: skip
 
     assert requests.items == {}

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import copy
 import fnmatch
-import itertools
 import json
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -24,11 +23,17 @@ from typing import Any
 import pytest
 
 from lethe.localcloud.template import TEMPLATE_PATH, load_template, translate
-from tests.unit.template_rules import Template, first_of, properties_of, resources_of
+from tests.unit.template_rules import (
+    NO_VALUE,
+    Template,
+    every_branch,
+    first_of,
+    properties_of,
+    resources_of,
+)
 
 pytestmark = pytest.mark.unit
 
-NO_VALUE = {"Ref": "AWS::NoValue"}
 PARAMETERS = {"ApproverEmails": "a@example.com", "SenderEmail": "s@example.com"}
 
 # Services whose resources hold or guard Lethe's data: no wildcard action may reach them.
@@ -145,37 +150,9 @@ def _as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value]
 
 
-def _conditions_in(value: Any) -> set[str]:
-    if isinstance(value, dict):
-        found = {value["Fn::If"][0]} if "Fn::If" in value else set()
-        for item in value.values():
-            found |= _conditions_in(item)
-        return found
-    if isinstance(value, list):
-        return set().union(*(_conditions_in(item) for item in value)) if value else set()
-    return set()
-
-
-def _under(value: Any, truth: dict[str, bool]) -> Any:
-    """value with every Fn::If decided by truth; AWS::NoValue becomes None (absent)."""
-    if isinstance(value, dict):
-        if "Fn::If" in value:
-            condition, when_true, when_false = value["Fn::If"]
-            return _under(when_true if truth[condition] else when_false, truth)
-        if value == NO_VALUE:
-            return None
-        resolved = {k: _under(v, truth) for k, v in value.items()}
-        return {k: v for k, v in resolved.items() if v is not None}
-    if isinstance(value, list):
-        return [item for item in (_under(v, truth) for v in value) if item is not None]
-    return value
-
-
 def _branches(value: Any) -> Iterator[Any]:
     """value under every combination of the conditions it uses (one resource: a few)."""
-    names = sorted(_conditions_in(value))
-    for values in itertools.product([True, False], repeat=len(names)):
-        yield _under(value, dict(zip(names, values, strict=True)))
+    return (decided for _, decided in every_branch(value))
 
 
 def _statements(document: Any) -> list[dict[str, Any]]:

@@ -6,7 +6,6 @@ against the real template, and run against a copy broken on purpose to show that
 from __future__ import annotations
 
 import copy
-import itertools
 import re
 import shlex
 import tomllib
@@ -20,7 +19,9 @@ from lethe.localcloud.template import REPO_ROOT, TEMPLATE_PATH, load_template, t
 from tests.unit.template_rules import (
     LAMBDA_ARCHITECTURES,
     LAMBDA_RUNTIME,
+    NO_VALUE,
     Template,
+    every_branch,
     first_of,
     function_settings,
     properties_of,
@@ -30,7 +31,6 @@ from tests.unit.template_rules import (
 
 pytestmark = pytest.mark.unit
 
-NO_VALUE = {"Ref": "AWS::NoValue"}
 LOG_RETENTION = {"Ref": "LogRetentionDays"}
 AWS_MANAGED_ALIASES = ("alias/aws/sns", "alias/aws/sqs")
 FUNCTION_TYPES = ("AWS::Serverless::Function", "AWS::Lambda::Function")
@@ -58,39 +58,6 @@ def _strings(value: Any) -> Iterator[str]:
     elif isinstance(value, list):
         for item in value:
             yield from _strings(item)
-
-
-def _conditions_in(value: Any) -> set[str]:
-    if isinstance(value, dict):
-        found = {value["Fn::If"][0]} if "Fn::If" in value else set()
-        for item in value.values():
-            found |= _conditions_in(item)
-        return found
-    if isinstance(value, list):
-        return set().union(*(_conditions_in(item) for item in value)) if value else set()
-    return set()
-
-
-def _under(value: Any, truth: dict[str, bool]) -> Any:
-    """value with every Fn::If decided by truth; AWS::NoValue becomes None (absent)."""
-    if isinstance(value, dict):
-        if "Fn::If" in value:
-            condition, when_true, when_false = value["Fn::If"]
-            return _under(when_true if truth[condition] else when_false, truth)
-        if value == NO_VALUE:
-            return None
-        resolved = {k: _under(v, truth) for k, v in value.items()}
-        return {k: v for k, v in resolved.items() if v is not None}
-    if isinstance(value, list):
-        return [item for item in (_under(v, truth) for v in value) if item is not None]
-    return value
-
-
-def _every_branch(value: Any) -> Iterator[tuple[dict[str, bool], Any]]:
-    names = sorted(_conditions_in(value))
-    for values in itertools.product([True, False], repeat=len(names)):
-        truth = dict(zip(names, values, strict=True))
-        yield truth, _under(value, truth)
 
 
 def _is_true(value: Any) -> bool:
@@ -121,7 +88,7 @@ def aws_managed_sns_sqs_keys(template: Template) -> list[str]:
 def unencrypted_queues(template: Template) -> list[str]:
     offenders = []
     for lid, resource in resources_of(template, "AWS::SQS::Queue").items():
-        for truth, props in _every_branch(properties_of(resource)):
+        for truth, props in every_branch(properties_of(resource)):
             key = props.get("KmsMasterKeyId")
             customer_key = key is not None and not (
                 isinstance(key, str) and key.startswith("alias/aws/")
@@ -137,7 +104,7 @@ def topics_without_customer_key(template: Template) -> list[str]:
     keys = resources_of(template, "AWS::KMS::Key")
     offenders = []
     for lid, resource in resources_of(template, "AWS::SNS::Topic").items():
-        for truth, props in _every_branch(properties_of(resource)):
+        for truth, props in every_branch(properties_of(resource)):
             key = props.get("KmsMasterKeyId")
             if key is None or (isinstance(key, str) and key.startswith("alias/aws/")):
                 offenders.append(f"{lid} (conditions {truth}): no customer managed key")

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from email.message import EmailMessage
 from typing import Any, Protocol
+
+from pydantic import Field, model_validator
 
 from lethe_shared.approval import (
     ApprovalError,
@@ -50,6 +52,7 @@ from lethe_shared.approval import (
     verify_link,
 )
 from lethe_shared.catalog import Zone
+from lethe_shared.config import CommaList, Settings
 from lethe_shared.erasure import (
     ApprovalLink,
     Approvals,
@@ -60,10 +63,30 @@ from lethe_shared.erasure import (
 )
 from lethe_shared.erasure_workflow import RequestClosedError, TaskCallbacks, TaskGoneError
 from lethe_shared.errors import LetheError
+from lethe_shared.principals import ApproverPrincipals, ApproverPrincipalsSetting
 
 LOG = logging.getLogger("lethe.approval")
 LINK_RECORD_DAYS = 30  # approval link records stay this long after their deadline (TTL)
 CSRF_MAX_AGE = 12 * 3600
+
+
+class ApproversSettingsBase(Settings):
+    """Who may decide, for the functions that ask and answer approvers: the addresses
+    (`ApproverEmails`) and the IAM principals they file requests as (`ApproverPrincipals`,
+    lethe_shared.principals), every mapped address a configured approver."""
+
+    approvers: CommaList = Field(alias="APPROVER_EMAILS", min_length=1)
+    approver_principals: ApproverPrincipalsSetting = Field(alias="APPROVER_PRINCIPALS")
+
+    @model_validator(mode="after")
+    def _mapped_addresses_are_approvers(self) -> ApproversSettingsBase:
+        unknown = self.approver_principals.unknown(self.approvers)
+        if unknown:
+            raise ValueError(
+                "APPROVER_PRINCIPALS maps addresses that are not in APPROVER_EMAILS: "
+                + ", ".join(unknown)
+            )
+        return self
 
 
 class NoApproverError(LetheError):
@@ -100,6 +123,14 @@ def _same_person(a: str, b: str) -> bool:
     return a.strip().casefold() == b.strip().casefold()
 
 
+def is_requester(approver: str, record: ErasureRequest, principals: ApproverPrincipals) -> bool:
+    """Whether `approver` filed the request: by the address the request names, or (the
+    authenticated part) by the IAM principal that filed it (lethe_shared.principals)."""
+    return _same_person(approver, record.requested_by) or principals.filed_by(
+        approver, record.requester_principal
+    )
+
+
 def _summary(record: ErasureRequest, approver: str, deadline: datetime) -> ApprovalSummary:
     report = record.report
     return ApprovalSummary(
@@ -133,20 +164,24 @@ def request_approval(
     signing_key: bytes,
     base_url: str,
     timeout: timedelta,
+    principals: ApproverPrincipals | None = None,
     now: datetime | None = None,
 ) -> list[ApprovalLink]:
     """Keep the task token, create each approver's link and email it; the request becomes
-    AWAITING_APPROVAL with the deadline (the task's timeout). Raises RequestClosedError when
-    the request was cancelled meanwhile, NoApproverError when nobody may decide."""
+    AWAITING_APPROVAL with the deadline (the task's timeout). The requester (is_requester) is
+    never asked. Raises RequestClosedError when the request was cancelled meanwhile,
+    NoApproverError when nobody may decide."""
     at = now or datetime.now(UTC)
     record = requests.get(request_id)
     if record is None or record.terminal:
         raise RequestClosedError(f"request {request_id} is closed")
     distinct = {a.strip().casefold(): a.strip() for a in approvers if a.strip()}  # one each
-    allowed = [a for a in distinct.values() if not _same_person(a, record.requested_by)]
+    known = principals or ApproverPrincipals()
+    allowed = [a for a in distinct.values() if not is_requester(a, record, known)]
     if not allowed:
         raise NoApproverError(
-            f"request {request_id}: no configured approver other than the requester"
+            f"request {request_id}: no configured approver other than the requester (by "
+            "address or by the IAM principal that filed it)"
         )
     deadline = (at + timeout).replace(microsecond=0)
     links = [
@@ -214,6 +249,7 @@ class ApprovalPage:
     callbacks: TaskCallbacks
     signing_key: bytes
     approvers: Sequence[str]
+    principals: ApproverPrincipals = field(default_factory=ApproverPrincipals)
 
     def _link(self, request: HttpRequest, now: datetime) -> ApprovalLink:
         """The approval record of an authentic, unexpired link. Raises ApprovalError."""
@@ -253,7 +289,7 @@ class ApprovalPage:
     def _allowed(self, link: ApprovalLink, record: ErasureRequest) -> Page | None:
         if not any(_same_person(link.approver, a) for a in self.approvers):
             return render_not_allowed_page("this address is no longer a configured approver")
-        if _same_person(link.approver, record.requested_by):
+        if is_requester(link.approver, record, self.principals):
             return render_not_allowed_page("the requester cannot approve their own request")
         return None
 

@@ -1,21 +1,25 @@
-"""Index entries of one object, from its rows as an Arrow table.
+"""Index entries of objects, from their rows as Arrow tables.
 
 Used by everything that indexes: the ingest job (lake files, the raw object, quarantine), the
 Spark index and reconcile jobs, and the small-object indexer Lambda (`index_lake_object`). One
 implementation, so that a backfill gives exactly the index ingestion would. The erase job
 matches rows with `row_subject_hashes`, the same computation row by row.
 
-How (docs/INDEX.md, "How entries are computed"): each subject column is dictionary-encoded by
-Arrow (one code per distinct value; several columns combine into one code per distinct tuple),
-each distinct subject is hashed once with `lethe_shared.subjects`' canonical text and HMAC (the
-texts of string, integer and boolean values are Arrow's, taken as bytes), the hashes are ranked
-by Arrow, and rows are sorted by their subject's rank with a stable Arrow sort (so each
-subject's rows stay in row order). `entry_batch` returns the entries as columns
-(`subjects.EntryBatch`: the hashes, the row hints cut by ends, the object's fields validated
-once), from which the index writer builds DynamoDB items directly; `entries_from_table` gives
-the same entries as IndexEntry models. Python work is per distinct subject, never per row,
-except for column types Arrow cannot encode (structs, lists, unions, extension types,
-decimal32/64), whose values go through Python as before.
+How (docs/INDEX.md, "How entries are computed"): `object_subjects` keeps what an object's
+entries need and not the table: a single string, integer or boolean subject column as each
+row's text (Arrow's text of the value, as bytes), any other subject as a code per row
+(dictionary-encoded by Arrow; several columns combine into one code per distinct tuple) and
+each code's canonical text (`lethe_shared.subjects`). `entry_batches` computes the entries of
+a group of objects (a Spark task's): their texts are concatenated and dictionary-encoded by
+Arrow, each distinct subject of the group is hashed once (HMAC-SHA256, the key's pads hashed
+once), and each object's rows are sorted by their subject's digest (its first 8 bytes as an
+integer) with a stable Arrow sort (so each subject's rows stay in row order). Each object gets
+the entries as columns (`subjects.EntryBatch`: the hashes, the row hints cut by ends, the
+object's fields validated once), from which the index writer builds DynamoDB items directly,
+the same alone (`entry_batch`) or in any group; `entries_from_table` gives them as IndexEntry
+models. Python work is per distinct subject, never per row, except for column types Arrow
+cannot encode (structs, lists, unions, extension types, decimal32/64), whose values go through
+Python as before.
 
 Imports pyarrow, and only pyarrow's compute kernels (no numpy: the indexer Lambda's layer has
 pyarrow 20 alone): import this module only where pyarrow is installed (Spark, the indexer
@@ -26,9 +30,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from operator import itemgetter
 from typing import Any
 
 import pyarrow as pa
@@ -89,19 +95,18 @@ class _Coded:
     def __len__(self) -> int:
         return len(self.dictionary) if self.dictionary is not None else len(self.values)
 
-    def messages(self) -> list[bytes] | None:
-        """The canonical text of each value as UTF-8 bytes, computed by Arrow for the types
-        whose Arrow text is the canonical text (strings as they are, integers in decimal
-        digits, booleans `true`/`false`): distinct values, distinct texts. None for other types
-        (Python computes their texts) and for strings that are not valid UTF-8 (Python fails
-        on them as before)."""
+    def messages(self) -> pa.Array | None:
+        """The canonical text of each value as UTF-8 bytes (a binary array), computed by Arrow
+        for the types whose Arrow text is the canonical text (strings as they are, integers in
+        decimal digits, booleans `true`/`false`): distinct values, distinct texts. None for
+        other types (Python computes their texts) and for strings that are not valid UTF-8
+        (Python fails on them as before)."""
         dictionary = self.dictionary
         if dictionary is None:
             return None
         type_ = dictionary.type
         if pa.types.is_integer(type_) or pa.types.is_boolean(type_):
-            texts = dictionary.cast(pa.string())
-            return texts.view(pa.binary()).to_pylist()  # type: ignore[no-any-return]
+            return dictionary.cast(pa.string()).view(pa.binary())
         if not (
             pa.types.is_string(type_)
             or pa.types.is_large_string(type_)
@@ -112,7 +117,7 @@ class _Coded:
             dictionary.validate(full=True)  # UTF-8
         except pa.ArrowInvalid:
             return None
-        return dictionary.view(_BINARY[type_.id]).to_pylist()  # type: ignore[no-any-return]
+        return dictionary.view(_BINARY[type_.id])
 
 
 # The binary type of the same layout as each string type: a view, without a copy.
@@ -218,13 +223,14 @@ def _hmac_sha256(key: bytes) -> Callable[[Iterable[bytes]], list[bytes]]:
 
     def digests(messages: Iterable[bytes]) -> list[bytes]:
         new_inner, new_outer = inner.copy, outer.copy
-        found = []
+        found: list[bytes] = []
+        append = found.append
         for message in messages:
             first = new_inner()
             first.update(message)
             second = new_outer()
             second.update(first.digest())
-            found.append(second.digest())
+            append(second.digest())
         return found
 
     return digests
@@ -257,6 +263,215 @@ def _texts(names: Sequence[str], columns: Sequence[_Coded], members: list[list[i
 
 
 @dataclass(frozen=True)
+class _Subjects:
+    """One object's subjects before hashing: the canonical text of each subject as UTF-8 bytes
+    (a binary array) and a code per row (null: the row is nobody's) that names its text; or,
+    without codes, each row's text (null: nobody's). Two codes share a text only when
+    `distinct` is false (an integer and a string `1` in one union column): one subject."""
+
+    codes: pa.Array | None
+    texts: pa.Array
+    distinct: bool
+
+    @property
+    def rows(self) -> int:
+        return len(self.texts if self.codes is None else self.codes)
+
+
+def _row_texts(table: pa.Table, path: str) -> pa.Array | None:
+    """Each row's canonical text, as Arrow computes it, for a single subject column whose Arrow
+    text is the canonical text (a string or integer or boolean column or struct field, as in
+    `_Coded.messages`); None for every other column (codes and distinct texts then)."""
+    head, *rest = path.split(".")
+    if head not in table.column_names:
+        return None
+    column: Any = table.column(head)
+    for part in rest:
+        if not pa.types.is_struct(column.type) or column.type.get_field_index(part) < 0:
+            return None
+        column = pc.struct_field(column, part)
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    type_ = array.type
+    if pa.types.is_integer(type_) or pa.types.is_boolean(type_):
+        return array.cast(pa.string()).view(pa.binary())
+    if not (pa.types.is_string(type_) or pa.types.is_large_string(type_)):
+        return None
+    try:
+        array.validate(full=True)  # UTF-8
+    except pa.ArrowInvalid:
+        return None
+    return array.view(_BINARY[type_.id])
+
+
+def _check_key(key: bytes) -> None:
+    if len(key) < KEY_MIN_BYTES:
+        raise ValueError(f"the subject hash key must have at least {KEY_MIN_BYTES} bytes")
+
+
+def _subjects(
+    table: pa.Table, dataset: Dataset, constants: Mapping[str, Any], key: bytes
+) -> _Subjects:
+    """The codes and texts of `table`'s subjects (see the module docstring). Raises for a short
+    key, only when the table has a subject, and before computing any text, as `subject_hash`."""
+    rows = table.num_rows
+    names = dataset.subject_columns
+    texts_of_rows = _row_texts(table, names[0]) if len(names) == 1 and rows else None
+    if texts_of_rows is not None:
+        if texts_of_rows.null_count == rows:
+            return _Subjects(_no_values(rows).codes, _NO_TEXTS, True)
+        _check_key(key)
+        return _Subjects(None, texts_of_rows, False)
+    columns = [_subject_column(table, path, constants) for path in names]
+    if rows == 0 or any(not len(c) for c in columns):
+        return _Subjects(_no_values(rows).codes, _NO_TEXTS, True)
+    members: list[list[int]] = []  # a single column's codes are its values' indexes
+    if len(columns) == 1:
+        codes, subjects = columns[0].codes, len(columns[0])
+    else:
+        codes, members = _combined(columns)
+        subjects = len(members[0])
+    if not subjects:
+        return _Subjects(codes, _NO_TEXTS, True)
+    _check_key(key)
+    messages = columns[0].messages() if len(columns) == 1 else None
+    if messages is not None:  # distinct values of one Arrow type: distinct texts
+        return _Subjects(codes, messages, True)
+    texts = _texts(names, columns, members)
+    encoded = pa.array([t.encode("utf-8") for t in texts], pa.large_binary())
+    return _Subjects(codes, encoded, len(set(texts)) == len(texts))
+
+
+_NO_TEXTS = pa.array([], pa.binary())
+_DIGEST = pa.binary(32)
+_HEX_OFFSETS: list[pa.Array] = [pa.array([0], pa.int32())]  # 0, 64, 128, ...: grown on demand
+
+
+def _hex_offsets(count: int) -> pa.Buffer:
+    """The offsets of `count` strings of 64 characters each, end to end (an int32 buffer)."""
+    if len(_HEX_OFFSETS[0]) <= count:
+        size = max(count + 1, 2 * len(_HEX_OFFSETS[0]))
+        _HEX_OFFSETS[0] = pa.array(range(0, 64 * size, 64), pa.int32())
+    return _HEX_OFFSETS[0].buffers()[1]
+
+
+# Byte indexes that turn each 32-byte digest's first 8 bytes into a little-endian uint64 whose
+# numeric order is the digests' (big-endian) order: 7, 6, ..., 0, 39, 38, ..., 32, ...
+_PREFIX_BYTES: list[pa.Array] = [pa.array([], pa.int32())]
+
+
+def _joined(texts: Sequence[pa.Array]) -> pa.Array:
+    """The texts of several objects as one array (large binary unless all fit in binary)."""
+    if len(texts) == 1:
+        return texts[0]
+    if all(t.type == pa.binary() for t in texts) and sum(t.nbytes for t in texts) < 2**30:
+        return pa.concat_arrays(texts)
+    return pa.concat_arrays([t.cast(pa.large_binary()) for t in texts])
+
+
+@dataclass(frozen=True)
+class _Hashed:
+    """A group's subjects hashed: `hashes` (hex) of the group's distinct subjects, and for each
+    object each row's subject (`ids`, an index into `hashes`; null: nobody's) and its sort key
+    (`row_keys`: an unsigned integer per subject, ascending as the hashes are). `ascending`:
+    one object holds every subject, `hashes` are ascending and each row's key is its id."""
+
+    hashes: Sequence[str]
+    ids: list[pa.Array]
+    row_keys: list[pa.Array]
+    ascending: bool
+
+
+def _prefixes(found: pa.FixedSizeBinaryArray) -> pa.Array | None:
+    """An unsigned integer per digest, its first 8 bytes read big-endian: their order is the
+    digests' (their hex's) where they differ, and Arrow sorts integers several times faster
+    than 32-byte values. None on a big-endian machine."""
+    if sys.byteorder != "little":
+        return None
+    count = len(found)
+    if len(_PREFIX_BYTES[0]) < 8 * count:
+        size = max(count, 2 * len(_PREFIX_BYTES[0]) // 8)
+        indexes = [32 * (i >> 3) + 7 - (i & 7) for i in range(8 * size)]
+        _PREFIX_BYTES[0] = pa.array(indexes, pa.int32())
+    raw = pa.Array.from_buffers(pa.uint8(), 32 * count, [None, found.buffers()[1]])
+    prefixes = pc.take(raw, _PREFIX_BYTES[0].slice(0, 8 * count))
+    return pa.Array.from_buffers(pa.uint64(), count, [None, prefixes.buffers()[1]])
+
+
+def _ascending(found: pa.FixedSizeBinaryArray, prefixes: pa.Array | None) -> pa.Array:
+    """The indexes that sort distinct digests ascending: by their prefixes unless two share
+    one, then by the whole digests."""
+    if prefixes is not None:
+        order = pc.sort_indices(prefixes)
+        ordered = pc.take(prefixes, order)
+        count = len(ordered)
+        if count < 2 or not pc.any(pc.equal(ordered.slice(1), ordered.slice(0, count - 1))).as_py():
+            return order
+    return pc.sort_indices(found)
+
+
+def _hex(found: pa.FixedSizeBinaryArray) -> list[str]:
+    """The hex of each digest, encoded at once."""
+    count = len(found)
+    start = 32 * found.offset
+    data = memoryview(found.buffers()[1])[start : start + 32 * count].hex().encode()
+    hexed = pa.Array.from_buffers(
+        pa.string(), count, [None, _hex_offsets(count), pa.py_buffer(data)]
+    )
+    return hexed.to_pylist()  # type: ignore[no-any-return]
+
+
+def _hashed(objects: Sequence[_Subjects], key: bytes) -> _Hashed:
+    """Each distinct text of the group hashed once, however many objects hold it: the texts
+    of all objects are concatenated and dictionary-encoded by Arrow (equal texts, one
+    subject), the distinct ones hashed and hex-encoded at once, and each object's rows mapped
+    to them with Arrow takes. Rows are keyed by their digest's first 8 bytes (`_prefixes`;
+    their rank when two subjects share those); for a single object (`entry_batch`), by their
+    subject's rank, a small range that Arrow sorts by counting."""
+    held = [i for i, o in enumerate(objects) if len(o.texts)]
+    nobody = [pa.nulls(o.rows, pa.int32()) for o in objects]
+    if not held:
+        return _Hashed([], nobody, nobody, True)
+    alone = objects[held[0]]
+    if len(held) == 1 and alone.codes is not None and alone.distinct:
+        distinct, ids = alone.texts, None
+    else:
+        encoded = pc.dictionary_encode(_joined([objects[i].texts for i in held]))
+        distinct, ids = encoded.dictionary, encoded.indices
+    digests = _hmac_sha256(key)(distinct.to_pylist())
+    count = len(digests)
+    found = pa.FixedSizeBinaryArray.from_buffers(
+        _DIGEST, count, [None, pa.py_buffer(b"".join(digests))]
+    )
+    prefixes = _prefixes(found)
+    if len(held) == 1:
+        order = _ascending(found, prefixes)
+        keys = pc.sort_indices(order)  # the inverse permutation: each subject's rank
+        hashes = _hex(pc.take(found, order))
+    else:
+        keys = prefixes
+        if keys is None or len(pc.unique(keys)) < count:
+            keys = pc.sort_indices(_ascending(found, None))
+        hashes = _hex(found)
+    rows, row_keys = list(nobody), list(nobody)
+    text_keys = None if ids is None else pc.take(keys, ids)  # of every text of the group
+    start = 0
+    for i in held:
+        found_i = objects[i]
+        size = len(found_i.texts)
+        if ids is None or text_keys is None:
+            rows[i], row_keys[i] = found_i.codes, pc.take(keys, found_i.codes)
+        elif found_i.codes is None:  # a text per row
+            rows[i], row_keys[i] = ids.slice(start, size), text_keys.slice(start, size)
+        else:
+            rows[i] = pc.take(ids.slice(start, size), found_i.codes)
+            row_keys[i] = pc.take(text_keys.slice(start, size), found_i.codes)
+        start += size
+    if len(held) == 1:
+        rows[held[0]] = row_keys[held[0]]
+    return _Hashed(hashes, rows, row_keys, len(held) == 1)
+
+
+@dataclass(frozen=True)
 class RowSubjects:
     """Each row's subject: `ids[row]` indexes `hashes` (null: a subject column is null, the row
     is nobody's). `hashes` are the distinct subject hashes, ascending."""
@@ -270,65 +485,8 @@ def row_subjects(
 ) -> RowSubjects:
     """The subject of every row of `table` (see the module docstring): one hash per distinct
     subject, the same `subject_hash` gives."""
-    rows = table.num_rows
-    names = dataset.subject_columns
-    columns = [_subject_column(table, path, constants) for path in names]
-    if rows == 0 or any(not len(c) for c in columns):
-        return RowSubjects(_no_values(rows).codes, [])
-    members: list[list[int]] = []  # a single column's codes are its values' indexes
-    if len(columns) == 1:
-        codes, subjects = columns[0].codes, len(columns[0])
-    else:
-        codes, members = _combined(columns)
-        subjects = len(members[0])
-    if not subjects:
-        return RowSubjects(codes, [])
-    digest = _hmac_sha256(key)  # before any text: a short key fails first, as in subject_hash
-    messages = columns[0].messages() if len(columns) == 1 else None
-    if messages is not None:  # distinct values of one Arrow type: distinct texts
-        return RowSubjects(*_ranked(codes, digest(messages)))
-    texts = _texts(names, columns, members)
-    digests = digest(t.encode("utf-8") for t in texts)
-    if len(set(texts)) < len(texts):  # tuples of one text (a union column): one subject
-        return RowSubjects(*_merged(codes, digests))
-    return RowSubjects(*_ranked(codes, digests))
-
-
-_DIGEST = pa.binary(32)
-_HEX_OFFSETS: list[pa.Array] = [pa.array([0], pa.int32())]  # 0, 64, 128, ...: grown on demand
-
-
-def _hex_offsets(count: int) -> pa.Buffer:
-    """The offsets of `count` strings of 64 characters each, end to end (an int32 buffer)."""
-    if len(_HEX_OFFSETS[0]) <= count:
-        size = max(count + 1, 2 * len(_HEX_OFFSETS[0]))
-        _HEX_OFFSETS[0] = pa.array(range(0, 64 * size, 64), pa.int32())
-    return _HEX_OFFSETS[0].buffers()[1]
-
-
-def _ranked(codes: pa.Array, digests: list[bytes]) -> tuple[pa.Array, list[str]]:
-    """Each row's code as the rank of its subject's hash among the distinct hashes, and those
-    hashes (hex) ascending; `digests` are distinct. Ranked by Arrow on the raw digests (their
-    order is their hex's), hex-encoded at once."""
-    count = len(digests)
-    found = pa.FixedSizeBinaryArray.from_buffers(
-        _DIGEST, count, [None, pa.py_buffer(b"".join(digests))]
-    )
-    order = pc.sort_indices(found)
-    ranks = pc.sort_indices(order)  # the inverse permutation: each code's place in `order`
-    ascending = pc.take(found, order)
-    data = memoryview(ascending.buffers()[1])[: 32 * count].hex().encode()  # new: offset 0
-    hexed = pa.Array.from_buffers(
-        pa.string(), count, [None, _hex_offsets(count), pa.py_buffer(data)]
-    )
-    return pc.take(ranks, codes), hexed.to_pylist()
-
-
-def _merged(codes: pa.Array, digests: list[bytes]) -> tuple[pa.Array, list[str]]:
-    """`_ranked` when some digests are equal (codes whose texts are equal): one rank each."""
-    hashes = sorted({d.hex() for d in digests})
-    rank = {h: i for i, h in enumerate(hashes)}
-    return pc.take(pa.array([rank[d.hex()] for d in digests], pa.int32()), codes), hashes
+    hashed = _hashed([_subjects(table, dataset, constants, key)], key)  # one: ascending
+    return RowSubjects(hashed.ids[0], list(hashed.hashes))
 
 
 def row_subject_hashes(
@@ -344,32 +502,67 @@ def row_subject_hashes(
 
 
 @dataclass(frozen=True)
+class ObjectSubjects:
+    """An object's rows as the index needs them (`object_subjects`): each row's subject code,
+    the texts of the codes and each row's location; not the table, so that the objects of a
+    group hold their subject columns only until `entry_batches` hashes them together."""
+
+    dataset: Dataset
+    ref: ObjectRef
+    subjects: _Subjects
+    coordinates: pa.Array | None  # int64, one per row; None: a row's index is its hint
+
+    @property
+    def rows(self) -> int:
+        return self.subjects.rows
+
+
+def object_subjects(
+    table: pa.Table,
+    dataset: Dataset,
+    ref: ObjectRef,
+    *,
+    key: bytes,
+    coordinates: Sequence[int] | None = None,
+) -> ObjectSubjects:
+    """The subjects of `table`'s rows, to be hashed by `entry_batches` (with `entry_batch`'s
+    arguments and failures: a short key fails here when the table has a subject)."""
+    if coordinates is not None and len(coordinates) != table.num_rows:
+        raise ValueError("one coordinate per row")
+    located = None if coordinates is None else pa.array(coordinates, pa.int64())
+    return ObjectSubjects(dataset, ref, _subjects(table, dataset, ref.constants, key), located)
+
+
+@dataclass(frozen=True)
 class _Columns:
     """An object's entries as columns: hashes ascending, the row hints of each entry one after
     the other, cut by `ends`."""
 
-    hashes: list[str]
+    hashes: Sequence[str]
     ends: list[int]
     hints: list[int]
 
 
 def _entry_columns(
-    table: pa.Table,
-    dataset: Dataset,
-    ref: ObjectRef,
-    key: bytes,
-    coordinates: Sequence[int] | None,
+    found: ObjectSubjects, ids: pa.Array, keys: pa.Array, hashed: _Hashed
 ) -> _Columns:
-    if coordinates is not None and len(coordinates) != table.num_rows:
-        raise ValueError("one coordinate per row")
-    subjects = row_subjects(table, dataset, ref.constants, key=key)
-    if not subjects.hashes:
+    """The entries of one object from its rows' subjects (`_Hashed`): rows sorted by their
+    subject's key with Arrow's stable sort (each subject's rows stay in row order), cut into
+    runs of one subject."""
+    if keys.null_count == len(keys):
         return _Columns([], [], [])
-    ids = subjects.ids
-    order = pc.sort_indices(ids).slice(0, len(ids) - ids.null_count)  # stable: rows ascending
-    ends = pc.run_end_encode(pc.take(ids, order)).run_ends.to_pylist()
-    located = order if coordinates is None else pc.take(pa.array(coordinates, pa.int64()), order)
-    return _Columns(subjects.hashes, ends, located.to_pylist())
+    order = pc.sort_indices(keys).slice(0, len(keys) - keys.null_count)  # stable: rows ascending
+    runs = pc.run_end_encode(pc.take(ids, order))
+    ends = runs.run_ends.to_pylist()
+    hashes = hashed.hashes
+    own = hashes if hashed.ascending else _picked(hashes, runs.values.to_pylist())
+    located = order if found.coordinates is None else pc.take(found.coordinates, order)
+    return _Columns(own, ends, located.to_pylist())
+
+
+def _picked(hashes: Sequence[str], ranks: list[int]) -> Sequence[str]:
+    """`[hashes[r] for r in ranks]`, without a Python loop."""
+    return itemgetter(*ranks)(hashes) if len(ranks) > 1 else [hashes[r] for r in ranks]
 
 
 def _batch(dataset: Dataset, ref: ObjectRef, columns: _Columns) -> EntryBatch:
@@ -391,6 +584,21 @@ def no_entries(dataset: Dataset, ref: ObjectRef) -> EntryBatch:
     return _batch(dataset, ref, _Columns([], [], []))
 
 
+def _columns_of(objects: Sequence[ObjectSubjects], key: bytes) -> list[_Columns]:
+    hashed = _hashed([o.subjects for o in objects], key)
+    parts = zip(objects, hashed.ids, hashed.row_keys, strict=True)
+    return [_entry_columns(o, i, k, hashed) for o, i, k in parts]
+
+
+def entry_batches(objects: Sequence[ObjectSubjects], *, key: bytes) -> list[EntryBatch]:
+    """The entries of several objects (`object_subjects`), one batch each in their order, each
+    exactly `entry_batch`'s for that object: hashing once each distinct subject of the group
+    (a subject in several objects has one entry in each, with the same hash). What the index
+    job uses for the objects of one Spark task."""
+    columns = _columns_of(objects, key)
+    return [_batch(o.dataset, o.ref, c) for o, c in zip(objects, columns, strict=True)]
+
+
 def entry_batch(
     table: pa.Table,
     dataset: Dataset,
@@ -408,7 +616,8 @@ def entry_batch(
     without them the row's index in the table is its hint (a Parquet row). Rows whose subject
     columns hold a null are nobody's: they are not indexed. The entries share one `updated_at`.
     """
-    return _batch(dataset, ref, _entry_columns(table, dataset, ref, key, coordinates))
+    found = object_subjects(table, dataset, ref, key=key, coordinates=coordinates)
+    return entry_batches([found], key=key)[0]
 
 
 def entries_from_table(
@@ -421,10 +630,23 @@ def entries_from_table(
 ) -> list[IndexEntry]:
     """`entry_batch`'s entries as IndexEntry models (one per distinct subject in `table`, with
     its row count and row hints, ordered by subject hash; one `updated_at`)."""
-    columns = _entry_columns(table, dataset, ref, key, coordinates)
+    found = object_subjects(table, dataset, ref, key=key, coordinates=coordinates)
+    (columns,) = _columns_of([found], key)
     if not columns.hashes:
         return []
     return _batch(dataset, ref, columns).entries()
+
+
+def lake_object_subjects(
+    body: bytes, object_key: str, dataset: Dataset, ref: ObjectRef, *, key: bytes
+) -> ObjectSubjects:
+    """The subjects of one lake Parquet file from its bytes (`object_subjects`), partition
+    values from its Hive path: `lake_object_batch` for a group of objects (`entry_batches`)."""
+    if is_quarantine_key(object_key):
+        raise ValueError(f"{object_key} is a quarantine file: the Spark index job reads those")
+    table = pq.read_table(pa.BufferReader(body))
+    constants = {**hive_partition_values(object_key, dataset), **ref.constants}
+    return object_subjects(table, dataset, replace(ref, constants=constants), key=key)
 
 
 def lake_object_batch(
@@ -433,11 +655,8 @@ def lake_object_batch(
     """Index entries of one lake Parquet file from its bytes, as columns; partition values from
     its Hive path. Used by the indexer Lambda and by the Spark jobs, so a file gets the same
     entries whoever indexes it."""
-    if is_quarantine_key(object_key):
-        raise ValueError(f"{object_key} is a quarantine file: the Spark index job reads those")
-    table = pq.read_table(pa.BufferReader(body))
-    constants = {**hive_partition_values(object_key, dataset), **ref.constants}
-    return entry_batch(table, dataset, replace(ref, constants=constants), key=key)
+    found = lake_object_subjects(body, object_key, dataset, ref, key=key)
+    return entry_batches([found], key=key)[0]
 
 
 def lake_object_entries(

@@ -261,6 +261,9 @@ class ErasureRequest(BaseModel):
     created_at: str
     updated_at: str
     requested_by: str
+    # the IAM caller's ARN as API Gateway authenticated it ("" when filed by event, or before
+    # it was recorded); lethe_shared.principals binds approvers to it
+    requester_principal: str = ""
     reason: str = ""
     subject_hashes: tuple[str, ...]
     subject_count: int
@@ -456,6 +459,7 @@ def new_request(
     *,
     now: datetime | None = None,
     via: str = "api",
+    principal: str = "",
 ) -> ErasureRequest:
     at = (now or datetime.now(UTC)).isoformat()
     return ErasureRequest(
@@ -464,6 +468,7 @@ def new_request(
         created_at=at,
         updated_at=at,
         requested_by=body.requested_by,
+        requester_principal=principal,
         reason=body.reason,
         subject_hashes=subjects.hashes,
         subject_count=subjects.count,

@@ -58,6 +58,7 @@ from lethe_shared.erasure_report import (
 )
 from lethe_shared.errors import LetheError
 from lethe_shared.executions import execution_name
+from lethe_shared.principals import ApproverPrincipals
 from lethe_shared.s3 import ObjectStore, s3_url, split_s3_url
 from lethe_shared.subjects import SubjectIndex
 
@@ -116,20 +117,28 @@ def file_request(
     starter: ErasureStarter,
     idempotency_key: str | None = None,
     via: str = "api",
+    caller: str | None = None,
+    principals: ApproverPrincipals | None = None,
     now: datetime | None = None,
 ) -> Filed:
     """Hash the subjects, store the request (RECEIVED) and start its workflow.
 
-    With an idempotency key, the request id derives from it: a retry with the same body gets
-    the same request (and starts nothing new); another body under the same key is refused
-    with IdempotencyConflictError. Raises ErasureRequestError for a bad body."""
+    `caller` is the authenticated IAM caller's ARN (None: none, as for an event); it is
+    recorded as the request's `requester_principal`. With an idempotency key, the request id
+    derives from it: a retry with the same body gets the same request (and starts nothing
+    new); another body under the same key is refused with IdempotencyConflictError. Raises
+    ErasureRequestError for a bad body, RequesterNotCallerError when `requested_by` names an
+    approver of `principals` and the caller is not theirs."""
+    (principals or ApproverPrincipals()).check_requester(body.requested_by, caller)
     subjects = hash_subjects(body, hash_key, datasets)
     request_id = (
         idempotent_request_id(idempotency_key, body.requested_by)
         if idempotency_key
         else new_request_id(now)
     )
-    record, created = requests.create(new_request(request_id, body, subjects, now=now, via=via))
+    record, created = requests.create(
+        new_request(request_id, body, subjects, now=now, via=via, principal=caller or "")
+    )
     if not created and record.fingerprint != new_request(request_id, body, subjects).fingerprint:
         raise IdempotencyConflictError(
             "this Idempotency-Key was used for another request body; use a new key"

@@ -377,6 +377,18 @@ class LambdaRuntime:
             return False, json.dumps(document).encode(), False
         return bool(message["ok"]), str(message["payload"]).encode("utf-8"), True
 
+    def redeploy(self, spec: FunctionSpec) -> FunctionSpec:
+        """Replace the function `spec.logical_id` (code, handler, environment, timeout), as
+        UpdateFunctionCode and UpdateFunctionConfiguration do: its warm workers are stopped and
+        the next invocation cold starts the new one. Returns the spec it replaced."""
+        with self._lock:
+            previous = self.deployment.functions[spec.logical_id]
+            self.deployment.functions[spec.logical_id] = spec
+            pool = self._pools.pop(spec.logical_id, None)
+        if pool is not None:
+            pool.close()
+        return previous
+
     def _log_line(self, spec: FunctionSpec, line: str) -> None:
         with self._log_path(spec).open("a", encoding="utf-8") as log:
             log.write(line + "\n")
