@@ -173,6 +173,12 @@ bench: venv system-deps lambda-python ## Subject index, erasure, ingestion and L
 	$(BIN)/python bench/lambda_footprint.py --python $(LAMBDA_PYTHON) $(LAMBDA_BENCH_ARGS)
 	$(BIN)/python bench/report.py --finish-machine
 
+# ------------------------------------------------------------------ load (on demand, never part of `make test`)
+.PHONY: soak
+SOAK_ARGS ?=
+soak: venv system-deps ## Load on the local cloud: 1,000 uploads in a burst, 50 erasure requests at once (SOAK_ARGS=--quick for a development size); figures in .lethe/soak.json
+	$(PYTEST) tests/soak -m soak -q --timeout 3600 --soak-report .lethe/soak.json $(SOAK_ARGS)
+
 # ------------------------------------------------------------------ running it
 .PHONY: demo local-up local-down build deploy-artifacts diagram clean
 demo: venv system-deps ## The end-to-end scenario on the local cloud

@@ -125,6 +125,15 @@ class MemoryCatalog:
         )
         self.failures[(object_url, version_id)] = error
 
+    def record_gone(self, object_url: str, version_id: str, correlation_id: str) -> bool:
+        item = self.items.get((object_url, version_id))
+        if item is None or item.status is ObjectStatus.DELETED:
+            return False
+        self.items[(object_url, version_id)] = item.model_copy(
+            update={"status": ObjectStatus.DELETED}
+        )
+        return True
+
 
 class MemoryIndex:
     """SubjectIndex in a dict keyed by (subject hash, object URL), as the table is."""
@@ -222,6 +231,13 @@ class MemoryObjectStore:
         self, bucket: str, key: str, body: bytes, metadata: Mapping[str, str] | None = None
     ) -> str:
         return self._add(bucket, key, body, dict(metadata or {}))
+
+    def put_version(self, bucket: str, key: str, version_id: str, body: bytes = b"{}\n") -> str:
+        """A version under an id of the test's choosing (the id an event names)."""
+        self._clock += timedelta(seconds=1)
+        stored = _StoredVersion(version_id, body, {}, self._clock)
+        self.keys.setdefault((bucket, key), []).append(stored)
+        return version_id
 
     def delete(self, bucket: str, key: str) -> str:
         """DeleteObject without a version: a delete marker becomes the current version."""

@@ -268,8 +268,14 @@ def _group_details(group: IngestionGroup, reports_bucket: str) -> dict[str, Any]
 
 def _log_outcome(outcome: Outcome, context: dict[str, Any]) -> None:
     item = outcome.item
+    if outcome.gone:
+        message = "object version created and deleted before its event was read; not ingested"
+    elif outcome.written:
+        message = "object event recorded"
+    else:
+        message = "object event already known; skipped"
     logger.info(
-        "object event recorded" if outcome.written else "object event already known; skipped",
+        message,
         extra={
             **context,
             "object_url": item.object_url,
@@ -279,6 +285,7 @@ def _log_outcome(outcome: Outcome, context: dict[str, Any]) -> None:
             "sequencer": item.sequencer,
             "ingestion_requested": outcome.ingestion_requested,
             "index_action": outcome.index_action,
+            "gone": outcome.gone,
         },
     )
 

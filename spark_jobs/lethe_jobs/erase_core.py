@@ -236,6 +236,7 @@ def erase_object(
     `after_rewrite` runs right after each conditional write of a new version (tests' faults)."""
     first: list[VersionRef] | None = None
     purged = 0
+    removed = 0  # rows this erasure removed in versions it wrote that another one then replaced
     for attempt in range(1, MAX_ATTEMPTS + 1):
         versions = store.versions_of(item.bucket, item.key)
         first = _data_versions(versions) if first is None else first
@@ -262,13 +263,19 @@ def erase_object(
         purged += count
         if not settled:
             LOG.warning("%s got a new version while erasing it: erasing it too", item.object_url)
+            if after is not None and erased.written:
+                removed += erased.rows_removed  # our version stood; the next read builds on it
             continue
+        # `removed`: rows of ours in a version another erasure has rewritten since (both count)
         action: ObjectAction = (
-            "unchanged" if erased.rows_removed == 0 else ("rewritten" if after else "deleted")
+            "unchanged"
+            if erased.rows_removed + removed == 0
+            else ("rewritten" if after else "deleted")
         )
         return _result(
-            item, action, first, erased=erased, after=after, purged=purged, attempts=attempt
-        )
+            item, action, first, erased=erased, after=after, purged=purged, attempts=attempt,
+            removed_before=removed,
+        )  # fmt: skip
     raise ConcurrentWritesError(
         f"{item.object_url} changed {MAX_ATTEMPTS} times while it was being erased"
     )
@@ -283,7 +290,10 @@ def _result(
     after: VersionRef | None,
     purged: int,
     attempts: int,
+    removed_before: int = 0,
 ) -> ObjectResult:
+    """`removed_before`: rows this erasure removed in a version of its own that another erasure
+    rewrote before this one settled; they count as removed, and as rows before."""
     return ObjectResult(
         object_url=item.object_url,
         dataset_id=item.dataset_id,
@@ -291,8 +301,8 @@ def _result(
         action=action,
         versions_before=tuple(before),
         version_after=after,
-        rows_before=erased.rows_before if erased else 0,
-        rows_removed=erased.rows_removed if erased else 0,
+        rows_before=(erased.rows_before if erased else 0) + removed_before,
+        rows_removed=(erased.rows_removed if erased else 0) + removed_before,
         rows_after=erased.rows_after if erased else 0,
         versions_purged=purged,
         attempts=attempts,
@@ -302,7 +312,14 @@ def _result(
 
 def verify_object(store: ObjectStore, result: ObjectResult, ctx: EraseSettings) -> ObjectCheck:
     """One object after the erasure: only the version erasure left (or none), holding none of
-    the subjects' rows and the rows it should."""
+    the subjects' rows and the rows it should.
+
+    Another request's erasure may have rewritten the object since (requests touching one object
+    are serialised by the conditional write, docs/ERASURE.md): versions newer than ours, each
+    written by another erasure, are accepted, and ours may be gone (that erasure purged it). Then
+    every version left must hold none of the subjects' rows, ours the rows it should and the
+    newer ones no more than that; anything else (a producer's version, an older version, a
+    delete marker) fails as before."""
     bucket, key = split_s3_url(result.object_url)
     versions = store.versions_of(bucket, key)
     left = [v for v in versions if not v.delete_marker]
@@ -313,31 +330,62 @@ def verify_object(store: ObjectStore, result: ObjectResult, ctx: EraseSettings) 
             object_url=result.object_url, ok=ok, matching_rows=0, rows=None,
             versions_left=len(versions), problem=problem,
         )  # fmt: skip
-    if len(versions) != 1 or left[0].version_id != result.version_after.version_id:
-        ids = ", ".join(v.version_id for v in versions)
+    ours = result.version_after.version_id
+    ids = [v.version_id for v in versions]
+    newer = versions[: ids.index(ours)] if ours in ids else versions
+    older = versions[ids.index(ours) + 1 :] if ours in ids else []
+    if (
+        older
+        or not left
+        or len(left) != len(versions)
+        or not _later_erasures(store, bucket, key, newer, ctx.request_id)
+    ):
+        listed = ", ".join(v.version_id for v in versions)
         return ObjectCheck(
             object_url=result.object_url, ok=False, matching_rows=0, rows=None,
-            versions_left=len(versions), problem=f"expected only the erased version, found {ids}",
+            versions_left=len(versions),
+            problem=f"expected only the erased version, found {listed}",
         )  # fmt: skip
     item_kind = object_kind(result.dataset_id, bucket, key, ctx.buckets)
-    with tempfile.TemporaryDirectory(prefix="lethe-verify-") as tmp:
-        path = Path(tmp) / "object"
-        if store.download(bucket, key, result.version_after.version_id, path) is None:
-            return ObjectCheck(
-                object_url=result.object_url, ok=False, matching_rows=0, rows=None,
-                versions_left=0, problem="the erased version cannot be read",
-            )  # fmt: skip
-        found = match_rows(item_kind, path, key, ctx.matcher(result.dataset_id), workdir=Path(tmp))
-    ok = found.matched == 0 and found.rows == result.rows_after
-    problem = (
-        ""
-        if ok
-        else f"{found.matched} matching row(s), {found.rows} rows (expected {result.rows_after})"
-    )
+    matched, problems, current_rows = 0, list[str](), None
+    for version in left:
+        with tempfile.TemporaryDirectory(prefix="lethe-verify-") as tmp:
+            path = Path(tmp) / "object"
+            if store.download(bucket, key, version.version_id, path) is None:
+                problems.append(f"version {version.version_id} cannot be read")
+                continue
+            found = match_rows(
+                item_kind, path, key, ctx.matcher(result.dataset_id), workdir=Path(tmp)
+            )
+        matched += found.matched
+        current_rows = found.rows if current_rows is None else current_rows
+        expected_rows = (
+            found.rows == result.rows_after
+            if version.version_id == ours
+            else (found.rows <= result.rows_after)
+        )
+        if found.matched or not expected_rows:
+            problems.append(
+                f"{found.matched} matching row(s), {found.rows} rows (expected "
+                f"{'' if version.version_id == ours else 'at most '}{result.rows_after})"
+            )
+    if problems and len(left) == 1 and not newer and problems[0].endswith("cannot be read"):
+        problems = ["the erased version cannot be read"]
     return ObjectCheck(
-        object_url=result.object_url, ok=ok, matching_rows=found.matched, rows=found.rows,
-        versions_left=1, problem=problem,
+        object_url=result.object_url, ok=not problems, matching_rows=matched,
+        rows=current_rows, versions_left=len(versions), problem="; ".join(problems),
     )  # fmt: skip
+
+
+def _later_erasures(
+    store: ObjectStore, bucket: str, key: str, newer: Sequence[ObjectVersion], request_id: str
+) -> bool:
+    """Every version newer than this erasure's own was written by another erasure."""
+    for version in newer:
+        head = store.head(bucket, key, version.version_id)
+        if head is None or head.producer != ERASE_PRODUCER or head.story == request_id:
+            return False
+    return True
 
 
 def _test_kill_hook() -> Callable[[], None] | None:

@@ -9,7 +9,9 @@ The driver plans and collects summaries; the executors do the work (`ingest_task
    skipped), its dataset (unregistered: FAILED), whether the catalog
    knows a newer version of the key (SUPERSEDED: an older version ingested last must not replace
    its rows; this is what keeps sequencer order when a batch holds two versions of one key), a
-   HEAD of the exact version (gone: FAILED), and what earlier ingestions of the key wrote;
+   HEAD of the exact version (gone: DELETED when the catalog recorded it, it was deleted
+   before its Object Deleted event was read; FAILED when the catalog never saw it), and what
+   earlier ingestions of the key wrote;
 3. per dataset, cut the objects into pieces (`pieces`: a large object is split, by row groups
    for Parquet and at line starts for uncompressed text, so that no process holds it whole;
    the split scan of a large text object runs in a task), and group pieces into Spark tasks
@@ -193,6 +195,7 @@ class ObjectResult:
     lake_objects: list[str] = field(default_factory=list)
     quarantine_object: str | None = None
     error: str | None = None  # FAILED: why
+    gone: bool = False  # DELETED: S3 no longer has the version, the catalog did not know yet
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -282,6 +285,15 @@ def run_ingest(spark: SparkSession, args: IngestArgs, aws: AwsPorts, now: dateti
             results[index] = ObjectResult(request, url, ObjectStatus.SUPERSEDED)
             continue
         head = heads[index]
+        if head is None and item is not None:
+            # Recorded when its Object Created event was read, gone now: deleted meanwhile (an
+            # erasure purges the versions it rewrote), and its Object Deleted event not read yet.
+            LOG.info(
+                "%s version %s was deleted before it could be ingested (S3 no longer has it)",
+                url, request.version_id,
+            )  # fmt: skip
+            results[index] = ObjectResult(request, url, ObjectStatus.DELETED, gone=True)
+            continue
         if head is None:
             error = f"{url} version {request.version_id} cannot be read: it is not there"
             results[index] = ObjectResult(request, url, ObjectStatus.FAILED, error=error)
@@ -314,7 +326,9 @@ def _heads(s3: S3ObjectStore, bucket: str, requests: Sequence[BatchRequest]) -> 
 def _record(catalog: ObjectCatalog, args: IngestArgs, result: ObjectResult, now: datetime) -> None:
     request = result.request
     if result.status is ObjectStatus.DELETED:
-        return  # the catalog says so already
+        if result.gone:  # the catalog says so once the version's Object Deleted event is read
+            catalog.record_gone(result.object_url, request.version_id, args.correlation_id)
+        return  # otherwise the catalog says so already
     try:
         if result.status is ObjectStatus.FAILED:
             LOG.error(

@@ -12,7 +12,8 @@ import boto3
 import pytest
 
 from lethe_shared.errors import ConfigurationError, MalformedEventError
-from tests.conftest import REPO_ROOT, FakeLambdaContext, load_function_module
+from lethe_shared.s3 import ObjectHead, S3ObjectStore
+from tests.conftest import EVENTS_DIR, REPO_ROOT, FakeLambdaContext, load_function_module
 
 pytestmark = pytest.mark.lambda_runtime
 
@@ -25,11 +26,49 @@ V1, V2 = "3HL4kqtJlcpXroDTDmJ.rmSpXd3dIbrHY", "8kJ2mN4pQ6rS8tU0vW2xY4zA6bC8dE0f"
 INGESTION_ARN = "arn:aws:states:us-east-1:123456789012:stateMachine:lethe-local-ingestion"
 
 
+def _created_versions() -> set[tuple[str, str, str]]:
+    """(bucket, key, version id) of every well-formed raw Object Created event in events/."""
+    found = set()
+    for path in EVENTS_DIR.glob("object_*.json"):
+        document = json.loads(path.read_text())
+        for record in document.get("Records", []) if isinstance(document, dict) else []:
+            try:
+                body = json.loads(record["body"])
+                obj = body["detail"]["object"]
+                bucket = body["detail"]["bucket"]["name"]
+                if body["detail-type"] == "Object Created" and bucket == RAW:
+                    found.add((bucket, obj["key"], obj.get("version-id", "null")))
+            except (ValueError, KeyError, TypeError, AttributeError):
+                continue  # a malformed event file
+    return found
+
+
+@pytest.fixture
+def uploaded(monkeypatch: pytest.MonkeyPatch) -> set[tuple[str, str, str]]:
+    """S3 sends Object Created once the version exists, but moto cannot create a version under
+    the id an event file names: a HEAD of one of those versions answers as S3 would, unless a
+    test removes it from the set (deleted before its event is read)."""
+    versions = _created_versions()
+    original = S3ObjectStore.head
+
+    def head(
+        self: S3ObjectStore, bucket: str, key: str, version_id: str | None = None
+    ) -> ObjectHead | None:
+        found = original(self, bucket, key, version_id)
+        if found is None and version_id and (bucket, key, version_id) in versions:
+            return ObjectHead(version_id, "b1946ac92492d2347c6235b4d2611184", 1024)
+        return found
+
+    monkeypatch.setattr(S3ObjectStore, "head", head)
+    return versions
+
+
 @pytest.fixture
 def app(
     lethe_tables: dict[str, Any],
     lethe_buckets: Callable[..., None],
     handler_env: Callable[[str], None],
+    uploaded: set[tuple[str, str, str]],
 ) -> Any:
     handler_env("ObjectEventsFunction")
     lethe_buckets()
@@ -132,6 +171,30 @@ def test_same_event_twice_leaves_one_item(
     assert _manifest(execution["name"]) == [
         {"dataset_id": "reviews", "key": "reviews/2026/11/22/reviews-001.jsonl", "version_id": V1}
     ]
+
+
+def test_a_version_deleted_before_its_created_event_is_read_is_deleted_not_ingested(
+    app: Any,
+    lethe_tables: dict[str, Any],
+    load_event: Event,
+    lambda_context: FakeLambdaContext,
+    uploaded: set[tuple[str, str, str]],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # an erasure rewrote the object and purged this version before its event was read
+    uploaded.discard((RAW, "reviews/2026/11/22/reviews-001.jsonl", V1))
+
+    first = app.handler(load_event("object_created_raw.json"), lambda_context)
+    again = app.handler(load_event("object_created_raw.json"), lambda_context)
+    deleted = app.handler(load_event("object_deleted_raw.json"), lambda_context)
+
+    assert first == again == deleted == {"batchItemFailures": []}
+    (item,) = _items(lethe_tables)
+    assert (item["version_id"], item["status"]) == (V1, "DELETED")
+    assert item["sequencer"] > "00000000000000" + "0062E99A88DC407460"  # its delete event's
+    assert _executions() == []
+    gone = [r for r in caplog.records if "deleted before its event was read" in r.getMessage()]
+    assert len(gone) == 2
 
 
 def test_delete_arriving_before_create_wins(

@@ -4,6 +4,7 @@ batch FAILED, notified); versions gone before ingestion; an input that is not a 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -121,6 +122,44 @@ def test_versions_that_are_gone_are_not_ingested(cloud: Cloud) -> None:
         "Anything To Ingest",
         "Nothing To Ingest",
     ]
+
+
+def test_a_version_purged_before_the_job_read_it_ends_deleted_without_a_notification(
+    cloud: Cloud,
+) -> None:
+    raw = cloud.outputs["RawBucketName"]
+    notified = cloud.capture("purged-failures", topic=cloud.outputs["NotificationsTopicArn"])
+    register_reviews(cloud)
+    good_key, purged_key = "manual/purged/good.csv", "manual/purged/purged.csv"
+    body = (SAMPLES / "reviews-2026-11-21.csv").read_bytes()
+    good, purged = cloud.upload(good_key, body), cloud.upload(purged_key, body)
+    wait_catalogued(cloud, good_key, good)
+    wait_catalogued(cloud, purged_key, purged)
+    # an erasure purges the version it rewrote; the catalog has not read that delete yet
+    cloud.client("s3").delete_object(Bucket=raw, Key=purged_key, VersionId=purged)
+    deadline = time.monotonic() + 15
+    while cloud.catalog_item(raw, purged_key, purged)["status"] != "DELETED":
+        assert time.monotonic() < deadline, "the delete was not catalogued"
+        time.sleep(0.25)
+    cloud.client("dynamodb").update_item(
+        TableName=cloud.outputs["ObjectCatalogTableName"],
+        Key={"object_url": {"S": f"s3://{raw}/{purged_key}"}, "version_id": {"S": purged}},
+        UpdateExpression="SET #s = :received",
+        ExpressionAttributeNames={"#s": "status"},
+        ExpressionAttributeValues={":received": {"S": "RECEIVED"}},
+    )
+
+    batch = [("reviews", good_key, good), ("reviews", purged_key, purged)]
+    result = cloud.run("purged", execution_input(cloud, "purged", batch))
+
+    assert result["execution"]["status"] == "SUCCEEDED"
+    entered = entered_states(result["history"])
+    assert entered.count("Announce Ingestion") == 1
+    assert entered.count("Not Ingested") == 1
+    assert "Notify Object Failed" not in entered
+    assert cloud.catalog_item(raw, purged_key, purged)["status"] == "DELETED"
+    assert cloud.catalog_item(raw, good_key, good)["status"] == "INGESTED"
+    assert cloud.messages(notified, timeout=3) == []
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import jsonata
 import pytest
 from moto.core import config as moto_config
 from moto.server import ThreadedMotoServer
@@ -715,3 +716,149 @@ def test_uninstall_restores_moto_and_install_works_again(cloud: LocalCloud) -> N
     )
     assert engine_jsonata._eval_jsonata is sfn_hooks.evaluate_jsonata
     assert os.environ["MOTO_PORT"] == cloud.endpoints.endpoint_url.rsplit(":", 1)[1]
+
+
+def test_definitions_parse_in_parallel(cloud: LocalCloud) -> None:
+    """P8: every execution parses its definition in its own thread; moto's parser shares its
+    query language scopes between parses, so the erasure definition (JSONata with one JSONPath
+    state) parsed by several threads at once failed "Cannot downgrade from JSONata context"."""
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
+    from moto.stepfunctions.parser.asl.parse.asl_parser import (  # noqa: PLC0415
+        AmazonStateLanguageParser,
+    )
+
+    definition = (REPO_ROOT / "statemachines" / "erasure.asl.json").read_text()
+
+    def parse(_: int) -> str:
+        try:
+            AmazonStateLanguageParser.parse(definition)
+        except Exception as exc:  # the failure is what is counted
+            return f"{type(exc).__name__}: {exc}"
+        return ""
+
+    with ThreadPoolExecutor(8) as pool:
+        failures = [f for f in pool.map(parse, range(24)) if f]
+    assert failures == []
+
+
+WARM_PROBE = """
+import json, os, sys
+import probe_helper
+from pyspark.sql import SparkSession
+
+spark = SparkSession.builder.master(os.environ["LETHE_SPARK_MASTER"]).getOrCreate()
+try:
+    helper_in_worker = spark.sparkContext.parallelize([0], 1).map(
+        lambda _: __import__("probe_helper").VERSION
+    ).collect()[0]
+    marker = spark.conf.get("spark.lethe.marker", "")
+finally:
+    spark.stop()
+probe_helper.CALLS.append(1)
+print(json.dumps({
+    "pid": os.getpid(), "argv": sys.argv[1:], "label": os.environ.get("PROBE_LABEL"),
+    "helper": probe_helper.VERSION, "helper_in_worker": helper_in_worker,
+    "calls": len(probe_helper.CALLS), "marker": marker, "cwd_is_run": os.getcwd() != "/",
+}))
+if sys.argv[1:] == ["fail"]:
+    raise RuntimeError("the probe failed on purpose")
+"""
+
+
+def _warm_run(
+    cloud: LocalCloud, tmp_path: Path, slots: Any, name: str, version: str, *args: str
+) -> tuple[Any, dict[str, Any]]:
+    from lethe.localcloud.spark_runner import RunSlots  # noqa: PLC0415
+
+    assert isinstance(slots, RunSlots)
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "probe.py").write_text(WARM_PROBE)
+    (folder / "probe_helper.py").write_text(f"VERSION = {version!r}\nCALLS = []\n")
+    result = run_spark_job(
+        str(folder / "probe.py"),
+        list(args),
+        [str(folder / "probe_helper.py")],
+        endpoints=cloud.endpoints,
+        logs_dir=tmp_path / "logs",
+        run_id=name,
+        timeout_seconds=240,
+        spark_conf={"spark.lethe.marker": name},
+        extra_env={"PROBE_LABEL": name},
+        slots=slots,
+    )
+    lines = [line for line in result.log_path.read_text().splitlines() if line.startswith("{")]
+    return result, (json.loads(lines[-1]) if lines else {})
+
+
+def test_warm_driver_runs_each_job_in_isolation(cloud: LocalCloud, tmp_path: Path) -> None:
+    """One warm driver, three runs: each sees its own argv, environment, Spark configuration
+    and py-files (in the driver and in the Python workers), nothing a run imported from its
+    folder survives it, and a failed run retires the driver without touching the next run."""
+    from lethe.localcloud.spark_runner import RunSlots  # noqa: PLC0415
+
+    slots = RunSlots(1, warm=True)
+    try:
+        first, seen1 = _warm_run(cloud, tmp_path, slots, "first", "v1", "--a", "1")
+        second, seen2 = _warm_run(cloud, tmp_path, slots, "second", "v2", "fail")
+        third, seen3 = _warm_run(cloud, tmp_path, slots, "third", "v3")
+    finally:
+        slots.shutdown()
+
+    assert first.succeeded, first.log_path.read_text()
+    assert seen1 == {
+        "pid": seen1["pid"], "argv": ["--a", "1"], "label": "first", "helper": "v1",
+        "helper_in_worker": "v1", "calls": 1, "marker": "first", "cwd_is_run": True,
+    }  # fmt: skip
+    assert (second.succeeded, second.exit_code) == (False, 1)
+    assert second.error_message == "RuntimeError: the probe failed on purpose"
+    assert (seen2["pid"], seen2["helper"], seen2["calls"]) == (seen1["pid"], "v2", 1)  # warm
+    assert third.succeeded, third.log_path.read_text()
+    assert seen3["pid"] != seen1["pid"]  # the failed run retired its driver
+    assert (seen3["helper"], seen3["helper_in_worker"], seen3["marker"]) == ("v3", "v3", "third")
+    assert "on warm driver pid" in third.log_path.read_text()
+
+
+def test_warm_run_is_killed_at_its_timeout(cloud: LocalCloud, tmp_path: Path) -> None:
+    from lethe.localcloud.spark_runner import RunSlots  # noqa: PLC0415
+
+    script = tmp_path / "sleeper.py"
+    script.write_text("import time\nprint('sleeping', flush=True)\ntime.sleep(120)\n")
+    slots = RunSlots(1, warm=True)
+    try:
+        started = time.monotonic()
+        result = run_spark_job(
+            str(script), [], [], endpoints=cloud.endpoints, logs_dir=tmp_path,
+            run_id="warm-sleeper", timeout_seconds=2, slots=slots,
+        )  # fmt: skip
+        elapsed = time.monotonic() - started
+    finally:
+        slots.shutdown()
+
+    assert (result.succeeded, result.timed_out) == (False, True)
+    assert elapsed < 300  # the driver's start (a JVM) and 2 s
+    assert "sleeping" in result.log_path.read_text()
+
+
+def test_declared_values_are_bound_not_parsed() -> None:
+    """P1: the engine's `($states:=...;$var:=...;EXPR)` gives the same result when the JSON
+    values are bound as variables (null at the top stays JSONata's null)."""
+    expression = (
+        '($states:={"input":{"a":null,"s":"q\\"uote;$x:=1;","n":[1,2]}};$v:=null;$w:=3;'
+        "[$states.input.s, $states.input.a = null, $v = null, $exists($v), $w * 2,"
+        " $states.input.n[1]])"
+    )
+    rest, bindings = sfn_hooks.lift_declarations(expression)
+
+    assert rest.startswith("([$states.input.s")
+    assert set(bindings) == {"states", "v", "w"}
+    assert sfn_hooks.evaluate_jsonata(expression) == [
+        'q"uote;$x:=1;', True, True, True, 6, 2,
+    ]  # fmt: skip
+    unlifted = jsonata.Jsonata(expression).evaluate(None)  # what JSONata's parser gives
+    assert sfn_hooks.evaluate_jsonata(expression) == unlifted
+    assert sfn_hooks.lift_declarations("$states.input") == ("$states.input", {})
+    typed = f"$type({expression})"  # how moto checks a string result's type
+    assert sfn_hooks.lift_declarations(typed) == (f"$type({rest})", bindings)
+    assert sfn_hooks.evaluate_jsonata(typed) == "array"

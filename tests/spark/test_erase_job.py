@@ -265,3 +265,29 @@ def test_verification_fails_when_a_subject_came_back(
         eraser("verify")
     checks = eraser.document("verification.json")["objects"]
     assert [c["ok"] for c in checks] == [True, False]  # the lake file (first) is still gone
+
+
+def test_verification_accepts_a_later_erasure_of_the_same_object(
+    cloud: Cloud, eraser: Eraser, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two requests touching one object (the soak): the other request's erasure rewrites the
+    object after this one's and purges this one's version. Its rewrite is accepted; every version
+    left still holds none of this request's subjects."""
+    cloud.register(REVIEWS)
+    _ingest(cloud, capsys, CSV, "1")
+    eraser.freeze("u1")
+    eraser("erase")
+    ours = cloud.s3.get_object(Bucket=RAW, Key=KEY)
+    body = ours["Body"].read()
+    later = body.replace(b"u2,abc,2026-11-22,3.00,meh\n", b"")  # the other request's subject
+    assert later != body
+    metadata = {**ours["Metadata"], "lethe-producer": "erase", "lethe-erasure": "er-other"}
+    cloud.s3.put_object(Bucket=RAW, Key=KEY, Body=later, Metadata=metadata)
+    cloud.s3.delete_object(Bucket=RAW, Key=KEY, VersionId=ours["VersionId"])
+
+    assert eraser("verify")["objects_verified"] == 2
+
+    metadata["lethe-producer"] = "someone"  # a producer's version: not accepted
+    cloud.s3.put_object(Bucket=RAW, Key=KEY, Body=later, Metadata=metadata)
+    with pytest.raises(VerificationFailedError, match="did not verify"):
+        eraser("verify")

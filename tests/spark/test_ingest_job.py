@@ -510,6 +510,26 @@ def test_unregistered_dataset_and_missing_version_fail_only_that_object(
     assert cloud.lake_keys() == []
 
 
+def test_a_recorded_version_deleted_before_ingestion_ends_deleted_not_failed(
+    cloud: Cloud, run_job: IngestRunner
+) -> None:
+    # Recorded RECEIVED from its Object Created event, then purged (as an erasure purges the
+    # versions it rewrote) before the job read it; its Object Deleted event not read yet.
+    cloud.register(REVIEWS)
+    version = cloud.upload(REVIEWS_KEY, REVIEWS_CSV, "reviews")
+    cloud.s3.delete_object(Bucket=RAW, Key=REVIEWS_KEY, VersionId=version)
+
+    outcome = run_job("reviews", REVIEWS_KEY, version, correlation_id="exec-gone")
+    assert "was deleted before it could be ingested (S3 no longer has it)" in run_job.logs
+    again = run_job("reviews", REVIEWS_KEY, version, correlation_id="exec-again")
+
+    assert outcome["status"] == again["status"] == "DELETED"
+    item = cloud.catalog_item(REVIEWS_KEY, version)
+    assert (item["status"], item["ingest_correlation_id"]) == ("DELETED", "exec-gone")
+    assert "ingest_error" not in item
+    assert cloud.lake_keys() == []
+
+
 def test_a_missing_hash_key_secret_fails_the_run_before_anything_is_written(
     cloud: Cloud, capsys: pytest.CaptureFixture[str]
 ) -> None:

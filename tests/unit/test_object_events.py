@@ -94,9 +94,16 @@ def _record(
         catalog=catalog,
         ingestion=starter or RecordingStarter(),
         index=index or RecordingIndex(),
-        objects=objects or MemoryObjectStore(),
+        objects=objects or _holding(event),
     )
     return outcome.written
+
+
+def _holding(event: ObjectEvent) -> MemoryObjectStore:
+    """A store that has the event's version: S3 sends Object Created once the version exists."""
+    objects = MemoryObjectStore()
+    objects.put_version(event.bucket, event.key, event.version_id or "null")
+    return objects
 
 
 @pytest.mark.parametrize(
@@ -312,7 +319,7 @@ def test_redelivery_asks_again_while_the_version_is_still_received(
         catalog=catalog,
         ingestion=starter,
         index=RecordingIndex(),
-        objects=MemoryObjectStore(),
+        objects=_holding(_event()),
     )
 
     assert (outcome.written, outcome.ingestion_requested) == (False, True)
@@ -343,8 +350,47 @@ def test_redelivery_asks_nothing_once_the_state_machine_took_the_version(
         catalog=catalog,
         ingestion=starter,
         index=RecordingIndex(),
-        objects=MemoryObjectStore(),
+        objects=_holding(_event()),
     )
 
     assert (outcome.written, outcome.ingestion_requested) == (False, False)
     assert starter.started == []
+
+
+def test_a_raw_version_deleted_before_its_event_was_read_is_deleted_and_not_ingested(
+    catalog: MemoryCatalog, starter: RecordingStarter
+) -> None:
+    # an erasure rewrote the object and purged this version before its Created event was read
+    index = RecordingIndex()
+    created = _event(seq="10")
+
+    outcome = record_object_event(
+        created,
+        buckets=BUCKETS,
+        registry=_registry(),
+        catalog=catalog,
+        ingestion=starter,
+        index=index,
+        objects=MemoryObjectStore(),
+    )
+    again = record_object_event(
+        created,
+        buckets=BUCKETS,
+        registry=_registry(),
+        catalog=catalog,
+        ingestion=starter,
+        index=index,
+        objects=MemoryObjectStore(),
+    )
+    deleted = _record(
+        _event(EventKind.DELETED, seq="11", deletion="Permanently Deleted"), catalog, starter, index
+    )
+
+    assert (outcome.written, outcome.gone, outcome.ingestion_requested) == (True, True, False)
+    assert outcome.item.status is ObjectStatus.DELETED
+    assert (again.written, again.ingestion_requested) == (False, False)
+    assert starter.started == []
+    assert deleted  # its own Object Deleted event is newer: it speaks for the key
+    assert index.calls == [("deleted", "v1")]
+    (item,) = catalog.items.values()
+    assert item.status is ObjectStatus.DELETED

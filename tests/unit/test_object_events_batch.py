@@ -91,18 +91,32 @@ class World:
         self.catalog = MemoryCatalog()
         self.index = RecordingIndex()
         self.starter = starter
+        self.objects = MemoryObjectStore()
         self.deps = app._Dependencies(
             buckets=Buckets(raw=RAW, lake=LAKE),
             registry=MemoryRegistry(_dataset("reviews"), _dataset("orders")),
             catalog=self.catalog,
             starter=starter,
             index=self.index,
-            objects=MemoryObjectStore(),
+            objects=self.objects,
             ignored_retention=timedelta(days=30),
             reports_bucket=REPORTS,
         )
 
     def handle(self, event: dict[str, Any]) -> dict[str, Any]:
+        # S3 sends Object Created once the version exists: the store has every one named.
+        for record in event.get("Records", []):
+            try:
+                body = json.loads(record["body"])
+                detail = body["detail"]
+                if body["detail-type"] == "Object Created":
+                    self.objects.put_version(
+                        detail["bucket"]["name"],
+                        detail["object"]["key"],
+                        detail["object"].get("version-id") or "null",
+                    )
+            except (ValueError, KeyError, TypeError):
+                continue  # a malformed record: the handler says so
         result: dict[str, Any] = self.app.handler(event, FakeLambdaContext())
         return result
 

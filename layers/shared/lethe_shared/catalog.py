@@ -211,6 +211,11 @@ class ObjectCatalog(Protocol):
         """Mark the raw object version FAILED with the reason (`ingest_error`), as the ingestion
         workflow does when a whole run fails. Raises CatalogItemMissingError."""
 
+    def record_gone(self, object_url: str, version_id: str, correlation_id: str) -> bool:
+        """Mark a recorded raw object version DELETED because S3 no longer has it (an erasure
+        purged it before it was ingested), unless the catalog says DELETED already; True when
+        written. The version's own Object Deleted event, when read, finds it DELETED."""
+
 
 def _permanently_deleted(status: Any, item: Any) -> bool:
     """A version that was deleted for good (not a delete marker, which is a version itself)."""
@@ -368,3 +373,21 @@ class DynamoObjectCatalog:
                     f"the object catalog has no item for {object_url} version {version_id}"
                 ) from exc
             raise
+
+    def record_gone(self, object_url: str, version_id: str, correlation_id: str) -> bool:
+        try:
+            self._table.update_item(
+                Key={"object_url": object_url, "version_id": version_id},
+                UpdateExpression="SET #status = :deleted, ingest_correlation_id = :cid",
+                ConditionExpression="attribute_exists(object_url) AND #status <> :deleted",
+                ExpressionAttributeNames={"#status": "status"},
+                ExpressionAttributeValues={
+                    ":deleted": ObjectStatus.DELETED.value,
+                    ":cid": correlation_id,
+                },
+            )
+        except ClientError as exc:
+            if error_code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True

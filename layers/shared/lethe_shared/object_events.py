@@ -62,6 +62,7 @@ class Outcome:
     written: bool  # False: a duplicate or an older event; the catalog already knows better
     ingestion_requested: bool = False  # see IngestionStarter.start
     index_action: IndexAction | None = None
+    gone: bool = False  # a created raw version S3 no longer had when its event was read
 
 
 def catalog_item_for(
@@ -71,16 +72,20 @@ def catalog_item_for(
     *,
     ignored_retention: timedelta,
     rewritten: bool = False,
+    gone: bool = False,
     now: datetime | None = None,
 ) -> CatalogItem:
     """The catalog item an event leads to. Records of objects outside any dataset expire after
     `ignored_retention` (DynamoDB TTL); everything else is kept as the audit trail. A raw
-    version an erasure wrote (`rewritten`) is REWRITTEN: its rows are in the lake already."""
+    version an erasure wrote (`rewritten`) is REWRITTEN: its rows are in the lake already. A
+    created version that S3 no longer has (`gone`: deleted before its event was read, as an
+    erasure purges the versions it rewrote) is DELETED, the state its Object Deleted event
+    gives it: there is nothing to ingest."""
     try:
         sequencer = normalize_sequencer(event.sequencer)
     except ValueError as exc:
         raise MalformedEventError(str(exc)) from exc
-    if event.kind is EventKind.DELETED:
+    if event.kind is EventKind.DELETED or gone:
         status = ObjectStatus.DELETED
     elif dataset_id is None:
         status = ObjectStatus.IGNORED
@@ -108,9 +113,13 @@ def catalog_item_for(
     )
 
 
-def _written_by_erasure(objects: ObjectStore, event: ObjectEvent) -> bool:
+def _raw_version_now(objects: ObjectStore, event: ObjectEvent) -> tuple[bool, bool]:
+    """(rewritten, gone) for a created raw version, from one HEAD of the exact version: written
+    by an erasure (its `lethe-producer` metadata), or no longer in S3 at all."""
     head = objects.head(event.bucket, event.key, event.version_id or NULL_VERSION)
-    return head is not None and head.producer == ERASE_PRODUCER
+    if head is None:
+        return False, True
+    return head.producer == ERASE_PRODUCER, False
 
 
 def _still_wanted(item: CatalogItem, written: bool, catalog: ObjectCatalog) -> bool:
@@ -168,21 +177,26 @@ def record_object_event(
 
     An event from a bucket other than the raw and lake `buckets` is malformed for this
     deployment (the EventBridge rule should never deliver it). A raw version that an erasure
-    wrote (its `lethe-producer` metadata, one HEAD) is recorded REWRITTEN and not ingested.
+    wrote (its `lethe-producer` metadata, one HEAD) is recorded REWRITTEN and not ingested; one
+    S3 no longer has (deleted before this event was read) is recorded DELETED, not ingested, and
+    leaves the subject index to its own Object Deleted event (the newer one, which speaks for
+    the key).
     """
     zone = buckets.zone_of(event.bucket)
     if zone is None:
         raise MalformedEventError(f"bucket {event.bucket!r} is neither the raw nor the lake bucket")
     candidate = dataset_of_key(event.key)
     dataset_id = candidate if candidate and registry.get(candidate) is not None else None
-    rewritten = (
-        event.kind is EventKind.CREATED
-        and zone is Zone.RAW
-        and dataset_id is not None
-        and _written_by_erasure(objects, event)
-    )
+    rewritten = gone = False
+    if event.kind is EventKind.CREATED and zone is Zone.RAW and dataset_id is not None:
+        rewritten, gone = _raw_version_now(objects, event)
     item = catalog_item_for(
-        event, zone, dataset_id, ignored_retention=ignored_retention, rewritten=rewritten
+        event,
+        zone,
+        dataset_id,
+        ignored_retention=ignored_retention,
+        rewritten=rewritten,
+        gone=gone,
     )
     written = catalog.put_if_newer(item)
     requested = (
@@ -190,7 +204,11 @@ def record_object_event(
         and _ingestion_wanted(item, written, catalog)
         and ingestion.start(item)
     )
-    index_action = _maintain_index(item, written, catalog, index)
+    index_action = None if gone else _maintain_index(item, written, catalog, index)
     return Outcome(
-        item=item, written=written, ingestion_requested=requested, index_action=index_action
+        item=item,
+        written=written,
+        ingestion_requested=requested,
+        index_action=index_action,
+        gone=gone,
     )

@@ -47,6 +47,7 @@ from typing import Any, Final
 
 from lethe.artifacts import upload_spark_artifacts
 from lethe.localcloud.deployment import Deployment, Endpoints
+from lethe.localcloud.dynamodb_partitions import patch_dynamodb_partitions
 from lethe.localcloud.intrinsics import ACCOUNT_ID
 
 # The CLI imports this module for the state-file helpers, so it imports nothing heavy at the
@@ -127,8 +128,10 @@ def configure_moto() -> Callable[[], None]:
         target.setdefault(section, {}).update(values)
     unpatch = patch_policy_conditions()
     unatomic = make_dynamodb_atomic()
+    unpartition = patch_dynamodb_partitions(DYNAMODB_LOCK)
 
     def restore() -> None:
+        unpartition()
         unatomic()
         unpatch()
         target.clear()
@@ -153,6 +156,11 @@ _DYNAMODB_ITEM_METHODS: Final = (
 )
 
 
+# Serialises the DynamoDB backend's item methods (make_dynamodb_atomic) and the partition maps
+# (lethe.localcloud.dynamodb_partitions) in this process.
+DYNAMODB_LOCK: Final = threading.RLock()
+
+
 def make_dynamodb_atomic() -> Callable[[], None]:
     """Make each DynamoDB request atomic with respect to the others, as DynamoDB is per item.
 
@@ -163,7 +171,7 @@ def make_dynamodb_atomic() -> Callable[[], None]:
     """
     from moto.dynamodb.models import DynamoDBBackend  # noqa: PLC0415 - heavy, see the top
 
-    lock = threading.RLock()
+    lock = DYNAMODB_LOCK
     originals = {name: getattr(DynamoDBBackend, name) for name in _DYNAMODB_ITEM_METHODS}
 
     def locked(method: Callable[..., Any]) -> Callable[..., Any]:

@@ -16,6 +16,9 @@ P1  JSONata evaluator.
            crashes. We set it to `evaluate_jsonata`, built on `jsonata-python`. The engine hands
            over one self-contained expression, `($states:={...};$var:=...;EXPR)`, in which it has
            already bound `$states.input/result/errorOutput/context` and the Assign variables.
+           `lift_declarations` reads those JSON values (P2) with the json module and binds them
+           as variables, so JSONata parses only EXPR: parsing the whole execution input again
+           on every evaluation was most of the cloud's CPU under load (`make soak`).
 P2  JSON-safe variable declarations.
     Where: `encode_jsonata_variable_declarations` in `asl/jsonata/jsonata.py`, imported by name
            into `asl/eval/states.py` and `asl/eval/variable_store.py` (patched in all three).
@@ -66,6 +69,14 @@ P6  ItemBatcher in a Distributed Map.
            and runs one child per batch; `_eval_job` makes the Map Run's item counts count the
            items of each batch (DescribeMapRun: items in itemCounts, batches in
            executionCounts). The state machine's stored definition is unchanged.
+P8  One parse at a time.
+    Where: the same `AmazonStateLanguageParser.parse` wrapper as P6.
+    Why:   moto's `Preprocessor` keeps its query language scope stack in a class attribute
+           (`_query_language_per_scope = []`) that every parse shares, and every execution
+           parses its definition in its own thread. Two executions of a JSONata machine with a
+           JSONPath state (the erasure's approval wait) starting at once interleave their
+           scopes and one fails "Cannot downgrade from JSONata context to a JSONPath context"
+           in its thread: the execution stays RUNNING with no event. The wrapper holds a lock.
 P7  ItemReader `arn:aws:states:::s3:listObjectsV2`.
     Where: `ResourceEvalS3._handle_list_objects_v2` (`.../item_reader/eval/resource_eval_s3.py`).
     Why:   moto lists one page (1,000 keys), fails on an empty listing (`response["Contents"]`)
@@ -131,6 +142,7 @@ import logging
 import math
 import os
 import random
+import re
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -146,6 +158,7 @@ from botocore.exceptions import ClientError, ParamValidationError
 from botocore.session import get_session as _botocore_session
 from botocore.validate import ParamValidator
 from jsonata.jexception import JException
+from jsonata.utils import Utils as _JsonataUtils
 from moto.core import config as moto_config
 from moto.core.exceptions import JsonRESTError
 from moto.core.utils import utcnow
@@ -214,6 +227,7 @@ from moto.stepfunctions.parser.asl.parse.asl_parser import (
 from lethe.localcloud.deployment import Endpoints
 from lethe.localcloud.spark_runner import (
     DEFAULT_MASTER,
+    RunSlots,
     SparkRunResult,
     parse_spark_submit_parameters,
     run_spark_job,
@@ -249,6 +263,7 @@ class HookContext:
     repo_root: Path  # relative script locations (not s3://) resolve against it
     spark_master: str = DEFAULT_MASTER
     max_run_seconds: float = DEFAULT_MAX_RUN_SECONDS  # cap on every Spark run
+    spark_slots: RunSlots | None = None  # None: LETHE_LOCAL_SPARK_RUNS (spark_runner.RunSlots)
 
 
 @dataclass(frozen=True)
@@ -258,6 +273,7 @@ class _Runtime:
     repo_root: Path
     spark_master: str
     max_run_seconds: float
+    slots: RunSlots
 
     def run(
         self,
@@ -282,6 +298,7 @@ class _Runtime:
             master=self.spark_master,
             should_continue=env.is_running,
             base_dir=self.repo_root,
+            slots=self.slots,
         )
         LOG.info(
             "Spark run %s %s in %.1f s (log %s)%s",
@@ -375,15 +392,49 @@ ASL_JSONATA_FUNCTIONS: Final[Mapping[str, Callable[..., Any]]] = {
     "parse": _asl_parse,
 }
 _NATIVE_REFERENCES: Final = frozenset(f"${name}" for name in ASL_JSONATA_FUNCTIONS)
+_JSONATA_NULL: Final = _JsonataUtils.NULL_VALUE
+
+
+_DECLARATION: Final = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*):=")
+_JSON_DECODER: Final = json.JSONDecoder()
+
+
+def lift_declarations(expression: str) -> tuple[str, dict[str, Any]]:
+    """P1: the engine's expression is `(<declarations><expression>)`, and P2 writes each
+    declared value (`$states`, every variable) as JSON. Read those values with the json module
+    and bind them as variables, leaving JSONata's parser only the expression itself: parsing the
+    whole execution input again for every evaluation (each Map iteration's, each Choice's) was
+    most of the local cloud's CPU under load (`make soak`). Returns the rest of the expression
+    and the bindings; a declaration that is not plain JSON (none are, after P2/P3) stops it.
+    moto also checks a string result's type with `$type(<the same expression>)`: that one too."""
+    head = next((p for p in ("(", "$type((") if expression.startswith(p)), None)
+    if head is None:
+        return expression, {}
+    bindings: dict[str, Any] = {}
+    position = len(head)
+    while match := _DECLARATION.match(expression, position):
+        try:
+            value, end = _JSON_DECODER.raw_decode(expression, match.end())
+        except ValueError:
+            break
+        if expression[end : end + 1] != ";":
+            break
+        # a JSON null bound at the top is JSONata's null, not "undefined"
+        bindings[match.group(1)] = _JSONATA_NULL if value is None else value
+        position = end + 1
+    if not bindings:
+        return expression, {}
+    return head + expression[position:], bindings
 
 
 def evaluate_jsonata(expression: str) -> Any:
     """P1: evaluate one self-contained JSONata expression as Step Functions would."""
     try:
-        compiled = jsonata.Jsonata(expression)
+        rest, bindings = lift_declarations(expression)
+        compiled = jsonata.Jsonata(rest)
         for name, function in ASL_JSONATA_FUNCTIONS.items():
             compiled.register_lambda(name, function)
-        result = compiled.evaluate(None)
+        result = compiled.evaluate(None, bindings)
     except JSONataEvaluationError:
         raise
     except JException as exc:
@@ -1412,9 +1463,23 @@ def _state_at(program: Any, path: tuple[str, ...]) -> Any:
             position += 1
 
 
+# P8: moto's Preprocessor keeps its query language scopes in a list that is a class attribute
+# (`Preprocessor._query_language_per_scope = []`), shared by every parse. Each execution parses
+# its definition in its own thread, so two executions starting together interleave their
+# scopes: a JSONata definition with one JSONPath state then fails "Cannot downgrade from JSONata
+# context to a JSONPath context", in the execution's thread, and the execution stays RUNNING
+# with no history (found by `make soak`: 50 erasure requests filed at once). One parse at a time.
+_PARSE_LOCK = threading.RLock()
+
+
 def _make_parse(original: Callable[[str], Any]) -> Callable[[str], Any]:
     def parse(definition: str) -> Any:
-        """P6: parse without the ItemBatchers, then attach each to its Map's iteration."""
+        """P6: parse without the ItemBatchers, then attach each to its Map's iteration.
+        P8: one parse at a time (moto's parser shares state between parses)."""
+        with _PARSE_LOCK:
+            return _parse(definition)
+
+    def _parse(definition: str) -> Any:
         try:
             document = json.loads(definition)
         except ValueError:
@@ -1672,6 +1737,7 @@ def install(context: HookContextLike) -> Callable[[], None]:
         repo_root=Path(context.repo_root),
         spark_master=getattr(context, "spark_master", DEFAULT_MASTER),
         max_run_seconds=float(getattr(context, "max_run_seconds", DEFAULT_MAX_RUN_SECONDS)),
+        slots=getattr(context, "spark_slots", None) or RunSlots.from_environment(),
     )
     with _install_lock:
         if _current.installation is not None:
@@ -1745,4 +1811,10 @@ def install(context: HookContextLike) -> Callable[[], None]:
             moto.__version__,
             runtime.logs_dir,
         )
-        return installation.uninstall
+    slots = runtime.slots
+
+    def uninstall() -> None:
+        installation.uninstall()
+        slots.shutdown()  # the warm Spark drivers (spark_runner.WarmDriver)
+
+    return uninstall

@@ -19,6 +19,16 @@ The local cloud's Step Functions hooks (`sfn_hooks.py`) call `run_spark_job` for
   so are the Python environment settings of EMR Serverless (`spark.archives` and the
   `PYSPARK_PYTHON` / `PYSPARK_DRIVER_PYTHON` that point into it, docs/SPARK.md): the local run
   uses this venv's interpreter, which has the same pinned packages;
+- at most `RunSlots.limit` runs go at once (`LETHE_LOCAL_SPARK_RUNS`, default 2: each run is a
+  JVM with a `local[2]` master, and a burst of executions would otherwise start one JVM each);
+  a run waits for a slot after downloading its files, and its time limit counts from its slot;
+- with slots, each slot keeps a warm driver (`spark_driver.py`: Python with PySpark imported and
+  its JVM started) that runs the script with a SparkSession of its own, instead of starting a
+  new interpreter and JVM per run (`LETHE_LOCAL_SPARK_WARM=0` turns it off). The run sees the
+  same argv, environment, working directory, py-files and Spark configuration; a failed,
+  timed-out or cancelled run retires its driver (the next run gets a fresh one), and so does
+  every 25th run. Configuration only a JVM launch can apply (`spark.driver.*` but the host and
+  bind address) makes the run cold;
 - stdout and stderr go to `<logs_dir>/spark-<run_id>.log`; on failure `error_message` is the
   final line(s) of the last Python traceback on stderr (what Glue's ErrorMessage and EMR's
   stateDetails show), or the last meaningful stderr lines when there is no traceback.
@@ -27,8 +37,10 @@ The local cloud's Step Functions hooks (`sfn_hooks.py`) call `run_spark_job` for
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
+import queue
 import re
 import shlex
 import shutil
@@ -50,6 +62,12 @@ from lethe.localcloud.deployment import Endpoints
 LOG = logging.getLogger(__name__)
 
 DEFAULT_MASTER = "local[2]"
+RUNS_ENV = "LETHE_LOCAL_SPARK_RUNS"
+WARM_ENV = "LETHE_LOCAL_SPARK_WARM"
+DEFAULT_CONCURRENT_RUNS = 2
+RUNS_PER_DRIVER = 25
+_DRIVER_START_SECONDS = 300.0
+_WARM_SAFE_DRIVER_KEYS = frozenset({"spark.driver.host", "spark.driver.bindAddress"})
 _POLL_SECONDS = 0.25
 _KILL_GRACE_SECONDS = 10.0
 _STDERR_TAIL_LINES = 400
@@ -99,6 +117,247 @@ class SparkRunResult:
     duration: float  # seconds, wall clock, download included
     timed_out: bool = False
     cancelled: bool = False
+
+
+class RunSlots:
+    """At most `limit` Spark runs at once on this machine; the others wait for a slot.
+
+    A Step Functions execution runs in a thread of the cloud process, so a burst of executions
+    (1,000 uploads, 50 erasure requests) would start one JVM each at the same moment, on a
+    machine with a couple of cores: every run slows down, memory runs out, none finishes
+    sooner. On AWS each run has its own workers; here they take turns. With `warm`, each slot
+    keeps a `WarmDriver` between runs."""
+
+    def __init__(self, limit: int | None, *, warm: bool = False) -> None:
+        self.limit = limit  # None: no limit
+        self.warm = warm and bool(limit)
+        self._free: queue.Queue[int] = queue.Queue()
+        for slot in range(limit or 0):
+            self._free.put(slot)
+        self._drivers: dict[int, WarmDriver] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None) -> RunSlots:
+        """`LETHE_LOCAL_SPARK_RUNS`: a positive number, or `none` for no limit;
+        `LETHE_LOCAL_SPARK_WARM`: `0` for a new interpreter and JVM per run."""
+        environ = environ if environ is not None else os.environ
+        value = environ.get(RUNS_ENV, "").strip()
+        warm = environ.get(WARM_ENV, "1").strip() not in {"0", "false", "no"}
+        if not value:
+            return cls(DEFAULT_CONCURRENT_RUNS, warm=warm)
+        if value.lower() == "none":
+            return cls(None)
+        if not value.isdigit() or int(value) < 1:
+            raise ValueError(f"{RUNS_ENV} must be a positive number or 'none', not {value!r}")
+        return cls(int(value), warm=warm)
+
+    def acquire(self, should_continue: Callable[[], bool] | None) -> int | None:
+        """Wait for a slot and return it; None when `should_continue()` says the run is no
+        longer wanted. Without a limit, every run gets slot -1 at once."""
+        if not self.limit:
+            return -1
+        while True:
+            try:
+                return self._free.get(timeout=_POLL_SECONDS)
+            except queue.Empty:
+                if should_continue is not None and not _still_wanted(should_continue):
+                    return None
+
+    def release(self, slot: int) -> None:
+        if slot >= 0:
+            self._free.put(slot)
+
+    def driver(self, slot: int, env: Mapping[str, str], logs_dir: Path) -> WarmDriver:
+        """The slot's warm driver for this environment: the one it has, or a new one."""
+        with self._lock:
+            current = self._drivers.get(slot)
+        if current is not None and current.usable(env):
+            return current
+        if current is not None:
+            current.stop()
+        started = WarmDriver(env, logs_dir / f"spark-driver-{slot}.log")
+        with self._lock:
+            self._drivers[slot] = started
+        return started
+
+    def retire(self, slot: int) -> None:
+        with self._lock:
+            current = self._drivers.pop(slot, None)
+        if current is not None:
+            current.stop()
+
+    def shutdown(self) -> None:
+        with self._lock:
+            drivers, self._drivers = list(self._drivers.values()), {}
+        for driver in drivers:
+            driver.stop()
+
+
+class WarmDriverError(RuntimeError):
+    """The warm driver could not start, or died outside a job."""
+
+
+class WarmDriver:
+    """One `python -m lethe.localcloud.spark_driver` process (and its JVM), in its own process
+    group. Its stdout and stderr are copied into the log of the run it is running (into
+    `idle_log` between runs); its answers come on a pipe of their own."""
+
+    def __init__(self, env: Mapping[str, str], idle_log: Path) -> None:
+        self.base = _driver_environment(env)
+        self.runs = 0
+        self._lock = threading.Lock()
+        self._sink: IO[str] | None = None
+        self._tail: deque[str] = deque(maxlen=_STDERR_TAIL_LINES)
+        self._answers: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self._idle = idle_log.open("a", encoding="utf-8")
+        self._home = Path(tempfile.mkdtemp(prefix="lethe-spark-driver-"))
+        read_fd, write_fd = os.pipe()
+        try:
+            self.process = subprocess.Popen(  # noqa: S603 - our interpreter, our module
+                [sys.executable, "-m", "lethe.localcloud.spark_driver", str(write_fd)],
+                cwd=self._home,
+                env=self.base,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                pass_fds=(write_fd,),
+                text=True,
+                encoding="utf-8",
+                errors="replace",
+                start_new_session=True,
+            )
+        finally:
+            os.close(write_fd)
+        control = os.fdopen(read_fd, "r", encoding="utf-8")
+        assert self.process.stdout is not None
+        assert self.process.stderr is not None
+        for name, stream, is_err in (
+            ("out", self.process.stdout, False),
+            ("err", self.process.stderr, True),
+            ("control", control, None),
+        ):
+            threading.Thread(
+                target=self._control if is_err is None else self._copy,
+                args=(stream,) if is_err is None else (stream, is_err),
+                name=f"spark-driver-{self.process.pid}-{name}",
+                daemon=True,
+            ).start()
+        self._idle.write(f"# warm driver pid {self.process.pid} starting\n")
+        self._idle.flush()
+        try:
+            ready = self._answers.get(timeout=_DRIVER_START_SECONDS)
+        except queue.Empty:
+            ready = None
+        if not ready or not ready.get("ready"):
+            self.stop()
+            raise WarmDriverError(f"the warm Spark driver did not start (see {idle_log})")
+
+    def usable(self, env: Mapping[str, str]) -> bool:
+        """Alive and not worn. The run's own environment is applied per run (in the driver,
+        and as `spark.executorEnv.*` for the workers), so only the endpoints must match: a
+        variable of the driver's start that a run lacks stays visible to its Python workers."""
+        same_cloud = all(
+            env.get(name) == self.base.get(name)
+            for name in ("AWS_ENDPOINT_URL", "PYSPARK_PYTHON", "LETHE_SPARK_MASTER")
+        )
+        return self.process.poll() is None and self.runs < RUNS_PER_DRIVER and same_cloud
+
+    def _copy(self, stream: IO[str], is_err: bool) -> None:
+        for line in stream:
+            with self._lock:
+                if is_err:
+                    self._tail.append(line)
+                sink = self._sink if self._sink is not None else self._idle
+                if not sink.closed:
+                    sink.write(line)
+                    sink.flush()
+
+    def _control(self, stream: IO[str]) -> None:
+        for line in stream:
+            with contextlib.suppress(ValueError):
+                self._answers.put(json.loads(line))
+        self._answers.put(None)  # the driver is gone
+
+    def run(
+        self,
+        request: Mapping[str, Any],
+        *,
+        log: IO[str],
+        deadline: float,
+        should_continue: Callable[[], bool] | None,
+    ) -> tuple[int | None, bool, bool, list[str]]:
+        """Run one job: (exit code or None, timed out, cancelled, stderr tail)."""
+        self.runs += 1
+        with self._lock:
+            log.flush()
+            self._sink, self._tail = log, deque(maxlen=_STDERR_TAIL_LINES)
+        timed_out = cancelled = False
+        code: int | None = None
+        try:
+            assert self.process.stdin is not None
+            self.process.stdin.write(json.dumps(request) + "\n")
+            self.process.stdin.flush()
+            while True:
+                try:
+                    answer = self._answers.get(timeout=_POLL_SECONDS)
+                except queue.Empty:
+                    if time.monotonic() >= deadline:
+                        timed_out = True
+                    elif should_continue is not None and not _still_wanted(should_continue):
+                        cancelled = True
+                    if timed_out or cancelled:
+                        self.stop()
+                        break
+                    continue
+                if answer is None:  # died outside the job's own exit (a JVM crash, a kill)
+                    code = self.process.wait()
+                    break
+                code = int(answer.get("exit_code", 1))
+                break
+        except (OSError, ValueError) as exc:
+            log.write(f"# the warm driver failed: {exc}\n")
+            self.stop()
+        finally:
+            time.sleep(0.05)  # the last lines of the pipes
+            with self._lock:
+                self._sink, tail = None, list(self._tail)
+        return code, timed_out, cancelled, tail
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            with contextlib.suppress(OSError):
+                if self.process.stdin is not None:
+                    self.process.stdin.close()
+            _kill_group(self.process)
+        _kill_stragglers(self.process.pid)
+        with self._lock:
+            if not self._idle.closed:
+                self._idle.write(f"# warm driver pid {self.process.pid} stopped\n")
+                self._idle.close()
+        shutil.rmtree(self._home, ignore_errors=True)
+
+
+def _driver_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """What a warm driver starts with: the run's environment without what is the run's own
+    (its py-files path, its Spark configuration: both are applied per run)."""
+    base = {k: v for k, v in env.items() if k not in {"PYTHONPATH", "PYSPARK_SUBMIT_ARGS"}}
+    base["PYSPARK_SUBMIT_ARGS"] = _submit_args(_LOCAL_SPARK_DEFAULTS)
+    if os.environ.get("PYTHONPATH"):
+        base["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    return base
+
+
+def _submit_args(conf: Mapping[str, str]) -> str:
+    submit = [part for key, value in conf.items() for part in ("--conf", f"{key}={value}")]
+    return shlex.join([*submit, "pyspark-shell"])
+
+
+def _warm_allowed(conf: Mapping[str, str]) -> bool:
+    """False when the configuration needs a JVM launch (driver memory, class path, options)."""
+    return not any(
+        key.startswith("spark.driver.") and key not in _WARM_SAFE_DRIVER_KEYS for key in conf
+    )
 
 
 @dataclass(frozen=True)
@@ -208,14 +467,16 @@ def run_spark_job(
     master: str = DEFAULT_MASTER,
     should_continue: Callable[[], bool] | None = None,
     base_dir: Path | None = None,
+    slots: RunSlots | None = None,
 ) -> SparkRunResult:
     """Run `python <script> *args` as Glue / EMR Serverless would, and wait for it.
 
     `script_url` and `py_files` are `s3://bucket/key` URLs on the local cloud's S3 (local paths
     and `file://` URLs work too, relative ones against `base_dir`). The run is killed (whole
     process group) when `timeout_seconds` pass or when `should_continue()` returns False (the
-    Step Functions task was stopped or timed out). Never raises for a failing job: the result says
-    what happened.
+    Step Functions task was stopped or timed out). With `slots`, the run first waits for one
+    (after its downloads); `timeout_seconds` counts from then. Never raises for a failing job:
+    the result says what happened.
     """
     started = time.monotonic()
     logs_dir.mkdir(parents=True, exist_ok=True)
@@ -245,18 +506,115 @@ def run_spark_job(
             log.write(f"# command {shlex.join(command)}\n")
             log.write(f"# PYSPARK_SUBMIT_ARGS {env['PYSPARK_SUBMIT_ARGS']}\n")
             log.flush()
-            return _run(
-                command,
-                env=env,
-                workdir=workdir,
-                log=log,
-                log_path=log_path,
-                started=started,
-                timeout_seconds=timeout_seconds,
-                should_continue=should_continue,
-            )
+            downloaded = time.monotonic()
+            slot = slots.acquire(should_continue) if slots is not None else -1
+            if slot is None:
+                log.write("# cancelled while waiting for a run slot\n")
+                return SparkRunResult(
+                    False, None, "the job run was cancelled", log_path,
+                    time.monotonic() - started, cancelled=True,
+                )  # fmt: skip
+            assert slots is None or slot is not None
+            if slots is not None and slots.limit:
+                log.write(
+                    f"# waited {time.monotonic() - downloaded:.1f} s for one of {slots.limit} "
+                    "run slots\n"
+                )
+                log.flush()
+            deadline = time.monotonic() + timeout_seconds
+            try:
+                conf = {**_LOCAL_SPARK_DEFAULTS, **usable_spark_conf(spark_conf or {})}
+                if slots is not None and slots.warm and _warm_allowed(conf):
+                    return _run_warm(
+                        slots, slot, command, env, conf, workdir,
+                        logs_dir=logs_dir, log=log, log_path=log_path, started=started,
+                        deadline=deadline, timeout_seconds=timeout_seconds,
+                        should_continue=should_continue,
+                    )  # fmt: skip
+                return _run(
+                    command,
+                    env=env,
+                    workdir=workdir,
+                    log=log,
+                    log_path=log_path,
+                    started=started,
+                    deadline=deadline,
+                    timeout_seconds=timeout_seconds,
+                    should_continue=should_continue,
+                )
+            finally:
+                if slots is not None:
+                    slots.release(slot)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _run_warm(  # noqa: PLR0917 - the run's parts, as _run takes them
+    slots: RunSlots,
+    slot: int,
+    command: list[str],
+    env: dict[str, str],
+    conf: Mapping[str, str],
+    workdir: Path,
+    *,
+    logs_dir: Path,
+    log: IO[str],
+    log_path: Path,
+    started: float,
+    deadline: float,
+    timeout_seconds: float,
+    should_continue: Callable[[], bool] | None,
+) -> SparkRunResult:
+    """`_run`, on the slot's warm driver (`spark_driver.py`)."""
+    try:
+        driver = slots.driver(slot, env, logs_dir)
+    except WarmDriverError as exc:
+        log.write(f"# {exc}: running cold\n")
+        return _run(
+            command, env=env, workdir=workdir, log=log, log_path=log_path, started=started,
+            deadline=deadline, timeout_seconds=timeout_seconds, should_continue=should_continue,
+        )  # fmt: skip
+    log.write(f"# on warm driver pid {driver.process.pid}, its run {driver.runs + 1}\n")
+    request = {
+        "script": command[1],
+        "argv": command[2:],
+        "cwd": str(workdir),
+        "env": env,
+        "python_path": [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p],
+        "conf": dict(conf),
+    }
+    code, timed_out, cancelled, tail = driver.run(
+        request, log=log, deadline=deadline, should_continue=should_continue
+    )
+    if code != 0 or timed_out or cancelled:
+        slots.retire(slot)  # a failed run never leaves its driver to the next
+    return _outcome(code, timed_out, cancelled, tail, log, log_path, started, timeout_seconds)
+
+
+def _outcome(  # noqa: PLR0917 - what a run ended with
+    exit_code: int | None,
+    timed_out: bool,
+    cancelled: bool,
+    tail: Iterable[str],
+    log: IO[str],
+    log_path: Path,
+    started: float,
+    timeout_seconds: float,
+) -> SparkRunResult:
+    duration = time.monotonic() - started
+    log.write(f"\n# exit code {exit_code} after {duration:.1f} s\n")
+    if timed_out:
+        message = f"the job run timed out after {timeout_seconds:g} s"
+        return SparkRunResult(False, exit_code, message, log_path, duration, timed_out=True)
+    if cancelled:
+        return SparkRunResult(
+            False, exit_code, "the job run was cancelled", log_path, duration, cancelled=True
+        )
+    if exit_code == 0:
+        return SparkRunResult(True, 0, "", log_path, duration)
+    return SparkRunResult(
+        False, exit_code, extract_error_message(tail, exit_code), log_path, duration
+    )
 
 
 def _run(
@@ -267,6 +625,7 @@ def _run(
     log: IO[str],
     log_path: Path,
     started: float,
+    deadline: float,
     timeout_seconds: float,
     should_continue: Callable[[], bool] | None,
 ) -> SparkRunResult:
@@ -292,7 +651,6 @@ def _run(
         daemon=True,
     )
     pump.start()
-    deadline = started + timeout_seconds
     timed_out = cancelled = False
     while process.poll() is None:
         if time.monotonic() >= deadline:
