@@ -664,21 +664,10 @@ def _run(
     exit_code = process.wait()
     _kill_stragglers(process.pid)
     pump.join(timeout=5)
-    duration = time.monotonic() - started
-    with lock:
-        log.write(f"\n# exit code {exit_code} after {duration:.1f} s\n")
-    if timed_out:
-        message = f"the job run timed out after {timeout_seconds:g} s"
-        return SparkRunResult(False, exit_code, message, log_path, duration, timed_out=True)
-    if cancelled:
-        return SparkRunResult(
-            False, exit_code, "the job run was cancelled", log_path, duration, cancelled=True
+    with lock:  # the stderr pump may still be writing the log and the tail
+        return _outcome(
+            exit_code, timed_out, cancelled, tail, log, log_path, started, timeout_seconds
         )
-    if exit_code == 0:
-        return SparkRunResult(True, 0, "", log_path, duration)
-    return SparkRunResult(
-        False, exit_code, extract_error_message(tail, exit_code), log_path, duration
-    )
 
 
 def _still_wanted(should_continue: Callable[[], bool]) -> bool:
