@@ -689,6 +689,7 @@ def verify_replace_object(
     digest = subject_hash(KEY, model.columns, values)
     own = built.by_subject.get(digest, [])[:max_objects]
     puts = deletes = updates = expected = changed_besides_version = analytic_shifted = 0
+    remove_writes = 0
     for i, erased in own:
         old = built.per_object[i]
         table = objects.read(i)
@@ -702,6 +703,11 @@ def verify_replace_object(
         new = objects.batch(i, remaining, new_ref)  # written from its columns
         fake = _CountingTable(e.to_item() for e in old)
         DynamoSubjectIndex(fake).replace_object(new_ref.object_url, new)
+        # What the erasure workflow does instead (erasure_workflow: remove_subjects with the
+        # request's hashes), on a fresh counting table with the same entries
+        removing = _CountingTable(e.to_item() for e in old)
+        DynamoSubjectIndex(removing).remove_subjects(erased.object_url, [digest])
+        remove_writes += removing.puts + removing.deletes + removing.updates
         puts += fake.puts
         deletes += fake.deletes
         updates += fake.updates
@@ -718,6 +724,7 @@ def verify_replace_object(
         "flags": updates,
         "writes": puts + deletes + updates,
         "formula_writes": expected,
+        "remove_subjects_writes": remove_writes,  # the subject's own entries: one per object
         "entries_changed_besides_version_etag": changed_besides_version,
         "entries_with_shifted_hints_by_formula": analytic_shifted,
     }

@@ -161,7 +161,6 @@ def _index_targets(result: Mapping[str, Any]) -> list[tuple[str, str, str, str]]
     cpu = build["cpu_ratio_index_to_baseline"]["median"]
     wall = build["time_ratio_index_to_baseline"]["median"]
     per_million = dynamo["per_million_rows"]["lethe"]
-    writes = result["erasure_writes"]["writes_prescribed"]
     return [
         (
             "4 index build (the index job's path) / plain read",
@@ -177,13 +176,26 @@ def _index_targets(result: Mapping[str, Any]) -> list[tuple[str, str, str, str]]
             "items of a row-level index)",
             "-",
         ),
-        (
-            "4 index writes per erased subject",
-            "1 per own entry",
-            f"mean {writes['mean']:.1f}, max {writes['max']:.0f}",
-            "-",
-        ),
+        _erasure_writes_target(result["erasure_writes"]),
     ]
+
+
+def _erasure_writes_target(writes: Mapping[str, Any]) -> tuple[str, str, str, str]:
+    """Judged on `remove_subjects` run for real on a counting table (index_bench's checks);
+    without those counts (results of an older run) only the prescribed figures are shown."""
+    prescribed = writes["writes_prescribed"]
+    shown = f"mean {prescribed['mean']:.1f}, max {prescribed['max']:.0f}"
+    checks = [c for c in writes.get("replace_object_checks", []) if "remove_subjects_writes" in c]
+    if not checks:
+        return ("4 index writes per erased subject", "1 per own entry", shown, "-")
+    counted = sum(c["remove_subjects_writes"] for c in checks)
+    own = sum(c["objects"] for c in checks)
+    return (
+        "4 index writes per erased subject",
+        "1 per own entry",
+        f"{shown}; counted for {len(checks)} subjects: {counted:,} writes for {own:,} own entries",
+        "met" if counted == own else "missed",
+    )
 
 
 def _ingest_targets(result: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:

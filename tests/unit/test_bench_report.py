@@ -114,3 +114,31 @@ def test_the_repository_document_has_every_marker() -> None:
     for name in NAMES:
         assert len(re.findall(rf"<!-- {name}:begin\b", doc)) == 1, name
         assert doc.count(report.end_marker(name)) == 1, name
+
+
+def _writes(checks: list[dict[str, int]]) -> dict[str, object]:
+    return {"writes_prescribed": {"mean": 3.0, "max": 7.0}, "replace_object_checks": checks}
+
+
+def test_index_writes_judged_on_the_counted_remove_subjects() -> None:
+    exact = report._erasure_writes_target(
+        _writes(
+            [
+                {"objects": 3, "remove_subjects_writes": 3},
+                {"objects": 7, "remove_subjects_writes": 7},
+            ]
+        )
+    )
+    assert exact[3] == "met"
+    assert "10 writes for 10 own entries" in exact[2]
+    extra = report._erasure_writes_target(
+        _writes(
+            [
+                {"objects": 3, "remove_subjects_writes": 3},
+                {"objects": 7, "remove_subjects_writes": 9},
+            ]
+        )
+    )
+    assert extra[3] == "missed"
+    # results of a run before the count existed: shown, not judged
+    assert report._erasure_writes_target(_writes([{"objects": 3}]))[3] == "-"
