@@ -1126,6 +1126,12 @@ def _md_writes(writes: dict[str, Any]) -> list[str]:
             f"row hints ({shifted:,} by the formula), the others only version id, ETag and "
             "updated_at.",
         ]
+        if all("remove_subjects_writes" in c for c in checks):
+            removed = sum(c["remove_subjects_writes"] for c in checks)
+            lines.append(
+                f"The erasure workflow's `remove_subjects` run for real on the same entries: "
+                f"{removed:,} writes for {sum(c['objects'] for c in checks)} own entries."
+            )
     return lines
 
 
