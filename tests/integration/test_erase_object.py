@@ -171,3 +171,30 @@ def test_a_producer_that_never_stops_fails_the_object(s3: Any) -> None:
     with pytest.raises(ConcurrentWritesError, match="changed 5 times"):
         erase_object(Relentless(s3), _item(), _settings())
     assert b'"stay"' in _bodies(s3)[0]  # nothing of the producer's was lost
+
+
+def test_a_version_purged_by_another_erasure_mid_write_is_read_again(s3: Any) -> None:
+    """Two requests erasing one object (found by make soak): between this erasure's read and its
+    conditional write, the other one wrote its version and purged the one this erasure read.
+    Reading that version's tags then finds nothing; it is a conflict like a failed condition:
+    the key is read again and erased from the other request's version."""
+    first = s3.put_object(Bucket=RAW, Key=OBJECT_KEY, Body=V1)["VersionId"]
+    other = b'{"user": "gone", "n": 1}\n'  # its version still holds ours: it erased another subject
+    purged: list[str] = []
+
+    class OtherErasure(S3ObjectStore):
+        def replace_version(
+            self, bucket: str, key: str, source: Path, **kwargs: Any
+        ) -> ObjectHead | None:
+            if not purged:
+                s3.put_object(Bucket=RAW, Key=OBJECT_KEY, Body=other + V1_ERASED)
+                s3.delete_object(Bucket=RAW, Key=OBJECT_KEY, VersionId=first)
+                purged.append(first)
+            return super().replace_version(bucket, key, source, **kwargs)
+
+    result = erase_object(OtherErasure(s3), _item(), _settings())
+
+    assert purged == [first]
+    assert result.attempts == 2
+    assert result.action == "rewritten"
+    assert _bodies(s3) == [V1_ERASED]

@@ -309,11 +309,18 @@ class S3ObjectStore:
         ETag `if_match` (an S3 conditional write): a version a producer wrote meanwhile is never
         overwritten. The new version keeps `like_version`'s user metadata (with `metadata`
         added), tags, content headers, storage class and server-side encryption. None when the
-        condition failed (re-read and try again)."""
-        head = self.client.head_object(Bucket=bucket, Key=key, **version_args(like_version))
-        tags = self.client.get_object_tagging(
-            Bucket=bucket, Key=key, **version_args(like_version)
-        ).get("TagSet", [])
+        condition failed (re-read and try again), and when `like_version` itself is gone: it was
+        the current version when read, so a writer (another erasure purging what it rewrote) has
+        replaced it and the condition cannot hold either."""
+        try:
+            head = self.client.head_object(Bucket=bucket, Key=key, **version_args(like_version))
+            tags = self.client.get_object_tagging(
+                Bucket=bucket, Key=key, **version_args(like_version)
+            ).get("TagSet", [])
+        except ClientError as exc:
+            if is_not_found(exc) or error_code(exc) == "400":
+                return None
+            raise
         params: dict[str, Any] = {
             name: head[name] for name in _KEPT_HEADERS if head.get(name) not in (None, "")
         }
