@@ -73,9 +73,11 @@ from lethe_shared.erasure_report import (
 from lethe_shared.index_maintenance import ERASE_PRODUCER
 from lethe_shared.registry import DatasetRegistry, require_dataset
 from lethe_shared.s3 import (
+    ERASED_ROWS_METADATA,
     ERASURE_METADATA,
     PRODUCER_METADATA,
     KeyState,
+    ObjectHead,
     ObjectStore,
     ObjectVersion,
     S3ObjectStore,
@@ -199,31 +201,47 @@ def _erase_current(
     tmp: Path,
     *,
     after_rewrite: Callable[[], None] | None = None,
-) -> tuple[EraseResult, VersionRef | None] | None:
-    """Rewrite (or delete) the current version; None when a producer wrote meanwhile."""
+) -> tuple[EraseResult, VersionRef | None, ObjectHead] | None:
+    """Rewrite (or delete) the current version; None when a producer wrote meanwhile. With the
+    result, the head of the version read."""
     source, target = tmp / "current", tmp / "erased"
-    if store.download(item.bucket, item.key, current.version_id, source) is None:
+    head = store.download(item.bucket, item.key, current.version_id, source)
+    if head is None:
         return None  # deleted or replaced between the listing and the read
     erased = erase_rows(
         ctx.kind(item), source, target, item.key, ctx.matcher(item.dataset_id), workdir=tmp
     )
     if erased.rows_removed == 0:
-        return erased, VersionRef(version_id=current.version_id, etag=current.etag)
+        return erased, VersionRef(version_id=current.version_id, etag=current.etag), head
     if erased.rows_after == 0:
-        return erased, None  # nothing left: the key goes with every version
+        return erased, None, head  # nothing left: the key goes with every version
     written = store.replace_version(
         item.bucket,
         item.key,
         target,
         like_version=current.version_id,
         if_match=current.etag,
-        metadata={PRODUCER_METADATA: ERASE_PRODUCER, ERASURE_METADATA: ctx.request_id},
+        metadata={
+            PRODUCER_METADATA: ERASE_PRODUCER,
+            ERASURE_METADATA: ctx.request_id,
+            ERASED_ROWS_METADATA: str(erased.rows_removed),
+        },
     )
     if written is None:
         return None
     if after_rewrite is not None:
         after_rewrite()
-    return erased, VersionRef(version_id=written.version_id, etag=written.etag)
+    return erased, VersionRef(version_id=written.version_id, etag=written.etag), head
+
+
+def _erased_earlier(head: ObjectHead, request_id: str) -> int:
+    """Rows this request removed in writing `head`'s version, when an earlier run of it did."""
+    if head.producer != ERASE_PRODUCER or head.metadata.get(ERASURE_METADATA) != request_id:
+        return 0
+    try:
+        return max(int(head.metadata.get(ERASED_ROWS_METADATA, "0")), 0)
+    except ValueError:
+        return 0
 
 
 def erase_object(
@@ -237,6 +255,7 @@ def erase_object(
     first: list[VersionRef] | None = None
     purged = 0
     removed = 0  # rows this erasure removed in versions it wrote that another one then replaced
+    written: set[str] = set()  # versions this run wrote
     for attempt in range(1, MAX_ATTEMPTS + 1):
         versions = store.versions_of(item.bucket, item.key)
         first = _data_versions(versions) if first is None else first
@@ -258,7 +277,13 @@ def erase_object(
         if outcome is None:
             LOG.warning("%s changed while erasing it: reading it again", item.object_url)
             continue
-        erased, after = outcome
+        erased, after, read = outcome
+        if erased.rows_removed == 0 and current.version_id not in written:
+            # a version this request wrote in an earlier run (one that died before its results):
+            # its rows are this request's too
+            removed += _erased_earlier(read, ctx.request_id)
+        if erased.written and after is not None:
+            written.add(after.version_id)
         count, settled = _purge(store, item, after.version_id if after else None, versions)
         purged += count
         if not settled:

@@ -15,7 +15,15 @@ from lethe_jobs.erase_core import ConcurrentWritesError, EraseSettings, erase_ob
 from lethe_shared.catalog import Buckets, Zone
 from lethe_shared.datasets import parse_dataset
 from lethe_shared.erasure_report import ManifestObject
-from lethe_shared.s3 import KeyState, ObjectHead, S3ObjectStore
+from lethe_shared.index_maintenance import ERASE_PRODUCER
+from lethe_shared.s3 import (
+    ERASED_ROWS_METADATA,
+    ERASURE_METADATA,
+    PRODUCER_METADATA,
+    KeyState,
+    ObjectHead,
+    S3ObjectStore,
+)
 from lethe_shared.subjects import hash_of_id
 from tests.integration.conftest import LAKE, RAW
 
@@ -197,4 +205,34 @@ def test_a_version_purged_by_another_erasure_mid_write_is_read_again(s3: Any) ->
     assert purged == [first]
     assert result.attempts == 2
     assert result.action == "rewritten"
+    assert _bodies(s3) == [V1_ERASED]
+
+
+@pytest.mark.parametrize(("request_id", "credited"), [("er-test-0001", 1), ("er-other-0002", 0)])
+def test_a_rerun_credits_rows_its_earlier_run_removed(
+    s3: Any, request_id: str, credited: int
+) -> None:
+    """A run that died after rewriting an object, before its results: the re-run finds nothing
+    of the subject left, and the rows count still, from the version's metadata, when the version
+    is this request's (found by make soak: the certificate said 'unchanged'). Another request's
+    version credits nothing."""
+    s3.put_object(Bucket=RAW, Key=OBJECT_KEY, Body=V1)
+    s3.put_object(
+        Bucket=RAW,
+        Key=OBJECT_KEY,
+        Body=V1_ERASED,
+        Metadata={
+            PRODUCER_METADATA: ERASE_PRODUCER,
+            ERASURE_METADATA: request_id,
+            ERASED_ROWS_METADATA: "1",
+        },
+    )  # the earlier run died before purging the version it had read
+
+    result = erase_object(S3ObjectStore(s3), _item(), _settings())
+
+    assert result.rows_removed == credited
+    assert result.action == ("rewritten" if credited else "unchanged")
+    assert result.rows_after == 1
+    assert result.rows_before == 1 + credited
+    assert result.versions_purged == 1
     assert _bodies(s3) == [V1_ERASED]

@@ -32,6 +32,8 @@ NULL_VERSION = "null"  # the version id S3 gives objects written while versionin
 PRODUCER_METADATA = "lethe-producer"  # S3 user metadata (x-amz-meta-lethe-producer)
 CORRELATION_METADATA = "lethe-correlation-id"  # the run of a Lethe job that wrote the version
 ERASURE_METADATA = "lethe-erasure"  # the erasure request whose job wrote the version
+# rows that request's erase job removed in writing the version (a re-run after a crash reads it)
+ERASED_ROWS_METADATA = "lethe-erased-rows"
 CHUNK_BYTES = 1024 * 1024
 
 # What S3 answers when the object or version asked for is not there: HEAD answers a bare 404
