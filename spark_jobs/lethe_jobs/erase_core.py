@@ -255,7 +255,7 @@ def erase_object(
     first: list[VersionRef] | None = None
     purged = 0
     removed = 0  # rows this erasure removed in versions it wrote that another one then replaced
-    written: set[str] = set()  # versions this run wrote
+    counted: set[str] = set()  # versions whose removed rows are counted: this run's, credited
     for attempt in range(1, MAX_ATTEMPTS + 1):
         versions = store.versions_of(item.bucket, item.key)
         first = _data_versions(versions) if first is None else first
@@ -278,12 +278,13 @@ def erase_object(
             LOG.warning("%s changed while erasing it: reading it again", item.object_url)
             continue
         erased, after, read = outcome
-        if erased.rows_removed == 0 and current.version_id not in written:
+        if erased.rows_removed == 0 and current.version_id not in counted:
             # a version this request wrote in an earlier run (one that died before its results):
-            # its rows are this request's too
+            # its rows are this request's too (once, however often it is read)
             removed += _erased_earlier(read, ctx.request_id)
+            counted.add(current.version_id)
         if erased.written and after is not None:
-            written.add(after.version_id)
+            counted.add(after.version_id)
         count, settled = _purge(store, item, after.version_id if after else None, versions)
         purged += count
         if not settled:
