@@ -74,16 +74,16 @@ from index_bench import machine_facts  # noqa: E402
 
 from lethe_jobs.erase_rows import SubjectMatcher, erase_rows  # noqa: E402
 from lethe_jobs.objects import ObjectKind  # noqa: E402
-from lethe_shared.arrow_index import (  # noqa: E402
+from lethe_shared.catalog.object_catalog import Zone  # noqa: E402
+from lethe_shared.datasets.document import Dataset, parse_dataset  # noqa: E402
+from lethe_shared.index.arrow_entries import (  # noqa: E402
     ObjectRef,
     ObjectSubjects,
     entry_batches,
     lake_object_subjects,
     object_subjects,
 )
-from lethe_shared.catalog import Zone  # noqa: E402
-from lethe_shared.datasets import Dataset, parse_dataset  # noqa: E402
-from lethe_shared.subjects import subject_hash  # noqa: E402
+from lethe_shared.index.subject_index import subject_hash  # noqa: E402
 
 KEY = b"lethe-benchmark-subject-hash-key-0123456789"  # any key of >= 32 bytes
 RAW_BUCKET = generate_lake.RAW_BUCKET

@@ -74,7 +74,9 @@ import pyspark
 from pyspark.sql import SparkSession
 from reference_index import reference_entries
 
-from lethe_shared.arrow_index import (
+from lethe_shared.catalog.object_catalog import Zone
+from lethe_shared.datasets.document import Dataset, parse_dataset
+from lethe_shared.index.arrow_entries import (
     ObjectRef,
     ObjectSubjects,
     entries_from_table,
@@ -82,9 +84,12 @@ from lethe_shared.arrow_index import (
     entry_batches,
     object_subjects,
 )
-from lethe_shared.catalog import Zone
-from lethe_shared.datasets import Dataset, parse_dataset
-from lethe_shared.subjects import DynamoSubjectIndex, EntryBatch, IndexEntry, subject_hash
+from lethe_shared.index.subject_index import (
+    DynamoSubjectIndex,
+    EntryBatch,
+    IndexEntry,
+    subject_hash,
+)
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent

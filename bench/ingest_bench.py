@@ -19,7 +19,8 @@ deleted at the end):
    before every job run the moto state is reset and the objects uploaded again (untimed), so
    every run is a first ingestion. Also: a few objects ingested one job run each.
 2. Job runs per 1,000 uploads: the object events path's real grouping code
-   (`lethe_shared.ingestion`: `IngestionCollector`, `plan_groups`, `StepFunctionsBatchStarter`
+   (`lethe_shared.ingestion.starter`: `IngestionCollector`, `plan_groups`,
+   `StepFunctionsBatchStarter`
    on counting stand-ins for Step Functions and S3) on 1,000 simulated catalog items, in SQS
    batches of IngestionBatchSize records (template.yaml's default, and other sizes), against
    one run per upload before batching.
@@ -72,8 +73,8 @@ from moto_cloud import MotoCloud
 from proc_tree import TreeSampler, wait_sampled
 
 from lethe.localcloud.template import load_template
-from lethe_shared import ingestion
-from lethe_shared.catalog import CatalogItem, ObjectStatus, Zone
+from lethe_shared.catalog.object_catalog import CatalogItem, ObjectStatus, Zone
+from lethe_shared.ingestion import starter as ingestion
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent

@@ -80,7 +80,10 @@ CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
         "AWS calls to the emulator (boto3, HTTP client side)",
         ("botocore", "boto3", "urllib3", "http/client", "s3transfer", "ssl.py", "socket.py"),
     ),
-    ("Lethe: index entries (lethe_shared.arrow_index)", ("lethe_shared/arrow_index",)),
+    (
+        "Lethe: index entries (lethe_shared.index.arrow_entries)",
+        ("lethe_shared/index/arrow_entries",),
+    ),
     ("Lethe: other job code (lethe_jobs, lethe_shared)", ("lethe_jobs/", "lethe_shared/")),
     (
         "Spark worker: Arrow batches from and to the JVM, waiting for it",

@@ -31,9 +31,9 @@ from boto3.s3.transfer import TransferConfig
 from moto.server import ThreadedMotoServer
 
 from lethe.localcloud.template import load_template
-from lethe_shared.catalog import CatalogItem, ObjectStatus, Zone, normalize_sequencer
-from lethe_shared.datasets import parse_dataset
-from lethe_shared.registry import DynamoDatasetRegistry
+from lethe_shared.catalog.object_catalog import CatalogItem, ObjectStatus, Zone, normalize_sequencer
+from lethe_shared.datasets.document import parse_dataset
+from lethe_shared.datasets.registry import DynamoDatasetRegistry
 
 REGION = "us-east-1"
 RAW = "lethe-bench-raw"

@@ -13,9 +13,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lethe_shared.arrow_index import ObjectRef
-from lethe_shared.datasets import Dataset
-from lethe_shared.subjects import IndexEntry, subject_hash
+from lethe_shared.datasets.document import Dataset
+from lethe_shared.index.arrow_entries import ObjectRef
+from lethe_shared.index.subject_index import IndexEntry, subject_hash
 
 
 def reference_subject_values(table: pa.Table, path: str, constants: Mapping[str, Any]) -> list[Any]:

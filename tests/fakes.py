@@ -4,15 +4,15 @@ Each fake implements the Protocol of the adapter it stands for, with the same se
 this module is type-checked strictly (`make mypy`), so a fake cannot drift from its port: the
 assignments at the bottom fail mypy when a method is missing or has another signature.
 
-    DatasetRegistry  lethe_shared.registry   DynamoDatasetRegistry   MemoryRegistry
-    ObjectCatalog    lethe_shared.catalog    DynamoObjectCatalog     MemoryCatalog
-    SubjectIndex     lethe_shared.subjects   DynamoSubjectIndex      MemoryIndex
-    ObjectStore      lethe_shared.s3         S3ObjectStore           MemoryObjectStore
-    IngestionStarter lethe_shared.ingestion  StepFunctionsBatchStarter  RecordingStarter
-    IndexRequester   lethe_shared.index_maintenance  AwsIndexRequester  RecordingRequester
-    DocumentStore    lethe_shared.erasure_workflow   S3Documents        MemoryDocuments
-    ErasureRequests  lethe_shared.erasure    DynamoErasureRequests   MemoryErasureRequests
-    Approvals        lethe_shared.erasure    DynamoApprovals         MemoryApprovals
+    DatasetRegistry  lethe_shared.datasets.registry   DynamoDatasetRegistry   MemoryRegistry
+    ObjectCatalog    lethe_shared.catalog.object_catalog    DynamoObjectCatalog     MemoryCatalog
+    SubjectIndex     lethe_shared.index.subject_index   DynamoSubjectIndex      MemoryIndex
+    ObjectStore      lethe_shared.aws.s3         S3ObjectStore           MemoryObjectStore
+    IngestionStarter lethe_shared.ingestion.starter  StepFunctionsBatchStarter  RecordingStarter
+    IndexRequester   lethe_shared.index.maintenance  AwsIndexRequester  RecordingRequester
+    DocumentStore    lethe_shared.erasure.workflow   S3Documents        MemoryDocuments
+    ErasureRequests  lethe_shared.erasure.requests    DynamoErasureRequests   MemoryErasureRequests
+    Approvals        lethe_shared.erasure.requests    DynamoApprovals         MemoryApprovals
 """
 
 from __future__ import annotations
@@ -27,9 +27,17 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from lethe_shared.catalog import CatalogItem, IngestionRecord, ObjectCatalog, ObjectStatus, latest
-from lethe_shared.datasets import Dataset
-from lethe_shared.erasure import (
+from lethe_shared.aws.s3 import ObjectHead, ObjectStore, ObjectVersion, s3_url
+from lethe_shared.catalog.object_catalog import (
+    CatalogItem,
+    IngestionRecord,
+    ObjectCatalog,
+    ObjectStatus,
+    latest,
+)
+from lethe_shared.datasets.document import Dataset
+from lethe_shared.datasets.registry import DatasetRegistry
+from lethe_shared.erasure.requests import (
     ALLOWED_FROM,
     ApprovalLink,
     Approvals,
@@ -40,13 +48,11 @@ from lethe_shared.erasure import (
     InvalidTransitionError,
     RequestNotFoundError,
 )
-from lethe_shared.erasure_workflow import DocumentStore
+from lethe_shared.erasure.workflow import DocumentStore
 from lethe_shared.errors import CatalogItemMissingError
-from lethe_shared.index_maintenance import IndexRequester
-from lethe_shared.ingestion import IngestionStarter, ingestion_execution_name
-from lethe_shared.registry import DatasetRegistry
-from lethe_shared.s3 import ObjectHead, ObjectStore, ObjectVersion, s3_url
-from lethe_shared.subjects import EntryBatch, FoundEntry, IndexEntry, SubjectIndex
+from lethe_shared.index.maintenance import IndexRequester
+from lethe_shared.index.subject_index import EntryBatch, FoundEntry, IndexEntry, SubjectIndex
+from lethe_shared.ingestion.starter import IngestionStarter, ingestion_execution_name
 
 
 class MemoryRegistry:

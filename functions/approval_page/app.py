@@ -3,7 +3,8 @@
 A GET renders the confirmation page (what will be erased, the confirmation code, the two
 forms) and changes nothing: mail scanners open every link. A POST decides only with an
 authentic unexpired link, the page's CSRF cookie and token, an allowed approver and the typed
-code, and only once (lethe_shared.approval_flow.ApprovalPage). The requester is not an allowed
+code, and only once (lethe_shared.erasure.approval_flow.ApprovalPage). The requester is not an
+allowed
 approver, by address or by the IAM principal that filed the request (APPROVER_PRINCIPALS).
 Every answer is an HTML page with strict security headers.
 """
@@ -24,16 +25,16 @@ from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import Field
 
-from lethe_shared.approval import response_headers
-from lethe_shared.approval_flow import (
+from lethe_shared.config import load_settings
+from lethe_shared.erasure.approval import response_headers
+from lethe_shared.erasure.approval_flow import (
     ApprovalPage,
     ApproversSettingsBase,
     HttpAnswer,
     HttpRequest,
 )
-from lethe_shared.config import load_settings
-from lethe_shared.erasure import DynamoApprovals, DynamoErasureRequests
-from lethe_shared.erasure_workflow import StepFunctionsCallbacks
+from lethe_shared.erasure.requests import DynamoApprovals, DynamoErasureRequests
+from lethe_shared.erasure.workflow import StepFunctionsCallbacks
 
 logger = Logger()
 tracer = Tracer()
@@ -86,7 +87,8 @@ def _request(approval_id: str) -> HttpRequest:
 
 
 def http_request_of(event: APIGatewayProxyEvent, approval_id: str) -> HttpRequest:
-    """What the approval page reads of an API Gateway request (lethe_shared.approval_flow)."""
+    """What the approval page reads of an API Gateway request
+    (lethe_shared.erasure.approval_flow)."""
     headers = {k.lower(): v for k, v in (event.headers or {}).items()}
     cookies = "; ".join((event.multi_value_headers or {}).get("Cookie", [])) or headers.get(
         "cookie"

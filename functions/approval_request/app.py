@@ -3,7 +3,7 @@
 Keeps the task token on the request record (it never leaves DynamoDB), creates one signed link
 per configured approver (never the requester, by address or by the IAM principal that filed
 the request: APPROVER_PRINCIPALS) and emails each approver their own link through
-SES (lethe_shared.approval_flow.request_approval). The task then waits until an approver
+SES (lethe_shared.erasure.approval_flow.request_approval). The task then waits until an approver
 decides on the approval page, the request is cancelled, or the deadline passes (the task's
 TimeoutSeconds, from ApprovalTimeoutHours).
 """
@@ -22,9 +22,9 @@ from aws_lambda_powertools.utilities import parameters
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, Field
 
-from lethe_shared.approval_flow import ApproversSettingsBase, SesMailer, request_approval
 from lethe_shared.config import load_settings
-from lethe_shared.erasure import DynamoApprovals, DynamoErasureRequests
+from lethe_shared.erasure.approval_flow import ApproversSettingsBase, SesMailer, request_approval
+from lethe_shared.erasure.requests import DynamoApprovals, DynamoErasureRequests
 
 logger = Logger()
 tracer = Tracer()

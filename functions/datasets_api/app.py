@@ -18,12 +18,12 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import Field
 
-from lethe_shared.catalog import Buckets
+from lethe_shared.aws.s3 import S3ObjectStore
+from lethe_shared.catalog.object_catalog import Buckets
 from lethe_shared.config import Settings, load_settings
-from lethe_shared.datasets import Dataset, parse_dataset
+from lethe_shared.datasets.document import Dataset, parse_dataset
+from lethe_shared.datasets.registry import DynamoDatasetRegistry
 from lethe_shared.errors import BucketVersioningError, DatasetNotFoundError, DatasetValidationError
-from lethe_shared.registry import DynamoDatasetRegistry
-from lethe_shared.s3 import S3ObjectStore
 
 logger = Logger()
 tracer = Tracer()

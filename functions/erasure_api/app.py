@@ -8,14 +8,16 @@
 The same function takes EventBridge events (`source: lethe.requests`, detail-type `Erasure
 Requested`, detail = the POST body plus an optional `idempotency_key`; the event id is the key
 otherwise, so a redelivered event files one request). Subject ids are hashed as soon as they
-are read (lethe_shared.erasure) and never logged or stored. The IAM caller's ARN is recorded
+are read (lethe_shared.erasure.requests) and never logged or stored. The IAM caller's ARN is
+recorded
 on the request (`requester_principal`); a request filed by event records the event's
 account and source instead (`event:<account>:<source>`: EventBridge passes no caller). A
 `requested_by` naming an approver of APPROVER_PRINCIPALS is accepted only from that approver's
 principal (403 otherwise; an event, unless the approver is mapped to its sender, is refused).
 A cancel is accepted from the request's requester principal or an approver's principal when
 either is known (403 otherwise). A GET of a request whose approver's decision is recorded but
-did not reach the workflow hands it over again (lethe_shared.approval_flow.deliver_decision).
+did not reach the workflow hands it over again
+(lethe_shared.erasure.approval_flow.deliver_decision).
 """
 
 from __future__ import annotations
@@ -34,9 +36,16 @@ from aws_lambda_powertools.utilities import parameters
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import Field
 
-from lethe_shared.approval_flow import deliver_decision, pending_delivery
 from lethe_shared.config import Settings, load_settings
-from lethe_shared.erasure import (
+from lethe_shared.datasets.registry import DynamoDatasetRegistry
+from lethe_shared.erasure.approval_flow import deliver_decision, pending_delivery
+from lethe_shared.erasure.principals import (
+    ApproverPrincipalsSetting,
+    CancelNotAllowedError,
+    RequesterNotCallerError,
+    event_principal,
+)
+from lethe_shared.erasure.requests import (
     DynamoErasureRequests,
     ErasureRequestError,
     ErasureStatus,
@@ -45,21 +54,14 @@ from lethe_shared.erasure import (
     RequestNotFoundError,
     parse_request_body,
 )
-from lethe_shared.erasure_workflow import (
+from lethe_shared.erasure.workflow import (
     StepFunctionsCallbacks,
     StepFunctionsStarter,
     TaskGoneError,
     cancel_request,
     file_request,
 )
-from lethe_shared.principals import (
-    ApproverPrincipalsSetting,
-    CancelNotAllowedError,
-    RequesterNotCallerError,
-    event_principal,
-)
-from lethe_shared.registry import DynamoDatasetRegistry
-from lethe_shared.subjects import key_from_secret
+from lethe_shared.index.subject_index import key_from_secret
 
 logger = Logger()
 tracer = Tracer()

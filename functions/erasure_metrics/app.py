@@ -21,8 +21,8 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import Field
 
 from lethe_shared.config import Settings, load_settings
-from lethe_shared.erasure import DynamoErasureRequests
-from lethe_shared.request_ages import measure
+from lethe_shared.erasure.request_ages import measure
+from lethe_shared.erasure.requests import DynamoErasureRequests
 
 logger = Logger()
 tracer = Tracer()

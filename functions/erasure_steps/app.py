@@ -22,10 +22,11 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, Field
 
-from lethe_shared.certificate import KmsSigner
+from lethe_shared.aws.s3 import S3ObjectStore
 from lethe_shared.config import Settings, load_settings
-from lethe_shared.erasure import DynamoErasureRequests, ErasureStatus, RequestNotFoundError
-from lethe_shared.erasure_workflow import (
+from lethe_shared.erasure.certificate import KmsSigner
+from lethe_shared.erasure.requests import DynamoErasureRequests, ErasureStatus, RequestNotFoundError
+from lethe_shared.erasure.workflow import (
     S3Documents,
     build_report,
     certify,
@@ -33,8 +34,7 @@ from lethe_shared.erasure_workflow import (
     notification,
     update_index,
 )
-from lethe_shared.s3 import S3ObjectStore
-from lethe_shared.subjects import DynamoSubjectIndex
+from lethe_shared.index.subject_index import DynamoSubjectIndex
 
 logger = Logger()
 tracer = Tracer()

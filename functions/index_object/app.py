@@ -2,7 +2,8 @@
 
 Invoked asynchronously by the object events handler for lake objects up to
 LambdaIndexMaxBytes; larger ones go to the Spark index job. Reads the object version, computes
-its subject entries with lethe_shared.arrow_index (the same code the Spark jobs use) and makes
+its subject entries with lethe_shared.index.arrow_entries (the same code the Spark jobs use) and
+makes
 the object's index entries exactly those. Idempotent: a repeat gives the same entries.
 """
 
@@ -19,12 +20,12 @@ from aws_lambda_powertools.utilities import parameters
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, Field
 
-from lethe_shared.arrow_index import LakeIndexAction, index_lake_object
+from lethe_shared.aws.s3 import NULL_VERSION, S3ObjectStore
 from lethe_shared.config import Settings, load_settings
+from lethe_shared.datasets.registry import DynamoDatasetRegistry
 from lethe_shared.errors import MalformedEventError
-from lethe_shared.registry import DynamoDatasetRegistry
-from lethe_shared.s3 import NULL_VERSION, S3ObjectStore
-from lethe_shared.subjects import DynamoSubjectIndex, key_from_secret
+from lethe_shared.index.arrow_entries import LakeIndexAction, index_lake_object
+from lethe_shared.index.subject_index import DynamoSubjectIndex, key_from_secret
 
 logger = Logger()
 tracer = Tracer()

@@ -5,13 +5,14 @@ sends each S3 event to the queue `lethe-<stage>-object-events`; this function ta
 queue in batches (SQS event source, `ReportBatchItemFailures`). Each record's body is the
 EventBridge S3 event.
 
-Per record, in the batch's order: one catalog item per object version (lethe_shared.catalog,
+Per record, in the batch's order: one catalog item per object version
+(lethe_shared.catalog.object_catalog,
 conditional on the S3 sequencer, so order and duplicates do not matter), and the subject index
 kept current for lake objects that arrive by other means and for deletes
-(lethe_shared.index_maintenance). New raw object versions under a registered dataset are
+(lethe_shared.index.maintenance). New raw object versions under a registered dataset are
 *collected*; after the batch, they are started as one ingestion execution per group of at most
 MAX_BATCH_OBJECTS versions, each with a manifest in the reports bucket and a deterministic name
-(lethe_shared.ingestion).
+(lethe_shared.ingestion.starter).
 
 Failures are per record (Powertools BatchProcessor): a malformed record (not JSON, not S3's
 EventBridge shape) or one that fails on a dependency is logged with its reason and reported in
@@ -40,20 +41,25 @@ from aws_lambda_powertools.utilities.parser.models import S3EventNotificationEve
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import Field, ValidationError
 
-from lethe_shared.catalog import Buckets, DynamoObjectCatalog
+from lethe_shared.aws.s3 import S3ObjectStore, s3_url
+from lethe_shared.catalog.object_catalog import Buckets, DynamoObjectCatalog
 from lethe_shared.config import Settings, load_settings
+from lethe_shared.datasets.registry import DynamoDatasetRegistry
 from lethe_shared.errors import MalformedEventError
-from lethe_shared.index_maintenance import AwsIndexRequester, IndexMaintainer
-from lethe_shared.ingestion import (
+from lethe_shared.index.maintenance import AwsIndexRequester, IndexMaintainer
+from lethe_shared.index.subject_index import DynamoSubjectIndex
+from lethe_shared.ingestion.object_events import (
+    EventKind,
+    ObjectEvent,
+    Outcome,
+    record_object_event,
+)
+from lethe_shared.ingestion.starter import (
     IngestionCollector,
     IngestionGroup,
     StartOutcome,
     StepFunctionsBatchStarter,
 )
-from lethe_shared.object_events import EventKind, ObjectEvent, Outcome, record_object_event
-from lethe_shared.registry import DynamoDatasetRegistry
-from lethe_shared.s3 import S3ObjectStore, s3_url
-from lethe_shared.subjects import DynamoSubjectIndex
 
 logger = Logger()
 tracer = Tracer()

@@ -4,7 +4,7 @@ version its frozen report lists, then (a second run, `--mode verify`) prove it.
 Erase (one Spark task per group of objects, `tasks.task_groups`: small objects share a task):
 
 1. read the manifest and refuse it unless its SHA-256 is the one the approver saw;
-2. per object, list every version and delete marker of the exact key (lethe_shared.s3);
+2. per object, list every version and delete marker of the exact key (lethe_shared.aws.s3);
 3. the key's current version: download it, find the subjects' rows with the index's own
    matching and write the object again without them, in its own format (`erase_rows`); the
    new version replaces the old only if the old is still current (an S3 conditional write on
@@ -54,9 +54,23 @@ from lethe_jobs.index_core import add_required
 from lethe_jobs.objects import ObjectKind, object_kind
 from lethe_jobs.session import configure_logging
 from lethe_jobs.tasks import task_groups
-from lethe_shared.catalog import Buckets
-from lethe_shared.datasets import Dataset
-from lethe_shared.erasure_report import (
+from lethe_shared.aws.s3 import (
+    ERASED_ROWS_METADATA,
+    ERASURE_METADATA,
+    PRODUCER_METADATA,
+    KeyState,
+    ObjectHead,
+    ObjectStore,
+    ObjectVersion,
+    S3ObjectStore,
+    key_state,
+    s3_url,
+    split_s3_url,
+)
+from lethe_shared.catalog.object_catalog import Buckets
+from lethe_shared.datasets.document import Dataset
+from lethe_shared.datasets.registry import DatasetRegistry, require_dataset
+from lethe_shared.erasure.report import (
     EraseResults,
     Manifest,
     ManifestObject,
@@ -70,21 +84,7 @@ from lethe_shared.erasure_report import (
     results_totals,
     sha256_hex,
 )
-from lethe_shared.index_maintenance import ERASE_PRODUCER
-from lethe_shared.registry import DatasetRegistry, require_dataset
-from lethe_shared.s3 import (
-    ERASED_ROWS_METADATA,
-    ERASURE_METADATA,
-    PRODUCER_METADATA,
-    KeyState,
-    ObjectHead,
-    ObjectStore,
-    ObjectVersion,
-    S3ObjectStore,
-    key_state,
-    s3_url,
-    split_s3_url,
-)
+from lethe_shared.index.maintenance import ERASE_PRODUCER
 
 LOG = logging.getLogger("lethe.erase")
 MAX_ATTEMPTS = 5  # reads of one object while producers keep writing it

@@ -4,7 +4,8 @@ the job downloads an object version, calls `erase_rows`, puts the result under t
 deletes the key when `rows_after` is 0), and checks what it put with `verify_erased`.
 
 **Matching is the subject index's own notion of a row's subject.** Rows are read, typed and
-hashed by the functions that index them (lethe_jobs.indexing, lethe_shared.arrow_index), so the
+hashed by the functions that index them (lethe_jobs.indexing, lethe_shared.index.arrow_entries), so
+the
 rows erasure finds for a subject hash are exactly the row hints the index gives that subject:
 
 - raw CSV and JSON Lines: `readers.read_raw` + `indexing.raw_subject_rows` (rejected records
@@ -94,10 +95,10 @@ from lethe_jobs.readers import (
     salvaging,
 )
 from lethe_jobs.validate import POSITION
-from lethe_shared.arrow_index import ObjectRef, row_subject_hashes
-from lethe_shared.catalog import Zone
-from lethe_shared.datasets import CsvOptions, DataFormat, Dataset, hive_partition_values
-from lethe_shared.subjects import KEY_MIN_BYTES
+from lethe_shared.catalog.object_catalog import Zone
+from lethe_shared.datasets.document import CsvOptions, DataFormat, Dataset, hive_partition_values
+from lethe_shared.index.arrow_entries import ObjectRef, row_subject_hashes
+from lethe_shared.index.subject_index import KEY_MIN_BYTES
 
 _HASH = re.compile(r"[0-9a-f]{64}")
 _BOM = "\ufeff"

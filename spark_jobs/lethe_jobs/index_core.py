@@ -50,19 +50,19 @@ from lethe_jobs.indexing import StoredObject, UnreadableObjectError, object_subj
 from lethe_jobs.objects import ObjectKind, object_kind, object_list
 from lethe_jobs.session import configure_logging
 from lethe_jobs.tasks import grouped_items
-from lethe_shared.arrow_index import ObjectSubjects, entry_batches
-from lethe_shared.catalog import Buckets
-from lethe_shared.datasets import Dataset
-from lethe_shared.index_maintenance import (
+from lethe_shared.aws.s3 import ObjectHead, ObjectStore, S3ObjectStore, s3_url
+from lethe_shared.catalog.object_catalog import Buckets
+from lethe_shared.datasets.document import Dataset
+from lethe_shared.datasets.registry import DatasetRegistry, require_dataset
+from lethe_shared.index.arrow_entries import ObjectSubjects, entry_batches
+from lethe_shared.index.maintenance import (
     SELF_INDEXING_PRODUCERS,
     IndexAction,
     indexed_by_writer,
     replace_entries,
     settle_missing_key,
 )
-from lethe_shared.registry import DatasetRegistry, require_dataset
-from lethe_shared.s3 import ObjectHead, ObjectStore, S3ObjectStore, s3_url
-from lethe_shared.subjects import DynamoSubjectIndex, SubjectIndex
+from lethe_shared.index.subject_index import DynamoSubjectIndex, SubjectIndex
 
 LOG = logging.getLogger("lethe.index")
 NO_PRODUCER = "none"

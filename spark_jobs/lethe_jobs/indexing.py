@@ -1,7 +1,7 @@
 """Index entries of one object, from its content: what the ingest, index and reconcile jobs
 write or expect. No AWS here: the callers download the object and write the entries.
 
-- **lake Parquet files**: `lethe_shared.arrow_index.lake_object_batch`, the function the
+- **lake Parquet files**: `lethe_shared.index.arrow_entries.lake_object_batch`, the function the
   indexer Lambda uses (row hint = row in the file; partition values from the Hive path), so a
   file gets the same entries whoever indexes it;
 - **raw objects**: read with the ingest job's readers; each row's subject values typed as the
@@ -12,7 +12,8 @@ write or expect. No AWS here: the callers download the object and write the entr
 - **quarantine files**: each line's `record` (the rejected row as read), typed the same way, so
   a rejected row has the same subject in its raw object and in quarantine; hint = line.
 
-Every path ends in `lethe_shared.arrow_index.entry_batches`, the one implementation that turns
+Every path ends in `lethe_shared.index.arrow_entries.entry_batches`, the one implementation that
+turns
 rows into entries: the typed values go to it as their canonical texts. The `*_subjects`
 functions return an object's subjects before hashing (`ObjectSubjects`: the subject columns'
 codes and texts, not the rows), which the index job hashes for all the objects of a Spark task
@@ -37,7 +38,10 @@ from lethe_jobs.objects import ObjectKind
 from lethe_jobs.readers import RawRecords, read_raw
 from lethe_jobs.subject_values import json_leaf_text, subject_text
 from lethe_jobs.validate import POSITION, RECORD
-from lethe_shared.arrow_index import (
+from lethe_shared.aws.s3 import s3_url
+from lethe_shared.catalog.object_catalog import Zone
+from lethe_shared.datasets.document import Dataset, hive_partition_values
+from lethe_shared.index.arrow_entries import (
     ObjectRef,
     ObjectSubjects,
     entry_batches,
@@ -45,10 +49,7 @@ from lethe_shared.arrow_index import (
     object_subjects,
     row_subject_hashes,
 )
-from lethe_shared.catalog import Zone
-from lethe_shared.datasets import Dataset, hive_partition_values
-from lethe_shared.s3 import s3_url
-from lethe_shared.subjects import EntryBatch, IndexEntry
+from lethe_shared.index.subject_index import EntryBatch, IndexEntry
 
 _ARROW_ERRORS = (pa.ArrowException, TypeError, ValueError)
 

@@ -89,13 +89,13 @@ from lethe_jobs.validate import (
     conform,
     extract_json_fields,
 )
-from lethe_shared.catalog import IngestionRecord, ObjectCatalog, ObjectStatus
-from lethe_shared.datasets import Compression, DataFormat, Dataset
+from lethe_shared.aws.s3 import ObjectStore, S3ObjectStore, s3_url, split_s3_url, version_args
+from lethe_shared.catalog.object_catalog import IngestionRecord, ObjectCatalog, ObjectStatus
+from lethe_shared.datasets.document import Compression, DataFormat, Dataset
+from lethe_shared.datasets.registry import DatasetRegistry
 from lethe_shared.errors import CatalogItemMissingError
-from lethe_shared.index_maintenance import replace_entries, settle_missing_key
-from lethe_shared.registry import DatasetRegistry
-from lethe_shared.s3 import ObjectStore, S3ObjectStore, s3_url, split_s3_url, version_args
-from lethe_shared.subjects import SubjectIndex
+from lethe_shared.index.maintenance import replace_entries, settle_missing_key
+from lethe_shared.index.subject_index import SubjectIndex
 
 LOG = logging.getLogger("lethe.ingest")
 MAX_OBJECTS = 1000  # object versions per run (Lethe's batches hold MAX_BATCH_OBJECTS = 200)

@@ -34,18 +34,18 @@ from lethe_jobs.indexing import entries_of_rows, quarantine_subject_rows, raw_su
 from lethe_jobs.readers import BATCH_ROWS, RawRecords, Slice, iter_raw, read_parquet_batches
 from lethe_jobs.session import configure_logging
 from lethe_jobs.validate import POSITION, REASONS, RECORD, schema_of
-from lethe_shared.arrow_index import ObjectRef, entries_from_table
-from lethe_shared.catalog import Zone
-from lethe_shared.datasets import DataFormat, Dataset, hive_partition_values
-from lethe_shared.index_maintenance import INGEST_PRODUCER, replace_entries
-from lethe_shared.s3 import (
+from lethe_shared.aws.s3 import (
     CORRELATION_METADATA,
     PRODUCER_METADATA,
     S3ObjectStore,
     s3_url,
     version_args,
 )
-from lethe_shared.subjects import MAX_ROW_HINTS, DynamoSubjectIndex, IndexEntry
+from lethe_shared.catalog.object_catalog import Zone
+from lethe_shared.datasets.document import DataFormat, Dataset, hive_partition_values
+from lethe_shared.index.arrow_entries import ObjectRef, entries_from_table
+from lethe_shared.index.maintenance import INGEST_PRODUCER, replace_entries
+from lethe_shared.index.subject_index import MAX_ROW_HINTS, DynamoSubjectIndex, IndexEntry
 
 LOG = logging.getLogger("lethe.ingest")
 KIND = "_lethe_kind"
@@ -64,7 +64,7 @@ JSONL_CONTENT_TYPE = "application/x-ndjson"
 def ingest_metadata(correlation_id: str) -> dict[str, str]:
     """The S3 metadata of every lake object the job writes. `lethe-producer` says a job wrote
     it: the object events path sees these writes too, and leaves their indexing to this job
-    (lethe_shared.index_maintenance.indexed_by_writer). `lethe-correlation-id` names the run
+    (lethe_shared.index.maintenance.indexed_by_writer). `lethe-correlation-id` names the run
     (the execution's name), so `lethe trace s3://<lake object>` finds the story that wrote it."""
     return {PRODUCER_METADATA: INGEST_PRODUCER, CORRELATION_METADATA: correlation_id}
 

@@ -16,7 +16,11 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
-from lethe_shared.datasets import HIVE_DEFAULT_PARTITION, QUARANTINE_PREFIX, is_quarantine_key
+from lethe_shared.datasets.document import (
+    HIVE_DEFAULT_PARTITION,
+    QUARANTINE_PREFIX,
+    is_quarantine_key,
+)
 
 # Hive's FileUtils.escapePathName: these characters are written as %XX in partition values.
 _HIVE_ESCAPED = frozenset([chr(c) for c in range(0x01, 0x20)] + list("\"#%'*/:=?\\\x7f{[]^"))

@@ -1,5 +1,5 @@
 """Which rows an object of a dataset holds, and a dataset's keys as the index and reconcile jobs
-see them. S3 itself is asked through lethe_shared.s3 (heads, versions, not-found).
+see them. S3 itself is asked through lethe_shared.aws.s3 (heads, versions, not-found).
 
 Which objects hold rows (docs/INDEX.md):
 
@@ -19,8 +19,7 @@ from typing import Any
 
 from lethe_jobs import layout
 from lethe_jobs.errors import InvalidObjectListError
-from lethe_shared.catalog import Buckets
-from lethe_shared.s3 import (
+from lethe_shared.aws.s3 import (
     KeyState,
     ObjectHead,
     ObjectStore,
@@ -28,6 +27,7 @@ from lethe_shared.s3 import (
     key_state,
     split_s3_url,
 )
+from lethe_shared.catalog.object_catalog import Buckets
 
 
 class ObjectKind(StrEnum):
@@ -66,7 +66,7 @@ class Listing:
 
 
 def list_prefix(objects: ObjectStore, bucket: str, prefix: str) -> Listing:
-    """Every key under `prefix` by its state (lethe_shared.s3.key_state); keys with no data
+    """Every key under `prefix` by its state (lethe_shared.aws.s3.key_state); keys with no data
     left are not listed."""
     by_key: dict[str, list[ObjectVersion]] = {}
     for version in objects.list_versions(bucket, prefix):

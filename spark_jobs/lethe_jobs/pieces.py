@@ -26,8 +26,8 @@ from typing import IO, Any
 import pyarrow.parquet as pq
 
 from lethe_jobs.readers import GZIP_MAGIC, WHOLE, Slice
-from lethe_shared.datasets import Compression, DataFormat, Dataset
-from lethe_shared.s3 import version_args
+from lethe_shared.aws.s3 import version_args
+from lethe_shared.datasets.document import Compression, DataFormat, Dataset
 
 PIECE_BYTES = 128 * 1024 * 1024
 SCAN_CHUNK_BYTES = 8 * 1024 * 1024

@@ -59,7 +59,7 @@ import pyarrow.parquet as pq
 from lethe_jobs.arrow_bridge import to_spark_compatible
 from lethe_jobs.errors import UnreadableFileError
 from lethe_jobs.validate import POSITION, RECORD
-from lethe_shared.datasets import Compression, CsvOptions, DataFormat, Dataset
+from lethe_shared.datasets.document import Compression, CsvOptions, DataFormat, Dataset
 
 GZIP_MAGIC = b"\x1f\x8b"
 CSV_FIELD_LIMIT = 64 * 1024 * 1024

@@ -51,11 +51,11 @@ from lethe_jobs.indexing import StoredObject, UnreadableObjectError, object_entr
 from lethe_jobs.objects import ObjectKind, list_prefix, object_kind
 from lethe_jobs.session import configure_logging
 from lethe_jobs.tasks import grouped_items
-from lethe_shared.catalog import Buckets
-from lethe_shared.datasets import Dataset
-from lethe_shared.registry import DatasetRegistry, require_dataset
-from lethe_shared.s3 import NULL_VERSION, ObjectStore, S3ObjectStore, s3_url, split_s3_url
-from lethe_shared.subjects import DRIFT_KINDS, FoundEntry, SubjectIndex
+from lethe_shared.aws.s3 import NULL_VERSION, ObjectStore, S3ObjectStore, s3_url, split_s3_url
+from lethe_shared.catalog.object_catalog import Buckets
+from lethe_shared.datasets.document import Dataset
+from lethe_shared.datasets.registry import DatasetRegistry, require_dataset
+from lethe_shared.index.subject_index import DRIFT_KINDS, FoundEntry, SubjectIndex
 
 LOG = logging.getLogger("lethe.reconcile")
 SAMPLE_SIZE = 100

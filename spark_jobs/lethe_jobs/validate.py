@@ -41,9 +41,9 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from lethe_shared.datasets import Column as SchemaColumn
-from lethe_shared.datasets import Dataset, parse_type
-from lethe_shared.datasets import DataType as DdlType
+from lethe_shared.datasets.document import Column as SchemaColumn
+from lethe_shared.datasets.document import Dataset, parse_type
+from lethe_shared.datasets.document import DataType as DdlType
 
 POSITION = "_lethe_position"
 REASONS = "_lethe_reasons"

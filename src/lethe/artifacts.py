@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from lethe_shared.s3 import s3_url
+from lethe_shared.aws.s3 import s3_url
 
 S3_PREFIX: Final = "spark_jobs/"
 DEPENDENCIES_ZIP: Final = "lethe_shared.zip"

@@ -42,8 +42,8 @@ from boto3.dynamodb.conditions import Key
 from botocore.exceptions import ClientError
 
 from lethe.target import Target
-from lethe_shared.executions import execution_name
-from lethe_shared.s3 import CORRELATION_METADATA, ERASURE_METADATA
+from lethe_shared.aws.executions import execution_name
+from lethe_shared.aws.s3 import CORRELATION_METADATA, ERASURE_METADATA
 
 #: The state machines of a deployment, by output name: searched for executions of a story.
 STATE_MACHINE_OUTPUTS: Final = (

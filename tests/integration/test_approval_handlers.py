@@ -20,8 +20,8 @@ import boto3
 import pytest
 from aws_lambda_powertools.utilities import parameters
 
-from lethe_shared.approval import CONTENT_SECURITY_POLICY
-from lethe_shared.erasure import (
+from lethe_shared.erasure.approval import CONTENT_SECURITY_POLICY
+from lethe_shared.erasure.requests import (
     DynamoErasureRequests,
     ErasureStatus,
     hash_subjects,

@@ -1,6 +1,7 @@
 """The approval page in a real browser: Debian's Chromium driven by Playwright.
 
-A tiny HTTP server on 127.0.0.1 serves the page from lethe_shared.approval's pure functions the
+A tiny HTTP server on 127.0.0.1 serves the page from lethe_shared.erasure.approval's pure functions
+the
 way the approval Lambda does (GET: render and set the CSRF cookie; POST: link, form, CSRF, code,
 then a single-use decision), so what is checked here is what a person's browser does with the
 page: the cookie comes back on the POST, the form posts to the link's own URL under the page's
@@ -25,7 +26,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import requests
 
-from lethe_shared import approval as ap
+from lethe_shared.erasure import approval as ap
 from tests.browser import chromium, outcome
 
 KEY = b"approval-signing-key-for-the-browser-tests-0123456789"

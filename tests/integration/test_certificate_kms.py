@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from lethe.localcloud import kms_hooks
-from lethe_shared import certificate as cf
+from lethe_shared.erasure import certificate as cf
 from tests.unit.test_certificate import make_certificate
 
 REGION = "us-east-1"

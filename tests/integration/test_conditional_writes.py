@@ -18,21 +18,21 @@ from typing import Any, TypeVar
 import pytest
 
 from lethe.localcloud.cloud import make_dynamodb_atomic
-from lethe_shared.catalog import (
+from lethe_shared.catalog.object_catalog import (
     CatalogItem,
     DynamoObjectCatalog,
     ObjectStatus,
     Zone,
     normalize_sequencer,
 )
-from lethe_shared.erasure import (
+from lethe_shared.erasure.requests import (
     DynamoErasureRequests,
     ErasureRequest,
     ErasureStatus,
     HistoryEvent,
     InvalidTransitionError,
 )
-from lethe_shared.subjects import DynamoSubjectIndex, IndexEntry
+from lethe_shared.index.subject_index import DynamoSubjectIndex, IndexEntry
 from tests.integration.conftest import RAW, create_table_from_template
 
 pytestmark = pytest.mark.integration

@@ -12,11 +12,7 @@ import boto3
 import pytest
 
 from lethe_jobs.erase_core import ConcurrentWritesError, EraseSettings, erase_object
-from lethe_shared.catalog import Buckets, Zone
-from lethe_shared.datasets import parse_dataset
-from lethe_shared.erasure_report import ManifestObject
-from lethe_shared.index_maintenance import ERASE_PRODUCER
-from lethe_shared.s3 import (
+from lethe_shared.aws.s3 import (
     ERASED_ROWS_METADATA,
     ERASURE_METADATA,
     PRODUCER_METADATA,
@@ -24,7 +20,11 @@ from lethe_shared.s3 import (
     ObjectHead,
     S3ObjectStore,
 )
-from lethe_shared.subjects import hash_of_id
+from lethe_shared.catalog.object_catalog import Buckets, Zone
+from lethe_shared.datasets.document import parse_dataset
+from lethe_shared.erasure.report import ManifestObject
+from lethe_shared.index.maintenance import ERASE_PRODUCER
+from lethe_shared.index.subject_index import hash_of_id
 from tests.integration.conftest import LAKE, RAW
 
 KEY = b"k" * 32

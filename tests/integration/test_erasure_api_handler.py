@@ -18,9 +18,13 @@ from aws_lambda_powertools.utilities import parameters
 from botocore.exceptions import ClientError
 
 from lethe.localcloud.provision import substitute_definition
-from lethe_shared.approval_flow import DELIVERY_ATTEMPTS
-from lethe_shared.erasure import DynamoErasureRequests, ErasureStatus, idempotent_request_id
-from lethe_shared.subjects import hash_of_id
+from lethe_shared.erasure.approval_flow import DELIVERY_ATTEMPTS
+from lethe_shared.erasure.requests import (
+    DynamoErasureRequests,
+    ErasureStatus,
+    idempotent_request_id,
+)
+from lethe_shared.index.subject_index import hash_of_id
 from tests.conftest import REPO_ROOT, FakeLambdaContext, load_function_module
 from tests.integration.conftest import create_table_from_template
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from lethe_shared.erasure import (
+from lethe_shared.erasure.requests import (
     DynamoErasureRequests,
     ErasureStatus,
     hash_subjects,

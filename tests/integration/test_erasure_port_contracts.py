@@ -11,7 +11,7 @@ from typing import Any
 import boto3
 import pytest
 
-from lethe_shared.erasure import (
+from lethe_shared.erasure.requests import (
     ApprovalLink,
     Approvals,
     DynamoApprovals,
@@ -23,7 +23,7 @@ from lethe_shared.erasure import (
     InvalidTransitionError,
     RequestNotFoundError,
 )
-from lethe_shared.erasure_workflow import S3Documents, StepFunctionsStarter
+from lethe_shared.erasure.workflow import S3Documents, StepFunctionsStarter
 from tests.fakes import MemoryApprovals, MemoryErasureRequests
 from tests.integration.conftest import create_table_from_template
 

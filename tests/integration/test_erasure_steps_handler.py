@@ -13,8 +13,9 @@ from typing import Any
 import boto3
 import pytest
 
-from lethe_shared.catalog import Zone
-from lethe_shared.erasure import (
+from lethe_shared.aws.s3 import s3_url
+from lethe_shared.catalog.object_catalog import Zone
+from lethe_shared.erasure.requests import (
     DynamoErasureRequests,
     ErasureStatus,
     RequestNotFoundError,
@@ -22,8 +23,7 @@ from lethe_shared.erasure import (
     new_request,
     parse_request_body,
 )
-from lethe_shared.s3 import s3_url
-from lethe_shared.subjects import DynamoSubjectIndex, IndexEntry, hash_of_id
+from lethe_shared.index.subject_index import DynamoSubjectIndex, IndexEntry, hash_of_id
 from tests.conftest import FakeLambdaContext, load_function_module
 from tests.integration.conftest import LAKE, RAW, create_table_from_template
 

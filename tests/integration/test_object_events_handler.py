@@ -11,8 +11,8 @@ from typing import Any
 import boto3
 import pytest
 
+from lethe_shared.aws.s3 import ObjectHead, S3ObjectStore
 from lethe_shared.errors import ConfigurationError, MalformedEventError
-from lethe_shared.s3 import ObjectHead, S3ObjectStore
 from tests.conftest import EVENTS_DIR, REPO_ROOT, FakeLambdaContext, load_function_module
 
 pytestmark = pytest.mark.lambda_runtime

@@ -16,9 +16,9 @@ from lethe import cli
 from lethe.localcloud import sqs as local_sqs
 from lethe.localcloud.deployment import Endpoints
 from lethe.localcloud.template import load_template
-from lethe_shared.catalog import CatalogItem, DynamoObjectCatalog, ObjectStatus, Zone
-from lethe_shared.datasets import parse_dataset
-from lethe_shared.registry import DynamoDatasetRegistry
+from lethe_shared.catalog.object_catalog import CatalogItem, DynamoObjectCatalog, ObjectStatus, Zone
+from lethe_shared.datasets.document import parse_dataset
+from lethe_shared.datasets.registry import DynamoDatasetRegistry
 from tests.conftest import EVENTS_DIR, REPO_ROOT
 from tests.integration.conftest import moto_server
 

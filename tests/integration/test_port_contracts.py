@@ -10,7 +10,8 @@ from typing import Any
 import boto3
 import pytest
 
-from lethe_shared.catalog import (
+from lethe_shared.aws.s3 import KeyState, ObjectStore, S3ObjectStore, key_state
+from lethe_shared.catalog.object_catalog import (
     CatalogItem,
     DynamoObjectCatalog,
     IngestionRecord,
@@ -20,8 +21,12 @@ from lethe_shared.catalog import (
     normalize_sequencer,
 )
 from lethe_shared.errors import CatalogItemMissingError
-from lethe_shared.s3 import KeyState, ObjectStore, S3ObjectStore, key_state
-from lethe_shared.subjects import DynamoSubjectIndex, EntryBatch, IndexEntry, SubjectIndex
+from lethe_shared.index.subject_index import (
+    DynamoSubjectIndex,
+    EntryBatch,
+    IndexEntry,
+    SubjectIndex,
+)
 from tests.fakes import MemoryCatalog, MemoryIndex, MemoryObjectStore
 from tests.integration.conftest import RAW
 

@@ -226,9 +226,11 @@ def test_the_unpacked_environment_imports_every_lethe_module(
     site_packages = unpacked / SITE_PACKAGES
     for module, file in seen["files"].items():
         assert Path(file).is_relative_to(site_packages), (module, file)
-    assert {"lethe_jobs.erase_rows", "lethe_jobs.ingest_core", "lethe_shared.arrow_index"} <= set(
-        seen["files"]
-    )
+    assert {
+        "lethe_jobs.erase_rows",
+        "lethe_jobs.ingest_core",
+        "lethe_shared.index.arrow_entries",
+    } <= set(seen["files"])
 
 
 @pytest.fixture

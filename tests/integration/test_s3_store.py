@@ -1,4 +1,4 @@
-"""lethe_shared.s3 against moto: heads, exact-key versions, key states, deletes, versioning."""
+"""lethe_shared.aws.s3 against moto: heads, exact-key versions, key states, deletes, versioning."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 import boto3
 import pytest
 
+from lethe_shared.aws.s3 import KeyState, S3ObjectStore, key_state, s3_url, split_s3_url
 from lethe_shared.errors import BucketVersioningError
-from lethe_shared.s3 import KeyState, S3ObjectStore, key_state, s3_url, split_s3_url
 from tests.integration.conftest import LAKE, RAW
 
 pytestmark = pytest.mark.lambda_runtime

@@ -13,14 +13,14 @@ import requests
 
 from lethe.localcloud.mail import fetch_mail
 from lethe.target import Target
-from lethe_shared.erasure import (
+from lethe_shared.erasure.requests import (
     DynamoErasureRequests,
     ErasureRequestBody,
     hash_subjects,
     new_request,
     new_request_id,
 )
-from lethe_shared.subjects import load_hash_key
+from lethe_shared.index.subject_index import load_hash_key
 from tests.sfn.conftest import SAMPLES, Cloud
 
 REVIEWS_KEY = "reviews/2026/11/21/batch-001.csv"

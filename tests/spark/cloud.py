@@ -18,10 +18,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from lethe.localcloud.template import load_template
-from lethe_shared.catalog import CatalogItem, ObjectStatus, Zone, normalize_sequencer
-from lethe_shared.datasets import parse_dataset
-from lethe_shared.registry import DynamoDatasetRegistry
-from lethe_shared.subjects import IndexEntry, hash_of_id, hash_of_keys
+from lethe_shared.catalog.object_catalog import CatalogItem, ObjectStatus, Zone, normalize_sequencer
+from lethe_shared.datasets.document import parse_dataset
+from lethe_shared.datasets.registry import DynamoDatasetRegistry
+from lethe_shared.index.subject_index import IndexEntry, hash_of_id, hash_of_keys
 
 REGION = "us-east-1"
 RAW = "lethe-test-raw"

@@ -26,7 +26,7 @@ from pyspark.sql import SparkSession
 
 from ingest import main as ingest_main
 from lethe_jobs.erase_core import TEST_KILL_AFTER_REWRITES
-from lethe_shared.erasure_report import report_key
+from lethe_shared.erasure.report import report_key
 from tests.spark.cloud import GLUE_ARGS, LAKE, RAW, REPORTS, Cloud, JobRunner, batch_args
 from tests.spark.test_erase_job import REQUEST, REVIEWS, Eraser
 

@@ -15,9 +15,9 @@ from erase import main as erase_main
 
 from ingest import main as ingest_main
 from lethe_jobs.erase_core import ManifestMismatchError, VerificationFailedError
-from lethe_shared.erasure_report import build_manifest, report_key, sha256_hex
-from lethe_shared.s3 import S3ObjectStore
-from lethe_shared.subjects import DynamoSubjectIndex
+from lethe_shared.aws.s3 import S3ObjectStore
+from lethe_shared.erasure.report import build_manifest, report_key, sha256_hex
+from lethe_shared.index.subject_index import DynamoSubjectIndex
 from tests.spark.cloud import (
     DATASETS,
     GLUE_ARGS,

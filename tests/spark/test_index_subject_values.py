@@ -24,7 +24,7 @@ from lethe_jobs.subject_values import (
     subject_text,
     subject_value,
 )
-from lethe_shared.datasets import parse_type
+from lethe_shared.datasets.document import parse_type
 
 TEXTS: dict[str, list[str]] = {
     "int": [

@@ -17,7 +17,7 @@ import pytest
 from lethe_jobs.errors import UnreadableFileError
 from lethe_jobs.readers import TRUNCATED_TAIL, RawRecords, complete_members, read_raw
 from lethe_jobs.validate import POSITION, RECORD
-from lethe_shared.datasets import Dataset, parse_dataset
+from lethe_shared.datasets.document import Dataset, parse_dataset
 
 
 def make_dataset(fmt: str, compression: str = "auto", **more: Any) -> Dataset:

@@ -21,7 +21,7 @@ from lethe_jobs.validate import (
     valid_rows,
     with_record,
 )
-from lethe_shared.datasets import Dataset, parse_dataset
+from lethe_shared.datasets.document import Dataset, parse_dataset
 
 
 def rounded(value: str, ddl: str = "decimal(10,2)", column: str = "v") -> str:

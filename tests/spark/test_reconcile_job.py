@@ -20,10 +20,10 @@ from lethe_jobs.reconcile_core import (
     expected_entries,
     scan_dataset,
 )
-from lethe_shared.catalog import Buckets, Zone
-from lethe_shared.datasets import parse_dataset
-from lethe_shared.s3 import S3ObjectStore
-from lethe_shared.subjects import IndexEntry
+from lethe_shared.aws.s3 import S3ObjectStore
+from lethe_shared.catalog.object_catalog import Buckets, Zone
+from lethe_shared.datasets.document import parse_dataset
+from lethe_shared.index.subject_index import IndexEntry
 from reconcile import main as reconcile_main
 from tests.spark.cloud import (
     COMMON_JOB_ARGS,

@@ -1,4 +1,4 @@
-"""lethe_shared.approval: links, codes, CSRF, the decision form, the pages and the email."""
+"""lethe_shared.erasure.approval: links, codes, CSRF, the decision form, the pages and the email."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import pytest
 from pydantic import ValidationError
 
-from lethe_shared import approval as ap
+from lethe_shared.erasure import approval as ap
 from lethe_shared.errors import LetheError
 
 pytestmark = pytest.mark.lambda_runtime

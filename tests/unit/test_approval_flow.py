@@ -1,4 +1,5 @@
-"""The approval step with its state (lethe_shared.approval_flow): emailing the approvers, and the
+"""The approval step with its state (lethe_shared.erasure.approval_flow): emailing the approvers,
+and the
 page they decide on, against the attacks ARCHITECTURE.md decision 7 names.
 
 Every attack ends with exactly one decision by an allowed approver, or none: the request record
@@ -18,7 +19,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
 
-from lethe_shared.approval import (
+from lethe_shared.erasure.approval import (
     confirmation_code,
     csrf_token,
     link_signature,
@@ -26,14 +27,15 @@ from lethe_shared.approval import (
     new_csrf_nonce,
     sign_link,
 )
-from lethe_shared.approval_flow import (
+from lethe_shared.erasure.approval_flow import (
     ApprovalPage,
     HttpAnswer,
     HttpRequest,
     NoApproverError,
     request_approval,
 )
-from lethe_shared.erasure import (
+from lethe_shared.erasure.principals import ApproverPrincipals
+from lethe_shared.erasure.requests import (
     ApprovalLink,
     ErasureRequest,
     ErasureStatus,
@@ -41,13 +43,12 @@ from lethe_shared.erasure import (
     new_request,
     parse_request_body,
 )
-from lethe_shared.erasure_workflow import (
+from lethe_shared.erasure.workflow import (
     RequestClosedError,
     TaskGoneError,
     cancel_request,
     mark,
 )
-from lethe_shared.principals import ApproverPrincipals
 from tests.fakes import MemoryApprovals, MemoryErasureRequests
 
 pytestmark = pytest.mark.lambda_runtime

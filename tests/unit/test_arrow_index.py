@@ -7,10 +7,10 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from lethe_shared.arrow_index import ObjectRef, entries_from_table
-from lethe_shared.catalog import Zone
-from lethe_shared.datasets import parse_dataset
-from lethe_shared.subjects import hash_of_id, hash_of_keys
+from lethe_shared.catalog.object_catalog import Zone
+from lethe_shared.datasets.document import parse_dataset
+from lethe_shared.index.arrow_entries import ObjectRef, entries_from_table
+from lethe_shared.index.subject_index import hash_of_id, hash_of_keys
 
 pytestmark = pytest.mark.lambda_runtime
 

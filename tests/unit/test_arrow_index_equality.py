@@ -30,16 +30,16 @@ import pytest
 from pydantic import ValidationError
 
 from bench.reference_index import reference_entries
-from lethe_shared import arrow_index
-from lethe_shared.arrow_index import (
+from lethe_shared.catalog.object_catalog import Zone
+from lethe_shared.index import arrow_entries as arrow_index
+from lethe_shared.index.arrow_entries import (
     ObjectRef,
     entries_from_table,
     entry_batch,
     row_subject_hashes,
     row_subjects,
 )
-from lethe_shared.catalog import Zone
-from lethe_shared.subjects import (
+from lethe_shared.index.subject_index import (
     MAX_ROW_HINTS,
     EntryBatch,
     IndexEntry,

@@ -16,14 +16,14 @@ import pyarrow as pa
 import pytest
 
 from bench.reference_index import reference_entries
-from lethe_shared import arrow_index
-from lethe_shared.arrow_index import (
+from lethe_shared.index import arrow_entries as arrow_index
+from lethe_shared.index.arrow_entries import (
     ObjectRef,
     entry_batch,
     entry_batches,
     object_subjects,
 )
-from lethe_shared.subjects import EntryBatch, subject_hash
+from lethe_shared.index.subject_index import EntryBatch, subject_hash
 from tests.unit.test_arrow_index_equality import (
     KEY,
     REF,

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from lethe_shared.catalog import CatalogItem, ObjectStatus, Zone, latest, normalize_sequencer
+from lethe_shared.catalog.object_catalog import (
+    CatalogItem,
+    ObjectStatus,
+    Zone,
+    latest,
+    normalize_sequencer,
+)
 
 pytestmark = pytest.mark.lambda_runtime
 

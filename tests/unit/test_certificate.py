@@ -1,4 +1,4 @@
-"""lethe_shared.certificate: the document, its canonical bytes, signing and verification."""
+"""lethe_shared.erasure.certificate: the document, its canonical bytes, signing and verification."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, utils
 from pydantic import ValidationError
 
-from lethe_shared import certificate as cf
+from lethe_shared.erasure import certificate as cf
 from lethe_shared.errors import LetheError
 
 pytestmark = pytest.mark.lambda_runtime

@@ -15,9 +15,9 @@ from lethe_jobs.arrow_bridge import to_spark_compatible
 from lethe_jobs.indexing import column_subject_hashes, raw_subject_rows, subject_hashes_of_rows
 from lethe_jobs.readers import RawRecords
 from lethe_jobs.validate import POSITION
-from lethe_shared.arrow_index import ObjectRef
-from lethe_shared.catalog import Zone
-from lethe_shared.datasets import Dataset, parse_dataset
+from lethe_shared.catalog.object_catalog import Zone
+from lethe_shared.datasets.document import Dataset, parse_dataset
+from lethe_shared.index.arrow_entries import ObjectRef
 
 KEY = b"column-subject-hashes-unit-test-key-0123"
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from lethe_shared.datasets import Compression, DataFormat, parse_dataset, parse_type
+from lethe_shared.datasets.document import Compression, DataFormat, parse_dataset, parse_type
 from lethe_shared.errors import DatasetValidationError
 
 pytestmark = pytest.mark.lambda_runtime

@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, utils
 from lethe import cli
 from lethe import target as target_module
 from lethe.commands import erasure
-from lethe_shared import certificate as cf
+from lethe_shared.erasure import certificate as cf
 
 SECRET = "u-SECRET-1001"
 SECRET_VALUE = "acme-SECRET-tenant"

@@ -1,5 +1,5 @@
 """Erasure intake: the request body, the limits, hashing the subjects, and filing a request
-(lethe_shared.erasure, lethe_shared.erasure_workflow.file_request).
+(lethe_shared.erasure.requests, lethe_shared.erasure.workflow.file_request).
 
 The raw subject id used throughout is SECRET: a test fails if it shows up in a problem text or
 a stored record."""
@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from lethe_shared.datasets import Dataset, parse_dataset
-from lethe_shared.erasure import (
+from lethe_shared.datasets.document import Dataset, parse_dataset
+from lethe_shared.erasure.principals import ApproverPrincipals, RequesterNotCallerError
+from lethe_shared.erasure.requests import (
     MAX_SUBJECTS,
     ErasureRequestBody,
     ErasureRequestError,
@@ -28,9 +29,8 @@ from lethe_shared.erasure import (
     new_request_id,
     parse_request_body,
 )
-from lethe_shared.erasure_workflow import file_request
-from lethe_shared.principals import ApproverPrincipals, RequesterNotCallerError
-from lethe_shared.subjects import hash_of_id, hash_of_keys
+from lethe_shared.erasure.workflow import file_request
+from lethe_shared.index.subject_index import hash_of_id, hash_of_keys
 from tests.fakes import MemoryErasureRequests
 
 pytestmark = pytest.mark.lambda_runtime

@@ -1,4 +1,4 @@
-"""The erasure workflow's own steps on in-memory ports (lethe_shared.erasure_workflow): the
+"""The erasure workflow's own steps on in-memory ports (lethe_shared.erasure.workflow): the
 frozen report, status marks, the index update after erasing, the certificate, and cancelling.
 
 SECRET is the raw id of the request's subject; OTHER is a subject of the same objects that the
@@ -18,17 +18,10 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, utils
 
-from lethe_shared.catalog import Zone
-from lethe_shared.certificate import verify_envelope
-from lethe_shared.erasure import (
-    ErasureRequest,
-    ErasureStatus,
-    InvalidTransitionError,
-    hash_subjects,
-    new_request,
-    parse_request_body,
-)
-from lethe_shared.erasure_report import (
+from lethe_shared.aws.s3 import s3_url
+from lethe_shared.catalog.object_catalog import Zone
+from lethe_shared.erasure.certificate import verify_envelope
+from lethe_shared.erasure.report import (
     EraseResults,
     ObjectCheck,
     ObjectResult,
@@ -37,7 +30,15 @@ from lethe_shared.erasure_report import (
     canonical_json,
     report_key,
 )
-from lethe_shared.erasure_workflow import (
+from lethe_shared.erasure.requests import (
+    ErasureRequest,
+    ErasureStatus,
+    InvalidTransitionError,
+    hash_subjects,
+    new_request,
+    parse_request_body,
+)
+from lethe_shared.erasure.workflow import (
     RequestClosedError,
     TaskGoneError,
     VerificationMissingError,
@@ -47,8 +48,7 @@ from lethe_shared.erasure_workflow import (
     mark,
     update_index,
 )
-from lethe_shared.s3 import s3_url
-from lethe_shared.subjects import IndexEntry, hash_of_id
+from lethe_shared.index.subject_index import IndexEntry, hash_of_id
 from tests import fakes
 from tests.fakes import MemoryErasureRequests, MemoryIndex, MemoryObjectStore
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from lethe_shared.catalog import CatalogItem, ObjectStatus, Zone, normalize_sequencer
-from lethe_shared.index_maintenance import IndexAction, IndexMaintainer, index_execution_name
-from lethe_shared.subjects import IndexEntry
+from lethe_shared.catalog.object_catalog import CatalogItem, ObjectStatus, Zone, normalize_sequencer
+from lethe_shared.index.maintenance import IndexAction, IndexMaintainer, index_execution_name
+from lethe_shared.index.subject_index import IndexEntry
 from tests.fakes import MemoryIndex, MemoryObjectStore, RecordingRequester
 
 pytestmark = pytest.mark.lambda_runtime
@@ -171,7 +171,7 @@ def test_permanent_delete_leaving_a_delete_marker_over_data_flags_the_entries() 
 
 def test_only_delete_markers_left_remove_the_entries() -> None:
     """No version holds data any more: nothing for erasure to find, so nothing is kept (the
-    rule the Spark index job applies too: lethe_shared.s3.key_state)."""
+    rule the Spark index job applies too: lethe_shared.aws.s3.key_state)."""
     store, (version,) = _store(b"data")
     store.delete(LAKE, KEY)
     store.delete_version(LAKE, KEY, version)

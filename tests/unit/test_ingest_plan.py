@@ -22,9 +22,9 @@ from lethe_jobs.ingest_tasks import (
 )
 from lethe_jobs.pieces import Piece
 from lethe_jobs.readers import Slice
-from lethe_shared.arrow_index import ObjectRef
-from lethe_shared.catalog import Zone
-from lethe_shared.subjects import MAX_ROW_HINTS
+from lethe_shared.catalog.object_catalog import Zone
+from lethe_shared.index.arrow_entries import ObjectRef
+from lethe_shared.index.subject_index import MAX_ROW_HINTS
 
 COMMON = [
     "--raw-bucket", "raw", "--lake-bucket", "lake", "--datasets-table", "d",

@@ -1,4 +1,5 @@
-"""lethe_shared.ingestion: grouping object versions into executions, names, manifests, inputs,
+"""lethe_shared.ingestion.starter: grouping object versions into executions, names, manifests,
+inputs,
 and starting them (Step Functions and S3 in moto)."""
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from lethe_shared import ingestion
-from lethe_shared.catalog import CatalogItem, ObjectStatus, Zone
-from lethe_shared.ingestion import (
+from lethe_shared.catalog.object_catalog import CatalogItem, ObjectStatus, Zone
+from lethe_shared.ingestion import starter as ingestion
+from lethe_shared.ingestion.starter import (
     MAX_BATCH_OBJECTS,
     IngestionCollector,
     IngestionGroup,

@@ -6,12 +6,17 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from lethe_shared.catalog import Buckets, CatalogItem, ObjectStatus, Zone, latest
-from lethe_shared.datasets import parse_dataset
+from lethe_shared.catalog.object_catalog import Buckets, CatalogItem, ObjectStatus, Zone, latest
+from lethe_shared.datasets.document import parse_dataset
 from lethe_shared.errors import MalformedEventError
-from lethe_shared.index_maintenance import IndexAction
-from lethe_shared.ingestion import ingestion_execution_name as execution_name
-from lethe_shared.object_events import EventKind, ObjectEvent, catalog_item_for, record_object_event
+from lethe_shared.index.maintenance import IndexAction
+from lethe_shared.ingestion.object_events import (
+    EventKind,
+    ObjectEvent,
+    catalog_item_for,
+    record_object_event,
+)
+from lethe_shared.ingestion.starter import ingestion_execution_name as execution_name
 from tests.fakes import MemoryCatalog, MemoryObjectStore, MemoryRegistry, RecordingStarter
 
 pytestmark = pytest.mark.lambda_runtime

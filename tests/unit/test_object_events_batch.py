@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from lethe_shared import ingestion
-from lethe_shared.catalog import Buckets, CatalogItem, ObjectStatus
-from lethe_shared.datasets import parse_dataset
+from lethe_shared.catalog.object_catalog import Buckets, CatalogItem, ObjectStatus
+from lethe_shared.datasets.document import parse_dataset
 from lethe_shared.errors import MalformedEventError
-from lethe_shared.index_maintenance import IndexAction
-from lethe_shared.ingestion import IngestionGroup, StartOutcome
+from lethe_shared.index.maintenance import IndexAction
+from lethe_shared.ingestion import starter as ingestion
+from lethe_shared.ingestion.starter import IngestionGroup, StartOutcome
 from tests.conftest import FakeLambdaContext, load_function_module
 from tests.fakes import MemoryCatalog, MemoryObjectStore, MemoryRegistry
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from lethe_shared.errors import MalformedEventError
-from lethe_shared.object_events import EventKind
+from lethe_shared.ingestion.object_events import EventKind
 from tests.conftest import load_function_module
 
 pytestmark = pytest.mark.lambda_runtime

@@ -4,7 +4,7 @@ to show that it can fail (as in test_template_policy).
 
 Which metrics the code emits is read from the code: the literal names inside Powertools
 `add_metric(...)` calls and `_COUNT_METRICS` tables of functions/*/app.py, the names
-lethe_shared.request_ages publishes, and the keys of the ingest job's `metric_counts` (EMF).
+lethe_shared.erasure.request_ages publishes, and the keys of the ingest job's `metric_counts` (EMF).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from lethe.localcloud.template import REPO_ROOT, TEMPLATE_PATH, load_template
-from lethe_shared.erasure import ErasureStatus
-from lethe_shared.request_ages import OPEN_STATUSES, RequestAges
+from lethe_shared.erasure.request_ages import OPEN_STATUSES, RequestAges
+from lethe_shared.erasure.requests import ErasureStatus
 from tests.unit.template_rules import Template, first_of, properties_of, resources_of
 
 pytestmark = pytest.mark.unit

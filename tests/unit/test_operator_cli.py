@@ -27,8 +27,8 @@ from lethe.commands import (
 )
 from lethe.commands.local import sam_env_vars
 from lethe.progress import Waiting
-from lethe_shared.catalog import CatalogItem, ObjectStatus, Zone
-from lethe_shared.ingestion import IngestionGroup, plan_groups
+from lethe_shared.catalog.object_catalog import CatalogItem, ObjectStatus, Zone
+from lethe_shared.ingestion.starter import IngestionGroup, plan_groups
 from tests.conftest import REPO_ROOT
 
 RAW_ID = "u-SECRET-4242"

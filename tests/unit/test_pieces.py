@@ -14,7 +14,7 @@ import pytest
 
 from lethe_jobs import pieces
 from lethe_jobs.readers import RawRecords, Slice, concat_records, iter_raw, read_raw
-from lethe_shared.datasets import Dataset, parse_dataset
+from lethe_shared.datasets.document import Dataset, parse_dataset
 
 
 def _csv_dataset(**csv: object) -> Dataset:

@@ -1,4 +1,4 @@
-"""Binding the requester to the IAM caller (lethe_shared.principals): the principal forms an
+"""Binding the requester to the IAM caller (lethe_shared.erasure.principals): the principal forms an
 operator may map an approver to, which callers each covers, the APPROVER_PRINCIPALS text, the
 two rules, and the template parameter's AllowedPattern agreeing with the parser."""
 
@@ -9,7 +9,7 @@ import re
 import pytest
 
 from lethe.localcloud.template import load_template
-from lethe_shared.principals import (
+from lethe_shared.erasure.principals import (
     ApproverPrincipals,
     CancelNotAllowedError,
     Principal,

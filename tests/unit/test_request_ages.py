@@ -1,4 +1,4 @@
-"""lethe_shared.request_ages and ErasureMetricsFunction: open requests by status, the oldest
+"""lethe_shared.erasure.request_ages and ErasureMetricsFunction: open requests by status, the oldest
 open request and the longest pending approval, as the metrics the alarms read."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from lethe_jobs.emf import emf_line
-from lethe_shared.erasure import ErasureRequest, ErasureStatus, HistoryEvent
-from lethe_shared.request_ages import awaiting_since, measure
+from lethe_shared.erasure.request_ages import awaiting_since, measure
+from lethe_shared.erasure.requests import ErasureRequest, ErasureStatus, HistoryEvent
 from tests.fakes import MemoryErasureRequests
 
 pytestmark = [pytest.mark.unit, pytest.mark.lambda_runtime]

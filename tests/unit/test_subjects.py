@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from lethe_shared.catalog import Zone
-from lethe_shared.subjects import (
+from lethe_shared.catalog.object_catalog import Zone
+from lethe_shared.index.subject_index import (
     MAX_ROW_HINTS,
     EntryBatch,
     IndexEntry,

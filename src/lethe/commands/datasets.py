@@ -8,9 +8,9 @@ from pathlib import Path
 
 from lethe.commands import CommandError, NotFoundError
 from lethe.target import Target, add_target_arguments, resolve
-from lethe_shared.datasets import Dataset, parse_dataset
+from lethe_shared.datasets.document import Dataset, parse_dataset
+from lethe_shared.datasets.registry import DynamoDatasetRegistry
 from lethe_shared.errors import DatasetValidationError
-from lethe_shared.registry import DynamoDatasetRegistry
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -26,7 +26,7 @@ import requests
 
 from lethe.progress import Waiting
 from lethe.target import Target, from_state_file
-from lethe_shared.s3 import s3_url
+from lethe_shared.aws.s3 import s3_url
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 SAMPLES = REPO_ROOT / "samples"

@@ -29,7 +29,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from lethe.commands import CommandError, ExitCode, NotFoundError, UsageError
 from lethe.progress import Waiting, waiting
 from lethe.target import Target, add_target_arguments, resolve
-from lethe_shared.erasure import TERMINAL, ErasureStatus
+from lethe_shared.erasure.requests import TERMINAL, ErasureStatus
 
 EXIT_NOT_ERASED: Final = ExitCode.NOT_ERASED  # --wait ended REJECTED or EXPIRED
 WAIT_TIMEOUT_SECONDS: Final = 6 * 3600.0
@@ -39,7 +39,7 @@ REQUEST_ID_PATTERN: Final = r"er-[A-Za-z0-9._-]{1,125}"
 STATUSES: Final = tuple(s.value for s in ErasureStatus)
 REDACTED: Final = "<subject>"
 # Shorter values are too common in ordinary text ("7", "ab") to redact from messages; the API
-# refuses ids of that length in free text from this length on too (lethe_shared.erasure).
+# refuses ids of that length in free text from this length on too (lethe_shared.erasure.requests).
 REDACT_MIN_LENGTH: Final = 4
 
 # Seams for tests: the wait loop's clock and sleep.
@@ -589,7 +589,7 @@ def show_certificate(args: argparse.Namespace) -> int:
 
 
 def _read_s3(target: Target, url: str) -> bytes:
-    from lethe_shared.s3 import split_s3_url  # noqa: PLC0415
+    from lethe_shared.aws.s3 import split_s3_url  # noqa: PLC0415
 
     try:
         bucket, key = split_s3_url(url)
@@ -627,7 +627,7 @@ def certificate_lines(envelope: dict[str, Any], url: str) -> list[str]:
 
 
 def _write_html(envelope: dict[str, Any], path: Path) -> None:
-    from lethe_shared.certificate import (  # noqa: PLC0415
+    from lethe_shared.erasure.certificate import (  # noqa: PLC0415
         CertificateInvalidError,
         render_certificate_html,
     )
@@ -655,7 +655,7 @@ def _verify(
     points to (same key, same SHA-256). Raises CommandError (exit 1) naming the reason."""
     import hashlib  # noqa: PLC0415
 
-    from lethe_shared.certificate import (  # noqa: PLC0415
+    from lethe_shared.erasure.certificate import (  # noqa: PLC0415
         CertificateInvalidError,
         KmsSigner,
         verify_envelope,

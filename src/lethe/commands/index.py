@@ -24,11 +24,11 @@ from lethe.commands import CommandError, UsageError
 from lethe.commands.datasets import require_dataset
 from lethe.progress import Waiting, waiting
 from lethe.target import Target, add_target_arguments, resolve
-from lethe_shared.catalog import Zone
-from lethe_shared.datasets import DATASET_ID_PATTERN
-from lethe_shared.executions import timestamped
-from lethe_shared.s3 import split_s3_url
-from lethe_shared.subjects import (
+from lethe_shared.aws.executions import timestamped
+from lethe_shared.aws.s3 import split_s3_url
+from lethe_shared.catalog.object_catalog import Zone
+from lethe_shared.datasets.document import DATASET_ID_PATTERN
+from lethe_shared.index.subject_index import (
     DRIFT_KINDS,
     DynamoSubjectIndex,
     IndexEntry,

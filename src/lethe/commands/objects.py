@@ -2,7 +2,8 @@
 
 `reingest --dataset ID (--key KEY [--version-id V] | --status S)` re-runs ingestion of raw
 object versions (after fixing what made them FAILED, say) the way the object events function
-starts it: groups planned by `lethe_shared.ingestion.plan_groups`, each a manifest in the reports
+starts it: groups planned by `lethe_shared.ingestion.starter.plan_groups`, each a manifest in the
+reports
 bucket and one execution of the ingestion state machine (`StepFunctionsBatchStarter`), under a
 name of its own (`rerun-<UTC time>-<digest>`: the first attempt's name stays taken). The state
 machine's Mark Ingesting step takes any catalogued version that is not DELETED, so the catalog is
@@ -20,9 +21,15 @@ from typing import Any, Final
 from lethe.commands import CommandError, NotFoundError, UsageError
 from lethe.commands.datasets import require_dataset
 from lethe.target import Target, add_target_arguments, resolve
-from lethe_shared.catalog import CatalogItem, DynamoObjectCatalog, ObjectStatus, Zone, latest
-from lethe_shared.ingestion import IngestionGroup, StepFunctionsBatchStarter, plan_groups
-from lethe_shared.s3 import s3_url
+from lethe_shared.aws.s3 import s3_url
+from lethe_shared.catalog.object_catalog import (
+    CatalogItem,
+    DynamoObjectCatalog,
+    ObjectStatus,
+    Zone,
+    latest,
+)
+from lethe_shared.ingestion.starter import IngestionGroup, StepFunctionsBatchStarter, plan_groups
 
 #: Statuses `reingest --status` may select (DELETED is refused: nothing is left to ingest).
 REINGEST_STATUSES: Final = tuple(

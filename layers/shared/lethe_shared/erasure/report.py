@@ -25,9 +25,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from lethe_shared.catalog import Zone
-from lethe_shared.s3 import KeyState, ObjectStore, ObjectVersion, key_state, split_s3_url
-from lethe_shared.subjects import IndexEntry, SubjectIndex
+from lethe_shared.aws.s3 import KeyState, ObjectStore, ObjectVersion, key_state, split_s3_url
+from lethe_shared.catalog.object_catalog import Zone
+from lethe_shared.index.subject_index import IndexEntry, SubjectIndex
 
 MANIFEST_VERSION = 1
 REPORT_PREFIX = "erasure"

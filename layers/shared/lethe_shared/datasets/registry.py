@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from lethe_shared.datasets import Dataset, parse_dataset
-from lethe_shared.dynamo import scan_all
+from lethe_shared.aws.dynamo import scan_all
+from lethe_shared.datasets.document import Dataset, parse_dataset
 from lethe_shared.errors import DatasetNotFoundError
 
 

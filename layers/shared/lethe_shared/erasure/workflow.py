@@ -17,7 +17,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from lethe_shared.certificate import (
+from lethe_shared.aws.executions import execution_name
+from lethe_shared.aws.s3 import ObjectStore, s3_url, split_s3_url
+from lethe_shared.datasets.document import Dataset
+from lethe_shared.erasure.certificate import (
     CertificateTotals,
     CertificateVerification,
     ErasedObject,
@@ -27,8 +30,21 @@ from lethe_shared.certificate import (
     render_certificate_html,
     sign_certificate,
 )
-from lethe_shared.datasets import Dataset
-from lethe_shared.erasure import (
+from lethe_shared.erasure.principals import ApproverPrincipals
+from lethe_shared.erasure.report import (
+    EraseResults,
+    ReportSummary,
+    Verification,
+    build_manifest,
+    canonical_json,
+    dataset_counts,
+    report_key,
+    results_totals,
+    sha256_hex,
+    summary_html,
+    summary_text,
+)
+from lethe_shared.erasure.requests import (
     ALLOWED_FROM,
     CANCELLABLE,
     ErasureRequest,
@@ -43,24 +59,8 @@ from lethe_shared.erasure import (
     new_request,
     new_request_id,
 )
-from lethe_shared.erasure_report import (
-    EraseResults,
-    ReportSummary,
-    Verification,
-    build_manifest,
-    canonical_json,
-    dataset_counts,
-    report_key,
-    results_totals,
-    sha256_hex,
-    summary_html,
-    summary_text,
-)
 from lethe_shared.errors import LetheError
-from lethe_shared.executions import execution_name
-from lethe_shared.principals import ApproverPrincipals
-from lethe_shared.s3 import ObjectStore, s3_url, split_s3_url
-from lethe_shared.subjects import SubjectIndex
+from lethe_shared.index.subject_index import SubjectIndex
 
 LOG = logging.getLogger("lethe.erasure")
 WORKFLOW = "workflow"  # who the history names for the state machine's own steps
@@ -566,7 +566,7 @@ class S3Documents:
         return s3_url(self.bucket, key)
 
     def put_once(self, key: str, body: bytes, content_type: str) -> bool:
-        from lethe_shared.s3 import CONDITION_FAILED_CODES, error_code  # noqa: PLC0415
+        from lethe_shared.aws.s3 import CONDITION_FAILED_CODES, error_code  # noqa: PLC0415
 
         try:
             self.client.put_object(
@@ -579,7 +579,7 @@ class S3Documents:
         return True
 
     def get(self, key: str) -> bytes | None:
-        from lethe_shared.s3 import S3ObjectStore  # noqa: PLC0415
+        from lethe_shared.aws.s3 import S3ObjectStore  # noqa: PLC0415
 
         return S3ObjectStore(self.client).read_bytes(self.bucket, key)
 

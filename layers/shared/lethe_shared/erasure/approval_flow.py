@@ -4,7 +4,7 @@
 the request record (it never leaves DynamoDB), creates one signed link per configured approver
 (never the requester), and emails each approver their own link. `ApprovalPage` answers the
 link: a GET renders the confirmation page and changes nothing; a POST checks the link, the
-form, the CSRF token, who decides and the typed code (lethe_shared.approval, in that order),
+form, the CSRF token, who decides and the typed code (lethe_shared.erasure.approval, in that order),
 then applies the decision exactly once with a conditional transition of the request, and only
 then hands the decision to the waiting workflow through the task token (`deliver_decision`).
 
@@ -28,7 +28,9 @@ from typing import Any, Protocol
 
 from pydantic import Field, model_validator
 
-from lethe_shared.approval import (
+from lethe_shared.catalog.object_catalog import Zone
+from lethe_shared.config import CommaList, Settings
+from lethe_shared.erasure.approval import (
     ApprovalError,
     ApprovalSummary,
     BadFormError,
@@ -59,9 +61,8 @@ from lethe_shared.approval import (
     sign_link,
     verify_link,
 )
-from lethe_shared.catalog import Zone
-from lethe_shared.config import CommaList, Settings
-from lethe_shared.erasure import (
+from lethe_shared.erasure.principals import ApproverPrincipals, ApproverPrincipalsSetting
+from lethe_shared.erasure.requests import (
     ApprovalLink,
     Approvals,
     ErasureRequest,
@@ -69,9 +70,8 @@ from lethe_shared.erasure import (
     ErasureStatus,
     InvalidTransitionError,
 )
-from lethe_shared.erasure_workflow import RequestClosedError, TaskCallbacks, TaskGoneError
+from lethe_shared.erasure.workflow import RequestClosedError, TaskCallbacks, TaskGoneError
 from lethe_shared.errors import LetheError
-from lethe_shared.principals import ApproverPrincipals, ApproverPrincipalsSetting
 
 LOG = logging.getLogger("lethe.approval")
 DELIVERY_ATTEMPTS = 3  # SendTask calls per hand-over, with DELIVERY_PAUSE_SECONDS doubling
@@ -83,7 +83,7 @@ CSRF_MAX_AGE = 12 * 3600
 class ApproversSettingsBase(Settings):
     """Who may decide, for the functions that ask and answer approvers: the addresses
     (`ApproverEmails`) and the IAM principals they file requests as (`ApproverPrincipals`,
-    lethe_shared.principals), every mapped address a configured approver."""
+    lethe_shared.erasure.principals), every mapped address a configured approver."""
 
     approvers: CommaList = Field(alias="APPROVER_EMAILS", min_length=1)
     approver_principals: ApproverPrincipalsSetting = Field(alias="APPROVER_PRINCIPALS")
@@ -135,7 +135,7 @@ def _same_person(a: str, b: str) -> bool:
 
 def is_requester(approver: str, record: ErasureRequest, principals: ApproverPrincipals) -> bool:
     """Whether `approver` filed the request: by the address the request names, or (the
-    authenticated part) by the IAM principal that filed it (lethe_shared.principals)."""
+    authenticated part) by the IAM principal that filed it (lethe_shared.erasure.principals)."""
     return _same_person(approver, record.requested_by) or principals.filed_by(
         approver, record.requester_principal
     )

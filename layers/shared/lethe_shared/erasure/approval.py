@@ -49,7 +49,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
-from lethe_shared.catalog import Zone
+from lethe_shared.catalog.object_catalog import Zone
 from lethe_shared.errors import LetheError
 
 KEY_MIN_BYTES = 32

@@ -26,9 +26,9 @@ from typing import Any, Protocol
 from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict, Field
 
-from lethe_shared.dynamo import query_all
+from lethe_shared.aws.dynamo import query_all
+from lethe_shared.aws.s3 import NULL_VERSION, error_code, s3_url
 from lethe_shared.errors import CatalogItemMissingError
-from lethe_shared.s3 import NULL_VERSION, error_code, s3_url
 
 SEQUENCER_WIDTH = 32
 

@@ -25,11 +25,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
-from lethe_shared.catalog import CatalogItem, Zone
-from lethe_shared.datasets import is_quarantine_key
-from lethe_shared.executions import execution_name, version_digest
-from lethe_shared.s3 import KeyState, ObjectHead, ObjectStore, ObjectVersion, key_state, s3_url
-from lethe_shared.subjects import IndexEntry, SubjectIndex
+from lethe_shared.aws.executions import execution_name, version_digest
+from lethe_shared.aws.s3 import KeyState, ObjectHead, ObjectStore, ObjectVersion, key_state, s3_url
+from lethe_shared.catalog.object_catalog import CatalogItem, Zone
+from lethe_shared.datasets.document import is_quarantine_key
+from lethe_shared.index.subject_index import IndexEntry, SubjectIndex
 
 INGEST_PRODUCER = "ingest"  # lake objects the ingest job wrote (and indexed)
 ERASE_PRODUCER = "erase"  # object versions an erasure rewrote (it updates the index itself)

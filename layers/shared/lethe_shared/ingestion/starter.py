@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
-from lethe_shared.catalog import CatalogItem
-from lethe_shared.executions import execution_name, version_digest
-from lethe_shared.s3 import s3_url
+from lethe_shared.aws.executions import execution_name, version_digest
+from lethe_shared.aws.s3 import s3_url
+from lethe_shared.catalog.object_catalog import CatalogItem
 
 #: Most object versions one ingestion execution (and one Spark ingest run) takes. The state
 #: machine records a few history events per object; 200 keeps an execution's history well under

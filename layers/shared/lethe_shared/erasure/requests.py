@@ -30,11 +30,11 @@ from typing import Any, Protocol
 from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from lethe_shared.datasets import Dataset
-from lethe_shared.dynamo import query_all
+from lethe_shared.aws.dynamo import query_all
+from lethe_shared.aws.s3 import error_code
+from lethe_shared.datasets.document import Dataset
 from lethe_shared.errors import LetheError
-from lethe_shared.s3 import error_code
-from lethe_shared.subjects import canonical_text, hash_of_id, hash_of_keys
+from lethe_shared.index.subject_index import canonical_text, hash_of_id, hash_of_keys
 
 MAX_SUBJECTS = 100  # subjects per request (docs/LIMITS.md: report time and manifest size)
 MAX_SUBJECT_ID_LENGTH = 512
@@ -262,7 +262,7 @@ class ErasureRequest(BaseModel):
     updated_at: str
     requested_by: str
     # the IAM caller's ARN as API Gateway authenticated it ("" when filed by event, or before
-    # it was recorded); lethe_shared.principals binds approvers to it
+    # it was recorded); lethe_shared.erasure.principals binds approvers to it
     requester_principal: str = ""
     reason: str = ""
     subject_hashes: tuple[str, ...]

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from lethe_shared.erasure import TERMINAL, ErasureRequest, ErasureRequests, ErasureStatus
+from lethe_shared.erasure.requests import TERMINAL, ErasureRequest, ErasureRequests, ErasureStatus
 
 OPEN_STATUSES: tuple[ErasureStatus, ...] = tuple(s for s in ErasureStatus if s not in TERMINAL)
 

@@ -9,7 +9,8 @@ How (docs/INDEX.md, "How entries are computed"): `object_subjects` keeps what an
 entries need and not the table: a single string, integer or boolean subject column as each
 row's text (Arrow's text of the value, as bytes), any other subject as a code per row
 (dictionary-encoded by Arrow; several columns combine into one code per distinct tuple) and
-each code's canonical text (`lethe_shared.subjects`). `entry_batches` computes the entries of
+each code's canonical text (`lethe_shared.index.subject_index`). `entry_batches` computes the
+entries of
 a group of objects (a Spark task's): their texts are concatenated and dictionary-encoded by
 Arrow, each distinct subject of the group is hashed once (HMAC-SHA256, the key's pads hashed
 once), and each object's rows are sorted by their subject's digest (its first 8 bytes as an
@@ -41,12 +42,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from lethe_shared.catalog import Zone
-from lethe_shared.datasets import Dataset, hive_partition_values, is_quarantine_key
-from lethe_shared.index_maintenance import indexed_by_writer, replace_entries, settle_missing_key
-from lethe_shared.registry import DatasetRegistry, require_dataset
-from lethe_shared.s3 import NULL_VERSION, ObjectStore, s3_url
-from lethe_shared.subjects import (
+from lethe_shared.aws.s3 import NULL_VERSION, ObjectStore, s3_url
+from lethe_shared.catalog.object_catalog import Zone
+from lethe_shared.datasets.document import Dataset, hive_partition_values, is_quarantine_key
+from lethe_shared.datasets.registry import DatasetRegistry, require_dataset
+from lethe_shared.index.maintenance import indexed_by_writer, replace_entries, settle_missing_key
+from lethe_shared.index.subject_index import (
     KEY_MIN_BYTES,
     EntryBatch,
     IndexEntry,

@@ -35,10 +35,10 @@ from typing import Any, Protocol, overload
 from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict, Field
 
-from lethe_shared.catalog import Zone
-from lethe_shared.dynamo import batch_get_all, query_all
+from lethe_shared.aws.dynamo import batch_get_all, query_all
+from lethe_shared.aws.s3 import NULL_VERSION, error_code
+from lethe_shared.catalog.object_catalog import Zone
 from lethe_shared.errors import HashKeyError
-from lethe_shared.s3 import NULL_VERSION, error_code
 
 # Kinds of drift a reconcile report names, in its order (spark_jobs/reconcile.py, the CLI).
 DRIFT_KINDS = ("missing", "stale", "wrong_rows")

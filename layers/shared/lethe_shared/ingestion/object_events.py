@@ -10,7 +10,8 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Protocol
 
-from lethe_shared.catalog import (
+from lethe_shared.aws.s3 import NULL_VERSION, ObjectStore
+from lethe_shared.catalog.object_catalog import (
     Buckets,
     CatalogItem,
     ObjectCatalog,
@@ -18,11 +19,10 @@ from lethe_shared.catalog import (
     Zone,
     normalize_sequencer,
 )
+from lethe_shared.datasets.registry import DatasetRegistry, dataset_of_key
 from lethe_shared.errors import MalformedEventError
-from lethe_shared.index_maintenance import ERASE_PRODUCER, IndexAction
-from lethe_shared.ingestion import IngestionStarter
-from lethe_shared.registry import DatasetRegistry, dataset_of_key
-from lethe_shared.s3 import NULL_VERSION, ObjectStore
+from lethe_shared.index.maintenance import ERASE_PRODUCER, IndexAction
+from lethe_shared.ingestion.starter import IngestionStarter
 
 DELETE_MARKER_CREATED = "Delete Marker Created"
 
@@ -49,7 +49,7 @@ class ObjectEvent:
 
 
 class IndexMaintenance(Protocol):
-    """See lethe_shared.index_maintenance.IndexMaintainer."""
+    """See lethe_shared.index.maintenance.IndexMaintainer."""
 
     def on_created(self, item: CatalogItem) -> IndexAction | None: ...
 
@@ -172,7 +172,8 @@ def record_object_event(
 ) -> Outcome:
     """Record one S3 object event in the catalog, idempotently and in sequencer order; ask
     `ingestion` for a new raw object version under a registered dataset (the object events
-    handler collects these and starts one execution per batch: lethe_shared.ingestion); keep the
+    handler collects these and starts one execution per batch: lethe_shared.ingestion.starter);
+    keep the
     subject index current for lake objects that arrive by other means and for deletes.
 
     An event from a bucket other than the raw and lake `buckets` is malformed for this

@@ -1,0 +1,2 @@
+"""AWS plumbing: S3 objects and versions, DynamoDB paging, error codes, execution names, handler
+wiring."""

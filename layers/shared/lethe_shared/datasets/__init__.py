@@ -1,0 +1,1 @@
+"""Datasets: the dataset document and the registry that stores them."""

@@ -1,0 +1,1 @@
+"""Ingestion: object events become catalog items and ingestion executions."""
