@@ -28,18 +28,7 @@ from requests.exceptions import ConnectionError as HttpConnectionError
 import lethe
 from lethe.commands import GROUPS, CommandError, ExitCode
 from lethe.target import CREDENTIALS_CHAIN, LOCAL_HINT, add_aws_arguments
-
-# AWS error codes that mean "these credentials are not (or no longer) good": exit 4.
-_CREDENTIAL_ERRORS = frozenset(
-    {
-        "ExpiredToken",
-        "ExpiredTokenException",
-        "InvalidClientTokenId",
-        "UnrecognizedClientException",
-        "InvalidSignatureException",
-        "SignatureDoesNotMatch",
-    }
-)
+from lethe_shared.aws.errors import is_credentials_refused
 
 
 def version() -> str:
@@ -111,12 +100,10 @@ def explain(error: Exception) -> tuple[int, str]:
         return ExitCode.UNREACHABLE, "no AWS region: pass --region R or set AWS_REGION"
     if isinstance(error, EndpointConnectionError | HttpConnectionError):
         return ExitCode.UNREACHABLE, f"cannot reach the deployment ({error}): {LOCAL_HINT}"
-    if isinstance(error, ClientError):
-        code = error.response.get("Error", {}).get("Code", "")
-        if code in _CREDENTIAL_ERRORS:
-            return ExitCode.UNREACHABLE, f"AWS refused the credentials ({error}): renew them " + (
-                f"in {CREDENTIALS_CHAIN}"
-            )
+    if isinstance(error, ClientError) and is_credentials_refused(error):
+        return ExitCode.UNREACHABLE, f"AWS refused the credentials ({error}): renew them " + (
+            f"in {CREDENTIALS_CHAIN}"
+        )
     return (
         ExitCode.FAILURE,
         f"{type(error).__name__}: {error} (LETHE_DEBUG=1 shows the traceback)",

@@ -42,6 +42,7 @@ from boto3.dynamodb.conditions import Key
 from botocore.exceptions import ClientError
 
 from lethe.target import Target
+from lethe_shared.aws.errors import is_execution_not_found
 from lethe_shared.aws.executions import execution_name
 from lethe_shared.aws.s3 import CORRELATION_METADATA, ERASURE_METADATA
 
@@ -193,10 +194,7 @@ def find_executions(target: Target, story: Story) -> list[ExecutionTrace]:
                 try:
                     described = sfn.describe_execution(executionArn=arn)
                 except ClientError as exc:
-                    if exc.response.get("Error", {}).get("Code") in (
-                        "ExecutionDoesNotExist",
-                        "ResourceNotFound",
-                    ):
+                    if is_execution_not_found(exc):
                         continue
                     raise
                 known.add(name)

@@ -49,6 +49,7 @@ from lethe.localcloud.intrinsics import (
     typed_parameters,
 )
 from lethe.localcloud.template import LOCAL_CODE_BUCKET, load_template, local_path_of, translate
+from lethe_shared.aws.errors import is_no_such_entity
 
 logger = logging.getLogger(__name__)
 
@@ -567,10 +568,6 @@ def _dummy_zip() -> bytes:
     return buffer.getvalue()
 
 
-def _client_error_code(error: ClientError) -> str:
-    return str(error.response.get("Error", {}).get("Code", ""))
-
-
 # ---------------------------------------------------------------------------------- S3
 
 
@@ -1065,7 +1062,7 @@ def _attach_role_policy(stack: _Stack, role: str, arn: str) -> None:
     try:
         stack.call("iam", "attach_role_policy", RoleName=role, PolicyArn=arn)
     except ClientError as error:
-        if _client_error_code(error) != "NoSuchEntity" or ":iam::aws:policy/" not in arn:
+        if not is_no_such_entity(error) or ":iam::aws:policy/" not in arn:
             raise
         logger.warning(
             "role %s: AWS managed policy %s is not loaded in moto; IAM is not enforced locally",

@@ -60,6 +60,7 @@ from typing import Any, ClassVar, Final
 from botocore.exceptions import BotoCoreError, ClientError
 
 from lethe.localcloud.lambdas import InvokeResult, LambdaRuntime
+from lethe_shared.aws.errors import is_lambda_not_found
 
 logger = logging.getLogger("lethe.localcloud.sqs")
 
@@ -248,7 +249,7 @@ class _Poller:
             try:
                 config = self._read_config()
             except ClientError as error:
-                if _error_code(error) == "ResourceNotFoundException":
+                if is_lambda_not_found(error):
                     logger.info("event source mapping %s was deleted: poller stops", self.uuid)
                     return
                 logger.warning("event source mapping %s unreadable: %s", self.uuid, error)
@@ -469,10 +470,6 @@ def _latest_receipts(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _chunks(items: list[Any], size: int) -> Iterable[list[Any]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
-
-
-def _error_code(error: ClientError) -> str:
-    return str(error.response.get("Error", {}).get("Code", ""))
 
 
 # -- all mappings ----------------------------------------------------------------------------

@@ -4,7 +4,7 @@ Everything Lethe asks S3 about an object goes through here, so that three questi
 answer each:
 
 - *is it there?* `S3ObjectStore.head` returns None for every "not found" S3 can answer
-  (`NOT_FOUND_CODES`), and raises anything else;
+  (`lethe_shared.aws.errors.is_s3_not_found`), and raises anything else;
 - *which versions does this key have?* `S3ObjectStore.versions_of` lists every version and delete
   marker of exactly that key, never of other keys that share it as a prefix (S3 lists by
   prefix: `reviews/a.csv` would also return `reviews/a.csv.bak`);
@@ -26,6 +26,7 @@ from urllib.parse import urlencode
 
 from botocore.exceptions import ClientError
 
+from lethe_shared.aws.errors import is_s3_condition_failed, is_s3_not_found
 from lethe_shared.errors import BucketVersioningError
 
 NULL_VERSION = "null"  # the version id S3 gives objects written while versioning was off
@@ -36,19 +37,6 @@ ERASURE_METADATA = "lethe-erasure"  # the erasure request whose job wrote the ve
 ERASED_ROWS_METADATA = "lethe-erased-rows"
 CHUNK_BYTES = 1024 * 1024
 
-# What S3 answers when the object or version asked for is not there: HEAD answers a bare 404
-# (NotFound), GET names it (NoSuchKey, NoSuchVersion); a delete marker is 405 MethodNotAllowed
-# on a GET or HEAD of its version; a version id S3 cannot parse names no version
-# (InvalidArgument on GET, 400 on HEAD).
-NOT_FOUND_CODES = frozenset(
-    {"404", "NotFound", "NoSuchKey", "NoSuchVersion", "405", "MethodNotAllowed", "InvalidArgument"}
-)
-
-
-# A conditional write whose condition failed (412), or that raced another conditional write (409).
-CONDITION_FAILED_CODES = frozenset(
-    {"PreconditionFailed", "412", "ConditionalRequestConflict", "409"}
-)
 # Headers of a version that a rewrite of it keeps (besides metadata, tags, storage class, SSE).
 _KEPT_HEADERS = (
     "ContentType",
@@ -75,14 +63,6 @@ def split_s3_url(url: str) -> tuple[str, str]:
     if not bucket or not key:
         raise ValueError(f"not an S3 object URL: {url!r}")
     return bucket, key
-
-
-def error_code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
-
-
-def is_not_found(exc: ClientError) -> bool:
-    return error_code(exc) in NOT_FOUND_CODES
 
 
 def plain_etag(etag: Any) -> str:
@@ -200,7 +180,7 @@ class S3ObjectStore:
         try:
             response = self.client.head_object(Bucket=bucket, Key=key, **version_args(version_id))
         except ClientError as exc:
-            if is_not_found(exc) or (error_code(exc) == "400" and version_id):
+            if is_s3_not_found(exc, version_id=version_id):
                 return None
             raise
         return ObjectHead.from_response(response, version_id)
@@ -235,7 +215,7 @@ class S3ObjectStore:
         try:
             return dict(self.client.get_object(Bucket=bucket, Key=key, **version_args(version_id)))
         except ClientError as exc:
-            if is_not_found(exc):
+            if is_s3_not_found(exc):
                 return None
             raise
 
@@ -320,7 +300,7 @@ class S3ObjectStore:
                 Bucket=bucket, Key=key, **version_args(like_version)
             ).get("TagSet", [])
         except ClientError as exc:
-            if is_not_found(exc) or error_code(exc) == "400":
+            if is_s3_not_found(exc, version_id=like_version):
                 return None
             raise
         params: dict[str, Any] = {
@@ -344,7 +324,7 @@ class S3ObjectStore:
                     **params,
                 )
         except ClientError as exc:
-            if error_code(exc) in CONDITION_FAILED_CODES:
+            if is_s3_condition_failed(exc):
                 return None
             raise
         return ObjectHead.from_response(

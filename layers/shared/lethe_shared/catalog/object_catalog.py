@@ -27,7 +27,8 @@ from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict, Field
 
 from lethe_shared.aws.dynamo import query_all
-from lethe_shared.aws.s3 import NULL_VERSION, error_code, s3_url
+from lethe_shared.aws.errors import is_condition_failed
+from lethe_shared.aws.s3 import NULL_VERSION, s3_url
 from lethe_shared.errors import CatalogItemMissingError
 
 SEQUENCER_WIDTH = 32
@@ -255,7 +256,7 @@ class DynamoObjectCatalog:
                 ExpressionAttributeValues={**values, ":seq": item.sequencer},
             )
         except ClientError as exc:
-            if error_code(exc) == "ConditionalCheckFailedException":
+            if is_condition_failed(exc):
                 return False
             raise
         return True
@@ -342,7 +343,7 @@ class DynamoObjectCatalog:
                 ExpressionAttributeValues=values,
             )
         except ClientError as exc:
-            if error_code(exc) == "ConditionalCheckFailedException":
+            if is_condition_failed(exc):
                 raise CatalogItemMissingError(
                     f"the object catalog has no item for {object_url} version {version_id}"
                 ) from exc
@@ -368,7 +369,7 @@ class DynamoObjectCatalog:
                 },
             )
         except ClientError as exc:
-            if error_code(exc) == "ConditionalCheckFailedException":
+            if is_condition_failed(exc):
                 raise CatalogItemMissingError(
                     f"the object catalog has no item for {object_url} version {version_id}"
                 ) from exc
@@ -387,7 +388,7 @@ class DynamoObjectCatalog:
                 },
             )
         except ClientError as exc:
-            if error_code(exc) == "ConditionalCheckFailedException":
+            if is_condition_failed(exc):
                 return False
             raise
         return True

@@ -31,7 +31,7 @@ from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from lethe_shared.aws.dynamo import query_all
-from lethe_shared.aws.s3 import error_code
+from lethe_shared.aws.errors import is_condition_failed
 from lethe_shared.datasets.document import Dataset
 from lethe_shared.errors import LetheError
 from lethe_shared.index.subject_index import canonical_text, hash_of_id, hash_of_keys
@@ -360,7 +360,7 @@ class DynamoErasureRequests:
         try:
             self._table.put_item(Item=item, ConditionExpression="attribute_not_exists(request_id)")
         except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
+            if not is_condition_failed(exc):
                 raise
             stored = self.get(request.request_id)
             if stored is None:  # deleted in between: cannot happen to an append-only table
@@ -428,7 +428,7 @@ class DynamoErasureRequests:
                 ReturnValues="ALL_NEW",
             )
         except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
+            if not is_condition_failed(exc):
                 raise
             stored = self.get(request_id)
             if stored is None:
@@ -446,7 +446,7 @@ class DynamoErasureRequests:
                 ExpressionAttributeValues={":token": token, ":now": _now()},
             )
         except ClientError as exc:
-            if error_code(exc) == "ConditionalCheckFailedException":
+            if is_condition_failed(exc):
                 return False
             raise
         return True
@@ -465,7 +465,7 @@ class DynamoErasureRequests:
                 ReturnValues="ALL_NEW",
             )
         except ClientError as exc:
-            if error_code(exc) == "ConditionalCheckFailedException":
+            if is_condition_failed(exc):
                 raise RequestNotFoundError(f"no erasure request {request_id}") from None
             raise
         return ErasureRequest.from_item(answer["Attributes"])

@@ -566,14 +566,14 @@ class S3Documents:
         return s3_url(self.bucket, key)
 
     def put_once(self, key: str, body: bytes, content_type: str) -> bool:
-        from lethe_shared.aws.s3 import CONDITION_FAILED_CODES, error_code  # noqa: PLC0415
+        from lethe_shared.aws.errors import is_s3_condition_failed  # noqa: PLC0415
 
         try:
             self.client.put_object(
                 Bucket=self.bucket, Key=key, Body=body, ContentType=content_type, IfNoneMatch="*"
             )
         except self.client.exceptions.ClientError as exc:
-            if error_code(exc) in CONDITION_FAILED_CODES:
+            if is_s3_condition_failed(exc):
                 return False
             raise
         return True

@@ -36,7 +36,8 @@ from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict, Field
 
 from lethe_shared.aws.dynamo import batch_get_all, query_all
-from lethe_shared.aws.s3 import NULL_VERSION, error_code
+from lethe_shared.aws.errors import error_code, is_condition_failed
+from lethe_shared.aws.s3 import NULL_VERSION
 from lethe_shared.catalog.object_catalog import Zone
 from lethe_shared.errors import HashKeyError
 
@@ -509,7 +510,7 @@ class DynamoSubjectIndex:
                     ExpressionAttributeValues={":d": deleted},
                 )
             except ClientError as exc:  # removed meanwhile: nothing to flag
-                if error_code(exc) != "ConditionalCheckFailedException":
+                if not is_condition_failed(exc):
                     raise
 
     def remove_object(self, object_url: str) -> int:
