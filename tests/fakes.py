@@ -82,6 +82,7 @@ class MemoryCatalog:
         self.items: dict[tuple[str, str], CatalogItem] = {}
         self.ingestions: dict[tuple[str, str], IngestionRecord] = {}
         self.failures: dict[tuple[str, str], str] = {}
+        self.executions: dict[tuple[str, str], str] = {}  # ingest_execution
 
     def put_if_newer(self, item: CatalogItem) -> bool:
         key = (item.object_url, item.version_id)
@@ -96,6 +97,29 @@ class MemoryCatalog:
 
     def by_dataset(self, dataset_id: str) -> Iterator[CatalogItem]:
         return iter([i for i in self.items.values() if i.dataset_id == dataset_id])
+
+    def versions_of(self, object_url: str) -> list[CatalogItem]:
+        return [i for (url, _), i in self.items.items() if url == object_url]
+
+    def start_ingestion(self, object_url: str, version_id: str, execution: str) -> bool:
+        item = self.items.get((object_url, version_id))
+        if item is None or item.status is ObjectStatus.DELETED:
+            return False
+        self.items[(object_url, version_id)] = item.model_copy(
+            update={"status": ObjectStatus.INGESTING}
+        )
+        self.executions[(object_url, version_id)] = execution
+        return True
+
+    def fail_ingestion(self, object_url: str, version_id: str, error: str) -> bool:
+        item = self.items.get((object_url, version_id))
+        if item is None or item.status is not ObjectStatus.INGESTING:
+            return False
+        self.items[(object_url, version_id)] = item.model_copy(
+            update={"status": ObjectStatus.FAILED, "ingest_error": error}
+        )
+        self.failures[(object_url, version_id)] = error
+        return True
 
     def newer_version_of(self, object_url: str, version_id: str) -> str | None:
         versions = [i for (url, _), i in self.items.items() if url == object_url]
@@ -127,7 +151,7 @@ class MemoryCatalog:
             raise CatalogItemMissingError(f"no item for {object_url} version {version_id}")
         item = self.items[(object_url, version_id)]
         self.items[(object_url, version_id)] = item.model_copy(
-            update={"status": ObjectStatus.FAILED}
+            update={"status": ObjectStatus.FAILED, "ingest_error": error}
         )
         self.failures[(object_url, version_id)] = error
 

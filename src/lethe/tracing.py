@@ -38,9 +38,9 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import parse_qs, urlsplit
 
-from boto3.dynamodb.conditions import Key
 from botocore.exceptions import ClientError
 
+from lethe.commands.objects import object_catalog
 from lethe.target import Target
 from lethe_shared.aws.errors import is_execution_not_found
 from lethe_shared.aws.executions import execution_name
@@ -157,14 +157,12 @@ def _resolve_object(target: Target, story: Story) -> None:
         for name in (ERASURE_METADATA, CORRELATION_METADATA):
             if _add(story, metadata.get(name)):
                 story.notes.append(f"{name} of the version: {metadata[name]}")
-    table = target.resource("dynamodb").Table(target.output("ObjectCatalogTableName"))
-    items = table.query(KeyConditionExpression=Key("object_url").eq(url)).get("Items", [])
-    for item in items:
-        if version and item.get("version_id") != version:
+    for item in object_catalog(target).versions_of(url):
+        if version and item.version_id != version:
             continue
-        cid = item.get("ingest_correlation_id")
-        if _add(story, str(cid) if cid else None):
-            story.notes.append(f"catalog: version {item.get('version_id')} ingested by {cid}")
+        cid = item.ingest_correlation_id
+        if _add(story, cid):
+            story.notes.append(f"catalog: version {item.version_id} ingested by {cid}")
 
 
 # ------------------------------------------------------------------------------- executions

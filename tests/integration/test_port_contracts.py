@@ -264,6 +264,32 @@ def test_catalog_records_a_failure_on_the_version(catalog: ObjectCatalog) -> Non
         catalog.record_failure(url, "v9", "gone", "run-1", now)
 
 
+def test_catalog_moves_a_batch_version_through_the_ingestion_workflow(
+    catalog: ObjectCatalog,
+) -> None:
+    url = f"s3://{RAW}/reviews/a.csv"
+    catalog.put_if_newer(_item("v1", "10"))
+    catalog.put_if_newer(_item("v2", "20", ObjectStatus.DELETED))
+
+    assert catalog.start_ingestion(url, "v1", "arn:execution:1") is True
+    assert catalog.start_ingestion(url, "v2", "arn:execution:1") is False  # DELETED stays
+    assert catalog.start_ingestion(url, "v9", "arn:execution:1") is False  # never catalogued
+    assert catalog.get(RAW, "reviews/a.csv", "v9") is None
+    assert catalog.fail_ingestion(url, "v1", "States.TaskFailed: boom") is True
+    assert catalog.fail_ingestion(url, "v1", "again") is False  # no longer INGESTING
+    assert catalog.fail_ingestion(url, "v2", "boom") is False
+
+    failed = catalog.get(RAW, "reviews/a.csv", "v1")
+    assert failed is not None
+    assert (failed.status, failed.ingest_error) == (ObjectStatus.FAILED, "States.TaskFailed: boom")
+    versions = sorted(catalog.versions_of(url), key=lambda i: i.version_id)
+    assert [(i.version_id, i.status) for i in versions] == [
+        ("v1", ObjectStatus.FAILED),
+        ("v2", ObjectStatus.DELETED),
+    ]
+    assert catalog.versions_of(f"s3://{RAW}/reviews/none.csv") == []
+
+
 Producer = tuple[ObjectStore, Callable[[str, bytes], str], Callable[[str], object]]
 
 

@@ -20,8 +20,12 @@ APPROVED_PATH = [
     "Mark Erasing",
     "Select Spark Engine",
     "Which Spark Engine",
-    "Erase On EMR Serverless",
-    "Verify On EMR Serverless",
+    "Run Erase Job On EMR Serverless",  # --mode erase
+    "Erased Or Verified",
+    "Verify",
+    "Which Spark Engine",
+    "Run Erase Job On EMR Serverless",  # --mode verify
+    "Erased Or Verified",
     "Update Index",
     "Certify",
     "Publish Outcome",
@@ -153,7 +157,7 @@ def test_a_spark_failure_is_retried_then_failed_and_published(
     assert ended["execution"]["status"] == "FAILED"
     assert ended["execution"]["error"] == "ErasureFailed"
     assert states_entered(ended["history"])[-6:] == [
-        "Erase On EMR Serverless", "Mark Failed", "Publish Outcome", "Announce Outcome",
+        "Run Erase Job On EMR Serverless", "Mark Failed", "Publish Outcome", "Announce Outcome",
         "Which Outcome", "Erasure Failed",
     ]  # fmt: skip
     failed = [e for e in ended["history"] if e["type"] == "TaskFailed"]

@@ -4,6 +4,15 @@ from __future__ import annotations
 
 import pytest
 
+from lethe_shared.catalog.ingestion_steps import (
+    MAX_ERROR_LENGTH,
+    BatchObject,
+    Outcome,
+    VersionOutcome,
+    mark_failed,
+    mark_ingesting,
+    read_outcome,
+)
 from lethe_shared.catalog.object_catalog import (
     CatalogItem,
     ObjectStatus,
@@ -11,6 +20,7 @@ from lethe_shared.catalog.object_catalog import (
     latest,
     normalize_sequencer,
 )
+from tests.fakes import MemoryCatalog
 
 pytestmark = pytest.mark.lambda_runtime
 
@@ -105,3 +115,60 @@ def test_an_ingested_item_parses_with_its_counts() -> None:
 
     assert item.status is ObjectStatus.INGESTED
     assert (item.rows_read, item.rows_written, item.rows_quarantined) == (4, 3, 1)
+
+
+# ------------------------------------------------------- the ingestion workflow's catalog steps
+
+
+def _catalogued(catalog: MemoryCatalog, version: str, status: ObjectStatus) -> BatchObject:
+    catalog.put_if_newer(
+        CatalogItem(
+            bucket="raw",
+            key="reviews/a.csv",
+            version_id=version,
+            zone=Zone.RAW,
+            status=status,
+            sequencer=normalize_sequencer("10"),
+            dataset_id="reviews",
+        )
+    )
+    return BatchObject(object_url="s3://raw/reviews/a.csv", version_id=version)
+
+
+def test_the_steps_mark_a_batch_ingesting_then_failed_and_keep_recorded_outcomes() -> None:
+    catalog = MemoryCatalog()
+    batch = [
+        _catalogued(catalog, "v1", ObjectStatus.RECEIVED),
+        _catalogued(catalog, "v2", ObjectStatus.DELETED),
+        BatchObject(object_url="s3://raw/reviews/a.csv", version_id="never-catalogued"),
+    ]
+
+    assert mark_ingesting(catalog, batch, "arn:execution") == 1
+    assert mark_failed(catalog, batch, "E: " + "x" * 5000) == 1
+
+    failed = catalog.get("raw", "reviews/a.csv", "v1")
+    assert failed is not None
+    assert failed.status is ObjectStatus.FAILED
+    assert failed.ingest_error == ("E: " + "x" * 5000)[:MAX_ERROR_LENGTH]
+    assert read_outcome(catalog, batch[0]).outcome is Outcome.FAILED
+    assert read_outcome(catalog, batch[1]).outcome is Outcome.GONE
+    assert read_outcome(catalog, batch[2]) == VersionOutcome(outcome=Outcome.GONE)
+
+
+@pytest.mark.parametrize(
+    ("status", "outcome"),
+    [
+        (ObjectStatus.INGESTED, Outcome.RECORDED),
+        (ObjectStatus.QUARANTINED, Outcome.RECORDED),
+        (ObjectStatus.SUPERSEDED, Outcome.RECORDED),
+        (ObjectStatus.FAILED, Outcome.FAILED),
+        (ObjectStatus.DELETED, Outcome.GONE),
+        (ObjectStatus.INGESTING, Outcome.MISSING),
+        (ObjectStatus.RECEIVED, Outcome.MISSING),
+    ],
+)
+def test_each_recorded_status_has_one_outcome(status: ObjectStatus, outcome: Outcome) -> None:
+    catalog = MemoryCatalog()
+    version = _catalogued(catalog, "v1", status)
+
+    assert read_outcome(catalog, version).outcome is outcome

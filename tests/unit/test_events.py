@@ -46,6 +46,9 @@ EVENT_FUNCTIONS: dict[str, str] = {
     "object_delete_marker_raw.json": "ObjectEventsFunction",
     "object_created_malformed.json": "ObjectEventsFunction",
     "object_events_batch.json": "ObjectEventsFunction",
+    "ingestion_steps_mark_ingesting.json": "IngestionStepsFunction",
+    "ingestion_steps_read_outcome.json": "IngestionStepsFunction",
+    "ingestion_steps_mark_failed.json": "IngestionStepsFunction",
     "datasets_api_put.json": "DatasetsApiFunction",
     "datasets_api_put_invalid.json": "DatasetsApiFunction",
     "datasets_api_get.json": "DatasetsApiFunction",
@@ -130,7 +133,7 @@ def load(name: str) -> dict[str, Any]:
 
 def test_every_function_of_the_template_has_an_event() -> None:
     functions = set(template_functions())
-    assert len(functions) == 8
+    assert len(functions) == 9
     assert set(EVENT_FUNCTIONS.values()) == functions
 
 
@@ -345,6 +348,34 @@ def check_erasure_requested_event(name: str) -> None:
     assert (body.subject_ids, body.requested_by) == ([SAMPLE_SUBJECT], "privacy@example.com")
 
 
+def _ingestion_step(name: str) -> Any:
+    """The step as IngestionStepsFunction validates it; its objects are raw versions."""
+    step = handler_module("IngestionStepsFunction").StepEvent.validate_python(load(name))
+    versions = step.objects if hasattr(step, "objects") else [step.object]
+    assert all(v.object_url.startswith(f"s3://{RAW}/") for v in versions)
+    assert ":execution:lethe-local-ingestion:" in step.execution
+    return step
+
+
+def check_ingestion_steps_mark_ingesting(name: str) -> None:
+    step = _ingestion_step(name)
+    assert (step.step, len(step.objects)) == ("mark_ingesting", 2)
+
+
+def check_ingestion_steps_read_outcome(name: str) -> None:
+    step = _ingestion_step(name)
+    assert (step.step, step.object.version_id) == (
+        "read_outcome",
+        "3HL4kqtJlcpXroDTDmJ.rmSpXd3dIbrHY",
+    )
+
+
+def check_ingestion_steps_mark_failed(name: str) -> None:
+    step = _ingestion_step(name)
+    assert (step.step, len(step.objects)) == ("mark_failed", 2)
+    assert step.error.startswith("States.TaskFailed: ")
+
+
 def check_erasure_steps_report(name: str) -> None:
     step = parse(event=load(name), model=handler_module("ErasureStepsFunction").StepEvent)
     assert (step.step, step.request_id) == ("report", RID)
@@ -413,6 +444,9 @@ CHECKS: dict[str, Callable[[str], None]] = {
     "datasets_api_put_invalid.json": check_datasets_api_put_invalid,
     "datasets_api_get.json": check_datasets_api_get,
     "index_object_request.json": check_index_object_request,
+    "ingestion_steps_mark_ingesting.json": check_ingestion_steps_mark_ingesting,
+    "ingestion_steps_read_outcome.json": check_ingestion_steps_read_outcome,
+    "ingestion_steps_mark_failed.json": check_ingestion_steps_mark_failed,
     "erasure_api_post.json": check_erasure_api_post,
     "erasure_api_post_invalid.json": check_erasure_api_post_invalid,
     "erasure_api_get.json": check_erasure_api_get,

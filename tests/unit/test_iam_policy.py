@@ -89,6 +89,7 @@ _FUNCTIONS = (
     "ErasureMetricsFunction",
     "ErasureStepsFunction",
     "IndexObjectFunction",
+    "IngestionStepsFunction",
     "ObjectEventsFunction",
 )
 _LOG_GROUPS = (
@@ -120,6 +121,7 @@ EXPECTED_CHECKOV_SKIPS: frozenset[tuple[str, str]] = frozenset(
                 "ErasureStepsFunction",
                 "ApprovalRequestFunction",
                 "ErasureMetricsFunction",
+                "IngestionStepsFunction",
             )
         ),
         *((group, "CKV_AWS_158") for group in _LOG_GROUPS),

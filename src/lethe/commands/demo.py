@@ -24,9 +24,11 @@ from typing import Any
 
 import requests
 
+from lethe.commands.objects import object_catalog
 from lethe.progress import Waiting
 from lethe.target import Target, from_state_file
 from lethe_shared.aws.s3 import s3_url
+from lethe_shared.catalog.object_catalog import latest
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 SAMPLES = REPO_ROOT / "samples"
@@ -129,16 +131,12 @@ def _upload(target: Target) -> None:
 
 def _raw_statuses(target: Target) -> dict[str, str]:
     raw = target.output("RawBucketName")
-    table = target.resource("dynamodb").Table(target.output("ObjectCatalogTableName"))
+    catalog = object_catalog(target)
     statuses: dict[str, str] = {}
     for _, key in UPLOADS:
-        items = table.query(
-            KeyConditionExpression="object_url = :u",
-            ExpressionAttributeValues={":u": s3_url(raw, key)},
-            ConsistentRead=True,
-        )["Items"]
-        if items:
-            statuses[key] = str(max(items, key=lambda i: i["sequencer"])["status"])
+        current = latest(catalog.versions_of(s3_url(raw, key)))
+        if current is not None:
+            statuses[key] = current.status.value
     return statuses
 
 
@@ -252,17 +250,13 @@ def _overwrite(target: Target) -> None:
     raw = target.output("RawBucketName")
     _step(f"a producer overwrites {key}: the second reviewer stays only in its older version")
     target.client("s3").put_object(Bucket=raw, Key=key, Body=body)
-    table = target.resource("dynamodb").Table(target.output("ObjectCatalogTableName"))
+    catalog = object_catalog(target)
     deadline = time.monotonic() + SETTLE_TIMEOUT_SECONDS
     while time.monotonic() < deadline:
-        items = table.query(
-            KeyConditionExpression="object_url = :u",
-            ExpressionAttributeValues={":u": s3_url(raw, key)},
-            ConsistentRead=True,
-        )["Items"]
-        newest = max(items, key=lambda i: i["sequencer"])
-        if len(items) > 1 and newest["status"] in TERMINAL:
-            print(f"  version 2: {newest['status']}")
+        versions = catalog.versions_of(s3_url(raw, key))
+        newest = latest(versions)
+        if len(versions) > 1 and newest is not None and newest.status.value in TERMINAL:
+            print(f"  version 2: {newest.status.value}")
             return
         time.sleep(2)
     raise SystemExit("the overwritten file was not ingested in time")

@@ -86,6 +86,13 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     reingest.set_defaults(func=reingest_objects)
 
 
+def object_catalog(target: Target) -> DynamoObjectCatalog:
+    """The deployment's object catalog, through its one adapter (every CLI read goes there)."""
+    return DynamoObjectCatalog(
+        target.resource("dynamodb").Table(target.output("ObjectCatalogTableName"))
+    )
+
+
 def _lake_rows(target: Target, item: CatalogItem) -> int | None:
     """Row count of a lake Parquet object, from its footer (two small range reads)."""
     if item.status is ObjectStatus.DELETED or not item.key.endswith(".parquet"):
@@ -122,9 +129,7 @@ def _row(target: Target, item: CatalogItem) -> dict[str, Any]:
 def list_objects(args: argparse.Namespace) -> int:
     target = resolve(args)
     require_dataset(target, args.dataset)
-    catalog = DynamoObjectCatalog(
-        target.resource("dynamodb").Table(target.output("ObjectCatalogTableName"))
-    )
+    catalog = object_catalog(target)
     items = list(catalog.by_dataset(args.dataset))
     if not args.all_versions:
         by_object: dict[str, list[CatalogItem]] = {}
@@ -157,9 +162,7 @@ def reingest_objects(args: argparse.Namespace) -> int:
         raise UsageError("DELETED versions cannot be re-ingested: their data is gone from S3")
     target = resolve(args)
     require_dataset(target, args.dataset)
-    catalog = DynamoObjectCatalog(
-        target.resource("dynamodb").Table(target.output("ObjectCatalogTableName"))
-    )
+    catalog = object_catalog(target)
     raw = target.output("RawBucketName")
     if args.key:
         items = [_chosen_version(catalog, args.dataset, raw, args.key, args.version_id)]

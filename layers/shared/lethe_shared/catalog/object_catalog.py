@@ -1,8 +1,11 @@
 """The object catalog: one item per object version that Lethe has seen in the raw or lake bucket.
 
 `DynamoObjectCatalog` is the one reader and writer of `ObjectCatalogTable`: the object events
-handler records events through it, the ingest job reads a key's versions and records its outcome
-through it, and the CLI lists a dataset's objects through it.
+handler records events through it; the ingestion workflow's steps (functions/ingestion_steps,
+lethe_shared.catalog.ingestion_steps) mark a batch INGESTING, read each version's outcome and mark
+a failed batch FAILED through it; the ingest job reads a key's versions and records its outcome
+through it; and the CLI (objects, trace, demo) reads it through it. No state machine task and no
+other code touches the table (docs/CATALOG.md, "Who writes what").
 
 Table layout (template.yaml `ObjectCatalogTable`, docs/CATALOG.md):
 
@@ -107,6 +110,8 @@ class CatalogItem(BaseModel):
     rows_read: int | None = None
     rows_written: int | None = None
     rows_quarantined: int | None = None
+    ingest_correlation_id: str | None = None  # the ingestion execution's name
+    ingest_error: str | None = None  # why the version is FAILED
 
     @property
     def object_url(self) -> str:
@@ -131,7 +136,7 @@ class CatalogItem(BaseModel):
             item["dataset_id"] = self.dataset_id
         if self.size is not None:
             item["size"] = self.size
-        for name in ("expires_at", "rows_read", "rows_written", "rows_quarantined"):
+        for name in _OPTIONAL_ATTRIBUTES:
             value = getattr(self, name)
             if value is not None:
                 item[name] = value
@@ -157,16 +162,39 @@ class CatalogItem(BaseModel):
             rows_read=_optional_int(item.get("rows_read")),
             rows_written=_optional_int(item.get("rows_written")),
             rows_quarantined=_optional_int(item.get("rows_quarantined")),
+            ingest_correlation_id=_optional_str(item.get("ingest_correlation_id")),
+            ingest_error=_optional_str(item.get("ingest_error")),
         )
 
 
 _KEY_ATTRIBUTES = ("object_url", "version_id")
+# What the ingestion workflow writes on a version: an event leaves it as it is.
+_INGESTION_ATTRIBUTES = (
+    "rows_read",
+    "rows_written",
+    "rows_quarantined",
+    "ingest_correlation_id",
+    "ingest_error",
+)
+# Attributes written only when set (an event never sets the ingestion ones).
+_OPTIONAL_ATTRIBUTES = (
+    "expires_at",
+    "rows_read",
+    "rows_written",
+    "rows_quarantined",
+    "ingest_correlation_id",
+    "ingest_error",
+)
 # Event attributes that an event may leave out; a newer event without them removes them.
 _OPTIONAL_EVENT_ATTRIBUTES = ("dataset_id", "size", "expires_at")
 
 
 def _optional_int(value: Any) -> int | None:
     return int(value) if value is not None else None
+
+
+def _optional_str(value: Any) -> str | None:
+    return str(value) if value is not None else None
 
 
 @dataclass(frozen=True)
@@ -195,12 +223,27 @@ class ObjectCatalog(Protocol):
     def by_dataset(self, dataset_id: str) -> Iterator[CatalogItem]:
         """Every recorded version of every object of a dataset."""
 
+    def versions_of(self, object_url: str) -> list[CatalogItem]:
+        """Every recorded version of one object, read consistently (`latest` picks the current
+        one)."""
+
     def newer_version_of(self, object_url: str, version_id: str) -> str | None:
         """The version id of the newest event on this object if it is newer than the event
         `version_id` was recorded with; None when `version_id` is the newest (or unknown)."""
 
     def lake_objects_of(self, object_url: str) -> set[str]:
         """Every lake object that an ingestion of any version of this raw object wrote."""
+
+    def start_ingestion(self, object_url: str, version_id: str, execution: str) -> bool:
+        """Mark a catalogued raw object version INGESTING by the ingestion execution `execution`
+        (`ingest_execution`), unless the catalog says DELETED; False when it was not marked
+        (deleted, or never catalogued: there is nothing to ingest)."""
+
+    def fail_ingestion(self, object_url: str, version_id: str, error: str) -> bool:
+        """Mark a version that is still INGESTING FAILED with the reason (`ingest_error`), as the
+        ingestion workflow does when its Spark job run (or the workflow itself) failed; False
+        when it is not INGESTING (the job recorded its outcome, or it was deleted), which is
+        left as it is."""
 
     def record_ingestion(self, object_url: str, version_id: str, record: IngestionRecord) -> None:
         """Record the ingest job's outcome on the raw object version's item. Raises
@@ -238,7 +281,11 @@ class DynamoObjectCatalog:
         """Conditional UpdateItem of the event's attributes only: what the ingestion workflow
         wrote on the version (counts, lake objects) survives a newer event, such as the
         permanent delete of that version."""
-        event_fields = {k: v for k, v in item.to_item().items() if k not in _KEY_ATTRIBUTES}
+        event_fields = {
+            k: v
+            for k, v in item.to_item().items()
+            if k not in _KEY_ATTRIBUTES and k not in _INGESTION_ATTRIBUTES
+        }
         removed = [a for a in _OPTIONAL_EVENT_ATTRIBUTES if a not in event_fields]
         names = {f"#a{i}": name for i, name in enumerate(event_fields)}
         values = {f":v{i}": value for i, value in enumerate(event_fields.values())}
@@ -277,6 +324,15 @@ class DynamoObjectCatalog:
         )
         return (CatalogItem.from_item(i) for i in items)
 
+    def versions_of(self, object_url: str) -> list[CatalogItem]:
+        items = query_all(
+            self._table,
+            KeyConditionExpression="object_url = :url",
+            ExpressionAttributeValues={":url": object_url},
+            ConsistentRead=True,
+        )
+        return [CatalogItem.from_item(i) for i in items]
+
     def _versions(
         self, object_url: str, projection: str, names: dict[str, str] | None = None
     ) -> Iterator[dict[str, Any]]:
@@ -313,6 +369,55 @@ class DynamoObjectCatalog:
             if isinstance(lake_objects, list | set | tuple):
                 found.update(str(url) for url in lake_objects)
         return found
+
+    def start_ingestion(self, object_url: str, version_id: str, execution: str) -> bool:
+        return self._transition(
+            object_url,
+            version_id,
+            "SET #status = :ingesting, ingest_execution = :execution",
+            "attribute_exists(object_url) AND #status <> :deleted",
+            {
+                ":ingesting": ObjectStatus.INGESTING.value,
+                ":deleted": ObjectStatus.DELETED.value,
+                ":execution": execution,
+            },
+        )
+
+    def fail_ingestion(self, object_url: str, version_id: str, error: str) -> bool:
+        return self._transition(
+            object_url,
+            version_id,
+            "SET #status = :failed, ingest_error = :error",
+            "#status = :ingesting",
+            {
+                ":failed": ObjectStatus.FAILED.value,
+                ":ingesting": ObjectStatus.INGESTING.value,
+                ":error": error,
+            },
+        )
+
+    def _transition(
+        self,
+        object_url: str,
+        version_id: str,
+        update: str,
+        condition: str,
+        values: dict[str, Any],
+    ) -> bool:
+        """A conditional status change of one version; False when its condition does not hold."""
+        try:
+            self._table.update_item(
+                Key={"object_url": object_url, "version_id": version_id},
+                UpdateExpression=update,
+                ConditionExpression=condition,
+                ExpressionAttributeNames={"#status": "status"},
+                ExpressionAttributeValues=values,
+            )
+        except ClientError as exc:
+            if is_condition_failed(exc):
+                return False
+            raise
+        return True
 
     def record_ingestion(self, object_url: str, version_id: str, record: IngestionRecord) -> None:
         values: dict[str, Any] = {
@@ -376,19 +481,10 @@ class DynamoObjectCatalog:
             raise
 
     def record_gone(self, object_url: str, version_id: str, correlation_id: str) -> bool:
-        try:
-            self._table.update_item(
-                Key={"object_url": object_url, "version_id": version_id},
-                UpdateExpression="SET #status = :deleted, ingest_correlation_id = :cid",
-                ConditionExpression="attribute_exists(object_url) AND #status <> :deleted",
-                ExpressionAttributeNames={"#status": "status"},
-                ExpressionAttributeValues={
-                    ":deleted": ObjectStatus.DELETED.value,
-                    ":cid": correlation_id,
-                },
-            )
-        except ClientError as exc:
-            if is_condition_failed(exc):
-                return False
-            raise
-        return True
+        return self._transition(
+            object_url,
+            version_id,
+            "SET #status = :deleted, ingest_correlation_id = :cid",
+            "attribute_exists(object_url) AND #status <> :deleted",
+            {":deleted": ObjectStatus.DELETED.value, ":cid": correlation_id},
+        )
