@@ -78,14 +78,7 @@ import pyarrow.parquet as pq
 
 from lethe_jobs.arrow_bridge import to_spark_compatible
 from lethe_jobs.errors import UnreadableFileError
-from lethe_jobs.indexing import (
-    UnreadableObjectError,
-    column_subject_hashes,
-    distinct_safe,
-    quarantine_subject_rows,
-    raw_subject_rows,
-    subject_hashes_of_rows,
-)
+from lethe_jobs.indexing import UnreadableObjectError, quarantine_subject_rows, raw_subject_rows
 from lethe_jobs.objects import ObjectKind
 from lethe_jobs.readers import (
     csv_reader,
@@ -97,8 +90,14 @@ from lethe_jobs.readers import (
 from lethe_jobs.validate import POSITION
 from lethe_shared.catalog.object_catalog import Zone
 from lethe_shared.datasets.document import CsvOptions, DataFormat, Dataset, hive_partition_values
-from lethe_shared.index.arrow_entries import ObjectRef, row_subject_hashes
-from lethe_shared.index.subject_index import KEY_MIN_BYTES
+from lethe_shared.index.arrow_entries import ObjectRef
+from lethe_shared.subject_hashing.arrow import row_subject_hashes
+from lethe_shared.subject_hashing.keys import KEY_MIN_BYTES
+from lethe_shared.subject_hashing.records import (
+    column_subject_hashes,
+    distinct_safe,
+    subject_hashes_of_rows,
+)
 
 _HASH = re.compile(r"[0-9a-f]{64}")
 _BOM = "\ufeff"

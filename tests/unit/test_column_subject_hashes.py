@@ -12,12 +12,13 @@ import pytest
 
 from lethe_jobs import erase_rows
 from lethe_jobs.arrow_bridge import to_spark_compatible
-from lethe_jobs.indexing import column_subject_hashes, raw_subject_rows, subject_hashes_of_rows
+from lethe_jobs.indexing import raw_subject_rows
 from lethe_jobs.readers import RawRecords
 from lethe_jobs.validate import POSITION
 from lethe_shared.catalog.object_catalog import Zone
 from lethe_shared.datasets.document import Dataset, parse_dataset
 from lethe_shared.index.arrow_entries import ObjectRef
+from lethe_shared.subject_hashing.records import column_subject_hashes, subject_hashes_of_rows
 
 KEY = b"column-subject-hashes-unit-test-key-0123"
 

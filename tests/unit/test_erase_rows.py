@@ -31,7 +31,7 @@ from lethe_jobs.erase_rows import (
 from lethe_jobs.indexing import StoredObject, UnreadableObjectError, object_entries
 from lethe_jobs.objects import ObjectKind
 from lethe_shared.datasets.document import Dataset, parse_dataset
-from lethe_shared.index.subject_index import hash_of_keys, subject_hash
+from lethe_shared.subject_hashing.keys import hash_of_keys, subject_hash
 
 KEY = b"erase-rows-unit-test-key-0123456789"  # >= 32 bytes
 RAW, LAKE, QUARANTINE = ObjectKind.RAW, ObjectKind.LAKE_PARQUET, ObjectKind.QUARANTINE_ROWS
