@@ -10,8 +10,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from lethe_jobs import erase_rows
 from lethe_jobs.arrow_bridge import to_spark_compatible
+from lethe_jobs.erase_rows import SubjectMatcher
+from lethe_jobs.erase_rows import match as erase_match
 from lethe_jobs.indexing import raw_subject_rows
 from lethe_jobs.readers import RawRecords
 from lethe_jobs.validate import POSITION
@@ -111,12 +112,12 @@ def test_erase_matches_distinct_values_as_rows(
     every_row = (
         column_subject_hashes(to_spark_compatible(group), ds, key=KEY)
         if zone == "raw"
-        else erase_rows._subject_hashes(group, ref, erase_rows.SubjectMatcher(ds, frozenset(), KEY))
+        else erase_match._subject_hashes(group, ref, SubjectMatcher(ds, frozenset(), KEY))
     ).to_pylist()
     chosen = frozenset(
         rng.sample(sorted({h for h in every_row if h}), k=min(3, len(set(every_row) - {None})))
     )
-    matcher = erase_rows.SubjectMatcher(ds, chosen, KEY)
+    matcher = SubjectMatcher(ds, chosen, KEY)
     expected = [7 + i for i, h in enumerate(every_row) if h in chosen]
-    assert erase_rows._distinct_subjects(group, ds) is not None
-    assert erase_rows._group_matches(group, 7, ref, matcher) == expected
+    assert erase_match._distinct_subjects(group, ds) is not None
+    assert erase_match._group_matches(group, 7, ref, matcher) == expected
