@@ -89,7 +89,7 @@ from lethe_jobs.validate import (
     conform,
     extract_json_fields,
 )
-from lethe_shared.aws.s3 import ObjectStore, S3ObjectStore, s3_url, split_s3_url, version_args
+from lethe_shared.aws.s3 import ObjectStore, S3ObjectStore, get_version, s3_url, split_s3_url
 from lethe_shared.catalog.object_catalog import IngestionRecord, ObjectCatalog, ObjectStatus
 from lethe_shared.datasets.document import Compression, DataFormat, Dataset
 from lethe_shared.datasets.registry import DatasetRegistry
@@ -474,11 +474,9 @@ def _gzipped_footer(client: Any, settings: TaskSettings, obj: BatchObject) -> An
     would be quarantined with an empty record."""
     if settings.dataset.compression is Compression.NONE:
         return None
-    fetch = partial(
-        client.get_object, Bucket=settings.raw_bucket, Key=obj.key, **version_args(obj.version_id)
-    )
+    fetch = partial(get_version, client, settings.raw_bucket, obj.key, obj.version_id)
     try:
-        if fetch(Range="bytes=0-1")["Body"].read() != GZIP_MAGIC:
+        if fetch(byte_range=(0, 1))["Body"].read() != GZIP_MAGIC:
             return None
         with tempfile.TemporaryDirectory(prefix="lethe-footer-") as tmp:
             path = Path(tmp) / "object.parquet"

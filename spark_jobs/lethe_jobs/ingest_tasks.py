@@ -38,8 +38,8 @@ from lethe_shared.aws.s3 import (
     CORRELATION_METADATA,
     PRODUCER_METADATA,
     S3ObjectStore,
+    get_version,
     s3_url,
-    version_args,
 )
 from lethe_shared.catalog.object_catalog import Zone
 from lethe_shared.datasets.document import DataFormat, Dataset, hive_partition_values
@@ -192,13 +192,11 @@ def scan_object(index: int, settings: TaskSettings) -> str:
     whole = [piece_spec(pieces.Piece(index, size=obj.size))]
 
     def body() -> Any:
-        return client.get_object(
-            Bucket=settings.raw_bucket, Key=obj.key, **version_args(obj.version_id)
-        )["Body"]
+        return get_version(client, settings.raw_bucket, obj.key, obj.version_id)["Body"]
 
-    head = client.get_object(
-        Bucket=settings.raw_bucket, Key=obj.key, Range="bytes=0-3", **version_args(obj.version_id)
-    )["Body"].read()
+    head = get_version(client, settings.raw_bucket, obj.key, obj.version_id, byte_range=(0, 3))[
+        "Body"
+    ].read()
     if not pieces.splittable_text(dataset, head):
         LOG.info("%s is not splittable: one piece, streamed", obj.url)
         return json.dumps(whole)
