@@ -138,7 +138,7 @@ def parquet_matches(
 
 def _group_matches(group: Any, offset: int, ref: ObjectRef, matcher: SubjectMatcher) -> list[int]:
     dataset = matcher.dataset
-    if ref.zone is Zone.RAW:  # as readers._read_parquet gives the rows to raw_subject_rows
+    if ref.zone is Zone.RAW:  # as readers.parquet.read_parquet gives the rows to raw_subject_rows
         group = to_spark_compatible(group)
     distinct = _distinct_subjects(group, dataset)
     if distinct is not None:  # each distinct value hashed once, rows selected by its code

@@ -77,8 +77,8 @@ def _copy_csv(
     payload: IO[bytes], write: Callable[[bytes], object], options: CsvOptions, drop: frozenset[int]
 ) -> int | None:
     """Copy every record but those starting on a line in `drop`, with all their lines. Lines
-    and record starts are counted as readers._read_csv counts them. Returns the line the last
-    row starts on (None: no row)."""
+    and record starts are counted as readers.csv_text.read_csv counts them. Returns the line
+    the last row starts on (None: no row)."""
     # newline="": lines split on \n, \r\n and \r and kept as they are, as the reader splits;
     # bytes that are not UTF-8 (a record the reader rejected) pass through as they are
     text = io.TextIOWrapper(payload, encoding="utf-8", errors="surrogateescape", newline="")
@@ -98,7 +98,7 @@ def _copy_csv(
 def _copy_jsonl(
     payload: IO[bytes], write: Callable[[bytes], object], drop: frozenset[int]
 ) -> int | None:
-    """Copy every line but those in `drop`; lines end at \\n, as readers._read_jsonl reads.
+    """Copy every line but those in `drop`; lines end at \\n, as readers.jsonl.read_jsonl reads.
     Returns the number of the last line (None: no line)."""
     number = None
     for number, line in enumerate(payload, start=1):
