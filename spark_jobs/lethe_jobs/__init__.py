@@ -10,6 +10,7 @@ reached only through lethe_shared's adapters (catalog, registry, subjects, s3). 
 - `readers`: raw CSV / JSON Lines / Parquet (optionally gzip) into Arrow, with source coordinates;
 - `validate`: pure DataFrame -> DataFrame transformations that conform rows to a dataset schema;
 - `layout`: where lake objects and quarantine objects live;
+- `subject_rows`: the subjects of the rows the readers give (raw objects, quarantine files);
 - `indexing`: the index entries of one object, from its content (subjects hashed by
   `lethe_shared.subject_hashing`);
 - `objects`: which rows an object of a dataset holds, and a dataset's keys by state;

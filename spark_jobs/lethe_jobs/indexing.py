@@ -4,14 +4,15 @@ write or expect. No AWS here: the callers download the object and write the entr
 - **lake Parquet files**: `lethe_shared.index.arrow_entries.lake_object_batch`, the function the
   indexer Lambda uses (row hint = row in the file; partition values from the Hive path), so a
   file gets the same entries whoever indexes it;
-- **raw objects**: read with the ingest job's readers; each row's subject values typed as the
-  ingest validation types them (`lethe_shared.subject_hashing.values`, through the record path
-  `lethe_shared.subject_hashing.records`); hint = the record's line (CSV, JSON Lines) or row
-  (Parquet). The ingest job, which has validated the rows in Spark, uses Spark's typed values
-  where they exist (`with_typed_subjects`): the same values wherever Spark's conversion and
-  `subject_hashing.values` agree, which tests/spark/test_index_subject_values.py checks;
-- **quarantine files**: each line's `record` (the rejected row as read), typed the same way, so
-  a rejected row has the same subject in its raw object and in quarantine; hint = line.
+- **raw objects**: read with the ingest job's readers (`subject_rows.raw_subject_rows`); each
+  row's subject values typed as the ingest validation types them
+  (`lethe_shared.subject_hashing.values`); hint = the record's line (CSV, JSON Lines) or row
+  (Parquet). Spark's typed values, where they exist (`subject_rows.with_typed_subjects`), are
+  the same values wherever Spark's conversion and `subject_hashing.values` agree, which
+  tests/spark/test_index_subject_values.py checks;
+- **quarantine files** (`subject_rows.quarantine_subject_rows`): each line's `record` (the
+  rejected row as read), typed the same way, so a rejected row has the same subject in its raw
+  object and in quarantine; hint = line.
 
 Every path ends in `lethe_shared.index.arrow_entries.entry_batches`, the one implementation that
 turns rows into entries: the typed values go to it as their canonical texts. The `*_subjects`
@@ -24,17 +25,15 @@ at once (`entry_batches`); the `*_batch` functions return one object's entries a
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 
-from lethe_jobs.errors import UnreadableFileError
+from lethe_jobs.errors import UnreadableFileError, UnreadableObjectError
 from lethe_jobs.objects import ObjectKind
-from lethe_jobs.readers import RawRecords, read_raw
-from lethe_jobs.validate import POSITION, RECORD
+from lethe_jobs.readers import read_raw
+from lethe_jobs.subject_rows import quarantine_subject_rows, raw_subject_rows
 from lethe_shared.aws.s3 import s3_url
 from lethe_shared.catalog.object_catalog import Zone
 from lethe_shared.datasets.document import Dataset, hive_partition_values
@@ -48,74 +47,10 @@ from lethe_shared.index.arrow_entries import (
 from lethe_shared.index.subject_index import EntryBatch, IndexEntry
 from lethe_shared.subject_hashing.records import (
     SubjectRows,
-    column_texts,
-    json_object,
-    record_heads,
-    record_texts,
     subject_table,
 )
 
 _ARROW_ERRORS = (pa.ArrowException, TypeError, ValueError)
-
-
-class UnreadableObjectError(Exception):
-    """A lake object whose rows cannot be read (not Parquet, not JSON Lines): it cannot be
-    indexed, and no entry of it can be trusted either."""
-
-
-def raw_subject_rows(records: RawRecords, dataset: Dataset) -> SubjectRows:
-    """Every record of a raw object (those the reader rejected too) with its subject values as
-    read, typed as validation would type them."""
-    table = records.table
-    positions = [int(p) for p in table.column(POSITION).to_pylist()]
-    if records.json_text:
-        documents = [json_object(t) or {} for t in table.column(RECORD).to_pylist()]
-        texts = record_texts(dataset, record_heads(dataset, documents), len(positions), True)
-    else:
-        texts = [column.to_pylist() for column in column_texts(table, dataset)]
-    rejected = [json_object(r.record_json) or {} for r in records.rejected]
-    rejected_texts = record_texts(dataset, record_heads(dataset, rejected), len(rejected), True)
-    return SubjectRows(
-        positions + [r.position for r in records.rejected],
-        [a + b for a, b in zip(texts, rejected_texts, strict=True)],
-    ).sorted()
-
-
-def with_typed_subjects(rows: SubjectRows, typed: Any, dataset: Dataset) -> SubjectRows:
-    """`rows` with the subject values Spark typed (an Arrow table: POSITION and the subject
-    columns as validation converted them) wherever Spark's value is not null."""
-    index = {position: i for i, position in enumerate(rows.coordinates)}
-    positions = [int(p) for p in typed.column(POSITION).to_pylist()]
-    columns = [list(c) for c in rows.texts]
-    typed_texts = record_texts(
-        dataset,
-        {n: typed.column(n).to_pylist() for n in typed.column_names if n != POSITION},
-        len(positions),
-        False,
-    )
-    for column, values in zip(columns, typed_texts, strict=True):
-        for position, text in zip(positions, values, strict=True):
-            if text is not None and position in index:
-                column[index[position]] = text
-    return SubjectRows(rows.coordinates, columns)
-
-
-def quarantine_subject_rows(lines: Iterable[str], dataset: Dataset) -> SubjectRows:
-    """The rows of a quarantine JSON Lines file: each line's `record` (an object; for JSON
-    Lines rows the original line), located by its line. Raises UnreadableObjectError."""
-    coordinates: list[int] = []
-    records: list[dict[str, Any]] = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        document = json_object(line)
-        if document is None:
-            raise UnreadableObjectError(f"line {number} is not a JSON object")
-        coordinates.append(number)
-        records.append(json_object(document.get("record")) or {})
-    return SubjectRows(
-        coordinates, record_texts(dataset, record_heads(dataset, records), len(records), True)
-    )
 
 
 def subjects_of_rows(

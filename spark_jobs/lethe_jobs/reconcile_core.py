@@ -38,7 +38,8 @@ import boto3
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from lethe_jobs.indexing import StoredObject, UnreadableObjectError, object_entries
+from lethe_jobs.errors import UnreadableObjectError
+from lethe_jobs.indexing import StoredObject, object_entries
 from lethe_jobs.job_args import DatasetJobArgs, add_flag, add_required
 from lethe_jobs.objects import ObjectKind, list_prefix, object_kind
 from lethe_jobs.reindexing import IndexSettings, ObjectLocation, Outcome, index_objects

@@ -41,7 +41,8 @@ import boto3
 from pydantic import BaseModel, ConfigDict, Field
 from pyspark.sql import SparkSession
 
-from lethe_jobs.indexing import StoredObject, UnreadableObjectError, object_subjects_of
+from lethe_jobs.errors import UnreadableObjectError
+from lethe_jobs.indexing import StoredObject, object_subjects_of
 from lethe_jobs.objects import ObjectKind, object_kind
 from lethe_jobs.session import configure_logging
 from lethe_jobs.tasks import grouped_items

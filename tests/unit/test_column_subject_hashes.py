@@ -13,8 +13,8 @@ import pytest
 from lethe_jobs.arrow_bridge import to_spark_compatible
 from lethe_jobs.erase_rows import SubjectMatcher
 from lethe_jobs.erase_rows import match as erase_match
-from lethe_jobs.indexing import raw_subject_rows
 from lethe_jobs.readers import RawRecords
+from lethe_jobs.subject_rows import raw_subject_rows
 from lethe_jobs.validate import POSITION
 from lethe_shared.catalog.object_catalog import Zone
 from lethe_shared.datasets.document import Dataset, parse_dataset

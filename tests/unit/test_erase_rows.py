@@ -28,7 +28,8 @@ from lethe_jobs.erase_rows import (
     verify_erased,
 )
 from lethe_jobs.erase_rows import parquet as erase_parquet
-from lethe_jobs.indexing import StoredObject, UnreadableObjectError, object_entries
+from lethe_jobs.errors import UnreadableObjectError
+from lethe_jobs.indexing import StoredObject, object_entries
 from lethe_jobs.objects import ObjectKind
 from lethe_shared.datasets.document import Dataset, parse_dataset
 from lethe_shared.subject_hashing.keys import hash_of_keys, subject_hash

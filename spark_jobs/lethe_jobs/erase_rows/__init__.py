@@ -28,7 +28,7 @@ from lethe_jobs.erase_rows.model import (
 )
 from lethe_jobs.erase_rows.parquet import erase_parquet
 from lethe_jobs.erase_rows.text import erase_text
-from lethe_jobs.indexing import UnreadableObjectError
+from lethe_jobs.errors import UnreadableObjectError
 from lethe_jobs.objects import ObjectKind
 from lethe_shared.datasets.document import DataFormat
 

@@ -17,8 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
-from lethe_jobs.errors import UnreadableFileError
-from lethe_jobs.indexing import UnreadableObjectError
+from lethe_jobs.errors import UnreadableFileError, UnreadableObjectError
 from lethe_jobs.readers import open_payload
 from lethe_shared.datasets.document import Dataset
 

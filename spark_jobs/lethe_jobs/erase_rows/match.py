@@ -1,10 +1,10 @@
 """Which rows of one object belong to the subjects being erased (every format).
 
 **Matching is the subject index's own notion of a row's subject.** Rows are read, typed and
-hashed by the functions that index them (lethe_jobs.indexing, lethe_shared.subject_hashing), so
-the rows erasure finds for a subject hash are exactly the row hints the index gives that subject:
+hashed by the functions that index them (lethe_jobs.subject_rows, lethe_shared.subject_hashing),
+so the rows erasure finds for a subject hash are exactly the row hints the index gives that subject:
 
-- raw CSV and JSON Lines: `readers.read_raw` + `indexing.raw_subject_rows` (rejected records
+- raw CSV and JSON Lines: `readers.read_raw` + `subject_rows.raw_subject_rows` (rejected records
   too: a row with the wrong field count, a line that is not a JSON object); coordinate = the
   physical line a record starts on (1-based);
 - raw Parquet: the reader's Spark-compatible columns + `raw_subject_rows`, one row group at a
@@ -13,7 +13,7 @@ the rows erasure finds for a subject hash are exactly the row hints the index gi
   `entries_from_table` groups into entries) with the Hive partition values of the key as
   constants (as `lake_object_entries`), one row group at a time; a subject column that is a
   partition column matches every row of the file;
-- quarantine JSON Lines: `indexing.quarantine_subject_rows` (each line's "record").
+- quarantine JSON Lines: `subject_rows.quarantine_subject_rows` (each line's "record").
 
 A null subject value (or a null parent struct) is nobody's and never matches; `0` and `""` are
 ids like any other. An object that cannot be read raises `UnreadableObjectError`.
@@ -32,10 +32,10 @@ import pyarrow.parquet as pq
 from lethe_jobs.arrow_bridge import to_spark_compatible
 from lethe_jobs.erase_rows.gzip_members import unwrapped_parquet
 from lethe_jobs.erase_rows.model import RowMatches, SubjectMatcher
-from lethe_jobs.errors import UnreadableFileError
-from lethe_jobs.indexing import UnreadableObjectError, quarantine_subject_rows, raw_subject_rows
+from lethe_jobs.errors import UnreadableFileError, UnreadableObjectError
 from lethe_jobs.objects import ObjectKind
 from lethe_jobs.readers import read_raw
+from lethe_jobs.subject_rows import quarantine_subject_rows, raw_subject_rows
 from lethe_jobs.validate import POSITION
 from lethe_shared.catalog.object_catalog import Zone
 from lethe_shared.datasets.document import DataFormat, Dataset, hive_partition_values

@@ -19,8 +19,7 @@ from typing import IO, cast
 from lethe_jobs.erase_rows.gzip_members import GZIP_ERRORS, member_header, payload_sink
 from lethe_jobs.erase_rows.match import match_rows
 from lethe_jobs.erase_rows.model import EraseResult, SubjectMatcher, rewrite_needed
-from lethe_jobs.errors import UnreadableFileError
-from lethe_jobs.indexing import UnreadableObjectError
+from lethe_jobs.errors import UnreadableFileError, UnreadableObjectError
 from lethe_jobs.objects import ObjectKind
 from lethe_jobs.readers import csv_reader, cut_of, open_payload, salvaging
 from lethe_shared.datasets.document import CsvOptions, DataFormat, Dataset

@@ -16,7 +16,7 @@ from pyspark.sql import types as T
 from lethe_jobs import pieces
 from lethe_jobs.arrow_bridge import arrow_schema
 from lethe_jobs.errors import UnreadableFileError
-from lethe_jobs.indexing import entries_of_rows, raw_subject_rows
+from lethe_jobs.indexing import entries_of_rows
 from lethe_jobs.ingest_tasks.frame import (
     ENTRY,
     HINTS_KEPT,
@@ -34,6 +34,7 @@ from lethe_jobs.ingest_tasks.frame import (
 from lethe_jobs.ingest_tasks.scan import piece_from_spec
 from lethe_jobs.readers import RawRecords, iter_raw, read_parquet_batches
 from lethe_jobs.session import configure_logging
+from lethe_jobs.subject_rows import raw_subject_rows
 from lethe_jobs.validate import POSITION, RECORD
 from lethe_shared.aws.s3 import S3ObjectStore
 from lethe_shared.catalog.object_catalog import Zone

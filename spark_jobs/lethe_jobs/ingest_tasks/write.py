@@ -17,7 +17,7 @@ from pyspark.sql import types as T
 
 from lethe_jobs import layout
 from lethe_jobs.arrow_bridge import arrow_schema
-from lethe_jobs.indexing import entries_of_rows, quarantine_subject_rows
+from lethe_jobs.indexing import entries_of_rows
 from lethe_jobs.ingest_tasks.frame import (
     FILE_SUMMARY,
     HINTS_KEPT,
@@ -35,6 +35,7 @@ from lethe_jobs.ingest_tasks.frame import (
     ingest_metadata,
 )
 from lethe_jobs.session import configure_logging
+from lethe_jobs.subject_rows import quarantine_subject_rows
 from lethe_jobs.validate import POSITION, REASONS, RECORD, schema_of
 from lethe_shared.aws.s3 import S3ObjectStore, s3_url
 from lethe_shared.catalog.object_catalog import Zone
