@@ -83,7 +83,7 @@ from lethe_shared.index.arrow_entries import (  # noqa: E402
     lake_object_subjects,
     object_subjects,
 )
-from lethe_shared.index.subject_index import subject_hash  # noqa: E402
+from lethe_shared.subject_hashing.keys import subject_hash  # noqa: E402
 
 KEY = b"lethe-benchmark-subject-hash-key-0123456789"  # any key of >= 32 bytes
 RAW_BUCKET = generate_lake.RAW_BUCKET

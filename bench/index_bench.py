@@ -84,12 +84,8 @@ from lethe_shared.index.arrow_entries import (
     entry_batches,
     object_subjects,
 )
-from lethe_shared.index.subject_index import (
-    DynamoSubjectIndex,
-    EntryBatch,
-    IndexEntry,
-    subject_hash,
-)
+from lethe_shared.index.subject_index import DynamoSubjectIndex, EntryBatch, IndexEntry
+from lethe_shared.subject_hashing.keys import subject_hash
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent

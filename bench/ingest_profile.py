@@ -34,25 +34,25 @@ DRIVER_PHASES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ("Spark session stop", (("pyspark/sql/session.py", "stop"),)),
     (
         "plan pieces (Parquet footers, large text scanned for line ends)",
-        (("lethe_jobs/ingest_core.py", "_pipelines"),),
+        (("lethe_jobs/ingest_planning.py", "plan_pipelines"),),
     ),
     (
         "read and parse the raw objects, partial index entries (first Spark action, cached)",
-        (("lethe_jobs/ingest_core.py", "_piece_totals"),),
+        (("lethe_jobs/ingest_pipeline.py", "_piece_totals"),),
     ),
     (
         "raw objects' index entries: added up, written to DynamoDB",
-        (("lethe_jobs/ingest_core.py", "_write_raw_entries"),),
+        (("lethe_jobs/ingest_pipeline.py", "_write_raw_entries"),),
     ),
     (
         "validate and conform (Spark SQL), lake Parquet files to S3, their index entries",
-        (("lethe_jobs/ingest_core.py", "_write_lake"),),
+        (("lethe_jobs/ingest_pipeline.py", "_write_lake"),),
     ),
-    ("quarantine files", (("lethe_jobs/ingest_core.py", "_write_quarantine"),)),
+    ("quarantine files", (("lethe_jobs/ingest_pipeline.py", "_write_quarantine"),)),
     (
         "outcomes, stale lake files, catalog records (driver, DynamoDB)",
         (
-            ("lethe_jobs/ingest_core.py", "_outcomes"),
+            ("lethe_jobs/ingest_pipeline.py", "_outcomes"),
             ("lethe_jobs/ingest_core.py", "_remove_stale"),
             ("lethe_jobs/ingest_core.py", "_record"),
         ),

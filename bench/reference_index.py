@@ -15,7 +15,8 @@ import pyarrow.compute as pc
 
 from lethe_shared.datasets.document import Dataset
 from lethe_shared.index.arrow_entries import ObjectRef
-from lethe_shared.index.subject_index import IndexEntry, subject_hash
+from lethe_shared.index.subject_index import IndexEntry
+from lethe_shared.subject_hashing.keys import subject_hash
 
 
 def reference_subject_values(table: pa.Table, path: str, constants: Mapping[str, Any]) -> list[Any]:

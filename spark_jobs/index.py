@@ -28,7 +28,7 @@ from lethe_jobs.index_core import IndexPorts, parse_args, run_index
 from lethe_jobs.session import configure_logging, job_session
 from lethe_shared.aws.s3 import S3ObjectStore
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
-from lethe_shared.index.subject_index import load_hash_key
+from lethe_shared.subject_hashing.keys import load_hash_key
 
 LOG = logging.getLogger("lethe.index")
 

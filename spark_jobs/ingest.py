@@ -26,12 +26,14 @@ from datetime import UTC, datetime
 import boto3
 
 from lethe_jobs.emf import emf_line
-from lethe_jobs.ingest_core import AwsPorts, parse_args, run_ingest
+from lethe_jobs.ingest_core import parse_args, run_ingest
+from lethe_jobs.ingest_outcomes import AwsPorts
 from lethe_jobs.session import configure_logging, job_session
 from lethe_shared.aws.s3 import S3ObjectStore
 from lethe_shared.catalog.object_catalog import DynamoObjectCatalog
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
-from lethe_shared.index.subject_index import DynamoSubjectIndex, load_hash_key
+from lethe_shared.index.subject_index import DynamoSubjectIndex
+from lethe_shared.subject_hashing.keys import load_hash_key
 
 LOG = logging.getLogger("lethe.ingest")
 

@@ -24,7 +24,8 @@ from lethe_jobs.reconcile_core import ReconcilePorts, parse_args, run_reconcile
 from lethe_jobs.session import configure_logging, job_session
 from lethe_shared.aws.s3 import S3ObjectStore
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
-from lethe_shared.index.subject_index import DynamoSubjectIndex, load_hash_key
+from lethe_shared.index.subject_index import DynamoSubjectIndex
+from lethe_shared.subject_hashing.keys import load_hash_key
 
 LOG = logging.getLogger("lethe.reconcile")
 

@@ -61,7 +61,7 @@ from lethe_shared.erasure.workflow import (
     cancel_request,
     file_request,
 )
-from lethe_shared.index.subject_index import key_from_secret
+from lethe_shared.subject_hashing.keys import key_from_secret
 
 logger = Logger()
 tracer = Tracer()

@@ -25,7 +25,8 @@ from lethe_shared.config import Settings, load_settings
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
 from lethe_shared.errors import MalformedEventError
 from lethe_shared.index.arrow_entries import LakeIndexAction, index_lake_object
-from lethe_shared.index.subject_index import DynamoSubjectIndex, key_from_secret
+from lethe_shared.index.subject_index import DynamoSubjectIndex
+from lethe_shared.subject_hashing.keys import key_from_secret
 
 logger = Logger()
 tracer = Tracer()

@@ -50,7 +50,7 @@ from lethe_jobs.erase_rows import (
     match_rows,
 )
 from lethe_jobs.errors import JobError
-from lethe_jobs.index_core import add_required
+from lethe_jobs.job_args import add_required
 from lethe_jobs.objects import ObjectKind, object_kind
 from lethe_jobs.session import configure_logging
 from lethe_jobs.tasks import task_groups

@@ -24,3 +24,8 @@ class UnreadableFileError(Exception):
 
 class InvalidObjectListError(JobError):
     """The objects given to the index job are not a list of objects of the dataset."""
+
+
+class UnreadableObjectError(Exception):
+    """A lake object whose rows cannot be read (not Parquet, not JSON Lines): it cannot be
+    indexed, and no entry of it can be trusted either."""

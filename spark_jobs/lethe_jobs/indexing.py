@@ -4,17 +4,18 @@ write or expect. No AWS here: the callers download the object and write the entr
 - **lake Parquet files**: `lethe_shared.index.arrow_entries.lake_object_batch`, the function the
   indexer Lambda uses (row hint = row in the file; partition values from the Hive path), so a
   file gets the same entries whoever indexes it;
-- **raw objects**: read with the ingest job's readers; each row's subject values typed as the
-  ingest validation types them (`subject_values`); hint = the record's line (CSV, JSON Lines)
-  or row (Parquet). The ingest job, which has validated the rows in Spark, uses Spark's typed
-  values where they exist (`with_typed_subjects`): the same values wherever Spark's conversion
-  and `subject_values` agree, which tests/spark/test_index_subject_values.py checks;
-- **quarantine files**: each line's `record` (the rejected row as read), typed the same way, so
-  a rejected row has the same subject in its raw object and in quarantine; hint = line.
+- **raw objects**: read with the ingest job's readers (`subject_rows.raw_subject_rows`); each
+  row's subject values typed as the ingest validation types them
+  (`lethe_shared.subject_hashing.values`); hint = the record's line (CSV, JSON Lines) or row
+  (Parquet). Spark's typed values, where they exist (`subject_rows.with_typed_subjects`), are
+  the same values wherever Spark's conversion and `subject_hashing.values` agree, which
+  tests/spark/test_index_subject_values.py checks;
+- **quarantine files** (`subject_rows.quarantine_subject_rows`): each line's `record` (the
+  rejected row as read), typed the same way, so a rejected row has the same subject in its raw
+  object and in quarantine; hint = line.
 
 Every path ends in `lethe_shared.index.arrow_entries.entry_batches`, the one implementation that
-turns
-rows into entries: the typed values go to it as their canonical texts. The `*_subjects`
+turns rows into entries: the typed values go to it as their canonical texts. The `*_subjects`
 functions return an object's subjects before hashing (`ObjectSubjects`: the subject columns'
 codes and texts, not the rows), which the index job hashes for all the objects of a Spark task
 at once (`entry_batches`); the `*_batch` functions return one object's entries as columns
@@ -24,20 +25,15 @@ at once (`entry_batches`); the `*_batch` functions return one object's entries a
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from lethe_jobs.errors import UnreadableFileError
+from lethe_jobs.errors import UnreadableFileError, UnreadableObjectError
 from lethe_jobs.objects import ObjectKind
-from lethe_jobs.readers import RawRecords, read_raw
-from lethe_jobs.subject_values import json_leaf_text, subject_text
-from lethe_jobs.validate import POSITION, RECORD
+from lethe_jobs.readers import read_raw
+from lethe_jobs.subject_rows import quarantine_subject_rows, raw_subject_rows
 from lethe_shared.aws.s3 import s3_url
 from lethe_shared.catalog.object_catalog import Zone
 from lethe_shared.datasets.document import Dataset, hive_partition_values
@@ -47,212 +43,14 @@ from lethe_shared.index.arrow_entries import (
     entry_batches,
     lake_object_subjects,
     object_subjects,
-    row_subject_hashes,
 )
 from lethe_shared.index.subject_index import EntryBatch, IndexEntry
+from lethe_shared.subject_hashing.records import (
+    SubjectRows,
+    subject_table,
+)
 
 _ARROW_ERRORS = (pa.ArrowException, TypeError, ValueError)
-
-
-class UnreadableObjectError(Exception):
-    """A lake object whose rows cannot be read (not Parquet, not JSON Lines): it cannot be
-    indexed, and no entry of it can be trusted either."""
-
-
-@dataclass(frozen=True)
-class SubjectRows:
-    """Rows of an object as the index sees them: each row's location (line or row) and the
-    canonical text of each subject column (None: null, the row is nobody's)."""
-
-    coordinates: list[int]
-    texts: list[list[str | None]]  # one list per subject column, one item per row
-
-    def sorted(self) -> SubjectRows:
-        order = sorted(range(len(self.coordinates)), key=self.coordinates.__getitem__)
-        return SubjectRows(
-            [self.coordinates[i] for i in order], [[c[i] for i in order] for c in self.texts]
-        )
-
-
-def _json_object(text: Any) -> dict[str, Any] | None:
-    if isinstance(text, Mapping):
-        return dict(text)
-    if not isinstance(text, str):
-        return None
-    try:
-        value = json.loads(text)
-    except (ValueError, RecursionError):  # RecursionError: nested deeper than Python parses
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def _walk(value: Any, parts: Sequence[str], from_json: bool) -> Any:
-    """The value at `parts` below a column value: into dicts, and into JSON text (a struct
-    column held as text, which validation parses the same way)."""
-    for part in parts:
-        if isinstance(value, str):
-            value, from_json = _json_object(value), True
-        if not isinstance(value, Mapping):
-            return None
-        value = value.get(part)
-    return json_leaf_text(value) if from_json else value
-
-
-def _texts(
-    dataset: Dataset, heads: Mapping[str, Sequence[Any]], count: int, from_json: bool
-) -> list[list[str | None]]:
-    """Canonical subject texts per subject column, from the rows' top-level column values."""
-    columns: list[list[str | None]] = []
-    for path in dataset.subject_columns:
-        head, *rest = path.split(".")
-        declared = dataset.column_type(path)
-        values = heads.get(head) or [None] * count
-        columns.append([subject_text(_walk(v, rest, from_json), declared) for v in values])
-    return columns
-
-
-def distinct_safe(kind: pa.DataType) -> bool:
-    """Types whose equal values (as Arrow hashes them) are equal Python values with equal
-    texts: the texts of a column of them can be computed once per distinct value."""
-    return bool(
-        pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_integer(kind)
-    )
-
-
-def _chunk_texts(chunk: pa.Array, rest: Sequence[str], declared: Any) -> pa.Array:
-    textual = pa.types.is_string(chunk.type) or pa.types.is_large_string(chunk.type)
-    if not rest and textual and (declared is None or declared.name == "string"):
-        return chunk.cast(pa.string())  # subject_text of a str typed as a string: the str
-    if not rest and distinct_safe(chunk.type):
-        encoded = pc.dictionary_encode(chunk)  # nulls stay null indices: null texts
-        distinct = encoded.dictionary.to_pylist()
-        texts = pa.array([subject_text(v, declared) for v in distinct], pa.string())
-        return pc.take(texts, encoded.indices)
-    return pa.array(
-        [subject_text(_walk(v, rest, False), declared) for v in chunk.to_pylist()], pa.string()
-    )
-
-
-def column_texts(table: pa.Table, dataset: Dataset) -> list[pa.Array]:
-    """The canonical subject text of every row of `table` (typed columns, not JSON text), one
-    string array per subject column, exactly as `_texts` gives them row by row: a flat column of
-    strings or integers is converted once per distinct value (`subject_text` depends on the
-    value alone), any other column row by row."""
-    columns: list[pa.Array] = []
-    for path in dataset.subject_columns:
-        head, *rest = path.split(".")
-        declared = dataset.column_type(path)
-        if head not in table.column_names:
-            columns.append(pa.nulls(table.num_rows, pa.string()))
-            continue
-        chunks = [_chunk_texts(c, rest, declared) for c in table.column(head).chunks]
-        columns.append(pa.concat_arrays(chunks) if chunks else pa.array([], pa.string()))
-    return columns
-
-
-def column_subject_hashes(table: pa.Table, dataset: Dataset, *, key: bytes) -> pa.Array:
-    """The subject hash of every row of `table` (typed columns, as `raw_subject_rows` reads a
-    Parquet object's), in row order; null: nobody's. Equal to `subject_hashes_of_rows` of
-    `raw_subject_rows` for the same rows, without a Python value per row."""
-    if table.num_rows == 0:
-        return pa.array([], pa.string())
-    return row_subject_hashes(
-        _arrow_subject_table(dataset, column_texts(table, dataset)), dataset, {}, key=key
-    )
-
-
-def _record_heads(dataset: Dataset, records: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
-    heads = {path.split(".")[0] for path in dataset.subject_columns}
-    return {h: [r.get(h) for r in records] for h in heads}
-
-
-def raw_subject_rows(records: RawRecords, dataset: Dataset) -> SubjectRows:
-    """Every record of a raw object (those the reader rejected too) with its subject values as
-    read, typed as validation would type them."""
-    table = records.table
-    positions = [int(p) for p in table.column(POSITION).to_pylist()]
-    if records.json_text:
-        documents = [_json_object(t) or {} for t in table.column(RECORD).to_pylist()]
-        texts = _texts(dataset, _record_heads(dataset, documents), len(positions), True)
-    else:
-        texts = [column.to_pylist() for column in column_texts(table, dataset)]
-    rejected = [_json_object(r.record_json) or {} for r in records.rejected]
-    rejected_texts = _texts(dataset, _record_heads(dataset, rejected), len(rejected), True)
-    return SubjectRows(
-        positions + [r.position for r in records.rejected],
-        [a + b for a, b in zip(texts, rejected_texts, strict=True)],
-    ).sorted()
-
-
-def with_typed_subjects(rows: SubjectRows, typed: Any, dataset: Dataset) -> SubjectRows:
-    """`rows` with the subject values Spark typed (an Arrow table: POSITION and the subject
-    columns as validation converted them) wherever Spark's value is not null."""
-    index = {position: i for i, position in enumerate(rows.coordinates)}
-    positions = [int(p) for p in typed.column(POSITION).to_pylist()]
-    columns = [list(c) for c in rows.texts]
-    typed_texts = _texts(
-        dataset,
-        {n: typed.column(n).to_pylist() for n in typed.column_names if n != POSITION},
-        len(positions),
-        False,
-    )
-    for column, values in zip(columns, typed_texts, strict=True):
-        for position, text in zip(positions, values, strict=True):
-            if text is not None and position in index:
-                column[index[position]] = text
-    return SubjectRows(rows.coordinates, columns)
-
-
-def quarantine_subject_rows(lines: Iterable[str], dataset: Dataset) -> SubjectRows:
-    """The rows of a quarantine JSON Lines file: each line's `record` (an object; for JSON
-    Lines rows the original line), located by its line. Raises UnreadableObjectError."""
-    coordinates: list[int] = []
-    records: list[dict[str, Any]] = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        document = _json_object(line)
-        if document is None:
-            raise UnreadableObjectError(f"line {number} is not a JSON object")
-        coordinates.append(number)
-        records.append(_json_object(document.get("record")) or {})
-    return SubjectRows(
-        coordinates, _texts(dataset, _record_heads(dataset, records), len(records), True)
-    )
-
-
-def _subject_array(node: Any) -> Any:
-    if isinstance(node, pa.Array):
-        return node
-    if isinstance(node, list):
-        return pa.array(node, pa.string())
-    children = [_subject_array(child) for child in node.values()]
-    return pa.StructArray.from_arrays(children, names=list(node))
-
-
-def _arrow_subject_table(dataset: Dataset, texts: Sequence[pa.Array]) -> pa.Table:
-    """`subject_table` of string arrays."""
-    tree: dict[str, Any] = {}
-    for path, values in zip(dataset.subject_columns, texts, strict=True):
-        *parents, leaf = path.split(".")
-        node = tree
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = values
-    return pa.table({name: _subject_array(node) for name, node in tree.items()})
-
-
-def subject_table(dataset: Dataset, texts: Sequence[Sequence[str | None]]) -> Any:
-    """The subject columns as an Arrow table of canonical texts, nested like the dataset's
-    subject paths (`customer.id` is field `id` of struct column `customer`)."""
-    tree: dict[str, Any] = {}
-    for path, values in zip(dataset.subject_columns, texts, strict=True):
-        *parents, leaf = path.split(".")
-        node = tree
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = list(values)
-    return pa.table({name: _subject_array(node) for name, node in tree.items()})
 
 
 def subjects_of_rows(
@@ -274,14 +72,6 @@ def entries_of_rows(
     if not rows.coordinates:
         return []
     return batch_of_rows(rows, dataset, ref, key=key).entries()
-
-
-def subject_hashes_of_rows(rows: SubjectRows, dataset: Dataset, *, key: bytes) -> Any:
-    """The subject hash of each of `rows` (an Arrow string array in `rows.coordinates` order;
-    null: nobody's), as `entries_of_rows` hashes them: the erase job's matching."""
-    if not rows.coordinates:
-        return pa.array([], pa.string())
-    return row_subject_hashes(subject_table(dataset, rows.texts), dataset, {}, key=key)
 
 
 def raw_subjects(

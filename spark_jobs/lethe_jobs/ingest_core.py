@@ -42,65 +42,35 @@ object list) raises: the run fails and the state machine marks the batch's objec
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import logging
-import shutil
-import tempfile
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime
-from functools import partial
-from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
-from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
+from pyspark.sql import SparkSession
 
-from lethe_jobs import ingest_tasks as tasks
 from lethe_jobs import layout, pieces
-from lethe_jobs.arrow_bridge import spark_type, to_spark_compatible
 from lethe_jobs.errors import InvalidObjectListError
-from lethe_jobs.ingest_tasks import (
-    ENTRY,
-    INFO,
-    KIND,
-    OBJECT,
-    PART,
-    PIECE,
-    PREREASONS,
-    ROW,
-    BatchObject,
-    TaskSettings,
-)
+from lethe_jobs.ingest_outcomes import AwsPorts, BatchRequest, ObjectResult, PlannedObject
+from lethe_jobs.ingest_pipeline import run_pipeline
+from lethe_jobs.ingest_planning import HEAD_THREADS, plan_pipelines
+from lethe_jobs.ingest_tasks import BatchObject, TaskSettings
 from lethe_jobs.objects import object_list
-from lethe_jobs.readers import BATCH_ROWS, GZIP_MAGIC, parquet_data_columns
-from lethe_jobs.tasks import task_groups
-from lethe_jobs.validate import (
-    POSITION,
-    REASONS,
-    RECORD,
-    col,
-    conform,
-    extract_json_fields,
-)
-from lethe_shared.aws.s3 import ObjectStore, S3ObjectStore, s3_url, split_s3_url, version_args
+from lethe_jobs.readers import BATCH_ROWS
+from lethe_shared.aws.s3 import ObjectStore, S3ObjectStore, s3_url, split_s3_url
 from lethe_shared.catalog.object_catalog import IngestionRecord, ObjectCatalog, ObjectStatus
-from lethe_shared.datasets.document import Compression, DataFormat, Dataset
-from lethe_shared.datasets.registry import DatasetRegistry
+from lethe_shared.datasets.document import Dataset
 from lethe_shared.errors import CatalogItemMissingError
-from lethe_shared.index.maintenance import replace_entries, settle_missing_key
-from lethe_shared.index.subject_index import SubjectIndex
+from lethe_shared.index.maintenance import settle_missing_key
 
 LOG = logging.getLogger("lethe.ingest")
+
+
 MAX_OBJECTS = 1000  # object versions per run (Lethe's batches hold MAX_BATCH_OBJECTS = 200)
-HEAD_THREADS = 16  # the driver's concurrent HEAD / footer requests while planning
-JSON_CONTENT_TYPE = "application/json"
 
 
 @dataclass(frozen=True)
@@ -145,15 +115,6 @@ def _positive(text: str) -> int:
     return value
 
 
-@dataclass(frozen=True)
-class BatchRequest:
-    """One raw object version the batch asks to ingest."""
-
-    dataset_id: str
-    key: str
-    version_id: str
-
-
 def parse_batch(document: Any) -> list[BatchRequest]:
     """The object versions of a batch document, each once, in order. Raises
     InvalidObjectListError."""
@@ -182,37 +143,6 @@ def read_batch(objects: ObjectStore, args: IngestArgs) -> list[BatchRequest]:
     return parse_batch(document)
 
 
-@dataclass
-class ObjectResult:
-    """The outcome of one object version of the batch."""
-
-    request: BatchRequest
-    object_url: str
-    status: ObjectStatus
-    rows_read: int = 0
-    rows_written: int = 0
-    rows_quarantined: int = 0
-    lake_objects: list[str] = field(default_factory=list)
-    quarantine_object: str | None = None
-    error: str | None = None  # FAILED: why
-    gone: bool = False  # DELETED: S3 no longer has the version, the catalog did not know yet
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "dataset_id": self.request.dataset_id,
-            "key": self.request.key,
-            "version_id": self.request.version_id,
-            "object_url": self.object_url,
-            "status": self.status.value,
-            "rows_read": self.rows_read,
-            "rows_written": self.rows_written,
-            "rows_quarantined": self.rows_quarantined,
-            "lake_objects": self.lake_objects,
-            "quarantine_object": self.quarantine_object,
-            "error": self.error,
-        }
-
-
 @dataclass(frozen=True)
 class BatchResult:
     objects: list[ObjectResult]
@@ -236,30 +166,12 @@ class BatchResult:
         }
 
 
-@dataclass(frozen=True)
-class AwsPorts:
-    s3: S3ObjectStore
-    datasets: DatasetRegistry
-    catalog: ObjectCatalog
-    index: SubjectIndex
-    hash_key: bytes = field(repr=False)  # the subject HMAC key: never logged
-
-
-@dataclass(frozen=True)
-class _Planned:
-    """An object version to ingest: where it is, and what earlier ingestions of its key wrote."""
-
-    obj: BatchObject
-    request: BatchRequest
-    earlier: set[str]
-
-
 def run_ingest(spark: SparkSession, args: IngestArgs, aws: AwsPorts, now: datetime) -> BatchResult:
     requests = read_batch(aws.s3, args)
     LOG.info("batch of %d object version(s)", len(requests))
     results: dict[int, ObjectResult] = {}
     datasets: dict[str, Dataset | None] = {}
-    planned: dict[str, list[_Planned]] = defaultdict(list)
+    planned: dict[str, list[PlannedObject]] = defaultdict(list)
     heads = _heads(aws.s3, args.raw_bucket, requests)
     for index, request in enumerate(requests):
         url = s3_url(args.raw_bucket, request.key)
@@ -305,7 +217,9 @@ def run_ingest(spark: SparkSession, args: IngestArgs, aws: AwsPorts, now: dateti
             "ingesting %s version %s (%d bytes) into dataset %s",
             url, request.version_id, head.size, request.dataset_id,
         )  # fmt: skip
-        planned[request.dataset_id].append(_Planned(obj, request, aws.catalog.lake_objects_of(url)))
+        planned[request.dataset_id].append(
+            PlannedObject(obj, request, aws.catalog.lake_objects_of(url))
+        )
     for dataset_id, objects in sorted(planned.items()):
         dataset = datasets[dataset_id]
         assert dataset is not None
@@ -356,16 +270,13 @@ def _record(catalog: ObjectCatalog, args: IngestArgs, result: ObjectResult, now:
         LOG.error("%s; its outcome %s is in the job's summary only", exc, result.status.value)
 
 
-# -------------------------------------------------------------------------------- one dataset
-
-
 def _ingest_dataset(
     spark: SparkSession,
     args: IngestArgs,
     aws: AwsPorts,
     *,
     dataset: Dataset,
-    objects: list[_Planned],
+    objects: list[PlannedObject],
     now: datetime,
 ) -> dict[int, ObjectResult]:
     LOG.info(
@@ -385,10 +296,10 @@ def _ingest_dataset(
         piece_bytes=args.piece_bytes,
     )
     outcomes: dict[int, ObjectResult] = {}
-    for schema, piece_list in _pipelines(spark, aws.s3, settings):
+    for schema, piece_list in plan_pipelines(spark, aws.s3, settings):
         members = sorted({p.object_index for p in piece_list})
         part = replace(settings, objects={i: settings.objects[i] for i in members})
-        outcomes.update(_run_pipeline(spark, aws, part, schema, piece_list))
+        outcomes.update(run_pipeline(spark, aws, part, schema, piece_list))
     results: dict[int, ObjectResult] = {}
     for plan in objects:
         outcome = outcomes[plan.obj.index]
@@ -397,342 +308,8 @@ def _ingest_dataset(
     return results
 
 
-def _pipelines(
-    spark: SparkSession, s3: S3ObjectStore, settings: TaskSettings
-) -> list[tuple[T.StructType, list[pieces.Piece]]]:
-    """The dataset's objects cut into pieces, in groups that share one frame schema: text
-    datasets have one; Parquet objects are grouped by the schema of their footer (an object
-    whose footer cannot be read runs on its own and is found unreadable by its read task; a
-    gzip-wrapped one is one piece, which its reader decompresses)."""
-    dataset = settings.dataset
-    objects = list(settings.objects.values())
-    if dataset.format is not DataFormat.PARQUET:
-        large = [o for o in objects if o.size > settings.piece_bytes]
-        split = _scan_large_text(spark, settings, large) if large else {}
-        found = [
-            p for o in objects for p in split.get(o.index, [pieces.Piece(o.index, size=o.size)])
-        ]
-        return [(tasks.frame_schema(dataset), found)]
-    footers = _footers(s3.client, settings, objects)
-    by_schema: dict[str, tuple[T.StructType, list[pieces.Piece]]] = {}
-    for obj in objects:
-        metadata, gzipped = footers[obj.index]
-        if metadata is None:
-            by_schema[f"unreadable-{obj.index}"] = (
-                tasks.frame_schema(dataset),
-                [pieces.Piece(obj.index, size=obj.size)],
-            )
-            continue
-        data = _parquet_fields(metadata)
-        schema = tasks.frame_schema(dataset, data)
-        group = by_schema.setdefault(schema.json(), (schema, []))
-        group[1].extend(
-            [pieces.Piece(obj.index, size=obj.size)]
-            if gzipped
-            else pieces.parquet_pieces(obj.index, metadata, obj.size, settings.piece_bytes)
-        )
-    return list(by_schema.values())
-
-
-def _parquet_fields(metadata: Any) -> list[T.StructField]:
-    """The Spark fields of a Parquet footer's schema, as the readers give its columns (types
-    Spark cannot hold are converted by `to_spark_compatible`, columns named like the job's own
-    are left out; a file with a type that cannot be converted, or a repeated column name, gets
-    none, and its read task finds it unreadable)."""
-    arrow = metadata.schema.to_arrow_schema()
-    try:
-        arrow = arrow.empty_table().select(parquet_data_columns(list(arrow.names)))
-        arrow = to_spark_compatible(arrow).schema
-        return [T.StructField(f.name, spark_type(f.type)) for f in arrow]
-    except Exception:
-        return []
-
-
-def _footers(
-    client: Any, settings: TaskSettings, objects: list[BatchObject]
-) -> dict[int, tuple[Any, bool]]:
-    """Per object, its Parquet footer (None when it cannot be read) and whether the object is
-    gzip-wrapped Parquet."""
-
-    def footer(obj: BatchObject) -> tuple[Any, bool]:
-        try:
-            return pieces.parquet_metadata(
-                client, settings.raw_bucket, obj.key, obj.version_id, obj.size
-            ), False
-        except Exception:
-            return _gzipped_footer(client, settings, obj), True
-
-    with ThreadPoolExecutor(max_workers=HEAD_THREADS) as pool:
-        return dict(zip([o.index for o in objects], pool.map(footer, objects), strict=True))
-
-
-def _gzipped_footer(client: Any, settings: TaskSettings, obj: BatchObject) -> Any:
-    """The footer of gzip-wrapped Parquet (None when the object is not gzip, or not Parquet
-    inside). Its footer cannot be reached by ranges: the object is streamed once through gzip
-    to a temporary file on the driver's disk (memory stays one buffer), and only the footer is
-    read from there. Without it, the object would run with no data columns and every row
-    would be quarantined with an empty record."""
-    if settings.dataset.compression is Compression.NONE:
-        return None
-    fetch = partial(
-        client.get_object, Bucket=settings.raw_bucket, Key=obj.key, **version_args(obj.version_id)
-    )
-    try:
-        if fetch(Range="bytes=0-1")["Body"].read() != GZIP_MAGIC:
-            return None
-        with tempfile.TemporaryDirectory(prefix="lethe-footer-") as tmp:
-            path = Path(tmp) / "object.parquet"
-            with gzip.GzipFile(fileobj=fetch()["Body"]) as stream, path.open("wb") as out:
-                shutil.copyfileobj(stream, out, length=1024 * 1024)
-            return pq.ParquetFile(path).metadata
-    except Exception:
-        return None
-
-
-def _scan_large_text(
-    spark: SparkSession, settings: TaskSettings, large: list[BatchObject]
-) -> dict[int, list[pieces.Piece]]:
-    """Where each large text object may be cut: one scan task per object, on the executors."""
-    LOG.info("scanning %d large object(s) for split points", len(large))
-    context = spark.sparkContext
-    specs = [obj.index for obj in large]
-    scanned = (
-        context.parallelize(specs, len(specs))
-        .map(partial(tasks.scan_object, settings=settings))
-        .collect()
-    )
-    found: dict[int, list[pieces.Piece]] = {}
-    for text in scanned:
-        pieces_of = [tasks.piece_from_spec(s) for s in json.loads(text)]
-        found[pieces_of[0].object_index] = pieces_of
-        LOG.info(
-            "object %s: %d piece(s)",
-            settings.objects[pieces_of[0].object_index].url,
-            len(pieces_of),
-        )
-    return found
-
-
-# ------------------------------------------------------------------------------ one pipeline
-
-
-@dataclass
-class _PieceTotals:
-    rows_read: int = 0
-    unreadable: str | None = None
-    columns: list[str] = field(default_factory=list)
-
-
-def _run_pipeline(
-    spark: SparkSession,
-    aws: AwsPorts,
-    settings: TaskSettings,
-    schema: T.StructType,
-    piece_list: list[pieces.Piece],
-) -> dict[int, ObjectResult]:
-    context = spark.sparkContext
-    groups = task_groups([p.size for p in piece_list], min_tasks=context.defaultParallelism)
-    specs = [json.dumps([tasks.piece_spec(piece_list[i]) for i in g]) for g in groups]
-    source = spark.createDataFrame(
-        context.parallelize([(s,) for s in specs], len(specs)), "pieces string"
-    )
-    reader = partial(tasks.read_pieces, settings=settings, schema=schema)
-    # Both reads of the batch are kept on the executors' local disk, never in their heap: a
-    # partition holds a task's pieces (up to 256 MiB of input, several times that as rows), and
-    # caching it in memory ran 1.5 GB executors out of heap on a 1 GB object (docs/BENCHMARKS.md,
-    # "Ingestion"); written and read back as a stream, it needs one cached batch at a time.
-    frame = source.mapInArrow(reader, schema).persist(StorageLevel.DISK_ONLY)
-    shuffle = max(context.defaultParallelism, len(groups))
-    try:
-        totals = _piece_totals(frame, settings)
-        readable = sorted(i for i, t in totals.items() if t.unreadable is None)
-        raw_entries = _write_raw_entries(frame, settings, readable, shuffle)
-        conformed = _conformed(frame, settings, schema, readable).persist(StorageLevel.DISK_ONLY)
-        try:
-            lake = _write_lake(conformed, settings, shuffle)
-            quarantine = _write_quarantine(conformed, settings, shuffle)
-        finally:
-            conformed.unpersist()
-    finally:
-        frame.unpersist()
-    return _outcomes(
-        aws, settings, totals, raw_entries=raw_entries, lake=lake, quarantine=quarantine
-    )
-
-
-def _piece_totals(frame: DataFrame, settings: TaskSettings) -> dict[int, _PieceTotals]:
-    totals = {index: _PieceTotals() for index in settings.objects}
-    for row in frame.where(col(KIND) == PIECE).select(OBJECT, INFO).collect():
-        info = json.loads(row[INFO])
-        total = totals[row[OBJECT]]
-        total.rows_read += info["rows_read"]
-        total.columns = total.columns or info["columns"]
-        if info["unreadable"] and total.unreadable is None:
-            total.unreadable = info["unreadable"]
-    return totals
-
-
-_ENTRY_STRUCT = "struct<s:string,r:bigint,h:array<bigint>>"
-
-
-def _write_raw_entries(
-    frame: DataFrame, settings: TaskSettings, readable: list[int], shuffle: int
-) -> dict[int, int]:
-    """The raw objects' entries: the batches' partial entries added up per (object, subject),
-    the first hints kept, then written per object by `write_raw_entries`."""
-    entries = frame.where((col(KIND) == ENTRY) & col(OBJECT).isin(readable)).select(
-        col(OBJECT).alias("object"), F.from_json(col(INFO), _ENTRY_STRUCT).alias("e")
-    )
-    added = entries.groupBy("object", F.col("e.s").alias("subject")).agg(
-        F.sum("e.r").alias("rows"),
-        F.slice(F.array_sort(F.flatten(F.collect_list("e.h"))), 1, tasks.HINTS_KEPT).alias("hints"),
-    )
-    written = (
-        added.repartition(shuffle, "object")
-        .sortWithinPartitions("object", "subject")
-        .mapInArrow(partial(tasks.write_raw_entries, settings=settings), tasks.RAW_SUMMARY)
-        .collect()
-    )
-    return {row["object"]: row["entries"] for row in written}
-
-
-def _conformed(
-    frame: DataFrame, settings: TaskSettings, schema: T.StructType, readable: list[int]
-) -> DataFrame:
-    """Every record of the readable objects conformed (`validate.conform`): OBJECT, POSITION,
-    the schema's columns, REASONS (the reader's, when it rejected the record) and RECORD."""
-    dataset = settings.dataset
-    rows = frame.where((col(KIND) == ROW) & col(OBJECT).isin(readable))
-    keep = [OBJECT, PREREASONS]
-    data = [f.name for f in schema.fields[len(tasks.META_FIELDS) :]]
-    if dataset.format is DataFormat.JSONL:
-        source = rows.transform(extract_json_fields(dataset, keep=keep))
-    elif dataset.format is DataFormat.CSV:
-        source = rows.select(*[col(c) for c in (*keep, POSITION, RECORD, *data)])
-    else:
-        record = F.to_json(F.struct(*[col(c) for c in data])) if data else F.lit("{}")
-        source = rows.select(
-            *[col(c) for c in (*keep, POSITION)], record.alias(RECORD), *[col(c) for c in data]
-        )
-    conformed = source.transform(conform(dataset, keep=keep))
-    reasons = F.when(F.size(col(PREREASONS)) > 0, col(PREREASONS)).otherwise(col(REASONS))
-    conformed = conformed.withColumn(REASONS, reasons).drop(PREREASONS)
-    # each valid row's lake partition path; a row whose lake key S3 would refuse is rejected
-    placed = T.StructType([*conformed.schema.fields, T.StructField(PART, T.StringType())])
-    return conformed.mapInArrow(partial(tasks.place_rows, settings=settings), placed)
-
-
-def _write_lake(conformed: DataFrame, settings: TaskSettings, shuffle: int) -> list[Any]:
-    dataset = settings.dataset
-    valid = conformed.where(F.size(col(REASONS)) == 0).select(
-        col(OBJECT), col(POSITION), *[col(c.name) for c in dataset.schema_], col(PART)
-    )
-    return (
-        valid.repartition(shuffle, col(OBJECT), col(PART))
-        .sortWithinPartitions(col(OBJECT), col(PART), col(POSITION))
-        .mapInArrow(partial(tasks.write_lake_files, settings=settings), tasks.LAKE_SUMMARY)
-        .collect()
-    )
-
-
-def _write_quarantine(conformed: DataFrame, settings: TaskSettings, shuffle: int) -> list[Any]:
-    rejected = conformed.where(F.size(col(REASONS)) > 0).select(
-        col(OBJECT), col(POSITION), col(REASONS), col(RECORD)
-    )
-    return (
-        rejected.repartition(shuffle, col(OBJECT))
-        .sortWithinPartitions(col(OBJECT), col(POSITION))
-        .mapInArrow(partial(tasks.write_quarantine, settings=settings), tasks.FILE_SUMMARY)
-        .collect()
-    )
-
-
-def _outcomes(
-    aws: AwsPorts,
-    settings: TaskSettings,
-    totals: dict[int, _PieceTotals],
-    *,
-    raw_entries: dict[int, int],
-    lake: list[Any],
-    quarantine: list[Any],
-) -> dict[int, ObjectResult]:
-    written: dict[int, list[Any]] = defaultdict(list)
-    for row in lake:
-        written[row["object"]].append(row)
-    quarantined = {row["object"]: row for row in quarantine}
-    results: dict[int, ObjectResult] = {}
-    for index_of, obj in settings.objects.items():
-        request = BatchRequest(obj.dataset_id, obj.key, obj.version_id)
-        total = totals[index_of]
-        if index_of not in raw_entries:  # nobody's rows (or none could be read): no entries
-            replace_entries(aws.index, aws.s3, settings.raw_bucket, obj.key, [])
-        if total.unreadable is not None:
-            url = _quarantine_file(aws.s3, settings, obj, total.unreadable)
-            results[index_of] = ObjectResult(
-                request, obj.url, ObjectStatus.QUARANTINED, quarantine_object=url
-            )
-            continue
-        files = sorted(written[index_of], key=lambda r: r["url"])
-        extras = [c for c in total.columns if c not in {c.name for c in settings.dataset.schema_}]
-        if extras:
-            LOG.info(
-                "%s: dropping columns the schema does not declare: %s", obj.url, ", ".join(extras)
-            )
-        rows_written = sum(r["rows"] for r in files)
-        rejected = quarantined.get(index_of)
-        status = (
-            ObjectStatus.INGESTED
-            if rows_written or not total.rows_read
-            else ObjectStatus.QUARANTINED
-        )
-        results[index_of] = ObjectResult(
-            request,
-            obj.url,
-            status,
-            rows_read=total.rows_read,
-            rows_written=rows_written,
-            rows_quarantined=rejected["rows"] if rejected else 0,
-            lake_objects=[r["url"] for r in files],
-            quarantine_object=rejected["url"] if rejected else None,
-        )
-        LOG.info(
-            "%s version %s: %s, %d rows read, %d written to %d file(s), %d quarantined",
-            obj.url, obj.version_id, status.value, total.rows_read, rows_written, len(files),
-            results[index_of].rows_quarantined,
-        )  # fmt: skip
-    return results
-
-
-def _quarantine_file(
-    s3: S3ObjectStore, settings: TaskSettings, obj: BatchObject, reason: str
-) -> str:
-    """The document that stands for a wholly unreadable file, in quarantine."""
-    LOG.warning(
-        "%s version %s cannot be read, quarantining it whole: %s", obj.url, obj.version_id, reason
-    )
-    key = layout.quarantine_file_key(settings.dataset.dataset_id, settings.digest(obj.index))
-    document = {
-        "source": {"object": obj.url, "version_id": obj.version_id},
-        "reason": reason,
-        "correlation_id": settings.correlation_id,
-        "rejected_at": settings.now,
-    }
-    body = (json.dumps(document, ensure_ascii=False, indent=2) + "\n").encode("utf-8")
-    s3.put_bytes(
-        settings.lake_bucket,
-        key,
-        body,
-        content_type=JSON_CONTENT_TYPE,
-        metadata=tasks.ingest_metadata(settings.correlation_id),
-    )
-    return s3_url(settings.lake_bucket, key)
-
-
-# ------------------------------------------------------------------------------ stale files
-
-
 def _remove_stale(
-    aws: AwsPorts, settings: TaskSettings, plan: _Planned, result: ObjectResult
+    aws: AwsPorts, settings: TaskSettings, plan: PlannedObject, result: ObjectResult
 ) -> None:
     """Delete what an earlier ingestion of this raw key wrote and this run did not rewrite:
     partition files whose rows moved or went away, and a quarantine object of the other kind

@@ -26,7 +26,7 @@ from typing import IO, Any
 import pyarrow.parquet as pq
 
 from lethe_jobs.readers import GZIP_MAGIC, WHOLE, Slice
-from lethe_shared.aws.s3 import version_args
+from lethe_shared.aws.s3 import get_version
 from lethe_shared.datasets.document import Compression, DataFormat, Dataset
 
 PIECE_BYTES = 128 * 1024 * 1024
@@ -178,7 +178,7 @@ class S3RangeFile(io.RawIOBase):
 
     def __init__(self, client: Any, bucket: str, key: str, version_id: str, size: int) -> None:
         self._client, self._bucket, self._key = client, bucket, key
-        self._version = version_args(version_id)
+        self._version_id = version_id
         self._size = size
         self._position = 0
 
@@ -200,11 +200,12 @@ class S3RangeFile(io.RawIOBase):
         if self._position >= self._size:
             return 0
         end = min(self._size, self._position + len(buffer)) - 1
-        body = self._client.get_object(
-            Bucket=self._bucket,
-            Key=self._key,
-            Range=f"bytes={self._position}-{end}",
-            **self._version,
+        body = get_version(
+            self._client,
+            self._bucket,
+            self._key,
+            self._version_id,
+            byte_range=(self._position, end),
         )["Body"].read()
         buffer[: len(body)] = body
         self._position += len(body)
@@ -222,9 +223,7 @@ def download_range(
 ) -> None:
     """Stream bytes [start, end) of one object version to `target`."""
     start, end = byte_range
-    response = client.get_object(
-        Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}", **version_args(version_id)
-    )
+    response = get_version(client, bucket, key, version_id, byte_range=(start, end - 1))
     with target.open("wb") as out:
         for chunk in response["Body"].iter_chunks(1024 * 1024):
             out.write(chunk)

@@ -16,8 +16,8 @@
    Entries of hidden keys are not compared: their data sits in older versions, which only
    erasure or expiry removes (docs/INDEX.md);
 5. write the report to `s3://<reports>/reconcile/<dataset>/<correlation id>.json`; with `fix`,
-   re-index every drifted object (the index job's per-object code, forced) and remove the
-   entries that do not name an object of the dataset.
+   re-index every drifted object (the index job's per-object code, `reindexing`, forced) and
+   remove the entries that do not name an object of the dataset.
 
 Subject ids appear only as their hashes.
 """
@@ -38,17 +38,11 @@ import boto3
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from lethe_jobs.index_core import (
-    DatasetJobArgs,
-    IndexSettings,
-    ObjectLocation,
-    Outcome,
-    add_flag,
-    add_required,
-    index_objects,
-)
-from lethe_jobs.indexing import StoredObject, UnreadableObjectError, object_entries
+from lethe_jobs.errors import UnreadableObjectError
+from lethe_jobs.indexing import StoredObject, object_entries
+from lethe_jobs.job_args import DatasetJobArgs, add_flag, add_required
 from lethe_jobs.objects import ObjectKind, list_prefix, object_kind
+from lethe_jobs.reindexing import IndexSettings, ObjectLocation, Outcome, index_objects
 from lethe_jobs.session import configure_logging
 from lethe_jobs.tasks import grouped_items
 from lethe_shared.aws.s3 import NULL_VERSION, ObjectStore, S3ObjectStore, s3_url, split_s3_url

@@ -24,7 +24,7 @@ from lethe_shared.catalog.object_catalog import Buckets, Zone
 from lethe_shared.datasets.document import parse_dataset
 from lethe_shared.erasure.report import ManifestObject
 from lethe_shared.index.maintenance import ERASE_PRODUCER
-from lethe_shared.index.subject_index import hash_of_id
+from lethe_shared.subject_hashing.keys import hash_of_id
 from tests.integration.conftest import LAKE, RAW
 
 KEY = b"k" * 32

@@ -24,7 +24,7 @@ from lethe_shared.erasure.requests import (
     ErasureStatus,
     idempotent_request_id,
 )
-from lethe_shared.index.subject_index import hash_of_id
+from lethe_shared.subject_hashing.keys import hash_of_id
 from tests.conftest import REPO_ROOT, FakeLambdaContext, load_function_module
 from tests.integration.conftest import create_table_from_template
 

@@ -23,7 +23,8 @@ from lethe_shared.erasure.requests import (
     new_request,
     parse_request_body,
 )
-from lethe_shared.index.subject_index import DynamoSubjectIndex, IndexEntry, hash_of_id
+from lethe_shared.index.subject_index import DynamoSubjectIndex, IndexEntry
+from lethe_shared.subject_hashing.keys import hash_of_id
 from tests.conftest import FakeLambdaContext, load_function_module
 from tests.integration.conftest import LAKE, RAW, create_table_from_template
 

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lethe_shared.index.subject_index import hash_of_id
+from lethe_shared.subject_hashing.keys import hash_of_id
 from tests.conftest import FakeLambdaContext, load_function_module
 from tests.integration.conftest import LAKE
 

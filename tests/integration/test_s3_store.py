@@ -7,8 +7,17 @@ from pathlib import Path
 
 import boto3
 import pytest
+from botocore.exceptions import ClientError
 
-from lethe_shared.aws.s3 import KeyState, S3ObjectStore, key_state, s3_url, split_s3_url
+from lethe_shared.aws.errors import is_s3_not_found
+from lethe_shared.aws.s3 import (
+    KeyState,
+    S3ObjectStore,
+    get_version,
+    key_state,
+    s3_url,
+    split_s3_url,
+)
 from lethe_shared.errors import BucketVersioningError
 from tests.integration.conftest import LAKE, RAW
 
@@ -52,6 +61,40 @@ def test_head_answers_none_for_every_kind_of_absence(store: S3ObjectStore) -> No
     assert store.head(RAW, KEY, version) is not None  # the data is still there
     assert store.read_bytes(RAW, KEY) is None
     assert store.read_bytes(RAW, KEY, version) == b"x"
+
+
+def test_get_version_reads_one_version_whole_or_a_range_of_it(store: S3ObjectStore) -> None:
+    first = _put(store, KEY, b"0123456789")
+    _put(store, KEY, b"abcdefghij")
+
+    assert get_version(store.client, RAW, KEY, first)["Body"].read() == b"0123456789"
+    assert get_version(store.client, RAW, KEY, first, byte_range=(2, 4))["Body"].read() == b"234"
+    assert get_version(store.client, RAW, KEY, None, byte_range=(0, 1))["Body"].read() == b"ab"
+    assert get_version(store.client, RAW, KEY, "null")["Body"].read() == b"abcdefghij"
+    with pytest.raises(ClientError) as raised:
+        get_version(store.client, RAW, "reviews/never.csv", None)
+    assert is_s3_not_found(raised.value)
+
+
+def test_get_version_sends_the_request_it_always_sent() -> None:
+    class Recorder:
+        def __init__(self) -> None:
+            self.calls: list[dict[str, object]] = []
+
+        def get_object(self, **kwargs: object) -> dict[str, object]:
+            self.calls.append(kwargs)
+            return {}
+
+    client = Recorder()
+    get_version(client, RAW, KEY, "v1", byte_range=(0, 3))
+    get_version(client, RAW, KEY, "null")
+    get_version(client, RAW, KEY, None, byte_range=(5, 9))
+
+    assert client.calls == [
+        {"Bucket": RAW, "Key": KEY, "Range": "bytes=0-3", "VersionId": "v1"},
+        {"Bucket": RAW, "Key": KEY},
+        {"Bucket": RAW, "Key": KEY, "Range": "bytes=5-9"},
+    ]
 
 
 def test_versions_of_an_exact_key_never_include_keys_sharing_its_prefix(

@@ -20,7 +20,7 @@ from lethe_shared.erasure.requests import (
     new_request,
     new_request_id,
 )
-from lethe_shared.index.subject_index import load_hash_key
+from lethe_shared.subject_hashing.keys import load_hash_key
 from tests.sfn.conftest import SAMPLES, Cloud
 
 REVIEWS_KEY = "reviews/2026/11/21/batch-001.csv"

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lethe_shared.index.subject_index import hash_of_id, key_from_secret
+from lethe_shared.subject_hashing.keys import hash_of_id, key_from_secret
 from tests.sfn.conftest import Cloud, entered_states, start_cloud
 
 DATASET = "legacy_sales"

@@ -21,7 +21,8 @@ from lethe.localcloud.template import load_template
 from lethe_shared.catalog.object_catalog import CatalogItem, ObjectStatus, Zone, normalize_sequencer
 from lethe_shared.datasets.document import parse_dataset
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
-from lethe_shared.index.subject_index import IndexEntry, hash_of_id, hash_of_keys
+from lethe_shared.index.subject_index import IndexEntry
+from lethe_shared.subject_hashing.keys import hash_of_id, hash_of_keys
 
 REGION = "us-east-1"
 RAW = "lethe-test-raw"

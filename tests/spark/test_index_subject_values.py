@@ -17,14 +17,14 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from lethe_jobs.subject_values import (
+from lethe_shared.datasets.document import parse_type
+from lethe_shared.subject_hashing.values import (
     java_double_text,
     json_leaf_text,
     spark_text,
     subject_text,
     subject_value,
 )
-from lethe_shared.datasets.document import parse_type
 
 TEXTS: dict[str, list[str]] = {
     "int": [

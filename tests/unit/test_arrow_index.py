@@ -10,7 +10,7 @@ import pytest
 from lethe_shared.catalog.object_catalog import Zone
 from lethe_shared.datasets.document import parse_dataset
 from lethe_shared.index.arrow_entries import ObjectRef, entries_from_table
-from lethe_shared.index.subject_index import hash_of_id, hash_of_keys
+from lethe_shared.subject_hashing.keys import hash_of_id, hash_of_keys
 
 pytestmark = pytest.mark.lambda_runtime
 

@@ -31,21 +31,12 @@ from pydantic import ValidationError
 
 from bench.reference_index import reference_entries
 from lethe_shared.catalog.object_catalog import Zone
-from lethe_shared.index import arrow_entries as arrow_index
-from lethe_shared.index.arrow_entries import (
-    ObjectRef,
-    entries_from_table,
-    entry_batch,
-    row_subject_hashes,
-    row_subjects,
-)
-from lethe_shared.index.subject_index import (
-    MAX_ROW_HINTS,
-    EntryBatch,
-    IndexEntry,
-    composite_text,
-    subject_hash,
-)
+from lethe_shared.index.arrow_entries import ObjectRef, entries_from_table, entry_batch
+from lethe_shared.index.subject_index import MAX_ROW_HINTS, EntryBatch, IndexEntry
+from lethe_shared.subject_hashing import arrow as subject_arrow
+from lethe_shared.subject_hashing.arrow import row_subject_hashes, row_subjects
+from lethe_shared.subject_hashing.canonical import composite_text
+from lethe_shared.subject_hashing.keys import hmac_sha256, subject_hash
 
 pytestmark = pytest.mark.lambda_runtime
 
@@ -529,14 +520,14 @@ def test_hmac_is_the_hmac_module_s(length: int) -> None:
     key = bytes(range(256))[:length] if length <= 256 else b"k" * length
     messages = [b"", b"a", "é😀".encode(), b"x" * 1000]
     expected = [hmac.new(key, m, hashlib.sha256).digest() for m in messages]
-    assert arrow_index._hmac_sha256(key)(messages) == expected
+    assert hmac_sha256(key)(messages) == expected
 
 
 def test_composite_texts_are_composite_text() -> None:
     values = ['q"', "\\", "\u2028", "é\n", "\x00", "😀", "", "0", "a/b"]
-    columns = [arrow_index._coded(pa.array(values)), arrow_index._coded(pa.array(values[::-1]))]
-    codes, members = arrow_index._combined(columns)
-    texts = arrow_index._texts(["t\u00e9", 'c"'], columns, members)
+    columns = [subject_arrow._coded(pa.array(values)), subject_arrow._coded(pa.array(values[::-1]))]
+    codes, members = subject_arrow._combined(columns)
+    texts = subject_arrow._texts(["t\u00e9", 'c"'], columns, members)
     pairs = zip(values, values[::-1], strict=True)
     assert texts == [composite_text(["t\u00e9", 'c"'], [a, b]) for a, b in pairs]
     assert codes.to_pylist() == list(range(len(values)))
@@ -638,7 +629,7 @@ def test_a_column_s_codes_give_back_its_values(name: str) -> None:
     else:
         type_, pool = POOLS[name]
         array = pa.array([*pool, None, *pool[::-1]], type_)
-    column = arrow_index._coded(array)
+    column = subject_arrow._coded(array)
     codes = column.codes.to_pylist()
     assert [None if c is None else column.values[c] for c in codes] == array.to_pylist()
     assert set(codes) - {None} == set(range(len(column.values)))  # every code is used

@@ -16,14 +16,15 @@ import pyarrow as pa
 import pytest
 
 from bench.reference_index import reference_entries
-from lethe_shared.index import arrow_entries as arrow_index
 from lethe_shared.index.arrow_entries import (
     ObjectRef,
     entry_batch,
     entry_batches,
     object_subjects,
 )
-from lethe_shared.index.subject_index import EntryBatch, subject_hash
+from lethe_shared.index.subject_index import EntryBatch
+from lethe_shared.subject_hashing import arrow_digests
+from lethe_shared.subject_hashing.keys import subject_hash
 from tests.unit.test_arrow_index_equality import (
     KEY,
     REF,
@@ -199,7 +200,7 @@ def test_digests_sharing_their_first_bytes_are_ordered_whole(
     def forced(found: pa.FixedSizeBinaryArray) -> pa.Array | None:
         return pa.array([0] * len(found), pa.uint64()) if prefixes == "tied" else None
 
-    monkeypatch.setattr(arrow_index, "_prefixes", forced)
+    monkeypatch.setattr(arrow_digests, "_prefixes", forced)
     rng = random.Random(7)
     strings = [f"s{i}" for i in range(40)]
     cases = [

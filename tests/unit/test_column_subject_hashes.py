@@ -10,14 +10,16 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from lethe_jobs import erase_rows
 from lethe_jobs.arrow_bridge import to_spark_compatible
-from lethe_jobs.indexing import column_subject_hashes, raw_subject_rows, subject_hashes_of_rows
+from lethe_jobs.erase_rows import SubjectMatcher
+from lethe_jobs.erase_rows import match as erase_match
 from lethe_jobs.readers import RawRecords
+from lethe_jobs.subject_rows import raw_subject_rows
 from lethe_jobs.validate import POSITION
 from lethe_shared.catalog.object_catalog import Zone
 from lethe_shared.datasets.document import Dataset, parse_dataset
 from lethe_shared.index.arrow_entries import ObjectRef
+from lethe_shared.subject_hashing.records import column_subject_hashes, subject_hashes_of_rows
 
 KEY = b"column-subject-hashes-unit-test-key-0123"
 
@@ -110,12 +112,12 @@ def test_erase_matches_distinct_values_as_rows(
     every_row = (
         column_subject_hashes(to_spark_compatible(group), ds, key=KEY)
         if zone == "raw"
-        else erase_rows._subject_hashes(group, ref, erase_rows.SubjectMatcher(ds, frozenset(), KEY))
+        else erase_match._subject_hashes(group, ref, SubjectMatcher(ds, frozenset(), KEY))
     ).to_pylist()
     chosen = frozenset(
         rng.sample(sorted({h for h in every_row if h}), k=min(3, len(set(every_row) - {None})))
     )
-    matcher = erase_rows.SubjectMatcher(ds, chosen, KEY)
+    matcher = SubjectMatcher(ds, chosen, KEY)
     expected = [7 + i for i, h in enumerate(every_row) if h in chosen]
-    assert erase_rows._distinct_subjects(group, ds) is not None
-    assert erase_rows._group_matches(group, 7, ref, matcher) == expected
+    assert erase_match._distinct_subjects(group, ds) is not None
+    assert erase_match._group_matches(group, 7, ref, matcher) == expected

@@ -18,7 +18,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lethe_jobs import erase_rows as erase_module
 from lethe_jobs.erase_rows import (
     EraseResult,
     ErasureVerificationError,
@@ -28,10 +27,12 @@ from lethe_jobs.erase_rows import (
     match_rows,
     verify_erased,
 )
-from lethe_jobs.indexing import StoredObject, UnreadableObjectError, object_entries
+from lethe_jobs.erase_rows import parquet as erase_parquet
+from lethe_jobs.errors import UnreadableObjectError
+from lethe_jobs.indexing import StoredObject, object_entries
 from lethe_jobs.objects import ObjectKind
 from lethe_shared.datasets.document import Dataset, parse_dataset
-from lethe_shared.index.subject_index import hash_of_keys, subject_hash
+from lethe_shared.subject_hashing.keys import hash_of_keys, subject_hash
 
 KEY = b"erase-rows-unit-test-key-0123456789"  # >= 32 bytes
 RAW, LAKE, QUARANTINE = ObjectKind.RAW, ObjectKind.LAKE_PARQUET, ObjectKind.QUARANTINE_ROWS
@@ -999,8 +1000,8 @@ def test_what_cannot_be_kept_is_reported(tmp_path: Path, monkeypatch: pytest.Mon
     source = put(tmp_path, "in.parquet", parquet_bytes(table, compression="zstd"))
     dataset = make_dataset("parquet")
     forced = {"version": "2.6", "use_deprecated_int96_timestamps": True}
-    monkeypatch.setattr(erase_module, "_schema_options", lambda *_: forced)
-    monkeypatch.setattr(erase_module, "_codec", lambda _: "GZIP")
+    monkeypatch.setattr(erase_parquet, "_schema_options", lambda *_: forced)
+    monkeypatch.setattr(erase_parquet, "_codec", lambda _: "GZIP")
 
     result, _ = erase(
         tmp_path, RAW, source, "ds/in.parquet", matcher(dataset, hashed(dataset, "u1"))

@@ -30,7 +30,7 @@ from lethe_shared.erasure.requests import (
     parse_request_body,
 )
 from lethe_shared.erasure.workflow import file_request
-from lethe_shared.index.subject_index import hash_of_id, hash_of_keys
+from lethe_shared.subject_hashing.keys import hash_of_id, hash_of_keys
 from tests.fakes import MemoryErasureRequests
 
 pytestmark = pytest.mark.lambda_runtime

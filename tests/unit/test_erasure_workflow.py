@@ -48,7 +48,8 @@ from lethe_shared.erasure.workflow import (
     mark,
     update_index,
 )
-from lethe_shared.index.subject_index import IndexEntry, hash_of_id
+from lethe_shared.index.subject_index import IndexEntry
+from lethe_shared.subject_hashing.keys import hash_of_id
 from tests import fakes
 from tests.fakes import MemoryErasureRequests, MemoryIndex, MemoryObjectStore
 

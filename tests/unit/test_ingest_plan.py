@@ -9,7 +9,8 @@ import pyarrow as pa
 import pytest
 
 from lethe_jobs.errors import InvalidObjectListError
-from lethe_jobs.ingest_core import MAX_OBJECTS, BatchRequest, parse_args, parse_batch
+from lethe_jobs.ingest_core import MAX_OBJECTS, parse_args, parse_batch
+from lethe_jobs.ingest_outcomes import BatchRequest
 from lethe_jobs.ingest_tasks import (
     HINTS_KEPT,
     MAX_KEY_BYTES,

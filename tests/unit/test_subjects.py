@@ -11,13 +11,9 @@ from typing import Any
 import pytest
 
 from lethe_shared.catalog.object_catalog import Zone
-from lethe_shared.index.subject_index import (
-    MAX_ROW_HINTS,
-    EntryBatch,
-    IndexEntry,
-    canonical_text,
-    composite_text,
-    entry_items,
+from lethe_shared.index.subject_index import MAX_ROW_HINTS, EntryBatch, IndexEntry, entry_items
+from lethe_shared.subject_hashing.canonical import canonical_text, composite_text
+from lethe_shared.subject_hashing.keys import (
     hash_of_id,
     hash_of_keys,
     key_from_secret,

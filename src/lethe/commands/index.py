@@ -28,14 +28,8 @@ from lethe_shared.aws.executions import timestamped
 from lethe_shared.aws.s3 import split_s3_url
 from lethe_shared.catalog.object_catalog import Zone
 from lethe_shared.datasets.document import DATASET_ID_PATTERN
-from lethe_shared.index.subject_index import (
-    DRIFT_KINDS,
-    DynamoSubjectIndex,
-    IndexEntry,
-    hash_of_id,
-    hash_of_keys,
-    load_hash_key,
-)
+from lethe_shared.index.subject_index import DRIFT_KINDS, DynamoSubjectIndex, IndexEntry
+from lethe_shared.subject_hashing.keys import hash_of_id, hash_of_keys, load_hash_key
 
 ZONES: Final = (Zone.LAKE.value, Zone.RAW.value)
 WAIT_TIMEOUT_SECONDS: Final = 6 * 3600.0

@@ -76,6 +76,26 @@ def version_args(version_id: str | None) -> dict[str, str]:
     return {"VersionId": version_id} if version_id and version_id != NULL_VERSION else {}
 
 
+def get_version(
+    client: Any,
+    bucket: str,
+    key: str,
+    version_id: str | None,
+    *,
+    byte_range: tuple[int, int] | None = None,
+) -> Any:
+    """GET one exact version of an object (`version_args`: the current one for None or "null"),
+    whole or only `byte_range`: its first and last byte, both included, as an HTTP Range names
+    them. The response as boto3 gives it (its `Body` a stream). The one place a versioned GET is
+    spelled; a ClientError raises as S3 answered it (whether it says "not found" is for
+    `lethe_shared.aws.errors.is_s3_not_found` to decide)."""
+    extra = version_args(version_id)
+    if byte_range is not None:
+        first, last = byte_range
+        extra = {"Range": f"bytes={first}-{last}", **extra}
+    return client.get_object(Bucket=bucket, Key=key, **extra)
+
+
 @dataclass(frozen=True)
 class ObjectHead:
     """One object version as HEAD (or GET, or PUT) reports it."""
@@ -213,7 +233,7 @@ class S3ObjectStore:
 
     def _get(self, bucket: str, key: str, version_id: str | None) -> dict[str, Any] | None:
         try:
-            return dict(self.client.get_object(Bucket=bucket, Key=key, **version_args(version_id)))
+            return dict(get_version(self.client, bucket, key, version_id))
         except ClientError as exc:
             if is_s3_not_found(exc):
                 return None

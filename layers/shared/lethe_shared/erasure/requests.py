@@ -34,7 +34,8 @@ from lethe_shared.aws.dynamo import query_all
 from lethe_shared.aws.errors import is_condition_failed
 from lethe_shared.datasets.document import Dataset
 from lethe_shared.errors import LetheError
-from lethe_shared.index.subject_index import canonical_text, hash_of_id, hash_of_keys
+from lethe_shared.subject_hashing.canonical import canonical_text
+from lethe_shared.subject_hashing.keys import hash_of_id, hash_of_keys
 
 MAX_SUBJECTS = 100  # subjects per request (docs/LIMITS.md: report time and manifest size)
 MAX_SUBJECT_ID_LENGTH = 512

@@ -1,8 +1,7 @@
 """Subject column values as the ingest job's validation would type them, without Spark.
 
-The subject index hashes a subject's canonical text (lethe_shared.index.subject_index), so one
-subject must
-reach the hash with the same value whether it comes from a validated lake row, a raw object
+The subject index hashes a subject's canonical text (`canonical`), so one subject must reach
+the hash with the same value whether it comes from a validated lake row, a raw object
 read again by the index job, or a rejected row. `subject_value(value, declared)` gives what
 Spark's `try_cast(value AS <declared type>)` gives (validate.py converts with it), and the raw
 value (as Spark would print it) where Spark gives null, so a rejected row is still indexed
@@ -35,7 +34,7 @@ from decimal import ROUND_DOWN, ROUND_HALF_UP, Context, Decimal, InvalidOperatio
 from typing import Any
 
 from lethe_shared.datasets.document import DataType
-from lethe_shared.index.subject_index import canonical_text
+from lethe_shared.subject_hashing.canonical import canonical_text
 
 _CONTROL_AND_SPACE = "".join(chr(c) for c in range(0x21))
 _SPARK_TRIM = _CONTROL_AND_SPACE + "\x7f"  # integers, dates, booleans (UTF8String.trimAll)

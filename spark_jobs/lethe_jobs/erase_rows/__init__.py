@@ -1,0 +1,88 @@
+"""The per-object core of the erase job: which rows of one object belong to the subjects being
+erased, and the object rewritten without them. Pure functions on local files, no AWS, no Spark:
+the job downloads an object version, calls `erase_rows`, puts the result under the same key (or
+deletes the key when `rows_after` is 0), and checks what it put with `verify_erased`.
+
+Split by format, as each handler has its own rules:
+
+- `match`: which rows match (every format), with the subject index's own notion of a row's
+  subject (lethe_shared.subject_hashing); an object that cannot be read raises
+  `UnreadableObjectError`;
+- `text`: CSV, JSON Lines and quarantine files rewritten line by line, byte for byte identical
+  apart from the erased records' lines;
+- `parquet`: Parquet rewritten one row group at a time, keeping the file's layout;
+- `gzip_members`: gzip written back as it was (first member header verbatim, same level);
+- `model`: the matcher and the results.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lethe_jobs.erase_rows.match import match_rows
+from lethe_jobs.erase_rows.model import (
+    EraseResult,
+    ErasureVerificationError,
+    RowMatches,
+    SubjectMatcher,
+)
+from lethe_jobs.erase_rows.parquet import erase_parquet
+from lethe_jobs.erase_rows.text import erase_text
+from lethe_jobs.errors import UnreadableObjectError
+from lethe_jobs.objects import ObjectKind
+from lethe_shared.datasets.document import DataFormat
+
+__all__ = [
+    "EraseResult",
+    "ErasureVerificationError",
+    "RowMatches",
+    "SubjectMatcher",
+    "UnreadableObjectError",
+    "erase_rows",
+    "match_rows",
+    "verify_erased",
+]
+
+
+def erase_rows(
+    kind: ObjectKind,
+    source: Path,
+    target: Path,
+    object_key: str,
+    matcher: SubjectMatcher,
+    *,
+    workdir: Path,
+) -> EraseResult:
+    """Write to `target` the object at `source` without the rows `matcher` selects, when some
+    are removed and some remain (see the module docstring for what the rewrite keeps).
+    Raises UnreadableObjectError when the object cannot be read."""
+    if source.resolve() == target.resolve():
+        raise ValueError("the target must be another file than the source")
+    if kind is ObjectKind.NO_ROWS:
+        return EraseResult(0, (), written=False)
+    if kind is ObjectKind.LAKE_PARQUET or matcher.dataset.format is DataFormat.PARQUET:
+        return erase_parquet(kind, source, target, object_key, matcher, workdir=workdir)
+    return erase_text(kind, source, target, object_key, matcher, workdir=workdir)
+
+
+def verify_erased(
+    kind: ObjectKind,
+    path: Path,
+    object_key: str,
+    matcher: SubjectMatcher,
+    *,
+    expected_rows: int,
+    workdir: Path,
+) -> RowMatches:
+    """Check an object after erasure: no row matches and it holds `expected_rows` rows.
+    Raises ErasureVerificationError (counts and coordinates only, never values)."""
+    matches = match_rows(kind, path, object_key, matcher, workdir=workdir)
+    if matches.positions:
+        raise ErasureVerificationError(
+            f"{object_key}: {matches.matched} row(s) still match, at {list(matches.positions)}"
+        )
+    if matches.rows != expected_rows:
+        raise ErasureVerificationError(
+            f"{object_key}: holds {matches.rows} row(s), expected {expected_rows}"
+        )
+    return matches

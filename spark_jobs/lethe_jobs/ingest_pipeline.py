@@ -1,0 +1,264 @@
+"""The ingest job's steps 4 and 5 for one group of pieces: the Spark pipeline that reads the
+pieces (`ingest_tasks.read_pieces`), conforms the records (`validate`), writes lake files,
+quarantine and index entries, and the outcome of each object. See `ingest_core`'s docstring for
+the whole job."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from lethe_jobs import ingest_tasks as tasks
+from lethe_jobs import layout, pieces
+from lethe_jobs.ingest_outcomes import AwsPorts, BatchRequest, ObjectResult
+from lethe_jobs.ingest_tasks import (
+    ENTRY,
+    INFO,
+    KIND,
+    OBJECT,
+    PART,
+    PIECE,
+    PREREASONS,
+    ROW,
+    BatchObject,
+    TaskSettings,
+)
+from lethe_jobs.tasks import task_groups
+from lethe_jobs.validate import (
+    POSITION,
+    REASONS,
+    RECORD,
+    col,
+    conform,
+    extract_json_fields,
+)
+from lethe_shared.aws.s3 import S3ObjectStore, s3_url
+from lethe_shared.catalog.object_catalog import ObjectStatus
+from lethe_shared.datasets.document import DataFormat
+from lethe_shared.index.maintenance import replace_entries
+
+LOG = logging.getLogger("lethe.ingest")
+
+
+JSON_CONTENT_TYPE = "application/json"
+
+
+@dataclass
+class _PieceTotals:
+    rows_read: int = 0
+    unreadable: str | None = None
+    columns: list[str] = field(default_factory=list)
+
+
+def run_pipeline(
+    spark: SparkSession,
+    aws: AwsPorts,
+    settings: TaskSettings,
+    schema: T.StructType,
+    piece_list: list[pieces.Piece],
+) -> dict[int, ObjectResult]:
+    context = spark.sparkContext
+    groups = task_groups([p.size for p in piece_list], min_tasks=context.defaultParallelism)
+    specs = [json.dumps([tasks.piece_spec(piece_list[i]) for i in g]) for g in groups]
+    source = spark.createDataFrame(
+        context.parallelize([(s,) for s in specs], len(specs)), "pieces string"
+    )
+    reader = partial(tasks.read_pieces, settings=settings, schema=schema)
+    # Both reads of the batch are kept on the executors' local disk, never in their heap: a
+    # partition holds a task's pieces (up to 256 MiB of input, several times that as rows), and
+    # caching it in memory ran 1.5 GB executors out of heap on a 1 GB object (docs/BENCHMARKS.md,
+    # "Ingestion"); written and read back as a stream, it needs one cached batch at a time.
+    frame = source.mapInArrow(reader, schema).persist(StorageLevel.DISK_ONLY)
+    shuffle = max(context.defaultParallelism, len(groups))
+    try:
+        totals = _piece_totals(frame, settings)
+        readable = sorted(i for i, t in totals.items() if t.unreadable is None)
+        raw_entries = _write_raw_entries(frame, settings, readable, shuffle)
+        conformed = _conformed(frame, settings, schema, readable).persist(StorageLevel.DISK_ONLY)
+        try:
+            lake = _write_lake(conformed, settings, shuffle)
+            quarantine = _write_quarantine(conformed, settings, shuffle)
+        finally:
+            conformed.unpersist()
+    finally:
+        frame.unpersist()
+    return _outcomes(
+        aws, settings, totals, raw_entries=raw_entries, lake=lake, quarantine=quarantine
+    )
+
+
+def _piece_totals(frame: DataFrame, settings: TaskSettings) -> dict[int, _PieceTotals]:
+    totals = {index: _PieceTotals() for index in settings.objects}
+    for row in frame.where(col(KIND) == PIECE).select(OBJECT, INFO).collect():
+        info = json.loads(row[INFO])
+        total = totals[row[OBJECT]]
+        total.rows_read += info["rows_read"]
+        total.columns = total.columns or info["columns"]
+        if info["unreadable"] and total.unreadable is None:
+            total.unreadable = info["unreadable"]
+    return totals
+
+
+_ENTRY_STRUCT = "struct<s:string,r:bigint,h:array<bigint>>"
+
+
+def _write_raw_entries(
+    frame: DataFrame, settings: TaskSettings, readable: list[int], shuffle: int
+) -> dict[int, int]:
+    """The raw objects' entries: the batches' partial entries added up per (object, subject),
+    the first hints kept, then written per object by `write_raw_entries`."""
+    entries = frame.where((col(KIND) == ENTRY) & col(OBJECT).isin(readable)).select(
+        col(OBJECT).alias("object"), F.from_json(col(INFO), _ENTRY_STRUCT).alias("e")
+    )
+    added = entries.groupBy("object", F.col("e.s").alias("subject")).agg(
+        F.sum("e.r").alias("rows"),
+        F.slice(F.array_sort(F.flatten(F.collect_list("e.h"))), 1, tasks.HINTS_KEPT).alias("hints"),
+    )
+    written = (
+        added.repartition(shuffle, "object")
+        .sortWithinPartitions("object", "subject")
+        .mapInArrow(partial(tasks.write_raw_entries, settings=settings), tasks.RAW_SUMMARY)
+        .collect()
+    )
+    return {row["object"]: row["entries"] for row in written}
+
+
+def _conformed(
+    frame: DataFrame, settings: TaskSettings, schema: T.StructType, readable: list[int]
+) -> DataFrame:
+    """Every record of the readable objects conformed (`validate.conform`): OBJECT, POSITION,
+    the schema's columns, REASONS (the reader's, when it rejected the record) and RECORD."""
+    dataset = settings.dataset
+    rows = frame.where((col(KIND) == ROW) & col(OBJECT).isin(readable))
+    keep = [OBJECT, PREREASONS]
+    data = [f.name for f in schema.fields[len(tasks.META_FIELDS) :]]
+    if dataset.format is DataFormat.JSONL:
+        source = rows.transform(extract_json_fields(dataset, keep=keep))
+    elif dataset.format is DataFormat.CSV:
+        source = rows.select(*[col(c) for c in (*keep, POSITION, RECORD, *data)])
+    else:
+        record = F.to_json(F.struct(*[col(c) for c in data])) if data else F.lit("{}")
+        source = rows.select(
+            *[col(c) for c in (*keep, POSITION)], record.alias(RECORD), *[col(c) for c in data]
+        )
+    conformed = source.transform(conform(dataset, keep=keep))
+    reasons = F.when(F.size(col(PREREASONS)) > 0, col(PREREASONS)).otherwise(col(REASONS))
+    conformed = conformed.withColumn(REASONS, reasons).drop(PREREASONS)
+    # each valid row's lake partition path; a row whose lake key S3 would refuse is rejected
+    placed = T.StructType([*conformed.schema.fields, T.StructField(PART, T.StringType())])
+    return conformed.mapInArrow(partial(tasks.place_rows, settings=settings), placed)
+
+
+def _write_lake(conformed: DataFrame, settings: TaskSettings, shuffle: int) -> list[Any]:
+    dataset = settings.dataset
+    valid = conformed.where(F.size(col(REASONS)) == 0).select(
+        col(OBJECT), col(POSITION), *[col(c.name) for c in dataset.schema_], col(PART)
+    )
+    return (
+        valid.repartition(shuffle, col(OBJECT), col(PART))
+        .sortWithinPartitions(col(OBJECT), col(PART), col(POSITION))
+        .mapInArrow(partial(tasks.write_lake_files, settings=settings), tasks.LAKE_SUMMARY)
+        .collect()
+    )
+
+
+def _write_quarantine(conformed: DataFrame, settings: TaskSettings, shuffle: int) -> list[Any]:
+    rejected = conformed.where(F.size(col(REASONS)) > 0).select(
+        col(OBJECT), col(POSITION), col(REASONS), col(RECORD)
+    )
+    return (
+        rejected.repartition(shuffle, col(OBJECT))
+        .sortWithinPartitions(col(OBJECT), col(POSITION))
+        .mapInArrow(partial(tasks.write_quarantine, settings=settings), tasks.FILE_SUMMARY)
+        .collect()
+    )
+
+
+def _outcomes(
+    aws: AwsPorts,
+    settings: TaskSettings,
+    totals: dict[int, _PieceTotals],
+    *,
+    raw_entries: dict[int, int],
+    lake: list[Any],
+    quarantine: list[Any],
+) -> dict[int, ObjectResult]:
+    written: dict[int, list[Any]] = defaultdict(list)
+    for row in lake:
+        written[row["object"]].append(row)
+    quarantined = {row["object"]: row for row in quarantine}
+    results: dict[int, ObjectResult] = {}
+    for index_of, obj in settings.objects.items():
+        request = BatchRequest(obj.dataset_id, obj.key, obj.version_id)
+        total = totals[index_of]
+        if index_of not in raw_entries:  # nobody's rows (or none could be read): no entries
+            replace_entries(aws.index, aws.s3, settings.raw_bucket, obj.key, [])
+        if total.unreadable is not None:
+            url = _quarantine_file(aws.s3, settings, obj, total.unreadable)
+            results[index_of] = ObjectResult(
+                request, obj.url, ObjectStatus.QUARANTINED, quarantine_object=url
+            )
+            continue
+        files = sorted(written[index_of], key=lambda r: r["url"])
+        extras = [c for c in total.columns if c not in {c.name for c in settings.dataset.schema_}]
+        if extras:
+            LOG.info(
+                "%s: dropping columns the schema does not declare: %s", obj.url, ", ".join(extras)
+            )
+        rows_written = sum(r["rows"] for r in files)
+        rejected = quarantined.get(index_of)
+        status = (
+            ObjectStatus.INGESTED
+            if rows_written or not total.rows_read
+            else ObjectStatus.QUARANTINED
+        )
+        results[index_of] = ObjectResult(
+            request,
+            obj.url,
+            status,
+            rows_read=total.rows_read,
+            rows_written=rows_written,
+            rows_quarantined=rejected["rows"] if rejected else 0,
+            lake_objects=[r["url"] for r in files],
+            quarantine_object=rejected["url"] if rejected else None,
+        )
+        LOG.info(
+            "%s version %s: %s, %d rows read, %d written to %d file(s), %d quarantined",
+            obj.url, obj.version_id, status.value, total.rows_read, rows_written, len(files),
+            results[index_of].rows_quarantined,
+        )  # fmt: skip
+    return results
+
+
+def _quarantine_file(
+    s3: S3ObjectStore, settings: TaskSettings, obj: BatchObject, reason: str
+) -> str:
+    """The document that stands for a wholly unreadable file, in quarantine."""
+    LOG.warning(
+        "%s version %s cannot be read, quarantining it whole: %s", obj.url, obj.version_id, reason
+    )
+    key = layout.quarantine_file_key(settings.dataset.dataset_id, settings.digest(obj.index))
+    document = {
+        "source": {"object": obj.url, "version_id": obj.version_id},
+        "reason": reason,
+        "correlation_id": settings.correlation_id,
+        "rejected_at": settings.now,
+    }
+    body = (json.dumps(document, ensure_ascii=False, indent=2) + "\n").encode("utf-8")
+    s3.put_bytes(
+        settings.lake_bucket,
+        key,
+        body,
+        content_type=JSON_CONTENT_TYPE,
+        metadata=tasks.ingest_metadata(settings.correlation_id),
+    )
+    return s3_url(settings.lake_bucket, key)

@@ -1,0 +1,92 @@
+"""What the ingest job's Spark tasks do: scan large objects for split points, read pieces of
+raw objects, write lake files, write quarantine, write the raw objects' index entries.
+
+The functions that Spark runs over a partition (`mapInArrow`) take Arrow batches and yield
+Arrow batches. No task holds an object whole: readers yield `readers.BATCH_ROWS` records at a
+time, writers stream row groups of `ROW_GROUP_ROWS` to a local file before one upload, and the
+driver only sees the small summary rows these tasks yield.
+
+The frame the read tasks produce (`frame_schema`) carries, per row, its kind: a record of an
+object (`ROW`), the summary of one piece (`PIECE`: rows read, columns, or why the object is
+unreadable), or one subject's partial index entry over one batch of records (`ENTRY`: rows and
+first row hints), which Spark then adds up per object and subject.
+
+Modules: `frame` (the frame, settings and summaries), `scan` (split points of large text
+objects), `read` (pieces into the frame), `write` (lake files, quarantine, raw objects' entries).
+"""
+
+from __future__ import annotations
+
+from lethe_jobs.ingest_tasks.frame import (
+    ENTRY,
+    FILE_SUMMARY,
+    HINTS_KEPT,
+    INFO,
+    JSONL_CONTENT_TYPE,
+    KIND,
+    LAKE_SUMMARY,
+    MAX_KEY_BYTES,
+    META_FIELDS,
+    OBJECT,
+    PARQUET_CONTENT_TYPE,
+    PART,
+    PIECE,
+    PREREASONS,
+    RAW_SUMMARY,
+    ROW,
+    ROW_GROUP_ROWS,
+    BatchObject,
+    TaskSettings,
+    frame_schema,
+    ingest_metadata,
+    jackson_json,
+)
+from lethe_jobs.ingest_tasks.read import read_pieces
+from lethe_jobs.ingest_tasks.scan import piece_from_spec, piece_spec, scan_object
+from lethe_jobs.ingest_tasks.write import (
+    EntryAccumulator,
+    key_problem,
+    partition_paths,
+    place_rows,
+    quarantine_line,
+    write_lake_files,
+    write_quarantine,
+    write_raw_entries,
+)
+
+__all__ = [
+    "ENTRY",
+    "FILE_SUMMARY",
+    "HINTS_KEPT",
+    "INFO",
+    "JSONL_CONTENT_TYPE",
+    "KIND",
+    "LAKE_SUMMARY",
+    "MAX_KEY_BYTES",
+    "META_FIELDS",
+    "OBJECT",
+    "PARQUET_CONTENT_TYPE",
+    "PART",
+    "PIECE",
+    "PREREASONS",
+    "RAW_SUMMARY",
+    "ROW",
+    "ROW_GROUP_ROWS",
+    "BatchObject",
+    "EntryAccumulator",
+    "TaskSettings",
+    "frame_schema",
+    "ingest_metadata",
+    "jackson_json",
+    "key_problem",
+    "partition_paths",
+    "piece_from_spec",
+    "piece_spec",
+    "place_rows",
+    "quarantine_line",
+    "read_pieces",
+    "scan_object",
+    "write_lake_files",
+    "write_quarantine",
+    "write_raw_entries",
+]

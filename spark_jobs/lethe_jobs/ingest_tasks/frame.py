@@ -1,0 +1,160 @@
+"""The ingest job's task frame: its meta fields and row kinds, the summaries the writers
+yield, what travels with every task (`TaskSettings`, `BatchObject`), and the S3 metadata of
+what the job writes."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from pyspark.sql import types as T
+
+from lethe_jobs import layout, pieces
+from lethe_jobs.readers import BATCH_ROWS
+from lethe_jobs.validate import POSITION, RECORD
+from lethe_shared.aws.s3 import CORRELATION_METADATA, PRODUCER_METADATA
+from lethe_shared.datasets.document import DataFormat, Dataset
+from lethe_shared.index.maintenance import INGEST_PRODUCER
+from lethe_shared.index.subject_index import MAX_ROW_HINTS
+
+LOG = logging.getLogger("lethe.ingest")
+
+
+KIND = "_lethe_kind"
+
+
+OBJECT = "_lethe_object"
+
+
+PREREASONS = "_lethe_prereasons"
+
+
+INFO = "_lethe_info"
+
+
+PART = "_lethe_partition"
+
+
+ROW, PIECE, ENTRY = 0, 1, 2
+
+
+HINTS_KEPT = MAX_ROW_HINTS + 1  # one more than stored: IndexEntry then says hints are incomplete
+
+
+MAX_KEY_BYTES = 1024  # S3's longest object key and DynamoDB's longest sort key, UTF-8 bytes
+
+
+ROW_GROUP_ROWS = 131_072  # rows a lake file's row group holds at most (what a writer buffers)
+
+
+PARQUET_CONTENT_TYPE = "application/vnd.apache.parquet"
+
+
+JSONL_CONTENT_TYPE = "application/x-ndjson"
+
+
+def ingest_metadata(correlation_id: str) -> dict[str, str]:
+    """The S3 metadata of every lake object the job writes. `lethe-producer` says a job wrote
+    it: the object events path sees these writes too, and leaves their indexing to this job
+    (lethe_shared.index.maintenance.indexed_by_writer). `lethe-correlation-id` names the run
+    (the execution's name), so `lethe trace s3://<lake object>` finds the story that wrote it."""
+    return {PRODUCER_METADATA: INGEST_PRODUCER, CORRELATION_METADATA: correlation_id}
+
+
+META_FIELDS = (
+    T.StructField(KIND, T.ByteType(), False),
+    T.StructField(OBJECT, T.IntegerType(), False),
+    T.StructField(POSITION, T.LongType()),
+    T.StructField(PREREASONS, T.ArrayType(T.StringType())),
+    T.StructField(RECORD, T.StringType()),
+    T.StructField(INFO, T.StringType()),
+)
+
+
+_SUMMARY_FIELDS = [
+    T.StructField("object", T.IntegerType()),
+    T.StructField("url", T.StringType()),
+    T.StructField("rows", T.LongType()),
+    T.StructField("version", T.StringType()),
+    T.StructField("etag", T.StringType()),
+    T.StructField("entries", T.LongType()),
+]
+
+
+LAKE_SUMMARY = T.StructType(_SUMMARY_FIELDS)  # one row per lake file written
+
+
+FILE_SUMMARY = T.StructType(_SUMMARY_FIELDS)  # one row per quarantine file written
+
+
+RAW_SUMMARY = T.StructType(
+    [T.StructField("object", T.IntegerType()), T.StructField("entries", T.LongType())]
+)
+
+
+# Jackson's escaping, as Spark's to_json writes a string: short escapes for \b \t \n \f \r,
+# \u00XX (upper-case hex) for other control characters, and " and \ escaped.
+_JACKSON = {i: f"\\u{i:04X}" for i in range(0x20)} | {
+    0x08: "\\b",
+    0x09: "\\t",
+    0x0A: "\\n",
+    0x0C: "\\f",
+    0x0D: "\\r",
+    0x22: '\\"',
+    0x5C: "\\\\",
+}
+
+
+@dataclass(frozen=True)
+class BatchObject:
+    """One raw object version of the batch, as the driver found it."""
+
+    index: int  # its place in the batch: how tasks and summaries name it
+    dataset_id: str
+    key: str
+    version_id: str
+    etag: str
+    size: int
+    url: str
+
+
+@dataclass(frozen=True)
+class TaskSettings:
+    """What every task of one dataset's pipeline needs; travels with the tasks."""
+
+    dataset: Dataset
+    raw_bucket: str
+    lake_bucket: str
+    index_table: str
+    correlation_id: str
+    now: str  # ISO time of the run: quarantine records say when they were rejected
+    objects: dict[int, BatchObject]
+    hash_key: bytes = field(repr=False)
+    batch_rows: int = BATCH_ROWS
+    piece_bytes: int = pieces.PIECE_BYTES
+
+    def digest(self, index: int) -> str:
+        return layout.object_hash(self.raw_bucket, self.objects[index].key)
+
+
+def jackson_json(names: Sequence[str], values: Sequence[str]) -> str:
+    """`to_json(struct(...))` of string columns without nulls, byte for byte as Spark writes it
+    (how a CSV record was always kept in quarantine)."""
+    pairs = (
+        f'"{n.translate(_JACKSON)}":"{v.translate(_JACKSON)}"'
+        for n, v in zip(names, values, strict=True)
+    )
+    return "{" + ",".join(pairs) + "}"
+
+
+def frame_schema(dataset: Dataset, parquet_fields: Sequence[T.StructField] = ()) -> T.StructType:
+    """The read tasks' output: `META_FIELDS`, then the data columns: the schema's columns as
+    text for CSV, none for JSON Lines (RECORD holds the line), the file's for Parquet."""
+    if dataset.format is DataFormat.CSV:
+        data = [T.StructField(c.name, T.StringType()) for c in dataset.schema_]
+    elif dataset.format is DataFormat.PARQUET:
+        data = list(parquet_fields)
+    else:
+        data = []
+    return T.StructType([*META_FIELDS, *data])

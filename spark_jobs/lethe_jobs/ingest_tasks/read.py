@@ -1,0 +1,177 @@
+"""The read task: pieces of raw objects streamed a batch of records at a time into the task
+frame, with the raw objects' partial index entries and one summary per piece."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pyarrow as pa
+from pyspark.sql import types as T
+
+from lethe_jobs import pieces
+from lethe_jobs.arrow_bridge import arrow_schema
+from lethe_jobs.errors import UnreadableFileError
+from lethe_jobs.indexing import entries_of_rows
+from lethe_jobs.ingest_tasks.frame import (
+    ENTRY,
+    HINTS_KEPT,
+    INFO,
+    KIND,
+    META_FIELDS,
+    OBJECT,
+    PIECE,
+    PREREASONS,
+    ROW,
+    BatchObject,
+    TaskSettings,
+    jackson_json,
+)
+from lethe_jobs.ingest_tasks.scan import piece_from_spec
+from lethe_jobs.readers import RawRecords, iter_raw, read_parquet_batches
+from lethe_jobs.session import configure_logging
+from lethe_jobs.subject_rows import raw_subject_rows
+from lethe_jobs.validate import POSITION, RECORD
+from lethe_shared.aws.s3 import S3ObjectStore
+from lethe_shared.catalog.object_catalog import Zone
+from lethe_shared.datasets.document import DataFormat, Dataset
+from lethe_shared.index.arrow_entries import ObjectRef
+
+
+def read_pieces(
+    batches: Iterable[pa.RecordBatch], settings: TaskSettings, schema: T.StructType
+) -> Iterator[pa.RecordBatch]:
+    """A read task: each input row holds the JSON list of a group's piece specs; yields their
+    records, their partial index entries, and one summary per piece."""
+    configure_logging(settings.correlation_id)
+    client = boto3.client("s3")
+    target = arrow_schema(schema)
+    for batch in batches:
+        for text in batch.column(0).to_pylist():
+            for spec in json.loads(text):
+                yield from _read_piece(client, piece_from_spec(spec), settings, target)
+
+
+def _records(
+    client: Any, piece: pieces.Piece, settings: TaskSettings, workdir: Path
+) -> Iterator[RawRecords]:
+    obj = settings.objects[piece.object_index]
+    if piece.part.row_groups is not None:  # Parquet row groups: ranged reads of the version
+        with pieces.open_range_file(
+            client, settings.raw_bucket, obj.key, obj.version_id, obj.size
+        ) as handle:
+            yield from read_parquet_batches(handle, piece.part, settings.batch_rows)
+        return
+    local = workdir / "piece"
+    if piece.byte_range is not None:
+        pieces.download_range(
+            client, settings.raw_bucket, obj.key, obj.version_id,
+            byte_range=piece.byte_range, target=local,
+        )  # fmt: skip
+    elif (
+        S3ObjectStore(client).download(settings.raw_bucket, obj.key, obj.version_id, local) is None
+    ):
+        raise UnreadableFileError("the object version went away while it was being read")
+    yield from iter_raw(
+        local, settings.dataset, workdir, part=piece.part, batch_rows=settings.batch_rows
+    )
+
+
+def _read_piece(
+    client: Any, piece: pieces.Piece, settings: TaskSettings, target: Any
+) -> Iterator[pa.RecordBatch]:
+    obj = settings.objects[piece.object_index]
+    rows_read, unreadable = 0, None
+    columns: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="lethe-ingest-") as tmp:
+        try:
+            for records in _records(client, piece, settings, Path(tmp)):
+                rows_read += records.rows_read
+                columns = columns or list(records.columns)
+                yield from _row_batches(records, obj, settings.dataset, target)
+                yield _entry_batch(records, obj, settings, target)
+        except UnreadableFileError as exc:
+            unreadable = exc.reason
+    info = {"rows_read": rows_read, "columns": columns, "unreadable": unreadable}
+    yield _info_batch(PIECE, obj.index, [json.dumps(info)], target)
+
+
+def _blank(count: int, kind: int, index: int, target: Any) -> dict[str, Any]:
+    columns: dict[str, Any] = {n: pa.nulls(count, target.field(n).type) for n in target.names}
+    columns[KIND] = pa.array([kind] * count, pa.int8())
+    columns[OBJECT] = pa.array([index] * count, pa.int32())
+    return columns
+
+
+def _batch(columns: dict[str, Any], target: Any) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([columns[n] for n in target.names], schema=target)
+
+
+def _info_batch(kind: int, index: int, infos: list[str], target: Any) -> pa.RecordBatch:
+    columns = _blank(len(infos), kind, index, target)
+    columns[INFO] = pa.array(infos, pa.string())
+    return _batch(columns, target)
+
+
+def _row_batches(
+    records: RawRecords, obj: BatchObject, dataset: Dataset, target: Any
+) -> Iterator[pa.RecordBatch]:
+    table = records.table.combine_chunks()
+    count = table.num_rows
+    if count:
+        columns = _blank(count, ROW, obj.index, target)
+        columns[POSITION] = _chunk(table, POSITION)
+        columns[PREREASONS] = pa.array([[]] * count, pa.list_(pa.string()))
+        data = target.names[len(META_FIELDS) :]
+        if dataset.format is DataFormat.JSONL:
+            columns[RECORD] = _chunk(table, RECORD)
+        elif dataset.format is DataFormat.CSV:
+            names = [n for n in table.column_names if n != POSITION]
+            values = [table.column(n).to_pylist() for n in names]
+            records_json = [jackson_json(names, row) for row in zip(*values, strict=True)]
+            columns[RECORD] = pa.array(records_json if names else ["{}"] * count, pa.string())
+            for name in data:
+                if name in table.column_names:
+                    columns[name] = _chunk(table, name)
+        else:
+            for name in data:
+                if name in table.column_names:
+                    columns[name] = _chunk(table, name).cast(target.field(name).type)
+        yield _batch(columns, target)
+    if records.rejected:
+        yield _rejected_batch(records, obj, target)
+
+
+def _chunk(table: Any, name: str) -> Any:
+    column = table.column(name)
+    return column.chunk(0) if column.num_chunks == 1 else pa.concat_arrays(column.chunks)
+
+
+def _rejected_batch(records: RawRecords, obj: BatchObject, target: Any) -> pa.RecordBatch:
+    """Records the reader rejected (a CSV row of the wrong length, a line that is no JSON
+    object): they travel with the rows, their reasons set, so that quarantine keeps one order."""
+    rejected = records.rejected
+    columns = _blank(len(rejected), ROW, obj.index, target)
+    columns[POSITION] = pa.array([r.position for r in rejected], pa.int64())
+    columns[PREREASONS] = pa.array([list(r.reasons) for r in rejected], pa.list_(pa.string()))
+    columns[RECORD] = pa.array([r.record_json for r in rejected], pa.string())
+    return _batch(columns, target)
+
+
+def _entry_batch(
+    records: RawRecords, obj: BatchObject, settings: TaskSettings, target: Any
+) -> pa.RecordBatch:
+    """The raw object's index entries over this batch of its records (every record, valid or
+    rejected, typed as the index job types them): per subject, rows and its first hints."""
+    ref = ObjectRef(obj.url, Zone.RAW, settings.dataset.format.value, obj.version_id, obj.etag)
+    rows = raw_subject_rows(records, settings.dataset)
+    entries = entries_of_rows(rows, settings.dataset, ref, key=settings.hash_key)
+    infos = [
+        json.dumps({"s": e.subject_hash, "r": e.rows, "h": list(e.row_hints[:HINTS_KEPT])})
+        for e in entries
+    ]
+    return _info_batch(ENTRY, obj.index, infos, target)

@@ -1,0 +1,187 @@
+"""The CSV reader: records located by the physical line they start on (a header is line 1),
+rows of the wrong length rejected, a truncated stream's tail salvaged."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO, Any, cast
+
+import pyarrow as pa
+
+from lethe_jobs.errors import UnreadableFileError
+from lethe_jobs.readers.payload import cut_of, is_salvaging, refuse_cut
+from lethe_jobs.readers.records import (
+    CSV_FIELD_LIMIT,
+    RESERVED_PREFIX,
+    TRUNCATED_TAIL,
+    UNDECODED,
+    HeldBack,
+    RawRecords,
+    RejectedRecord,
+    Slice,
+    escaped,
+    is_blank_row,
+)
+from lethe_jobs.validate import POSITION
+from lethe_shared.datasets.document import CsvOptions, Dataset
+
+
+def csv_reader(text: IO[str], options: CsvOptions) -> Any:
+    csv.field_size_limit(max(csv.field_size_limit(), CSV_FIELD_LIMIT))
+    return csv.reader(
+        text,
+        delimiter=options.delimiter,
+        quotechar=options.quote,
+        escapechar=None if options.escape == options.quote else options.escape,
+        doublequote=True,
+        strict=False,
+    )
+
+
+def _csv_record(names: list[str], values: list[str]) -> str:
+    values = [escaped(v) if UNDECODED.search(v) else v for v in values]
+    record: dict[str, Any] = dict(zip(names, values, strict=False))
+    if len(values) > len(names):
+        record["_extra_fields"] = values[len(names) :]
+    return json.dumps(record, ensure_ascii=False)
+
+
+class _CsvCollector:
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+        self.positions: list[int] = []
+        self.values: list[list[str]] = [[] for _ in names]
+        self.rejected: list[RejectedRecord] = []
+
+    def __len__(self) -> int:
+        return len(self.positions) + len(self.rejected)
+
+    def add(self, line: int, row: list[str]) -> None:
+        reasons = []
+        if len(row) != len(self.names):
+            reasons.append(f"expected {len(self.names)} fields, found {len(row)}")
+        reasons += [
+            f"column {self.names[i]}: not UTF-8 text" if i < len(self.names) else
+            f"field {i + 1}: not UTF-8 text"
+            for i, value in enumerate(row)
+            if UNDECODED.search(value)
+        ]  # fmt: skip
+        if reasons:
+            record = _csv_record(self.names, row)
+            self.rejected.append(RejectedRecord(line, tuple(reasons), record))
+            return
+        self.positions.append(line)
+        for column, value in zip(self.values, row, strict=True):
+            column.append(value)
+
+    def records(self) -> RawRecords:
+        kept = [i for i, name in enumerate(self.names) if not name.startswith(RESERVED_PREFIX)]
+        arrays = [pa.array(self.positions, pa.int64())]
+        arrays += [pa.array(self.values[i], pa.string()) for i in kept]
+        table = pa.table(arrays, names=[POSITION, *[self.names[i] for i in kept]])
+        return RawRecords(table, "line", list(self.names), self.rejected)
+
+
+def _csv_header(reader: Any, dataset: Dataset) -> list[str] | None:
+    """The column names; None for an empty file. Raises UnreadableFileError."""
+    if not dataset.csv.header:
+        return [c.name for c in dataset.schema_]
+    header = next((row for row in reader if not is_blank_row(row)), None)
+    if header is None:
+        if reader.line_num == 0:
+            return None
+        raise UnreadableFileError("missing header: the file has only blank lines")
+    if any(UNDECODED.search(name) for name in header):
+        raise UnreadableFileError("not UTF-8 text: the header holds bytes that are not UTF-8")
+    duplicates = sorted({name for name in header if header.count(name) > 1})
+    if duplicates:
+        raise UnreadableFileError(f"the header repeats column(s) {', '.join(duplicates)}")
+    return list(header)
+
+
+class RecordLines:
+    """Feeds csv.reader the lines of a text stream and keeps the lines it takes since `clear`:
+    after a row, the text of that row's record, as read."""
+
+    def __init__(self, lines: Iterable[str]) -> None:
+        self._lines = iter(lines)
+        self.taken: list[str] = []
+
+    def __iter__(self) -> RecordLines:
+        return self
+
+    def __next__(self) -> str:
+        line = next(self._lines)
+        self.taken.append(line)
+        return line
+
+    def clear(self) -> str:
+        text = "".join(self.taken)
+        self.taken.clear()
+        return text
+
+
+def _csv_tail(
+    names: list[str], line: int, row: list[str], text: str, reason: str
+) -> RejectedRecord:
+    """The record a truncated stream's cut falls in: every field but the last (which the cut
+    may have shortened) as its columns, and its text under "_raw"."""
+    complete = [escaped(v) if UNDECODED.search(v) else v for v in row[:-1]]
+    record: dict[str, Any] = dict(zip(names, complete, strict=False))
+    record["_raw"] = escaped(text)
+    return RejectedRecord(line, (reason,), json.dumps(record, ensure_ascii=False))
+
+
+def read_csv(
+    payload: IO[bytes], dataset: Dataset, _workdir: Path, part: Slice, batch_rows: int
+) -> Iterator[RawRecords]:
+    encoding = "utf-8-sig" if part.first_line == 1 else "utf-8"
+    # undecodable bytes become surrogates, and reject only the record that holds them
+    text = io.TextIOWrapper(payload, encoding=encoding, errors="surrogateescape", newline="")
+    # a stream that may be cut: each record's text is kept, and the last one held back
+    tap = RecordLines(text) if is_salvaging(payload) else None
+    reader = csv_reader(cast(IO[str], text if tap is None else tap), dataset.csv)
+    offset = part.first_line - 1  # a slice's local line n is line n + offset of the object
+    try:
+        names = list(part.header) if part.header is not None else _csv_header(reader, dataset)
+        if names is None:
+            refuse_cut(payload, "before the header")
+            yield _CsvCollector([c.name for c in dataset.schema_]).records()
+            return
+        collector = _CsvCollector(names)
+        last = HeldBack()
+        rows = _csv_rows(reader, tap, offset)
+        for line, row, _ in rows if tap is None else last.held_back(rows):
+            if row:  # a blank line is no record
+                collector.add(line, row)
+            if len(collector) >= batch_rows:
+                yield collector.records()
+                collector = _CsvCollector(names)
+    except csv.Error as exc:
+        line = reader.line_num + offset
+        raise UnreadableFileError(f"not valid CSV (line {line}): {exc}") from exc
+    if last.item is None:
+        refuse_cut(payload, "before the first record")
+    elif cut_of(payload) is None:
+        if last.item[1]:
+            collector.add(last.item[0], last.item[1])
+    else:
+        line, row, record_text = last.item
+        collector.rejected.append(_csv_tail(names, line, row, record_text, TRUNCATED_TAIL))
+    yield collector.records()
+
+
+def _csv_rows(
+    reader: Any, tap: RecordLines | None, offset: int
+) -> Iterator[tuple[int, list[str], str]]:
+    """Each row with the line it starts on and (with a tap) its text."""
+    if tap is not None:
+        tap.clear()  # the header's
+    last_line = reader.line_num
+    for row in reader:
+        yield last_line + 1 + offset, row, tap.clear() if tap is not None else ""
+        last_line = reader.line_num
