@@ -12,10 +12,8 @@ Every answer is an HTML page with strict security headers.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
-import boto3
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 from aws_lambda_powertools.logging import correlation_paths
@@ -25,14 +23,14 @@ from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import Field
 
-from lethe_shared.config import load_settings
-from lethe_shared.erasure.approval import response_headers
+from lethe_shared.aws.wiring import Aws, wiring
 from lethe_shared.erasure.approval_flow import (
     ApprovalPage,
     ApproversSettingsBase,
     HttpAnswer,
     HttpRequest,
 )
+from lethe_shared.erasure.approval import response_headers
 from lethe_shared.erasure.requests import DynamoApprovals, DynamoErasureRequests
 from lethe_shared.erasure.workflow import StepFunctionsCallbacks
 
@@ -57,16 +55,16 @@ class _Dependencies:
     callbacks: StepFunctionsCallbacks
 
 
-@cache
-def _dependencies() -> _Dependencies:
-    settings = load_settings(ApprovalPageSettings)
-    dynamodb = boto3.resource("dynamodb")
+def _build(settings: ApprovalPageSettings, aws: Aws) -> _Dependencies:
     return _Dependencies(
         settings=settings,
-        requests=DynamoErasureRequests(dynamodb.Table(settings.requests_table)),
-        approvals=DynamoApprovals(dynamodb.Table(settings.approvals_table)),
-        callbacks=StepFunctionsCallbacks(boto3.client("stepfunctions")),
+        requests=DynamoErasureRequests(aws.table(settings.requests_table)),
+        approvals=DynamoApprovals(aws.table(settings.approvals_table)),
+        callbacks=StepFunctionsCallbacks(aws.client("stepfunctions")),
     )
+
+
+_dependencies = wiring(ApprovalPageSettings, _build)
 
 
 def _page() -> ApprovalPage:

@@ -12,17 +12,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
-from functools import cache
 from typing import Any
 
-import boto3
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities import parameters
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, Field
 
-from lethe_shared.config import load_settings
+from lethe_shared.aws.wiring import Aws, wiring
 from lethe_shared.erasure.approval_flow import ApproversSettingsBase, SesMailer, request_approval
 from lethe_shared.erasure.requests import DynamoApprovals, DynamoErasureRequests
 
@@ -54,16 +52,16 @@ class _Dependencies:
     mailer: SesMailer
 
 
-@cache
-def _dependencies() -> _Dependencies:
-    settings = load_settings(ApprovalRequestSettings)
-    dynamodb = boto3.resource("dynamodb")
+def _build(settings: ApprovalRequestSettings, aws: Aws) -> _Dependencies:
     return _Dependencies(
         settings=settings,
-        requests=DynamoErasureRequests(dynamodb.Table(settings.requests_table)),
-        approvals=DynamoApprovals(dynamodb.Table(settings.approvals_table)),
-        mailer=SesMailer(boto3.client("ses"), settings.sender),
+        requests=DynamoErasureRequests(aws.table(settings.requests_table)),
+        approvals=DynamoApprovals(aws.table(settings.approvals_table)),
+        mailer=SesMailer(aws.client("ses"), settings.sender),
     )
+
+
+_dependencies = wiring(ApprovalRequestSettings, _build)
 
 
 @logger.inject_lambda_context(correlation_id_path="request_id", log_event=False)

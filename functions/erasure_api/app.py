@@ -24,10 +24,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
-import boto3
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.logging import correlation_paths
@@ -36,7 +34,8 @@ from aws_lambda_powertools.utilities import parameters
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import Field
 
-from lethe_shared.config import Settings, load_settings
+from lethe_shared.aws.wiring import Aws, wiring
+from lethe_shared.config import Settings
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
 from lethe_shared.erasure.approval_flow import deliver_decision, pending_delivery
 from lethe_shared.erasure.principals import (
@@ -88,18 +87,17 @@ class _Dependencies:
     callbacks: StepFunctionsCallbacks
 
 
-@cache
-def _dependencies() -> _Dependencies:
-    settings = load_settings(ErasureApiSettings)
-    dynamodb = boto3.resource("dynamodb")
-    stepfunctions = boto3.client("stepfunctions")
+def _build(settings: ErasureApiSettings, aws: Aws) -> _Dependencies:
     return _Dependencies(
         settings=settings,
-        requests=DynamoErasureRequests(dynamodb.Table(settings.requests_table)),
-        registry=DynamoDatasetRegistry(dynamodb.Table(settings.datasets_table)),
-        starter=StepFunctionsStarter(stepfunctions, settings.state_machine_arn),
-        callbacks=StepFunctionsCallbacks(stepfunctions),
+        requests=DynamoErasureRequests(aws.table(settings.requests_table)),
+        registry=DynamoDatasetRegistry(aws.table(settings.datasets_table)),
+        starter=StepFunctionsStarter(aws.client("stepfunctions"), settings.state_machine_arn),
+        callbacks=StepFunctionsCallbacks(aws.client("stepfunctions")),
     )
+
+
+_dependencies = wiring(ErasureApiSettings, _build)
 
 
 class BadRequestError(Exception):
