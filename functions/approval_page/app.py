@@ -30,7 +30,7 @@ from lethe_shared.erasure.approval_flow import (
     HttpAnswer,
     HttpRequest,
 )
-from lethe_shared.erasure.approval import response_headers
+from lethe_shared.erasure.approval_pages import response_headers
 from lethe_shared.erasure.requests import DynamoApprovals, DynamoErasureRequests
 from lethe_shared.erasure.workflow import StepFunctionsCallbacks
 

@@ -19,20 +19,20 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
 
-from lethe_shared.erasure.approval import (
-    confirmation_code,
-    csrf_token,
-    link_signature,
-    new_approval_id,
-    new_csrf_nonce,
-    sign_link,
-)
 from lethe_shared.erasure.approval_flow import (
     ApprovalPage,
     HttpAnswer,
     HttpRequest,
     NoApproverError,
     request_approval,
+)
+from lethe_shared.erasure.approval_links import (
+    confirmation_code,
+    csrf_token,
+    link_signature,
+    new_approval_id,
+    new_csrf_nonce,
+    sign_link,
 )
 from lethe_shared.erasure.principals import ApproverPrincipals
 from lethe_shared.erasure.requests import (
