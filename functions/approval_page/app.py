@@ -18,12 +18,11 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities import parameters
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import Field
 
-from lethe_shared.aws.wiring import Aws, wiring
+from lethe_shared.aws.wiring import Aws, secret, wiring
 from lethe_shared.erasure.approval_flow import (
     ApprovalPage,
     ApproversSettingsBase,
@@ -38,7 +37,6 @@ logger = Logger()
 tracer = Tracer()
 metrics = Metrics()
 app = APIGatewayRestResolver()
-KEY_CACHE_SECONDS = 300
 
 
 class ApprovalPageSettings(ApproversSettingsBase):
@@ -69,12 +67,12 @@ _dependencies = wiring(ApprovalPageSettings, _build)
 
 def _page() -> ApprovalPage:
     deps = _dependencies()
-    key = parameters.get_secret(deps.settings.signing_key_secret_arn, max_age=KEY_CACHE_SECONDS)
+    key = secret(deps.settings.signing_key_secret_arn)
     return ApprovalPage(
         requests=deps.requests,
         approvals=deps.approvals,
         callbacks=deps.callbacks,
-        signing_key=str(key).encode(),
+        signing_key=key.encode(),
         approvers=deps.settings.approvers,
         principals=deps.settings.approver_principals,
     )

@@ -16,18 +16,16 @@ from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities import parameters
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, Field
 
-from lethe_shared.aws.wiring import Aws, wiring
+from lethe_shared.aws.wiring import Aws, secret, wiring
 from lethe_shared.erasure.approval_flow import ApproversSettingsBase, SesMailer, request_approval
 from lethe_shared.erasure.requests import DynamoApprovals, DynamoErasureRequests
 
 logger = Logger()
 tracer = Tracer()
 metrics = Metrics()
-KEY_CACHE_SECONDS = 300
 
 
 class ApprovalRequestSettings(ApproversSettingsBase):
@@ -71,7 +69,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     task = ApprovalTask.model_validate(event)
     deps = _dependencies()
     settings = deps.settings
-    key = str(parameters.get_secret(settings.signing_key_secret_arn, max_age=KEY_CACHE_SECONDS))
+    key = secret(settings.signing_key_secret_arn)
     links = request_approval(
         task.request_id,
         task.task_token,

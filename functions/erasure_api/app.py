@@ -30,11 +30,10 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities import parameters
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import Field
 
-from lethe_shared.aws.wiring import Aws, wiring
+from lethe_shared.aws.wiring import Aws, secret, wiring
 from lethe_shared.config import Settings
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
 from lethe_shared.erasure.approval_flow import deliver_decision, pending_delivery
@@ -66,7 +65,6 @@ logger = Logger()
 tracer = Tracer()
 metrics = Metrics()
 app = APIGatewayRestResolver()
-KEY_CACHE_SECONDS = 300
 REQUEST_EVENT = "Erasure Requested"
 
 
@@ -115,10 +113,9 @@ def _file(
 ) -> dict[str, Any]:
     body = parse_request_body(document)
     deps = _dependencies()
-    secret = parameters.get_secret(deps.settings.hash_key_secret_arn, max_age=KEY_CACHE_SECONDS)
     filed = file_request(
         body,
-        hash_key=key_from_secret(str(secret)),
+        hash_key=key_from_secret(secret(deps.settings.hash_key_secret_arn)),
         datasets=list(deps.registry.list()),
         requests=deps.requests,
         starter=deps.starter,

@@ -14,12 +14,11 @@ from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities import parameters
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, Field
 
 from lethe_shared.aws.s3 import NULL_VERSION, S3ObjectStore
-from lethe_shared.aws.wiring import Aws, wiring
+from lethe_shared.aws.wiring import Aws, secret, wiring
 from lethe_shared.config import Settings
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
 from lethe_shared.errors import MalformedEventError
@@ -29,7 +28,6 @@ from lethe_shared.index.subject_index import DynamoSubjectIndex, key_from_secret
 logger = Logger()
 tracer = Tracer()
 metrics = Metrics()
-KEY_CACHE_SECONDS = 300
 
 
 class IndexObjectSettings(Settings):
@@ -83,9 +81,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         objects=deps.objects,
         registry=deps.registry,
         index=deps.index,
-        hash_key=lambda: key_from_secret(
-            str(parameters.get_secret(secret_arn, max_age=KEY_CACHE_SECONDS))
-        ),
+        hash_key=lambda: key_from_secret(secret(secret_arn)),
     )
     metrics.add_metric(name="IndexEntriesWritten", unit=MetricUnit.Count, value=outcome.entries)
     logger.info(
