@@ -31,7 +31,7 @@ from lethe_shared.erasure.approval_flow import (
 )
 from lethe_shared.erasure.approval_pages import response_headers
 from lethe_shared.erasure.requests import DynamoApprovals, DynamoErasureRequests
-from lethe_shared.erasure.workflow import StepFunctionsCallbacks
+from lethe_shared.erasure.task_callbacks import StepFunctionsCallbacks
 
 logger = Logger()
 tracer = Tracer()

@@ -52,13 +52,8 @@ from lethe_shared.erasure.requests import (
     RequestNotFoundError,
     parse_request_body,
 )
-from lethe_shared.erasure.workflow import (
-    StepFunctionsCallbacks,
-    StepFunctionsStarter,
-    TaskGoneError,
-    cancel_request,
-    file_request,
-)
+from lethe_shared.erasure.task_callbacks import StepFunctionsCallbacks, TaskGoneError
+from lethe_shared.erasure.workflow import StepFunctionsStarter, cancel_request, file_request
 from lethe_shared.index.subject_index import key_from_secret
 
 logger = Logger()

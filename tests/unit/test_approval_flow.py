@@ -39,13 +39,13 @@ from lethe_shared.erasure.requests import (
     ApprovalLink,
     ErasureRequest,
     ErasureStatus,
+    RequestClosedError,
     hash_subjects,
     new_request,
     parse_request_body,
 )
+from lethe_shared.erasure.task_callbacks import TaskGoneError
 from lethe_shared.erasure.workflow import (
-    RequestClosedError,
-    TaskGoneError,
     cancel_request,
     mark,
 )

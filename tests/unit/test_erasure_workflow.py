@@ -34,13 +34,13 @@ from lethe_shared.erasure.requests import (
     ErasureRequest,
     ErasureStatus,
     InvalidTransitionError,
+    RequestClosedError,
     hash_subjects,
     new_request,
     parse_request_body,
 )
+from lethe_shared.erasure.task_callbacks import TaskGoneError
 from lethe_shared.erasure.workflow import (
-    RequestClosedError,
-    TaskGoneError,
     VerificationMissingError,
     build_report,
     cancel_request,

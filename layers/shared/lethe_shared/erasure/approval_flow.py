@@ -72,8 +72,9 @@ from lethe_shared.erasure.requests import (
     ErasureRequests,
     ErasureStatus,
     InvalidTransitionError,
+    RequestClosedError,
 )
-from lethe_shared.erasure.workflow import RequestClosedError, TaskCallbacks, TaskGoneError
+from lethe_shared.erasure.task_callbacks import TaskCallbacks, TaskGoneError
 from lethe_shared.errors import LetheError
 
 LOG = logging.getLogger("lethe.approval")

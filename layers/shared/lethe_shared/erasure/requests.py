@@ -88,6 +88,10 @@ class ErasureRequestError(LetheError):
         super().__init__("invalid erasure request: " + "; ".join(problems))
 
 
+class RequestClosedError(LetheError):
+    """The request was cancelled (or ended) while the workflow ran: the step does nothing."""
+
+
 class RequestNotFoundError(LetheError):
     """No erasure request has that id."""
 

@@ -53,21 +53,19 @@ from lethe_shared.erasure.requests import (
     ErasureStatus,
     IdempotencyConflictError,
     InvalidTransitionError,
+    RequestClosedError,
     RequestNotFoundError,
     hash_subjects,
     idempotent_request_id,
     new_request,
     new_request_id,
 )
+from lethe_shared.erasure.task_callbacks import TaskCallbacks, TaskGoneError
 from lethe_shared.errors import LetheError
 from lethe_shared.index.subject_index import SubjectIndex
 
 LOG = logging.getLogger("lethe.erasure")
 WORKFLOW = "workflow"  # who the history names for the state machine's own steps
-
-
-class RequestClosedError(LetheError):
-    """The request was cancelled (or ended) while the workflow ran: the step does nothing."""
 
 
 class VerificationMissingError(LetheError):
@@ -168,19 +166,6 @@ def cancel_request(
         except TaskGoneError:  # the approval task timed out meanwhile: the workflow ends anyway
             LOG.info("request %s: cancelled after its approval task ended", request_id)
     return record
-
-
-class TaskGoneError(LetheError):
-    """The task token is no longer valid: the waiting task timed out or its execution ended."""
-
-
-class TaskCallbacks(Protocol):
-    """Step Functions' task token callbacks (SendTaskSuccess / SendTaskFailure). Both raise
-    TaskGoneError when the task no longer waits."""
-
-    def success(self, token: str, output: Mapping[str, Any]) -> None: ...
-
-    def failure(self, token: str, error: str, cause: str) -> None: ...
 
 
 # ----------------------------------------------------------------------------------- report
@@ -506,30 +491,6 @@ def _audit(
         "certificate_signature": dict(signature),
         "completed_at": at.isoformat(),
     }
-
-
-@dataclass(frozen=True)
-class StepFunctionsCallbacks:
-    """TaskCallbacks on a boto3 Step Functions client."""
-
-    client: Any
-
-    def success(self, token: str, output: Mapping[str, Any]) -> None:
-        self._call(self.client.send_task_success, taskToken=token, output=json.dumps(output))
-
-    def failure(self, token: str, error: str, cause: str) -> None:
-        self._call(self.client.send_task_failure, taskToken=token, error=error, cause=cause)
-
-    def _call(self, method: Any, **kwargs: Any) -> None:
-        gone = (
-            self.client.exceptions.TaskTimedOut,
-            self.client.exceptions.InvalidToken,
-            self.client.exceptions.TaskDoesNotExist,
-        )
-        try:
-            method(**kwargs)
-        except gone as exc:
-            raise TaskGoneError(str(exc)) from exc
 
 
 @dataclass(frozen=True)
