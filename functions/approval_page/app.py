@@ -22,7 +22,7 @@ from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import Field
 
-from lethe_shared.aws.wiring import Aws, secret, wiring
+from lethe_shared.aws.wiring import Aws, wiring
 from lethe_shared.erasure.approval_flow import (
     ApprovalPage,
     ApproversSettingsBase,
@@ -37,6 +37,15 @@ logger = Logger()
 tracer = Tracer()
 metrics = Metrics()
 app = APIGatewayRestResolver()
+KEY_CACHE_SECONDS = 300
+
+
+def _secret(arn: str) -> str:
+    """The secret string of `arn`, cached for KEY_CACHE_SECONDS. Powertools' parameters utility
+    (and boto3 with it) is imported at the first read, with the clients, not at import."""
+    from aws_lambda_powertools.utilities import parameters  # noqa: PLC0415
+
+    return str(parameters.get_secret(arn, max_age=KEY_CACHE_SECONDS))
 
 
 class ApprovalPageSettings(ApproversSettingsBase):
@@ -67,7 +76,7 @@ _dependencies = wiring(ApprovalPageSettings, _build)
 
 def _page() -> ApprovalPage:
     deps = _dependencies()
-    key = secret(deps.settings.signing_key_secret_arn)
+    key = _secret(deps.settings.signing_key_secret_arn)
     return ApprovalPage(
         requests=deps.requests,
         approvals=deps.approvals,

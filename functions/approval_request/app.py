@@ -19,13 +19,22 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, Field
 
-from lethe_shared.aws.wiring import Aws, secret, wiring
+from lethe_shared.aws.wiring import Aws, wiring
 from lethe_shared.erasure.approval_flow import ApproversSettingsBase, SesMailer, request_approval
 from lethe_shared.erasure.requests import DynamoApprovals, DynamoErasureRequests
 
 logger = Logger()
 tracer = Tracer()
 metrics = Metrics()
+KEY_CACHE_SECONDS = 300
+
+
+def _secret(arn: str) -> str:
+    """The secret string of `arn`, cached for KEY_CACHE_SECONDS. Powertools' parameters utility
+    (and boto3 with it) is imported at the first read, with the clients, not at import."""
+    from aws_lambda_powertools.utilities import parameters  # noqa: PLC0415
+
+    return str(parameters.get_secret(arn, max_age=KEY_CACHE_SECONDS))
 
 
 class ApprovalRequestSettings(ApproversSettingsBase):
@@ -69,7 +78,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     task = ApprovalTask.model_validate(event)
     deps = _dependencies()
     settings = deps.settings
-    key = secret(settings.signing_key_secret_arn)
+    key = _secret(settings.signing_key_secret_arn)
     links = request_approval(
         task.request_id,
         task.task_token,

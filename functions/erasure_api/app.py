@@ -33,7 +33,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import Field
 
-from lethe_shared.aws.wiring import Aws, secret, wiring
+from lethe_shared.aws.wiring import Aws, wiring
 from lethe_shared.config import Settings
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
 from lethe_shared.erasure.approval_flow import deliver_decision, pending_delivery
@@ -60,6 +60,17 @@ logger = Logger()
 tracer = Tracer()
 metrics = Metrics()
 app = APIGatewayRestResolver()
+KEY_CACHE_SECONDS = 300
+
+
+def _secret(arn: str) -> str:
+    """The secret string of `arn`, cached for KEY_CACHE_SECONDS. Powertools' parameters utility
+    (and boto3 with it) is imported at the first read, with the clients, not at import."""
+    from aws_lambda_powertools.utilities import parameters  # noqa: PLC0415
+
+    return str(parameters.get_secret(arn, max_age=KEY_CACHE_SECONDS))
+
+
 REQUEST_EVENT = "Erasure Requested"
 
 
@@ -110,7 +121,7 @@ def _file(
     deps = _dependencies()
     filed = file_request(
         body,
-        hash_key=key_from_secret(secret(deps.settings.hash_key_secret_arn)),
+        hash_key=key_from_secret(_secret(deps.settings.hash_key_secret_arn)),
         datasets=list(deps.registry.list()),
         requests=deps.requests,
         starter=deps.starter,

@@ -18,7 +18,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, Field
 
 from lethe_shared.aws.s3 import NULL_VERSION, S3ObjectStore
-from lethe_shared.aws.wiring import Aws, secret, wiring
+from lethe_shared.aws.wiring import Aws, wiring
 from lethe_shared.config import Settings
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
 from lethe_shared.errors import MalformedEventError
@@ -28,6 +28,15 @@ from lethe_shared.index.subject_index import DynamoSubjectIndex, key_from_secret
 logger = Logger()
 tracer = Tracer()
 metrics = Metrics()
+KEY_CACHE_SECONDS = 300
+
+
+def _secret(arn: str) -> str:
+    """The secret string of `arn`, cached for KEY_CACHE_SECONDS. Powertools' parameters utility
+    (and boto3 with it) is imported at the first read, with the clients, not at import."""
+    from aws_lambda_powertools.utilities import parameters  # noqa: PLC0415
+
+    return str(parameters.get_secret(arn, max_age=KEY_CACHE_SECONDS))
 
 
 class IndexObjectSettings(Settings):
@@ -81,7 +90,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         objects=deps.objects,
         registry=deps.registry,
         index=deps.index,
-        hash_key=lambda: key_from_secret(secret(secret_arn)),
+        hash_key=lambda: key_from_secret(_secret(secret_arn)),
     )
     metrics.add_metric(name="IndexEntriesWritten", unit=MetricUnit.Count, value=outcome.entries)
     logger.info(

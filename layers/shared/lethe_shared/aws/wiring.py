@@ -14,11 +14,6 @@ bad deployment fails there with one ConfigurationError naming every missing or i
 (load_settings), and a cold start's import stays the libraries' import. Later calls return the
 same object (the execution environment's clients are reused across invocations);
 `_dependencies.cache_clear()` forgets it, for tests that change the environment.
-
-`secret(arn)` reads a Secrets Manager secret (the approval signing key, the subject hash key)
-through Powertools' parameters cache: a rotated secret reaches a warm function within
-KEY_CACHE_SECONDS. Powertools' parameters utility (and boto3 with it) is imported at the first
-read, with the clients, not at import.
 """
 
 from __future__ import annotations
@@ -31,7 +26,6 @@ from lethe_shared.config import Settings, load_settings
 
 SettingsT = TypeVar("SettingsT", bound=Settings)
 DepsT = TypeVar("DepsT")
-KEY_CACHE_SECONDS = 300  # how long a function keeps a secret it read (a rotation's delay)
 
 
 class Aws:
@@ -79,13 +73,6 @@ class Wiring(Generic[SettingsT, DepsT]):
     def cache_clear(self) -> None:
         """Forget the built dependencies: the next call reads the environment again."""
         self._built.cache_clear()
-
-
-def secret(arn: str) -> str:
-    """The secret string of `arn`, cached for KEY_CACHE_SECONDS (Powertools parameters)."""
-    from aws_lambda_powertools.utilities import parameters  # noqa: PLC0415  (imports boto3)
-
-    return str(parameters.get_secret(arn, max_age=KEY_CACHE_SECONDS))
 
 
 def wiring(
