@@ -37,6 +37,7 @@ from lethe_shared.aws.wiring import Aws, wiring
 from lethe_shared.config import Settings
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
 from lethe_shared.erasure.approval_flow import deliver_decision, pending_delivery
+from lethe_shared.erasure.intake import StepFunctionsStarter, cancel_request, file_request
 from lethe_shared.erasure.principals import (
     ApproverPrincipalsSetting,
     CancelNotAllowedError,
@@ -53,7 +54,6 @@ from lethe_shared.erasure.requests import (
     parse_request_body,
 )
 from lethe_shared.erasure.task_callbacks import StepFunctionsCallbacks, TaskGoneError
-from lethe_shared.erasure.workflow import StepFunctionsStarter, cancel_request, file_request
 from lethe_shared.index.subject_index import key_from_secret
 
 logger = Logger()

@@ -34,6 +34,7 @@ from lethe_shared.erasure.approval_links import (
     new_csrf_nonce,
     sign_link,
 )
+from lethe_shared.erasure.intake import cancel_request
 from lethe_shared.erasure.principals import ApproverPrincipals
 from lethe_shared.erasure.requests import (
     ApprovalLink,
@@ -46,7 +47,6 @@ from lethe_shared.erasure.requests import (
 )
 from lethe_shared.erasure.task_callbacks import TaskGoneError
 from lethe_shared.erasure.workflow import (
-    cancel_request,
     mark,
 )
 from tests.fakes import MemoryApprovals, MemoryErasureRequests

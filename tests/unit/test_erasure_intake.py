@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from lethe_shared.datasets.document import Dataset, parse_dataset
+from lethe_shared.erasure.intake import file_request
 from lethe_shared.erasure.principals import ApproverPrincipals, RequesterNotCallerError
 from lethe_shared.erasure.requests import (
     MAX_SUBJECTS,
@@ -29,7 +30,6 @@ from lethe_shared.erasure.requests import (
     new_request_id,
     parse_request_body,
 )
-from lethe_shared.erasure.workflow import file_request
 from lethe_shared.index.subject_index import hash_of_id, hash_of_keys
 from tests.fakes import MemoryErasureRequests
 

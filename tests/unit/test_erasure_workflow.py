@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, utils
 from lethe_shared.aws.s3 import s3_url
 from lethe_shared.catalog.object_catalog import Zone
 from lethe_shared.erasure.certificate import verify_envelope
+from lethe_shared.erasure.intake import cancel_request
 from lethe_shared.erasure.report import (
     EraseResults,
     ObjectCheck,
@@ -43,7 +44,6 @@ from lethe_shared.erasure.task_callbacks import TaskGoneError
 from lethe_shared.erasure.workflow import (
     VerificationMissingError,
     build_report,
-    cancel_request,
     certify,
     mark,
     update_index,
