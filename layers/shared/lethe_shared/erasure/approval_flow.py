@@ -4,10 +4,11 @@
 the request record (it never leaves DynamoDB), creates one signed link per configured approver
 (never the requester), and emails each approver their own link. `ApprovalPage` answers the
 link: a GET renders the confirmation page and changes nothing; a POST checks the link, the
-form, the CSRF token, who decides and the typed code (lethe_shared.erasure.approval_links and
-approval_pages, in that order),
-then applies the decision exactly once with a conditional transition of the request, and only
-then hands the decision to the waiting workflow through the task token (`deliver_decision`).
+form, the CSRF token, who decides and the typed code, in that order (the pure checks and pages
+are lethe_shared.erasure.approval_links, approval_pages and approval_email), then applies the
+decision exactly once with a conditional transition of the request, and only then hands the
+decision to the waiting workflow through the task token (`deliver_decision`, on
+lethe_shared.erasure.task_callbacks).
 
 The token stays on the record until the decision was handed over: a SendTaskSuccess or
 SendTaskFailure that fails (throttling, a network error) is retried DELIVERY_ATTEMPTS times,
