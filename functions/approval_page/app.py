@@ -12,35 +12,40 @@ Every answer is an HTML page with strict security headers.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
-import boto3
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities import parameters
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import Field
 
-from lethe_shared.config import load_settings
-from lethe_shared.erasure.approval import response_headers
+from lethe_shared.aws.wiring import Aws, wiring
 from lethe_shared.erasure.approval_flow import (
     ApprovalPage,
     ApproversSettingsBase,
     HttpAnswer,
     HttpRequest,
 )
+from lethe_shared.erasure.approval_pages import response_headers
 from lethe_shared.erasure.requests import DynamoApprovals, DynamoErasureRequests
-from lethe_shared.erasure.workflow import StepFunctionsCallbacks
+from lethe_shared.erasure.task_callbacks import StepFunctionsCallbacks
 
 logger = Logger()
 tracer = Tracer()
 metrics = Metrics()
 app = APIGatewayRestResolver()
 KEY_CACHE_SECONDS = 300
+
+
+def _secret(arn: str) -> str:
+    """The secret string of `arn`, cached for KEY_CACHE_SECONDS. Powertools' parameters utility
+    (and boto3 with it) is imported at the first read, with the clients, not at import."""
+    from aws_lambda_powertools.utilities import parameters  # noqa: PLC0415
+
+    return str(parameters.get_secret(arn, max_age=KEY_CACHE_SECONDS))
 
 
 class ApprovalPageSettings(ApproversSettingsBase):
@@ -57,26 +62,26 @@ class _Dependencies:
     callbacks: StepFunctionsCallbacks
 
 
-@cache
-def _dependencies() -> _Dependencies:
-    settings = load_settings(ApprovalPageSettings)
-    dynamodb = boto3.resource("dynamodb")
+def _build(settings: ApprovalPageSettings, aws: Aws) -> _Dependencies:
     return _Dependencies(
         settings=settings,
-        requests=DynamoErasureRequests(dynamodb.Table(settings.requests_table)),
-        approvals=DynamoApprovals(dynamodb.Table(settings.approvals_table)),
-        callbacks=StepFunctionsCallbacks(boto3.client("stepfunctions")),
+        requests=DynamoErasureRequests(aws.table(settings.requests_table)),
+        approvals=DynamoApprovals(aws.table(settings.approvals_table)),
+        callbacks=StepFunctionsCallbacks(aws.client("stepfunctions")),
     )
+
+
+_dependencies = wiring(ApprovalPageSettings, _build)
 
 
 def _page() -> ApprovalPage:
     deps = _dependencies()
-    key = parameters.get_secret(deps.settings.signing_key_secret_arn, max_age=KEY_CACHE_SECONDS)
+    key = _secret(deps.settings.signing_key_secret_arn)
     return ApprovalPage(
         requests=deps.requests,
         approvals=deps.approvals,
         callbacks=deps.callbacks,
-        signing_key=str(key).encode(),
+        signing_key=key.encode(),
         approvers=deps.settings.approvers,
         principals=deps.settings.approver_principals,
     )

@@ -12,17 +12,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
-from functools import cache
 from typing import Any
 
-import boto3
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities import parameters
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, Field
 
-from lethe_shared.config import load_settings
+from lethe_shared.aws.wiring import Aws, wiring
 from lethe_shared.erasure.approval_flow import ApproversSettingsBase, SesMailer, request_approval
 from lethe_shared.erasure.requests import DynamoApprovals, DynamoErasureRequests
 
@@ -30,6 +27,14 @@ logger = Logger()
 tracer = Tracer()
 metrics = Metrics()
 KEY_CACHE_SECONDS = 300
+
+
+def _secret(arn: str) -> str:
+    """The secret string of `arn`, cached for KEY_CACHE_SECONDS. Powertools' parameters utility
+    (and boto3 with it) is imported at the first read, with the clients, not at import."""
+    from aws_lambda_powertools.utilities import parameters  # noqa: PLC0415
+
+    return str(parameters.get_secret(arn, max_age=KEY_CACHE_SECONDS))
 
 
 class ApprovalRequestSettings(ApproversSettingsBase):
@@ -54,16 +59,16 @@ class _Dependencies:
     mailer: SesMailer
 
 
-@cache
-def _dependencies() -> _Dependencies:
-    settings = load_settings(ApprovalRequestSettings)
-    dynamodb = boto3.resource("dynamodb")
+def _build(settings: ApprovalRequestSettings, aws: Aws) -> _Dependencies:
     return _Dependencies(
         settings=settings,
-        requests=DynamoErasureRequests(dynamodb.Table(settings.requests_table)),
-        approvals=DynamoApprovals(dynamodb.Table(settings.approvals_table)),
-        mailer=SesMailer(boto3.client("ses"), settings.sender),
+        requests=DynamoErasureRequests(aws.table(settings.requests_table)),
+        approvals=DynamoApprovals(aws.table(settings.approvals_table)),
+        mailer=SesMailer(aws.client("ses"), settings.sender),
     )
+
+
+_dependencies = wiring(ApprovalRequestSettings, _build)
 
 
 @logger.inject_lambda_context(correlation_id_path="request_id", log_event=False)
@@ -73,7 +78,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     task = ApprovalTask.model_validate(event)
     deps = _dependencies()
     settings = deps.settings
-    key = str(parameters.get_secret(settings.signing_key_secret_arn, max_age=KEY_CACHE_SECONDS))
+    key = _secret(settings.signing_key_secret_arn)
     links = request_approval(
         task.request_id,
         task.task_token,

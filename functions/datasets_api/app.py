@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
-import boto3
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.logging import correlation_paths
@@ -19,8 +17,9 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import Field
 
 from lethe_shared.aws.s3 import S3ObjectStore
+from lethe_shared.aws.wiring import Aws, wiring
 from lethe_shared.catalog.object_catalog import Buckets
-from lethe_shared.config import Settings, load_settings
+from lethe_shared.config import Settings
 from lethe_shared.datasets.document import Dataset, parse_dataset
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
 from lethe_shared.errors import BucketVersioningError, DatasetNotFoundError, DatasetValidationError
@@ -44,14 +43,15 @@ class _Dependencies:
     buckets: Buckets
 
 
-@cache
-def _dependencies() -> _Dependencies:
-    settings = load_settings(DatasetsApiSettings)
+def _build(settings: DatasetsApiSettings, aws: Aws) -> _Dependencies:
     return _Dependencies(
-        registry=DynamoDatasetRegistry(boto3.resource("dynamodb").Table(settings.datasets_table)),
-        objects=S3ObjectStore(boto3.client("s3")),
+        registry=DynamoDatasetRegistry(aws.table(settings.datasets_table)),
+        objects=S3ObjectStore(aws.client("s3")),
         buckets=Buckets(raw=settings.raw_bucket, lake=settings.lake_bucket),
     )
+
+
+_dependencies = wiring(DatasetsApiSettings, _build)
 
 
 def _json(status: int, body: dict[str, Any]) -> Response[str]:

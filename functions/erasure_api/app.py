@@ -24,21 +24,20 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
-import boto3
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities import parameters
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import Field
 
-from lethe_shared.config import Settings, load_settings
+from lethe_shared.aws.wiring import Aws, wiring
+from lethe_shared.config import Settings
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
 from lethe_shared.erasure.approval_flow import deliver_decision, pending_delivery
+from lethe_shared.erasure.intake import StepFunctionsStarter, cancel_request, file_request
 from lethe_shared.erasure.principals import (
     ApproverPrincipalsSetting,
     CancelNotAllowedError,
@@ -54,13 +53,7 @@ from lethe_shared.erasure.requests import (
     RequestNotFoundError,
     parse_request_body,
 )
-from lethe_shared.erasure.workflow import (
-    StepFunctionsCallbacks,
-    StepFunctionsStarter,
-    TaskGoneError,
-    cancel_request,
-    file_request,
-)
+from lethe_shared.erasure.task_callbacks import StepFunctionsCallbacks, TaskGoneError
 from lethe_shared.subject_hashing.keys import key_from_secret
 
 logger = Logger()
@@ -68,6 +61,16 @@ tracer = Tracer()
 metrics = Metrics()
 app = APIGatewayRestResolver()
 KEY_CACHE_SECONDS = 300
+
+
+def _secret(arn: str) -> str:
+    """The secret string of `arn`, cached for KEY_CACHE_SECONDS. Powertools' parameters utility
+    (and boto3 with it) is imported at the first read, with the clients, not at import."""
+    from aws_lambda_powertools.utilities import parameters  # noqa: PLC0415
+
+    return str(parameters.get_secret(arn, max_age=KEY_CACHE_SECONDS))
+
+
 REQUEST_EVENT = "Erasure Requested"
 
 
@@ -88,18 +91,17 @@ class _Dependencies:
     callbacks: StepFunctionsCallbacks
 
 
-@cache
-def _dependencies() -> _Dependencies:
-    settings = load_settings(ErasureApiSettings)
-    dynamodb = boto3.resource("dynamodb")
-    stepfunctions = boto3.client("stepfunctions")
+def _build(settings: ErasureApiSettings, aws: Aws) -> _Dependencies:
     return _Dependencies(
         settings=settings,
-        requests=DynamoErasureRequests(dynamodb.Table(settings.requests_table)),
-        registry=DynamoDatasetRegistry(dynamodb.Table(settings.datasets_table)),
-        starter=StepFunctionsStarter(stepfunctions, settings.state_machine_arn),
-        callbacks=StepFunctionsCallbacks(stepfunctions),
+        requests=DynamoErasureRequests(aws.table(settings.requests_table)),
+        registry=DynamoDatasetRegistry(aws.table(settings.datasets_table)),
+        starter=StepFunctionsStarter(aws.client("stepfunctions"), settings.state_machine_arn),
+        callbacks=StepFunctionsCallbacks(aws.client("stepfunctions")),
     )
+
+
+_dependencies = wiring(ErasureApiSettings, _build)
 
 
 class BadRequestError(Exception):
@@ -117,10 +119,9 @@ def _file(
 ) -> dict[str, Any]:
     body = parse_request_body(document)
     deps = _dependencies()
-    secret = parameters.get_secret(deps.settings.hash_key_secret_arn, max_age=KEY_CACHE_SECONDS)
     filed = file_request(
         body,
-        hash_key=key_from_secret(str(secret)),
+        hash_key=key_from_secret(_secret(deps.settings.hash_key_secret_arn)),
         datasets=list(deps.registry.list()),
         requests=deps.requests,
         starter=deps.starter,

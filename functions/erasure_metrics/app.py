@@ -11,16 +11,15 @@ status, OldestOpenErasureAgeHours (alarm: ErasureSlaHours) and OldestPendingAppr
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from functools import cache
 from typing import Any
 
-import boto3
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import Field
 
-from lethe_shared.config import Settings, load_settings
+from lethe_shared.aws.wiring import Aws, wiring
+from lethe_shared.config import Settings
 from lethe_shared.erasure.request_ages import measure
 from lethe_shared.erasure.requests import DynamoErasureRequests
 
@@ -33,10 +32,11 @@ class ErasureMetricsSettings(Settings):
     requests_table: str = Field(alias="ERASURE_REQUESTS_TABLE", min_length=1)
 
 
-@cache
-def _requests() -> DynamoErasureRequests:
-    settings = load_settings(ErasureMetricsSettings)
-    return DynamoErasureRequests(boto3.resource("dynamodb").Table(settings.requests_table))
+def _build(settings: ErasureMetricsSettings, aws: Aws) -> DynamoErasureRequests:
+    return DynamoErasureRequests(aws.table(settings.requests_table))
+
+
+_requests = wiring(ErasureMetricsSettings, _build)
 
 
 @logger.inject_lambda_context(log_event=False)

@@ -13,17 +13,16 @@ request was cancelled meanwhile) by name, and retries the rest.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
 from typing import Any, Literal
 
-import boto3
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, Field
 
 from lethe_shared.aws.s3 import S3ObjectStore
-from lethe_shared.config import Settings, load_settings
+from lethe_shared.aws.wiring import Aws, wiring
+from lethe_shared.config import Settings
 from lethe_shared.erasure.certificate import KmsSigner
 from lethe_shared.erasure.requests import DynamoErasureRequests, ErasureStatus, RequestNotFoundError
 from lethe_shared.erasure.workflow import (
@@ -70,18 +69,17 @@ class _Dependencies:
     signer: KmsSigner
 
 
-@cache
-def _dependencies() -> _Dependencies:
-    settings = load_settings(ErasureStepsSettings)
-    dynamodb = boto3.resource("dynamodb")
-    s3 = boto3.client("s3")
+def _build(settings: ErasureStepsSettings, aws: Aws) -> _Dependencies:
     return _Dependencies(
-        requests=DynamoErasureRequests(dynamodb.Table(settings.requests_table)),
-        index=DynamoSubjectIndex(dynamodb.Table(settings.index_table)),
-        objects=S3ObjectStore(s3),
-        documents=S3Documents(s3, settings.reports_bucket),
-        signer=KmsSigner(boto3.client("kms"), settings.certificate_key_arn),
+        requests=DynamoErasureRequests(aws.table(settings.requests_table)),
+        index=DynamoSubjectIndex(aws.table(settings.index_table)),
+        objects=S3ObjectStore(aws.client("s3")),
+        documents=S3Documents(aws.client("s3"), settings.reports_bucket),
+        signer=KmsSigner(aws.client("kms"), settings.certificate_key_arn),
     )
+
+
+_dependencies = wiring(ErasureStepsSettings, _build)
 
 
 def _run(step: StepEvent, deps: _Dependencies) -> dict[str, Any]:

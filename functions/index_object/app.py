@@ -10,18 +10,16 @@ the object's index entries exactly those. Idempotent: a repeat gives the same en
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
-import boto3
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities import parameters
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, Field
 
 from lethe_shared.aws.s3 import NULL_VERSION, S3ObjectStore
-from lethe_shared.config import Settings, load_settings
+from lethe_shared.aws.wiring import Aws, wiring
+from lethe_shared.config import Settings
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
 from lethe_shared.errors import MalformedEventError
 from lethe_shared.index.arrow_entries import LakeIndexAction, index_lake_object
@@ -32,6 +30,14 @@ logger = Logger()
 tracer = Tracer()
 metrics = Metrics()
 KEY_CACHE_SECONDS = 300
+
+
+def _secret(arn: str) -> str:
+    """The secret string of `arn`, cached for KEY_CACHE_SECONDS. Powertools' parameters utility
+    (and boto3 with it) is imported at the first read, with the clients, not at import."""
+    from aws_lambda_powertools.utilities import parameters  # noqa: PLC0415
+
+    return str(parameters.get_secret(arn, max_age=KEY_CACHE_SECONDS))
 
 
 class IndexObjectSettings(Settings):
@@ -56,16 +62,16 @@ class _Dependencies:
     index: DynamoSubjectIndex
 
 
-@cache
-def _dependencies() -> _Dependencies:
-    settings = load_settings(IndexObjectSettings)
-    dynamodb = boto3.resource("dynamodb")
+def _build(settings: IndexObjectSettings, aws: Aws) -> _Dependencies:
     return _Dependencies(
         settings=settings,
-        objects=S3ObjectStore(boto3.client("s3")),
-        registry=DynamoDatasetRegistry(dynamodb.Table(settings.datasets_table)),
-        index=DynamoSubjectIndex(dynamodb.Table(settings.index_table)),
+        objects=S3ObjectStore(aws.client("s3")),
+        registry=DynamoDatasetRegistry(aws.table(settings.datasets_table)),
+        index=DynamoSubjectIndex(aws.table(settings.index_table)),
     )
+
+
+_dependencies = wiring(IndexObjectSettings, _build)
 
 
 @logger.inject_lambda_context(log_event=False)
@@ -85,9 +91,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         objects=deps.objects,
         registry=deps.registry,
         index=deps.index,
-        hash_key=lambda: key_from_secret(
-            str(parameters.get_secret(secret_arn, max_age=KEY_CACHE_SECONDS))
-        ),
+        hash_key=lambda: key_from_secret(_secret(secret_arn)),
     )
     metrics.add_metric(name="IndexEntriesWritten", unit=MetricUnit.Count, value=outcome.entries)
     logger.info(

@@ -28,10 +28,8 @@ import json
 from collections import Counter
 from dataclasses import dataclass
 from datetime import timedelta
-from functools import cache
 from typing import Any
 
-import boto3
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType
@@ -42,8 +40,9 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import Field, ValidationError
 
 from lethe_shared.aws.s3 import S3ObjectStore, s3_url
+from lethe_shared.aws.wiring import Aws, wiring
 from lethe_shared.catalog.object_catalog import Buckets, DynamoObjectCatalog
-from lethe_shared.config import Settings, load_settings
+from lethe_shared.config import Settings
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
 from lethe_shared.errors import MalformedEventError
 from lethe_shared.index.maintenance import AwsIndexRequester, IndexMaintainer
@@ -96,28 +95,25 @@ class _Dependencies:
     reports_bucket: str
 
 
-@cache
-def _dependencies() -> _Dependencies:
-    """Built once per execution environment, at the first invocation (not at import)."""
-    settings = load_settings(ObjectEventsSettings)
-    dynamodb = boto3.resource("dynamodb")
-    stepfunctions = boto3.client("stepfunctions")
-    s3 = boto3.client("s3")
-    objects = S3ObjectStore(s3)
+def _build(settings: ObjectEventsSettings, aws: Aws) -> _Dependencies:
+    objects = S3ObjectStore(aws.client("s3"))
     return _Dependencies(
         buckets=Buckets(raw=settings.raw_bucket, lake=settings.lake_bucket),
-        registry=DynamoDatasetRegistry(dynamodb.Table(settings.datasets_table)),
-        catalog=DynamoObjectCatalog(dynamodb.Table(settings.catalog_table)),
+        registry=DynamoDatasetRegistry(aws.table(settings.datasets_table)),
+        catalog=DynamoObjectCatalog(aws.table(settings.catalog_table)),
         starter=StepFunctionsBatchStarter(
-            stepfunctions, s3, settings.ingestion_state_machine_arn, settings.reports_bucket
+            aws.client("stepfunctions"),
+            aws.client("s3"),
+            settings.ingestion_state_machine_arn,
+            settings.reports_bucket,
         ),
         index=IndexMaintainer(
-            index=DynamoSubjectIndex(dynamodb.Table(settings.index_table)),
+            index=DynamoSubjectIndex(aws.table(settings.index_table)),
             objects=objects,
             requester=AwsIndexRequester(
-                lambda_client=boto3.client("lambda"),
+                lambda_client=aws.client("lambda"),
                 function_name=settings.indexer_function_name,
-                sfn_client=stepfunctions,
+                sfn_client=aws.client("stepfunctions"),
                 backfill_state_machine_arn=settings.index_backfill_state_machine_arn,
             ),
             max_lambda_bytes=settings.lambda_index_max_bytes,
@@ -126,6 +122,10 @@ def _dependencies() -> _Dependencies:
         ignored_retention=timedelta(days=settings.ignored_retention_days),
         reports_bucket=settings.reports_bucket,
     )
+
+
+# Built once per execution environment, at the first invocation (not at import).
+_dependencies = wiring(ObjectEventsSettings, _build)
 
 
 def to_object_event(raw: dict[str, Any]) -> ObjectEvent:

@@ -35,8 +35,13 @@ from botocore.exceptions import ClientError
 from moto.core.config import default_user_config
 from moto.dynamodb.responses import DynamoHandler
 
-from lethe_shared.erasure.approval import confirmation_code, csrf_token, link_signature, sign_link
 from lethe_shared.erasure.approval_flow import DELIVERY_ATTEMPTS
+from lethe_shared.erasure.approval_links import (
+    confirmation_code,
+    csrf_token,
+    link_signature,
+    sign_link,
+)
 from lethe_shared.erasure.requests import (
     ApprovalLink,
     DynamoApprovals,

@@ -20,7 +20,7 @@ import boto3
 import pytest
 from aws_lambda_powertools.utilities import parameters
 
-from lethe_shared.erasure.approval import CONTENT_SECURITY_POLICY
+from lethe_shared.erasure.approval_pages import CONTENT_SECURITY_POLICY
 from lethe_shared.erasure.requests import (
     DynamoErasureRequests,
     ErasureStatus,

@@ -1,7 +1,7 @@
 """The approval page in a real browser: Debian's Chromium driven by Playwright.
 
-A tiny HTTP server on 127.0.0.1 serves the page from lethe_shared.erasure.approval's pure functions
-the
+A tiny HTTP server on 127.0.0.1 serves the page from the pure functions of
+lethe_shared.erasure.approval_links and approval_pages the
 way the approval Lambda does (GET: render and set the CSRF cookie; POST: link, form, CSRF, code,
 then a single-use decision), so what is checked here is what a person's browser does with the
 page: the cookie comes back on the POST, the form posts to the link's own URL under the page's
@@ -26,7 +26,8 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import requests
 
-from lethe_shared.erasure import approval as ap
+from lethe_shared.erasure import approval_links as links
+from lethe_shared.erasure import approval_pages as pages
 from tests.browser import chromium, outcome
 
 KEY = b"approval-signing-key-for-the-browser-tests-0123456789"
@@ -37,15 +38,15 @@ RAW_SUBJECT_IDS = ("user-4711", "alice@example.com")
 class Approvals:
     """The approval record the Lambda keeps in DynamoDB, reduced to what the page needs."""
 
-    summary: ap.ApprovalSummary
+    summary: pages.ApprovalSummary
     approval_id: str
     deadline: dt.datetime
-    decision: ap.Decision | None = None
+    decision: pages.Decision | None = None
     decided_at: dt.datetime | None = None
     posts: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def decide(self, decision: ap.Decision) -> bool:
+    def decide(self, decision: pages.Decision) -> bool:
         """The conditional write: succeeds once."""
         with self.lock:
             if self.decision is not None:
@@ -65,20 +66,20 @@ class ApprovalPageHandler(BaseHTTPRequestHandler):
         approvals = self.server.approvals
         approval_id, query = self._route()
         try:
-            ap.verify_link(
+            links.verify_link(
                 KEY, approval_id, query.get("e"), query.get("s"), dt.datetime.now(dt.UTC)
             )
-        except ap.LinkExpiredError as exc:
-            return self._send(ap.render_expired_page(exc.deadline))
-        except ap.LinkForgedError as exc:
-            return self._send(ap.render_invalid_page(str(exc)))
-        nonce = ap.new_csrf_nonce()
-        page = ap.render_confirmation_page(
+        except links.LinkExpiredError as exc:
+            return self._send(pages.render_expired_page(exc.deadline))
+        except links.LinkForgedError as exc:
+            return self._send(pages.render_invalid_page(str(exc)))
+        nonce = links.new_csrf_nonce()
+        page = pages.render_confirmation_page(
             approvals.summary,
-            code=ap.confirmation_code(KEY, approval_id),
-            csrf=ap.csrf_token(KEY, approval_id, nonce),
+            code=links.confirmation_code(KEY, approval_id),
+            csrf=links.csrf_token(KEY, approval_id, nonce),
         )
-        self._send(page, ap.csrf_cookie(nonce, approval_id, secure=False, max_age=600))
+        self._send(page, links.csrf_cookie(nonce, approval_id, secure=False, max_age=600))
         return None
 
     def do_POST(self) -> None:
@@ -88,31 +89,31 @@ class ApprovalPageHandler(BaseHTTPRequestHandler):
         approval_id, query = self._route()
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         try:
-            ap.verify_link(
+            links.verify_link(
                 KEY, approval_id, query.get("e"), query.get("s"), dt.datetime.now(dt.UTC)
             )
-            form = ap.parse_decision_form(
+            form = pages.parse_decision_form(
                 body, False, content_type=self.headers.get("Content-Type")
             )
             cookies = "; ".join(self.headers.get_all("Cookie") or [])
-            ap.check_csrf(KEY, approval_id, cookies, form.csrf_token)
-        except ap.LinkExpiredError as exc:
-            return self._send(ap.render_expired_page(exc.deadline))
-        except ap.LinkForgedError as exc:
-            return self._send(ap.render_invalid_page(str(exc)))
-        except ap.BadFormError as exc:
-            return self._send(ap.render_invalid_page(str(exc), kind="form"))
-        except ap.CsrfError as exc:
-            return self._send(ap.render_invalid_page(str(exc), kind="csrf"))
+            links.check_csrf(KEY, approval_id, cookies, form.csrf_token)
+        except links.LinkExpiredError as exc:
+            return self._send(pages.render_expired_page(exc.deadline))
+        except links.LinkForgedError as exc:
+            return self._send(pages.render_invalid_page(str(exc)))
+        except pages.BadFormError as exc:
+            return self._send(pages.render_invalid_page(str(exc), kind="form"))
+        except links.CsrfError as exc:
+            return self._send(pages.render_invalid_page(str(exc), kind="csrf"))
         if approval_id != approvals.approval_id:
-            return self._send(ap.render_not_allowed_page("this link is not for this request"))
-        if not ap.check_code(form.confirmation, ap.confirmation_code(KEY, approval_id)):
-            return self._send(ap.render_wrong_code_page("?" + urlsplit(self.path).query))
+            return self._send(pages.render_not_allowed_page("this link is not for this request"))
+        if not links.check_code(form.confirmation, links.confirmation_code(KEY, approval_id)):
+            return self._send(pages.render_wrong_code_page("?" + urlsplit(self.path).query))
         request_id, approver = approvals.summary.request_id, approvals.summary.approver
         if not approvals.decide(form.decision):
             assert approvals.decision is not None
             return self._send(
-                ap.render_already_decided_page(
+                pages.render_already_decided_page(
                     approvals.decision,
                     request_id=request_id,
                     decided_by=approver,
@@ -121,7 +122,7 @@ class ApprovalPageHandler(BaseHTTPRequestHandler):
             )
         assert approvals.decided_at is not None
         return self._send(
-            ap.render_decided_page(
+            pages.render_decided_page(
                 form.decision,
                 request_id=request_id,
                 decided_by=approver,
@@ -135,10 +136,10 @@ class ApprovalPageHandler(BaseHTTPRequestHandler):
         query = {k: v[0] for k, v in parse_qs(parts.query).items()}
         return (match.group(1) if match else ""), query
 
-    def _send(self, page: ap.Page, set_cookie: str | None = None) -> None:
+    def _send(self, page: pages.Page, set_cookie: str | None = None) -> None:
         body = page.html.encode("utf-8")
         self.send_response(page.status_code)
-        for name, value in ap.response_headers(set_cookie).items():
+        for name, value in pages.response_headers(set_cookie).items():
             self.send_header(name, value)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -166,24 +167,24 @@ class Site:
 @pytest.fixture
 def site() -> Iterator[Site]:
     deadline = (dt.datetime.now(dt.UTC) + dt.timedelta(days=2)).replace(microsecond=0)
-    summary = ap.ApprovalSummary(
+    summary = pages.ApprovalSummary(
         request_id="req-20261122-0042",
         subject_count=2,
         datasets=(
-            ap.DatasetCounts(dataset_id="reviews", zone="raw", objects=2, versions=3, rows=4),
-            ap.DatasetCounts(dataset_id="reviews", zone="lake", objects=3, versions=3, rows=4),
+            pages.DatasetCounts(dataset_id="reviews", zone="raw", objects=2, versions=3, rows=4),
+            pages.DatasetCounts(dataset_id="reviews", zone="lake", objects=3, versions=3, rows=4),
         ),
         report_sha256="c0ffee" + "0" * 58,
         deadline=deadline,
         requested_by="privacy-office@example.com",
         approver="dpo@example.com",
     )
-    approval_id = ap.new_approval_id()
+    approval_id = links.new_approval_id()
     server = ApprovalServer(Approvals(summary, approval_id, deadline))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield Site(server.approvals, ap.sign_link(KEY, server.base_url, approval_id, deadline))
+        yield Site(server.approvals, links.sign_link(KEY, server.base_url, approval_id, deadline))
     finally:
         server.shutdown()
         server.server_close()
@@ -219,7 +220,7 @@ def test_a_person_reads_the_page_types_the_code_and_approves(
 ) -> None:
     response = page.goto(site.link)
     assert response.status == 200
-    assert response.headers["content-security-policy"] == ap.CONTENT_SECURITY_POLICY
+    assert response.headers["content-security-policy"] == pages.CONTENT_SECURITY_POLICY
     assert site.approvals.decision is None  # opening the link decided nothing
 
     assert page.locator("#request-id").inner_text() == "req-20261122-0042"
@@ -344,7 +345,7 @@ def test_forged_and_expired_links_show_a_page_and_decide_nothing(site: Site, pag
     assert page.context.cookies() == []
 
     past = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)
-    expired = ap.sign_link(
+    expired = links.sign_link(
         KEY, f"{parts.scheme}://{parts.netloc}", site.approvals.approval_id, past
     )
     response = page.goto(expired)

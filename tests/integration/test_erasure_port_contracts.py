@@ -11,6 +11,7 @@ from typing import Any
 import boto3
 import pytest
 
+from lethe_shared.erasure.intake import StepFunctionsStarter
 from lethe_shared.erasure.requests import (
     ApprovalLink,
     Approvals,
@@ -23,7 +24,7 @@ from lethe_shared.erasure.requests import (
     InvalidTransitionError,
     RequestNotFoundError,
 )
-from lethe_shared.erasure.workflow import S3Documents, StepFunctionsStarter
+from lethe_shared.erasure.workflow import S3Documents
 from tests.fakes import MemoryApprovals, MemoryErasureRequests
 from tests.integration.conftest import create_table_from_template
 

@@ -1,4 +1,5 @@
-"""lethe_shared.erasure.approval: links, codes, CSRF, the decision form, the pages and the email."""
+"""lethe_shared.erasure.approval_links, approval_pages and approval_email: links, codes, CSRF, the
+decision form, the pages and the email."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import pytest
 from pydantic import ValidationError
 
-from lethe_shared.erasure import approval as ap
+from lethe_shared.erasure import approval_email as mail
+from lethe_shared.erasure import approval_links as links
+from lethe_shared.erasure import approval_pages as pages
 from lethe_shared.errors import LetheError
 
 pytestmark = pytest.mark.lambda_runtime
@@ -33,7 +36,7 @@ def link_parts(url: str) -> tuple[str, str, str]:
     return parts.path.rsplit("/", 1)[1], query["e"][0], query["s"][0]
 
 
-def summary(**overrides: Any) -> ap.ApprovalSummary:
+def summary(**overrides: Any) -> pages.ApprovalSummary:
     values: dict[str, Any] = {
         "request_id": "req-20261122-0001",
         "subject_count": 3,
@@ -48,131 +51,136 @@ def summary(**overrides: Any) -> ap.ApprovalSummary:
         "approver": "dpo@example.com",
     }
     values.update(overrides)
-    return ap.ApprovalSummary.model_validate(values)
+    return pages.ApprovalSummary.model_validate(values)
 
 
 # ------------------------------------------------------------------ links
 
 
 def test_new_approval_ids_are_long_random_and_url_safe() -> None:
-    ids = {ap.new_approval_id() for _ in range(50)}
+    ids = {links.new_approval_id() for _ in range(50)}
     assert len(ids) == 50
     for aid in ids:
-        assert ap.is_approval_id(aid)
+        assert links.is_approval_id(aid)
         assert len(base64.urlsafe_b64decode(aid + "=" * (-len(aid) % 4))) * 8 >= 128
 
 
 def test_signed_link_shape_and_signature() -> None:
-    url = ap.sign_link(KEY, BASE + "/", AID, DEADLINE)
+    url = links.sign_link(KEY, BASE + "/", AID, DEADLINE)
     assert url.startswith(f"{BASE}/approvals/{AID}?e=")
     aid, expires, signature = link_parts(url)
     assert aid == AID
     assert expires == str(int(DEADLINE.timestamp()))
     assert "=" not in signature
     assert re.fullmatch(r"[A-Za-z0-9_-]{43}", signature)
-    assert ap.verify_link(KEY, aid, expires, signature, NOW) == DEADLINE
+    assert links.verify_link(KEY, aid, expires, signature, NOW) == DEADLINE
 
 
 def test_link_with_integer_expiry_verifies() -> None:
     epoch = int(DEADLINE.timestamp())
-    signature = ap.link_signature(KEY, AID, epoch)
-    assert ap.verify_link(KEY, AID, epoch, signature, NOW) == DEADLINE
+    signature = links.link_signature(KEY, AID, epoch)
+    assert links.verify_link(KEY, AID, epoch, signature, NOW) == DEADLINE
 
 
 @pytest.mark.parametrize("base", ["ftp://x/y", "https://x/Prod?a=1", "https://x/#f", "/Prod"])
 def test_sign_link_refuses_odd_base_urls(base: str) -> None:
     with pytest.raises(ValueError, match="base_url"):
-        ap.sign_link(KEY, base, AID, DEADLINE)
+        links.sign_link(KEY, base, AID, DEADLINE)
 
 
 def test_tampered_signature_is_forged() -> None:
-    aid, expires, signature = link_parts(ap.sign_link(KEY, BASE, AID, DEADLINE))
+    aid, expires, signature = link_parts(links.sign_link(KEY, BASE, AID, DEADLINE))
     flipped = ("A" if signature[0] != "A" else "B") + signature[1:]
-    with pytest.raises(ap.LinkForgedError):
-        ap.verify_link(KEY, aid, expires, flipped, NOW)
-    with pytest.raises(ap.LinkForgedError):
-        ap.verify_link(KEY, aid, expires, signature + "=", NOW)
-    with pytest.raises(ap.LinkForgedError):
-        ap.verify_link(KEY, aid, expires, "", NOW)
-    with pytest.raises(ap.LinkForgedError):
-        ap.verify_link(KEY, aid, expires, "é" * 43, NOW)
+    with pytest.raises(links.LinkForgedError):
+        links.verify_link(KEY, aid, expires, flipped, NOW)
+    with pytest.raises(links.LinkForgedError):
+        links.verify_link(KEY, aid, expires, signature + "=", NOW)
+    with pytest.raises(links.LinkForgedError):
+        links.verify_link(KEY, aid, expires, "", NOW)
+    with pytest.raises(links.LinkForgedError):
+        links.verify_link(KEY, aid, expires, "é" * 43, NOW)
 
 
 def test_tampered_approval_id_is_forged() -> None:
-    _, expires, signature = link_parts(ap.sign_link(KEY, BASE, AID, DEADLINE))
-    other = ap.new_approval_id()
-    with pytest.raises(ap.LinkForgedError):
-        ap.verify_link(KEY, other, expires, signature, NOW)
+    _, expires, signature = link_parts(links.sign_link(KEY, BASE, AID, DEADLINE))
+    other = links.new_approval_id()
+    with pytest.raises(links.LinkForgedError):
+        links.verify_link(KEY, other, expires, signature, NOW)
     for malformed in ("", "short", AID + ".1", AID[:-1] + "/", "../" + AID):
-        with pytest.raises(ap.LinkForgedError):
-            ap.verify_link(KEY, malformed, expires, signature, NOW)
+        with pytest.raises(links.LinkForgedError):
+            links.verify_link(KEY, malformed, expires, signature, NOW)
 
 
 def test_tampered_expiry_is_forged_not_expired_nor_extended() -> None:
-    aid, expires, signature = link_parts(ap.sign_link(KEY, BASE, AID, DEADLINE))
+    aid, expires, signature = link_parts(links.sign_link(KEY, BASE, AID, DEADLINE))
     later = str(int(expires) + 86400)
     for bad in (later, "0" + expires, " " + expires, "+" + expires, "-1", "1e9", "abc"):
-        with pytest.raises(ap.LinkForgedError):
-            ap.verify_link(KEY, aid, bad, signature, NOW)
-    with pytest.raises(ap.LinkForgedError):
-        ap.verify_link(KEY, aid, None, signature, NOW)
-    with pytest.raises(ap.LinkForgedError):
-        ap.verify_link(KEY, aid, expires, None, NOW)
+        with pytest.raises(links.LinkForgedError):
+            links.verify_link(KEY, aid, bad, signature, NOW)
+    with pytest.raises(links.LinkForgedError):
+        links.verify_link(KEY, aid, None, signature, NOW)
+    with pytest.raises(links.LinkForgedError):
+        links.verify_link(KEY, aid, expires, None, NOW)
 
 
 def test_link_signed_with_another_key_is_forged() -> None:
-    aid, expires, signature = link_parts(ap.sign_link(OTHER_KEY, BASE, AID, DEADLINE))
-    with pytest.raises(ap.LinkForgedError):
-        ap.verify_link(KEY, aid, expires, signature, NOW)
+    aid, expires, signature = link_parts(links.sign_link(OTHER_KEY, BASE, AID, DEADLINE))
+    with pytest.raises(links.LinkForgedError):
+        links.verify_link(KEY, aid, expires, signature, NOW)
 
 
 def test_expired_link() -> None:
-    aid, expires, signature = link_parts(ap.sign_link(KEY, BASE, AID, DEADLINE))
-    with pytest.raises(ap.LinkExpiredError) as info:
-        ap.verify_link(KEY, aid, expires, signature, DEADLINE)
+    aid, expires, signature = link_parts(links.sign_link(KEY, BASE, AID, DEADLINE))
+    with pytest.raises(links.LinkExpiredError) as info:
+        links.verify_link(KEY, aid, expires, signature, DEADLINE)
     assert info.value.deadline == DEADLINE
-    with pytest.raises(ap.LinkExpiredError):
-        ap.verify_link(KEY, aid, expires, signature, DEADLINE + dt.timedelta(seconds=1))
-    assert ap.verify_link(KEY, aid, expires, signature, DEADLINE - dt.timedelta(seconds=1))
+    with pytest.raises(links.LinkExpiredError):
+        links.verify_link(KEY, aid, expires, signature, DEADLINE + dt.timedelta(seconds=1))
+    assert links.verify_link(KEY, aid, expires, signature, DEADLINE - dt.timedelta(seconds=1))
 
 
 def test_expired_forged_link_reads_as_forged() -> None:
-    aid, expires, _ = link_parts(ap.sign_link(KEY, BASE, AID, NOW - dt.timedelta(days=1)))
-    with pytest.raises(ap.LinkForgedError):
-        ap.verify_link(KEY, aid, expires, "A" * 43, NOW)
+    aid, expires, _ = link_parts(links.sign_link(KEY, BASE, AID, NOW - dt.timedelta(days=1)))
+    with pytest.raises(links.LinkForgedError):
+        links.verify_link(KEY, aid, expires, "A" * 43, NOW)
 
 
 def test_errors_are_lethe_errors() -> None:
-    for error in (ap.LinkForgedError, ap.LinkExpiredError, ap.CsrfError, ap.BadFormError):
-        assert issubclass(error, ap.ApprovalError)
+    for error in (
+        links.LinkForgedError,
+        links.LinkExpiredError,
+        links.CsrfError,
+        pages.BadFormError,
+    ):
+        assert issubclass(error, links.ApprovalError)
         assert issubclass(error, LetheError)
 
 
 def test_short_keys_and_naive_times_are_refused() -> None:
     with pytest.raises(ValueError, match="at least 32 bytes"):
-        ap.sign_link(b"short", BASE, AID, DEADLINE)
+        links.sign_link(b"short", BASE, AID, DEADLINE)
     with pytest.raises(ValueError, match="timezone"):
-        ap.sign_link(KEY, BASE, AID, DEADLINE.replace(tzinfo=None))
+        links.sign_link(KEY, BASE, AID, DEADLINE.replace(tzinfo=None))
     with pytest.raises(ValueError, match="timezone"):
-        ap.verify_link(KEY, AID, "1", "x", NOW.replace(tzinfo=None))
+        links.verify_link(KEY, AID, "1", "x", NOW.replace(tzinfo=None))
 
 
 # ------------------------------------------------------------------ confirmation code
 
 
 def test_code_is_deterministic_short_and_unambiguous() -> None:
-    code = ap.confirmation_code(KEY, AID)
-    assert code == ap.confirmation_code(KEY, AID)
+    code = links.confirmation_code(KEY, AID)
+    assert code == links.confirmation_code(KEY, AID)
     assert re.fullmatch(
         r"[23456789ABCDEFGHJKMNPQRSTVWXYZ]{3}-[23456789ABCDEFGHJKMNPQRSTVWXYZ]{3}", code
     )
-    assert code != ap.confirmation_code(OTHER_KEY, AID)
-    codes = {ap.confirmation_code(KEY, ap.new_approval_id()) for _ in range(200)}
+    assert code != links.confirmation_code(OTHER_KEY, AID)
+    codes = {links.confirmation_code(KEY, links.new_approval_id()) for _ in range(200)}
     assert len(codes) > 190
 
 
 def test_code_check_is_tolerant_of_case_spaces_and_hyphens() -> None:
-    code = ap.confirmation_code(KEY, AID)
+    code = links.confirmation_code(KEY, AID)
     plain = code.replace("-", "")
     for typed in (
         code,
@@ -184,35 +192,35 @@ def test_code_check_is_tolerant_of_case_spaces_and_hyphens() -> None:
         plain[:3] + "\u2013" + plain[3:],
         "".join(chr(ord(c) + 0xFEE0) for c in plain),
     ):  # full-width forms
-        assert ap.check_code(typed, code), typed
+        assert links.check_code(typed, code), typed
 
 
 def test_code_check_refuses_wrong_or_empty_codes() -> None:
-    code = ap.confirmation_code(KEY, AID)
-    other = ap.confirmation_code(KEY, ap.new_approval_id())
-    assert not ap.check_code(other if other != code else "ZZZ-ZZZ", code)
-    assert not ap.check_code(code[:-1], code)
-    assert not ap.check_code(code + "2", code)
-    assert not ap.check_code("", code)
-    assert not ap.check_code(None, code)
-    assert not ap.check_code("- -", code)
-    assert not ap.check_code(code + " " * 100, code)
-    assert not ap.check_code("", "")
+    code = links.confirmation_code(KEY, AID)
+    other = links.confirmation_code(KEY, links.new_approval_id())
+    assert not links.check_code(other if other != code else "ZZZ-ZZZ", code)
+    assert not links.check_code(code[:-1], code)
+    assert not links.check_code(code + "2", code)
+    assert not links.check_code("", code)
+    assert not links.check_code(None, code)
+    assert not links.check_code("- -", code)
+    assert not links.check_code(code + " " * 100, code)
+    assert not links.check_code("", "")
 
 
 # ------------------------------------------------------------------ CSRF
 
 
 def test_csrf_cookie_header() -> None:
-    nonce = ap.new_csrf_nonce()
-    cookie = ap.csrf_cookie(nonce, AID, secure=True, max_age=600)
+    nonce = links.new_csrf_nonce()
+    cookie = links.csrf_cookie(nonce, AID, secure=True, max_age=600)
     assert cookie == (
         f"lethe_csrf={nonce}; HttpOnly; SameSite=Strict; Path=/approvals/{AID}; Max-Age=600; Secure"
     )
-    plain = ap.csrf_cookie(nonce, AID, secure=False)
+    plain = links.csrf_cookie(nonce, AID, secure=False)
     assert "Secure" not in plain
-    assert f"Max-Age={ap.DEFAULT_CSRF_MAX_AGE}" in plain
-    staged = ap.csrf_cookie(nonce, AID, secure=True, path=f"/Prod/approvals/{AID}")
+    assert f"Max-Age={links.DEFAULT_CSRF_MAX_AGE}" in plain
+    staged = links.csrf_cookie(nonce, AID, secure=True, path=f"/Prod/approvals/{AID}")
     assert f"Path=/Prod/approvals/{AID};" in staged
 
 
@@ -221,49 +229,49 @@ def test_csrf_cookie_header() -> None:
 )
 def test_csrf_cookie_path_must_be_the_page_path(path: str) -> None:
     with pytest.raises(ValueError, match="cookie path"):
-        ap.csrf_cookie(ap.new_csrf_nonce(), AID, secure=True, path=path.format(aid=AID))
+        links.csrf_cookie(links.new_csrf_nonce(), AID, secure=True, path=path.format(aid=AID))
 
 
 def test_csrf_accepts_matching_cookie_and_token() -> None:
-    nonce = ap.new_csrf_nonce()
-    token = ap.csrf_token(KEY, AID, nonce)
-    ap.check_csrf(KEY, AID, f"lethe_csrf={nonce}", token)
-    ap.check_csrf(KEY, AID, f"other=1; lethe_csrf={nonce}; theme=dark", token)
+    nonce = links.new_csrf_nonce()
+    token = links.csrf_token(KEY, AID, nonce)
+    links.check_csrf(KEY, AID, f"lethe_csrf={nonce}", token)
+    links.check_csrf(KEY, AID, f"other=1; lethe_csrf={nonce}; theme=dark", token)
     # an older cookie of another path under the same name does not hide the right one
-    ap.check_csrf(KEY, AID, f"lethe_csrf={ap.new_csrf_nonce()}; lethe_csrf={nonce}", token)
+    links.check_csrf(KEY, AID, f"lethe_csrf={links.new_csrf_nonce()}; lethe_csrf={nonce}", token)
 
 
 def test_csrf_missing_cookie() -> None:
-    token = ap.csrf_token(KEY, AID, ap.new_csrf_nonce())
+    token = links.csrf_token(KEY, AID, links.new_csrf_nonce())
     for header in (None, "", "other=1", "lethe_csrf=", "lethe_csrf=short"):
-        with pytest.raises(ap.CsrfError, match="no CSRF cookie"):
-            ap.check_csrf(KEY, AID, header, token)
+        with pytest.raises(links.CsrfError, match="no CSRF cookie"):
+            links.check_csrf(KEY, AID, header, token)
 
 
 def test_csrf_missing_token() -> None:
-    nonce = ap.new_csrf_nonce()
+    nonce = links.new_csrf_nonce()
     for token in (None, ""):
-        with pytest.raises(ap.CsrfError, match="no CSRF token"):
-            ap.check_csrf(KEY, AID, f"lethe_csrf={nonce}", token)
+        with pytest.raises(links.CsrfError, match="no CSRF token"):
+            links.check_csrf(KEY, AID, f"lethe_csrf={nonce}", token)
 
 
 def test_csrf_mismatched_nonce() -> None:
-    token = ap.csrf_token(KEY, AID, ap.new_csrf_nonce())
-    with pytest.raises(ap.CsrfError, match="does not match"):
-        ap.check_csrf(KEY, AID, f"lethe_csrf={ap.new_csrf_nonce()}", token)
+    token = links.csrf_token(KEY, AID, links.new_csrf_nonce())
+    with pytest.raises(links.CsrfError, match="does not match"):
+        links.check_csrf(KEY, AID, f"lethe_csrf={links.new_csrf_nonce()}", token)
 
 
 def test_csrf_token_from_another_approval_id() -> None:
-    nonce = ap.new_csrf_nonce()
-    token = ap.csrf_token(KEY, ap.new_approval_id(), nonce)
-    with pytest.raises(ap.CsrfError, match="does not match"):
-        ap.check_csrf(KEY, AID, f"lethe_csrf={nonce}", token)
+    nonce = links.new_csrf_nonce()
+    token = links.csrf_token(KEY, links.new_approval_id(), nonce)
+    with pytest.raises(links.CsrfError, match="does not match"):
+        links.check_csrf(KEY, AID, f"lethe_csrf={nonce}", token)
 
 
 def test_csrf_token_under_another_key() -> None:
-    nonce = ap.new_csrf_nonce()
-    with pytest.raises(ap.CsrfError):
-        ap.check_csrf(KEY, AID, f"lethe_csrf={nonce}", ap.csrf_token(OTHER_KEY, AID, nonce))
+    nonce = links.new_csrf_nonce()
+    with pytest.raises(links.CsrfError):
+        links.check_csrf(KEY, AID, f"lethe_csrf={nonce}", links.csrf_token(OTHER_KEY, AID, nonce))
 
 
 # ------------------------------------------------------------------ form parsing
@@ -271,20 +279,22 @@ def test_csrf_token_under_another_key() -> None:
 
 def test_parse_plain_form() -> None:
     body = urlencode({"csrf_token": "tok-1", "confirmation": "abc 234", "decision": "approve"})
-    form = ap.parse_decision_form(body, False)
-    assert form == ap.DecisionForm(decision="approve", csrf_token="tok-1", confirmation="abc 234")
+    form = pages.parse_decision_form(body, False)
+    assert form == pages.DecisionForm(
+        decision="approve", csrf_token="tok-1", confirmation="abc 234"
+    )
 
 
 def test_parse_base64_form_from_api_gateway() -> None:
     body = urlencode({"decision": "reject", "csrf_token": "t", "confirmation": "ÄBC-234"})
     encoded = base64.b64encode(body.encode()).decode()
-    assert ap.parse_decision_form(encoded, True).decision == "reject"
-    assert ap.parse_decision_form(encoded.encode(), True).confirmation == "ÄBC-234"
-    assert ap.parse_decision_form(body.encode(), False).decision == "reject"
+    assert pages.parse_decision_form(encoded, True).decision == "reject"
+    assert pages.parse_decision_form(encoded.encode(), True).confirmation == "ÄBC-234"
+    assert pages.parse_decision_form(body.encode(), False).decision == "reject"
 
 
 def test_parse_form_without_code_or_token_leaves_them_empty() -> None:
-    form = ap.parse_decision_form("decision=approve", False)
+    form = pages.parse_decision_form("decision=approve", False)
     assert (form.csrf_token, form.confirmation) == ("", "")
 
 
@@ -306,22 +316,22 @@ def test_parse_form_without_code_or_token_leaves_them_empty() -> None:
     ],
 )
 def test_bad_forms(body: str | None, message: str) -> None:
-    with pytest.raises(ap.BadFormError, match=message):
-        ap.parse_decision_form(body, False)
+    with pytest.raises(pages.BadFormError, match=message):
+        pages.parse_decision_form(body, False)
 
 
 def test_bad_base64_form() -> None:
-    with pytest.raises(ap.BadFormError, match="base64"):
-        ap.parse_decision_form("decision=approve", True)
-    with pytest.raises(ap.BadFormError, match="UTF-8"):
-        ap.parse_decision_form(base64.b64encode(b"decision=\xff"), True)
+    with pytest.raises(pages.BadFormError, match="base64"):
+        pages.parse_decision_form("decision=approve", True)
+    with pytest.raises(pages.BadFormError, match="UTF-8"):
+        pages.parse_decision_form(base64.b64encode(b"decision=\xff"), True)
 
 
 def test_form_content_type() -> None:
     form_type = "application/x-www-form-urlencoded; charset=UTF-8"
-    assert ap.parse_decision_form("decision=reject", False, content_type=form_type)
-    with pytest.raises(ap.BadFormError, match="x-www-form-urlencoded"):
-        ap.parse_decision_form('{"decision": "approve"}', False, content_type="application/json")
+    assert pages.parse_decision_form("decision=reject", False, content_type=form_type)
+    with pytest.raises(pages.BadFormError, match="x-www-form-urlencoded"):
+        pages.parse_decision_form('{"decision": "approve"}', False, content_type="application/json")
 
 
 # ------------------------------------------------------------------ pages
@@ -411,11 +421,11 @@ def parse(page_html: str) -> PageParser:
     return parser
 
 
-def confirmation(s: ap.ApprovalSummary | None = None) -> tuple[str, str, str]:
-    nonce = ap.new_csrf_nonce()
-    token = ap.csrf_token(KEY, AID, nonce)
-    code = ap.confirmation_code(KEY, AID)
-    page = ap.render_confirmation_page(s or summary(), code=code, csrf=token)
+def confirmation(s: pages.ApprovalSummary | None = None) -> tuple[str, str, str]:
+    nonce = links.new_csrf_nonce()
+    token = links.csrf_token(KEY, AID, nonce)
+    code = links.confirmation_code(KEY, AID)
+    page = pages.render_confirmation_page(s or summary(), code=code, csrf=token)
     assert page.status_code == 200
     assert page.outcome is None
     return page.html, code, token
@@ -474,24 +484,24 @@ def test_hostile_values_are_escaped_everywhere() -> None:
         datasets=[{"dataset_id": hostile, "zone": "raw", "objects": 1, "versions": 1, "rows": 1}],
     )
     page_html, _, _ = confirmation(s)
-    email = ap.build_approval_email(s, ap.sign_link(KEY, BASE, AID, DEADLINE))
-    pages = [
+    email = mail.build_approval_email(s, links.sign_link(KEY, BASE, AID, DEADLINE))
+    rendered = [
         page_html,
         email.html,
-        ap.render_decided_page(
+        pages.render_decided_page(
             "approve", request_id=hostile, decided_by=hostile, decided_at=NOW
         ).html,
-        ap.render_decided_page(
+        pages.render_decided_page(
             "reject", request_id=hostile, decided_by=hostile, decided_at=NOW
         ).html,
-        ap.render_already_decided_page("reject", request_id=hostile, decided_by=hostile).html,
-        ap.render_expired_page(NOW, hostile).html,
-        ap.render_invalid_page(hostile).html,
-        ap.render_not_allowed_page(hostile).html,
-        ap.render_closed_page(request_id=hostile, status=hostile).html,
-        ap.render_wrong_code_page(f"?e=1&s={hostile}").html,
+        pages.render_already_decided_page("reject", request_id=hostile, decided_by=hostile).html,
+        pages.render_expired_page(NOW, hostile).html,
+        pages.render_invalid_page(hostile).html,
+        pages.render_not_allowed_page(hostile).html,
+        pages.render_closed_page(request_id=hostile, status=hostile).html,
+        pages.render_wrong_code_page(f"?e=1&s={hostile}").html,
     ]
-    for page_html in pages:
+    for page_html in rendered:
         assert "<script" not in page_html
         assert "<img" not in page_html
         assert "&lt;script&gt;" in page_html
@@ -505,7 +515,7 @@ def test_no_raw_ids_can_reach_a_page_or_an_email() -> None:
     with pytest.raises(ValidationError, match="extra"):
         summary(reason=f"erase {RAW_IDS[0]}")
     with pytest.raises(ValidationError, match="extra"):
-        ap.DatasetCounts.model_validate(
+        pages.DatasetCounts.model_validate(
             {
                 "dataset_id": "d",
                 "zone": "raw",
@@ -516,7 +526,7 @@ def test_no_raw_ids_can_reach_a_page_or_an_email() -> None:
             }
         )
     s = summary()
-    email = ap.build_approval_email(s, ap.sign_link(KEY, BASE, AID, DEADLINE))
+    email = mail.build_approval_email(s, links.sign_link(KEY, BASE, AID, DEADLINE))
     for text in (confirmation(s)[0], email.subject, email.text, email.html):
         for raw in RAW_IDS:
             assert raw not in text
@@ -533,7 +543,7 @@ def test_summary_validation() -> None:
         summary().__setattr__("request_id", "other")
 
 
-def outcome_of(page: ap.Page) -> tuple[str, str]:
+def outcome_of(page: pages.Page) -> tuple[str, str]:
     doc = parse(page.html)
     element = doc.by_id["outcome"]
     assert element["tag"] == "p"
@@ -543,42 +553,47 @@ def outcome_of(page: ap.Page) -> tuple[str, str]:
 
 
 def test_result_pages_carry_a_stable_outcome() -> None:
-    cases: list[tuple[ap.Page, str, int, str]] = [
+    cases: list[tuple[pages.Page, str, int, str]] = [
         (
-            ap.render_decided_page("approve", request_id="r1", decided_by="dpo", decided_at=NOW),
+            pages.render_decided_page("approve", request_id="r1", decided_by="dpo", decided_at=NOW),
             "approved",
             200,
             "dpo approved erasure request r1 at 2026-11-22 10:00:00 UTC",
         ),
         (
-            ap.render_decided_page("reject", request_id="r1", decided_by="dpo", decided_at=NOW),
+            pages.render_decided_page("reject", request_id="r1", decided_by="dpo", decided_at=NOW),
             "rejected",
             200,
             "Nothing will be erased",
         ),
         (
-            ap.render_already_decided_page(
+            pages.render_already_decided_page(
                 "approve", request_id="r1", decided_by="cfo", decided_at=NOW
             ),
             "already-decided",
             409,
             "already approved by cfo at 2026-11-22 10:00:00 UTC",
         ),
-        (ap.render_expired_page(DEADLINE), "expired", 410, "expired at 2026-11-24 10:00:00 UTC"),
+        (pages.render_expired_page(DEADLINE), "expired", 410, "expired at 2026-11-24 10:00:00 UTC"),
         (
-            ap.render_invalid_page("the link's signature does not verify"),
+            pages.render_invalid_page("the link's signature does not verify"),
             "invalid",
             400,
             "The link's signature does not verify. Nothing was decided.",
         ),
         (
-            ap.render_not_allowed_page("the requester cannot approve their own request"),
+            pages.render_not_allowed_page("the requester cannot approve their own request"),
             "not-allowed",
             403,
             "The requester cannot approve their own request.",
         ),
-        (ap.render_wrong_code_page("?e=1&s=x"), "wrong-code", 422, "Nothing was decided"),
-        (ap.render_closed_page(request_id="r1", status="FAILED"), "closed", 409, "status FAILED"),
+        (pages.render_wrong_code_page("?e=1&s=x"), "wrong-code", 422, "Nothing was decided"),
+        (
+            pages.render_closed_page(request_id="r1", status="FAILED"),
+            "closed",
+            409,
+            "status FAILED",
+        ),
     ]
     for page, outcome, status, text in cases:
         assert page.status_code == status
@@ -588,23 +603,23 @@ def test_result_pages_carry_a_stable_outcome() -> None:
 
 
 def test_invalid_page_says_what_kind() -> None:
-    page = ap.render_invalid_page("no CSRF cookie", kind="csrf")
+    page = pages.render_invalid_page("no CSRF cookie", kind="csrf")
     assert parse(page.html).by_id["outcome"]["data-reason"] == "csrf"
 
 
 def test_wrong_code_page_links_back_to_the_confirmation_page() -> None:
-    link = ap.sign_link(KEY, BASE, AID, DEADLINE)
-    doc = parse(ap.render_wrong_code_page(link).html)
+    link = links.sign_link(KEY, BASE, AID, DEADLINE)
+    doc = parse(pages.render_wrong_code_page(link).html)
     assert doc.links == [link]
     relative = "?" + urlsplit(link).query
-    assert parse(ap.render_wrong_code_page(relative).html).links == [relative]
+    assert parse(pages.render_wrong_code_page(relative).html).links == [relative]
     for hostile in ("javascript:alert(1)", "data:text/html,x", "//evil.example/x"):
         with pytest.raises(ValueError, match="link"):
-            ap.render_wrong_code_page(hostile)
+            pages.render_wrong_code_page(hostile)
 
 
 def test_response_headers() -> None:
-    headers = ap.response_headers()
+    headers = pages.response_headers()
     assert headers == {
         "Content-Type": "text/html; charset=utf-8",
         "Cache-Control": "no-store",
@@ -616,8 +631,8 @@ def test_response_headers() -> None:
         "Referrer-Policy": "no-referrer",
         "X-Content-Type-Options": "nosniff",
     }
-    cookie = ap.csrf_cookie(ap.new_csrf_nonce(), AID, secure=True)
-    assert ap.response_headers(cookie)["Set-Cookie"] == cookie
+    cookie = links.csrf_cookie(links.new_csrf_nonce(), AID, secure=True)
+    assert pages.response_headers(cookie)["Set-Cookie"] == cookie
 
 
 # ------------------------------------------------------------------ email
@@ -625,8 +640,8 @@ def test_response_headers() -> None:
 
 def test_email_for_one_approver() -> None:
     s = summary()
-    link = ap.sign_link(KEY, BASE, AID, DEADLINE)
-    email = ap.build_approval_email(s, link)
+    link = links.sign_link(KEY, BASE, AID, DEADLINE)
+    email = mail.build_approval_email(s, link)
     assert email.subject == "Approval needed: erasure request req-20261122-0001 (3 data subjects)"
     for body in (email.text, email.html):
         assert "req-20261122-0001" in body
@@ -644,16 +659,16 @@ def test_email_for_one_approver() -> None:
 
 def test_email_subject_has_no_header_injection() -> None:
     s = summary(request_id="r1\r\nBcc: evil@example.com")
-    email = ap.build_approval_email(s, ap.sign_link(KEY, BASE, AID, DEADLINE))
+    email = mail.build_approval_email(s, links.sign_link(KEY, BASE, AID, DEADLINE))
     assert "\r" not in email.subject
     assert "\n" not in email.subject
 
 
 def test_email_refuses_a_link_that_is_not_an_approval_link() -> None:
     with pytest.raises(ValueError, match="approval link"):
-        ap.build_approval_email(summary(), "javascript:alert(1)//approvals/x")
+        mail.build_approval_email(summary(), "javascript:alert(1)//approvals/x")
 
 
 def test_a_zone_is_raw_or_lake_and_nothing_else() -> None:
     with pytest.raises(ValidationError):
-        ap.DatasetCounts(dataset_id="reviews", zone="<script>", objects=1, versions=1, rows=1)
+        pages.DatasetCounts(dataset_id="reviews", zone="<script>", objects=1, versions=1, rows=1)

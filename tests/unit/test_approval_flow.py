@@ -19,14 +19,6 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
 
-from lethe_shared.erasure.approval import (
-    confirmation_code,
-    csrf_token,
-    link_signature,
-    new_approval_id,
-    new_csrf_nonce,
-    sign_link,
-)
 from lethe_shared.erasure.approval_flow import (
     ApprovalPage,
     HttpAnswer,
@@ -34,19 +26,27 @@ from lethe_shared.erasure.approval_flow import (
     NoApproverError,
     request_approval,
 )
+from lethe_shared.erasure.approval_links import (
+    confirmation_code,
+    csrf_token,
+    link_signature,
+    new_approval_id,
+    new_csrf_nonce,
+    sign_link,
+)
+from lethe_shared.erasure.intake import cancel_request
 from lethe_shared.erasure.principals import ApproverPrincipals
 from lethe_shared.erasure.requests import (
     ApprovalLink,
     ErasureRequest,
     ErasureStatus,
+    RequestClosedError,
     hash_subjects,
     new_request,
     parse_request_body,
 )
+from lethe_shared.erasure.task_callbacks import TaskGoneError
 from lethe_shared.erasure.workflow import (
-    RequestClosedError,
-    TaskGoneError,
-    cancel_request,
     mark,
 )
 from tests.fakes import MemoryApprovals, MemoryErasureRequests

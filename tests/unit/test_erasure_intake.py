@@ -1,5 +1,5 @@
 """Erasure intake: the request body, the limits, hashing the subjects, and filing a request
-(lethe_shared.erasure.requests, lethe_shared.erasure.workflow.file_request).
+(lethe_shared.erasure.requests, lethe_shared.erasure.intake.file_request).
 
 The raw subject id used throughout is SECRET: a test fails if it shows up in a problem text or
 a stored record."""
@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from lethe_shared.datasets.document import Dataset, parse_dataset
+from lethe_shared.erasure.intake import file_request
 from lethe_shared.erasure.principals import ApproverPrincipals, RequesterNotCallerError
 from lethe_shared.erasure.requests import (
     MAX_SUBJECTS,
@@ -29,7 +30,6 @@ from lethe_shared.erasure.requests import (
     new_request_id,
     parse_request_body,
 )
-from lethe_shared.erasure.workflow import file_request
 from lethe_shared.subject_hashing.keys import hash_of_id, hash_of_keys
 from tests.fakes import MemoryErasureRequests
 

@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, utils
 from lethe_shared.aws.s3 import s3_url
 from lethe_shared.catalog.object_catalog import Zone
 from lethe_shared.erasure.certificate import verify_envelope
+from lethe_shared.erasure.intake import cancel_request
 from lethe_shared.erasure.report import (
     EraseResults,
     ObjectCheck,
@@ -34,16 +35,15 @@ from lethe_shared.erasure.requests import (
     ErasureRequest,
     ErasureStatus,
     InvalidTransitionError,
+    RequestClosedError,
     hash_subjects,
     new_request,
     parse_request_body,
 )
+from lethe_shared.erasure.task_callbacks import TaskGoneError
 from lethe_shared.erasure.workflow import (
-    RequestClosedError,
-    TaskGoneError,
     VerificationMissingError,
     build_report,
-    cancel_request,
     certify,
     mark,
     update_index,

@@ -24,7 +24,8 @@ from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
 
 from lethe.localcloud.template import load_template
 from lethe_shared.config import ENDPOINT_OVERRIDE, Settings, load_settings
-from lethe_shared.erasure.approval import is_approval_id, parse_decision_form
+from lethe_shared.erasure.approval_links import is_approval_id
+from lethe_shared.erasure.approval_pages import parse_decision_form
 from lethe_shared.erasure.requests import ErasureRequestError, ErasureStatus, parse_request_body
 from lethe_shared.errors import DatasetValidationError, MalformedEventError
 from lethe_shared.ingestion.object_events import EventKind

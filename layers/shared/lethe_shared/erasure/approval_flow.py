@@ -4,9 +4,11 @@
 the request record (it never leaves DynamoDB), creates one signed link per configured approver
 (never the requester), and emails each approver their own link. `ApprovalPage` answers the
 link: a GET renders the confirmation page and changes nothing; a POST checks the link, the
-form, the CSRF token, who decides and the typed code (lethe_shared.erasure.approval, in that order),
-then applies the decision exactly once with a conditional transition of the request, and only
-then hands the decision to the waiting workflow through the task token (`deliver_decision`).
+form, the CSRF token, who decides and the typed code, in that order (the pure checks and pages
+are lethe_shared.erasure.approval_links, approval_pages and approval_email), then applies the
+decision exactly once with a conditional transition of the request, and only then hands the
+decision to the waiting workflow through the task token (`deliver_decision`, on
+lethe_shared.erasure.task_callbacks).
 
 The token stays on the record until the decision was handed over: a SendTaskSuccess or
 SendTaskFailure that fails (throttling, a network error) is retried DELIVERY_ATTEMPTS times,
@@ -30,18 +32,13 @@ from pydantic import Field, model_validator
 
 from lethe_shared.catalog.object_catalog import Zone
 from lethe_shared.config import CommaList, Settings
-from lethe_shared.erasure.approval import (
+from lethe_shared.erasure.approval_email import build_approval_email
+from lethe_shared.erasure.approval_links import (
     ApprovalError,
-    ApprovalSummary,
-    BadFormError,
     CsrfError,
-    DatasetCounts,
-    Decision,
     LinkExpiredError,
     LinkForgedError,
-    Page,
     approval_path,
-    build_approval_email,
     check_code,
     check_csrf,
     confirmation_code,
@@ -49,6 +46,15 @@ from lethe_shared.erasure.approval import (
     csrf_token,
     new_approval_id,
     new_csrf_nonce,
+    sign_link,
+    verify_link,
+)
+from lethe_shared.erasure.approval_pages import (
+    ApprovalSummary,
+    BadFormError,
+    DatasetCounts,
+    Decision,
+    Page,
     parse_decision_form,
     render_already_decided_page,
     render_closed_page,
@@ -58,8 +64,6 @@ from lethe_shared.erasure.approval import (
     render_invalid_page,
     render_not_allowed_page,
     render_wrong_code_page,
-    sign_link,
-    verify_link,
 )
 from lethe_shared.erasure.principals import ApproverPrincipals, ApproverPrincipalsSetting
 from lethe_shared.erasure.requests import (
@@ -69,8 +73,9 @@ from lethe_shared.erasure.requests import (
     ErasureRequests,
     ErasureStatus,
     InvalidTransitionError,
+    RequestClosedError,
 )
-from lethe_shared.erasure.workflow import RequestClosedError, TaskCallbacks, TaskGoneError
+from lethe_shared.erasure.task_callbacks import TaskCallbacks, TaskGoneError
 from lethe_shared.errors import LetheError
 
 LOG = logging.getLogger("lethe.approval")

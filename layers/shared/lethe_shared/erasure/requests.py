@@ -25,17 +25,19 @@ import secrets
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from lethe_shared.aws.dynamo import query_all
 from lethe_shared.aws.errors import is_condition_failed
-from lethe_shared.datasets.document import Dataset
 from lethe_shared.errors import LetheError
 from lethe_shared.subject_hashing.canonical import canonical_text
 from lethe_shared.subject_hashing.keys import hash_of_id, hash_of_keys
+
+if TYPE_CHECKING:
+    from lethe_shared.datasets.document import Dataset
 
 MAX_SUBJECTS = 100  # subjects per request (docs/LIMITS.md: report time and manifest size)
 MAX_SUBJECT_ID_LENGTH = 512
@@ -85,6 +87,10 @@ class ErasureRequestError(LetheError):
     def __init__(self, problems: list[str]) -> None:
         self.problems = problems
         super().__init__("invalid erasure request: " + "; ".join(problems))
+
+
+class RequestClosedError(LetheError):
+    """The request was cancelled (or ended) while the workflow ran: the step does nothing."""
 
 
 class RequestNotFoundError(LetheError):

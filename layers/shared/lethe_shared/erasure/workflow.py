@@ -1,25 +1,23 @@
-"""What each step of an erasure does: intake, report, status changes, index update, certificate.
+"""What each step of an erasure does: report, status changes, index update, certificate.
 
-The handlers (functions/erasure_api, functions/erasure_steps) and the state machine
-(statemachines/erasure.asl.json) call these functions with their ports; nothing here reads the
-environment. Every step can run twice with one effect (Lambda and Step Functions retry):
-intake is keyed by the execution name, the report overwrites its own documents and moves the
-request to REPORTED from RECEIVED or REPORTED only, the index update deletes what is there,
-and the audit record is written once (an S3 conditional write).
+The handler (functions/erasure_steps) and the state machine (statemachines/erasure.asl.json)
+call these functions with their ports; nothing here reads the environment. Filing and cancelling
+a request are lethe_shared.erasure.intake. Every step can run twice with one effect (Lambda and
+Step Functions retry): the report overwrites its own documents and moves the request to REPORTED
+from RECEIVED or REPORTED only, the index update deletes what is there, and the audit record is
+written once (an S3 conditional write).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from lethe_shared.aws.executions import execution_name
 from lethe_shared.aws.s3 import ObjectStore, s3_url, split_s3_url
-from lethe_shared.datasets.document import Dataset
 from lethe_shared.erasure.certificate import (
     CertificateTotals,
     CertificateVerification,
@@ -30,7 +28,6 @@ from lethe_shared.erasure.certificate import (
     render_certificate_html,
     sign_certificate,
 )
-from lethe_shared.erasure.principals import ApproverPrincipals
 from lethe_shared.erasure.report import (
     EraseResults,
     ReportSummary,
@@ -46,18 +43,12 @@ from lethe_shared.erasure.report import (
 )
 from lethe_shared.erasure.requests import (
     ALLOWED_FROM,
-    CANCELLABLE,
     ErasureRequest,
-    ErasureRequestBody,
     ErasureRequests,
     ErasureStatus,
-    IdempotencyConflictError,
     InvalidTransitionError,
+    RequestClosedError,
     RequestNotFoundError,
-    hash_subjects,
-    idempotent_request_id,
-    new_request,
-    new_request_id,
 )
 from lethe_shared.errors import LetheError
 from lethe_shared.index.subject_index import SubjectIndex
@@ -66,17 +57,8 @@ LOG = logging.getLogger("lethe.erasure")
 WORKFLOW = "workflow"  # who the history names for the state machine's own steps
 
 
-class RequestClosedError(LetheError):
-    """The request was cancelled (or ended) while the workflow ran: the step does nothing."""
-
-
 class VerificationMissingError(LetheError):
     """The certificate step found no successful verification: nothing is certified."""
-
-
-class ErasureStarter(Protocol):
-    def start(self, request_id: str) -> str:
-        """Start (or find) the request's workflow execution; returns its ARN."""
 
 
 class DocumentStore(Protocol):
@@ -92,95 +74,6 @@ class DocumentStore(Protocol):
 
     def url(self, key: str) -> str:
         """The s3:// URL of a document."""
-
-
-def erasure_execution_name(request_id: str) -> str:
-    """One workflow execution per request: a repeated start finds the running one."""
-    return execution_name("erasure", request_id)
-
-
-# ----------------------------------------------------------------------------------- intake
-
-
-@dataclass(frozen=True)
-class Filed:
-    request: ErasureRequest
-    duplicate: bool  # an Idempotency-Key (or event id) named a request filed before
-
-
-def file_request(
-    body: ErasureRequestBody,
-    *,
-    hash_key: bytes,
-    datasets: Sequence[Dataset],
-    requests: ErasureRequests,
-    starter: ErasureStarter,
-    idempotency_key: str | None = None,
-    via: str = "api",
-    caller: str | None = None,
-    principals: ApproverPrincipals | None = None,
-    now: datetime | None = None,
-) -> Filed:
-    """Hash the subjects, store the request (RECEIVED) and start its workflow.
-
-    `caller` is the authenticated IAM caller's ARN (None: none, as for an event); it is
-    recorded as the request's `requester_principal`. With an idempotency key, the request id
-    derives from it: a retry with the same body gets the same request (and starts nothing
-    new); another body under the same key is refused with IdempotencyConflictError. Raises
-    ErasureRequestError for a bad body, RequesterNotCallerError when `requested_by` names an
-    approver of `principals` and the caller is not theirs."""
-    (principals or ApproverPrincipals()).check_requester(body.requested_by, caller)
-    subjects = hash_subjects(body, hash_key, datasets)
-    request_id = (
-        idempotent_request_id(idempotency_key, body.requested_by)
-        if idempotency_key
-        else new_request_id(now)
-    )
-    record, created = requests.create(
-        new_request(request_id, body, subjects, now=now, via=via, principal=caller or "")
-    )
-    if not created and record.fingerprint != new_request(request_id, body, subjects).fingerprint:
-        raise IdempotencyConflictError(
-            "this Idempotency-Key was used for another request body; use a new key"
-        )
-    if not record.execution_arn:  # also a retry whose first attempt died before starting
-        record = requests.update(request_id, {"execution_arn": starter.start(request_id)})
-    return Filed(record, duplicate=not created)
-
-
-def cancel_request(
-    request_id: str, by: str, *, requests: ErasureRequests, callbacks: TaskCallbacks
-) -> ErasureRequest:
-    """Stop a request that has not started erasing: REJECTED with outcome CANCELLED, and a
-    waiting approval task fails with `ErasureCancelled` (the workflow then notifies).
-    Raises InvalidTransitionError once it is erasing or ended."""
-    record = requests.transition(
-        request_id,
-        ErasureStatus.REJECTED,
-        by=by,
-        detail="cancelled by the requester",
-        allowed_from=CANCELLABLE,
-        updates={"outcome": "CANCELLED"},
-    )
-    if record.task_token:
-        try:
-            callbacks.failure(record.task_token, "ErasureCancelled", f"cancelled by {by}")
-        except TaskGoneError:  # the approval task timed out meanwhile: the workflow ends anyway
-            LOG.info("request %s: cancelled after its approval task ended", request_id)
-    return record
-
-
-class TaskGoneError(LetheError):
-    """The task token is no longer valid: the waiting task timed out or its execution ended."""
-
-
-class TaskCallbacks(Protocol):
-    """Step Functions' task token callbacks (SendTaskSuccess / SendTaskFailure). Both raise
-    TaskGoneError when the task no longer waits."""
-
-    def success(self, token: str, output: Mapping[str, Any]) -> None: ...
-
-    def failure(self, token: str, error: str, cause: str) -> None: ...
 
 
 # ----------------------------------------------------------------------------------- report
@@ -506,52 +399,6 @@ def _audit(
         "certificate_signature": dict(signature),
         "completed_at": at.isoformat(),
     }
-
-
-@dataclass(frozen=True)
-class StepFunctionsCallbacks:
-    """TaskCallbacks on a boto3 Step Functions client."""
-
-    client: Any
-
-    def success(self, token: str, output: Mapping[str, Any]) -> None:
-        self._call(self.client.send_task_success, taskToken=token, output=json.dumps(output))
-
-    def failure(self, token: str, error: str, cause: str) -> None:
-        self._call(self.client.send_task_failure, taskToken=token, error=error, cause=cause)
-
-    def _call(self, method: Any, **kwargs: Any) -> None:
-        gone = (
-            self.client.exceptions.TaskTimedOut,
-            self.client.exceptions.InvalidToken,
-            self.client.exceptions.TaskDoesNotExist,
-        )
-        try:
-            method(**kwargs)
-        except gone as exc:
-            raise TaskGoneError(str(exc)) from exc
-
-
-@dataclass(frozen=True)
-class StepFunctionsStarter:
-    """ErasureStarter on a boto3 Step Functions client: the execution is named after the
-    request, so a repeated start finds the running one."""
-
-    client: Any
-    state_machine_arn: str
-
-    def start(self, request_id: str) -> str:
-        name = erasure_execution_name(request_id)
-        try:
-            started = self.client.start_execution(
-                stateMachineArn=self.state_machine_arn,
-                name=name,
-                input=json.dumps({"request_id": request_id}),
-            )
-        except self.client.exceptions.ExecutionAlreadyExists:
-            arn = self.state_machine_arn.replace(":stateMachine:", ":execution:")
-            return f"{arn}:{name}"
-        return str(started["executionArn"])
 
 
 @dataclass(frozen=True)
