@@ -18,7 +18,7 @@ from pydantic import Field
 
 from lethe_shared.aws.s3 import S3ObjectStore
 from lethe_shared.aws.wiring import Aws, wiring
-from lethe_shared.catalog.object_catalog import Buckets
+from lethe_shared.catalog.zones import Buckets
 from lethe_shared.config import Settings
 from lethe_shared.datasets.document import Dataset, parse_dataset
 from lethe_shared.datasets.registry import DynamoDatasetRegistry

@@ -32,33 +32,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from lethe_shared.aws.dynamo import query_all
 from lethe_shared.aws.errors import is_condition_failed
 from lethe_shared.aws.s3 import NULL_VERSION, s3_url
+from lethe_shared.catalog.zones import Buckets as Buckets  # noqa: PLC0414  (re-exported)
+from lethe_shared.catalog.zones import Zone
 from lethe_shared.errors import CatalogItemMissingError
 
 SEQUENCER_WIDTH = 32
-
-
-class Zone(StrEnum):
-    RAW = "raw"
-    LAKE = "lake"
-
-
-@dataclass(frozen=True)
-class Buckets:
-    """The deployment's data buckets: raw uploads and the curated lake (quarantine included)."""
-
-    raw: str
-    lake: str
-
-    @property
-    def names(self) -> tuple[str, str]:
-        return (self.raw, self.lake)
-
-    def zone_of(self, bucket: str) -> Zone | None:
-        """The zone of a bucket; None for any other bucket."""
-        return {self.raw: Zone.RAW, self.lake: Zone.LAKE}.get(bucket)
-
-    def bucket_of(self, zone: Zone) -> str:
-        return self.raw if zone is Zone.RAW else self.lake
 
 
 class ObjectStatus(StrEnum):

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 from pydantic import Field, model_validator
 
-from lethe_shared.catalog.object_catalog import Zone
+from lethe_shared.catalog.zones import Zone
 from lethe_shared.config import CommaList, Settings
 from lethe_shared.erasure.approval_email import build_approval_email
 from lethe_shared.erasure.approval_links import (

@@ -19,7 +19,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
-from lethe_shared.catalog.object_catalog import Zone
+from lethe_shared.catalog.zones import Zone
 from lethe_shared.erasure.approval_links import ApprovalError, utc_text
 
 MAX_FORM_BYTES = 4096

@@ -26,7 +26,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from lethe_shared.aws.s3 import KeyState, ObjectStore, ObjectVersion, key_state, split_s3_url
-from lethe_shared.catalog.object_catalog import Zone
+from lethe_shared.catalog.zones import Zone
 from lethe_shared.index.subject_index import IndexEntry, SubjectIndex
 
 MANIFEST_VERSION = 1

@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lethe_shared.aws.s3 import NULL_VERSION, ObjectStore, s3_url
-from lethe_shared.catalog.object_catalog import Zone
+from lethe_shared.catalog.zones import Zone
 from lethe_shared.datasets.document import Dataset, hive_partition_values, is_quarantine_key
 from lethe_shared.datasets.registry import DatasetRegistry, require_dataset
 from lethe_shared.index.maintenance import indexed_by_writer, replace_entries, settle_missing_key

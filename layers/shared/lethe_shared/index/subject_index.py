@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from lethe_shared.aws.dynamo import batch_get_all, query_all
 from lethe_shared.aws.errors import is_condition_failed
 from lethe_shared.aws.s3 import NULL_VERSION
-from lethe_shared.catalog.object_catalog import Zone
+from lethe_shared.catalog.zones import Zone
 
 # Kinds of drift a reconcile report names, in its order (spark_jobs/reconcile.py, the CLI).
 DRIFT_KINDS = ("missing", "stale", "wrong_rows")
