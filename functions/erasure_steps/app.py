@@ -13,7 +13,7 @@ request was cancelled meanwhile) by name, and retries the rest.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
@@ -23,7 +23,6 @@ from pydantic import BaseModel, Field
 from lethe_shared.aws.s3 import S3ObjectStore
 from lethe_shared.aws.wiring import Aws, wiring
 from lethe_shared.config import Settings
-from lethe_shared.erasure.certificate import KmsSigner
 from lethe_shared.erasure.requests import DynamoErasureRequests, ErasureStatus, RequestNotFoundError
 from lethe_shared.erasure.workflow import (
     S3Documents,
@@ -34,6 +33,9 @@ from lethe_shared.erasure.workflow import (
     update_index,
 )
 from lethe_shared.index.subject_index import DynamoSubjectIndex
+
+if TYPE_CHECKING:
+    from lethe_shared.erasure.certificate import KmsSigner
 
 logger = Logger()
 tracer = Tracer()
@@ -66,7 +68,15 @@ class _Dependencies:
     index: DynamoSubjectIndex
     objects: S3ObjectStore
     documents: S3Documents
-    signer: KmsSigner
+    kms: Any  # the boto3 KMS client of the certificate key
+    certificate_key_arn: str
+
+    def signer(self) -> KmsSigner:
+        """The certificate key's signer. lethe_shared.erasure.certificate (its pydantic models)
+        is imported here, by the certify step only: the other steps never load it."""
+        from lethe_shared.erasure.certificate import KmsSigner  # noqa: PLC0415
+
+        return KmsSigner(self.kms, self.certificate_key_arn)
 
 
 def _build(settings: ErasureStepsSettings, aws: Aws) -> _Dependencies:
@@ -75,7 +85,8 @@ def _build(settings: ErasureStepsSettings, aws: Aws) -> _Dependencies:
         index=DynamoSubjectIndex(aws.table(settings.index_table)),
         objects=S3ObjectStore(aws.client("s3")),
         documents=S3Documents(aws.client("s3"), settings.reports_bucket),
-        signer=KmsSigner(aws.client("kms"), settings.certificate_key_arn),
+        kms=aws.client("kms"),
+        certificate_key_arn=settings.certificate_key_arn,
     )
 
 
@@ -110,7 +121,7 @@ def _run(step: StepEvent, deps: _Dependencies) -> dict[str, Any]:
         return {"request_id": rid, **update_index(
             rid, requests=deps.requests, index=deps.index, documents=deps.documents
         )}  # fmt: skip
-    certified = certify(rid, requests=deps.requests, documents=deps.documents, signer=deps.signer)
+    certified = certify(rid, requests=deps.requests, documents=deps.documents, signer=deps.signer())
     metrics.add_metric(name="ErasuresCompleted", unit=MetricUnit.Count, value=1)
     return certified.notification
 

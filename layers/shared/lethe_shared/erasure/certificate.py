@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Self
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from lethe_shared.catalog.object_catalog import Zone
+from lethe_shared.catalog.zones import Zone
 from lethe_shared.errors import LetheError
 
 if TYPE_CHECKING:

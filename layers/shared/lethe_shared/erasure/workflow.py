@@ -15,19 +15,9 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from lethe_shared.aws.s3 import ObjectStore, s3_url, split_s3_url
-from lethe_shared.erasure.certificate import (
-    CertificateTotals,
-    CertificateVerification,
-    ErasedObject,
-    ErasureCertificate,
-    ObjectVersion,
-    Signer,
-    render_certificate_html,
-    sign_certificate,
-)
 from lethe_shared.erasure.report import (
     EraseResults,
     ReportSummary,
@@ -52,6 +42,11 @@ from lethe_shared.erasure.requests import (
 )
 from lethe_shared.errors import LetheError
 from lethe_shared.index.subject_index import SubjectIndex
+
+if TYPE_CHECKING:
+    # lethe_shared.erasure.certificate (its pydantic models) is imported by the certify step
+    # only, at its first call: the other steps never load it.
+    from lethe_shared.erasure.certificate import ErasureCertificate, Signer
 
 LOG = logging.getLogger("lethe.erasure")
 WORKFLOW = "workflow"  # who the history names for the state machine's own steps
@@ -240,6 +235,8 @@ def certify(
 ) -> Certified:
     """Write the audit record (once) and the signed certificate; the request becomes
     COMPLETED. Refuses unless the verification found every object clean."""
+    from lethe_shared.erasure.certificate import render_certificate_html  # noqa: PLC0415
+
     at = now or datetime.now(UTC)
     record = _open_request(requests, request_id)
     results = EraseResults.model_validate_json(_document(documents, request_id, "results.json"))
@@ -311,6 +308,8 @@ def _signed_once(
     """The request's one certificate envelope: signed and written once; a retry (the step
     failed after writing it) finds and reuses it, so the audit record and the request name the
     same signature."""
+    from lethe_shared.erasure.certificate import sign_certificate  # noqa: PLC0415
+
     key = report_key(request_id, "certificate.json")
     stored = documents.get(key)
     if stored is None:
@@ -332,6 +331,14 @@ def _decision(record: ErasureRequest) -> tuple[str, datetime]:
 def _certificate(
     record: ErasureRequest, results: EraseResults, verification: Verification, at: datetime
 ) -> ErasureCertificate:
+    from lethe_shared.erasure.certificate import (  # noqa: PLC0415
+        CertificateTotals,
+        CertificateVerification,
+        ErasedObject,
+        ErasureCertificate,
+        ObjectVersion,
+    )
+
     erased = tuple(
         ErasedObject(
             dataset_id=r.dataset_id,
