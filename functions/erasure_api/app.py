@@ -17,7 +17,7 @@ principal (403 otherwise; an event, unless the approver is mapped to its sender,
 A cancel is accepted from the request's requester principal or an approver's principal when
 either is known (403 otherwise). A GET of a request whose approver's decision is recorded but
 did not reach the workflow hands it over again
-(lethe_shared.erasure.approval_flow.deliver_decision).
+(lethe_shared.erasure.decision_delivery.deliver_decision).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from pydantic import Field
 from lethe_shared.aws.wiring import Aws, wiring
 from lethe_shared.config import Settings
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
-from lethe_shared.erasure.approval_flow import deliver_decision, pending_delivery
+from lethe_shared.erasure.decision_delivery import deliver_decision, pending_delivery
 from lethe_shared.erasure.intake import StepFunctionsStarter, cancel_request, file_request
 from lethe_shared.erasure.principals import (
     ApproverPrincipalsSetting,

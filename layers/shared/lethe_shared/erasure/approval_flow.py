@@ -21,7 +21,6 @@ finds the task gone, which also settles it).
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -65,6 +64,18 @@ from lethe_shared.erasure.approval_pages import (
     render_not_allowed_page,
     render_wrong_code_page,
 )
+from lethe_shared.erasure.decision_delivery import (  # re-exported
+    DELIVERY_ATTEMPTS as DELIVERY_ATTEMPTS,  # noqa: PLC0414
+)
+from lethe_shared.erasure.decision_delivery import (
+    DELIVERY_PAUSE_SECONDS as DELIVERY_PAUSE_SECONDS,  # noqa: PLC0414
+)
+from lethe_shared.erasure.decision_delivery import (
+    deliver_decision,
+)
+from lethe_shared.erasure.decision_delivery import (
+    pending_delivery as pending_delivery,  # noqa: PLC0414
+)
 from lethe_shared.erasure.principals import ApproverPrincipals, ApproverPrincipalsSetting
 from lethe_shared.erasure.requests import (
     ApprovalLink,
@@ -79,8 +90,6 @@ from lethe_shared.erasure.task_callbacks import TaskCallbacks, TaskGoneError
 from lethe_shared.errors import LetheError
 
 LOG = logging.getLogger("lethe.approval")
-DELIVERY_ATTEMPTS = 3  # SendTask calls per hand-over, with DELIVERY_PAUSE_SECONDS doubling
-DELIVERY_PAUSE_SECONDS = 0.2
 LINK_RECORD_DAYS = 30  # approval link records stay this long after their deadline (TTL)
 CSRF_MAX_AGE = 12 * 3600
 
@@ -144,63 +153,6 @@ def is_requester(approver: str, record: ErasureRequest, principals: ApproverPrin
     return _same_person(approver, record.requested_by) or principals.filed_by(
         approver, record.requester_principal
     )
-
-
-def pending_delivery(record: ErasureRequest) -> bool:
-    """Whether an approver's decision is recorded and not yet handed to the workflow: decided,
-    and the task token still on the record."""
-    return (
-        record.status in (ErasureStatus.APPROVED, ErasureStatus.REJECTED)
-        and bool(record.approval.get("decision"))
-        and bool(record.task_token)
-    )
-
-
-def deliver_decision(
-    record: ErasureRequest,
-    *,
-    requests: ErasureRequests,
-    callbacks: TaskCallbacks,
-    attempts: int = DELIVERY_ATTEMPTS,
-    pause: float = DELIVERY_PAUSE_SECONDS,
-) -> bool:
-    """Hand the recorded decision of `record` to the waiting workflow through its task token,
-    then remove the token (only if it is still that one). True when handed over or the task
-    has ended (TaskGoneError: nothing can take it any more); False when every attempt failed:
-    the token stays for a later hand-over. Sends nothing when nothing is pending."""
-    if not pending_delivery(record):
-        return True
-    approval, token = record.approval, record.task_token
-    decided_by = str(approval.get("decided_by", ""))
-    for attempt in range(attempts):
-        try:
-            if approval["decision"] == "approve":
-                output = {
-                    "decision": "approve",
-                    "decided_by": decided_by,
-                    "decided_at": str(approval.get("decided_at", "")),
-                }
-                callbacks.success(token, output)
-            else:
-                callbacks.failure(token, "ErasureRejected", f"rejected by {decided_by}")
-        except TaskGoneError:
-            LOG.warning(
-                "request %s: the approval task ended before the decision", record.request_id
-            )
-            requests.clear_task_token(record.request_id, token)
-            raise
-        except Exception as exc:  # throttled, a network error: the decision stays recorded
-            LOG.warning(
-                "request %s: handing the decision over failed (attempt %d of %d): %s",
-                record.request_id, attempt + 1, attempts, type(exc).__name__,
-            )  # fmt: skip
-            if attempt + 1 < attempts:
-                time.sleep(pause * 2**attempt)
-            continue
-        requests.clear_task_token(record.request_id, token)
-        return True
-    LOG.error("request %s: the decision is recorded, not yet handed over", record.request_id)
-    return False
 
 
 def _summary(record: ErasureRequest, approver: str, deadline: datetime) -> ApprovalSummary:
