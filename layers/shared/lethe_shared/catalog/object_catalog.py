@@ -33,7 +33,7 @@ from lethe_shared.aws.dynamo import query_all
 from lethe_shared.aws.errors import is_condition_failed
 from lethe_shared.aws.s3 import NULL_VERSION, s3_url
 from lethe_shared.catalog.zones import Buckets as Buckets  # noqa: PLC0414  (re-exported)
-from lethe_shared.catalog.zones import Zone
+from lethe_shared.catalog.zones import Zone as Zone  # noqa: PLC0414  (re-exported)
 from lethe_shared.errors import CatalogItemMissingError
 
 SEQUENCER_WIDTH = 32
