@@ -233,8 +233,10 @@ def _ingest_targets(result: Mapping[str, Any]) -> list[tuple[str, str, str, str]
 
 def _lambda_targets(result: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
     functions = result["imports"]["functions"]
-    handlers = [f for f in functions if f["function"] != "stack floor" and not f["reads_data"]]
+    references = ("stack floor", "model floor")  # lambda_footprint.REFERENCES
+    handlers = [f for f in functions if f["function"] not in references and not f["reads_data"]]
     floor = next((f for f in functions if f["function"] == "stack floor"), None)
+    model = next((f for f in functions if f["function"] == "model floor"), None)
     rows = []
     if handlers:
         low = min(f["ratio_cpu"] for f in handlers)
@@ -245,7 +247,9 @@ def _lambda_targets(result: Mapping[str, Any]) -> list[tuple[str, str, str, str]
                 "5 Lambda cold import / `import boto3` (CPU), handlers reading no data",
                 "<= 1.5x",
                 f"{low:.2f}-{high:.2f}x"
-                + (f" (stack floor {floor['ratio_cpu']:.2f}x)" if floor else ""),
+                + (f" (stack floor {floor['ratio_cpu']:.2f}x" if floor else "")
+                + (f", model floor {model['ratio_cpu']:.2f}x" if floor and model else "")
+                + (")" if floor else ""),
                 "met" if not missed else f"missed ({missed} of {len(handlers)})",
             )
         )
