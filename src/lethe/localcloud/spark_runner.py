@@ -1,6 +1,6 @@
 """Run one Spark job script on this machine the way Glue or EMR Serverless would run it.
 
-The local cloud's Step Functions hooks (`sfn_hooks.py`) call `run_spark_job` for every
+The local cloud's Step Functions hooks (`sfn_hooks`, P5) call `run_spark_job` for every
 `glue:startJobRun.sync` and `emr-serverless:startJobRun.sync` task. What a job sees:
 
 - its script and every py-file are downloaded from the (moto) S3 endpoint into a fresh working
