@@ -10,10 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Protocol, cast
 
-from moto.stepfunctions.parser.api import (
-    EvaluationFailedEventDetails,
-    HistoryEventType,
-)
+from moto.stepfunctions.parser.api import EvaluationFailedEventDetails, HistoryEventType
 from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import (
     FailureEvent,
     FailureEventException,
@@ -28,12 +25,7 @@ from moto.stepfunctions.parser.asl.eval.environment import Environment
 from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
 
 from lethe.localcloud.deployment import Endpoints
-from lethe.localcloud.spark_runner import (
-    DEFAULT_MASTER,
-    RunSlots,
-    SparkRunResult,
-    run_spark_job,
-)
+from lethe.localcloud.spark_runner import DEFAULT_MASTER, RunSlots, SparkRunResult, run_spark_job
 
 LOG = logging.getLogger("lethe.localcloud.sfn_hooks")
 
@@ -65,7 +57,7 @@ class HookContext:
 
 
 @dataclass(frozen=True)
-class _Runtime:
+class Runtime:
     endpoints: Endpoints
     logs_dir: Path
     repo_root: Path
@@ -109,21 +101,19 @@ class _Runtime:
         return result
 
 
-def _event_details(**details: Any) -> EventDetails:
+def make_event_details(**details: Any) -> EventDetails:
     """moto's EventDetails is a TypedDict of every event kind; an event sets exactly one."""
     return cast(EventDetails, details)
 
 
-def _states_failure(
-    env: Environment, typ: StatesErrorNameType, cause: str
-) -> FailureEventException:
+def states_failure(env: Environment, typ: StatesErrorNameType, cause: str) -> FailureEventException:
     error = StatesErrorName(typ=typ)
     return FailureEventException(
         FailureEvent(
             env=env,
             error_name=error,
             event_type=HistoryEventType.EvaluationFailed,
-            event_details=_event_details(
+            event_details=make_event_details(
                 evaluationFailedEventDetails=EvaluationFailedEventDetails(
                     error=typ.to_name(), cause=cause
                 )

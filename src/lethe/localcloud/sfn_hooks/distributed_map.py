@@ -41,16 +41,14 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration.dist
 )
 from moto.stepfunctions.parser.asl.eval.environment import Environment
 from moto.stepfunctions.parser.asl.eval.states import ItemData, MapData
-from moto.stepfunctions.parser.asl.parse.asl_parser import (
-    ASLParserException as _ASLParserException,
-)
+from moto.stepfunctions.parser.asl.parse.asl_parser import ASLParserException as _ASLParserException
 
-from lethe.localcloud.sfn_hooks.context import _states_failure
+from lethe.localcloud.sfn_hooks.context import states_failure
 from lethe.localcloud.sfn_hooks.item_batcher import (
     ItemBatcherError,
     ItemBatcherPlan,
-    _item_batcher_plan,
     batch_items,
+    item_batcher_plan,
     item_batcher_problems,
 )
 
@@ -118,7 +116,7 @@ def _state_at(program: Any, path: tuple[str, ...]) -> Any:
 _PARSE_LOCK = threading.RLock()
 
 
-def _make_parse(original: Callable[[str], Any]) -> Callable[[str], Any]:
+def make_parse(original: Callable[[str], Any]) -> Callable[[str], Any]:
     def parse(definition: str) -> Any:
         """P6: parse without the ItemBatchers, then attach each to its Map's iteration.
         P8: one parse at a time (moto's parser shares state between parses)."""
@@ -146,7 +144,7 @@ def _make_parse(original: Callable[[str], Any]) -> Callable[[str], Any]:
             if found:
                 problems += [f"{name}: {problem}" for problem in found]
                 continue
-            plan = _item_batcher_plan(original, name, batcher, jsonata=jsonata)
+            plan = item_batcher_plan(original, name, batcher, jsonata=jsonata)
             setattr(state.iteration_component, _PLAN_ATTRIBUTE, plan)
         if problems:
             raise _ASLParserException(errors=problems)
@@ -190,7 +188,7 @@ class _BatchRecordView:
         return getattr(self._record, name)
 
 
-def _make_map_run(original: Callable[..., None]) -> Callable[..., None]:
+def make_map_run(original: Callable[..., None]) -> Callable[..., None]:
     def _map_run(self: Any, env: Environment, eval_input: Any) -> None:
         """P6: apply ItemSelector to each item, then cut the selected items into batches."""
         plan: ItemBatcherPlan | None = getattr(self, _PLAN_ATTRIBUTE, None)
@@ -216,7 +214,7 @@ def _make_map_run(original: Callable[..., None]) -> Callable[..., None]:
                 if plan.jsonata
                 else StatesErrorNameType.StatesRuntime
             )
-            raise _states_failure(env, typ, f"{plan.state}: ItemBatcher: {exc}") from exc
+            raise states_failure(env, typ, f"{plan.state}: ItemBatcher: {exc}") from exc
         record = eval_input.map_run_record
         setattr(record, _SIZES_ATTRIBUTE, [len(batch["Items"]) for batch in batches])
         batched = copy.copy(eval_input)
@@ -249,7 +247,7 @@ def _select_items(env: Environment, selector: Any, items: list[Any]) -> list[Any
     return selected
 
 
-def _make_eval_job(original: Callable[..., None]) -> Callable[..., None]:
+def make_eval_job(original: Callable[..., None]) -> Callable[..., None]:
     def _eval_job(self: Any, env: Environment, job: Any) -> None:
         """P6: item counts of a batch's child count its items (see `_BatchRecordView`)."""
         record = self._map_run_record

@@ -45,14 +45,11 @@ from moto.stepfunctions.parser.asl.eval.environment import Environment
 
 from lethe.localcloud.sfn_hooks.spark_sync import (
     SparkRunPlan,
-    _epoch_millis,
-    _SparkStartJobRunSync,
-    _without_nulls,
+    SparkStartJobRunSync,
+    epoch_millis,
+    without_nulls,
 )
-from lethe.localcloud.spark_runner import (
-    SparkRunResult,
-    parse_spark_submit_parameters,
-)
+from lethe.localcloud.spark_runner import SparkRunResult, parse_spark_submit_parameters
 
 LOG = logging.getLogger("lethe.localcloud.sfn_hooks")
 
@@ -191,8 +188,8 @@ def emr_job_run_output(job_run: Any) -> dict[str, Any]:
         "Arn": job_run.arn,
         "Name": job_run.name,
         "CreatedBy": job_run.created_by,
-        "CreatedAt": _epoch_millis(job_run.created_at),
-        "UpdatedAt": _epoch_millis(job_run.updated_at),
+        "CreatedAt": epoch_millis(job_run.created_at),
+        "UpdatedAt": epoch_millis(job_run.updated_at),
         "ExecutionRole": job_run.execution_role_arn,
         "State": job_run.state,
         "StateDetails": job_run.state_details or "",
@@ -204,10 +201,10 @@ def emr_job_run_output(job_run: Any) -> dict[str, Any]:
     }
     if job_run.configuration_overrides:
         output["ConfigurationOverrides"] = _pascal_case_members(job_run.configuration_overrides)
-    return _without_nulls(output)
+    return without_nulls(output)
 
 
-class EmrServerlessStartJobRunSync(_SparkStartJobRunSync[EmrServerlessJobRun]):
+class EmrServerlessStartJobRunSync(SparkStartJobRunSync[EmrServerlessJobRun]):
     """`arn:aws:states:::emr-serverless:startJobRun.sync` that runs the entry point locally."""
 
     SERVICE = "EMRServerless"

@@ -32,14 +32,11 @@ from moto.stepfunctions.parser.asl.eval.environment import Environment
 
 from lethe.localcloud.sfn_hooks.spark_sync import (
     SparkRunPlan,
-    _epoch_millis,
-    _SparkStartJobRunSync,
-    _without_nulls,
+    SparkStartJobRunSync,
+    epoch_millis,
+    without_nulls,
 )
-from lethe.localcloud.spark_runner import (
-    SparkRunResult,
-    parse_spark_submit_parameters,
-)
+from lethe.localcloud.spark_runner import SparkRunResult, parse_spark_submit_parameters
 
 # Special job parameters Glue itself consumes (AWS Glue docs, "Using job parameters in AWS Glue
 # jobs"); the local run applies --extra-py-files and --conf and passes none of them to the script.
@@ -206,11 +203,11 @@ class LocalGlueJobRun(FakeJobRun):
         result = self.as_dict()
         for key in ("StartedOn", "LastModifiedOn", "CompletedOn"):
             if key in result:
-                result[key] = _epoch_millis(result[key])
-        return _without_nulls(result)
+                result[key] = epoch_millis(result[key])
+        return without_nulls(result)
 
 
-class GlueStartJobRunSync(_SparkStartJobRunSync[LocalGlueJobRun]):
+class GlueStartJobRunSync(SparkStartJobRunSync[LocalGlueJobRun]):
     """`arn:aws:states:::glue:startJobRun.sync` that runs the job's script locally."""
 
     SERVICE = "Glue"

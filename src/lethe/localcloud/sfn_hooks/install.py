@@ -46,20 +46,17 @@ from moto.stepfunctions.parser.asl.parse.asl_parser import (
     AmazonStateLanguageParser as _AmazonStateLanguageParser,
 )
 
-from lethe.localcloud.sfn_hooks.context import DEFAULT_MAX_RUN_SECONDS, HookContextLike, _Runtime
-from lethe.localcloud.sfn_hooks.distributed_map import _make_eval_job, _make_map_run, _make_parse
-from lethe.localcloud.sfn_hooks.item_reader import _list_objects_v2
+from lethe.localcloud.sfn_hooks.context import DEFAULT_MAX_RUN_SECONDS, HookContextLike, Runtime
+from lethe.localcloud.sfn_hooks.distributed_map import make_eval_job, make_map_run, make_parse
+from lethe.localcloud.sfn_hooks.item_reader import list_objects_v2
 from lethe.localcloud.sfn_hooks.jsonata_eval import (
-    _encode_variable_declarations,
-    _make_declarations_filter,
-    _make_string_jsonata_eval_body,
+    encode_variable_declarations,
     evaluate_jsonata,
+    make_declarations_filter,
+    make_string_jsonata_eval_body,
 )
-from lethe.localcloud.sfn_hooks.state_tasks import _make_state_task_for
-from lethe.localcloud.spark_runner import (
-    DEFAULT_MASTER,
-    RunSlots,
-)
+from lethe.localcloud.sfn_hooks.state_tasks import make_state_task_for
+from lethe.localcloud.spark_runner import DEFAULT_MASTER, RunSlots
 
 LOG = logging.getLogger("lethe.localcloud.sfn_hooks")
 
@@ -173,7 +170,7 @@ def install(context: HookContextLike) -> Callable[[], None]:
     """Patch moto's Step Functions interpreter (see the package docstring) and return the
     callable that undoes it. Raises RuntimeError if the hooks are installed already or if moto
     is not the version they are pinned to."""
-    runtime = _Runtime(
+    runtime = Runtime(
         endpoints=context.endpoints,
         logs_dir=Path(context.logs_dir),
         repo_root=Path(context.repo_root),
@@ -191,43 +188,41 @@ def install(context: HookContextLike) -> Callable[[], None]:
         patches = [
             _Patch(_engine_jsonata, "_eval_jsonata", evaluate_jsonata),
             *(
-                _Patch(
-                    module, "encode_jsonata_variable_declarations", _encode_variable_declarations
-                )
+                _Patch(module, "encode_jsonata_variable_declarations", encode_variable_declarations)
                 for module in (_engine_jsonata, _eval_states, _eval_variable_store)
             ),
             _Patch(
                 _string_expression,
                 "get_intrinsic_functions_declarations",
-                _make_declarations_filter(
+                make_declarations_filter(
                     vars(_string_expression)["get_intrinsic_functions_declarations"]
                 ),
             ),
             _Patch(
                 _string_expression.StringJSONata,
                 "_eval_body",
-                _make_string_jsonata_eval_body(_string_expression.StringJSONata._eval_body),
+                make_string_jsonata_eval_body(_string_expression.StringJSONata._eval_body),
             ),
             _Patch(
                 _preprocessor,
                 "state_task_for",
-                _make_state_task_for(vars(_preprocessor)["state_task_for"], runtime),
+                make_state_task_for(vars(_preprocessor)["state_task_for"], runtime),
             ),
             _Patch(
                 _AmazonStateLanguageParser,
                 "parse",
-                _make_parse(_AmazonStateLanguageParser.parse),
+                make_parse(_AmazonStateLanguageParser.parse),
             ),
             _Patch(
                 _DistributedIterationComponent,
                 "_map_run",
-                _make_map_run(_DistributedIterationComponent._map_run),
+                make_map_run(_DistributedIterationComponent._map_run),
             ),
             *(
-                _Patch(worker, "_eval_job", _make_eval_job(worker._eval_job))
+                _Patch(worker, "_eval_job", make_eval_job(worker._eval_job))
                 for worker in (_DistributedItemProcessorWorker, _DistributedIteratorWorker)
             ),
-            _Patch(_ResourceEvalS3, "_handle_list_objects_v2", staticmethod(_list_objects_v2)),
+            _Patch(_ResourceEvalS3, "_handle_list_objects_v2", staticmethod(list_objects_v2)),
         ]
         applied: list[_Patch] = []
         try:

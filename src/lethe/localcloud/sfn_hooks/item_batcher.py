@@ -160,7 +160,7 @@ def _is_jsonata(value: Any) -> bool:
     return isinstance(value, str) and value.startswith("{%") and value.endswith("%}")
 
 
-def _item_batcher_plan(
+def item_batcher_plan(
     original_parse: Callable[[str], Any], state: str, batcher: dict[str, Any], *, jsonata: bool
 ) -> ItemBatcherPlan:
     literal_items = batcher.get("MaxItemsPerBatch")

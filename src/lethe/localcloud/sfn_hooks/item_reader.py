@@ -27,7 +27,7 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.resou
 )
 from moto.stepfunctions.parser.asl.eval.environment import Environment
 
-from lethe.localcloud.sfn_hooks.context import _states_failure
+from lethe.localcloud.sfn_hooks.context import states_failure
 
 
 def s3_list_item(content: Mapping[str, Any]) -> dict[str, Any]:
@@ -46,7 +46,7 @@ def s3_list_item(content: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _list_objects_v2(
+def list_objects_v2(
     env: Environment, resource_runtime_part: ResourceRuntimePart, state_credentials: Any
 ) -> None:
     """P7: every page of the listing (moto reads one page of 1,000 keys and fails on an empty
@@ -61,7 +61,7 @@ def _list_objects_v2(
         for page in s3.get_paginator("list_objects_v2").paginate(**parameters):
             items.extend(s3_list_item(content) for content in page.get("Contents", []))
     except (ClientError, ParamValidationError) as exc:
-        raise _states_failure(
+        raise states_failure(
             env, StatesErrorNameType.StatesItemReaderFailed, f"s3:listObjectsV2 failed: {exc}"
         ) from exc
     env.stack.append(items)

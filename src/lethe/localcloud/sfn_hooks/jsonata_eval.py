@@ -48,10 +48,7 @@ from typing import Any, Final
 import jsonata
 from jsonata.jexception import JException
 from jsonata.utils import Utils as _JsonataUtils
-from moto.stepfunctions.parser.api import (
-    EvaluationFailedEventDetails,
-    HistoryEventType,
-)
+from moto.stepfunctions.parser.api import EvaluationFailedEventDetails, HistoryEventType
 from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import (
     FailureEvent,
     FailureEventException,
@@ -64,7 +61,7 @@ from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name
 )
 from moto.stepfunctions.parser.asl.eval.environment import Environment
 
-from lethe.localcloud.sfn_hooks.context import _event_details
+from lethe.localcloud.sfn_hooks.context import make_event_details
 
 
 class JSONataEvaluationError(Exception):
@@ -216,7 +213,7 @@ def _plain_json(value: Any) -> Any:
     )
 
 
-def _encode_variable_declarations(bindings: dict[str, Any]) -> str:
+def encode_variable_declarations(bindings: dict[str, Any]) -> str:
     """P2: moto's `encode_jsonata_variable_declarations`, with strings written as JSON."""
     return "".join(
         f"{reference}:={json.dumps(value, separators=(',', ':'), default=_json_default)};"
@@ -230,7 +227,7 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
-def _make_declarations_filter(original: Callable[[set[str]], str]) -> Callable[[set[str]], str]:
+def make_declarations_filter(original: Callable[[set[str]], str]) -> Callable[[set[str]], str]:
     def get_intrinsic_functions_declarations(variable_references: set[str]) -> str:
         """P3: moto's declarations minus the functions `evaluate_jsonata` binds natively."""
         return original(set(variable_references) - _NATIVE_REFERENCES)
@@ -238,7 +235,7 @@ def _make_declarations_filter(original: Callable[[set[str]], str]) -> Callable[[
     return get_intrinsic_functions_declarations
 
 
-def _make_string_jsonata_eval_body(
+def make_string_jsonata_eval_body(
     original: Callable[[Any, Environment], None],
 ) -> Callable[[Any, Environment], None]:
     def _eval_body(self: Any, env: Environment) -> None:
@@ -256,7 +253,7 @@ def _make_string_jsonata_eval_body(
                     env=env,
                     error_name=StatesErrorName(typ=StatesErrorNameType.StatesQueryEvaluationError),
                     event_type=HistoryEventType.EvaluationFailed,
-                    event_details=_event_details(
+                    event_details=make_event_details(
                         evaluationFailedEventDetails=(
                             EvaluationFailedEventDetails(error=error, cause=cause)
                         )

@@ -21,10 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Generic, TypeVar, cast
 
-from moto.stepfunctions.parser.api import (
-    HistoryEventType,
-    TaskFailedEventDetails,
-)
+from moto.stepfunctions.parser.api import HistoryEventType, TaskFailedEventDetails
 from moto.stepfunctions.parser.asl.component.common.error_name.custom_error_name import (
     CustomErrorName,
 )
@@ -51,20 +48,18 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state
 )
 from moto.stepfunctions.parser.asl.eval.environment import Environment
 
-from lethe.localcloud.sfn_hooks.context import _event_details, _Runtime
-from lethe.localcloud.spark_runner import (
-    SparkRunResult,
-)
+from lethe.localcloud.sfn_hooks.context import Runtime, make_event_details
+from lethe.localcloud.spark_runner import SparkRunResult
 
 
-def _epoch_millis(value: datetime | None) -> int | None:
+def epoch_millis(value: datetime | None) -> int | None:
     if value is None:
         return None
     aware = value if value.tzinfo else value.replace(tzinfo=UTC)
     return int(aware.timestamp() * 1000)
 
 
-def _without_nulls(job_run: Mapping[str, Any]) -> dict[str, Any]:
+def without_nulls(job_run: Mapping[str, Any]) -> dict[str, Any]:
     """Step Functions leaves out the members of a job run that have no value."""
     return {key: value for key, value in job_run.items() if value is not None}
 
@@ -87,12 +82,12 @@ class SparkRunPlan:
 _RunT = TypeVar("_RunT")
 
 
-class _SparkStartJobRunSync(StateTaskServiceCallback, Generic[_RunT]):
+class SparkStartJobRunSync(StateTaskServiceCallback, Generic[_RunT]):
     """The `.sync` Spark integration both services share (P5).
 
     `_eval_service_task` records a run in moto's backend of the service and answers the
     TaskSubmitted output; `_eval_integration_pattern` runs the job's real script locally
-    (`_Runtime.run`), records the outcome on the run and answers the service's job run, or
+    (`Runtime.run`), records the outcome on the run and answers the service's job run, or
     fails the task with `States.TaskFailed` and that job run as cause. A subclass says how its
     service does each step; `_RunT` is its kind of moto job run.
     """
@@ -100,7 +95,7 @@ class _SparkStartJobRunSync(StateTaskServiceCallback, Generic[_RunT]):
     SERVICE: ClassVar[str]  # API errors are named `<SERVICE>.<code>`, as Step Functions does
     PARAMETERS: ClassVar[frozenset[str]]  # the task parameters the API takes; others dropped
 
-    def __init__(self, runtime: _Runtime):
+    def __init__(self, runtime: Runtime):
         super().__init__(
             supported_integration_patterns={cast(ResourceCondition, ResourceCondition.Sync)}
         )
@@ -156,7 +151,7 @@ class _SparkStartJobRunSync(StateTaskServiceCallback, Generic[_RunT]):
                 env=env,
                 error_name=error,
                 event_type=HistoryEventType.TaskFailed,
-                event_details=_event_details(
+                event_details=make_event_details(
                     taskFailedEventDetails=TaskFailedEventDetails(
                         error=str(error.error_name),
                         cause=cause,

@@ -10,7 +10,7 @@ P5  Spark tasks.
            has no .sync. The wrapper returns `GlueStartJobRunSync` /
            `EmrServerlessStartJobRunSync` for exactly `glue:startJobRun.sync` and
            `emr-serverless:startJobRun.sync`; every other resource gets moto's own class. Both
-           share one base class, `_SparkStartJobRunSync` (submit, run, record, answer or fail),
+           share one base class, `SparkStartJobRunSync` (submit, run, record, answer or fail),
            run the job's real script with `spark_runner.run_spark_job` and record the run in
            moto's Glue (`moto/glue/models.py`: `FakeJob.job_runs`, subclass of `FakeJobRun`) or
            EMR Serverless backend (`moto/emrserverless/models.py`:
@@ -28,14 +28,14 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.resou
     ServiceResource,
 )
 
-from lethe.localcloud.sfn_hooks.context import _Runtime
+from lethe.localcloud.sfn_hooks.context import Runtime
 from lethe.localcloud.sfn_hooks.emr_sync import EmrServerlessStartJobRunSync
 from lethe.localcloud.sfn_hooks.glue_sync import GlueStartJobRunSync
 
 
-def _make_state_task_for(
+def make_state_task_for(
     original: Callable[[Any], Any],
-    runtime: _Runtime,
+    runtime: Runtime,
 ) -> Callable[[Any], Any]:
     def state_task_for(resource: Any) -> Any:
         """P5: Lethe's Spark tasks for the two .sync Spark integrations, moto's for the rest."""
