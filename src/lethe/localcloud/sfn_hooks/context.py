@@ -25,7 +25,8 @@ from moto.stepfunctions.parser.asl.eval.environment import Environment
 from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
 
 from lethe.localcloud.deployment import Endpoints
-from lethe.localcloud.spark_runner import DEFAULT_MASTER, RunSlots, SparkRunResult, run_spark_job
+from lethe.localcloud.spark_runner import DEFAULT_MASTER, SparkRunResult, run_spark_job
+from lethe.localcloud.spark_slots import RunSlots
 
 LOG = logging.getLogger("lethe.localcloud.sfn_hooks")
 
@@ -53,7 +54,7 @@ class HookContext:
     repo_root: Path  # relative script locations (not s3://) resolve against it
     spark_master: str = DEFAULT_MASTER
     max_run_seconds: float = DEFAULT_MAX_RUN_SECONDS  # cap on every Spark run
-    spark_slots: RunSlots | None = None  # None: LETHE_LOCAL_SPARK_RUNS (spark_runner.RunSlots)
+    spark_slots: RunSlots | None = None  # None: LETHE_LOCAL_SPARK_RUNS (spark_slots.RunSlots)
 
 
 @dataclass(frozen=True)

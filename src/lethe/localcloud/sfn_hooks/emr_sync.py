@@ -49,7 +49,8 @@ from lethe.localcloud.sfn_hooks.spark_sync import (
     epoch_millis,
     without_nulls,
 )
-from lethe.localcloud.spark_runner import SparkRunResult, parse_spark_submit_parameters
+from lethe.localcloud.spark_runner import SparkRunResult
+from lethe.localcloud.spark_submit import parse_spark_submit_parameters
 
 LOG = logging.getLogger("lethe.localcloud.sfn_hooks")
 

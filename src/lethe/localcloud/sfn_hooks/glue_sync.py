@@ -36,7 +36,8 @@ from lethe.localcloud.sfn_hooks.spark_sync import (
     epoch_millis,
     without_nulls,
 )
-from lethe.localcloud.spark_runner import SparkRunResult, parse_spark_submit_parameters
+from lethe.localcloud.spark_runner import SparkRunResult
+from lethe.localcloud.spark_submit import parse_spark_submit_parameters
 
 # Special job parameters Glue itself consumes (AWS Glue docs, "Using job parameters in AWS Glue
 # jobs"); the local run applies --extra-py-files and --conf and passes none of them to the script.

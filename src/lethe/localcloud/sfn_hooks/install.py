@@ -56,7 +56,8 @@ from lethe.localcloud.sfn_hooks.jsonata_eval import (
     make_string_jsonata_eval_body,
 )
 from lethe.localcloud.sfn_hooks.state_tasks import make_state_task_for
-from lethe.localcloud.spark_runner import DEFAULT_MASTER, RunSlots
+from lethe.localcloud.spark_runner import DEFAULT_MASTER
+from lethe.localcloud.spark_slots import RunSlots
 
 LOG = logging.getLogger("lethe.localcloud.sfn_hooks")
 
@@ -252,6 +253,6 @@ def install(context: HookContextLike) -> Callable[[], None]:
 
     def uninstall() -> None:
         installation.uninstall()
-        slots.shutdown()  # the warm Spark drivers (spark_runner.WarmDriver)
+        slots.shutdown()  # the warm Spark drivers (spark_slots.WarmDriver)
 
     return uninstall
