@@ -8,8 +8,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Final
 
-from lethe.localcloud.sqs.poller import EmulationError, is_sqs_arn
-from lethe.localcloud.sqs.sources import SqsEventSources
+from lethe.localcloud.sqs.poller import EmulationError, SqsEventSources, is_sqs_arn
 
 PINNED_MOTO_VERSION: Final = "5.2.5"
 

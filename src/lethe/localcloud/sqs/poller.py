@@ -1,4 +1,5 @@
-"""One poller per SQS event source mapping (`Poller`), as Lambda runs them.
+"""One poller per SQS event source mapping (`Poller`), as Lambda runs them, and all of a
+deployment's mappings (`SqsEventSources`).
 
 **Event source mappings.** An `AWS::Lambda::EventSourceMapping` on an SQS queue (what SAM's
 `Type: SQS` event becomes) is created in moto by provisioning. moto 5.2.5 then invokes the
@@ -34,6 +35,11 @@ that does what Lambda's pollers do, through the SQS and Lambda APIs of the local
 One poller per mapping, so batches of one mapping run one after the other (Lambda runs several
 pollers and scales them up to ScalingConfig.MaximumConcurrency). Each batch is logged on the
 ``lethe.localcloud.sqs`` logger.
+
+`SqsEventSources.wait_idle(timeout)` waits until no mapping's queue has visible or delayed
+messages and no poller holds a batch (gathering or invoking); messages that failed and are
+waiting out their visibility timeout do not count. `activity` counts batches, for
+`EventDispatcher.wait_settled`.
 """
 
 from __future__ import annotations
@@ -44,15 +50,13 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from lethe.localcloud.lambdas import LambdaRuntime
 from lethe.localcloud.sqs.records import ALL_FAILED, failed_message_ids, sqs_record
 from lethe_shared.aws.errors import is_lambda_not_found
-
-if TYPE_CHECKING:  # the sources own their pollers
-    from lethe.localcloud.sqs.sources import SqsEventSources
 
 logger = logging.getLogger("lethe.localcloud.sqs")
 
@@ -366,3 +370,64 @@ def _latest_receipts(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _chunks(items: list[Any], size: int) -> Iterable[list[Any]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
+
+
+class SqsEventSources:
+    """The pollers of every SQS event source mapping of the local cloud."""
+
+    def __init__(
+        self,
+        runtime: LambdaRuntime,
+        *,
+        max_batching_window: float | None = None,
+        retry_visibility_seconds: int | None = None,
+    ) -> None:
+        self.runtime = runtime
+        self.max_batching_window = max_batching_window
+        self.retry_visibility_seconds = retry_visibility_seconds
+        self._lock = threading.Lock()
+        self._pollers: dict[str, Poller] = {}
+        self._stopped = False
+
+    def effective_window(self, configured: float) -> float:
+        if self.max_batching_window is None:
+            return configured
+        return min(configured, self.max_batching_window)
+
+    def watch(self, mapping_uuid: str, region: str) -> bool:
+        """Start polling a mapping (once); False if already polled or stopped."""
+        with self._lock:
+            if self._stopped or mapping_uuid in self._pollers:
+                return False
+            poller = Poller(self, mapping_uuid, region)
+            self._pollers[mapping_uuid] = poller
+        poller.start()
+        logger.info("polling SQS event source mapping %s", mapping_uuid)
+        return True
+
+    @property
+    def mappings(self) -> list[str]:
+        with self._lock:
+            return list(self._pollers)
+
+    @property
+    def activity(self) -> int:
+        """Batches gathered so far (grows whenever a poller takes messages)."""
+        with self._lock:
+            pollers = list(self._pollers.values())
+        return sum(p.batches for p in pollers)
+
+    def wait_idle(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            pollers = list(self._pollers.values())
+        return all(poller.wait_idle(deadline) for poller in pollers)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        with self._lock:
+            self._stopped = True
+            pollers = list(self._pollers.values())
+        for poller in pollers:
+            poller._stop.set()
+        for poller in pollers:
+            poller.stop(timeout)
