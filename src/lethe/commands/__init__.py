@@ -24,6 +24,7 @@ Conventions shared by every group:
 
 from __future__ import annotations
 
+import argparse
 from enum import IntEnum
 from typing import Final
 
@@ -74,3 +75,14 @@ class UnreachableError(CommandError):
     """The deployment cannot be found, reached or authenticated against: exit status 4."""
 
     exit_code = ExitCode.UNREACHABLE
+
+
+def add_subject_argument(parser: argparse.ArgumentParser) -> None:
+    """`--subject ID` (repeatable), as `erasure request` and `index lookup` take it."""
+    parser.add_argument(
+        "--subject",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="a subject id, matched in every dataset with a single subject column (repeatable)",
+    )

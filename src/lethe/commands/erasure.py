@@ -30,7 +30,7 @@ from typing import Any, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from lethe.commands import CommandError, NotFoundError, UsageError
+from lethe.commands import CommandError, NotFoundError, UsageError, add_subject_argument
 from lethe.commands import erasure_certificate as certificates
 from lethe.commands.erasure_records import (
     exit_status,
@@ -82,13 +82,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "Raw subject ids are sent to the API only, never printed.",
         epilog=wait_epilog,
     )
-    request.add_argument(
-        "--subject",
-        action="append",
-        default=[],
-        metavar="ID",
-        help="a subject id, matched in every dataset with a single subject column (repeatable)",
-    )
+    add_subject_argument(request)
     request.add_argument(
         "--subject-key",
         action="append",
