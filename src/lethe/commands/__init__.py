@@ -24,6 +24,7 @@ Conventions shared by every group:
 
 from __future__ import annotations
 
+import argparse
 from typing import Final
 
 from lethe.errors import CommandError as CommandError
@@ -43,3 +44,14 @@ GROUPS: Final[tuple[str, ...]] = (
     "artifacts",
     "demo",
 )
+
+
+def add_subject_argument(parser: argparse.ArgumentParser) -> None:
+    """`--subject ID` (repeatable), as `erasure request` and `index lookup` take it."""
+    parser.add_argument(
+        "--subject",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="a subject id, matched in every dataset with a single subject column (repeatable)",
+    )
