@@ -26,7 +26,7 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, ProfileNotFound
 
-from lethe.commands import UnreachableError
+from lethe.errors import UnreachableError
 
 API_TIMEOUT_SECONDS = 30
 #: Where boto3 looks for credentials, in order: named in every "no credentials" message.

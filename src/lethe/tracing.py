@@ -40,7 +40,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from botocore.exceptions import ClientError
 
-from lethe.commands.objects import object_catalog
+from lethe.adapters import object_catalog
 from lethe.target import Target
 from lethe_shared.aws.errors import is_execution_not_found
 from lethe_shared.aws.executions import execution_name

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import requests
 
-from tests.e2e.conftest import LocalCloud
+from tests.localcloud_support import LocalCloud
 
 
 def test_get_and_list_registered_datasets(registered: LocalCloud) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import gzip
 import io
 import json
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +23,14 @@ import pytest
 import requests
 
 from tests.browser import chromium, outcome
-from tests.e2e.conftest import LETHE, SAMPLES, LocalCloud, wait_for
+from tests.localcloud_support import (
+    LocalCloud,
+    capture_queue,
+    cli,
+    decide_on_approval_page,
+    sample_dataset_as,
+    wait_for,
+)
 
 ERASED = ("ea-1001", "ea-2002")
 KEPT = "kc-3003"
@@ -59,16 +65,6 @@ ORDERS = [
     {"order_id": 14, "order_date": "2026-11-21", "customer": None, "total": "4.00", "items": []},
 ]  # fmt: skip
 TERMINAL = {"INGESTED", "QUARANTINED", "FAILED"}
-
-
-def _cli(cloud: LocalCloud, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [LETHE, *args, "--state-file", str(cloud.state_file)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
 
 
 def _upload_and_ingest(cloud: LocalCloud, key: str, body: bytes) -> str:
@@ -122,11 +118,7 @@ def _published(cloud: LocalCloud, queue: str, request_id: str) -> list[Any]:
 
 
 def _capture(cloud: LocalCloud, name: str, *, topic: str | None = None) -> str:
-    sqs = cloud.client("sqs")
-    url = str(sqs.create_queue(QueueName=name)["QueueUrl"])
-    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"][
-        "QueueArn"
-    ]
+    url, arn = capture_queue(cloud, name)
     if topic:
         cloud.client("sns").subscribe(
             TopicArn=topic, Protocol="sqs", Endpoint=arn, Attributes={"RawMessageDelivery": "true"}
@@ -139,7 +131,7 @@ def _capture(cloud: LocalCloud, name: str, *, topic: str | None = None) -> str:
 
 
 def _email(cloud: LocalCloud, request_id: str) -> dict[str, Any]:
-    mail = json.loads(_cli(cloud, "local", "mail", "--json").stdout)
+    mail = json.loads(cli(cloud, "local", "mail", "--json").stdout)
     (email,) = [m for m in mail if request_id in m["subject"]]
     return dict(email)
 
@@ -151,10 +143,8 @@ def ingested(local_cloud: LocalCloud, tmp_path_factory: pytest.TempPathFactory) 
     registered = local_cloud
     folder = tmp_path_factory.mktemp("erasure-datasets")
     for sample, dataset_id in (("reviews", REVIEWS), ("orders", ORDERS_DATASET)):
-        document = json.loads((SAMPLES / f"{sample}.dataset.json").read_text())
-        path = folder / f"{dataset_id}.json"
-        path.write_text(json.dumps({**document, "dataset_id": dataset_id}))
-        assert _cli(registered, "datasets", "put", str(path)).returncode == 0
+        path = sample_dataset_as(sample, dataset_id, folder)
+        assert cli(registered, "datasets", "put", str(path)).returncode == 0
     _upload_and_ingest(registered, REVIEWS_KEY, REVIEWS_V1)
     orders = "".join(json.dumps(o) + "\n" for o in ORDERS).encode()
     _upload_and_ingest(registered, ORDERS_KEY, gzip.compress(orders))
@@ -177,13 +167,13 @@ def erased(ingested: LocalCloud, browser: Any) -> dict[str, Any]:
         "events": _capture(cloud, "e2e-erasure-events"),
     }
     before = _every_version(cloud)
-    filed = _cli(
+    filed = cli(
         cloud, "erasure", "request", *[a for s in ERASED for a in ("--subject", s)],
         "--requested-by", "privacy@example.com", "--reason", "GDPR article 17",
     )  # fmt: skip
     assert filed.returncode == 0, filed.stderr
     request_id = filed.stdout.strip()
-    waited = _cli(
+    waited = cli(
         cloud, "erasure", "status", request_id, "--wait", "--until", "AWAITING_APPROVAL",
         "--timeout", "300",
     )  # fmt: skip
@@ -193,7 +183,7 @@ def erased(ingested: LocalCloud, browser: Any) -> dict[str, Any]:
 
     # A mail scanner opens the link first: nothing changes
     scanned = requests.get(link, timeout=30)
-    after_scan = json.loads(_cli(cloud, "erasure", "status", request_id, "--json").stdout)
+    after_scan = json.loads(cli(cloud, "erasure", "status", request_id, "--json").stdout)
 
     # The approver reads the page, types the code and approves
     page = browser.new_context().new_page()
@@ -207,8 +197,8 @@ def erased(ingested: LocalCloud, browser: Any) -> dict[str, Any]:
     decided = outcome(page)
     page.context.close()
 
-    finished = _cli(cloud, "erasure", "status", request_id, "--wait", "--timeout", "600")
-    record = json.loads(_cli(cloud, "erasure", "status", request_id, "--json").stdout)
+    finished = cli(cloud, "erasure", "status", request_id, "--wait", "--timeout", "600")
+    record = json.loads(cli(cloud, "erasure", "status", request_id, "--json").stdout)
     return {
         "request_id": request_id,
         "email": email,
@@ -280,12 +270,12 @@ def test_every_other_row_is_intact(ingested: LocalCloud, erased: dict[str, Any])
 def test_the_index_forgets_the_erased_subjects_only(
     ingested: LocalCloud, erased: dict[str, Any]
 ) -> None:
-    gone = _cli(
+    gone = cli(
         ingested, "index", "lookup", "--all", "--json",
         *[a for s in ERASED for a in ("--subject", s)],
     )  # fmt: skip
     assert json.loads(gone.stdout) == []
-    kept = json.loads(_cli(ingested, "index", "lookup", "--subject", KEPT, "--json").stdout)
+    kept = json.loads(cli(ingested, "index", "lookup", "--subject", KEPT, "--json").stdout)
     assert sorted((e["dataset"], e["zone"]) for e in kept) == [
         (ORDERS_DATASET, "lake"), (ORDERS_DATASET, "raw"), (REVIEWS, "lake"), (REVIEWS, "lake"),
         (REVIEWS, "raw"),
@@ -304,30 +294,24 @@ def test_the_certificate_verifies_with_kms_and_offline(
     ingested: LocalCloud, erased: dict[str, Any]
 ) -> None:
     for extra in ((), ("--offline",)):
-        checked = _cli(ingested, "erasure", "certificate", erased["request_id"], "--verify", *extra)
+        checked = cli(ingested, "erasure", "certificate", erased["request_id"], "--verify", *extra)
         assert checked.returncode == 0, checked.stderr
         assert "certificate verifies: signed by arn:aws:kms:" in checked.stdout + checked.stderr
 
 
 def test_a_rejected_request_changes_no_byte(ingested: LocalCloud, erased: dict[str, Any]) -> None:
     before = _every_version(ingested)
-    filed = _cli(
+    filed = cli(
         ingested, "erasure", "request", "--subject", KEPT, "--requested-by", "dpo@example.com"
     )
     request_id = filed.stdout.strip()
-    _cli(ingested, "erasure", "status", request_id, "--wait", "--until", "AWAITING_APPROVAL")
+    cli(ingested, "erasure", "status", request_id, "--wait", "--until", "AWAITING_APPROVAL")
     (link,) = _email(ingested, request_id)["links"]
-    session = requests.Session()
-    page = session.get(link, timeout=30).text
-    code = page.split('<code id="confirmation-code">', 1)[1].split("<", 1)[0]
-    token = page.split('name="csrf_token" value="', 1)[1].split('"', 1)[0]
 
-    answer = session.post(
-        link, data={"csrf_token": token, "confirmation": code, "decision": "reject"}, timeout=30
-    )
+    answer = decide_on_approval_page(link, "reject", timeout=30)
 
     assert 'data-outcome="rejected"' in answer.text
-    waited = _cli(ingested, "erasure", "status", request_id, "--wait", "--timeout", "120")
+    waited = cli(ingested, "erasure", "status", request_id, "--wait", "--timeout", "120")
     assert waited.returncode == 5  # REJECTED: ExitCode.NOT_ERASED
     assert _every_version(ingested) == before
 
@@ -336,7 +320,7 @@ def test_trace_of_the_request_id_finds_its_execution_and_its_spark_jobs(
     ingested: LocalCloud, erased: dict[str, Any]
 ) -> None:
     request_id = erased["request_id"]
-    traced = _cli(ingested, "trace", request_id, "--json")
+    traced = cli(ingested, "trace", request_id, "--json")
     assert traced.returncode == 0, traced.stderr
     story = json.loads(traced.stdout)
 
@@ -357,7 +341,7 @@ def _lake_subjects(cloud: LocalCloud) -> set[str]:
     """Every subject id the lake holds now, read from the subject columns of every dataset's
     current lake Parquet objects (so other e2e modules' subjects are swept too when they ran)."""
     s3, lake = cloud.client("s3"), cloud.outputs["LakeBucketName"]
-    datasets = json.loads(_cli(cloud, "datasets", "list", "--json").stdout)
+    datasets = json.loads(cli(cloud, "datasets", "list", "--json").stdout)
     found: set[str] = set()
     for dataset in datasets:
         columns = [str(c) for c in dataset["subject_columns"]]
@@ -399,7 +383,7 @@ def _swept_texts(cloud: LocalCloud, erased: dict[str, Any]) -> dict[str, str]:
         for execution in sfn.list_executions(stateMachineArn=machine)["executions"]:
             history = sfn.get_execution_history(executionArn=execution["executionArn"])
             texts[f"history {execution['name']}"] = json.dumps(history["events"], default=str)
-    texts["mail"] = _cli(cloud, "local", "mail", "--json").stdout
+    texts["mail"] = cli(cloud, "local", "mail", "--json").stdout
     s3, reports = cloud.client("s3"), cloud.outputs["ReportsBucketName"]
     for page in s3.get_paginator("list_object_versions").paginate(Bucket=reports):
         for v in page.get("Versions", []):

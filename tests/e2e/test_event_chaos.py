@@ -15,19 +15,27 @@ import csv
 import io
 import json
 import random
-import subprocess
 import time
 from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
 
-from tests.e2e.conftest import LETHE, SAMPLES, LocalCloud, wait_for
+from tests.localcloud_support import (
+    LocalCloud,
+    capture_queue,
+    catalog_items,
+    cli,
+    quiet,
+    sample_dataset_as,
+    wait_for,
+)
 
 DATASET = "chaos-reviews"
 TERMINAL = {"INGESTED", "QUARANTINED", "SUPERSEDED", "FAILED"}
 CAPTURE = "e2e-chaos-capture"
 SEED = 20261124
+CLI_TIMEOUT = 900.0
 
 
 def _csv(rows: list[tuple[str, str, int, str]]) -> bytes:
@@ -59,24 +67,10 @@ UPLOADS: list[tuple[str, int]] = [  # (key, version number), in upload order
 ]
 
 
-def _cli(cloud: LocalCloud, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [LETHE, *args, "--state-file", str(cloud.state_file)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-
-
 def _capture_s3_events(cloud: LocalCloud) -> str:
     """A second target for the raw bucket's S3 events: copies of what the object events rule
     delivers, to deliver again."""
-    sqs, events = cloud.client("sqs"), cloud.client("events")
-    url = str(sqs.create_queue(QueueName=CAPTURE)["QueueUrl"])
-    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"][
-        "QueueArn"
-    ]
+    url, arn = capture_queue(cloud, CAPTURE)
     pattern = {
         "source": ["aws.s3"],
         "detail": {
@@ -84,6 +78,7 @@ def _capture_s3_events(cloud: LocalCloud) -> str:
             "object": {"key": [{"prefix": f"{DATASET}/"}]},
         },
     }
+    events = cloud.client("events")
     events.put_rule(Name=CAPTURE, EventPattern=json.dumps(pattern))
     events.put_targets(Rule=CAPTURE, Targets=[{"Id": "capture", "Arn": arn}])
     return url
@@ -100,42 +95,11 @@ def _drain(cloud: LocalCloud, url: str, expected: int) -> list[dict[str, Any]]:
     return found
 
 
-def _catalog(cloud: LocalCloud, key: str) -> list[dict[str, Any]]:
-    url = f"s3://{cloud.outputs['RawBucketName']}/{key}"
-    return list(
-        cloud.table("ObjectCatalogTableName").query(
-            KeyConditionExpression="object_url = :u",
-            ExpressionAttributeValues={":u": url},
-            ConsistentRead=True,
-        )["Items"]
-    )
-
-
-def _quiet(cloud: LocalCloud) -> bool:
-    """Nothing left to deliver or run: the queue is empty and no ingestion is running."""
-    attributes = cloud.client("sqs").get_queue_attributes(
-        QueueUrl=cloud.outputs["ObjectEventsQueueUrl"],
-        AttributeNames=[
-            "ApproximateNumberOfMessages",
-            "ApproximateNumberOfMessagesNotVisible",
-            "ApproximateNumberOfMessagesDelayed",
-        ],
-    )["Attributes"]
-    if any(int(value) for value in attributes.values()):
-        return False
-    running = cloud.client("stepfunctions").list_executions(
-        stateMachineArn=cloud.outputs["IngestionStateMachineArn"], statusFilter="RUNNING"
-    )["executions"]
-    return not running
-
-
 @pytest.fixture(scope="module")
 def chaos(registered: LocalCloud, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     cloud = registered
-    document = json.loads((SAMPLES / "reviews.dataset.json").read_text())
-    path = tmp_path_factory.mktemp("chaos") / "dataset.json"
-    path.write_text(json.dumps({**document, "dataset_id": DATASET}))
-    assert _cli(cloud, "datasets", "put", str(path)).returncode == 0
+    path = sample_dataset_as("reviews", DATASET, tmp_path_factory.mktemp("chaos"))
+    assert cli(cloud, "datasets", "put", str(path), timeout=CLI_TIMEOUT).returncode == 0
     capture = _capture_s3_events(cloud)
 
     s3, raw = cloud.client("s3"), cloud.outputs["RawBucketName"]
@@ -177,9 +141,9 @@ def chaos(registered: LocalCloud, tmp_path_factory: pytest.TempPathFactory) -> d
             )
 
     def settled() -> bool:
-        items = [i for key in versions for i in _catalog(cloud, key)]
+        items = [i for key in versions for i in catalog_items(cloud, key)]
         done = len(items) == len(UPLOADS) and all(i["status"] in TERMINAL for i in items)
-        return done and _quiet(cloud)
+        return done and quiet(cloud)  # the queue is empty, no ingestion runs
 
     wait_for(settled, timeout=900, what="the chaos to settle")
     time.sleep(5)  # a last late copy, had one been missed by the queue's counters
@@ -197,7 +161,7 @@ def test_every_stored_version_is_catalogued_and_each_key_ends_on_its_newest(
         (key, version) for key, ids in chaos["versions"].items() for version in ids
     )
     for key, ids in chaos["versions"].items():
-        items = {i["version_id"]: i for i in _catalog(cloud, key)}
+        items = {i["version_id"]: i for i in catalog_items(cloud, key)}
         assert sorted(items) == sorted(ids), key  # one item per version, duplicates or not
         assert items[ids[-1]]["status"] == "INGESTED", (key, items[ids[-1]])
         # an older version was ingested before its successor arrived, or superseded: never
@@ -234,7 +198,9 @@ def test_the_lake_holds_exactly_the_rows_of_each_keys_newest_version(
 
 
 def test_the_index_equals_a_full_scan(chaos: dict[str, Any]) -> None:
-    result = _cli(chaos["cloud"], "index", "reconcile", "--dataset", DATASET, "--json")
+    result = cli(
+        chaos["cloud"], "index", "reconcile", "--dataset", DATASET, "--json", timeout=CLI_TIMEOUT
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(result.stdout)
     assert report["objects_scanned"] > 0

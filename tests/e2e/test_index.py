@@ -9,14 +9,13 @@ import csv
 import gzip
 import io
 import json
-import subprocess
 from collections.abc import Iterator
 from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
 
-from tests.e2e.conftest import LETHE, SAMPLES, LocalCloud, wait_for
+from tests.localcloud_support import SAMPLES, LocalCloud, cli, wait_for
 
 SUBJECT = "u-1001"
 UPLOADS = {  # raw key -> sample
@@ -27,17 +26,6 @@ UPLOADS = {  # raw key -> sample
 SUBJECT_COLUMNS = {"reviews": "user_id", "orders": "customer.id"}
 TERMINAL = {"INGESTED", "QUARANTINED", "FAILED"}
 Found = tuple[str, str, str, str, int]  # dataset, zone, bucket, key, rows
-
-
-def _lethe(cloud: LocalCloud, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """The CLI against this cloud, with room for Spark runs (the conftest helper allows 120 s)."""
-    return subprocess.run(
-        [LETHE, *args, "--state-file", str(cloud.state_file)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +103,7 @@ def _full_scan(cloud: LocalCloud, subject: str) -> set[Found]:
 
 
 def _looked_up(cloud: LocalCloud, *args: str) -> tuple[set[Found], str]:
-    result = _lethe(cloud, "index", "lookup", "--subject", SUBJECT, "--json", *args)
+    result = cli(cloud, "index", "lookup", "--subject", SUBJECT, "--json", *args)
     assert result.returncode == 0, result.stderr
     listed = json.loads(result.stdout)
     return {(e["dataset"], e["zone"], e["bucket"], e["key"], e["rows"]) for e in listed}, (
@@ -142,7 +130,7 @@ def test_lookup_lists_exactly_the_objects_a_full_scan_finds(ingested: LocalCloud
 
 def test_lookup_never_prints_the_raw_subject_id(ingested: LocalCloud) -> None:
     _, as_json = _looked_up(ingested)
-    as_text = _lethe(ingested, "index", "lookup", "--subject", SUBJECT)
+    as_text = cli(ingested, "index", "lookup", "--subject", SUBJECT)
 
     assert as_text.returncode == 0, as_text.stderr
     assert "u-1001" not in as_json
@@ -170,7 +158,7 @@ def test_backfill_restores_lost_entries(ingested: LocalCloud) -> None:
         )
     assert _looked_up(ingested)[0] != before
 
-    result = _lethe(ingested, "index", "backfill", "--dataset", "reviews")
+    result = cli(ingested, "index", "backfill", "--dataset", "reviews")
 
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
@@ -182,7 +170,7 @@ def test_backfill_restores_lost_entries(ingested: LocalCloud) -> None:
 
 
 def test_reconcile_reports_zero_drift(ingested: LocalCloud) -> None:
-    result = _lethe(ingested, "index", "reconcile", "--dataset", "reviews", "--json")
+    result = cli(ingested, "index", "reconcile", "--dataset", "reviews", "--json")
 
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(result.stdout)

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.conftest import SAMPLES, LocalCloud, wait_for
+from tests.localcloud_support import LocalCloud, catalog_items, sample_dataset_as, wait_for
 
 DATASET = "churn"  # its own dataset: the session's other tests count the samples' partitions
 KEY = f"{DATASET}/2026/12/01/delete-me.csv"
@@ -19,20 +19,14 @@ def _lookup(cloud: LocalCloud, *flags: str) -> list[dict[str, Any]]:
 
 
 def _ingested(cloud: LocalCloud, version: str) -> bool:
-    items = cloud.table("ObjectCatalogTableName").query(
-        KeyConditionExpression="object_url = :u",
-        ExpressionAttributeValues={":u": f"s3://{cloud.outputs['RawBucketName']}/{KEY}"},
-        ConsistentRead=True,
-    )["Items"]
+    items = catalog_items(cloud, KEY)
     return any(i["version_id"] == version and i["status"] == "INGESTED" for i in items)
 
 
 def test_a_delete_marker_hides_the_entries_and_removing_every_version_removes_them(
     registered: LocalCloud, tmp_path: Path
 ) -> None:
-    document = json.loads((SAMPLES / "reviews.dataset.json").read_text())
-    (tmp_path / "churn.json").write_text(json.dumps({**document, "dataset_id": DATASET}))
-    registered.lethe("datasets", "put", str(tmp_path / "churn.json"))
+    registered.lethe("datasets", "put", str(sample_dataset_as("reviews", DATASET, tmp_path)))
     raw = registered.outputs["RawBucketName"]
     s3 = registered.client("s3")
     version = s3.put_object(Bucket=raw, Key=KEY, Body=BODY)["VersionId"]

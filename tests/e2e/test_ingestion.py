@@ -10,7 +10,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from tests.e2e.conftest import SAMPLES, LocalCloud, wait_for
+from tests.localcloud_support import SAMPLES, LocalCloud, catalog_items, wait_for
 
 UPLOADS = {  # raw key -> sample; keys do not reveal the format
     "reviews/2026/11/21/batch-001.csv": "reviews-2026-11-21.csv",
@@ -23,11 +23,7 @@ TERMINAL = {"INGESTED", "QUARANTINED", "FAILED"}
 
 
 def _latest(cloud: LocalCloud, key: str) -> dict[str, Any] | None:
-    items = cloud.table("ObjectCatalogTableName").query(
-        KeyConditionExpression="object_url = :u",
-        ExpressionAttributeValues={":u": f"s3://{cloud.outputs['RawBucketName']}/{key}"},
-        ConsistentRead=True,
-    )["Items"]
+    items = catalog_items(cloud, key)
     return max(items, key=lambda i: i["sequencer"]) if items else None
 
 

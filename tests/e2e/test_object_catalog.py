@@ -5,16 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tests.e2e.conftest import LocalCloud, wait_for
-
-
-def _versions(cloud: LocalCloud, bucket: str, key: str) -> list[dict[str, Any]]:
-    table = cloud.table("ObjectCatalogTableName")
-    return table.query(
-        KeyConditionExpression="object_url = :u",
-        ExpressionAttributeValues={":u": f"s3://{bucket}/{key}"},
-        ConsistentRead=True,
-    )["Items"]
+from tests.localcloud_support import LocalCloud, catalog_items, wait_for
 
 
 def test_state_file_describes_the_deployment(local_cloud: LocalCloud) -> None:
@@ -34,7 +25,7 @@ def test_upload_under_a_dataset_is_catalogued(registered: LocalCloud) -> None:
     )
 
     (item,) = wait_for(
-        lambda: _versions(registered, raw, "reviews/e2e/catalogued.csv"),
+        lambda: catalog_items(registered, "reviews/e2e/catalogued.csv"),
         timeout=10,
         what="the catalog item of the upload",
     )
@@ -50,7 +41,7 @@ def test_upload_outside_any_dataset_is_ignored(local_cloud: LocalCloud) -> None:
     local_cloud.client("s3").put_object(Bucket=raw, Key="scratch/notes.txt", Body=b"hello")
 
     (item,) = wait_for(
-        lambda: _versions(local_cloud, raw, "scratch/notes.txt"),
+        lambda: catalog_items(local_cloud, "scratch/notes.txt"),
         timeout=10,
         what="the IGNORED item",
     )
@@ -64,7 +55,7 @@ def test_delete_marks_the_object_deleted(registered: LocalCloud) -> None:
     s3 = registered.client("s3")
     s3.put_object(Bucket=raw, Key="scratch/delete-me.txt", Body=b"bye")
     wait_for(
-        lambda: _versions(registered, raw, "scratch/delete-me.txt"),
+        lambda: catalog_items(registered, "scratch/delete-me.txt"),
         timeout=10,
         what="the created item",
     )
@@ -72,13 +63,13 @@ def test_delete_marks_the_object_deleted(registered: LocalCloud) -> None:
     marker = s3.delete_object(Bucket=raw, Key="scratch/delete-me.txt")
 
     def deleted() -> list[dict[str, Any]]:
-        items = _versions(registered, raw, "scratch/delete-me.txt")
+        items = catalog_items(registered, "scratch/delete-me.txt")
         return [i for i in items if i["version_id"] == marker["VersionId"]]
 
     (item,) = wait_for(deleted, timeout=10, what="the delete marker's item")
     assert item["status"] == "DELETED"
     assert item["delete_marker"] is True
-    newest = max(_versions(registered, raw, "scratch/delete-me.txt"), key=lambda i: i["sequencer"])
+    newest = max(catalog_items(registered, "scratch/delete-me.txt"), key=lambda i: i["sequencer"])
     assert newest["version_id"] == marker["VersionId"]
 
 
@@ -114,12 +105,12 @@ def test_the_same_event_delivered_twice_leaves_one_item(local_cloud: LocalCloud)
     events.put_events(Entries=[entry])
 
     (item,) = wait_for(
-        lambda: _versions(local_cloud, raw, "scratch/twice.txt"),
+        lambda: catalog_items(local_cloud, "scratch/twice.txt"),
         timeout=10,
         what="the item of the duplicated event",
     )
     assert item["version_id"] == "v-twice"
-    assert len(_versions(local_cloud, raw, "scratch/twice.txt")) == 1
+    assert len(catalog_items(local_cloud, "scratch/twice.txt")) == 1
 
 
 def test_malformed_event_is_not_retried_forever_and_is_kept(local_cloud: LocalCloud) -> None:
@@ -153,4 +144,4 @@ def test_malformed_event_is_not_retried_forever_and_is_kept(local_cloud: LocalCl
     assert event["detail"]["object"]["sequencer"] == "00BB00"
     assert "key" not in event["detail"]["object"]
     assert int(message["Attributes"]["ApproximateReceiveCount"]) >= 5
-    assert _versions(local_cloud, raw, "scratch/malformed.txt") == []
+    assert catalog_items(local_cloud, "scratch/malformed.txt") == []

@@ -32,11 +32,8 @@ from moto.stepfunctions.parser.asl.parse import preprocessor
 
 from lethe.localcloud import sfn_hooks
 from lethe.localcloud.deployment import Endpoints
-from lethe.localcloud.spark_runner import (
-    extract_error_message,
-    parse_spark_submit_parameters,
-    run_spark_job,
-)
+from lethe.localcloud.spark_runner import extract_error_message, run_spark_job
+from lethe.localcloud.spark_submit import parse_spark_submit_parameters
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hooks"
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -769,7 +766,7 @@ if sys.argv[1:] == ["fail"]:
 def _warm_run(
     cloud: LocalCloud, tmp_path: Path, slots: Any, name: str, version: str, *args: str
 ) -> tuple[Any, dict[str, Any]]:
-    from lethe.localcloud.spark_runner import RunSlots  # noqa: PLC0415
+    from lethe.localcloud.spark_slots import RunSlots  # noqa: PLC0415
 
     assert isinstance(slots, RunSlots)
     folder = tmp_path / name
@@ -796,7 +793,7 @@ def test_warm_driver_runs_each_job_in_isolation(cloud: LocalCloud, tmp_path: Pat
     """One warm driver, three runs: each sees its own argv, environment, Spark configuration
     and py-files (in the driver and in the Python workers), nothing a run imported from its
     folder survives it, and a failed run retires the driver without touching the next run."""
-    from lethe.localcloud.spark_runner import RunSlots  # noqa: PLC0415
+    from lethe.localcloud.spark_slots import RunSlots  # noqa: PLC0415
 
     slots = RunSlots(1, warm=True)
     try:
@@ -821,7 +818,7 @@ def test_warm_driver_runs_each_job_in_isolation(cloud: LocalCloud, tmp_path: Pat
 
 
 def test_warm_run_is_killed_at_its_timeout(cloud: LocalCloud, tmp_path: Path) -> None:
-    from lethe.localcloud.spark_runner import RunSlots  # noqa: PLC0415
+    from lethe.localcloud.spark_slots import RunSlots  # noqa: PLC0415
 
     script = tmp_path / "sleeper.py"
     script.write_text("import time\nprint('sleeping', flush=True)\ntime.sleep(120)\n")

@@ -1,19 +1,17 @@
 """The soak (`make soak`, issue 11 item 7): a local cloud of its own, started through the CLI as
-the e2e tier starts one, and the run's figures (times per phase, counts, machine load) printed
-at the end and written to `--soak-report` as JSON."""
+the e2e tier starts one (tests/localcloud_support.py), and the run's figures (times per phase,
+counts, machine load) printed at the end and written to `--soak-report` as JSON."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import LETHE, LocalCloud
+from tests.localcloud_support import LocalCloud, running_local_cloud
 
 FULL = {"objects": 1000, "requests": 50}
 QUICK = {"objects": 120, "requests": 12}
@@ -41,30 +39,12 @@ def sizes(request: pytest.FixtureRequest) -> dict[str, int]:
 @pytest.fixture(scope="session")
 def soak_cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCloud]:
     state_file = tmp_path_factory.mktemp("soak") / "local.json"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     # Lambda's own batching (the template's 60 s window for batches of 100 object events), not
     # the local 2 s cap: a burst makes batches of 100, as on AWS, not dozens of small ones
-    env.setdefault("LETHE_LOCAL_MAX_BATCH_WINDOW", "none")
-    started = subprocess.run(
-        [LETHE, "local", "up", "--detach", "--state-file", str(state_file)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        check=False,
-    )
-    try:
-        assert started.returncode == 0, f"local up failed:\n{started.stdout}\n{started.stderr}"
-        state = json.loads(state_file.read_text())
-        FIGURES["logs_dir"] = state["logs_dir"]
-        yield LocalCloud(state_file=state_file, state=state)
-    finally:
-        subprocess.run(
-            [LETHE, "local", "down", "--state-file", str(state_file)],
-            capture_output=True,
-            timeout=120,
-            check=False,
-        )
+    env = {"LETHE_LOCAL_MAX_BATCH_WINDOW": "none"}
+    with running_local_cloud(state_file, env=env, up_timeout=300, down_timeout=120) as cloud:
+        FIGURES["logs_dir"] = cloud.state["logs_dir"]
+        yield cloud
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:

@@ -28,7 +28,6 @@ import io
 import json
 import os
 import re
-import subprocess
 import threading
 import time
 from collections import Counter, defaultdict
@@ -40,10 +39,16 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-import requests
 
 from lethe.target import Target, from_state_file
-from tests.e2e.conftest import LETHE, SAMPLES, LocalCloud
+from tests.localcloud_support import (
+    LocalCloud,
+    cli,
+    decide_on_approval_page,
+    quiet,
+    sample_dataset_as,
+    wait_for,
+)
 from tests.soak.conftest import FIGURES
 
 pytestmark = pytest.mark.soak
@@ -158,22 +163,8 @@ class Clock:
         return done
 
 
-def wait_until(probe: Callable[[], bool], *, timeout: float, what: str, every: float = 5) -> None:
-    deadline = time.monotonic() + timeout
-    while not probe():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(every)
-
-
-def _cli(cloud: LocalCloud, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [LETHE, *args, "--state-file", str(cloud.state_file)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+CLI_TIMEOUT = 300.0
+POLL_SECONDS = 5.0  # a probe scans the catalog or lists every request: not more often
 
 
 def _scan(cloud: LocalCloud, output: str) -> list[dict[str, Any]]:
@@ -189,25 +180,8 @@ def _scan(cloud: LocalCloud, output: str) -> list[dict[str, Any]]:
 
 
 def _quiet(cloud: LocalCloud) -> bool:
-    """Nothing left to deliver or run: the object events queue is empty and no ingestion or
-    erasure execution is running."""
-    attributes = cloud.client("sqs").get_queue_attributes(
-        QueueUrl=cloud.outputs["ObjectEventsQueueUrl"],
-        AttributeNames=[
-            "ApproximateNumberOfMessages",
-            "ApproximateNumberOfMessagesNotVisible",
-            "ApproximateNumberOfMessagesDelayed",
-        ],
-    )["Attributes"]
-    if any(int(value) for value in attributes.values()):
-        return False
-    sfn = cloud.client("stepfunctions")
-    return not any(
-        sfn.list_executions(stateMachineArn=cloud.outputs[arn], statusFilter="RUNNING")[
-            "executions"
-        ]
-        for arn in ("IngestionStateMachineArn", "ErasureStateMachineArn")
-    )
+    """No object event left to deliver, no ingestion or erasure execution running."""
+    return quiet(cloud, machines=("IngestionStateMachineArn", "ErasureStateMachineArn"))
 
 
 def _versions(cloud: LocalCloud, bucket: str) -> Iterator[dict[str, Any]]:
@@ -246,11 +220,9 @@ def _lake_rows(key: str, body: bytes) -> list[tuple[str, str, int, str]]:
 
 
 def _register(cloud: LocalCloud, folder: Path) -> None:
-    document = json.loads((SAMPLES / "reviews.dataset.json").read_text())
     for dataset_id in DATASETS:
-        path = folder / f"{dataset_id}.json"
-        path.write_text(json.dumps({**document, "dataset_id": dataset_id}))
-        put = _cli(cloud, "datasets", "put", str(path))
+        path = sample_dataset_as("reviews", dataset_id, folder)
+        put = cli(cloud, "datasets", "put", str(path), timeout=CLI_TIMEOUT)
         assert put.returncode == 0, put.stderr
 
 
@@ -349,7 +321,7 @@ def ingested(
         FIGURES["phase1_progress"] = f"{len(done_items)} of {len(urls)} versions terminal"
         return len(done_items) == len(urls) and _quiet(cloud)
 
-    wait_until(settled, timeout=1500, what="every upload to be ingested")
+    wait_for(settled, timeout=1500, what="every upload to be ingested", every=POLL_SECONDS)
     done()
     return {"cloud": cloud, "versions": versions, "catalog": catalogued(), "clock": clock}
 
@@ -425,13 +397,7 @@ def test_phase1_each_version_went_through_one_execution_and_one_spark_run(
 
 
 def _approve(link: str) -> str:
-    session = requests.Session()
-    page = session.get(link, timeout=60).text
-    code = page.split('<code id="confirmation-code">', 1)[1].split("<", 1)[0]
-    token = page.split('name="csrf_token" value="', 1)[1].split('"', 1)[0]
-    answer = session.post(
-        link, data={"csrf_token": token, "confirmation": code, "decision": "approve"}, timeout=60
-    )
+    answer = decide_on_approval_page(link, "approve", timeout=60)
     found = re.search(r'data-outcome="([a-z-]+)"', answer.text)
     return found.group(1) if found else f"HTTP {answer.status_code}"
 
@@ -454,8 +420,8 @@ def erased(ingested: dict[str, Any], plan: Plan) -> dict[str, Any]:
 
     def file(subjects: list[str]) -> str:
         args = [a for s in subjects for a in ("--subject", s)]
-        filed = _cli(cloud, "erasure", "request", *args, "--requested-by", "soak@example.com",
-                     "--reason", "soak test")  # fmt: skip
+        filed = cli(cloud, "erasure", "request", *args, "--requested-by", "soak@example.com",
+                    "--reason", "soak test", timeout=CLI_TIMEOUT)  # fmt: skip
         assert filed.returncode == 0, filed.stderr
         return filed.stdout.strip()
 
@@ -474,11 +440,11 @@ def erased(ingested: dict[str, Any], plan: Plan) -> dict[str, Any]:
         FIGURES["phase2_progress"] = dict(states)
         return states.get("AWAITING_APPROVAL", 0) == len(wanted)
 
-    wait_until(awaiting, timeout=900, what="every request to await approval")
+    wait_for(awaiting, timeout=900, what="every request to await approval", every=POLL_SECONDS)
     done()
 
     done = clock.phase("2 approval over HTTP")
-    mail = json.loads(_cli(cloud, "local", "mail", "--json").stdout)
+    mail = json.loads(cli(cloud, "local", "mail", "--json", timeout=CLI_TIMEOUT).stdout)
     links = {}
     for request_id in ids:
         (message,) = [m for m in mail if request_id in m["subject"]]
@@ -495,8 +461,10 @@ def erased(ingested: dict[str, Any], plan: Plan) -> dict[str, Any]:
         FIGURES["phase2_progress"] = dict(states)
         return sum(states[s] for s in ERASURE_TERMINAL) == len(wanted)
 
-    wait_until(terminal, timeout=2400, what="every request to end", every=10)
-    wait_until(lambda: _quiet(cloud), timeout=300, what="the pipeline to be quiet")
+    wait_for(terminal, timeout=2400, what="every request to end", every=2 * POLL_SECONDS)
+    wait_for(
+        lambda: _quiet(cloud), timeout=300, what="the pipeline to be quiet", every=POLL_SECONDS
+    )
     done()
 
     done = clock.phase("2 reading back")

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from lethe.localcloud.sfn_hooks import (
+from lethe.localcloud.sfn_hooks.item_batcher import (
     MAX_BATCH_BYTES,
     ItemBatcherError,
     batch_items,
     item_batcher_problems,
-    s3_list_item,
 )
+from lethe.localcloud.sfn_hooks.item_reader import s3_list_item
 from tests.conftest import REPO_ROOT
 
 pytestmark = pytest.mark.unit

@@ -16,7 +16,7 @@ import pytest
 
 from lethe import artifacts
 from lethe.localcloud import sfn_hooks
-from lethe.localcloud.spark_runner import parse_spark_submit_parameters, usable_spark_conf
+from lethe.localcloud.spark_submit import parse_spark_submit_parameters, usable_spark_conf
 from lethe.localcloud.template import load_template
 from tests.conftest import REPO_ROOT
 

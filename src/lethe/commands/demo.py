@@ -24,7 +24,7 @@ from typing import Any
 
 import requests
 
-from lethe.commands.objects import object_catalog
+from lethe.adapters import object_catalog
 from lethe.progress import Waiting
 from lethe.target import Target, from_state_file
 from lethe_shared.aws.s3 import s3_url

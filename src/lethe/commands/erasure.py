@@ -1,6 +1,10 @@
 """`lethe erasure request | status | list | cancel | certificate`: erasure requests through the
 REST API (docs/ERASURE.md).
 
+This module holds the group's parser and its handlers, and follows a request with --wait; what
+is shown of a record (and the exit status it ends with) is `lethe.commands.erasure_records`,
+the certificate's summary, page and verification `lethe.commands.erasure_certificate`.
+
 Subject ids are personal data. This module sends them to the API and nowhere else: it never
 prints or logs a raw id, not in errors either (the API's 400 answers name fields, never values,
 and every server message is redacted of the ids given before it is shown). Requests are shown
@@ -20,27 +24,33 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from lethe.commands import CommandError, ExitCode, NotFoundError, UsageError
+from lethe.commands import CommandError, NotFoundError, UsageError, add_subject_argument
+from lethe.commands import erasure_certificate as certificates
+from lethe.commands.erasure_records import (
+    exit_status,
+    is_terminal,
+    progress_line,
+    reached,
+    redact,
+    refusal,
+    status_lines,
+    status_text,
+)
 from lethe.progress import Waiting, waiting
 from lethe.target import Target, add_target_arguments, resolve
-from lethe_shared.erasure.requests import TERMINAL, ErasureStatus
+from lethe_shared.erasure.requests import ErasureStatus
 
-EXIT_NOT_ERASED: Final = ExitCode.NOT_ERASED  # --wait ended REJECTED or EXPIRED
 WAIT_TIMEOUT_SECONDS: Final = 6 * 3600.0
 POLL_FIRST_SECONDS: Final = 1.0
 POLL_MAX_SECONDS: Final = 10.0  # the poll interval grows to this and stays there
 REQUEST_ID_PATTERN: Final = r"er-[A-Za-z0-9._-]{1,125}"
 STATUSES: Final = tuple(s.value for s in ErasureStatus)
-REDACTED: Final = "<subject>"
-# Shorter values are too common in ordinary text ("7", "ab") to redact from messages; the API
-# refuses ids of that length in free text from this length on too (lethe_shared.erasure.requests).
-REDACT_MIN_LENGTH: Final = 4
 
 # Seams for tests: the wait loop's clock and sleep.
 _sleep: Callable[[float], None] = time.sleep
@@ -72,13 +82,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "Raw subject ids are sent to the API only, never printed.",
         epilog=wait_epilog,
     )
-    request.add_argument(
-        "--subject",
-        action="append",
-        default=[],
-        metavar="ID",
-        help="a subject id, matched in every dataset with a single subject column (repeatable)",
-    )
+    add_subject_argument(request)
     request.add_argument(
         "--subject-key",
         action="append",
@@ -248,7 +252,7 @@ def file_request(args: argparse.Namespace) -> int:
     headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else None
     status, answer = target.call_api("POST", "/erasure-requests", body, headers=headers)
     if status >= 400:
-        raise CommandError(_redact(_refusal("request refused", status, answer), secrets))
+        raise CommandError(redact(refusal("request refused", status, answer), secrets))
     request_id = str(answer["request_id"])
     if answer.get("duplicate"):
         print(
@@ -265,8 +269,8 @@ def file_request(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(record, indent=2, sort_keys=True))
     else:
-        print(f"{request_id}: {_status_text(record)}", file=sys.stderr)
-    return _exit_status(record)
+        print(f"{request_id}: {status_text(record)}", file=sys.stderr)
+    return exit_status(record)
 
 
 def _requested_by(target: Target, given: str | None) -> str:
@@ -279,22 +283,6 @@ def _requested_by(target: Target, given: str | None) -> str:
         raise CommandError(
             f"cannot tell who asks ({exc}): give --requested-by WHO or set LETHE_REQUESTED_BY"
         ) from None
-
-
-def _redact(text: str, secrets: Iterable[str]) -> str:
-    """`text` without any of `secrets` (longest first, case-insensitively)."""
-    for secret in sorted(
-        {s for s in secrets if len(s) >= REDACT_MIN_LENGTH}, key=len, reverse=True
-    ):
-        text = re.sub(re.escape(secret), REDACTED, text, flags=re.IGNORECASE)
-    return text
-
-
-def _refusal(what: str, status: int, answer: dict[str, Any]) -> str:
-    errors = answer.get("errors") or []
-    lines = [f"{what} ({status}): {answer.get('message', '')}".rstrip(": ")]
-    lines.extend(f"  {error}" for error in errors if isinstance(error, str))
-    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------------- status
@@ -319,9 +307,9 @@ def show_status(args: argparse.Namespace) -> int:
             print(line)
     if not args.wait:
         return 0
-    if args.until and (record.get("status") == args.until or not _is_terminal(record)):
+    if args.until and (record.get("status") == args.until or not is_terminal(record)):
         return 0
-    return _exit_status(record)
+    return exit_status(record)
 
 
 def get_request(target: Target, request_id: str) -> dict[str, Any]:
@@ -334,10 +322,10 @@ def get_request(target: Target, request_id: str) -> dict[str, Any]:
 def _read_error(request_id: str, status: int, answer: dict[str, Any]) -> CommandError:
     if status == 404:
         return NotFoundError(
-            _refusal(f"no request {request_id}", status, answer)
+            refusal(f"no request {request_id}", status, answer)
             + "\nlist them with `lethe erasure list`"
         )
-    return CommandError(_refusal(f"cannot read request {request_id}", status, answer))
+    return CommandError(refusal(f"cannot read request {request_id}", status, answer))
 
 
 def wait_for_request(
@@ -367,11 +355,11 @@ def wait_for_request(
             record = answer
             current = str(record.get("status", ""))
             if current != shown:
-                progress.update(_progress_line(record))
+                progress.update(progress_line(record))
                 shown = current
             else:
                 progress.tick()
-            if _is_terminal(record) or (until is not None and _reached(record, until)):
+            if is_terminal(record) or (until is not None and reached(record, until)):
                 return record
         elif status != 429 and status < 500:
             raise _read_error(request_id, status, answer)
@@ -384,129 +372,6 @@ def wait_for_request(
         interval = min(interval * 1.5, POLL_MAX_SECONDS)
 
 
-def _reached(record: dict[str, Any], until: str) -> bool:
-    return record.get("status") == until or any(
-        isinstance(event, dict) and event.get("status") == until
-        for event in record.get("history") or []
-    )
-
-
-def _is_terminal(record: dict[str, Any]) -> bool:
-    return record.get("status") in {s.value for s in TERMINAL}
-
-
-def _exit_status(record: dict[str, Any]) -> int:
-    status = record.get("status")
-    if status == ErasureStatus.COMPLETED:
-        return 0
-    if status in {ErasureStatus.REJECTED, ErasureStatus.EXPIRED}:
-        return EXIT_NOT_ERASED
-    return 1
-
-
-def _status_text(record: dict[str, Any]) -> str:
-    outcome = record.get("outcome")
-    return f"{record.get('status', '?')}" + (f" ({outcome})" if outcome else "")
-
-
-def _progress_line(record: dict[str, Any]) -> str:
-    history = [e for e in record.get("history") or [] if isinstance(e, dict)]
-    last = history[-1] if history and history[-1].get("status") == record.get("status") else {}
-    parts = [_status_text(record), str(last.get("at", "")), str(last.get("by", ""))]
-    detail = str(last.get("detail", ""))
-    return "  ".join(p for p in parts if p) + (f": {detail}" if detail else "")
-
-
-def status_lines(record: dict[str, Any]) -> list[str]:
-    """What a person reads about one request: counts and hashes, never a raw id."""
-    lines = [
-        f"request       {record.get('request_id', '')}",
-        f"status        {_status_text(record)}",
-        f"requested by  {record.get('requested_by', '')}",
-    ]
-    if record.get("reason"):
-        lines.append(f"reason        {record['reason']}")
-    lines += [
-        f"created       {record.get('created_at', '')}",
-        f"updated       {record.get('updated_at', '')}",
-        f"subjects      {record.get('subject_count', len(record.get('subject_hashes') or []))}",
-    ]
-    lines += _report_lines(record.get("report") or {})
-    lines += _approval_lines(record.get("approval") or {})
-    lines += _result_lines(record.get("result") or {})
-    certificate = record.get("certificate") or {}
-    if certificate:
-        lines.append(f"certificate   {certificate.get('url', '')}")
-        if certificate.get("html_url"):
-            lines.append(f"  page        {certificate['html_url']}")
-        if certificate.get("key_id"):
-            lines.append(f"  signed by   {certificate['key_id']}")
-    error = record.get("error") or {}
-    if error:
-        lines.append(f"error         {error.get('error', '')}: {error.get('cause', '')}".rstrip())
-    if record.get("execution_arn"):
-        lines.append(f"execution     {record['execution_arn']}")
-    lines.append("history")
-    for event in record.get("history") or []:
-        detail = f"  {event.get('detail')}" if event.get("detail") else ""
-        lines.append(
-            f"  {event.get('at', ''):32} {event.get('status', ''):17} {event.get('by', '')}{detail}"
-        )
-    return lines
-
-
-def _report_lines(report: dict[str, Any]) -> list[str]:
-    if not report:
-        return []
-    lines = [
-        f"report        {report.get('objects', 0)} objects, {report.get('versions', 0)} "
-        f"versions, {report.get('rows', 0)} rows",
-        f"  manifest    {report.get('manifest_url', '')}",
-        f"  sha256      {report.get('manifest_sha256', '')}",
-    ]
-    if report.get("summary_html_url") or report.get("summary_text_url"):
-        lines.append(
-            f"  summary     {report.get('summary_html_url') or report.get('summary_text_url')}"
-        )
-    datasets = report.get("datasets") or []
-    if datasets:
-        lines.append(f"  {'DATASET':24} {'ZONE':5} {'OBJECTS':>8} {'VERSIONS':>9} {'ROWS':>8}")
-        lines.extend(
-            f"  {d.get('dataset_id', ''):24} {d.get('zone', ''):5} {d.get('objects', 0):>8} "
-            f"{d.get('versions', 0):>9} {d.get('rows', 0):>8}"
-            for d in datasets
-        )
-    return lines
-
-
-def _approval_lines(approval: dict[str, Any]) -> list[str]:
-    if not approval:
-        return []
-    lines = [
-        f"approval      deadline {approval.get('deadline', '-')}, "
-        f"{approval.get('approvers', 0)} approvers"
-    ]
-    if approval.get("decision"):
-        lines.append(
-            f"  decision    {approval['decision']} by {approval.get('decided_by', '?')} "
-            f"at {approval.get('decided_at', '?')}"
-        )
-    return lines
-
-
-def _result_lines(result: dict[str, Any]) -> list[str]:
-    if not result:
-        return []
-    lines = [
-        f"result        {result.get('objects', 0)} objects ({result.get('rewritten', 0)} "
-        f"rewritten, {result.get('deleted', 0)} deleted), {result.get('rows_removed', 0)} rows "
-        f"removed, {result.get('versions_purged', 0)} versions purged"
-    ]
-    if result.get("verification_url"):
-        lines.append(f"  verified    {result['verification_url']}")
-    return lines
-
-
 # ----------------------------------------------------------------------------------- list
 
 
@@ -514,7 +379,7 @@ def list_requests(args: argparse.Namespace) -> int:
     query = {"status": args.status} if args.status else None
     status, answer = resolve(args).call_api("GET", "/erasure-requests", query=query)
     if status >= 400:
-        raise CommandError(_refusal("cannot list requests", status, answer))
+        raise CommandError(refusal("cannot list requests", status, answer))
     requests: list[dict[str, Any]] = list(answer.get("requests") or [])
     if args.json:
         print(json.dumps(requests, indent=2, sort_keys=True))
@@ -527,7 +392,7 @@ def list_requests(args: argparse.Namespace) -> int:
         report = record.get("report") or {}
         rows = report.get("rows", "-") if report else "-"
         print(
-            f"{record.get('request_id', ''):36} {_status_text(record):28} "
+            f"{record.get('request_id', ''):36} {status_text(record):28} "
             f"{record.get('created_at', ''):32} {record.get('subject_count', 0):>8} {rows:>8}"
         )
     return 0
@@ -548,8 +413,8 @@ def cancel_request(args: argparse.Namespace) -> int:
             str(answer.get("message") or f"request {request_id} cannot be cancelled")
         )
     if status >= 400:
-        raise CommandError(_refusal(f"cannot cancel request {request_id}", status, answer))
-    print(f"{request_id}: {_status_text(answer)}")
+        raise CommandError(refusal(f"cannot cancel request {request_id}", status, answer))
+    print(f"{request_id}: {status_text(answer)}")
     return 0
 
 
@@ -561,139 +426,16 @@ def show_certificate(args: argparse.Namespace) -> int:
     if args.offline and not args.verify:
         raise UsageError("--offline needs --verify")
     target = resolve(args)
-    record = get_request(target, request_id)
-    pointer = record.get("certificate") or {}
-    if record.get("status") != ErasureStatus.COMPLETED or not pointer.get("url"):
-        raise CommandError(
-            f"request {request_id} has no certificate: it is {_status_text(record)}"
-            + (" (certificates come with COMPLETED)" if not _is_terminal(record) else "")
-        )
-    raw = _read_s3(target, str(pointer["url"]))
-    try:
-        envelope = json.loads(raw)
-    except ValueError as exc:
-        raise CommandError(f"{pointer['url']} is not JSON: {exc}") from None
-    if not isinstance(envelope, dict):
-        raise CommandError(f"{pointer['url']} is not a certificate envelope")
-    if args.json:
-        print(json.dumps(envelope, indent=2, sort_keys=True))
-    else:
-        for line in certificate_lines(envelope, str(pointer["url"])):
-            print(line)
-    if args.html:
-        _write_html(envelope, args.html)
-    if args.verify:
-        line = _verify(target, envelope, raw, record, offline=args.offline)
-        print(line, file=sys.stderr if args.json else sys.stdout)
+    certificates.show_certificate(
+        target,
+        request_id,
+        get_request(target, request_id),
+        as_json=args.json,
+        html=args.html,
+        verify=args.verify,
+        offline=args.offline,
+    )
     return 0
-
-
-def _read_s3(target: Target, url: str) -> bytes:
-    from lethe_shared.aws.s3 import split_s3_url  # noqa: PLC0415
-
-    try:
-        bucket, key = split_s3_url(url)
-    except ValueError as exc:
-        raise CommandError(str(exc)) from None
-    try:
-        return bytes(target.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read())
-    except (BotoCoreError, ClientError) as exc:
-        raise CommandError(f"cannot read the certificate {url}: {exc}") from None
-
-
-def certificate_lines(envelope: dict[str, Any], url: str) -> list[str]:
-    """A summary read from the envelope as stored (not validated: --verify does that)."""
-    cert = _mapping(envelope.get("certificate"))
-    signature = _mapping(envelope.get("signature"))
-    totals = _mapping(cert.get("totals"))
-    verification = _mapping(cert.get("verification"))
-    return [
-        f"certificate      {cert.get('certificate_id', '')}",
-        f"request          {cert.get('request_id', '')}",
-        f"issued           {cert.get('issued_at', '')}",
-        f"requested by     {cert.get('requested_by', '')}",
-        f"approved by      {cert.get('approved_by', '')} at {cert.get('approved_at', '')}",
-        f"subjects         {len(cert.get('subject_hashes') or [])} (keyed hashes)",
-        f"objects          {totals.get('objects', 0)}",
-        f"rows removed     {totals.get('rows_removed', 0)}",
-        f"versions purged  {totals.get('versions_purged', 0)}",
-        f"verification     {verification.get('objects_verified', 0)} objects scanned at "
-        f"{verification.get('verified_at', '')}: "
-        f"{verification.get('matching_rows_found', '?')} matching rows found",
-        f"key id           {signature.get('key_id', '')}",
-        f"signed digest    {signature.get('digest_sha256', '')}",
-        f"stored at        {url}",
-    ]
-
-
-def _write_html(envelope: dict[str, Any], path: Path) -> None:
-    from lethe_shared.erasure.certificate import (  # noqa: PLC0415
-        CertificateInvalidError,
-        render_certificate_html,
-    )
-
-    try:
-        page = render_certificate_html(envelope)
-    except CertificateInvalidError as exc:
-        raise CommandError(f"cannot render the certificate: {exc.reason}: {exc.detail}") from None
-    try:
-        path.write_text(page, encoding="utf-8")
-    except OSError as exc:
-        raise CommandError(f"cannot write {path}: {exc}") from None
-    print(f"wrote {path}", file=sys.stderr)
-
-
-def _verify(
-    target: Target,
-    envelope: dict[str, Any],
-    raw: bytes,
-    record: dict[str, Any],
-    *,
-    offline: bool,
-) -> str:
-    """Check the signature, then that the certificate is this request's and the one its record
-    points to (same key, same SHA-256). Raises CommandError (exit 1) naming the reason."""
-    import hashlib  # noqa: PLC0415
-
-    from lethe_shared.erasure.certificate import (  # noqa: PLC0415
-        CertificateInvalidError,
-        KmsSigner,
-        verify_envelope,
-        verify_envelope_offline,
-    )
-
-    key_id = str(_mapping(envelope.get("signature")).get("key_id") or "")
-    if not key_id:
-        raise CommandError("certificate does not verify: malformed: the signature names no key")
-    signer = KmsSigner(target.client("kms"), key_id)
-    try:
-        if offline:
-            verified = verify_envelope_offline(envelope, signer.public_key_der())
-        else:
-            verified = verify_envelope(envelope, signer)
-    except CertificateInvalidError as exc:
-        raise CommandError(f"certificate does not verify: {exc.reason}: {exc.detail}") from None
-    except (BotoCoreError, ClientError, ValueError) as exc:
-        raise CommandError(f"cannot verify the certificate with key {key_id}: {exc}") from None
-    request_id = str(record.get("request_id", ""))
-    if verified.certificate.request_id != request_id:
-        raise CommandError(
-            "certificate does not verify: request-mismatch: it certifies request "
-            f"{verified.certificate.request_id}, not {request_id}"
-        )
-    pointer = record.get("certificate") or {}
-    if pointer.get("key_id") and pointer["key_id"] != key_id:
-        raise CommandError(
-            f"certificate does not verify: key-mismatch: signed by {key_id}, the request "
-            f"record names {pointer['key_id']}"
-        )
-    expected = pointer.get("sha256")
-    if expected and expected not in {hashlib.sha256(raw).hexdigest(), verified.digest_sha256}:
-        raise CommandError(
-            "certificate does not verify: record-mismatch: its SHA-256 is not the one the "
-            "request record holds"
-        )
-    return f"certificate verifies: signed by {verified.key_id}, digest {verified.digest_sha256}"
 
 
 # -------------------------------------------------------------------------------- helpers
@@ -704,7 +446,3 @@ def _check_request_id(request_id: str) -> str:
         # not echoed: a subject id given here by mistake must not be printed
         raise UsageError("that is not a request id: request ids look like er-...")
     return request_id
-
-
-def _mapping(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}

@@ -20,7 +20,7 @@ from typing import Any, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from lethe.commands import CommandError, UsageError
+from lethe.commands import CommandError, UsageError, add_subject_argument
 from lethe.commands.datasets import require_dataset
 from lethe.progress import Waiting, waiting
 from lethe.target import Target, add_target_arguments, resolve
@@ -48,13 +48,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         description="Hashes the subject ids with the deployment's key and lists the index "
         "entries of those hashes. Raw ids are never printed.",
     )
-    lookup.add_argument(
-        "--subject",
-        action="append",
-        default=[],
-        metavar="ID",
-        help="a subject id, matched in every dataset with a single subject column (repeatable)",
-    )
+    add_subject_argument(lookup)
     lookup.add_argument(
         "--subject-key",
         action="append",

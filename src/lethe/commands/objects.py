@@ -18,6 +18,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from lethe.adapters import object_catalog
 from lethe.commands import CommandError, NotFoundError, UsageError
 from lethe.commands.datasets import require_dataset
 from lethe.target import Target, add_target_arguments, resolve
@@ -84,13 +85,6 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     reingest.add_argument("--json", action="store_true", help="print the plan/outcome as JSON")
     add_target_arguments(reingest)
     reingest.set_defaults(func=reingest_objects)
-
-
-def object_catalog(target: Target) -> DynamoObjectCatalog:
-    """The deployment's object catalog, through its one adapter (every CLI read goes there)."""
-    return DynamoObjectCatalog(
-        target.resource("dynamodb").Table(target.output("ObjectCatalogTableName"))
-    )
 
 
 def _lake_rows(target: Target, item: CatalogItem) -> int | None:

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from lethe.artifacts import upload_spark_artifacts
+from lethe.localcloud.common import PINNED_MOTO_VERSION, CloudError
 from lethe.localcloud.deployment import Deployment, Endpoints
 from lethe.localcloud.dynamodb_partitions import patch_dynamodb_partitions
 from lethe.localcloud.intrinsics import ACCOUNT_ID
@@ -77,10 +78,6 @@ MAX_BATCH_WINDOW_ENV: Final = "LETHE_LOCAL_MAX_BATCH_WINDOW"
 SQS_RETRY_SECONDS_ENV: Final = "LETHE_LOCAL_SQS_RETRY_SECONDS"
 DEFAULT_MAX_BATCH_WINDOW: Final = 2.0
 DEFAULT_SQS_RETRY_SECONDS: Final = 1
-
-
-class CloudError(RuntimeError):
-    """The local cloud could not start; the message says why."""
 
 
 def _env_number(name: str, default: float, *, integer: bool = False) -> float | None:
@@ -139,8 +136,6 @@ def configure_moto() -> Callable[[], None]:
 
     return restore
 
-
-PINNED_MOTO_VERSION: Final = "5.2.5"
 
 # DynamoDB backend methods that read or write items (BatchWriteItem and the PartiQL batch go
 # through put_item / delete_item / execute_statement).

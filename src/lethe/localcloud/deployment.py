@@ -1,6 +1,6 @@
 """What the local cloud deployed from template.yaml: the contract between its parts.
 
-`provision.py` builds a Deployment from the SAM-translated template; the Lambda runtime, the
+`provision` builds a Deployment from the SAM-translated template; the Lambda runtime, the
 EventBridge delivery, the Step Functions hooks and the REST API server only read it. Nothing in
 here is a second list of resources: every value comes from the template.
 """

@@ -40,6 +40,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from lethe.localcloud.common import PINNED_MOTO_VERSION, CloudError
+
 _STATE_ATTRIBUTE: Final = "_lethe_partitions"
 # Partition of items whose index hash values cannot be hashed (not a valid key type): always
 # candidates. A string, not a tuple like every other partition, and equal to itself in deep
@@ -280,8 +282,6 @@ def patch_dynamodb_partitions(lock: threading.RLock) -> Callable[[], None]:
 def _check_moto_version() -> None:
     import moto  # noqa: PLC0415 - heavy
     from moto.dynamodb.models.table import Table  # noqa: PLC0415 - heavy
-
-    from lethe.localcloud.cloud import PINNED_MOTO_VERSION, CloudError  # noqa: PLC0415 - a cycle
 
     if moto.__version__ != PINNED_MOTO_VERSION or not hasattr(Table, "all_items"):
         raise CloudError(

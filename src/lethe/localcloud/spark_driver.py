@@ -1,5 +1,5 @@
 """A warm Spark driver: one Python process with PySpark imported and its JVM started, that runs
-job scripts one after another, each with a SparkSession of its own (`spark_runner.WarmDriver`
+job scripts one after another, each with a SparkSession of its own (`spark_slots.WarmDriver`
 starts it and talks to it; docs/LOCAL_CLOUD.md, "Warm drivers").
 
     python -m lethe.localcloud.spark_driver CONTROL_FD

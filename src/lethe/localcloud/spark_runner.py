@@ -1,6 +1,6 @@
 """Run one Spark job script on this machine the way Glue or EMR Serverless would run it.
 
-The local cloud's Step Functions hooks (`sfn_hooks.py`) call `run_spark_job` for every
+The local cloud's Step Functions hooks (`sfn_hooks`, P5) call `run_spark_job` for every
 `glue:startJobRun.sync` and `emr-serverless:startJobRun.sync` task. What a job sees:
 
 - its script and every py-file are downloaded from the (moto) S3 endpoint into a fresh working
@@ -31,20 +31,17 @@ The local cloud's Step Functions hooks (`sfn_hooks.py`) call `run_spark_job` for
   bind address) makes the run cold;
 - stdout and stderr go to `<logs_dir>/spark-<run_id>.log`; on failure `error_message` is the
   final line(s) of the last Python traceback on stderr (what Glue's ErrorMessage and EMR's
-  stateDetails show), or the last meaningful stderr lines when there is no traceback.
+
+The slots and warm drivers are `spark_slots`; the spark-submit parameters and the Spark
+configuration a run takes, `spark_submit`; stopping a run's process group, `spark_process`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import logging
 import os
-import queue
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -52,55 +49,24 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 from urllib.parse import urlparse
 
 from lethe.localcloud.deployment import Endpoints
-
-LOG = logging.getLogger(__name__)
+from lethe.localcloud.spark_process import (
+    POLL_SECONDS,
+    STDERR_TAIL_LINES,
+    kill_group,
+    kill_stragglers,
+    still_wanted,
+)
+from lethe.localcloud.spark_slots import RunSlots, WarmDriverError, warm_allowed
+from lethe.localcloud.spark_submit import LOCAL_SPARK_DEFAULTS, usable_spark_conf
 
 DEFAULT_MASTER = "local[2]"
-RUNS_ENV = "LETHE_LOCAL_SPARK_RUNS"
-WARM_ENV = "LETHE_LOCAL_SPARK_WARM"
-DEFAULT_CONCURRENT_RUNS = 2
-RUNS_PER_DRIVER = 25
-_DRIVER_START_SECONDS = 300.0
-_WARM_SAFE_DRIVER_KEYS = frozenset({"spark.driver.host", "spark.driver.bindAddress"})
-_POLL_SECONDS = 0.25
-_KILL_GRACE_SECONDS = 10.0
-_STDERR_TAIL_LINES = 400
 _MAX_ERROR_CHARS = 2000
-
-# Local defaults for every job; a job's own SparkSession.builder.config(...) wins over these.
-_LOCAL_SPARK_DEFAULTS: Mapping[str, str] = {
-    "spark.driver.host": "127.0.0.1",
-    "spark.driver.bindAddress": "127.0.0.1",
-    "spark.ui.enabled": "false",
-}
-# Configuration that cannot work on this machine (no Maven, no cluster manager, no s3a) or that
-# would change how the job is deployed. Dropped with a log line, never passed to Spark.
-_DROPPED_CONF_KEYS = frozenset(
-    {
-        "spark.master",
-        "spark.submit.deployMode",
-        "spark.submit.pyFiles",
-        "spark.jars",
-        "spark.jars.packages",
-        "spark.jars.repositories",
-        "spark.jars.ivy",
-        "spark.archives",
-        "spark.files",
-        "spark.pyspark.python",
-        "spark.pyspark.driver.python",
-        # EMR Serverless: the interpreter inside the spark.archives environment
-        "spark.executorEnv.PYSPARK_PYTHON",
-        "spark.executorEnv.PYSPARK_DRIVER_PYTHON",
-    }
-)
-_DROPPED_CONF_PREFIXES = ("spark.emr-serverless.", "spark.kubernetes.", "spark.yarn.")
-
 # log4j lines as Spark prints them: "26/01/02 10:11:12 INFO SparkContext: ..."
 _LOG4J_LINE = re.compile(r"^\d{2}/\d{2}/\d{2} \d{2}:\d{2}:\d{2} [A-Z]+ ")
 _TRACEBACK_START = "Traceback (most recent call last):"
@@ -117,302 +83,6 @@ class SparkRunResult:
     duration: float  # seconds, wall clock, download included
     timed_out: bool = False
     cancelled: bool = False
-
-
-class RunSlots:
-    """At most `limit` Spark runs at once on this machine; the others wait for a slot.
-
-    A Step Functions execution runs in a thread of the cloud process, so a burst of executions
-    (1,000 uploads, 50 erasure requests) would start one JVM each at the same moment, on a
-    machine with a couple of cores: every run slows down, memory runs out, none finishes
-    sooner. On AWS each run has its own workers; here they take turns. With `warm`, each slot
-    keeps a `WarmDriver` between runs."""
-
-    def __init__(self, limit: int | None, *, warm: bool = False) -> None:
-        self.limit = limit  # None: no limit
-        self.warm = warm and bool(limit)
-        self._free: queue.Queue[int] = queue.Queue()
-        for slot in range(limit or 0):
-            self._free.put(slot)
-        self._drivers: dict[int, WarmDriver] = {}
-        self._lock = threading.Lock()
-
-    @classmethod
-    def from_environment(cls, environ: Mapping[str, str] | None = None) -> RunSlots:
-        """`LETHE_LOCAL_SPARK_RUNS`: a positive number, or `none` for no limit;
-        `LETHE_LOCAL_SPARK_WARM`: `0` for a new interpreter and JVM per run."""
-        environ = environ if environ is not None else os.environ
-        value = environ.get(RUNS_ENV, "").strip()
-        warm = environ.get(WARM_ENV, "1").strip() not in {"0", "false", "no"}
-        if not value:
-            return cls(DEFAULT_CONCURRENT_RUNS, warm=warm)
-        if value.lower() == "none":
-            return cls(None)
-        if not value.isdigit() or int(value) < 1:
-            raise ValueError(f"{RUNS_ENV} must be a positive number or 'none', not {value!r}")
-        return cls(int(value), warm=warm)
-
-    def acquire(self, should_continue: Callable[[], bool] | None) -> int | None:
-        """Wait for a slot and return it; None when `should_continue()` says the run is no
-        longer wanted. Without a limit, every run gets slot -1 at once."""
-        if not self.limit:
-            return -1
-        while True:
-            try:
-                return self._free.get(timeout=_POLL_SECONDS)
-            except queue.Empty:
-                if should_continue is not None and not _still_wanted(should_continue):
-                    return None
-
-    def release(self, slot: int) -> None:
-        if slot >= 0:
-            self._free.put(slot)
-
-    def driver(self, slot: int, env: Mapping[str, str], logs_dir: Path) -> WarmDriver:
-        """The slot's warm driver for this environment: the one it has, or a new one."""
-        with self._lock:
-            current = self._drivers.get(slot)
-        if current is not None and current.usable(env):
-            return current
-        if current is not None:
-            current.stop()
-        started = WarmDriver(env, logs_dir / f"spark-driver-{slot}.log")
-        with self._lock:
-            self._drivers[slot] = started
-        return started
-
-    def retire(self, slot: int) -> None:
-        with self._lock:
-            current = self._drivers.pop(slot, None)
-        if current is not None:
-            current.stop()
-
-    def shutdown(self) -> None:
-        with self._lock:
-            drivers, self._drivers = list(self._drivers.values()), {}
-        for driver in drivers:
-            driver.stop()
-
-
-class WarmDriverError(RuntimeError):
-    """The warm driver could not start, or died outside a job."""
-
-
-class WarmDriver:
-    """One `python -m lethe.localcloud.spark_driver` process (and its JVM), in its own process
-    group. Its stdout and stderr are copied into the log of the run it is running (into
-    `idle_log` between runs); its answers come on a pipe of their own."""
-
-    def __init__(self, env: Mapping[str, str], idle_log: Path) -> None:
-        self.base = _driver_environment(env)
-        self.runs = 0
-        self._lock = threading.Lock()
-        self._sink: IO[str] | None = None
-        self._tail: deque[str] = deque(maxlen=_STDERR_TAIL_LINES)
-        self._answers: queue.Queue[dict[str, Any] | None] = queue.Queue()
-        self._idle = idle_log.open("a", encoding="utf-8")
-        self._home = Path(tempfile.mkdtemp(prefix="lethe-spark-driver-"))
-        read_fd, write_fd = os.pipe()
-        try:
-            self.process = subprocess.Popen(  # noqa: S603 - our interpreter, our module
-                [sys.executable, "-m", "lethe.localcloud.spark_driver", str(write_fd)],
-                cwd=self._home,
-                env=self.base,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                pass_fds=(write_fd,),
-                text=True,
-                encoding="utf-8",
-                errors="replace",
-                start_new_session=True,
-            )
-        finally:
-            os.close(write_fd)
-        control = os.fdopen(read_fd, "r", encoding="utf-8")
-        assert self.process.stdout is not None
-        assert self.process.stderr is not None
-        for name, stream, is_err in (
-            ("out", self.process.stdout, False),
-            ("err", self.process.stderr, True),
-            ("control", control, None),
-        ):
-            threading.Thread(
-                target=self._control if is_err is None else self._copy,
-                args=(stream,) if is_err is None else (stream, is_err),
-                name=f"spark-driver-{self.process.pid}-{name}",
-                daemon=True,
-            ).start()
-        self._idle.write(f"# warm driver pid {self.process.pid} starting\n")
-        self._idle.flush()
-        try:
-            ready = self._answers.get(timeout=_DRIVER_START_SECONDS)
-        except queue.Empty:
-            ready = None
-        if not ready or not ready.get("ready"):
-            self.stop()
-            raise WarmDriverError(f"the warm Spark driver did not start (see {idle_log})")
-
-    def usable(self, env: Mapping[str, str]) -> bool:
-        """Alive and not worn. The run's own environment is applied per run (in the driver,
-        and as `spark.executorEnv.*` for the workers), so only the endpoints must match: a
-        variable of the driver's start that a run lacks stays visible to its Python workers."""
-        same_cloud = all(
-            env.get(name) == self.base.get(name)
-            for name in ("AWS_ENDPOINT_URL", "PYSPARK_PYTHON", "LETHE_SPARK_MASTER")
-        )
-        return self.process.poll() is None and self.runs < RUNS_PER_DRIVER and same_cloud
-
-    def _copy(self, stream: IO[str], is_err: bool) -> None:
-        for line in stream:
-            with self._lock:
-                if is_err:
-                    self._tail.append(line)
-                sink = self._sink if self._sink is not None else self._idle
-                if not sink.closed:
-                    sink.write(line)
-                    sink.flush()
-
-    def _control(self, stream: IO[str]) -> None:
-        for line in stream:
-            with contextlib.suppress(ValueError):
-                self._answers.put(json.loads(line))
-        self._answers.put(None)  # the driver is gone
-
-    def run(
-        self,
-        request: Mapping[str, Any],
-        *,
-        log: IO[str],
-        deadline: float,
-        should_continue: Callable[[], bool] | None,
-    ) -> tuple[int | None, bool, bool, list[str]]:
-        """Run one job: (exit code or None, timed out, cancelled, stderr tail)."""
-        self.runs += 1
-        with self._lock:
-            log.flush()
-            self._sink, self._tail = log, deque(maxlen=_STDERR_TAIL_LINES)
-        timed_out = cancelled = False
-        code: int | None = None
-        try:
-            assert self.process.stdin is not None
-            self.process.stdin.write(json.dumps(request) + "\n")
-            self.process.stdin.flush()
-            while True:
-                try:
-                    answer = self._answers.get(timeout=_POLL_SECONDS)
-                except queue.Empty:
-                    if time.monotonic() >= deadline:
-                        timed_out = True
-                    elif should_continue is not None and not _still_wanted(should_continue):
-                        cancelled = True
-                    if timed_out or cancelled:
-                        self.stop()
-                        break
-                    continue
-                if answer is None:  # died outside the job's own exit (a JVM crash, a kill)
-                    code = self.process.wait()
-                    break
-                code = int(answer.get("exit_code", 1))
-                break
-        except (OSError, ValueError) as exc:
-            log.write(f"# the warm driver failed: {exc}\n")
-            self.stop()
-        finally:
-            time.sleep(0.05)  # the last lines of the pipes
-            with self._lock:
-                self._sink, tail = None, list(self._tail)
-        return code, timed_out, cancelled, tail
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            with contextlib.suppress(OSError):
-                if self.process.stdin is not None:
-                    self.process.stdin.close()
-            _kill_group(self.process)
-        _kill_stragglers(self.process.pid)
-        with self._lock:
-            if not self._idle.closed:
-                self._idle.write(f"# warm driver pid {self.process.pid} stopped\n")
-                self._idle.close()
-        shutil.rmtree(self._home, ignore_errors=True)
-
-
-def _driver_environment(env: Mapping[str, str]) -> dict[str, str]:
-    """What a warm driver starts with: the run's environment without what is the run's own
-    (its py-files path, its Spark configuration: both are applied per run)."""
-    base = {k: v for k, v in env.items() if k not in {"PYTHONPATH", "PYSPARK_SUBMIT_ARGS"}}
-    base["PYSPARK_SUBMIT_ARGS"] = _submit_args(_LOCAL_SPARK_DEFAULTS)
-    if os.environ.get("PYTHONPATH"):
-        base["PYTHONPATH"] = os.environ["PYTHONPATH"]
-    return base
-
-
-def _submit_args(conf: Mapping[str, str]) -> str:
-    submit = [part for key, value in conf.items() for part in ("--conf", f"{key}={value}")]
-    return shlex.join([*submit, "pyspark-shell"])
-
-
-def _warm_allowed(conf: Mapping[str, str]) -> bool:
-    """False when the configuration needs a JVM launch (driver memory, class path, options)."""
-    return not any(
-        key.startswith("spark.driver.") and key not in _WARM_SAFE_DRIVER_KEYS for key in conf
-    )
-
-
-@dataclass(frozen=True)
-class SparkSubmitOptions:
-    """What the local run honours of a spark-submit command line."""
-
-    py_files: list[str] = field(default_factory=list)
-    conf: dict[str, str] = field(default_factory=dict)
-    ignored: list[str] = field(default_factory=list)
-
-
-def parse_spark_submit_parameters(parameters: str | None) -> SparkSubmitOptions:
-    """Parse EMR Serverless `SparkSubmitParameters`: `--py-files a,b` and `--conf k=v` count
-    (`--opt=value` spelling too); every other option is ignored and reported in `ignored`."""
-    options = SparkSubmitOptions()
-    tokens = shlex.split(parameters or "")
-    index = 0
-    while index < len(tokens):
-        token = tokens[index]
-        name, has_inline, inline_value = (
-            token.partition("=") if token.startswith("--") else (token, "", "")
-        )
-        value: str | None = inline_value if has_inline else None
-        if (
-            value is None
-            and name.startswith("--")
-            and index + 1 < len(tokens)
-            and not tokens[index + 1].startswith("--")
-        ):
-            value = tokens[index + 1]
-            index += 1
-        index += 1
-        if name == "--py-files" and value:
-            options.py_files.extend(part for part in value.split(",") if part)
-        elif name == "--conf" and value and "=" in value:
-            key, _, conf_value = value.partition("=")
-            options.conf[key.strip()] = conf_value.strip()
-        else:
-            options.ignored.append(token if value is None else f"{name} {value}")
-    return options
-
-
-def usable_spark_conf(conf: Mapping[str, str]) -> dict[str, str]:
-    """The part of a job's Spark configuration that is passed on to the local run."""
-    kept: dict[str, str] = {}
-    for key, value in conf.items():
-        if (
-            key in _DROPPED_CONF_KEYS
-            or key.startswith(_DROPPED_CONF_PREFIXES)
-            or not key.startswith("spark.")
-        ):
-            LOG.info("local Spark run ignores configuration %s=%s", key, value)
-            continue
-        kept[key] = value
-    return kept
 
 
 def extract_error_message(stderr_lines: Iterable[str], exit_code: int | None) -> str:
@@ -523,8 +193,8 @@ def run_spark_job(
                 log.flush()
             deadline = time.monotonic() + timeout_seconds
             try:
-                conf = {**_LOCAL_SPARK_DEFAULTS, **usable_spark_conf(spark_conf or {})}
-                if slots is not None and slots.warm and _warm_allowed(conf):
+                conf = {**LOCAL_SPARK_DEFAULTS, **usable_spark_conf(spark_conf or {})}
+                if slots is not None and slots.warm and warm_allowed(conf):
                     return _run_warm(
                         slots, slot, command, env, conf, workdir,
                         logs_dir=logs_dir, log=log, log_path=log_path, started=started,
@@ -641,7 +311,7 @@ def _run(
         errors="replace",
         start_new_session=True,
     )
-    tail: deque[str] = deque(maxlen=_STDERR_TAIL_LINES)
+    tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
     lock = threading.Lock()
     assert process.stderr is not None
     pump = threading.Thread(
@@ -655,27 +325,19 @@ def _run(
     while process.poll() is None:
         if time.monotonic() >= deadline:
             timed_out = True
-        elif should_continue is not None and not _still_wanted(should_continue):
+        elif should_continue is not None and not still_wanted(should_continue):
             cancelled = True
         if timed_out or cancelled:
-            _kill_group(process)
+            kill_group(process)
             break
-        time.sleep(_POLL_SECONDS)
+        time.sleep(POLL_SECONDS)
     exit_code = process.wait()
-    _kill_stragglers(process.pid)
+    kill_stragglers(process.pid)
     pump.join(timeout=5)
     with lock:  # the stderr pump may still be writing the log and the tail
         return _outcome(
             exit_code, timed_out, cancelled, tail, log, log_path, started, timeout_seconds
         )
-
-
-def _still_wanted(should_continue: Callable[[], bool]) -> bool:
-    try:
-        return bool(should_continue())
-    except Exception:
-        LOG.exception("should_continue probe failed; the job keeps running")
-        return True
 
 
 def _pump_stderr(stream: IO[str], log: IO[str], lock: threading.Lock, tail: deque[str]) -> None:
@@ -686,26 +348,6 @@ def _pump_stderr(stream: IO[str], log: IO[str], lock: threading.Lock, tail: dequ
                 continue
             log.write(line)
             log.flush()
-
-
-def _kill_group(process: subprocess.Popen[Any]) -> None:
-    """SIGTERM the run's process group (driver and JVM), SIGKILL what is left after a grace."""
-    for sig, grace in ((signal.SIGTERM, _KILL_GRACE_SECONDS), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            process.wait(timeout=grace)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
-def _kill_stragglers(group: int) -> None:
-    """A JVM the driver left behind is still in the run's process group: end it too."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(group, signal.SIGKILL)
 
 
 def _job_environment(
@@ -724,7 +366,7 @@ def _job_environment(
             python_path.append(entry)
     if env.get("PYTHONPATH"):
         python_path.append(env["PYTHONPATH"])
-    conf = {**_LOCAL_SPARK_DEFAULTS, **usable_spark_conf(spark_conf)}
+    conf = {**LOCAL_SPARK_DEFAULTS, **usable_spark_conf(spark_conf)}
     submit = [part for key, value in conf.items() for part in ("--conf", f"{key}={value}")]
     env.update(
         {

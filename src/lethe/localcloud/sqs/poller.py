@@ -1,4 +1,5 @@
-"""SQS event source mappings, as Lambda runs them, and SQS's message move tasks (DLQ redrive).
+"""One poller per SQS event source mapping (`Poller`), as Lambda runs them, and all of a
+deployment's mappings (`SqsEventSources`).
 
 **Event source mappings.** An `AWS::Lambda::EventSourceMapping` on an SQS queue (what SAM's
 `Type: SQS` event becomes) is created in moto by provisioning. moto 5.2.5 then invokes the
@@ -39,32 +40,27 @@ pollers and scales them up to ScalingConfig.MaximumConcurrency). Each batch is l
 messages and no poller holds a batch (gathering or invoking); messages that failed and are
 waiting out their visibility timeout do not count. `activity` counts batches, for
 `EventDispatcher.wait_settled`.
-
-**Message move tasks.** moto 5.2.5 has no `StartMessageMoveTask`, `ListMessageMoveTasks` or
-`CancelMessageMoveTask`; `install_message_move_tasks()` adds them to its SQS API (see its
-docstring), so the runbook's `aws sqs start-message-move-task` works against the local cloud.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Final
+from typing import Any, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from lethe.localcloud.lambdas import InvokeResult, LambdaRuntime
+from lethe.localcloud.lambdas import LambdaRuntime
+from lethe.localcloud.sqs.records import ALL_FAILED, failed_message_ids, sqs_record
 from lethe_shared.aws.errors import is_lambda_not_found
 
 logger = logging.getLogger("lethe.localcloud.sqs")
 
-PINNED_MOTO_VERSION: Final = "5.2.5"
+
 #: Longest single ReceiveMessage wait: stop requests and settle checks are seen between calls.
 RECEIVE_WAIT_SECONDS: Final = 1
 #: Lambda's synchronous payload limit; gathering stops while one more receive (10 messages of at
@@ -73,7 +69,6 @@ PAYLOAD_LIMIT_BYTES: Final = 6 * 1024 * 1024
 _RECEIVE_HEADROOM_BYTES: Final = 10 * 256 * 1024
 #: How long an idle or disabled poller waits before it reads its mapping again.
 _IDLE_SECONDS: Final = 0.5
-_ALL_FAILED: Final = None
 
 
 class EmulationError(RuntimeError):
@@ -115,102 +110,7 @@ def is_sqs_arn(arn: str) -> bool:
     return len(parts) >= 6 and parts[2] == "sqs"
 
 
-# -- the event Lambda builds ------------------------------------------------------------------
-
-
-def lambda_message_attribute(value: Mapping[str, Any]) -> dict[str, Any]:
-    """An SQS message attribute as Lambda puts it in a record (camelCase, binary as base64)."""
-    result: dict[str, Any] = {
-        "stringListValues": list(value.get("StringListValues", [])),
-        "binaryListValues": [_b64(v) for v in value.get("BinaryListValues", [])],
-        "dataType": value.get("DataType", "String"),
-    }
-    if "StringValue" in value:
-        result["stringValue"] = value["StringValue"]
-    if "BinaryValue" in value:
-        result["binaryValue"] = _b64(value["BinaryValue"])
-    return result
-
-
-def _b64(value: Any) -> str:
-    raw = value if isinstance(value, bytes | bytearray) else str(value).encode()
-    return base64.b64encode(raw).decode("ascii")
-
-
-def sqs_record(message: Mapping[str, Any], queue_arn: str) -> dict[str, Any]:
-    """One record of Lambda's SQS event, from a ReceiveMessage message."""
-    record: dict[str, Any] = {
-        "messageId": message["MessageId"],
-        "receiptHandle": message["ReceiptHandle"],
-        "body": message["Body"],
-        "attributes": dict(message.get("Attributes", {})),
-        "messageAttributes": {
-            name: lambda_message_attribute(value)
-            for name, value in message.get("MessageAttributes", {}).items()
-        },
-        "md5OfBody": message["MD5OfBody"],
-        "eventSource": "aws:sqs",
-        "eventSourceARN": queue_arn,
-        "awsRegion": queue_arn.split(":")[3],
-    }
-    if message.get("MD5OfMessageAttributes"):
-        record["md5OfMessageAttributes"] = message["MD5OfMessageAttributes"]
-    return record
-
-
-def failed_message_ids(
-    result: InvokeResult, message_ids: Iterable[str], report_item_failures: bool
-) -> tuple[set[str] | None, str]:
-    """(ids of the messages that failed, or None for the whole batch; why).
-
-    Lambda's rules: a function error fails the batch. Without ReportBatchItemFailures any other
-    answer succeeds. With it, null, ``{}`` and an empty or null ``batchItemFailures`` succeed;
-    invalid JSON, a non-object, a ``batchItemFailures`` that is not a list, or an item whose
-    ``itemIdentifier`` is missing, empty or not in the batch fail the batch.
-    """
-    if result.function_error:
-        return _ALL_FAILED, f"function error: {_error_summary(result.payload)}"
-    if not report_item_failures:
-        return set(), "ok"
-    try:
-        response = json.loads(result.payload or b"null")
-    except ValueError:
-        return _ALL_FAILED, "the response is not JSON"
-    if response is None:
-        return set(), "ok"
-    if not isinstance(response, dict):
-        return _ALL_FAILED, f"the response is a JSON {type(response).__name__}, not an object"
-    return _item_failures(response.get("batchItemFailures"), set(message_ids))
-
-
-def _item_failures(failures: Any, batch: set[str]) -> tuple[set[str] | None, str]:
-    if failures is None:
-        return set(), "ok"
-    if not isinstance(failures, list):
-        return _ALL_FAILED, "batchItemFailures is not a list"
-    failed: set[str] = set()
-    for failure in failures:
-        identifier = failure.get("itemIdentifier") if isinstance(failure, dict) else None
-        if not isinstance(identifier, str) or not identifier or identifier not in batch:
-            return _ALL_FAILED, f"invalid batchItemFailures entry {failure!r}"
-        failed.add(identifier)
-    return failed, "batchItemFailures" if failed else "ok"
-
-
-def _error_summary(payload: bytes) -> str:
-    try:
-        document = json.loads(payload)
-    except ValueError:
-        return payload[:200].decode("utf-8", "replace")
-    if isinstance(document, dict):
-        return f"{document.get('errorType', '?')}: {document.get('errorMessage', '')}"[:300]
-    return str(document)[:200]
-
-
-# -- one poller per mapping ------------------------------------------------------------------
-
-
-class _Poller:
+class Poller:
     """Lambda's poller for one SQS event source mapping (see the module docstring)."""
 
     def __init__(self, sources: SqsEventSources, mapping_uuid: str, region: str) -> None:
@@ -377,7 +277,7 @@ class _Poller:
             )
             return
         failed, reason = failed_message_ids(result, handles, config.report_item_failures)
-        failed_ids = set(handles) if failed is _ALL_FAILED else failed
+        failed_ids = set(handles) if failed is ALL_FAILED else failed
         succeeded = [mid for mid in handles if mid not in failed_ids]
         self._delete(queue_url, [(mid, handles[mid]) for mid in succeeded])
         if failed_ids:
@@ -472,9 +372,6 @@ def _chunks(items: list[Any], size: int) -> Iterable[list[Any]]:
         yield items[start : start + size]
 
 
-# -- all mappings ----------------------------------------------------------------------------
-
-
 class SqsEventSources:
     """The pollers of every SQS event source mapping of the local cloud."""
 
@@ -489,7 +386,7 @@ class SqsEventSources:
         self.max_batching_window = max_batching_window
         self.retry_visibility_seconds = retry_visibility_seconds
         self._lock = threading.Lock()
-        self._pollers: dict[str, _Poller] = {}
+        self._pollers: dict[str, Poller] = {}
         self._stopped = False
 
     def effective_window(self, configured: float) -> float:
@@ -502,7 +399,7 @@ class SqsEventSources:
         with self._lock:
             if self._stopped or mapping_uuid in self._pollers:
                 return False
-            poller = _Poller(self, mapping_uuid, region)
+            poller = Poller(self, mapping_uuid, region)
             self._pollers[mapping_uuid] = poller
         poller.start()
         logger.info("polling SQS event source mapping %s", mapping_uuid)
@@ -534,303 +431,3 @@ class SqsEventSources:
             poller._stop.set()
         for poller in pollers:
             poller.stop(timeout)
-
-
-# -- moto hooks --------------------------------------------------------------------------------
-
-
-def _check_moto() -> None:
-    import moto  # noqa: PLC0415 - moto is imported where the hooks are installed
-
-    if moto.__version__ != PINNED_MOTO_VERSION:
-        raise EmulationError(
-            f"lethe.localcloud.sqs is written for moto {PINNED_MOTO_VERSION} (found "
-            f"{moto.__version__}): re-check moto/sqs/models.py Queue.add_message (its inline "
-            "event source mapping trigger) and moto/sqs/responses.py, and adjust"
-        )
-
-
-def _moto_queue(account: str, region: str, queue_arn: str) -> Any:
-    from moto.sqs.models import sqs_backends  # noqa: PLC0415
-
-    for queue in list(sqs_backends[account][region].queues.values()):
-        if queue.queue_arn == queue_arn:
-            return queue
-    return None
-
-
-class _Takeover:
-    """The mappings taken from moto's inline trigger, to give back on uninstall."""
-
-    def __init__(self, sources: SqsEventSources) -> None:
-        self.sources = sources
-        self.detached: list[tuple[str, str, str, str, Any]] = []
-
-    def take(
-        self, account: str, region: str, uuid_: str, queue_arn: str, function_arn: str
-    ) -> None:
-        queue = _moto_queue(account, region, queue_arn)
-        removed = queue.lambda_event_source_mappings.pop(function_arn, None) if queue else None
-        if removed is not None:
-            self.detached.append((account, region, queue_arn, function_arn, removed))
-        self.sources.watch(uuid_, region)
-
-    def give_back(self) -> None:
-        for account, region, queue_arn, function_arn, esm in self.detached:
-            queue = _moto_queue(account, region, queue_arn)
-            if queue is not None:
-                queue.lambda_event_source_mappings.setdefault(function_arn, esm)
-        self.detached.clear()
-
-
-class _Hook:
-    lock = threading.Lock()
-    sources: SqsEventSources | None = None
-
-
-def install(sources: SqsEventSources) -> Callable[[], None]:
-    """Take over every SQS event source mapping from moto: existing ones now, new ones as
-    `CreateEventSourceMapping` creates them (the one patch: moto's
-    ``LambdaBackend.create_event_source_mapping``). Returns the undo callable, which stops the
-    pollers and gives moto its triggers back. Raises RuntimeError if already installed."""
-    _check_moto()
-    from moto.awslambda.models import LambdaBackend  # noqa: PLC0415
-
-    takeover = _Takeover(sources)
-    with _Hook.lock:
-        if _Hook.sources is not None:
-            raise RuntimeError("lethe.localcloud.sqs is already installed")
-        original = LambdaBackend.create_event_source_mapping
-
-        def create_event_source_mapping(self: Any, spec: dict[str, Any]) -> Any:
-            esm = original(self, spec)
-            if is_sqs_arn(str(esm.event_source_arn)):
-                takeover.take(
-                    self.account_id,
-                    self.region_name,
-                    esm.uuid,
-                    esm.event_source_arn,
-                    esm.function_arn,
-                )
-            return esm
-
-        LambdaBackend.create_event_source_mapping = create_event_source_mapping  # type: ignore[method-assign]
-        _Hook.sources = sources
-
-    endpoints = sources.runtime.deployment.endpoints
-    pages = endpoints.client("lambda").get_paginator("list_event_source_mappings").paginate()
-    for entry in (e for page in pages for e in page.get("EventSourceMappings", [])):
-        if is_sqs_arn(str(entry.get("EventSourceArn", ""))):
-            takeover.take(
-                endpoints.account_id,
-                endpoints.region,
-                str(entry["UUID"]),
-                str(entry["EventSourceArn"]),
-                str(entry["FunctionArn"]),
-            )
-
-    def uninstall() -> None:
-        sources.stop()
-        with _Hook.lock:
-            if _Hook.sources is sources:
-                LambdaBackend.create_event_source_mapping = original  # type: ignore[method-assign]
-                _Hook.sources = None
-        takeover.give_back()
-
-    return uninstall
-
-
-# -- message move tasks ------------------------------------------------------------------------
-
-
-@dataclass
-class _MoveTask:
-    handle: str
-    source_arn: str
-    destination_arn: str | None
-    rate: int | None
-    started: int  # epoch milliseconds
-    moved: int = 0
-    to_move: int = 0
-    status: str = "RUNNING"
-    failure: str | None = None
-
-    def describe(self) -> dict[str, Any]:
-        document: dict[str, Any] = {
-            "TaskHandle": self.handle,
-            "Status": self.status,
-            "SourceArn": self.source_arn,
-            "ApproximateNumberOfMessagesMoved": self.moved,
-            "ApproximateNumberOfMessagesToMove": self.to_move,
-            "StartedTimestamp": self.started,
-        }
-        if self.destination_arn:
-            document["DestinationArn"] = self.destination_arn
-        if self.rate is not None:
-            document["MaxNumberOfMessagesPerSecond"] = self.rate
-        if self.failure:
-            document["FailureReason"] = self.failure
-        return document
-
-
-class _MoveTasks:
-    """Tasks by source queue ARN, newest first (process-wide, like moto's backends)."""
-
-    lock = threading.Lock()
-    tasks: ClassVar[dict[str, list[_MoveTask]]] = {}
-    installed = False
-
-
-def _sqs_error(code: str, message: str) -> Exception:
-    from moto.sqs.exceptions import SQSException  # noqa: PLC0415
-
-    return SQSException(code, message)
-
-
-def _queue_by_arn(backend: Any, arn: str) -> Any:
-    for queue in backend.queues.values():
-        if queue.queue_arn == arn:
-            return queue
-    raise _sqs_error("ResourceNotFoundException", f"The queue {arn} does not exist.")
-
-
-def _move_destination(backend: Any, source: Any, destination_arn: str | None) -> Any:
-    sources = [q for q in backend.queues.values() if q.dead_letter_queue is source]
-    if not sources:
-        raise _sqs_error(
-            "InvalidParameterValue", "Source queue must be configured as a Dead Letter Queue."
-        )
-    if destination_arn:
-        return _queue_by_arn(backend, destination_arn)
-    if len(sources) > 1:
-        raise _sqs_error(
-            "InvalidParameterValue",
-            "the local cloud cannot tell the source of each message of a dead-letter queue "
-            "with several source queues: give DestinationArn",
-        )
-    return sources[0]
-
-
-def _start_message_move_task(self: Any) -> Any:
-    """SQSResponse.start_message_move_task (added): see install_message_move_tasks."""
-    from moto.core.responses import ActionResult  # noqa: PLC0415
-
-    backend = self.sqs_backend
-    source_arn = str(self._get_param("SourceArn"))
-    destination_arn = self._get_param("DestinationArn")
-    rate = self._get_param("MaxNumberOfMessagesPerSecond")
-    source = _queue_by_arn(backend, source_arn)
-    destination = _move_destination(backend, source, destination_arn)
-    with _MoveTasks.lock:
-        if any(t.status == "RUNNING" for t in _MoveTasks.tasks.get(source_arn, [])):
-            raise _sqs_error(
-                "UnsupportedOperation", "There is already a task running on the source queue."
-            )
-        task = _MoveTask(
-            handle=base64.b64encode(
-                json.dumps({"taskId": str(uuid.uuid4()), "sourceArn": source_arn}).encode()
-            ).decode(),
-            source_arn=source_arn,
-            destination_arn=str(destination_arn) if destination_arn else None,
-            rate=int(rate) if rate is not None else None,
-            started=int(time.time() * 1000),
-        )
-        _MoveTasks.tasks.setdefault(source_arn, []).insert(0, task)
-    _move_all(backend, source, destination, task)
-    return ActionResult({"TaskHandle": task.handle})
-
-
-def _list_message_move_tasks(self: Any) -> Any:
-    """SQSResponse.list_message_move_tasks (added)."""
-    from moto.core.responses import ActionResult  # noqa: PLC0415
-
-    source_arn = str(self._get_param("SourceArn"))
-    _queue_by_arn(self.sqs_backend, source_arn)
-    limit = max(1, min(int(self._get_param("MaxResults") or 1), 10))
-    with _MoveTasks.lock:
-        tasks = _MoveTasks.tasks.get(source_arn, [])[:limit]
-        return ActionResult({"Results": [t.describe() for t in tasks]})
-
-
-def _cancel_message_move_task(self: Any) -> Any:
-    """SQSResponse.cancel_message_move_task (added): only a RUNNING task can be cancelled."""
-    from moto.core.responses import ActionResult  # noqa: PLC0415
-
-    handle = str(self._get_param("TaskHandle"))
-    with _MoveTasks.lock:
-        for task in (t for tasks in _MoveTasks.tasks.values() for t in tasks):
-            if task.handle == handle and task.status == "RUNNING":
-                task.status = "CANCELLED"
-                return ActionResult({"ApproximateNumberOfMessagesMoved": task.moved})
-    raise _sqs_error("ResourceNotFoundException", f"No running task with handle {handle}.")
-
-
-_MOVE_TASK_METHODS: Final = {
-    "start_message_move_task": _start_message_move_task,
-    "list_message_move_tasks": _list_message_move_tasks,
-    "cancel_message_move_task": _cancel_message_move_task,
-}
-
-
-def install_message_move_tasks() -> Callable[[], None]:
-    """Add StartMessageMoveTask, ListMessageMoveTasks and CancelMessageMoveTask to moto's SQS.
-
-    StartMessageMoveTask moves every message of the source queue (which must be the dead-letter
-    queue of at least one queue, as on AWS) to DestinationArn or, without it, back to its source
-    queue (locally: the one queue whose RedrivePolicy names the source; with several, the task
-    needs a DestinationArn). Each message is sent again (new message id, receive count 0, same
-    body and message attributes), as SQS's redrive does. The move runs to completion within the
-    call, so the task is COMPLETED when ListMessageMoveTasks first sees it;
-    MaxNumberOfMessagesPerSecond is recorded only. Returns the undo callable.
-    """
-    _check_moto()
-    from moto.sqs.responses import SQSResponse  # noqa: PLC0415
-
-    with _MoveTasks.lock:
-        if _MoveTasks.installed:
-            raise RuntimeError("lethe.localcloud.sqs message move tasks are already installed")
-        for name, method in _MOVE_TASK_METHODS.items():
-            if hasattr(SQSResponse, name):
-                raise EmulationError(f"moto's SQSResponse already has {name}: drop this hook")
-            setattr(SQSResponse, name, method)
-        _MoveTasks.installed = True
-        _MoveTasks.tasks = {}
-
-    def uninstall() -> None:
-        with _MoveTasks.lock:
-            for name in _MOVE_TASK_METHODS:
-                if hasattr(SQSResponse, name):
-                    delattr(SQSResponse, name)
-            _MoveTasks.installed = False
-            _MoveTasks.tasks = {}
-
-    return uninstall
-
-
-def _move_all(backend: Any, source: Any, destination: Any, task: _MoveTask) -> None:
-    """Move the source queue's messages (visible or not) one by one; record the outcome."""
-    with source._messages_lock:
-        pending = list(source._messages)
-    task.to_move = len(pending)
-    for message in pending:
-        if task.status != "RUNNING":
-            return
-        try:
-            backend.send_message(
-                queue_name=destination.name,
-                message_body=message.body,
-                message_attributes={
-                    name: dict(value) for name, value in message.message_attributes.items()
-                },
-                group_id=message.group_id,
-                deduplication_id=message.deduplication_id,
-            )
-        except Exception as error:  # recorded on the task, as SQS reports a failed move
-            task.status, task.failure = "FAILED", f"{type(error).__name__}: {error}"
-            return
-        with source._messages_lock:
-            if message in source._messages:
-                source._messages.remove(message)
-        source.pending_messages.discard(message)
-        task.moved += 1
-    task.status = "COMPLETED"

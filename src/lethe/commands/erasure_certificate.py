@@ -1,0 +1,172 @@
+"""`lethe erasure certificate`'s work once the request record is read: the signed certificate
+envelope of a COMPLETED request, read from S3, summarised, written as an HTML page, and (with
+--verify) checked with KMS Verify or offline with the key's public key, then matched against
+the request record (same request, same key, same SHA-256).
+
+The certificate holds keyed hashes of the subjects, never a raw id: the summary shows a count.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from lethe.commands import CommandError
+from lethe.commands.erasure_records import is_terminal, status_text
+from lethe.target import Target
+from lethe_shared.erasure.requests import ErasureStatus
+
+
+def show_certificate(
+    target: Target,
+    request_id: str,
+    record: dict[str, Any],
+    *,
+    as_json: bool,
+    html: Path | None,
+    verify: bool,
+    offline: bool,
+) -> None:
+    """Print the certificate of request `request_id`, whose record is `record`: its summary,
+    or with `as_json` the envelope; write it as an HTML page to `html`; with `verify`, check it
+    and print the outcome (on stderr with `as_json`). Raises CommandError (exit 1) when there is
+    none or it does not verify."""
+    pointer = record.get("certificate") or {}
+    if record.get("status") != ErasureStatus.COMPLETED or not pointer.get("url"):
+        raise CommandError(
+            f"request {request_id} has no certificate: it is {status_text(record)}"
+            + (" (certificates come with COMPLETED)" if not is_terminal(record) else "")
+        )
+    raw = _read_s3(target, str(pointer["url"]))
+    try:
+        envelope = json.loads(raw)
+    except ValueError as exc:
+        raise CommandError(f"{pointer['url']} is not JSON: {exc}") from None
+    if not isinstance(envelope, dict):
+        raise CommandError(f"{pointer['url']} is not a certificate envelope")
+    if as_json:
+        print(json.dumps(envelope, indent=2, sort_keys=True))
+    else:
+        for line in certificate_lines(envelope, str(pointer["url"])):
+            print(line)
+    if html:
+        _write_html(envelope, html)
+    if verify:
+        line = _verify(target, envelope, raw, record, offline=offline)
+        print(line, file=sys.stderr if as_json else sys.stdout)
+
+
+def _read_s3(target: Target, url: str) -> bytes:
+    from lethe_shared.aws.s3 import split_s3_url  # noqa: PLC0415
+
+    try:
+        bucket, key = split_s3_url(url)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+    try:
+        return bytes(target.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read())
+    except (BotoCoreError, ClientError) as exc:
+        raise CommandError(f"cannot read the certificate {url}: {exc}") from None
+
+
+def certificate_lines(envelope: dict[str, Any], url: str) -> list[str]:
+    """A summary read from the envelope as stored (not validated: --verify does that)."""
+    cert = _mapping(envelope.get("certificate"))
+    signature = _mapping(envelope.get("signature"))
+    totals = _mapping(cert.get("totals"))
+    verification = _mapping(cert.get("verification"))
+    return [
+        f"certificate      {cert.get('certificate_id', '')}",
+        f"request          {cert.get('request_id', '')}",
+        f"issued           {cert.get('issued_at', '')}",
+        f"requested by     {cert.get('requested_by', '')}",
+        f"approved by      {cert.get('approved_by', '')} at {cert.get('approved_at', '')}",
+        f"subjects         {len(cert.get('subject_hashes') or [])} (keyed hashes)",
+        f"objects          {totals.get('objects', 0)}",
+        f"rows removed     {totals.get('rows_removed', 0)}",
+        f"versions purged  {totals.get('versions_purged', 0)}",
+        f"verification     {verification.get('objects_verified', 0)} objects scanned at "
+        f"{verification.get('verified_at', '')}: "
+        f"{verification.get('matching_rows_found', '?')} matching rows found",
+        f"key id           {signature.get('key_id', '')}",
+        f"signed digest    {signature.get('digest_sha256', '')}",
+        f"stored at        {url}",
+    ]
+
+
+def _write_html(envelope: dict[str, Any], path: Path) -> None:
+    from lethe_shared.erasure.certificate import (  # noqa: PLC0415
+        CertificateInvalidError,
+        render_certificate_html,
+    )
+
+    try:
+        page = render_certificate_html(envelope)
+    except CertificateInvalidError as exc:
+        raise CommandError(f"cannot render the certificate: {exc.reason}: {exc.detail}") from None
+    try:
+        path.write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise CommandError(f"cannot write {path}: {exc}") from None
+    print(f"wrote {path}", file=sys.stderr)
+
+
+def _verify(
+    target: Target,
+    envelope: dict[str, Any],
+    raw: bytes,
+    record: dict[str, Any],
+    *,
+    offline: bool,
+) -> str:
+    """Check the signature, then that the certificate is this request's and the one its record
+    points to (same key, same SHA-256). Raises CommandError (exit 1) naming the reason."""
+    import hashlib  # noqa: PLC0415
+
+    from lethe_shared.erasure.certificate import (  # noqa: PLC0415
+        CertificateInvalidError,
+        KmsSigner,
+        verify_envelope,
+        verify_envelope_offline,
+    )
+
+    key_id = str(_mapping(envelope.get("signature")).get("key_id") or "")
+    if not key_id:
+        raise CommandError("certificate does not verify: malformed: the signature names no key")
+    signer = KmsSigner(target.client("kms"), key_id)
+    try:
+        if offline:
+            verified = verify_envelope_offline(envelope, signer.public_key_der())
+        else:
+            verified = verify_envelope(envelope, signer)
+    except CertificateInvalidError as exc:
+        raise CommandError(f"certificate does not verify: {exc.reason}: {exc.detail}") from None
+    except (BotoCoreError, ClientError, ValueError) as exc:
+        raise CommandError(f"cannot verify the certificate with key {key_id}: {exc}") from None
+    request_id = str(record.get("request_id", ""))
+    if verified.certificate.request_id != request_id:
+        raise CommandError(
+            "certificate does not verify: request-mismatch: it certifies request "
+            f"{verified.certificate.request_id}, not {request_id}"
+        )
+    pointer = record.get("certificate") or {}
+    if pointer.get("key_id") and pointer["key_id"] != key_id:
+        raise CommandError(
+            f"certificate does not verify: key-mismatch: signed by {key_id}, the request "
+            f"record names {pointer['key_id']}"
+        )
+    expected = pointer.get("sha256")
+    if expected and expected not in {hashlib.sha256(raw).hexdigest(), verified.digest_sha256}:
+        raise CommandError(
+            "certificate does not verify: record-mismatch: its SHA-256 is not the one the "
+            "request record holds"
+        )
+    return f"certificate verifies: signed by {verified.key_id}, digest {verified.digest_sha256}"
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
