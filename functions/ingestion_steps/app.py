@@ -14,14 +14,13 @@ Every step is idempotent; the state machine retries the function's failures.
 
 from __future__ import annotations
 
-from functools import cache
 from typing import Annotated, Any, Literal
 
-import boto3
 from aws_lambda_powertools import Logger, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, Field, TypeAdapter
 
+from lethe_shared.aws.wiring import Aws, wiring
 from lethe_shared.catalog.ingestion_steps import (
     BatchObject,
     mark_failed,
@@ -29,7 +28,7 @@ from lethe_shared.catalog.ingestion_steps import (
     read_outcome,
 )
 from lethe_shared.catalog.object_catalog import DynamoObjectCatalog
-from lethe_shared.config import Settings, load_settings
+from lethe_shared.config import Settings
 
 logger = Logger()
 tracer = Tracer()
@@ -62,10 +61,11 @@ Step = MarkIngesting | ReadOutcome | MarkFailed
 StepEvent: TypeAdapter[Step] = TypeAdapter(Annotated[Step, Field(discriminator="step")])
 
 
-@cache
-def _catalog() -> DynamoObjectCatalog:
-    settings = load_settings(IngestionStepsSettings)
-    return DynamoObjectCatalog(boto3.resource("dynamodb").Table(settings.catalog_table))
+def _build(settings: IngestionStepsSettings, aws: Aws) -> DynamoObjectCatalog:
+    return DynamoObjectCatalog(aws.table(settings.catalog_table))
+
+
+_catalog = wiring(IngestionStepsSettings, _build)
 
 
 def _run(step: Step, catalog: DynamoObjectCatalog) -> Any:

@@ -134,6 +134,15 @@ def test_a_handler_imports_its_own_wing_only(function: str) -> None:
     assert parts - allowed == set()
 
 
+@pytest.mark.parametrize("function", sorted(HANDLER_WINGS))
+def test_a_handler_is_wired_by_the_one_helper(function: str) -> None:
+    """Settings, clients and adapters come from lethe_shared.aws.wiring, built at the first
+    invocation: no handler imports boto3 or caches its own dependencies."""
+    imported = _imports(REPO_ROOT / "functions" / function / "app.py")
+    assert "lethe_shared.aws.wiring" in imported
+    assert {"boto3", "functools.cache", "lethe_shared.config.load_settings"} & imported == set()
+
+
 def test_every_function_has_a_wing() -> None:
     functions = sorted(p.name for p in (REPO_ROOT / "functions").iterdir() if p.is_dir())
     assert functions == sorted(HANDLER_WINGS)
