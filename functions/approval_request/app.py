@@ -17,11 +17,12 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from lethe_shared.aws.wiring import Aws, wiring
 from lethe_shared.erasure.approval_flow import ApproversSettingsBase, SesMailer, request_approval
 from lethe_shared.erasure.requests import DynamoApprovals, DynamoErasureRequests
+from lethe_shared.models import Model
 
 logger = Logger()
 tracer = Tracer()
@@ -46,7 +47,7 @@ class ApprovalRequestSettings(ApproversSettingsBase):
     timeout_hours: float = Field(alias="APPROVAL_TIMEOUT_HOURS", gt=0)
 
 
-class ApprovalTask(BaseModel):
+class ApprovalTask(Model):
     request_id: str = Field(min_length=1)
     task_token: str = Field(min_length=1)
 

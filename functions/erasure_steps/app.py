@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from lethe_shared.aws.s3 import S3ObjectStore
 from lethe_shared.aws.wiring import Aws, wiring
@@ -33,6 +33,7 @@ from lethe_shared.erasure.workflow import (
     update_index,
 )
 from lethe_shared.index.subject_index import DynamoSubjectIndex
+from lethe_shared.models import Model
 
 if TYPE_CHECKING:
     from lethe_shared.erasure.certificate import KmsSigner
@@ -49,12 +50,12 @@ class ErasureStepsSettings(Settings):
     certificate_key_arn: str = Field(alias="CERTIFICATE_KEY_ARN", min_length=1)
 
 
-class StepError(BaseModel):
+class StepError(Model):
     Error: str = ""
     Cause: str = ""
 
 
-class StepEvent(BaseModel):
+class StepEvent(Model):
     step: Literal["report", "mark", "notification", "update_index", "certify"]
     request_id: str = Field(min_length=1)
     status: ErasureStatus | None = None

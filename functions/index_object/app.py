@@ -15,7 +15,7 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from lethe_shared.aws.s3 import NULL_VERSION, S3ObjectStore
 from lethe_shared.aws.wiring import Aws, wiring
@@ -24,6 +24,7 @@ from lethe_shared.datasets.registry import DynamoDatasetRegistry
 from lethe_shared.errors import MalformedEventError
 from lethe_shared.index.arrow_entries import LakeIndexAction, index_lake_object
 from lethe_shared.index.subject_index import DynamoSubjectIndex
+from lethe_shared.models import Model
 from lethe_shared.subject_hashing.keys import key_from_secret
 
 logger = Logger()
@@ -47,7 +48,7 @@ class IndexObjectSettings(Settings):
     lake_bucket: str = Field(alias="LAKE_BUCKET", min_length=3)
 
 
-class IndexObjectRequest(BaseModel):
+class IndexObjectRequest(Model):
     dataset_id: str = Field(min_length=1)
     bucket: str = Field(min_length=3)
     key: str = Field(min_length=1)

@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 
 from aws_lambda_powertools import Logger, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from pydantic import BaseModel, Field, TypeAdapter
+from pydantic import ConfigDict, Field, TypeAdapter
 
 from lethe_shared.aws.wiring import Aws, wiring
 from lethe_shared.catalog.ingestion_steps import (
@@ -29,6 +29,7 @@ from lethe_shared.catalog.ingestion_steps import (
 )
 from lethe_shared.catalog.object_catalog import DynamoObjectCatalog
 from lethe_shared.config import Settings
+from lethe_shared.models import Model
 
 logger = Logger()
 tracer = Tracer()
@@ -38,19 +39,19 @@ class IngestionStepsSettings(Settings):
     catalog_table: str = Field(alias="CATALOG_TABLE", min_length=1)
 
 
-class MarkIngesting(BaseModel):
+class MarkIngesting(Model):
     step: Literal["mark_ingesting"]
     execution: str = Field(min_length=1)
     objects: list[BatchObject] = Field(min_length=1)
 
 
-class ReadOutcome(BaseModel):
+class ReadOutcome(Model):
     step: Literal["read_outcome"]
     execution: str = Field(min_length=1)
     object: BatchObject
 
 
-class MarkFailed(BaseModel):
+class MarkFailed(Model):
     step: Literal["mark_failed"]
     execution: str = Field(min_length=1)
     objects: list[BatchObject] = Field(min_length=1)
@@ -58,7 +59,10 @@ class MarkFailed(BaseModel):
 
 
 Step = MarkIngesting | ReadOutcome | MarkFailed
-StepEvent: TypeAdapter[Step] = TypeAdapter(Annotated[Step, Field(discriminator="step")])
+# Built on the first event, like every model (lethe_shared.models).
+StepEvent: TypeAdapter[Step] = TypeAdapter(
+    Annotated[Step, Field(discriminator="step")], config=ConfigDict(defer_build=True)
+)
 
 
 def _build(settings: IngestionStepsSettings, aws: Aws) -> DynamoObjectCatalog:

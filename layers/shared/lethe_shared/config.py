@@ -6,12 +6,13 @@ import os
 from collections.abc import Mapping, MutableMapping
 from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
+from pydantic import BeforeValidator, ConfigDict, ValidationError
 
 from lethe_shared.errors import ConfigurationError
+from lethe_shared.models import Model
 
 
-class Settings(BaseModel):
+class Settings(Model):
     """Base for a component's settings: fields are aliased to environment variable names."""
 
     model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)

@@ -16,17 +16,18 @@ from __future__ import annotations
 from collections.abc import Iterable
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from lethe_shared.aws.s3 import split_s3_url
 from lethe_shared.catalog.object_catalog import ObjectCatalog, ObjectStatus
+from lethe_shared.models import Model
 
 #: The longest `ingest_error` the workflow records (the cause of a failed Spark job run can be
 #: long; the notification carries the same text).
 MAX_ERROR_LENGTH = 4000
 
 
-class BatchObject(BaseModel):
+class BatchObject(Model):
     """One raw object version of an ingestion batch, as the state machine's input lists it."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
@@ -49,7 +50,7 @@ RECORDED_STATUSES = frozenset(
 )
 
 
-class VersionOutcome(BaseModel):
+class VersionOutcome(Model):
     """One version's outcome, as the state machine reads it (None fields are left out)."""
 
     outcome: Outcome

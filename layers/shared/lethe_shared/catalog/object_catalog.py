@@ -27,7 +27,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from lethe_shared.aws.dynamo import query_all
 from lethe_shared.aws.errors import is_condition_failed
@@ -35,6 +35,7 @@ from lethe_shared.aws.s3 import NULL_VERSION, s3_url
 from lethe_shared.catalog.zones import Buckets as Buckets  # noqa: PLC0414  (re-exported)
 from lethe_shared.catalog.zones import Zone as Zone  # noqa: PLC0414  (re-exported)
 from lethe_shared.errors import CatalogItemMissingError
+from lethe_shared.models import Model
 
 SEQUENCER_WIDTH = 32
 
@@ -65,7 +66,7 @@ def normalize_sequencer(sequencer: str) -> str:
     return value.rjust(SEQUENCER_WIDTH, "0")
 
 
-class CatalogItem(BaseModel):
+class CatalogItem(Model):
     """One object version as the catalog records it."""
 
     model_config = ConfigDict(frozen=True, use_enum_values=False)

@@ -14,9 +14,10 @@ from enum import StrEnum
 from typing import Any
 from urllib.parse import unquote
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator
 
 from lethe_shared.errors import DatasetValidationError
+from lethe_shared.models import Model
 
 DATASET_ID_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 
@@ -188,7 +189,7 @@ class Compression(StrEnum):
     NONE = "none"
 
 
-class Column(BaseModel):
+class Column(Model):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(min_length=1, max_length=255)
@@ -196,7 +197,7 @@ class Column(BaseModel):
     nullable: bool = True
 
 
-class CsvOptions(BaseModel):
+class CsvOptions(Model):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     delimiter: str = Field(default=",", min_length=1, max_length=1)
@@ -205,7 +206,7 @@ class CsvOptions(BaseModel):
     escape: str = Field(default='"', min_length=1, max_length=1)
 
 
-class Dataset(BaseModel):
+class Dataset(Model):
     """A registered dataset. Unknown top-level fields are kept (the contract allows more fields)."""
 
     model_config = ConfigDict(extra="allow", frozen=True)

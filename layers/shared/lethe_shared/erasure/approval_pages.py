@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import parse_qsl, urlsplit
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, ConfigDict, Field
 
 from lethe_shared.catalog.zones import Zone
 from lethe_shared.erasure.approval_links import ApprovalError, utc_text
+from lethe_shared.models import Model
 
 MAX_FORM_BYTES = 4096
 
@@ -45,7 +46,7 @@ class BadFormError(ApprovalError):
 # ------------------------------------------------------------------ the decision form
 
 
-class DecisionForm(BaseModel):
+class DecisionForm(Model):
     """A parsed decision POST. `csrf_token` and `confirmation` may be empty: check_csrf and
     check_code refuse those (so a form submitted without the code reads as a wrong code)."""
 
@@ -127,7 +128,7 @@ def _short(value: str) -> str:
 # ------------------------------------------------------------------ what the approver sees
 
 
-class DatasetCounts(BaseModel):
+class DatasetCounts(Model):
     """What the erasure touches in one dataset and zone."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -139,7 +140,7 @@ class DatasetCounts(BaseModel):
     rows: int = Field(ge=0)  # rows of the subjects, over the current versions
 
 
-class ApprovalSummary(BaseModel):
+class ApprovalSummary(Model):
     """Everything an approval page and email show. It has no field for raw subject ids (nor for
     the free-text reason, which may quote them), and refuses unknown fields."""
 

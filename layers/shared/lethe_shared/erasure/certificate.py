@@ -34,10 +34,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, Self
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AwareDatetime, ConfigDict, Field, ValidationError, model_validator
 
 from lethe_shared.catalog.zones import Zone
 from lethe_shared.errors import LetheError
+from lethe_shared.models import Model
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePublicKey
@@ -59,7 +60,7 @@ class CertificateInvalidError(LetheError):
 # ------------------------------------------------------------------ the document
 
 
-class _Frozen(BaseModel):
+class _Frozen(Model):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
@@ -144,20 +145,20 @@ def _is_hex64(value: str) -> bool:
 # ------------------------------------------------------------------ canonical form and digest
 
 
-def canonical_bytes(doc: Mapping[str, Any] | BaseModel) -> bytes:
+def canonical_bytes(doc: Mapping[str, Any] | Model) -> bytes:
     """JSON with sorted keys, no insignificant whitespace, UTF-8, non-ASCII kept as is.
 
     A model is dumped in JSON mode first (datetimes as ISO 8601 text). Raises ValueError or
     TypeError for values JSON cannot carry canonically (NaN, infinities, non-JSON types).
     """
-    data = doc.model_dump(mode="json") if isinstance(doc, BaseModel) else doc
+    data = doc.model_dump(mode="json") if isinstance(doc, Model) else doc
     text = json.dumps(
         data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
     )
     return text.encode("utf-8")
 
 
-def certificate_digest(doc: Mapping[str, Any] | BaseModel) -> bytes:
+def certificate_digest(doc: Mapping[str, Any] | Model) -> bytes:
     """SHA-256 of `canonical_bytes(doc)`: what the key signs."""
     return hashlib.sha256(canonical_bytes(doc)).digest()
 

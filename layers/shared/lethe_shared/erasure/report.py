@@ -23,11 +23,12 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from lethe_shared.aws.s3 import KeyState, ObjectStore, ObjectVersion, key_state, split_s3_url
 from lethe_shared.catalog.zones import Zone
 from lethe_shared.index.subject_index import IndexEntry, SubjectIndex
+from lethe_shared.models import Model
 
 MANIFEST_VERSION = 1
 REPORT_PREFIX = "erasure"
@@ -47,7 +48,7 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-class StoredVersionRef(BaseModel):
+class StoredVersionRef(Model):
     model_config = ConfigDict(frozen=True)
 
     version_id: str
@@ -58,7 +59,7 @@ class StoredVersionRef(BaseModel):
     last_modified: str = ""
 
 
-class SubjectRows(BaseModel):
+class SubjectRows(Model):
     """What the index says about one subject in one object."""
 
     model_config = ConfigDict(frozen=True)
@@ -70,7 +71,7 @@ class SubjectRows(BaseModel):
     etag: str
 
 
-class ManifestObject(BaseModel):
+class ManifestObject(Model):
     model_config = ConfigDict(frozen=True)
 
     object_url: str
@@ -89,7 +90,7 @@ class ManifestObject(BaseModel):
         return max((v.size for v in self.versions if v.is_latest), default=0)
 
 
-class Manifest(BaseModel):
+class Manifest(Model):
     model_config = ConfigDict(frozen=True)
 
     manifest_version: int = MANIFEST_VERSION
@@ -103,7 +104,7 @@ class Manifest(BaseModel):
         return canonical_json(self.model_dump(mode="json"))
 
 
-class DatasetCount(BaseModel):
+class DatasetCount(Model):
     model_config = ConfigDict(frozen=True)
 
     dataset_id: str
@@ -200,7 +201,7 @@ def build_manifest(
     )
 
 
-class ReportSummary(BaseModel):
+class ReportSummary(Model):
     """What the request record keeps about its report."""
 
     model_config = ConfigDict(frozen=True)
@@ -270,14 +271,14 @@ def summary_html(manifest: Manifest, sha256: str, requested_by: str) -> str:
 ObjectAction = Literal["rewritten", "deleted", "unchanged", "purged", "gone"]
 
 
-class VersionRef(BaseModel):
+class VersionRef(Model):
     model_config = ConfigDict(frozen=True)
 
     version_id: str
     etag: str = ""
 
 
-class ObjectResult(BaseModel):
+class ObjectResult(Model):
     """What the erase job did to one object of the manifest."""
 
     model_config = ConfigDict(frozen=True)
@@ -296,7 +297,7 @@ class ObjectResult(BaseModel):
     deviations: tuple[str, ...] = ()
 
 
-class EraseResults(BaseModel):
+class EraseResults(Model):
     model_config = ConfigDict(frozen=True)
 
     request_id: str
@@ -314,7 +315,7 @@ class EraseResults(BaseModel):
         return sum(o.versions_purged for o in self.objects)
 
 
-class ObjectCheck(BaseModel):
+class ObjectCheck(Model):
     model_config = ConfigDict(frozen=True)
 
     object_url: str
@@ -325,7 +326,7 @@ class ObjectCheck(BaseModel):
     problem: str = ""
 
 
-class Verification(BaseModel):
+class Verification(Model):
     model_config = ConfigDict(frozen=True)
 
     request_id: str

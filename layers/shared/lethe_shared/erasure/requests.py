@@ -28,11 +28,12 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from botocore.exceptions import ClientError
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator
 
 from lethe_shared.aws.dynamo import query_all
 from lethe_shared.aws.errors import is_condition_failed
 from lethe_shared.errors import LetheError
+from lethe_shared.models import Model
 from lethe_shared.subject_hashing.canonical import canonical_text
 from lethe_shared.subject_hashing.keys import hash_of_id, hash_of_keys
 
@@ -117,7 +118,7 @@ class IdempotencyConflictError(LetheError):
 SubjectKey = dict[str, str | int | bool]
 
 
-class ErasureRequestBody(BaseModel):
+class ErasureRequestBody(Model):
     """`POST /erasure-requests` (and the `Erasure Requested` event's detail)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -180,7 +181,7 @@ def _mentions(text: str, subject_ids: Iterable[str]) -> bool:
     )
 
 
-class SubjectSet(BaseModel):
+class SubjectSet(Model):
     """The subjects of one request, as keyed hashes only."""
 
     model_config = ConfigDict(frozen=True)
@@ -249,7 +250,7 @@ def body_fingerprint(subjects: SubjectSet, body: ErasureRequestBody) -> str:
 # ------------------------------------------------------------------------------ the record
 
 
-class HistoryEvent(BaseModel):
+class HistoryEvent(Model):
     model_config = ConfigDict(frozen=True)
 
     status: ErasureStatus
@@ -258,7 +259,7 @@ class HistoryEvent(BaseModel):
     detail: str = ""
 
 
-class ErasureRequest(BaseModel):
+class ErasureRequest(Model):
     """One request as stored. `task_token` and `fingerprint` never leave the server."""
 
     model_config = ConfigDict(frozen=True, extra="allow")
@@ -513,7 +514,7 @@ def new_request(
 # ------------------------------------------------------------------------------ approvals
 
 
-class ApprovalLink(BaseModel):
+class ApprovalLink(Model):
     """One emailed approval link's record (ApprovalsTable)."""
 
     model_config = ConfigDict(frozen=True)

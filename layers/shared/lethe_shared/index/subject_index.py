@@ -21,19 +21,20 @@ from dataclasses import dataclass
 from typing import Any, Protocol, overload
 
 from botocore.exceptions import ClientError
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from lethe_shared.aws.dynamo import batch_get_all, query_all
 from lethe_shared.aws.errors import is_condition_failed
 from lethe_shared.aws.s3 import NULL_VERSION
 from lethe_shared.catalog.zones import Zone
+from lethe_shared.models import Model
 
 # Kinds of drift a reconcile report names, in its order (spark_jobs/reconcile.py, the CLI).
 DRIFT_KINDS = ("missing", "stale", "wrong_rows")
 MAX_ROW_HINTS = 64  # row numbers kept per entry; beyond that the erase job scans the object
 
 
-class IndexEntry(BaseModel):
+class IndexEntry(Model):
     """One (subject, object) pair: the object holds `rows` rows of that subject."""
 
     model_config = ConfigDict(frozen=True)
