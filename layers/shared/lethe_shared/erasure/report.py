@@ -270,6 +270,36 @@ def summary_html(manifest: Manifest, sha256: str, requested_by: str) -> str:
 
 ObjectAction = Literal["rewritten", "deleted", "unchanged", "purged", "gone"]
 
+# Why an object, a version or a dataset was not fully searched for the request's subjects.
+# Each makes the request INCOMPLETE (status FAILED, outcome INCOMPLETE) and is named in the
+# results, the audit record and the certificate; none is ever reported as "unchanged".
+GapReason = Literal[
+    "unparseable_records",  # lines or rows that could not be parsed were kept as they are
+    "missing_subject_column",  # the object lacks a subject column: its rows cannot be matched
+    "ambiguous_subject_column",  # several fields equal the subject column ignoring case
+    "rows_differ_from_index",  # the version the index described matched other rows than it said
+    "ingestion_in_flight",  # a raw version older than the request was still being ingested
+    "ingestion_failed",  # a raw version whose ingestion failed: never indexed
+    "quarantined",  # a raw version quarantined whole: never indexed
+    "archived",  # a version in an archive storage class: not readable without a restore
+    "appeared_after_erase",  # an index entry written after the erase began
+]
+
+
+class NotSearched(Model):
+    """One place the request's subjects may still be, and why it was not (fully) searched.
+    `detail` is for the operator and never holds a subject id or a raw value; `count` is the
+    number of lines or rows concerned where that is known (0: not known)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    object_url: str
+    version_id: str = ""
+    dataset_id: str = ""
+    reason: GapReason
+    count: int = 0
+    detail: str = ""
+
 
 class VersionRef(Model):
     model_config = ConfigDict(frozen=True)
@@ -295,6 +325,7 @@ class ObjectResult(Model):
     versions_purged: int
     attempts: int = 1
     deviations: tuple[str, ...] = ()
+    not_searched: tuple[NotSearched, ...] = ()  # what of this object was not fully searched
 
 
 class EraseResults(Model):
@@ -313,6 +344,10 @@ class EraseResults(Model):
     @property
     def versions_purged(self) -> int:
         return sum(o.versions_purged for o in self.objects)
+
+    @property
+    def not_searched(self) -> tuple[NotSearched, ...]:
+        return tuple(gap for o in self.objects for gap in o.not_searched)
 
 
 class ObjectCheck(Model):
