@@ -50,6 +50,7 @@ from lethe_shared.erasure.requests import (
 )
 from lethe_shared.erasure.workflow import DocumentStore
 from lethe_shared.errors import CatalogItemMissingError
+from lethe_shared.index.entry_removal import EntryState, Removal
 from lethe_shared.index.maintenance import IndexRequester
 from lethe_shared.index.subject_index import EntryBatch, FoundEntry, IndexEntry, SubjectIndex
 from lethe_shared.ingestion.starter import IngestionStarter, ingestion_execution_name
@@ -216,6 +217,31 @@ class MemoryIndex:
             if url == object_url and not e.deleted
         }
 
+    def entry_states(
+        self, object_url: str, subjects: Iterable[str] | None = None
+    ) -> list[EntryState]:
+        wanted = self.subjects_of(object_url) if subjects is None else set(subjects)
+        return [
+            _state(self.entries[(s, object_url)])
+            for s in sorted(wanted)
+            if (s, object_url) in self.entries
+        ]
+
+    def remove_unchanged(self, object_url: str, expected: Iterable[EntryState]) -> Removal:
+        removed: list[EntryState] = []
+        changed: list[EntryState] = []
+        for state in {s.subject_hash: s for s in expected}.values():
+            key = (state.subject_hash, object_url)
+            if key not in self.entries:
+                continue  # gone meanwhile
+            now = _state(self.entries[key])
+            if now == state:
+                del self.entries[key]
+                removed.append(state)
+            else:
+                changed.append(now)
+        return Removal(tuple(removed), tuple(changed))
+
     def describes_version(
         self, object_url: str, subjects: Sequence[str], *, version_id: str, etag: str
     ) -> bool:
@@ -233,6 +259,10 @@ class MemoryIndex:
                 if e.dataset_id == dataset_id
             ]
         )
+
+
+def _state(entry: IndexEntry) -> EntryState:
+    return EntryState(entry.subject_hash, entry.version_id, entry.etag, entry.deleted)
 
 
 @dataclass

@@ -3,7 +3,7 @@
     {"step": "report", "request_id"}                        build and freeze the report
     {"step": "mark", "request_id", "status", "detail"?, "error"?}   ERASING, EXPIRED, FAILED
     {"step": "notification", "request_id"}                  what to publish about the request now
-    {"step": "update_index", "request_id"}                  delete the erased subjects' entries
+    {"step": "update_index", "request_id"}                  remove the entries erasure made untrue
     {"step": "certify", "request_id"}                       audit record, signed certificate
 
 Errors are typed (lethe_shared.errors): the state machine catches `RequestClosedError` (the
@@ -120,7 +120,8 @@ def _run(step: StepEvent, deps: _Dependencies) -> dict[str, Any]:
         return notification(record)
     if step.step == "update_index":
         return {"request_id": rid, **update_index(
-            rid, requests=deps.requests, index=deps.index, documents=deps.documents
+            rid, requests=deps.requests, index=deps.index, documents=deps.documents,
+            objects=deps.objects,
         )}  # fmt: skip
     certified = certify(rid, requests=deps.requests, documents=deps.documents, signer=deps.signer())
     metrics.add_metric(name="ErasuresCompleted", unit=MetricUnit.Count, value=1)

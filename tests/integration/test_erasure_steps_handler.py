@@ -1,6 +1,7 @@
 """ErasureStepsFunction against moto, driven by the workflow step events in events/: the report
 step reads the index and S3 and freezes the report in the reports bucket; the mark step records
-a caught failure and returns the notification the workflow publishes."""
+a caught failure and returns the notification the workflow publishes; the index update step
+removes the entries erasure made untrue and records the ones of a version it never saw."""
 
 from __future__ import annotations
 
@@ -186,3 +187,78 @@ def test_the_notification_step_reads_the_request_as_it_is(
         "objects": 0,
     }
     assert hash_of_id(HASH_KEY, SECRET) not in json.dumps(note)
+
+
+def _erase_results(*objects: dict[str, Any]) -> bytes:
+    return json.dumps(
+        {"request_id": RID, "manifest_sha256": "ab" * 32, "correlation_id": RID,
+         "finished_at": "2026-11-22T12:00:00+00:00", "objects": list(objects)}
+    ).encode()  # fmt: skip
+
+
+def test_the_update_index_step_keeps_a_later_version_s_entries_and_records_them(
+    app: Any, requests: Any, lethe_tables: dict[str, Any]
+) -> None:
+    # Given the lake key erasure rewrote (it read `read`, wrote `after`, purged `read`), then a
+    # producer's `later` version indexed for the subject before the index update; and the raw
+    # key erasure deleted, still indexed for the subject and another one
+    s3 = boto3.client("s3")
+    read = s3.put_object(Bucket=LAKE, Key=LAKE_KEY, Body=b"rows of the subject")
+    after = s3.put_object(Bucket=LAKE, Key=LAKE_KEY, Body=b"rows of others")
+    s3.delete_object(Bucket=LAKE, Key=LAKE_KEY, VersionId=read["VersionId"])
+    later = s3.put_object(Bucket=LAKE, Key=LAKE_KEY, Body=b"a producer's rows")
+    raw = s3.put_object(Bucket=RAW, Key=RAW_KEY, Body=b"raw rows")
+    s3.delete_object(Bucket=RAW, Key=RAW_KEY, VersionId=raw["VersionId"])
+    lake_url, raw_url = s3_url(LAKE, LAKE_KEY), s3_url(RAW, RAW_KEY)
+    index = DynamoSubjectIndex(lethe_tables["SubjectIndexTable"])
+    subject = hash_of_id(HASH_KEY, SECRET)
+    raw_entry = index_entry(raw_url, Zone.RAW, 1, raw["VersionId"], raw["ETag"].strip('"'))
+    index.replace_object(
+        raw_url, [raw_entry, raw_entry.model_copy(update={"subject_hash": "f" * 64})]
+    )
+    index.replace_object(
+        lake_url,
+        [index_entry(lake_url, Zone.LAKE, 2, later["VersionId"], later["ETag"].strip('"'))],
+    )
+
+    def ref(answer: dict[str, Any]) -> dict[str, str]:
+        return {"version_id": answer["VersionId"], "etag": answer["ETag"].strip('"')}
+
+    s3.put_object(
+        Bucket=REPORTS,
+        Key=f"erasure/{RID}/results.json",
+        Body=_erase_results(
+            {"object_url": lake_url, "dataset_id": "reviews", "zone": "lake",
+             "action": "rewritten", "versions_before": [ref(read)], "version_after": ref(after),
+             "rows_before": 3, "rows_removed": 1, "rows_after": 2, "versions_purged": 1},
+            {"object_url": raw_url, "dataset_id": "reviews", "zone": "raw", "action": "deleted",
+             "versions_before": [ref(raw)], "version_after": None, "rows_before": 1,
+             "rows_removed": 1, "rows_after": 0, "versions_purged": 1},
+        ),
+    )  # fmt: skip
+    for status in ("REPORTED", "AWAITING_APPROVAL", "APPROVED", "ERASING"):
+        requests.transition(RID, ErasureStatus(status), by="test")
+    event = {"step": "update_index", "request_id": RID}
+
+    # When the workflow runs the index update, twice (a retry)
+    first = app.handler(event, FakeLambdaContext())
+    second = app.handler(event, FakeLambdaContext())
+
+    # Then the raw key's entries go, the later version's entry stays and is named, the same
+    # both times, on the step's result and on the request
+    kept = [{"object_url": lake_url, "version_id": later["VersionId"], "dataset_id": "reviews",
+             "rows": 2, "reason": "later_version"}]  # fmt: skip
+    assert (first["entries_removed"], first["entries_kept"], first["kept"]) == (2, 1, kept)
+    assert (second["entries_removed"], second["entries_kept"], second["kept"]) == (0, 1, kept)
+    assert [(e.object_url, e.version_id) for e in index.lookup(subject)] == [
+        (lake_url, later["VersionId"])
+    ]
+    assert index.subjects_of(raw_url) == set()
+    record = requests.get(RID)
+    assert record.status is ErasureStatus.ERASING
+    assert (record.model_extra or {})["index"]["kept"] == kept
+    document = s3.get_object(Bucket=REPORTS, Key=f"erasure/{RID}/index_update.json")
+    text = document["Body"].read().decode()
+    assert json.loads(text)["kept"] == kept
+    assert subject not in text
+    assert subject not in json.dumps(first)

@@ -21,6 +21,7 @@ from lethe_shared.catalog.object_catalog import (
     normalize_sequencer,
 )
 from lethe_shared.errors import CatalogItemMissingError
+from lethe_shared.index.entry_removal import EntryState, Removal
 from lethe_shared.index.subject_index import (
     DynamoSubjectIndex,
     EntryBatch,
@@ -172,6 +173,60 @@ def test_index_replace_object_with_a_batch_as_with_its_entries(index: SubjectInd
     assert index.replace_object(URL, _batch([])) == len(subjects)
     assert index.replace_object(OTHER, []) == len(subjects)
     assert all(e.deleted for s in subjects for e in index.lookup(s))
+
+
+def test_index_removes_an_entry_only_while_it_describes_what_was_read(
+    index: SubjectIndex,
+) -> None:
+    # Given a, b and c (c flagged: the current version no longer holds it), as read
+    index.replace_object(URL, [_entry("a"), _entry("b"), _entry("c")])
+    index.replace_object(URL, [_entry("a"), _entry("b")])
+    read = index.entry_states(URL)
+    assert read == [
+        EntryState("a" * 64, "v1", "e1", False),
+        EntryState("b" * 64, "v1", "e1", False),
+        EntryState("c" * 64, "v1", "e1", True),
+    ]
+    assert index.entry_states(URL, ["b" * 64, "d" * 64]) == [read[1]]
+    # and then a writer: b's entry now describes v2, c's is gone
+    index.replace_object(URL, [_entry("a"), _entry("b").model_copy(update={"version_id": "v2"})])
+    index.remove_subjects(URL, ["c" * 64])
+
+    removal = index.remove_unchanged(URL, [*read, EntryState("d" * 64, "v1", "e1")])
+
+    # Then only a goes; b stays and comes back as it is now; c and d count in neither
+    assert removal.removed == (read[0],)
+    assert removal.changed == (EntryState("b" * 64, "v2", "e1", False),)
+    assert index.subjects_of(URL) == {"b" * 64}
+
+
+def test_index_removal_holds_the_flag_too(index: SubjectIndex) -> None:
+    index.replace_object(URL, [_entry("a")])
+
+    removal = index.remove_unchanged(URL, [EntryState("a" * 64, "v1", "e1", deleted=True)])
+
+    assert removal == Removal((), (EntryState("a" * 64, "v1", "e1", False),))
+    assert index.subjects_of(URL) == {"a" * 64}
+
+
+def test_index_removes_many_entries_unless_changed(index: SubjectIndex) -> None:
+    """More than one transaction of 100 deletes: one entry gone, one that differs from what
+    the caller read (it read ETag e0) in the second."""
+    subjects = [f"{n:064x}" for n in range(150)]
+    index.replace_object(
+        URL, [_entry("a").model_copy(update={"subject_hash": s}) for s in subjects]
+    )
+    read = [
+        s if s.subject_hash != subjects[120] else EntryState(s.subject_hash, "v1", "e0")
+        for s in index.entry_states(URL)
+    ]
+    index.remove_subjects(URL, [subjects[7]])
+
+    removal = index.remove_unchanged(URL, read)
+
+    assert len(removal.removed) == 148
+    assert removal.changed == (EntryState(subjects[120], "v1", "e1", False),)
+    assert index.subjects_of(URL) == {subjects[120]}
 
 
 def _item(

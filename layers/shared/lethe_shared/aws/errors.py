@@ -7,7 +7,8 @@ the call site. Typed errors that Lethe raises itself live in `lethe_shared.error
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Mapping
+from typing import Any, Final
 
 from botocore.exceptions import ClientError
 
@@ -27,6 +28,12 @@ S3_CONDITION_FAILED: Final = frozenset(
 )
 # DynamoDB: a ConditionExpression did not hold.
 DYNAMODB_CONDITION_FAILED: Final = "ConditionalCheckFailedException"
+# DynamoDB: a TransactWriteItems was cancelled whole; its CancellationReasons hold one reason per
+# action, in order ("None": nothing wrong with that one; "ConditionalCheckFailed": its condition
+# did not hold; others, such as "TransactionConflict", are worth sending again).
+DYNAMODB_TRANSACTION_CANCELLED: Final = "TransactionCanceledException"
+DYNAMODB_ACTION_CONDITION_FAILED: Final = "ConditionalCheckFailed"
+DYNAMODB_ACTION_FINE: Final = "None"
 # Step Functions: no execution of that ARN (moto and older endpoints answer ResourceNotFound).
 SFN_EXECUTION_NOT_FOUND: Final = frozenset({"ExecutionDoesNotExist", "ResourceNotFound"})
 # Lambda: no function, or no event source mapping, of that name or id.
@@ -64,6 +71,24 @@ def is_s3_condition_failed(exc: ClientError) -> bool:
 def is_condition_failed(exc: ClientError) -> bool:
     """A DynamoDB write's ConditionExpression did not hold."""
     return error_code(exc) == DYNAMODB_CONDITION_FAILED
+
+
+def cancellation_reasons(exc: ClientError) -> list[dict[str, Any]] | None:
+    """The per-action reasons of a cancelled DynamoDB transaction, in the order of its actions;
+    None when `exc` is not a cancelled transaction."""
+    if error_code(exc) != DYNAMODB_TRANSACTION_CANCELLED:
+        return None
+    return [dict(r) for r in exc.response.get("CancellationReasons", [])]
+
+
+def is_action_condition_failed(reason: Mapping[str, Any]) -> bool:
+    """One action of a cancelled DynamoDB transaction failed its ConditionExpression."""
+    return str(reason.get("Code", "")) == DYNAMODB_ACTION_CONDITION_FAILED
+
+
+def is_action_fine(reason: Mapping[str, Any]) -> bool:
+    """One action of a cancelled DynamoDB transaction had nothing wrong (another one failed)."""
+    return str(reason.get("Code", "")) == DYNAMODB_ACTION_FINE
 
 
 def is_execution_not_found(exc: ClientError) -> bool:

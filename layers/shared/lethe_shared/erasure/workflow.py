@@ -18,6 +18,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from lethe_shared.aws.s3 import ObjectStore, s3_url, split_s3_url
+from lethe_shared.erasure.index_update import DOCUMENT as INDEX_UPDATE_DOCUMENT
+from lethe_shared.erasure.index_update import settle_index
 from lethe_shared.erasure.report import (
     EraseResults,
     ReportSummary,
@@ -200,23 +202,21 @@ def update_index(
     requests: ErasureRequests,
     index: SubjectIndex,
     documents: DocumentStore,
-) -> dict[str, int]:
-    """Delete the erased subjects' entries of every object the erasure touched, and nothing of
-    other subjects but the flagged entries of keys whose older versions erasure purged (they
-    point to versions that no longer exist). Keys erasure deleted lose every entry."""
+    objects: ObjectStore,
+) -> dict[str, Any]:
+    """Remove the index entries the erasure made untrue and keep those of versions it never
+    saw (lethe_shared.erasure.index_update: the rules, and what is kept). The whole update is
+    written to the reports bucket (index_update.json); its summary, with the first kept items,
+    is recorded on the request (`index`) for the certificate step, and returned."""
     record = _open_request(requests, request_id)
     results = EraseResults.model_validate_json(_document(documents, request_id, "results.json"))
-    removed = pruned = 0
-    for item in results.objects:
-        if item.version_after is None:
-            removed += index.remove_object(item.object_url)
-            continue
-        removed += index.remove_subjects(item.object_url, record.subject_hashes)
-        pruned += index.prune_flagged(item.object_url)
-    LOG.info(
-        "index updated: %d entries of the subjects removed, %d flagged pruned", removed, pruned
+    update = settle_index(results, record.subject_hashes, index=index, objects=objects)
+    url = documents.put(
+        report_key(request_id, INDEX_UPDATE_DOCUMENT), canonical_json(update.document()), _JSON
     )
-    return {"entries_removed": removed, "flagged_pruned": pruned}
+    summary = update.summary(url)
+    requests.update(request_id, {"index": summary})
+    return summary
 
 
 @dataclass(frozen=True)

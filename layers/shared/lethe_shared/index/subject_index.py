@@ -27,6 +27,7 @@ from lethe_shared.aws.dynamo import batch_get_all, query_all
 from lethe_shared.aws.errors import is_condition_failed
 from lethe_shared.aws.s3 import NULL_VERSION
 from lethe_shared.catalog.zones import Zone
+from lethe_shared.index.entry_removal import EntryState, Removal, delete_unchanged
 from lethe_shared.models import Model
 
 # Kinds of drift a reconcile report names, in its order (spark_jobs/reconcile.py, the CLI).
@@ -349,6 +350,17 @@ class SubjectIndex(Protocol):
         """Remove the object's entries flagged `deleted` (no older version is left to hold
         them); returns how many."""
 
+    def entry_states(
+        self, object_url: str, subjects: Iterable[str] | None = None
+    ) -> list[EntryState]:
+        """What the object's entries (every one, or those of `subjects`) describe, read
+        consistently: subject hash, version id, ETag, flag."""
+
+    def remove_unchanged(self, object_url: str, expected: Iterable[EntryState]) -> Removal:
+        """Remove each of the object's entries in `expected` only while it still describes that
+        state (a conditional delete, lethe_shared.index.entry_removal): an entry a writer
+        changed meanwhile stays and is returned as it is now."""
+
     def described_versions(self, object_url: str) -> set[str]:
         """The version ids the object's unflagged entries describe."""
 
@@ -447,9 +459,26 @@ class DynamoSubjectIndex:
             if not i.get("deleted")
         }
 
-    def _entries_of(self, object_url: str) -> list[dict[str, Any]]:
+    def entry_states(
+        self, object_url: str, subjects: Iterable[str] | None = None
+    ) -> list[EntryState]:
+        """By key when `subjects` are given (the table, no index: an entry just written is
+        seen); otherwise the subjects the by_object index lists (eventually consistent)."""
+        wanted = self.subjects_of(object_url) if subjects is None else set(subjects)
+        return sorted(
+            (EntryState.of_item(i) for i in self._entries_of(object_url, wanted)),
+            key=lambda s: s.subject_hash,
+        )
+
+    def remove_unchanged(self, object_url: str, expected: Iterable[EntryState]) -> Removal:
+        return delete_unchanged(self._table, object_url, expected)
+
+    def _entries_of(
+        self, object_url: str, subjects: Iterable[str] | None = None
+    ) -> list[dict[str, Any]]:
         """The object's entries (subject, version, etag, flag), read consistently."""
-        keys = [{"subject_hash": s, "object_url": object_url} for s in self.subjects_of(object_url)]
+        wanted = self.subjects_of(object_url) if subjects is None else subjects
+        keys = [{"subject_hash": s, "object_url": object_url} for s in sorted(set(wanted))]
         return list(
             batch_get_all(
                 self._table,
