@@ -91,6 +91,8 @@ def test_an_approved_request_is_erased_certified_and_published(
         "RECEIVED", "REPORTED", "AWAITING_APPROVAL", "APPROVED", "ERASING", "COMPLETED",
     ]  # fmt: skip
     assert record["result"]["rows_removed"] == 2  # the raw record and its lake row
+    # and the index update removed the subject's entries of both and kept none
+    assert (record["index"]["entries_removed"], record["index"]["kept"]) == (2, [])
     assert record["certificate"]["url"].endswith(f"/erasure/{request_id}/certificate.json")
     assert b"u-1002" in before
     assert b"u-1002" not in driver.raw_bytes()

@@ -9,7 +9,9 @@ entries as columns (what `arrow_entries.entry_batch` computes), validated once p
 which the writer builds DynamoDB items without a model per entry.
 
 `DynamoSubjectIndex` is the one reader and writer of `SubjectIndexTable`: ingestion, the index
-and reconcile jobs, the indexer Lambda, object events and the CLI all go through it.
+and reconcile jobs, the indexer Lambda, object events and the CLI all go through it. The erasure's
+index update reads what entries describe (`entry_states`) and removes them only while they still
+describe it (`remove_unchanged`: conditional deletes, lethe_shared.index.entry_removal).
 """
 
 from __future__ import annotations
