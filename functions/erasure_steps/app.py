@@ -153,7 +153,8 @@ def _widen(deps: _Dependencies) -> Callable[[Manifest, ErasureRequest], Manifest
     return widen
 
 
-def _run(step: StepEvent, deps: _Dependencies) -> dict[str, Any]:
+def _scope_step(step: StepEvent, deps: _Dependencies) -> dict[str, Any]:
+    """The steps of lethe_shared.erasure.scope: the ingestion watermark, the re-lookup."""
     rid = step.request_id
     if step.step == "watch_ingestion":
         wait = scope.watch_ingestion(
@@ -167,6 +168,19 @@ def _run(step: StepEvent, deps: _Dependencies) -> dict[str, Any]:
             events_waiting=deps.events_waiting,
         )
         return {"request_id": rid, "settled": wait.settled, "in_flight": wait.pending}
+    after = scope.look_up_again(
+        rid, requests=deps.requests, index=deps.index, documents=deps.documents
+    )
+    metrics.add_metric(
+        name="ErasureEntriesAppearedAfter", unit=MetricUnit.Count, value=len(after.not_searched)
+    )
+    return dict(scope.summary_of(after))
+
+
+def _run(step: StepEvent, deps: _Dependencies) -> dict[str, Any]:
+    rid = step.request_id
+    if step.step in ("watch_ingestion", "look_up_again"):
+        return _scope_step(step, deps)
     if step.step == "report":
         summary = build_report(
             rid,
@@ -190,15 +204,6 @@ def _run(step: StepEvent, deps: _Dependencies) -> dict[str, Any]:
         if record is None:
             raise RequestNotFoundError(f"no erasure request {rid}")
         return notification(record)
-    if step.step == "look_up_again":
-        after = scope.look_up_again(
-            rid, requests=deps.requests, index=deps.index, documents=deps.documents
-        )
-        metrics.add_metric(
-            name="ErasureEntriesAppearedAfter", unit=MetricUnit.Count,
-            value=len(after.not_searched),
-        )  # fmt: skip
-        return dict(scope.summary_of(after))
     if step.step == "update_index":
         return {"request_id": rid, **update_index(
             rid, requests=deps.requests, index=deps.index, documents=deps.documents

@@ -256,9 +256,7 @@ def _ref(version: ObjectVersion) -> StoredVersionRef:
     )
 
 
-def _raw_object(
-    url: str, dataset: Dataset, listing: Sequence[ObjectVersion]
-) -> ManifestObject:
+def _raw_object(url: str, dataset: Dataset, listing: Sequence[ObjectVersion]) -> ManifestObject:
     """A raw key the index does not name, to erase like any raw object of its dataset: the
     job reads its current version and deletes every older one. No index rows are expected."""
     bucket, key = split_s3_url(url)
@@ -297,49 +295,52 @@ def _unsearched(
     item: CatalogItem, version: ObjectVersion, current: ObjectVersion | None, *, erased: bool
 ) -> NotSearched | None:
     """Why a never-indexed (or in-flight) raw version is not searched, or None when it is:
-    the erase job reads it (the current version of a key it erases) or deletes it (an older
-    version of such a key)."""
+    the erase job deletes it (an older version of a key it erases) or reads it (the current
+    version of such a key, FAILED or SUPERSEDED, in a readable storage class)."""
+    if item.status not in IN_FLIGHT and erased:
+        if not version.is_latest:
+            return None
+        readable = version.storage_class not in ARCHIVE_CLASSES
+        if readable and item.status is not ObjectStatus.QUARANTINED:
+            return None
+    return _gap(item, *_why(item, version, current))
+
+
+def _why(
+    item: CatalogItem, version: ObjectVersion, current: ObjectVersion | None
+) -> tuple[GapReason, str]:
     again = "then file the request again"
     if item.status in IN_FLIGHT:
-        return _gap(
-            item,
+        return (
             "ingestion_in_flight",
             f"still {item.status.value} when the report was frozen: let its ingestion finish "
             f"(`lethe objects list --dataset {item.dataset_id}`; a stuck one: {_reingest(item)}"
             f"), {again}",
         )
-    if erased and not version.is_latest:
-        return None  # an older version of a key the job erases: deleted
     if version.storage_class in ARCHIVE_CLASSES:
-        return _gap(
-            item,
+        return (
             "archived",
             f"in S3 storage class {version.storage_class}, which the erase job cannot read: "
             f"restore it and copy it to a readable storage class (or delete this version), "
             f"{again}",
         )
     if item.status is ObjectStatus.QUARANTINED:
-        return _gap(
-            item,
+        return (
             "quarantined",
             "quarantined whole at ingestion as unreadable (its quarantine document says why): "
             f"fix the file and re-ingest it ({_reingest(item)}) or delete this version, {again}",
         )
-    if erased:
-        return None  # FAILED or SUPERSEDED, the current version: read and erased by the job
     if current is not None and current.storage_class in ARCHIVE_CLASSES:
-        return _gap(
-            item,
+        return (
             "archived",
             f"the key's current version is in S3 storage class {current.storage_class}, which "
             f"the erase job cannot read: restore it and copy it to a readable storage class, "
             f"{again}",
         )
-    return _gap(
-        item,
+    return (
         "ingestion_failed",
-        f"{item.status.value}, never indexed, and past the {MAX_ADDED_OBJECTS} raw objects "
-        f"one report searches beyond the index: re-ingest the dataset's {item.status.value} "
+        f"{item.status.value}, never indexed, and past the raw objects one report searches "
+        f"beyond the index ({MAX_ADDED_OBJECTS}): re-ingest the dataset's {item.status.value} "
         f"versions (`lethe objects reingest --dataset {item.dataset_id} --status "
         f"{item.status.value}`), {again}",
     )
@@ -433,9 +434,7 @@ class AfterErase(Model):
     not_searched: tuple[NotSearched, ...]  # each reason "appeared_after_erase"
 
 
-def appeared_after(
-    results: EraseResults, entries: Iterable[IndexEntry]
-) -> tuple[NotSearched, ...]:
+def appeared_after(results: EraseResults, entries: Iterable[IndexEntry]) -> tuple[NotSearched, ...]:
     """The index entries (IndexEntry) whose (object, version) the erase results do not hold:
     one NotSearched per version, with the rows the index counts for the request's subjects."""
     handled = {(o.object_url, v.version_id) for o in results.objects for v in o.versions_before}

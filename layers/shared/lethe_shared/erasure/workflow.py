@@ -144,7 +144,11 @@ def _gaps(manifest: Manifest) -> dict[str, Any]:
     """The record's report names what is not searched, per dataset and reason (no keys)."""
     from lethe_shared.erasure.scope import not_searched_counts  # noqa: PLC0415
 
-    return {"not_searched": not_searched_counts(manifest.not_searched)} if manifest.not_searched else {}
+    return (
+        {"not_searched": not_searched_counts(manifest.not_searched)}
+        if manifest.not_searched
+        else {}
+    )
 
 
 # ----------------------------------------------------------------------------------- status
