@@ -23,7 +23,9 @@ from typing import Any
 
 import pytest
 
+from lethe_shared.aws.s3 import PRODUCER_METADATA
 from lethe_shared.catalog.object_catalog import Zone
+from lethe_shared.index.maintenance import ERASE_PRODUCER
 from lethe_shared.index.subject_index import DynamoSubjectIndex, IndexEntry
 from lethe_shared.subject_hashing.keys import hash_of_id, load_hash_key
 from tests.sfn.conftest import Cloud, execution_input, start_cloud, wait_catalogued
@@ -207,13 +209,20 @@ def test_an_upload_still_in_flight_when_the_wait_ends_is_named_not_searched(
 def test_a_failed_upload_is_erased_and_an_entry_indexed_later_is_named(
     cloud: Cloud, driver: ErasureDriver
 ) -> None:
-    # Given a raw upload holding u-8001 (and another subject) whose ingestion FAILED: the
-    # index has never heard of it
+    # Given a raw upload of the reviews dataset holding u-8001 (and another subject) whose
+    # ingestion FAILED: the index has never heard of it. (Written with the erase job's
+    # producer metadata, the object events path catalogues it without starting an ingestion;
+    # the test then records the failure an ingestion would.)
     raw = cloud.outputs["RawBucketName"]
-    key, _ = _upload(
-        cloud, "failed.csv",
-        b"u-8001,2026-11-22,2,secret review\nu-8002,2026-11-22,5,stays\n", "FAILED",
-    )  # fmt: skip
+    key = "reviews/2026/11/22/failed.csv"
+    version = cloud.client("s3").put_object(
+        Bucket=raw,
+        Key=key,
+        Body=HEADER + b"u-8001,2026-11-22,2,secret review\nu-8002,2026-11-22,5,stays\n",
+        Metadata={PRODUCER_METADATA: ERASE_PRODUCER},
+    )["VersionId"]
+    wait_catalogued(cloud, key, version)
+    _set_status(cloud, key, version, "FAILED")
     request_id = driver.file("u-8001")
     record = driver.wait(request_id, "AWAITING_APPROVAL")
     manifest = _document(cloud, request_id, "manifest.json")
@@ -241,6 +250,7 @@ def test_a_failed_upload_is_erased_and_an_entry_indexed_later_is_named(
     # When the request is approved
     assert driver.decide(driver.link(request_id), "approve") == "approved"
     ended = driver.execution(request_id, timeout=400)
+    assert ended["execution"]["status"] == "SUCCEEDED", driver.record(request_id).get("error")
 
     # Then the erase job rewrote the failed upload without u-8001's row
     entered = states_entered(ended["history"])
