@@ -22,7 +22,7 @@ import hashlib
 import itertools
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -98,6 +98,10 @@ class MemoryCatalog:
 
     def by_dataset(self, dataset_id: str) -> Iterator[CatalogItem]:
         return iter([i for i in self.items.values() if i.dataset_id == dataset_id])
+
+    def in_status(self, dataset_id: str, statuses: Iterable[ObjectStatus]) -> Iterator[CatalogItem]:
+        wanted = set(statuses)
+        return iter([i for i in self.by_dataset(dataset_id) if i.status in wanted])
 
     def versions_of(self, object_url: str) -> list[CatalogItem]:
         return [i for (url, _), i in self.items.items() if url == object_url]
@@ -271,6 +275,7 @@ class _StoredVersion:
     body: bytes | None  # None: a delete marker
     metadata: dict[str, str] = field(default_factory=dict)
     modified: datetime = field(default_factory=lambda: datetime.now(UTC))
+    storage_class: str = "STANDARD"
 
     @property
     def etag(self) -> str:
@@ -298,6 +303,14 @@ class MemoryObjectStore:
         stored = _StoredVersion(version_id, body, {}, self._clock)
         self.keys.setdefault((bucket, key), []).append(stored)
         return version_id
+
+    def archive(self, bucket: str, key: str, version_id: str, storage_class: str) -> None:
+        """A lifecycle transition (or a producer's upload) into another storage class."""
+        versions = self.keys.get((bucket, key), [])
+        self.keys[(bucket, key)] = [
+            replace(v, storage_class=storage_class) if v.version_id == version_id else v
+            for v in versions
+        ]
 
     def delete(self, bucket: str, key: str) -> str:
         """DeleteObject without a version: a delete marker becomes the current version."""
@@ -346,6 +359,7 @@ class MemoryObjectStore:
                         etag="" if v.body is None else v.etag,
                         size=len(v.body or b""),
                         last_modified=v.modified,
+                        storage_class="" if v.body is None else v.storage_class,
                     )
                 )
         return iter(listed)

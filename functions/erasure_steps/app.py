@@ -1,9 +1,12 @@
 """The erasure workflow's own steps (statemachines/erasure.asl.json), one domain function each:
 
+    {"step": "watch_ingestion", "request_id", "waited_seconds", "max_wait_seconds",
+     "settle_seconds"}                                      the ingestion watermark: {settled}
     {"step": "report", "request_id"}                        build and freeze the report
     {"step": "mark", "request_id", "status", "detail"?, "error"?}   ERASING, EXPIRED, FAILED
     {"step": "notification", "request_id"}                  what to publish about the request now
     {"step": "update_index", "request_id"}                  remove the entries erasure made untrue
+    {"step": "look_up_again", "request_id"}                 entries indexed since: after.json
     {"step": "certify", "request_id"}                       audit record, signed certificate
 
 Errors are typed (lethe_shared.errors): the state machine catches `RequestClosedError` (the
@@ -12,6 +15,7 @@ request was cancelled meanwhile) by name, and retries the rest.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -22,8 +26,17 @@ from pydantic import Field
 
 from lethe_shared.aws.s3 import S3ObjectStore
 from lethe_shared.aws.wiring import Aws, wiring
+from lethe_shared.catalog.object_catalog import DynamoObjectCatalog
 from lethe_shared.config import Settings
-from lethe_shared.erasure.requests import DynamoErasureRequests, ErasureStatus, RequestNotFoundError
+from lethe_shared.datasets.registry import DynamoDatasetRegistry
+from lethe_shared.erasure import scope
+from lethe_shared.erasure.report import Manifest
+from lethe_shared.erasure.requests import (
+    DynamoErasureRequests,
+    ErasureRequest,
+    ErasureStatus,
+    RequestNotFoundError,
+)
 from lethe_shared.erasure.workflow import (
     S3Documents,
     build_report,
@@ -46,6 +59,9 @@ metrics = Metrics()
 class ErasureStepsSettings(Settings):
     requests_table: str = Field(alias="ERASURE_REQUESTS_TABLE", min_length=1)
     index_table: str = Field(alias="INDEX_TABLE", min_length=1)
+    catalog_table: str = Field(alias="CATALOG_TABLE", min_length=1)
+    datasets_table: str = Field(alias="DATASETS_TABLE", min_length=1)
+    object_events_queue_url: str = Field(alias="OBJECT_EVENTS_QUEUE_URL", min_length=1)
     reports_bucket: str = Field(alias="REPORTS_BUCKET", min_length=3)
     certificate_key_arn: str = Field(alias="CERTIFICATE_KEY_ARN", min_length=1)
 
@@ -56,21 +72,51 @@ class StepError(Model):
 
 
 class StepEvent(Model):
-    step: Literal["report", "mark", "notification", "update_index", "certify"]
+    step: Literal[
+        "watch_ingestion",
+        "report",
+        "mark",
+        "notification",
+        "update_index",
+        "look_up_again",
+        "certify",
+    ]
     request_id: str = Field(min_length=1)
     status: ErasureStatus | None = None
     detail: str = ""
     error: StepError | None = None
+    # watch_ingestion: how long the workflow has waited, its bound, the catalog's own delay
+    waited_seconds: int = Field(default=0, ge=0)
+    max_wait_seconds: int = Field(default=0, ge=0)
+    settle_seconds: int = Field(default=0, ge=0)
+
+
+_WAITING = (
+    "ApproximateNumberOfMessages",
+    "ApproximateNumberOfMessagesNotVisible",
+    "ApproximateNumberOfMessagesDelayed",
+)
 
 
 @dataclass(frozen=True)
 class _Dependencies:
     requests: DynamoErasureRequests
     index: DynamoSubjectIndex
+    catalog: DynamoObjectCatalog
+    registry: DynamoDatasetRegistry
     objects: S3ObjectStore
     documents: S3Documents
     kms: Any  # the boto3 KMS client of the certificate key
     certificate_key_arn: str
+    sqs: Any  # the boto3 SQS client of the object events queue
+    object_events_queue_url: str
+
+    def events_waiting(self) -> int:
+        """Object events not yet recorded in the catalog: in the queue, visible or not."""
+        attributes = self.sqs.get_queue_attributes(
+            QueueUrl=self.object_events_queue_url, AttributeNames=list(_WAITING)
+        ).get("Attributes", {})
+        return sum(int(attributes.get(name, 0)) for name in _WAITING)
 
     def signer(self) -> KmsSigner:
         """The certificate key's signer. lethe_shared.erasure.certificate (its pydantic models)
@@ -84,18 +130,57 @@ def _build(settings: ErasureStepsSettings, aws: Aws) -> _Dependencies:
     return _Dependencies(
         requests=DynamoErasureRequests(aws.table(settings.requests_table)),
         index=DynamoSubjectIndex(aws.table(settings.index_table)),
+        catalog=DynamoObjectCatalog(aws.table(settings.catalog_table)),
+        registry=DynamoDatasetRegistry(aws.table(settings.datasets_table)),
         objects=S3ObjectStore(aws.client("s3")),
         documents=S3Documents(aws.client("s3"), settings.reports_bucket),
         kms=aws.client("kms"),
         certificate_key_arn=settings.certificate_key_arn,
+        sqs=aws.client("sqs"),
+        object_events_queue_url=settings.object_events_queue_url,
     )
 
 
 _dependencies = wiring(ErasureStepsSettings, _build)
 
 
+def _widen(deps: _Dependencies) -> Callable[[Manifest, ErasureRequest], Manifest]:
+    def widen(manifest: Manifest, record: ErasureRequest) -> Manifest:
+        return scope.widen(
+            manifest, record, catalog=deps.catalog, registry=deps.registry, objects=deps.objects
+        )
+
+    return widen
+
+
+def _scope_step(step: StepEvent, deps: _Dependencies) -> dict[str, Any]:
+    """The steps of lethe_shared.erasure.scope: the ingestion watermark, the re-lookup."""
+    rid = step.request_id
+    if step.step == "watch_ingestion":
+        wait = scope.watch_ingestion(
+            rid,
+            requests=deps.requests,
+            catalog=deps.catalog,
+            registry=deps.registry,
+            waited_seconds=step.waited_seconds,
+            max_wait_seconds=step.max_wait_seconds,
+            settle_seconds=step.settle_seconds,
+            events_waiting=deps.events_waiting,
+        )
+        return {"request_id": rid, "settled": wait.settled, "in_flight": wait.pending}
+    after = scope.look_up_again(
+        rid, requests=deps.requests, index=deps.index, documents=deps.documents
+    )
+    metrics.add_metric(
+        name="ErasureEntriesAppearedAfter", unit=MetricUnit.Count, value=len(after.not_searched)
+    )
+    return dict(scope.summary_of(after))
+
+
 def _run(step: StepEvent, deps: _Dependencies) -> dict[str, Any]:
     rid = step.request_id
+    if step.step in ("watch_ingestion", "look_up_again"):
+        return _scope_step(step, deps)
     if step.step == "report":
         summary = build_report(
             rid,
@@ -103,6 +188,7 @@ def _run(step: StepEvent, deps: _Dependencies) -> dict[str, Any]:
             index=deps.index,
             objects=deps.objects,
             documents=deps.documents,
+            widen=_widen(deps),
         )
         metrics.add_metric(
             name="ErasureReportObjects", unit=MetricUnit.Count, value=summary.objects

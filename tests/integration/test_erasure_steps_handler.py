@@ -9,13 +9,22 @@ import hashlib
 import json
 import logging
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import boto3
 import pytest
 
 from lethe_shared.aws.s3 import s3_url
-from lethe_shared.catalog.object_catalog import Zone
+from lethe_shared.catalog.object_catalog import (
+    CatalogItem,
+    DynamoObjectCatalog,
+    IngestionRecord,
+    ObjectStatus,
+    Zone,
+)
+from lethe_shared.datasets.document import parse_dataset
+from lethe_shared.datasets.registry import DynamoDatasetRegistry
 from lethe_shared.erasure.requests import (
     DynamoErasureRequests,
     ErasureStatus,
@@ -26,7 +35,7 @@ from lethe_shared.erasure.requests import (
 )
 from lethe_shared.index.subject_index import DynamoSubjectIndex, IndexEntry
 from lethe_shared.subject_hashing.keys import hash_of_id
-from tests.conftest import FakeLambdaContext, load_function_module
+from tests.conftest import REPO_ROOT, FakeLambdaContext, load_function_module
 from tests.integration.conftest import LAKE, RAW, create_table_from_template
 
 pytestmark = pytest.mark.lambda_runtime
@@ -262,3 +271,129 @@ def test_the_update_index_step_keeps_a_later_version_s_entries_and_records_them(
     assert json.loads(text)["kept"] == kept
     assert subject not in text
     assert subject not in json.dumps(first)
+
+
+# ------------------------------------------------------- the watermark and the report's scope
+
+QUEUE = "lethe-local-object-events"  # events/env.json's OBJECT_EVENTS_QUEUE_URL
+
+
+def _register_reviews(lethe_tables: dict[str, Any]) -> None:
+    document = json.loads((REPO_ROOT / "samples/reviews.dataset.json").read_text())
+    DynamoDatasetRegistry(lethe_tables["DatasetsTable"]).put(parse_dataset(document))
+
+
+def _catalogued(
+    lethe_tables: dict[str, Any], key: str, version: str, status: ObjectStatus, sequencer: int
+) -> DynamoObjectCatalog:
+    """The catalog item of a raw upload made a minute before the request."""
+    catalog = DynamoObjectCatalog(lethe_tables["ObjectCatalogTable"])
+    written = datetime.now(UTC) - timedelta(minutes=1)
+    catalog.put_if_newer(
+        CatalogItem(
+            bucket=RAW, key=key, version_id=version, zone=Zone.RAW, status=status,
+            sequencer=f"{sequencer:032X}", dataset_id="reviews",
+            event_time=written.isoformat(),
+        )
+    )  # fmt: skip
+    return catalog
+
+
+def test_the_watch_ingestion_step_holds_the_report_while_an_older_upload_is_ingested(
+    app: Any, requests: Any, lethe_tables: dict[str, Any]
+) -> None:
+    # Given an upload of the reviews dataset, made before the request, still INGESTING
+    _register_reviews(lethe_tables)
+    queue = boto3.client("sqs").create_queue(QueueName=QUEUE)["QueueUrl"]
+    key = "reviews/2026/11/22/last.csv"
+    version = boto3.client("s3").put_object(Bucket=RAW, Key=key, Body=b"x")["VersionId"]
+    catalog = _catalogued(lethe_tables, key, version, ObjectStatus.INGESTING, 1)
+    event = {
+        "step": "watch_ingestion", "request_id": RID, "waited_seconds": 0,
+        "max_wait_seconds": 600, "settle_seconds": 0,
+    }  # fmt: skip
+
+    # Then the step (through the catalog's by_dataset_status index) says wait, and the record
+    # says what for, in counts
+    assert app.handler(event, FakeLambdaContext()) == {
+        "request_id": RID, "settled": False, "in_flight": 1,
+    }  # fmt: skip
+    wait = requests.get(RID).model_dump(mode="json")["ingestion_wait"]
+    assert (wait["in_flight"], wait["settled"]) == ({"reviews": 1}, False)
+    assert key not in json.dumps(wait)
+
+    # When its ingestion finishes, the next poll settles (the object events queue is empty)
+    catalog.record_ingestion(
+        s3_url(RAW, key), version,
+        IngestionRecord(
+            ObjectStatus.INGESTED, 1, 1, 0, [], None, "ingest-1", datetime.now(UTC)
+        ),
+    )  # fmt: skip
+    assert app.handler(event | {"waited_seconds": 30}, FakeLambdaContext())["settled"] is True
+    # an event waiting in the queue (an upload not catalogued yet) holds a young request
+    boto3.client("sqs").send_message(QueueUrl=queue, MessageBody="{}")
+    young = event | {"settle_seconds": 3600}
+    assert app.handler(young, FakeLambdaContext())["settled"] is False
+
+
+def test_the_report_step_searches_a_failed_upload_and_names_one_in_flight(
+    app: Any, requests: Any, lethe_tables: dict[str, Any], load_event: Event
+) -> None:
+    _register_reviews(lethe_tables)
+    s3 = boto3.client("s3")
+    failed_key, flying_key = "reviews/2026/11/22/failed.csv", "reviews/2026/11/22/last.csv"
+    failed = s3.put_object(Bucket=RAW, Key=failed_key, Body=b"rows")["VersionId"]
+    flying = s3.put_object(Bucket=RAW, Key=flying_key, Body=b"rows")["VersionId"]
+    _catalogued(lethe_tables, failed_key, failed, ObjectStatus.FAILED, 1)
+    _catalogued(lethe_tables, flying_key, flying, ObjectStatus.INGESTING, 2)
+
+    result = app.handler(load_event("erasure_steps_report.json"), FakeLambdaContext())
+
+    body = s3.get_object(Bucket=REPORTS, Key=f"erasure/{RID}/manifest.json")["Body"].read()
+    manifest = json.loads(body)
+    assert result["objects"] == 1
+    assert [(o["object_url"], o["zone"]) for o in manifest["objects"]] == [
+        (s3_url(RAW, failed_key), "raw")
+    ]
+    assert [(g["object_url"], g["version_id"], g["reason"]) for g in manifest["not_searched"]] == [
+        (s3_url(RAW, flying_key), flying, "ingestion_in_flight")
+    ]
+    summary = s3.get_object(Bucket=REPORTS, Key=f"erasure/{RID}/summary.txt")["Body"].read()
+    assert b"NOT SEARCHED" in summary
+    assert requests.get(RID).report["not_searched"] == [
+        {"dataset_id": "reviews", "reason": "ingestion_in_flight", "versions": 1}
+    ]
+
+
+def test_the_look_up_again_step_names_entries_indexed_after_the_report(
+    app: Any, requests: Any, lethe_tables: dict[str, Any]
+) -> None:
+    # Given the erase results of one lake object, and an entry of the subject for another
+    # object that was indexed after the report
+    erased = s3_url(LAKE, LAKE_KEY)
+    later = s3_url(LAKE, "reviews/review_date=2026-11-23/part-0.parquet")
+    results = {
+        "request_id": RID, "manifest_sha256": "ab" * 32, "correlation_id": "c",
+        "finished_at": "2026-11-22T11:00:00+00:00",
+        "objects": [{
+            "object_url": erased, "dataset_id": "reviews", "zone": "lake",
+            "action": "rewritten", "versions_before": [{"version_id": "v1"}],
+            "version_after": {"version_id": "v2"}, "rows_before": 3, "rows_removed": 3,
+            "rows_after": 0, "versions_purged": 1,
+        }],
+    }  # fmt: skip
+    boto3.client("s3").put_object(
+        Bucket=REPORTS, Key=f"erasure/{RID}/results.json", Body=json.dumps(results).encode()
+    )
+    DynamoSubjectIndex(lethe_tables["SubjectIndexTable"]).replace_object(
+        later, [index_entry(later, Zone.LAKE, 2, "v7", "e7")]
+    )
+
+    result = app.handler({"step": "look_up_again", "request_id": RID}, FakeLambdaContext())
+
+    assert result == {"request_id": RID, "entries_found": 1, "appeared_after_erase": 1}
+    body = boto3.client("s3").get_object(Bucket=REPORTS, Key=f"erasure/{RID}/after.json")
+    (gap,) = json.loads(body["Body"].read())["not_searched"]
+    assert (gap["object_url"], gap["version_id"], gap["reason"], gap["count"]) == (
+        later, "v7", "appeared_after_erase", 2,
+    )  # fmt: skip

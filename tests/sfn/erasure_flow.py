@@ -164,6 +164,24 @@ def states_entered(history: list[dict[str, Any]]) -> list[str]:
     ]
 
 
+WATERMARK = ["Watch Ingestion", "Ingestion Settled"]
+
+
+def polls_folded(states: list[str]) -> list[str]:
+    """The states entered with the ingestion watermark's polls folded into its last look: each
+    "Wait For Ingestion" must follow a look ("Watch Ingestion", "Ingestion Settled") and be
+    followed by the next one. How many polls a request takes depends on how soon after filing
+    its first look runs (lethe_shared.erasure.scope.QUIET_SECONDS), not on what it does."""
+    folded: list[str] = []
+    for state in states:
+        if state == "Wait For Ingestion":
+            assert folded[-2:] == WATERMARK, states
+            del folded[-2:]
+            continue
+        folded.append(state)
+    return folded
+
+
 def published(cloud: Cloud, queue: str, request_id: str, timeout: float = 30) -> list[Any]:
     """Messages of a capture queue about one request (SNS raw messages or EventBridge events)."""
     found: list[Any] = []

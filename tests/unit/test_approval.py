@@ -672,3 +672,28 @@ def test_email_refuses_a_link_that_is_not_an_approval_link() -> None:
 def test_a_zone_is_raw_or_lake_and_nothing_else() -> None:
     with pytest.raises(ValidationError):
         pages.DatasetCounts(dataset_id="reviews", zone="<script>", objects=1, versions=1, rows=1)
+
+
+def test_the_page_and_the_email_tell_the_approver_what_is_not_searched() -> None:
+    """Raw uploads the erasure cannot reach (lethe_shared.erasure.scope) are shown before the
+    decision, per dataset and reason; a report without any shows no such section."""
+    gaps = [
+        {"dataset_id": "reviews", "reason": "ingestion_in_flight", "versions": 2},
+        {"dataset_id": "orders", "reason": "archived", "versions": 1},
+    ]
+    s = summary(not_searched=gaps)
+
+    page = pages.render_confirmation_page(s, code="ABCD-EFGH", csrf="t").html
+    email = mail.build_approval_email(s, links.sign_link(KEY, BASE, AID, DEADLINE))
+
+    assert '<h2 id="not-searched">Not searched</h2>' in page
+    assert '<td>reviews</td><td>ingestion_in_flight</td><td class="n">2</td>' in page
+    assert "NOT SEARCHED" in email.text
+    assert "reviews: 2 ingestion_in_flight; orders: 1 archived" in email.text
+    assert "orders: 1 archived" in email.html
+    plain = summary()
+    assert "not-searched" not in pages.render_confirmation_page(plain, code="C", csrf="t").html
+    assert (
+        "NOT SEARCHED"
+        not in mail.build_approval_email(plain, links.sign_link(KEY, BASE, AID, DEADLINE)).text
+    )

@@ -768,3 +768,27 @@ def test_when_every_approver_filed_it_nobody_is_asked() -> None:
     assert requests.items == before
     assert approvals.links == {}
     assert mailer.sent == []
+
+
+def test_the_approvers_are_told_what_the_report_could_not_search() -> None:
+    """The report step stores not-searched counts on the record (lethe_shared.erasure.scope);
+    each approver's email carries them."""
+    world = World(
+        MemoryErasureRequests(), MemoryApprovals(), RecordingMailer(), RecordingCallbacks()
+    )
+    body = parse_request_body({"subject_ids": [SECRET], "requested_by": REQUESTER})
+    world.requests.create(new_request(RID, body, hash_subjects(body, HASH_KEY, []), now=T0))
+    gaps = [{"dataset_id": "reviews", "reason": "ingestion_in_flight", "versions": 1}]
+    world.requests.transition(
+        RID,
+        ErasureStatus.REPORTED,
+        by="workflow",
+        updates={"report": REPORT | {"not_searched": gaps}},
+    )
+
+    ask(world)
+
+    assert world.mailer.sent
+    for mail in world.mailer.sent:
+        assert "NOT SEARCHED" in mail.text
+        assert "reviews: 1 ingestion_in_flight" in mail.text

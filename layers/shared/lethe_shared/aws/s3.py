@@ -139,6 +139,7 @@ class ObjectVersion:
     etag: str = ""
     size: int = 0
     last_modified: datetime | None = None
+    storage_class: str = ""  # STANDARD, GLACIER, DEEP_ARCHIVE, ... ("" for a delete marker)
 
 
 class KeyState(StrEnum):
@@ -216,6 +217,7 @@ class S3ObjectStore:
                     etag=plain_etag(item.get("ETag")),
                     size=int(item.get("Size") or 0),
                     last_modified=item.get("LastModified"),
+                    storage_class=str(item.get("StorageClass") or ""),
                 )
             for item in page.get("DeleteMarkers", []):
                 yield ObjectVersion(

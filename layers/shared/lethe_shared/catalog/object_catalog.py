@@ -12,6 +12,9 @@ Table layout (template.yaml `ObjectCatalogTable`, docs/CATALOG.md):
     object_url (HASH)   s3://<bucket>/<key>
     version_id (RANGE)  the S3 version id, or "null" for an unversioned write
     GSI by_dataset      dataset_id (HASH), object_url (RANGE); sparse: IGNORED items have no dataset
+    GSI by_dataset_status  dataset_id (HASH), status (RANGE), the attributes `in_status` reads;
+                        what erasure's watermark asks (lethe_shared.erasure.scope): the raw
+                        versions of a dataset still being ingested, or never indexed
 
 S3 and EventBridge deliver at least once and out of order, so every write is conditional on the
 event's `sequencer`: an item is only replaced by an event with a strictly greater sequencer. A
@@ -38,6 +41,7 @@ from lethe_shared.errors import CatalogItemMissingError
 from lethe_shared.models import Model
 
 SEQUENCER_WIDTH = 32
+BY_DATASET_STATUS = "by_dataset_status"  # the GSI `in_status` reads (template.yaml)
 
 
 class ObjectStatus(StrEnum):
@@ -202,6 +206,10 @@ class ObjectCatalog(Protocol):
     def by_dataset(self, dataset_id: str) -> Iterator[CatalogItem]:
         """Every recorded version of every object of a dataset."""
 
+    def in_status(self, dataset_id: str, statuses: Iterable[ObjectStatus]) -> Iterator[CatalogItem]:
+        """Every recorded version of a dataset's objects whose status is one of `statuses`
+        (eventually consistent: a status changed a moment ago may not show yet)."""
+
     def versions_of(self, object_url: str) -> list[CatalogItem]:
         """Every recorded version of one object, read consistently (`latest` picks the current
         one)."""
@@ -302,6 +310,19 @@ class DynamoObjectCatalog:
             ExpressionAttributeValues={":d": dataset_id},
         )
         return (CatalogItem.from_item(i) for i in items)
+
+    def in_status(self, dataset_id: str, statuses: Iterable[ObjectStatus]) -> Iterator[CatalogItem]:
+        """One Query of the GSI `by_dataset_status` per status: items of other statuses (a
+        dataset's ingested and lake versions, the bulk) are never read."""
+        for status in dict.fromkeys(statuses):
+            items = query_all(
+                self._table,
+                IndexName=BY_DATASET_STATUS,
+                KeyConditionExpression="dataset_id = :d AND #s = :s",
+                ExpressionAttributeNames={"#s": "status"},
+                ExpressionAttributeValues={":d": dataset_id, ":s": status.value},
+            )
+            yield from (CatalogItem.from_item(i) for i in items)
 
     def versions_of(self, object_url: str) -> list[CatalogItem]:
         items = query_all(

@@ -32,6 +32,16 @@ def _header_text(value: str) -> str:
     return _CONTROL.sub(" ", value).strip()
 
 
+def _not_searched_lines(summary: ApprovalSummary) -> list[str]:
+    if not summary.not_searched:
+        return []
+    return [
+        "NOT SEARCHED (raw uploads older than the request this erasure cannot reach; the "
+        "certificate names them): "
+        + "; ".join(f"{g.dataset_id}: {g.versions} {g.reason}" for g in summary.not_searched)
+    ]
+
+
 def build_approval_email(summary: ApprovalSummary, link: str) -> ApprovalEmail:
     """One approver's email: what the request erases and their own link (the only link)."""
     parts = urlsplit(link)
@@ -59,6 +69,7 @@ def build_approval_email(summary: ApprovalSummary, link: str) -> ApprovalEmail:
             f"Rows: {summary.total_rows}",
             "Datasets:",
             *dataset_lines,
+            *_not_searched_lines(summary),
             f"Report SHA-256: {summary.report_sha256}",
             f"Deadline: {deadline} (no decision by then: the request expires, nothing is erased)",
             "",
@@ -89,7 +100,8 @@ def build_approval_email(summary: ApprovalSummary, link: str) -> ApprovalEmail:
         f"<tr><th align=left>Deadline</th><td>{escaped(deadline)}</td></tr>"
         "</table>\n"
         f"<p>Datasets:</p><ul>{items}</ul>\n"
-        f"<p>{escaped(notice)}</p>\n"
+        + "".join(f"<p>{escaped(line.strip())}</p>\n" for line in _not_searched_lines(summary))
+        + f"<p>{escaped(notice)}</p>\n"
         f'<p><a href="{escaped(link)}">Review erasure request '
         f"{escaped(summary.request_id)}</a></p>\n"
         "</body></html>\n"

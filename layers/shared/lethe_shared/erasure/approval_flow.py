@@ -53,6 +53,7 @@ from lethe_shared.erasure.approval_pages import (
     BadFormError,
     DatasetCounts,
     Decision,
+    NotSearchedCounts,
     Page,
     parse_decision_form,
     render_already_decided_page,
@@ -174,6 +175,12 @@ def _summary(record: ErasureRequest, approver: str, deadline: datetime) -> Appro
         deadline=deadline,
         requested_by=record.requested_by,
         approver=approver,
+        not_searched=tuple(
+            NotSearchedCounts(
+                dataset_id=g["dataset_id"], reason=g["reason"], versions=g["versions"]
+            )
+            for g in report.get("not_searched", [])
+        ),
     )
 
 

@@ -140,6 +140,17 @@ class DatasetCounts(Model):
     rows: int = Field(ge=0)  # rows of the subjects, over the current versions
 
 
+class NotSearchedCounts(Model):
+    """Raw versions older than the request that the erasure cannot reach, per dataset and
+    reason (lethe_shared.erasure.scope): the approver is told before deciding."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    dataset_id: str = Field(min_length=1, max_length=256)
+    reason: str = Field(min_length=1, max_length=64)
+    versions: int = Field(ge=1)
+
+
 class ApprovalSummary(Model):
     """Everything an approval page and email show. It has no field for raw subject ids (nor for
     the free-text reason, which may quote them), and refuses unknown fields."""
@@ -153,6 +164,7 @@ class ApprovalSummary(Model):
     deadline: AwareDatetime
     requested_by: str = Field(min_length=1, max_length=256)
     approver: str = Field(min_length=1, max_length=256)  # the addressee of this link
+    not_searched: tuple[NotSearchedCounts, ...] = ()
 
     @property
     def total_objects(self) -> int:
@@ -282,7 +294,25 @@ def _summary_html(summary: ApprovalSummary) -> str:
         "<h2>Datasets</h2>\n"
         '<table id="datasets">\n<thead><tr><th>Dataset</th><th>Zone</th>'
         '<th class="n">Objects</th><th class="n">Versions</th><th class="n">Rows</th>'
-        f"</tr></thead>\n<tbody>\n{rows}\n</tbody>\n</table>\n"
+        f"</tr></thead>\n<tbody>\n{rows}\n</tbody>\n</table>\n" + _not_searched_html(summary)
+    )
+
+
+def _not_searched_html(summary: ApprovalSummary) -> str:
+    if not summary.not_searched:
+        return ""
+    rows = "\n".join(
+        f"<tr><td>{escaped(g.dataset_id)}</td><td>{escaped(g.reason)}</td>"
+        f'<td class="n">{g.versions}</td></tr>'
+        for g in summary.not_searched
+    )
+    return (
+        '<h2 id="not-searched">Not searched</h2>\n'
+        "<p>Raw uploads older than the request that this erasure cannot reach (still being "
+        "ingested, unreadable or archived). Approving erases the rest; the certificate names "
+        "these, and the report says what to do for each.</p>\n"
+        '<table id="not-searched-table">\n<thead><tr><th>Dataset</th><th>Reason</th>'
+        f'<th class="n">Versions</th></tr></thead>\n<tbody>\n{rows}\n</tbody>\n</table>\n'
     )
 
 

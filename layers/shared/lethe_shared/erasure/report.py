@@ -99,6 +99,9 @@ class Manifest(Model):
     subject_hashes: tuple[str, ...]
     subject_count: int
     objects: tuple[ManifestObject, ...]
+    # raw versions older than the request that this erasure cannot search (still being
+    # ingested, quarantined whole, archived): named, never silently left (erasure/scope.py)
+    not_searched: tuple[NotSearched, ...] = ()
 
     def bytes(self) -> bytes:
         return canonical_json(self.model_dump(mode="json"))
@@ -238,7 +241,24 @@ def summary_text(manifest: Manifest, sha256: str, requested_by: str) -> str:
         "Rows are the subjects' rows in the current versions, as the index counts them. Every",
         "stored version of these objects is scanned and rewritten or deleted when erasing.",
     ]
+    gaps = _gap_counts(manifest.not_searched)
+    if gaps:
+        lines += [
+            "",
+            "NOT SEARCHED: raw versions older than the request that this erasure cannot reach;",
+            "the certificate names them. The manifest says what to do for each.",
+            f"{'DATASET':24} {'REASON':22} {'VERSIONS':>9}",
+        ]
+        lines += [f"{d:24} {r:22} {n:>9}" for (d, r), n in gaps]
     return "\n".join(lines) + "\n"
+
+
+def _gap_counts(gaps: Iterable[NotSearched]) -> list[tuple[tuple[str, str], int]]:
+    """Not-searched versions per (dataset, reason), sorted."""
+    counted: dict[tuple[str, str], int] = defaultdict(int)
+    for gap in gaps:
+        counted[(gap.dataset_id, gap.reason)] += 1
+    return sorted(counted.items())
 
 
 def summary_html(manifest: Manifest, sha256: str, requested_by: str) -> str:
@@ -262,7 +282,24 @@ def summary_html(manifest: Manifest, sha256: str, requested_by: str) -> str:
         f"<th>Rows</th></tr></thead><tbody>{rows}</tbody></table>"
         "<p>Rows are the subjects' rows in the current versions, as the index counts them. "
         "Every stored version of these objects is scanned and rewritten or deleted when "
-        "erasing.</p></body></html>"
+        f"erasing.</p>{_gaps_html(manifest)}</body></html>"
+    )
+
+
+def _gaps_html(manifest: Manifest) -> str:
+    gaps = _gap_counts(manifest.not_searched)
+    if not gaps:
+        return ""
+    rows = "".join(
+        f'<tr><td>{html.escape(d)}</td><td>{html.escape(r)}</td><td class="n">{n}</td></tr>'
+        for (d, r), n in gaps
+    )
+    return (
+        '<h2 id="not-searched">Not searched</h2>'
+        "<p>Raw versions older than the request that this erasure cannot reach; the "
+        "certificate names them. The manifest says what to do for each.</p>"
+        "<table><thead><tr><th>Dataset</th><th>Reason</th><th>Versions</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table>"
     )
 
 

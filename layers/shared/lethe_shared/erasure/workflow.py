@@ -22,6 +22,7 @@ from lethe_shared.erasure.index_update import DOCUMENT as INDEX_UPDATE_DOCUMENT
 from lethe_shared.erasure.index_update import settle_index
 from lethe_shared.erasure.report import (
     EraseResults,
+    Manifest,
     ReportSummary,
     Verification,
     build_manifest,
@@ -93,8 +94,10 @@ def build_report(
     objects: ObjectStore,
     documents: DocumentStore,
     now: datetime | None = None,
+    widen: Callable[[Manifest, ErasureRequest], Manifest] | None = None,
 ) -> ReportSummary:
-    """Freeze the report: the manifest from the index and S3, its SHA-256, the summaries; the
+    """Freeze the report: the manifest from the index and S3 (widened, when given, by what the
+    index cannot know: lethe_shared.erasure.scope.widen), its SHA-256, the summaries; the
     request becomes REPORTED with them."""
     record = _open_request(requests, request_id)
     if record.status not in ALLOWED_FROM[ErasureStatus.REPORTED]:
@@ -108,6 +111,8 @@ def build_report(
         objects=objects,
         now=now or datetime.now(UTC),
     )
+    if widen is not None:
+        manifest = widen(manifest, record)
     body = manifest.bytes()
     digest = sha256_hex(body)
     text = summary_text(manifest, digest, record.requested_by).encode()
@@ -127,13 +132,25 @@ def build_report(
         request_id,
         ErasureStatus.REPORTED,
         by=WORKFLOW,
-        detail=f"{summary.objects} object(s), {summary.versions} version(s), {summary.rows} row(s)",
-        updates={"report": summary.model_dump(mode="json")},
+        detail=f"{summary.objects} object(s), {summary.versions} version(s), {summary.rows} row(s)"
+        + (f", {len(manifest.not_searched)} not searched" if manifest.not_searched else ""),
+        updates={"report": summary.model_dump(mode="json") | _gaps(manifest)},
     )
     return summary
 
 
 _JSON, _TEXT, _HTML = "application/json", "text/plain; charset=utf-8", "text/html; charset=utf-8"
+
+
+def _gaps(manifest: Manifest) -> dict[str, Any]:
+    """The record's report names what is not searched, per dataset and reason (no keys)."""
+    from lethe_shared.erasure.scope import not_searched_counts  # noqa: PLC0415
+
+    return (
+        {"not_searched": not_searched_counts(manifest.not_searched)}
+        if manifest.not_searched
+        else {}
+    )
 
 
 # ----------------------------------------------------------------------------------- status

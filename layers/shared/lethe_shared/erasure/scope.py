@@ -1,0 +1,511 @@
+"""What an erasure searches besides the subject index, and what it names as not searched.
+
+The index knows what has been indexed. A raw upload Lethe already holds may not be: it is still
+RECEIVED or INGESTING (a user's last upload is often minutes old when they ask to be forgotten),
+its ingestion FAILED or was SUPERSEDED by a newer version before it ran (never indexed), it was
+QUARANTINED whole (unreadable: never indexed), or it sits in an archive storage class. Three
+steps of the erasure workflow (statemachines/erasure.asl.json, functions/erasure_steps) close
+that gap, each reading the object catalog through `ObjectCatalog.in_status` (its GSI
+`by_dataset_status`: a dataset's versions of one status, never its ingested bulk):
+
+    watch_ingestion  the ingestion watermark, polled by the state machine (a Wait state) before
+                     the report is frozen: done when no raw version of the request's datasets
+                     that is older than the request is still RECEIVED or INGESTING (and the
+                     catalog has had time to record uploads made just before the request), or
+                     when the wait is over; the request record says what it waits for
+                     (`ingestion_wait`: counts per dataset, never keys)
+    widen            at freezing time (workflow.build_report): raw versions older than the
+                     request that the index cannot know are either searched or named. FAILED and
+                     SUPERSEDED versions are ordinary raw objects of their dataset: their keys
+                     are ADDED to the manifest's objects, so the erase job reads the key's
+                     current version and matches it like any raw object, and deletes every
+                     older version (whatever the index says). Versions the job cannot read
+                     are named in `Manifest.not_searched`: still in flight after the wait
+                     (`ingestion_in_flight`), quarantined whole as unreadable (`quarantined`),
+                     in GLACIER or DEEP_ARCHIVE (`archived`), or past MAX_ADDED_OBJECTS keys
+                     (`ingestion_failed`). A version that is an older version of a key the job
+                     erases anyway is not named: the job deletes it (except in-flight ones,
+                     whose ingestion may have written lake rows already)
+    look_up_again    after the erase and the index update: the request's hashes are looked up
+                     again, and every entry whose (object, version) is not in the erase results
+                     (indexed after the manifest was frozen) is named `appeared_after_erase` in
+                     `erasure/<id>/after.json` (`AfterErase`), for the certificate step
+
+A request's scope is every registered dataset, or the registered ones among its optional
+`datasets` field. "Older than the request" is the catalog's event time (S3's, of the upload)
+before the request's `created_at`; a version without a readable time counts as older.
+Nothing here holds or logs a subject id; details name commands, never keys.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from pydantic import ConfigDict, Field
+
+from lethe_shared.aws.s3 import ObjectStore, ObjectVersion, key_state, split_s3_url
+from lethe_shared.catalog.object_catalog import CatalogItem, ObjectCatalog, ObjectStatus
+from lethe_shared.catalog.zones import Zone
+from lethe_shared.datasets.document import Dataset
+from lethe_shared.datasets.registry import DatasetRegistry
+from lethe_shared.erasure.report import (
+    EraseResults,
+    GapReason,
+    Manifest,
+    ManifestObject,
+    NotSearched,
+    StoredVersionRef,
+    canonical_json,
+    report_key,
+)
+from lethe_shared.erasure.requests import (
+    ErasureRequest,
+    ErasureRequests,
+    RequestClosedError,
+    RequestNotFoundError,
+)
+from lethe_shared.errors import LetheError
+from lethe_shared.index.subject_index import IndexEntry, SubjectIndex
+from lethe_shared.models import Model
+
+LOG = logging.getLogger("lethe.erasure")
+
+IN_FLIGHT = (ObjectStatus.RECEIVED, ObjectStatus.INGESTING)
+# Raw versions whose ingestion never indexed them, readable as raw objects of their dataset.
+SEARCHABLE = (ObjectStatus.FAILED, ObjectStatus.SUPERSEDED)
+NEVER_INDEXED = (*SEARCHABLE, ObjectStatus.QUARANTINED)
+ARCHIVE_CLASSES = frozenset({"GLACIER", "DEEP_ARCHIVE"})  # not readable without a restore
+# Keys one report adds for their never-indexed versions; beyond, they are named (the manifest
+# travels to every Spark task, and the report step lists each key's versions).
+MAX_ADDED_OBJECTS = 500
+# How long S3 and EventBridge take to put an upload's event in the object events queue: a
+# request this old whose queue is empty has every earlier upload catalogued.
+QUIET_SECONDS = 15
+WAIT_ATTRIBUTE = "ingestion_wait"  # on the request record, while the watermark holds
+AFTER_DOCUMENT = "after.json"
+
+
+class AfterEraseMissingError(LetheError):
+    """The re-lookup found no erase results to compare the index with."""
+
+
+class Documents(Protocol):
+    """What these steps need of the reports bucket (workflow.DocumentStore)."""
+
+    def put(self, key: str, body: bytes, content_type: str) -> str: ...
+
+    def get(self, key: str) -> bytes | None: ...
+
+
+# ------------------------------------------------------------------------------ the scope
+
+
+def scope_datasets(record: ErasureRequest, datasets: Iterable[Dataset]) -> dict[str, Dataset]:
+    """The registered datasets the request covers: all, or those its optional `datasets` field
+    names (a name that is not registered has nothing to search)."""
+    registered = {d.dataset_id: d for d in datasets}
+    wanted = getattr(record, "datasets", None)
+    if isinstance(wanted, str):
+        wanted = [wanted]
+    if not wanted or not isinstance(wanted, Iterable):
+        return dict(sorted(registered.items()))
+    names = {str(name) for name in wanted}
+    return {d: registered[d] for d in sorted(registered) if d in names}
+
+
+def _time(text: str) -> datetime | None:
+    try:
+        parsed = datetime.fromisoformat(text)
+    except (TypeError, ValueError):
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def catalog_time(item: CatalogItem) -> datetime | None:
+    """When the version was written, as the catalog knows it (S3's event time)."""
+    return _time(item.event_time) or _time(item.updated_at)
+
+
+def raw_versions_before(
+    catalog: ObjectCatalog,
+    dataset_ids: Iterable[str],
+    before: datetime,
+    statuses: Sequence[ObjectStatus],
+) -> list[CatalogItem]:
+    """The raw object versions (not delete markers) of these datasets in these statuses whose
+    catalog time is before `before` (or unknown), in a stable order."""
+    found = []
+    for dataset_id in dataset_ids:
+        for item in catalog.in_status(dataset_id, statuses):
+            if item.zone is not Zone.RAW or item.delete_marker:
+                continue
+            written = catalog_time(item)
+            if written is None or written < before:
+                found.append(item)
+    return sorted(found, key=lambda i: (str(i.dataset_id), i.object_url, i.version_id))
+
+
+def _created(record: ErasureRequest) -> datetime:
+    created = _time(record.created_at)
+    if created is None:  # every record has one; without it, nothing can be older
+        raise ValueError(f"request {record.request_id} has no readable created_at")
+    return created
+
+
+def _open(requests: ErasureRequests, request_id: str) -> ErasureRequest:
+    record = requests.get(request_id)
+    if record is None:
+        raise RequestNotFoundError(f"no erasure request {request_id}")
+    if record.terminal:
+        raise RequestClosedError(f"request {request_id} is {record.status.value}")
+    return record
+
+
+# --------------------------------------------------------------------------- the watermark
+
+
+class IngestionWait(Model):
+    """One look at the watermark, as the request record keeps it (`ingestion_wait`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    checked_at: str
+    waited_seconds: int = Field(ge=0)
+    max_wait_seconds: int = Field(ge=0)
+    # per dataset: raw versions older than the request still RECEIVED or INGESTING
+    in_flight: dict[str, int]
+    settled: bool  # the report may be frozen now
+    why: str  # what the workflow does next, in words (no key, no id)
+
+    @property
+    def pending(self) -> int:
+        return sum(self.in_flight.values())
+
+
+def watch_ingestion(
+    request_id: str,
+    *,
+    requests: ErasureRequests,
+    catalog: ObjectCatalog,
+    registry: DatasetRegistry,
+    waited_seconds: int,
+    max_wait_seconds: int,
+    settle_seconds: int,
+    events_waiting: Callable[[], int] | None = None,
+    now: datetime | None = None,
+) -> IngestionWait:
+    """The watermark: settled when the catalog has caught up with the request (below) and no
+    raw version of the request's datasets older than the request is in flight, or once the
+    workflow has waited `max_wait_seconds` (the catalog caught up). Recorded on the request.
+
+    The catalog records an upload when the object events function reads its event, after the
+    queue's batch window: it has caught up when the request is `settle_seconds` old (the
+    window and a margin), or QUIET_SECONDS old with no object event waiting in the queue
+    (`events_waiting`, visible, in flight or delayed: what an idle lake shows at once)."""
+    at = now or datetime.now(UTC)
+    record = _open(requests, request_id)
+    created = _created(record)
+    datasets = scope_datasets(record, registry.list())
+    flying = raw_versions_before(catalog, datasets, created, IN_FLIGHT)
+    counts = dict(sorted(Counter(str(i.dataset_id) for i in flying).items()))
+    age = (at - created).total_seconds()
+    caught_up = age >= settle_seconds or (
+        age >= QUIET_SECONDS and events_waiting is not None and events_waiting() == 0
+    )
+    timed_out = waited_seconds >= max_wait_seconds
+    pending = sum(counts.values())
+    if not caught_up:
+        why = "waiting for the object catalog to record uploads made before the request"
+    elif not pending:
+        why = "no upload older than the request is being ingested: freezing the report"
+    elif timed_out:
+        why = (
+            f"{pending} upload(s) older than the request still being ingested after "
+            f"{waited_seconds} s: freezing the report, which names them as not searched"
+        )
+    else:
+        why = f"waiting for {pending} upload(s) older than the request to be ingested"
+    wait = IngestionWait(
+        checked_at=at.isoformat(),
+        waited_seconds=waited_seconds,
+        max_wait_seconds=max_wait_seconds,
+        in_flight=counts,
+        settled=caught_up and (not pending or timed_out),
+        why=why,
+    )
+    requests.update(request_id, {WAIT_ATTRIBUTE: wait.model_dump(mode="json")})
+    LOG.info("ingestion watermark: %s", why, extra={"in_flight": counts})
+    return wait
+
+
+# ----------------------------------------------------------------------- at freezing time
+
+
+def _ref(version: ObjectVersion) -> StoredVersionRef:
+    return StoredVersionRef(
+        version_id=version.version_id,
+        etag=version.etag,
+        size=version.size,
+        is_latest=version.is_latest,
+        delete_marker=version.delete_marker,
+        last_modified=version.last_modified.isoformat() if version.last_modified else "",
+    )
+
+
+def _raw_object(url: str, dataset: Dataset, listing: Sequence[ObjectVersion]) -> ManifestObject:
+    """A raw key the index does not name, to erase like any raw object of its dataset: the
+    job reads its current version and deletes every older one. No index rows are expected."""
+    bucket, key = split_s3_url(url)
+    return ManifestObject(
+        object_url=url,
+        bucket=bucket,
+        key=key,
+        dataset_id=dataset.dataset_id,
+        zone=Zone.RAW,
+        format=dataset.format.value,
+        state=key_state(listing),
+        expected_rows=0,
+        subjects=(),
+        versions=tuple(_ref(v) for v in listing),
+    )
+
+
+def _gap(item: CatalogItem, reason: GapReason, detail: str) -> NotSearched:
+    return NotSearched(
+        object_url=item.object_url,
+        version_id=item.version_id,
+        dataset_id=str(item.dataset_id),
+        reason=reason,
+        detail=detail,
+    )
+
+
+def _reingest(item: CatalogItem) -> str:
+    return (
+        f"`lethe objects reingest --dataset {item.dataset_id} --key <key> --version-id "
+        f"{item.version_id}`"
+    )
+
+
+def _unsearched(
+    item: CatalogItem, version: ObjectVersion, current: ObjectVersion | None, *, erased: bool
+) -> NotSearched | None:
+    """Why a never-indexed (or in-flight) raw version is not searched, or None when it is:
+    the erase job deletes it (an older version of a key it erases) or reads it (the current
+    version of such a key, FAILED or SUPERSEDED, in a readable storage class)."""
+    if item.status not in IN_FLIGHT and erased:
+        if not version.is_latest:
+            return None
+        readable = version.storage_class not in ARCHIVE_CLASSES
+        if readable and item.status is not ObjectStatus.QUARANTINED:
+            return None
+    return _gap(item, *_why(item, version, current))
+
+
+def _why(
+    item: CatalogItem, version: ObjectVersion, current: ObjectVersion | None
+) -> tuple[GapReason, str]:
+    again = "then file the request again"
+    if item.status in IN_FLIGHT:
+        return (
+            "ingestion_in_flight",
+            f"still {item.status.value} when the report was frozen: let its ingestion finish "
+            f"(`lethe objects list --dataset {item.dataset_id}`; a stuck one: {_reingest(item)}"
+            f"), {again}",
+        )
+    if version.storage_class in ARCHIVE_CLASSES:
+        return (
+            "archived",
+            f"in S3 storage class {version.storage_class}, which the erase job cannot read: "
+            f"restore it and copy it to a readable storage class (or delete this version), "
+            f"{again}",
+        )
+    if item.status is ObjectStatus.QUARANTINED:
+        return (
+            "quarantined",
+            "quarantined whole at ingestion as unreadable (its quarantine document says why): "
+            f"fix the file and re-ingest it ({_reingest(item)}) or delete this version, {again}",
+        )
+    if current is not None and current.storage_class in ARCHIVE_CLASSES:
+        return (
+            "archived",
+            f"the key's current version is in S3 storage class {current.storage_class}, which "
+            f"the erase job cannot read: restore it and copy it to a readable storage class, "
+            f"{again}",
+        )
+    return (
+        "ingestion_failed",
+        f"{item.status.value}, never indexed, and past the raw objects one report searches "
+        f"beyond the index ({MAX_ADDED_OBJECTS}): re-ingest the dataset's {item.status.value} "
+        f"versions (`lethe objects reingest --dataset {item.dataset_id} --status "
+        f"{item.status.value}`), {again}",
+    )
+
+
+def widen(
+    manifest: Manifest,
+    record: ErasureRequest,
+    *,
+    catalog: ObjectCatalog,
+    registry: DatasetRegistry,
+    objects: ObjectStore,
+    max_added: int = MAX_ADDED_OBJECTS,
+) -> Manifest:
+    """The manifest built from the index, with the raw keys of never-indexed versions older
+    than the request added to its objects and what cannot be searched in `not_searched`."""
+    datasets = scope_datasets(record, registry.list())
+    items = [
+        item
+        for item in raw_versions_before(
+            catalog, datasets, _created(record), (*IN_FLIGHT, *NEVER_INDEXED)
+        )
+        # partly rejected files are indexed (their raw rows and quarantine file): only one
+        # quarantined whole, with no row read, is not
+        if item.status is not ObjectStatus.QUARANTINED or not item.rows_read
+    ]
+    by_url: dict[str, list[CatalogItem]] = defaultdict(list)
+    for item in items:
+        by_url[item.object_url].append(item)
+    listed = {o.object_url for o in manifest.objects}
+    added: list[ManifestObject] = []
+    gaps: list[NotSearched] = []
+    for url, versions in sorted(by_url.items()):
+        bucket, key = split_s3_url(url)
+        listing = objects.versions_of(bucket, key)
+        stored = {v.version_id: v for v in listing if not v.delete_marker}
+        present = [(i, stored[i.version_id]) for i in versions if i.version_id in stored]
+        if not present:
+            continue  # S3 no longer holds them: nothing left to search
+        current = next((v for v in listing if v.is_latest and not v.delete_marker), None)
+        readable = current is None or current.storage_class not in ARCHIVE_CLASSES
+        wanted = any(i.status in SEARCHABLE for i, _ in present)
+        erased = url in listed
+        if not erased and wanted and readable and len(added) < max_added:
+            added.append(_raw_object(url, datasets[str(present[0][0].dataset_id)], listing))
+            erased = True
+        for item, version in present:
+            gap = _unsearched(item, version, current, erased=erased)
+            if gap is not None:
+                gaps.append(gap)
+    if added or gaps:
+        LOG.info(
+            "report scope: %d raw object(s) never indexed added, %d version(s) not searched",
+            len(added), len(gaps),
+        )  # fmt: skip
+    return manifest.model_copy(
+        update={
+            "objects": tuple(sorted((*manifest.objects, *added), key=lambda o: o.object_url)),
+            "not_searched": _sorted((*manifest.not_searched, *gaps)),
+        }
+    )
+
+
+def _sorted(gaps: Iterable[NotSearched]) -> tuple[NotSearched, ...]:
+    return tuple(sorted(gaps, key=lambda g: (g.dataset_id, g.object_url, g.version_id, g.reason)))
+
+
+def not_searched_counts(gaps: Iterable[NotSearched]) -> list[dict[str, Any]]:
+    """Per dataset and reason, how many versions: what the request record and the approver
+    see (never keys)."""
+    counted = Counter((g.dataset_id, g.reason) for g in gaps)
+    return [
+        {"dataset_id": dataset, "reason": reason, "versions": n}
+        for (dataset, reason), n in sorted(counted.items())
+    ]
+
+
+# ------------------------------------------------------------------------- after erasing
+
+
+class AfterErase(Model):
+    """`erasure/<id>/after.json`: the request's hashes looked up again after the erase and the
+    index update; what the index names that the erase results do not hold."""
+
+    model_config = ConfigDict(frozen=True)
+
+    request_id: str
+    checked_at: str
+    subject_hashes: int  # how many hashes were looked up
+    entries_found: int  # entries of those hashes still in the index
+    not_searched: tuple[NotSearched, ...]  # each reason "appeared_after_erase"
+
+
+def appeared_after(results: EraseResults, entries: Iterable[IndexEntry]) -> tuple[NotSearched, ...]:
+    """The index entries (IndexEntry) whose (object, version) the erase results do not hold:
+    one NotSearched per version, with the rows the index counts for the request's subjects."""
+    handled = {(o.object_url, v.version_id) for o in results.objects for v in o.versions_before}
+    handled |= {
+        (o.object_url, o.version_after.version_id) for o in results.objects if o.version_after
+    }
+    rows: dict[tuple[str, str], int] = defaultdict(int)
+    datasets: dict[tuple[str, str], str] = {}
+    for entry in entries:
+        place = (entry.object_url, entry.version_id)
+        if place in handled:
+            continue
+        rows[place] += entry.rows
+        datasets[place] = entry.dataset_id
+    return _sorted(
+        NotSearched(
+            object_url=url,
+            version_id=version,
+            dataset_id=datasets[(url, version)],
+            reason="appeared_after_erase",
+            count=count,
+            detail=(
+                "indexed after the report was frozen (a version written or ingested since): "
+                "not erased by this request; file the request again to erase it"
+            ),
+        )
+        for (url, version), count in rows.items()
+    )
+
+
+def look_up_again(
+    request_id: str,
+    *,
+    requests: ErasureRequests,
+    index: SubjectIndex,
+    documents: Documents,
+    now: datetime | None = None,
+) -> AfterErase:
+    """Look the request's hashes up again and write `after.json` (overwritten by a retry)."""
+    record = _open(requests, request_id)
+    body = documents.get(report_key(request_id, "results.json"))
+    if body is None:
+        raise AfterEraseMissingError(f"results.json of request {request_id} does not exist")
+    results = EraseResults.model_validate_json(body)
+    hashes = sorted(set(record.subject_hashes))
+    entries = [e for h in hashes for e in index.lookup(h)]
+    after = AfterErase(
+        request_id=request_id,
+        checked_at=(now or datetime.now(UTC)).isoformat(),
+        subject_hashes=len(hashes),
+        entries_found=len(entries),
+        not_searched=appeared_after(results, entries),
+    )
+    documents.put(
+        report_key(request_id, AFTER_DOCUMENT),
+        canonical_json(after.model_dump(mode="json")),
+        "application/json",
+    )
+    if after.not_searched:
+        LOG.warning(
+            "%d version(s) indexed after the report hold the request's subjects",
+            len(after.not_searched),
+            extra={"not_searched": not_searched_counts(after.not_searched)},
+        )
+    return after
+
+
+def summary_of(after: AfterErase) -> Mapping[str, Any]:
+    """What the step returns to the state machine: counts only."""
+    return {
+        "request_id": after.request_id,
+        "entries_found": after.entries_found,
+        "appeared_after_erase": len(after.not_searched),
+    }
