@@ -299,8 +299,8 @@ def erase_object(
                 removed += erased.rows_removed  # our version stood; the next read builds on it
             continue
         # `removed`: rows of ours in a version another erasure has rewritten since (both count)
-        read = VersionRef(version_id=current.version_id, etag=current.etag)
-        gaps = object_gaps(item, read, after, erased)
+        scanned = VersionRef(version_id=current.version_id, etag=current.etag)
+        gaps = object_gaps(item, scanned, after, erased)
         return _result(
             item, action_of(erased.rows_removed + removed, after, gaps), first, erased=erased,
             after=after, purged=purged, attempts=attempt, removed_before=removed, gaps=gaps,
