@@ -55,7 +55,13 @@ from lethe_jobs.erase_rows import (
 )
 from lethe_jobs.errors import JobError
 from lethe_jobs.job_args import add_required
-from lethe_jobs.not_searched import action_of, object_gaps
+from lethe_jobs.not_searched import (
+    action_of,
+    difference_metadata,
+    earlier_difference,
+    index_difference,
+    object_gaps,
+)
 from lethe_jobs.objects import ObjectKind, object_kind
 from lethe_jobs.session import configure_logging
 from lethe_jobs.tasks import task_groups
@@ -221,6 +227,7 @@ def _erase_current(
         return erased, VersionRef(version_id=current.version_id, etag=current.etag), head
     if erased.rows_after == 0:
         return erased, None, head  # nothing left: the key goes with every version
+    scanned = VersionRef(version_id=current.version_id, etag=current.etag)
     written = store.replace_version(
         item.bucket,
         item.key,
@@ -231,6 +238,7 @@ def _erase_current(
             PRODUCER_METADATA: ERASE_PRODUCER,
             ERASURE_METADATA: ctx.request_id,
             ERASED_ROWS_METADATA: str(erased.rows_removed),
+            **difference_metadata(ctx.request_id, index_difference(item, scanned, erased)),
         },
     )
     if written is None:
@@ -262,6 +270,7 @@ def erase_object(
     purged = 0
     removed = 0  # rows this erasure removed in versions it wrote that another one then replaced
     counted: set[str] = set()  # versions whose removed rows are counted: this run's, credited
+    inherited: list[NotSearched] = []  # an index difference an earlier run of it found
     for attempt in range(1, MAX_ATTEMPTS + 1):
         versions = store.versions_of(item.bucket, item.key)
         first = _data_versions(versions) if first is None else first
@@ -288,6 +297,8 @@ def erase_object(
             # a version this request wrote in an earlier run (one that died before its results):
             # its rows are this request's too (once, however often it is read)
             removed += _erased_earlier(read, ctx.request_id)
+            earlier = earlier_difference(item, read.metadata, ctx.request_id)
+            inherited = [earlier] if earlier else inherited
             counted.add(current.version_id)
         if erased.written and after is not None:
             counted.add(after.version_id)
@@ -300,7 +311,7 @@ def erase_object(
             continue
         # `removed`: rows of ours in a version another erasure has rewritten since (both count)
         scanned = VersionRef(version_id=current.version_id, etag=current.etag)
-        gaps = object_gaps(item, scanned, after, erased)
+        gaps = (*object_gaps(item, scanned, after, erased), *inherited)
         return _result(
             item, action_of(erased.rows_removed + removed, after, gaps), first, erased=erased,
             after=after, purged=purged, attempts=attempt, removed_before=removed, gaps=gaps,

@@ -10,12 +10,19 @@ action its result names. Erasure fails closed: each of these makes the request I
   for each of those subjects must be the rows the index counted there. Any difference, fewer or
   more, is `rows_differ_from_index`, with both totals (counts only) in its detail: the index and
   erasure do not see that version alike, so what erasure found cannot be taken as complete.
+  The version erasure writes in its place carries the difference in its metadata
+  (`lethe-index-difference`, counts only), so that a re-run of a job that died after the write
+  (which reads erasure's own version, not the one the index described) still reports it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from lethe_jobs.erase_rows import EraseResult
 from lethe_shared.erasure.report import ManifestObject, NotSearched, ObjectAction, VersionRef
+
+INDEX_DIFFERENCE_METADATA = "lethe-index-difference"  # request;version;count;detail (ASCII)
 
 
 def object_gaps(
@@ -75,6 +82,33 @@ def index_difference(
             f"the index counted {expected} row(s) of {len(described)} subject(s) in this "
             f"version, erasure matched {matched}; {len(differ)} subject(s) differ"
         ),
+    )
+
+
+def difference_metadata(request_id: str, difference: NotSearched | None) -> dict[str, str]:
+    """The metadata that keeps `difference` on the version erasure writes (none without)."""
+    if difference is None:
+        return {}
+    value = f"{request_id};{difference.version_id};{difference.count};{difference.detail}"
+    return {INDEX_DIFFERENCE_METADATA: value}
+
+
+def earlier_difference(
+    item: ManifestObject, metadata: Mapping[str, str], request_id: str
+) -> NotSearched | None:
+    """The index difference an earlier run of this request found, from the metadata of the
+    version it wrote (`difference_metadata`); None when it found none, or it is another
+    request's (user metadata is copied to each rewrite)."""
+    parts = metadata.get(INDEX_DIFFERENCE_METADATA, "").split(";", 3)
+    if len(parts) != 4 or parts[0] != request_id:
+        return None
+    return NotSearched(
+        object_url=item.object_url,
+        version_id=parts[1],
+        dataset_id=item.dataset_id,
+        reason="rows_differ_from_index",
+        count=int(parts[2]) if parts[2].isdigit() else 0,
+        detail=f"{parts[3]} (found by an earlier run of this erasure)",
     )
 
 

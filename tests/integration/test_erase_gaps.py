@@ -136,3 +136,45 @@ def test_an_object_without_the_subject_column_is_incomplete_and_its_older_versio
     # Then the current version is named (not "unchanged"), and the older version still goes
     assert (result.action, result.rows_removed, result.versions_purged) == ("incomplete", 0, 1)
     assert [(g.reason, g.count) for g in result.not_searched] == [("missing_subject_column", 1)]
+
+
+def test_a_rerun_after_the_rewrite_still_names_the_difference_the_dead_run_found(
+    s3: Any,
+) -> None:
+    # Given a run that found the index's count wrong, wrote its version and died before its
+    # results (its version no longer is the one the index described)
+    version = _put(s3, V1)
+    item = _item(_described(version, 3))
+
+    def dies() -> None:
+        raise RuntimeError("the worker died")
+
+    with pytest.raises(RuntimeError, match="died"):
+        erase_object(S3ObjectStore(s3), item, _settings(), after_rewrite=dies)
+    head = s3.head_object(Bucket=RAW, Key=OBJECT_KEY)
+    assert head["Metadata"]["lethe-index-difference"].startswith(
+        f"er-test-0001;{version[0]};2;the index counted 3 row(s)"
+    )
+
+    # When the job runs again
+    result = erase_object(S3ObjectStore(s3), item, _settings())
+
+    # Then the row the dead run removed still counts, and so does the difference it found
+    assert (result.action, result.rows_removed) == ("rewritten", 1)
+    (gap,) = result.not_searched
+    assert (gap.reason, gap.version_id, gap.count) == ("rows_differ_from_index", version[0], 2)
+    assert gap.detail.endswith("(found by an earlier run of this erasure)")
+
+
+def test_another_requests_difference_copied_with_the_metadata_is_not_this_ones(s3: Any) -> None:
+    s3.put_object(
+        Bucket=RAW, Key=OBJECT_KEY, Body=V1,
+        Metadata={
+            "lethe-producer": "erase", "lethe-erasure": "er-other", "lethe-erased-rows": "1",
+            "lethe-index-difference": "er-other;v0;4;the index counted 5 row(s)",
+        },
+    )  # fmt: skip
+
+    result = erase_object(S3ObjectStore(s3), _item(), _settings())
+
+    assert (result.action, result.not_searched) == ("rewritten", ())
