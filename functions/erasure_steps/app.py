@@ -7,7 +7,10 @@
     {"step": "notification", "request_id"}                  what to publish about the request now
     {"step": "update_index", "request_id"}                  remove the entries erasure made untrue
     {"step": "look_up_again", "request_id"}                 entries indexed since: after.json
-    {"step": "certify", "request_id"}                       audit record, signed certificate
+    {"step": "certify", "request_id"}                       audit record, signed certificate;
+                                                            COMPLETED, or FAILED with outcome
+                                                            INCOMPLETE (a place not fully
+                                                            searched): its notification either way
 
 Errors are typed (lethe_shared.errors): the state machine catches `RequestClosedError` (the
 request was cancelled meanwhile) by name, and retries the rest.
@@ -210,7 +213,10 @@ def _run(step: StepEvent, deps: _Dependencies) -> dict[str, Any]:
             objects=deps.objects,
         )}  # fmt: skip
     certified = certify(rid, requests=deps.requests, documents=deps.documents, signer=deps.signer())
-    metrics.add_metric(name="ErasuresCompleted", unit=MetricUnit.Count, value=1)
+    if certified.complete:
+        metrics.add_metric(name="ErasuresCompleted", unit=MetricUnit.Count, value=1)
+    else:  # FAILED, outcome INCOMPLETE: a place was not fully searched
+        metrics.add_metric(name="ErasuresIncomplete", unit=MetricUnit.Count, value=1)
     return certified.notification
 
 

@@ -15,7 +15,11 @@ Erase (one Spark task per group of objects, `tasks.task_groups`: small objects s
 4. every older version and delete marker of that exact key is deleted: the subjects' rows in
    overwritten versions go too (an object whose current version never held them still loses
    the older versions that might). A key hidden by a delete marker loses every version;
-5. the driver collects one small result per object and writes `results.json`.
+5. the driver collects one small result per object and writes `results.json`. A result names
+   what of the object could not be searched (`not_searched`, lethe_jobs.not_searched: records
+   that could not be parsed, a subject column missing or ambiguous, rows that differ from the
+   index's count for the version it described); the request then ends INCOMPLETE, never
+   COMPLETED.
 
 Verify reads every object of the results again: no version but the one erasure left, no row of
 the subjects in it, and the expected number of rows. It writes `verification.json` and fails
@@ -51,6 +55,13 @@ from lethe_jobs.erase_rows import (
 )
 from lethe_jobs.errors import JobError
 from lethe_jobs.job_args import add_required
+from lethe_jobs.not_searched import (
+    action_of,
+    difference_metadata,
+    earlier_difference,
+    index_difference,
+    object_gaps,
+)
 from lethe_jobs.objects import ObjectKind, object_kind
 from lethe_jobs.session import configure_logging
 from lethe_jobs.tasks import task_groups
@@ -74,6 +85,7 @@ from lethe_shared.erasure.report import (
     EraseResults,
     Manifest,
     ManifestObject,
+    NotSearched,
     ObjectAction,
     ObjectCheck,
     ObjectResult,
@@ -215,6 +227,7 @@ def _erase_current(
         return erased, VersionRef(version_id=current.version_id, etag=current.etag), head
     if erased.rows_after == 0:
         return erased, None, head  # nothing left: the key goes with every version
+    scanned = VersionRef(version_id=current.version_id, etag=current.etag)
     written = store.replace_version(
         item.bucket,
         item.key,
@@ -225,6 +238,7 @@ def _erase_current(
             PRODUCER_METADATA: ERASE_PRODUCER,
             ERASURE_METADATA: ctx.request_id,
             ERASED_ROWS_METADATA: str(erased.rows_removed),
+            **difference_metadata(ctx.request_id, index_difference(item, scanned, erased)),
         },
     )
     if written is None:
@@ -256,6 +270,7 @@ def erase_object(
     purged = 0
     removed = 0  # rows this erasure removed in versions it wrote that another one then replaced
     counted: set[str] = set()  # versions whose removed rows are counted: this run's, credited
+    inherited: list[NotSearched] = []  # an index difference an earlier run of it found
     for attempt in range(1, MAX_ATTEMPTS + 1):
         versions = store.versions_of(item.bucket, item.key)
         first = _data_versions(versions) if first is None else first
@@ -282,6 +297,8 @@ def erase_object(
             # a version this request wrote in an earlier run (one that died before its results):
             # its rows are this request's too (once, however often it is read)
             removed += _erased_earlier(read, ctx.request_id)
+            earlier = earlier_difference(item, read.metadata, ctx.request_id)
+            inherited = [earlier] if earlier else inherited
             counted.add(current.version_id)
         if erased.written and after is not None:
             counted.add(after.version_id)
@@ -293,14 +310,11 @@ def erase_object(
                 removed += erased.rows_removed  # our version stood; the next read builds on it
             continue
         # `removed`: rows of ours in a version another erasure has rewritten since (both count)
-        action: ObjectAction = (
-            "unchanged"
-            if erased.rows_removed + removed == 0
-            else ("rewritten" if after else "deleted")
-        )
+        scanned = VersionRef(version_id=current.version_id, etag=current.etag)
+        gaps = (*object_gaps(item, scanned, after, erased), *inherited)
         return _result(
-            item, action, first, erased=erased, after=after, purged=purged, attempts=attempt,
-            removed_before=removed,
+            item, action_of(erased.rows_removed + removed, after, gaps), first, erased=erased,
+            after=after, purged=purged, attempts=attempt, removed_before=removed, gaps=gaps,
         )  # fmt: skip
     raise ConcurrentWritesError(
         f"{item.object_url} changed {MAX_ATTEMPTS} times while it was being erased"
@@ -317,9 +331,11 @@ def _result(
     purged: int,
     attempts: int,
     removed_before: int = 0,
+    gaps: tuple[NotSearched, ...] = (),
 ) -> ObjectResult:
     """`removed_before`: rows this erasure removed in a version of its own that another erasure
-    rewrote before this one settled; they count as removed, and as rows before."""
+    rewrote before this one settled; they count as removed, and as rows before. `gaps`: what of
+    the object could not be searched (lethe_jobs.not_searched)."""
     return ObjectResult(
         object_url=item.object_url,
         dataset_id=item.dataset_id,
@@ -333,6 +349,7 @@ def _result(
         versions_purged=purged,
         attempts=attempts,
         deviations=erased.deviations if erased else (),
+        not_searched=gaps,
     )
 
 
@@ -520,6 +537,12 @@ def run_erase(
     url = _write(ports.reports, args, "results.json", results.model_dump(mode="json"))
     totals = results_totals(results.objects)
     LOG.info("done: %s", json.dumps(totals, sort_keys=True))
+    if results.not_searched:
+        reasons = sorted({g.reason for g in results.not_searched})
+        LOG.warning(
+            "%d place(s) not fully searched (%s): the request cannot complete",
+            len(results.not_searched), ", ".join(reasons),
+        )  # fmt: skip
     return {"results": url, **totals}
 
 

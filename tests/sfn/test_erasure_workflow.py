@@ -5,6 +5,7 @@ approval that expires. Each path ends published to SNS and EventBridge."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -207,3 +208,56 @@ def test_an_approval_that_expires_erases_nothing(
     assert driver.record(request_id)["status"] == "EXPIRED"
     (message,) = published(cloud, outcomes["sns"], request_id)
     assert message["status"] == "EXPIRED"
+
+
+def test_an_erasure_that_could_not_search_everything_ends_failed_incomplete(
+    cloud: Cloud, driver: ErasureDriver, outcomes: dict[str, str]
+) -> None:
+    # Given a reviews upload whose second record has too few fields (the reader rejects it, so
+    # its subject cannot be read), ingested by the object events path
+    key = "reviews/2026/11/23/batch-short.csv"
+    body = b"user_id,review_date,stars,text\nu-7001,2026-11-21,5,fine\nu-7002,2026-11-21\n"
+    version = cloud.upload(key, body)
+    deadline = time.monotonic() + 180
+    status = ""
+    while time.monotonic() < deadline and status not in {"INGESTED", "QUARANTINED", "FAILED"}:
+        time.sleep(1)
+        try:
+            status = str(cloud.catalog_item(driver.raw, key, version)["status"])
+        except KeyError:
+            status = ""
+    assert status == "INGESTED"
+
+    # When u-7001 is erased with approval
+    request_id = driver.file("u-7001")
+    driver.wait(request_id, "AWAITING_APPROVAL")
+    assert driver.decide(driver.link(request_id), "approve") == "approved"
+
+    # Then its row is erased and certified, but the request is not COMPLETED: the record the
+    # reader could not parse is kept, so it ends FAILED with outcome INCOMPLETE
+    ended = driver.execution(request_id)
+    assert ended["execution"]["status"] == "FAILED"
+    assert ended["execution"]["error"] == "ErasureFailed"
+    assert states_entered(ended["history"]) == [*APPROVED_PATH[:-1], "Erasure Failed"]
+    record = driver.record(request_id)
+    assert (record["status"], record["outcome"]) == ("FAILED", "INCOMPLETE")
+    assert [h["status"] for h in record["history"]][-2:] == ["ERASING", "FAILED"]
+    assert record["error"]["error"] == "ErasureIncomplete"
+    assert record["error"]["cause"].startswith("1 place(s) were not fully searched")
+    s3 = cloud.client("s3")
+    erased = s3.get_object(Bucket=driver.raw, Key=key)["Body"].read()
+    assert erased == b"user_id,review_date,stars,text\nu-7002,2026-11-21\n"
+    # and the signed certificate says complete: false and names the raw object's gap
+    bucket, cert_key = record["certificate"]["url"].removeprefix("s3://").split("/", 1)
+    certificate = json.loads(s3.get_object(Bucket=bucket, Key=cert_key)["Body"].read())
+    document = certificate["certificate"]
+    assert document["complete"] is False
+    assert [(g["key"], g["reason"], g["count"]) for g in document["not_searched"]] == [
+        (key, "unparseable_records", 1)
+    ]
+    # and the outcome is published as FAILED / INCOMPLETE, with no subject id
+    (message,) = published(cloud, outcomes["sns"], request_id)
+    assert (message["status"], message["outcome"]) == ("FAILED", "INCOMPLETE")
+    (event,) = published(cloud, outcomes["events"], request_id)
+    assert event["detail-type"] == "Erasure INCOMPLETE"
+    assert "u-7001" not in json.dumps([message, event])

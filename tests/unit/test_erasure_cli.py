@@ -903,3 +903,114 @@ def test_call_api_signs_headers_and_query(monkeypatch: pytest.MonkeyPatch) -> No
     signed = headers["Authorization"].split("SignedHeaders=")[1].split(",")[0].split(";")
     assert "idempotency-key" in signed
     assert "content-type" in signed
+
+
+# -------------------------------------------------------------- an incomplete erasure
+
+INCOMPLETE_GAP = {
+    "dataset_id": "reviews",
+    "bucket": "lethe-raw",
+    "key": "reviews/2026/11/01/a.jsonl",
+    "version_id": "v9",
+    "reason": "unparseable_records",
+    "count": 2,
+    "detail": "2 record(s) that could not be parsed are kept as they are, their subjects unread "
+    "(first at line 3)",
+}
+
+
+def incomplete() -> dict[str, Any]:
+    """A request certified with a place not fully searched: FAILED, outcome INCOMPLETE."""
+    done = completed()
+    return done | {
+        "status": "FAILED",
+        "outcome": "INCOMPLETE",
+        "result": done["result"] | {"not_searched": 1},
+        "error": {
+            "error": "ErasureIncomplete",
+            "cause": "1 place(s) were not fully searched for the subjects (unparseable_records: "
+            "1); the signed certificate (complete: false) and the audit record list each one",
+        },
+    }
+
+
+def incomplete_envelope(signer: MemorySigner) -> dict[str, Any]:
+    document = make_envelope(signer)["certificate"]
+    document.update(complete=False, not_searched=[INCOMPLETE_GAP])
+    return cf.sign_certificate(cf.ErasureCertificate.model_validate(document), signer)
+
+
+def test_status_shows_an_incomplete_erasure(fake: FakeTarget, run: Callable[..., Outcome]) -> None:
+    fake.routes[GET] = [(200, incomplete())]
+
+    result = run("status", RID)
+
+    assert result.code == 0
+    assert "status        FAILED (INCOMPLETE)" in result.out
+    assert (
+        "  INCOMPLETE  1 place(s) not fully searched: `lethe erasure certificate ID` lists them"
+    ) in result.out
+    assert "error         ErasureIncomplete: 1 place(s) were not fully searched" in result.out
+
+
+def test_waiting_for_an_incomplete_erasure_exits_1(
+    fake: FakeTarget, run: Callable[..., Outcome], clock: list[float]
+) -> None:
+    fake.routes[GET] = [*_progress("ERASING"), (200, incomplete())]
+
+    result = run("status", RID, "--wait")
+
+    assert result.code == 1
+    assert "FAILED (INCOMPLETE)" in result.err
+    assert "status        FAILED (INCOMPLETE)" in result.out
+
+
+def test_the_certificate_of_an_incomplete_erasure_lists_its_gaps_and_verifies(
+    fake: FakeTarget, run: Callable[..., Outcome], signer: MemorySigner
+) -> None:
+    _with_certificate(fake, signer, incomplete_envelope(signer))
+    fake.routes[GET] = [(200, incomplete())]
+
+    result = run("certificate", RID, "--verify")
+
+    assert result.code == 0
+    lines = result.out.splitlines()
+    assert "complete         NO: INCOMPLETE, 1 place(s) not fully searched (below)" in lines
+    at = lines.index("not fully searched")
+    assert lines[at + 1 : at + 3] == [
+        "  unparseable_records  2  reviews  s3://lethe-raw/reviews/2026/11/01/a.jsonl (version v9)",
+        f"    {INCOMPLETE_GAP['detail']}",
+    ]
+    assert lines[-1].endswith(
+        "; it certifies an INCOMPLETE erasure: 1 place(s) were not fully searched"
+    )
+
+
+def test_a_complete_certificate_says_so(
+    fake: FakeTarget, run: Callable[..., Outcome], signer: MemorySigner
+) -> None:
+    _with_certificate(fake, signer, make_envelope(signer))
+
+    result = run("certificate", RID, "--verify")
+
+    assert "complete         yes: every place was searched" in result.out
+    assert "not fully searched" not in result.out
+    assert "INCOMPLETE" not in result.out
+
+
+def test_a_failed_request_that_is_not_incomplete_has_no_certificate(
+    fake: FakeTarget, run: Callable[..., Outcome]
+) -> None:
+    fake.routes[GET] = [(200, record("FAILED", error={"error": "States.TaskFailed"}))]
+
+    result = run("certificate", RID)
+
+    assert result.code == 1
+    assert f"request {RID} has no certificate: it is FAILED" in result.err
+
+
+def test_the_cli_and_the_workflow_name_the_outcome_alike() -> None:
+    from lethe.commands.erasure_certificate import INCOMPLETE  # noqa: PLC0415
+    from lethe_shared.erasure import completion  # noqa: PLC0415
+
+    assert INCOMPLETE == completion.INCOMPLETE

@@ -12,6 +12,9 @@ Split by format, as each handler has its own rules:
   apart from the erased records' lines;
 - `parquet`: Parquet rewritten one row group at a time, keeping the file's layout;
 - `gzip_members`: gzip written back as it was (first member header verbatim, same level);
+- `gaps`: what of an object could not be searched (records that could not be parsed, a subject
+  column missing or ambiguous), returned with the matches and the result (`Gap`), never
+  folded into "nothing found";
 - `model`: the matcher and the results.
 """
 

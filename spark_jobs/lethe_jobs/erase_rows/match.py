@@ -17,11 +17,20 @@ so the rows erasure finds for a subject hash are exactly the row hints the index
 
 A null subject value (or a null parent struct) is nobody's and never matches; `0` and `""` are
 ids like any other. An object that cannot be read raises `UnreadableObjectError`.
+
+What could not be searched comes with the matches as `RowMatches.gaps` (`erase_rows.gaps`):
+records that could not be parsed and were not removed, a subject column the object lacks or
+holds ambiguously (its rows are then not matched at all). A subject column is found by the one
+name rule (lethe_shared.datasets.field_names); a CSV or Parquet column found by its case variant
+is read under the declared name. `RowMatches.by_subject` counts the matched rows per subject
+hash, which the job compares with the index's own count (lethe_jobs.erase_core).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -30,20 +39,31 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lethe_jobs.arrow_bridge import to_spark_compatible
+from lethe_jobs.erase_rows.gaps import (
+    JsonRecords,
+    header_fields,
+    is_rejected_record,
+    json_record_gaps,
+    parquet_fields,
+    subject_heads,
+    unparseable,
+)
 from lethe_jobs.erase_rows.gzip_members import unwrapped_parquet
-from lethe_jobs.erase_rows.model import RowMatches, SubjectMatcher
+from lethe_jobs.erase_rows.model import Gap, RowMatches, SubjectMatcher, subject_counts
 from lethe_jobs.errors import UnreadableFileError, UnreadableObjectError
 from lethe_jobs.objects import ObjectKind
-from lethe_jobs.readers import read_raw
+from lethe_jobs.readers import RawRecords, read_raw
 from lethe_jobs.subject_rows import quarantine_subject_rows, raw_subject_rows
-from lethe_jobs.validate import POSITION
+from lethe_jobs.validate import POSITION, RECORD
 from lethe_shared.catalog.object_catalog import Zone
 from lethe_shared.datasets.document import DataFormat, Dataset, hive_partition_values
+from lethe_shared.datasets.field_names import AmbiguousFieldError
 from lethe_shared.index.arrow_entries import ObjectRef
 from lethe_shared.subject_hashing.arrow import row_subject_hashes
 from lethe_shared.subject_hashing.records import (
     column_subject_hashes,
     distinct_safe,
+    json_object,
     subject_hashes_of_rows,
 )
 
@@ -68,14 +88,39 @@ def match_rows(
     return _raw_text_matches(path, object_key, matcher, workdir)
 
 
-def _matched(coordinates: Any, hashes: Any, selected: frozenset[str]) -> list[int]:
+def _matched(
+    coordinates: Any, hashes: Any, selected: frozenset[str]
+) -> tuple[list[int], Counter[str]]:
     """The coordinates of the rows whose subject hash (an Arrow string array, one per row; null:
-    nobody's) is selected, ascending."""
+    nobody's) is selected, ascending, and how many rows each selected hash matched."""
     if not selected or len(hashes) == 0:
-        return []
-    chosen = pc.is_in(hashes, value_set=pa.array(sorted(selected), pa.string()))
+        return [], Counter()
+    chosen = pc.fill_null(
+        pc.is_in(hashes, value_set=pa.array(sorted(selected), pa.string())), False
+    )
     located = pa.array(coordinates, pa.int64())
-    return sorted(located.filter(pc.fill_null(chosen, False)).to_pylist())
+    return sorted(located.filter(chosen).to_pylist()), _counts(hashes.filter(chosen))
+
+
+def _counts(hashes: Any) -> Counter[str]:
+    """How often each hash occurs in an Arrow string array."""
+    if len(hashes) == 0:
+        return Counter()
+    counted = pc.value_counts(hashes)
+    return Counter(
+        dict(
+            zip(
+                counted.field("values").to_pylist(),
+                counted.field("counts").to_pylist(),
+                strict=True,
+            )
+        )
+    )
+
+
+def _lacks_column(gaps: tuple[Gap, ...]) -> bool:
+    """Whether no record has some subject column: no row can be matched."""
+    return any(g.reason == "missing_subject_column" for g in gaps)
 
 
 def _raw_text_matches(
@@ -86,22 +131,105 @@ def _raw_text_matches(
         records = read_raw(path, dataset, workdir)
     except UnreadableFileError as exc:
         raise UnreadableObjectError(f"unreadable raw object: {exc.reason}") from exc
-    rows = raw_subject_rows(records, dataset)
-    hashes = subject_hashes_of_rows(rows, dataset, key=matcher.key)
-    return RowMatches(records.rows_read, tuple(_matched(rows.coordinates, hashes, matcher.hashes)))
+    rejected = [r.position for r in records.rejected]
+    parsed = int(records.table.num_rows)
+    if records.json_text:
+        column = records.table.column(RECORD)
+        gaps = json_record_gaps(records.columns, parsed, column.to_pylist, dataset)
+        per_record = not _lacks_column(gaps)  # an ambiguous record leaves the others matched
+    else:
+        fields, gaps = header_fields(records.columns, dataset, parsed)
+        records = _declared_columns(records, fields)
+        per_record = not gaps
+    if not per_record:  # a subject column the object lacks (or holds ambiguously): no match
+        return RowMatches(records.rows_read, (), gaps=gaps + unparseable(rejected, ()))
+    try:
+        rows = raw_subject_rows(records, dataset)
+        hashes = subject_hashes_of_rows(rows, dataset, key=matcher.key)
+    except AmbiguousFieldError as exc:  # the hashing found a record with several variants
+        return _ambiguous_object(records.rows_read, exc, gaps + unparseable(rejected, ()))
+    positions, counts = _matched(rows.coordinates, hashes, matcher.hashes)
+    return RowMatches(
+        records.rows_read, tuple(positions), subject_counts(counts),
+        gaps + unparseable(rejected, positions),
+    )  # fmt: skip
+
+
+def _declared_columns(records: RawRecords, fields: dict[str, str]) -> RawRecords:
+    """`records` with each subject column found by its case variant renamed to the declared
+    name, as the index reads it (lethe_shared.datasets.field_names)."""
+    renamed = {found: head for head, found in fields.items() if found != head}
+    if not renamed:
+        return records
+    names = [renamed.get(n, n) for n in records.table.column_names]
+    return dataclasses.replace(records, table=records.table.rename_columns(names))
+
+
+def _ambiguous_object(rows: int, exc: AmbiguousFieldError, gaps: tuple[Gap, ...]) -> RowMatches:
+    """No row matched: the subjects' hashing refused a record whose subject field is
+    ambiguous, so none of the object's rows could be matched."""
+    whole = Gap(
+        "ambiguous_subject_column",
+        rows,
+        f"{len(exc.candidates)} fields equal subject column {exc.wanted!r} ignoring case, none "
+        f"exactly, in some record: none of the {rows} row(s) could be matched",
+    )
+    kept = tuple(g for g in gaps if g.reason != "ambiguous_subject_column")
+    return RowMatches(rows, (), gaps=(whole, *kept))
+
+
+class _QuarantineScan:
+    """A quarantine file's lines as `quarantine_subject_rows` reads them, but that a line that
+    is not a JSON object becomes a blank line (it is counted as a row that cannot be parsed,
+    never an error); which lines hold a record the reader could not parse; the records' keys."""
+
+    def __init__(self, dataset: Dataset) -> None:
+        self.lines: list[str] = []
+        self.unparseable: list[int] = []
+        self.broken = 0  # lines that are no JSON object
+        self.keys = JsonRecords(subject_heads(dataset))
+
+    def add(self, number: int, line: str) -> None:
+        if not line.strip():
+            self.lines.append(line)
+            return
+        document = json_object(line)
+        if document is None:
+            self.lines.append("\n")
+            self.unparseable.append(number)
+            self.broken += 1
+            return
+        self.lines.append(line)
+        record = document.get("record")
+        if is_rejected_record(record):
+            self.unparseable.append(number)
+        else:
+            self.keys.add(json_object(record) or {})
 
 
 def _quarantine_matches(path: Path, object_key: str, matcher: SubjectMatcher) -> RowMatches:
     dataset = matcher.dataset
+    scan = _QuarantineScan(dataset)
     try:
         with path.open(encoding="utf-8") as lines:  # as indexing.quarantine_entries reads it
-            rows = quarantine_subject_rows(lines, dataset)
+            for number, line in enumerate(lines, start=1):
+                scan.add(number, line)
     except UnicodeDecodeError as exc:
         raise UnreadableObjectError(f"not UTF-8 text: {exc}") from exc
-    hashes = subject_hashes_of_rows(rows, dataset, key=matcher.key)
+    gaps = scan.keys.gaps()
+    rows = quarantine_subject_rows(scan.lines, dataset)
+    count = len(rows.coordinates) + scan.broken
+    if _lacks_column(gaps):
+        return RowMatches(count, (), gaps=gaps + unparseable(scan.unparseable, ()))
+    try:
+        hashes = subject_hashes_of_rows(rows, dataset, key=matcher.key)
+    except AmbiguousFieldError as exc:
+        return _ambiguous_object(count, exc, gaps + unparseable(scan.unparseable, ()))
+    positions, counts = _matched(rows.coordinates, hashes, matcher.hashes)
     return RowMatches(
-        len(rows.coordinates), tuple(_matched(rows.coordinates, hashes, matcher.hashes))
-    )
+        count, tuple(positions), subject_counts(counts),
+        gaps + unparseable(scan.unparseable, positions),
+    )  # fmt: skip
 
 
 def open_parquet(path: Path, int96_unit: str | None = None) -> Any:
@@ -114,29 +242,46 @@ def open_parquet(path: Path, int96_unit: str | None = None) -> Any:
 def parquet_matches(
     path: Path, object_key: str, matcher: SubjectMatcher, *, raw: bool
 ) -> RowMatches:
-    """Matches one row group at a time, reading only the subject columns."""
+    """Matches one row group at a time, reading only the subject columns (a case variant under
+    the declared name). A subject column the file lacks or holds ambiguously: no row matches,
+    and the gap says why."""
     dataset = matcher.dataset
     parquet = open_parquet(path)
-    names = set(parquet.schema_arrow.names)
-    heads = sorted({p.split(".")[0] for p in dataset.subject_columns} & names)
     constants = {} if raw else hive_partition_values(object_key, dataset)
     zone = Zone.RAW if raw else Zone.LAKE
     ref = ObjectRef(object_key, zone, "parquet", constants=constants)
     found: list[int] = []
+    counts: Counter[str] = Counter()
     offset = 0
     try:
         if raw:  # the reader refuses a file with a column Spark cannot hold: no rows indexed
             to_spark_compatible(parquet.schema_arrow.empty_table())
+        rows = int(parquet.metadata.num_rows)
+        fields, gaps = parquet_fields(parquet.schema_arrow, dataset, rows, constants)
+        if gaps:
+            return RowMatches(rows, (), gaps=gaps)
+        declared = {column: head for head, column in fields.items()}
         for index in range(parquet.num_row_groups):
-            group = parquet.read_row_group(index, columns=heads)
-            found += _group_matches(group, offset, ref, matcher)
+            group = parquet.read_row_group(index, columns=sorted(declared))
+            group = group.rename_columns([declared.get(n, n) for n in group.column_names])
+            positions, matched = _group_found(group, offset, ref, matcher)
+            found += positions
+            counts.update(matched)
             offset += int(parquet.metadata.row_group(index).num_rows)
     except PARQUET_ERRORS as exc:
         raise UnreadableObjectError(f"not a readable Parquet file: {exc}") from exc
-    return RowMatches(offset, tuple(found))
+    return RowMatches(offset, tuple(found), subject_counts(counts))
 
 
 def _group_matches(group: Any, offset: int, ref: ObjectRef, matcher: SubjectMatcher) -> list[int]:
+    """The rows of a row group starting at row `offset` that `matcher` selects."""
+    return _group_found(group, offset, ref, matcher)[0]
+
+
+def _group_found(
+    group: Any, offset: int, ref: ObjectRef, matcher: SubjectMatcher
+) -> tuple[list[int], Counter[str]]:
+    """`_group_matches`, with how many rows each selected subject hash matched."""
     dataset = matcher.dataset
     if ref.zone is Zone.RAW:  # as readers.parquet.read_parquet gives the rows to raw_subject_rows
         group = to_spark_compatible(group)
@@ -146,9 +291,11 @@ def _group_matches(group: Any, offset: int, ref: ObjectRef, matcher: SubjectMatc
         hashes = _subject_hashes(values, ref, matcher)
         chosen = _selected(hashes, matcher.hashes)
         if not len(chosen):
-            return []
-        rows = pc.indices_nonzero(pc.fill_null(pc.is_in(codes, value_set=chosen), False))
-        return [offset + row for row in rows.to_pylist()]
+            return [], Counter()
+        mask = pc.fill_null(pc.is_in(codes, value_set=chosen), False)
+        rows = pc.indices_nonzero(mask)
+        picked = pc.take(hashes, codes.filter(mask))
+        return [offset + row for row in rows.to_pylist()], _counts(picked)
     coordinates = range(offset, offset + int(group.num_rows))
     hashes = _subject_hashes(group, ref, matcher)
     return _matched(coordinates, hashes, matcher.hashes)

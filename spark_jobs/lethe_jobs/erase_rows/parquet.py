@@ -58,7 +58,7 @@ def erase_parquet(
             local, header = unwrapped_parquet(source, matcher.dataset, Path(scratch))
         matches = parquet_matches(local, object_key, matcher, raw=raw)
         if not rewrite_needed(matches):
-            return EraseResult(matches.rows, matches.positions, written=False)
+            return EraseResult.of(matches, written=False)
         out = target if header is None else Path(scratch) / "erased.parquet"
         try:
             deviations = _rewrite_parquet(local, out, matches.positions)
@@ -67,7 +67,7 @@ def erase_parquet(
             raise
         if header is not None:
             gzip_file(out, target, header)
-    return EraseResult(matches.rows, matches.positions, written=True, deviations=deviations)
+    return EraseResult.of(matches, written=True, deviations=deviations)
 
 
 @dataclass(frozen=True)

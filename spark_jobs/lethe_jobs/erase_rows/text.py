@@ -133,10 +133,10 @@ def erase_text(
     """`erase_rows` of a CSV, JSON Lines or quarantine object (see the module docstring)."""
     matches = match_rows(kind, source, object_key, matcher, workdir=workdir)
     if not rewrite_needed(matches):
-        return EraseResult(matches.rows, matches.positions, written=False)
+        return EraseResult.of(matches, written=False)
     drop = frozenset(matches.positions)
     if kind is ObjectKind.QUARANTINE_ROWS:
         rewrite_lines(source, target, drop)
     else:
         rewrite_raw_text(source, target, matcher.dataset, drop)
-    return EraseResult(matches.rows, matches.positions, written=True)
+    return EraseResult.of(matches, written=True)

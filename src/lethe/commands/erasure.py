@@ -13,7 +13,8 @@ by id, status and counts; subjects by count (the record holds keyed hashes only)
 Exit statuses (`ExitCode`, docs/CLI.md): 0 ok, 1 runtime failure, 2 usage error, 3 no such
 request, 4 deployment unreachable. With `--wait`, the outcome decides: 0 COMPLETED (or the
 `--until` status reached), 5 REJECTED or EXPIRED (nothing was erased, cancelled requests
-included), 1 FAILED or the wait timed out (the request goes on).
+included), 1 FAILED (outcome INCOMPLETE too: a place was not fully searched) or the wait
+timed out (the request goes on).
 """
 
 from __future__ import annotations
@@ -71,8 +72,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     commands = parser.add_subparsers(dest="erasure_command", metavar="COMMAND", required=True)
     wait_epilog = (
         "With --wait the exit status is 0 for COMPLETED, 5 for REJECTED or EXPIRED (nothing "
-        "erased; a cancelled request ends REJECTED), 1 for FAILED or when --timeout runs out "
-        "(the request goes on)."
+        "erased; a cancelled request ends REJECTED), 1 for FAILED (outcome INCOMPLETE "
+        "included: a place was not fully searched) or when --timeout runs out (the request "
+        "goes on)."
     )
 
     request = commands.add_parser(
@@ -154,9 +156,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
     certificate = commands.add_parser(
         "certificate",
-        help="a completed request's signed erasure certificate",
-        description="Reads the certificate envelope of a COMPLETED request from S3 and prints "
-        "a summary. --verify checks its signature (exit 1 if it does not verify).",
+        help="a completed (or INCOMPLETE) request's signed erasure certificate",
+        description="Reads the certificate envelope of a COMPLETED request, or of a FAILED one "
+        "with outcome INCOMPLETE (complete: false, with every place not fully searched), from "
+        "S3 and prints a summary. --verify checks its signature (exit 1 if it does not "
+        "verify).",
     )
     certificate.add_argument("request_id", metavar="ID")
     certificate.add_argument(

@@ -1,7 +1,9 @@
 """`lethe erasure certificate`'s work once the request record is read: the signed certificate
-envelope of a COMPLETED request, read from S3, summarised, written as an HTML page, and (with
---verify) checked with KMS Verify or offline with the key's public key, then matched against
-the request record (same request, same key, same SHA-256).
+envelope of a COMPLETED request (or of one that ended FAILED with outcome INCOMPLETE: its
+certificate says `complete: false` and lists every place not fully searched), read from S3,
+summarised, written as an HTML page, and (with --verify) checked with KMS Verify or offline
+with the key's public key, then matched against the request record (same request, same key,
+same SHA-256). A verified certificate of an incomplete erasure says so on the verify line.
 
 The certificate holds keyed hashes of the subjects, never a raw id: the summary shows a count.
 """
@@ -20,6 +22,8 @@ from lethe.commands.erasure_records import is_terminal, status_text
 from lethe.target import Target
 from lethe_shared.erasure.requests import ErasureStatus
 
+INCOMPLETE = "INCOMPLETE"  # the outcome of a FAILED request whose certificate is incomplete
+
 
 def show_certificate(
     target: Target,
@@ -36,7 +40,10 @@ def show_certificate(
     and print the outcome (on stderr with `as_json`). Raises CommandError (exit 1) when there is
     none or it does not verify."""
     pointer = record.get("certificate") or {}
-    if record.get("status") != ErasureStatus.COMPLETED or not pointer.get("url"):
+    certified = record.get("status") == ErasureStatus.COMPLETED or (
+        record.get("status") == ErasureStatus.FAILED and record.get("outcome") == INCOMPLETE
+    )
+    if not certified or not pointer.get("url"):
         raise CommandError(
             f"request {request_id} has no certificate: it is {status_text(record)}"
             + (" (certificates come with COMPLETED)" if not is_terminal(record) else "")
@@ -79,7 +86,7 @@ def certificate_lines(envelope: dict[str, Any], url: str) -> list[str]:
     signature = _mapping(envelope.get("signature"))
     totals = _mapping(cert.get("totals"))
     verification = _mapping(cert.get("verification"))
-    return [
+    lines = [
         f"certificate      {cert.get('certificate_id', '')}",
         f"request          {cert.get('request_id', '')}",
         f"issued           {cert.get('issued_at', '')}",
@@ -92,10 +99,39 @@ def certificate_lines(envelope: dict[str, Any], url: str) -> list[str]:
         f"verification     {verification.get('objects_verified', 0)} objects scanned at "
         f"{verification.get('verified_at', '')}: "
         f"{verification.get('matching_rows_found', '?')} matching rows found",
+        f"complete         {_completeness(cert)}",
         f"key id           {signature.get('key_id', '')}",
         f"signed digest    {signature.get('digest_sha256', '')}",
         f"stored at        {url}",
     ]
+    return lines + not_searched_lines(cert)
+
+
+def _completeness(cert: dict[str, Any]) -> str:
+    if "complete" not in cert:
+        return "not recorded (an older certificate)"
+    if cert.get("complete") is True:
+        return "yes: every place was searched"
+    gaps = cert.get("not_searched") or []
+    return f"NO: {INCOMPLETE}, {len(gaps)} place(s) not fully searched (below)"
+
+
+def not_searched_lines(cert: dict[str, Any]) -> list[str]:
+    """One line per place the certificate says was not fully searched: reason, count,
+    dataset, object and version, then its detail (counts and column names, never a value)."""
+    gaps = [g for g in cert.get("not_searched") or [] if isinstance(g, dict)]
+    if not gaps:
+        return []
+    lines = ["not fully searched"]
+    for gap in gaps:
+        version = f" (version {gap['version_id']})" if gap.get("version_id") else ""
+        lines.append(
+            f"  {gap.get('reason', '?')}  {gap.get('count', 0)}  {gap.get('dataset_id', '')}  "
+            f"s3://{gap.get('bucket', '')}/{gap.get('key', '')}{version}"
+        )
+        if gap.get("detail"):
+            lines.append(f"    {gap['detail']}")
+    return lines
 
 
 def _write_html(envelope: dict[str, Any], path: Path) -> None:
@@ -165,7 +201,11 @@ def _verify(
             "certificate does not verify: record-mismatch: its SHA-256 is not the one the "
             "request record holds"
         )
-    return f"certificate verifies: signed by {verified.key_id}, digest {verified.digest_sha256}"
+    line = f"certificate verifies: signed by {verified.key_id}, digest {verified.digest_sha256}"
+    if not verified.certificate.complete:
+        places = len(verified.certificate.not_searched)
+        line += f"; it certifies an {INCOMPLETE} erasure: {places} place(s) were not fully searched"
+    return line
 
 
 def _mapping(value: Any) -> dict[str, Any]:

@@ -50,7 +50,8 @@ def is_terminal(record: dict[str, Any]) -> bool:
 
 
 def exit_status(record: dict[str, Any]) -> int:
-    """--wait's exit status: 0 COMPLETED, 5 REJECTED or EXPIRED, 1 otherwise."""
+    """--wait's exit status: 0 COMPLETED, 5 REJECTED or EXPIRED, 1 otherwise (FAILED, with
+    outcome INCOMPLETE too: a place was not fully searched)."""
     status = record.get("status")
     if status == ErasureStatus.COMPLETED:
         return 0
@@ -158,6 +159,11 @@ def _result_lines(result: dict[str, Any]) -> list[str]:
         f"rewritten, {result.get('deleted', 0)} deleted), {result.get('rows_removed', 0)} rows "
         f"removed, {result.get('versions_purged', 0)} versions purged"
     ]
+    if result.get("not_searched"):
+        lines.append(
+            f"  INCOMPLETE  {result['not_searched']} place(s) not fully searched: "
+            "`lethe erasure certificate ID` lists them"
+        )
     if result.get("verification_url"):
         lines.append(f"  verified    {result['verification_url']}")
     return lines

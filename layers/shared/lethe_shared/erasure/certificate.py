@@ -5,6 +5,13 @@ subjects' rows (version id and ETag), the version written in their place (or non
 remained and the key was deleted), the row counts and the number of versions purged, plus the
 verification scan that found no matching row. Subjects appear only as keyed hashes.
 
+It also says whether the erasure was complete (`complete`) and lists every place that was not
+fully searched (`not_searched`: bucket, key, version, dataset, reason, count, detail): a
+certificate with `complete: false` certifies what was erased and names what may remain; its
+request ended FAILED with outcome INCOMPLETE (lethe_shared.erasure.completion). Certificates
+signed before these two fields existed have neither: they read as complete with no gap, and
+verify as they did (the digest is of the stored document, whatever fields it has).
+
 Signing: the SHA-256 digest of the certificate's canonical JSON (`canonical_bytes`: sorted keys,
 no insignificant whitespace, UTF-8 without escaping) is signed with an asymmetric KMS key
 (`ECC_NIST_P256`, `SIGN_VERIFY`) as `MessageType="DIGEST"`, `ECDSA_SHA_256`. The envelope
@@ -92,6 +99,20 @@ class ErasedObject(_Frozen):
         return self
 
 
+class NotSearchedPlace(_Frozen):
+    """A place the request's subjects may still be, and why it was not (fully) searched
+    (lethe_shared.erasure.report.NotSearched, with the object as bucket and key). `count`: the
+    rows or lines concerned (0: not known); `detail`: counts and column names, never a value."""
+
+    dataset_id: str = ""
+    bucket: str = Field(min_length=1)
+    key: str = Field(min_length=1)
+    version_id: str = ""
+    reason: str = Field(pattern=r"^[a-z][a-z_]*$")  # a report.GapReason
+    count: int = Field(ge=0)
+    detail: str = ""
+
+
 class CertificateTotals(_Frozen):
     objects: int = Field(ge=0)
     rows_removed: int = Field(ge=0)
@@ -126,6 +147,9 @@ class ErasureCertificate(_Frozen):
     objects: tuple[ErasedObject, ...]
     totals: CertificateTotals
     verification: CertificateVerification
+    # Absent from certificates signed before they existed (read as complete, no gap).
+    complete: bool = True
+    not_searched: tuple[NotSearchedPlace, ...] = ()
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -135,6 +159,8 @@ class ErasureCertificate(_Frozen):
             raise ValueError("totals do not add up over objects")
         if self.verification.objects_verified != len(self.objects):
             raise ValueError("the verification must cover every object")
+        if self.complete == bool(self.not_searched):
+            raise ValueError("an erasure is complete exactly when no place was left unsearched")
         return self
 
 
@@ -379,6 +405,46 @@ def _object_row(o: ErasedObject) -> str:
     )
 
 
+def _gap_row(g: NotSearchedPlace) -> str:
+    return (
+        "<tr>"
+        f"<td>{_e(g.dataset_id)}</td>"
+        f'<td class="mono">s3://{_e(g.bucket)}/{_e(g.key)}</td>'
+        f'<td class="mono">{_e(g.version_id)}</td>'
+        f'<td class="mono">{_e(g.reason)}</td><td class="n">{g.count}</td>'
+        f"<td>{_e(g.detail)}</td>"
+        "</tr>"
+    )
+
+
+def _completeness(cert: ErasureCertificate, recorded: bool) -> tuple[str, str, str]:
+    """The summary's line, the warning above it and the table of places not fully searched.
+    `recorded`: the signed document has the `complete` field (older certificates do not)."""
+    if not recorded:
+        line = '<dd id="complete" data-complete="">not recorded (an older certificate)</dd>'
+        return line, "", ""
+    if cert.complete:
+        return '<dd id="complete" data-complete="true">yes: every place was searched</dd>', "", ""
+    count = len(cert.not_searched)
+    line = (
+        f'<dd id="complete" data-complete="false" class="warning">NO: {count} place(s) not '
+        "fully searched (below)</dd>"
+    )
+    warning = (
+        '<p id="incomplete" class="warning">INCOMPLETE erasure: the request ended FAILED '
+        f"(outcome INCOMPLETE). {count} place(s) were not fully searched for the subjects, who "
+        "may still be there; this certificate certifies only what is listed as erased.</p>\n"
+    )
+    rows = "\n".join(_gap_row(g) for g in cert.not_searched)
+    table = (
+        "<h2>Not fully searched</h2>\n"
+        '<table id="not-searched">\n<thead><tr><th>Dataset</th><th>Object</th><th>Version</th>'
+        "<th>Reason</th><th>Count</th><th>Detail</th></tr></thead>\n"
+        f"<tbody>\n{rows}\n</tbody>\n</table>\n"
+    )
+    return line, warning, table
+
+
 def render_certificate_html(envelope: Mapping[str, Any]) -> str:
     """A readable page of a certificate envelope. It shows the stored signature and the digest
     recomputed from the certificate (with a warning when they differ) but does not verify the
@@ -398,9 +464,11 @@ def render_certificate_html(envelope: Mapping[str, Any]) -> str:
     )
     hashes = "".join(f'<li class="mono">{_e(h)}</li>' for h in cert.subject_hashes)
     rows = "\n".join(_object_row(o) for o in cert.objects)
+    complete, incomplete, gaps = _completeness(cert, "complete" in document)
     title = f"Erasure certificate {cert.certificate_id}"
     body = (
         f"<h1>{_e(title)}</h1>\n"
+        f"{incomplete}"
         '<dl id="summary">\n'
         f"<dt>Request</dt><dd>{_e(cert.request_id)}</dd>\n"
         f"<dt>Issued</dt><dd>{_e(_when(cert.issued_at))}</dd>\n"
@@ -414,12 +482,14 @@ def render_certificate_html(envelope: Mapping[str, Any]) -> str:
         f"<dt>Verification</dt><dd>{cert.verification.objects_verified} objects scanned at "
         f"{_e(_when(cert.verification.verified_at))}: "
         f"{cert.verification.matching_rows_found} matching rows found</dd>\n"
+        f"<dt>Complete</dt>{complete}\n"
         "</dl>\n"
         "<h2>Objects</h2>\n"
         '<table id="objects">\n<thead><tr><th>Dataset</th><th>Zone</th><th>Object</th>'
         "<th>Versions before</th><th>Version after</th><th>Rows before</th>"
         "<th>Rows removed</th><th>Rows after</th><th>Versions purged</th></tr></thead>\n"
         f"<tbody>\n{rows}\n</tbody>\n</table>\n"
+        f"{gaps}"
         f"<h2>Subject hashes</h2>\n<ul>{hashes}</ul>\n"
         "<h2>Signature</h2>\n"
         '<dl id="signature">\n'

@@ -305,7 +305,10 @@ def _gaps_html(manifest: Manifest) -> str:
 
 # ------------------------------------------------------------------------- erase results
 
-ObjectAction = Literal["rewritten", "deleted", "unchanged", "purged", "gone"]
+# "incomplete": the current version was left as it is (nothing of the subjects found in it),
+# but not all of it could be searched or what was found is not what the index counted: its
+# `not_searched` says why (never a plain "unchanged").
+ObjectAction = Literal["rewritten", "deleted", "unchanged", "incomplete", "purged", "gone"]
 
 # Why an object, a version or a dataset was not fully searched for the request's subjects.
 # Each makes the request INCOMPLETE (status FAILED, outcome INCOMPLETE) and is named in the

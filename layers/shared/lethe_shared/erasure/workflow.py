@@ -10,14 +10,13 @@ written once (an S3 conditional write).
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from lethe_shared.aws.s3 import ObjectStore, s3_url, split_s3_url
+from lethe_shared.aws.s3 import ObjectStore, s3_url
 from lethe_shared.erasure.index_update import DOCUMENT as INDEX_UPDATE_DOCUMENT
 from lethe_shared.erasure.index_update import settle_index
 from lethe_shared.erasure.report import (
@@ -26,10 +25,8 @@ from lethe_shared.erasure.report import (
     ReportSummary,
     Verification,
     build_manifest,
-    canonical_json,
     dataset_counts,
     report_key,
-    results_totals,
     sha256_hex,
     summary_html,
     summary_text,
@@ -47,9 +44,10 @@ from lethe_shared.errors import LetheError
 from lethe_shared.index.subject_index import SubjectIndex
 
 if TYPE_CHECKING:
-    # lethe_shared.erasure.certificate (its pydantic models) is imported by the certify step
-    # only, at its first call: the other steps never load it.
-    from lethe_shared.erasure.certificate import ErasureCertificate, Signer
+    # lethe_shared.erasure.certificate (its pydantic models) and .completion are imported by
+    # the certify step only, at its first call: the other steps never load them.
+    from lethe_shared.erasure.certificate import Signer
+    from lethe_shared.erasure.completion import Certified
 
 LOG = logging.getLogger("lethe.erasure")
 WORKFLOW = "workflow"  # who the history names for the state machine's own steps
@@ -236,12 +234,6 @@ def update_index(
     return summary
 
 
-@dataclass(frozen=True)
-class Certified:
-    notification: dict[str, Any]
-    certificate_url: str
-
-
 def certify(
     request_id: str,
     *,
@@ -250,179 +242,20 @@ def certify(
     signer: Signer,
     now: datetime | None = None,
 ) -> Certified:
-    """Write the audit record (once) and the signed certificate; the request becomes
-    COMPLETED. Refuses unless the verification found every object clean."""
-    from lethe_shared.erasure.certificate import render_certificate_html  # noqa: PLC0415
+    """Write the audit record (once) and the signed certificate; the request becomes COMPLETED,
+    or FAILED with outcome INCOMPLETE when a place was not fully searched. Refuses unless the
+    verification found every object clean (lethe_shared.erasure.completion)."""
+    from lethe_shared.erasure.completion import complete  # noqa: PLC0415
 
-    at = now or datetime.now(UTC)
     record = _open_request(requests, request_id)
     results = EraseResults.model_validate_json(_document(documents, request_id, "results.json"))
     verification = Verification.model_validate_json(
         _document(documents, request_id, "verification.json")
     )
-    _require_verified(request_id, results, verification)
-    envelope, envelope_bytes = _signed_once(
-        documents, request_id, lambda: _certificate(record, results, verification, at), signer
-    )
-    url = documents.url(report_key(request_id, "certificate.json"))
-    html_url = documents.put(
-        report_key(request_id, "certificate.html"),
-        render_certificate_html(envelope).encode(),
-        _HTML,
-    )
-    audit = _audit(record, results, verification, envelope["signature"], at)
-    documents.put_once(report_key(request_id, "audit.json"), canonical_json(audit), _JSON)
-    totals = results_totals(results.objects)
-    bucket, _ = split_s3_url(url)
-    completed = requests.transition(
-        request_id,
-        ErasureStatus.COMPLETED,
-        by=WORKFLOW,
-        detail=(
-            f"{totals['rows_removed']} row(s) removed, "
-            f"{totals['versions_purged']} version(s) purged"
-        ),
-        updates={
-            "result": {
-                **totals,
-                "results_url": s3_url(bucket, report_key(request_id, "results.json")),
-                "verification_url": s3_url(bucket, report_key(request_id, "verification.json")),
-            },
-            "certificate": {
-                "url": url,
-                "html_url": html_url,
-                "sha256": sha256_hex(envelope_bytes),
-                "key_id": str(envelope["signature"]["key_id"]),
-                "audit_url": s3_url(bucket, report_key(request_id, "audit.json")),
-            },
-        },
-    )
-    return Certified(notification(completed), url)
-
-
-def _require_verified(request_id: str, results: EraseResults, verification: Verification) -> None:
-    """The verification must be this request's, cover exactly the erased objects, and have
-    found every one clean; otherwise nothing is certified."""
-    if verification.request_id != request_id or results.request_id != request_id:
-        raise VerificationMissingError(f"the documents of request {request_id} do not match it")
-    erased = {r.object_url for r in results.objects}
-    checked = {c.object_url for c in verification.objects}
-    if checked != erased:
-        raise VerificationMissingError(
-            f"request {request_id}: the verification covers {len(checked)} object(s), the "
-            f"erasure {len(erased)}: not certified"
-        )
-    if not verification.ok or verification.matching_rows:
-        raise VerificationMissingError(f"request {request_id} did not verify: not certified")
-
-
-def _signed_once(
-    documents: DocumentStore,
-    request_id: str,
-    build: Callable[[], ErasureCertificate],
-    signer: Signer,
-) -> tuple[dict[str, Any], bytes]:
-    """The request's one certificate envelope: signed and written once; a retry (the step
-    failed after writing it) finds and reuses it, so the audit record and the request name the
-    same signature."""
-    from lethe_shared.erasure.certificate import sign_certificate  # noqa: PLC0415
-
-    key = report_key(request_id, "certificate.json")
-    stored = documents.get(key)
-    if stored is None:
-        body = canonical_json(sign_certificate(build(), signer))
-        if documents.put_once(key, body, _JSON):
-            return json.loads(body), body
-        stored = documents.get(key)  # another attempt wrote it first
-        if stored is None:
-            raise VerificationMissingError(f"the certificate of {request_id} vanished")
-    return json.loads(stored), stored
-
-
-def _decision(record: ErasureRequest) -> tuple[str, datetime]:
-    approval = record.approval
-    decided_at = approval.get("decided_at") or record.updated_at
-    return str(approval.get("decided_by") or "unknown"), datetime.fromisoformat(str(decided_at))
-
-
-def _certificate(
-    record: ErasureRequest, results: EraseResults, verification: Verification, at: datetime
-) -> ErasureCertificate:
-    from lethe_shared.erasure.certificate import (  # noqa: PLC0415
-        CertificateTotals,
-        CertificateVerification,
-        ErasedObject,
-        ErasureCertificate,
-        ObjectVersion,
-    )
-
-    erased = tuple(
-        ErasedObject(
-            dataset_id=r.dataset_id,
-            zone=r.zone,
-            bucket=split_s3_url(r.object_url)[0],
-            key=split_s3_url(r.object_url)[1],
-            versions_before=tuple(
-                ObjectVersion(version_id=v.version_id, etag=v.etag) for v in r.versions_before
-            ),
-            version_after=(
-                ObjectVersion(version_id=r.version_after.version_id, etag=r.version_after.etag)
-                if r.version_after
-                else None
-            ),
-            rows_before=r.rows_before,
-            rows_removed=r.rows_removed,
-            rows_after=r.rows_after,
-            versions_purged=r.versions_purged,
-        )
-        for r in results.objects
-        if r.versions_before
-    )
-    approved_by, approved_at = _decision(record)
-    return ErasureCertificate(
-        certificate_id=f"cert-{record.request_id}",
-        request_id=record.request_id,
-        issued_at=at,
-        requested_by=record.requested_by,
-        approved_by=approved_by,
-        approved_at=approved_at,
-        report_sha256=str(record.report.get("manifest_sha256", "")),
-        subject_hashes=record.subject_hashes,
-        objects=erased,
-        totals=CertificateTotals.of(erased),
-        verification=CertificateVerification(
-            objects_verified=len(erased),  # _require_verified: the verification covers them
-            matching_rows_found=verification.matching_rows,
-            verified_at=datetime.fromisoformat(verification.verified_at),
-        ),
-    )
-
-
-def _audit(
-    record: ErasureRequest,
-    results: EraseResults,
-    verification: Verification,
-    signature: Mapping[str, Any],
-    at: datetime,
-) -> dict[str, Any]:
-    """The append-only audit record: who asked, who decided, when, what the report was, and
-    per object its versions before and after and the row counts. Hashed ids only."""
-    approved_by, approved_at = _decision(record)
-    return {
-        "request_id": record.request_id,
-        "requested_by": record.requested_by,
-        "reason": record.reason,
-        "subject_hashes": list(record.subject_hashes),
-        "subject_count": record.subject_count,
-        "approved_by": approved_by,
-        "approved_at": approved_at.isoformat(),
-        "report_sha256": record.report.get("manifest_sha256", ""),
-        "history": [h.model_dump(mode="json") for h in record.history],
-        "objects": [json.loads(r.model_dump_json()) for r in results.objects],
-        "verification": {"ok": verification.ok, "verified_at": verification.verified_at},
-        "certificate_signature": dict(signature),
-        "completed_at": at.isoformat(),
-    }
+    return complete(
+        record, results, verification, requests=requests, documents=documents, signer=signer,
+        at=now or datetime.now(UTC),
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,294 @@
+"""How an erased request ends (the workflow's Certify step, `workflow.certify`): the audit record,
+the signed certificate and the request's last status, from the erase job's results and the
+verification.
+
+**Erasure fails closed.** The verification must be this request's, cover exactly the erased
+objects and have found each clean, or nothing is certified (the step fails; the request ends
+FAILED with the error). When it is clean:
+
+- no place was left unsearched (`EraseResults.not_searched` is empty): the certificate says
+  `complete: true`, the request becomes COMPLETED;
+- some place was not fully searched (records that could not be parsed, a subject column missing
+  or ambiguous, rows that differ from the index's count, or any other `report.GapReason`): the
+  audit record and a signed certificate are still written, and say so (`complete: false`, every
+  gap with its bucket, key, version, dataset, reason, count and detail), but the request does
+  not complete: it ends FAILED with `outcome: INCOMPLETE` (the contract's statuses have no
+  other value; REJECTED with `outcome: CANCELLED` is the precedent) and an `error` that says how
+  many places were not fully searched. Nothing is ever COMPLETED for less than the whole.
+
+Every document holds keyed hashes of the subjects only; a gap's detail holds counts, line
+numbers and declared column names, never a value. The request's record (which the API shows)
+names the gaps by count and reason only: object keys stay in the documents of the reports
+bucket, as the manifest's do.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from lethe_shared.aws.s3 import s3_url, split_s3_url
+from lethe_shared.erasure.report import (
+    EraseResults,
+    NotSearched,
+    Verification,
+    canonical_json,
+    report_key,
+    results_totals,
+    sha256_hex,
+)
+from lethe_shared.erasure.requests import ErasureRequest, ErasureRequests, ErasureStatus
+from lethe_shared.erasure.workflow import WORKFLOW, VerificationMissingError, notification
+
+if TYPE_CHECKING:
+    from lethe_shared.erasure.certificate import ErasureCertificate, Signer
+    from lethe_shared.erasure.workflow import DocumentStore
+
+INCOMPLETE = "INCOMPLETE"  # the outcome of a FAILED request that was not fully searched
+INCOMPLETE_ERROR = "ErasureIncomplete"
+_JSON, _HTML = "application/json", "text/html; charset=utf-8"
+
+
+@dataclass(frozen=True)
+class Certified:
+    notification: dict[str, Any]
+    certificate_url: str
+
+    @property
+    def complete(self) -> bool:
+        return self.notification.get("outcome") != INCOMPLETE
+
+
+def incomplete_cause(gaps: tuple[NotSearched, ...]) -> str:
+    """The request's error text: how many places, by reason; no key, no value."""
+    reasons = Counter(g.reason for g in gaps)
+    listed = ", ".join(f"{reason}: {count}" for reason, count in sorted(reasons.items()))
+    return (
+        f"{len(gaps)} place(s) were not fully searched for the subjects ({listed}); the signed "
+        "certificate (complete: false) and the audit record list each one"
+    )
+
+
+def complete(
+    record: ErasureRequest,
+    results: EraseResults,
+    verification: Verification,
+    *,
+    requests: ErasureRequests,
+    documents: DocumentStore,
+    signer: Signer,
+    at: datetime,
+) -> Certified:
+    """Certify a request whose documents were read (module docstring): audit record, signed
+    certificate, then COMPLETED, or FAILED with outcome INCOMPLETE when a place was not fully
+    searched."""
+    from lethe_shared.erasure.certificate import render_certificate_html  # noqa: PLC0415
+
+    request_id = record.request_id
+    require_verified(request_id, results, verification)
+    # every place the subjects may still be: the erase job's gaps (the verification re-reads
+    # what the erase job read and reports none of its own)
+    gaps = results.not_searched
+    envelope, envelope_bytes = _signed_once(
+        documents,
+        request_id,
+        lambda: _certificate(record, results, verification, gaps, at),
+        signer,
+    )
+    url = documents.url(report_key(request_id, "certificate.json"))
+    html_url = documents.put(
+        report_key(request_id, "certificate.html"),
+        render_certificate_html(envelope).encode(),
+        _HTML,
+    )
+    audit = _audit(record, results, verification, gaps=gaps, signature=envelope["signature"], at=at)
+    documents.put_once(report_key(request_id, "audit.json"), canonical_json(audit), _JSON)
+    totals = results_totals(results.objects)
+    bucket, _ = split_s3_url(url)
+    updates: dict[str, Any] = {
+        "result": {
+            **totals,
+            "not_searched": len(gaps),
+            "results_url": s3_url(bucket, report_key(request_id, "results.json")),
+            "verification_url": s3_url(bucket, report_key(request_id, "verification.json")),
+        },
+        "certificate": {
+            "url": url,
+            "html_url": html_url,
+            "sha256": sha256_hex(envelope_bytes),
+            "key_id": str(envelope["signature"]["key_id"]),
+            "audit_url": s3_url(bucket, report_key(request_id, "audit.json")),
+        },
+    }
+    removed, purged = totals["rows_removed"], totals["versions_purged"]
+    done = f"{removed} row(s) removed, {purged} version(s) purged"
+    if not gaps:
+        ended = requests.transition(
+            request_id, ErasureStatus.COMPLETED, by=WORKFLOW, detail=done, updates=updates
+        )
+        return Certified(notification(ended), url)
+    updates["outcome"] = INCOMPLETE
+    updates["error"] = {"error": INCOMPLETE_ERROR, "cause": incomplete_cause(gaps)}
+    ended = requests.transition(
+        request_id,
+        ErasureStatus.FAILED,
+        by=WORKFLOW,
+        detail=f"{INCOMPLETE}: {len(gaps)} place(s) not fully searched; {done}",
+        updates=updates,
+    )
+    return Certified(notification(ended), url)
+
+
+def require_verified(request_id: str, results: EraseResults, verification: Verification) -> None:
+    """The verification must be this request's, cover exactly the erased objects, and have
+    found every one clean; otherwise nothing is certified."""
+    if verification.request_id != request_id or results.request_id != request_id:
+        raise VerificationMissingError(f"the documents of request {request_id} do not match it")
+    erased = {r.object_url for r in results.objects}
+    checked = {c.object_url for c in verification.objects}
+    if checked != erased:
+        raise VerificationMissingError(
+            f"request {request_id}: the verification covers {len(checked)} object(s), the "
+            f"erasure {len(erased)}: not certified"
+        )
+    if not verification.ok or verification.matching_rows:
+        raise VerificationMissingError(f"request {request_id} did not verify: not certified")
+
+
+def _signed_once(
+    documents: DocumentStore,
+    request_id: str,
+    build: Callable[[], ErasureCertificate],
+    signer: Signer,
+) -> tuple[dict[str, Any], bytes]:
+    """The request's one certificate envelope: signed and written once; a retry (the step
+    failed after writing it) finds and reuses it, so the audit record and the request name the
+    same signature."""
+    from lethe_shared.erasure.certificate import sign_certificate  # noqa: PLC0415
+
+    key = report_key(request_id, "certificate.json")
+    stored = documents.get(key)
+    if stored is None:
+        body = canonical_json(sign_certificate(build(), signer))
+        if documents.put_once(key, body, _JSON):
+            return json.loads(body), body
+        stored = documents.get(key)  # another attempt wrote it first
+        if stored is None:
+            raise VerificationMissingError(f"the certificate of {request_id} vanished")
+    return json.loads(stored), stored
+
+
+def _decision(record: ErasureRequest) -> tuple[str, datetime]:
+    approval = record.approval
+    decided_at = approval.get("decided_at") or record.updated_at
+    return str(approval.get("decided_by") or "unknown"), datetime.fromisoformat(str(decided_at))
+
+
+def _certificate(
+    record: ErasureRequest,
+    results: EraseResults,
+    verification: Verification,
+    gaps: tuple[NotSearched, ...],
+    at: datetime,
+) -> ErasureCertificate:
+    """The certificate: what was erased, the verification, and whether it was complete (every
+    place that was not fully searched)."""
+    from lethe_shared.erasure.certificate import (  # noqa: PLC0415
+        CertificateTotals,
+        CertificateVerification,
+        ErasedObject,
+        ErasureCertificate,
+        NotSearchedPlace,
+        ObjectVersion,
+    )
+
+    erased = tuple(
+        ErasedObject(
+            dataset_id=r.dataset_id,
+            zone=r.zone,
+            bucket=split_s3_url(r.object_url)[0],
+            key=split_s3_url(r.object_url)[1],
+            versions_before=tuple(
+                ObjectVersion(version_id=v.version_id, etag=v.etag) for v in r.versions_before
+            ),
+            version_after=(
+                ObjectVersion(version_id=r.version_after.version_id, etag=r.version_after.etag)
+                if r.version_after
+                else None
+            ),
+            rows_before=r.rows_before,
+            rows_removed=r.rows_removed,
+            rows_after=r.rows_after,
+            versions_purged=r.versions_purged,
+        )
+        for r in results.objects
+        if r.versions_before
+    )
+    approved_by, approved_at = _decision(record)
+    return ErasureCertificate(
+        certificate_id=f"cert-{record.request_id}",
+        request_id=record.request_id,
+        issued_at=at,
+        requested_by=record.requested_by,
+        approved_by=approved_by,
+        approved_at=approved_at,
+        report_sha256=str(record.report.get("manifest_sha256", "")),
+        subject_hashes=record.subject_hashes,
+        objects=erased,
+        totals=CertificateTotals.of(erased),
+        verification=CertificateVerification(
+            objects_verified=len(erased),  # require_verified: the verification covers them
+            matching_rows_found=verification.matching_rows,
+            verified_at=datetime.fromisoformat(verification.verified_at),
+        ),
+        complete=not gaps,
+        not_searched=tuple(
+            NotSearchedPlace(
+                dataset_id=g.dataset_id,
+                bucket=split_s3_url(g.object_url)[0],
+                key=split_s3_url(g.object_url)[1],
+                version_id=g.version_id,
+                reason=g.reason,
+                count=g.count,
+                detail=g.detail,
+            )
+            for g in gaps
+        ),
+    )
+
+
+def _audit(
+    record: ErasureRequest,
+    results: EraseResults,
+    verification: Verification,
+    *,
+    gaps: tuple[NotSearched, ...],
+    signature: Mapping[str, Any],
+    at: datetime,
+) -> dict[str, Any]:
+    """The append-only audit record: who asked, who decided, when, what the report was, and
+    per object its versions before and after and the row counts; whether the erasure was
+    complete, and every place that was not fully searched. Hashed ids only."""
+    approved_by, approved_at = _decision(record)
+    return {
+        "request_id": record.request_id,
+        "requested_by": record.requested_by,
+        "reason": record.reason,
+        "subject_hashes": list(record.subject_hashes),
+        "subject_count": record.subject_count,
+        "approved_by": approved_by,
+        "approved_at": approved_at.isoformat(),
+        "report_sha256": record.report.get("manifest_sha256", ""),
+        "history": [h.model_dump(mode="json") for h in record.history],
+        "objects": [json.loads(r.model_dump_json()) for r in results.objects],
+        "verification": {"ok": verification.ok, "verified_at": verification.verified_at},
+        "complete": not gaps,
+        "outcome": INCOMPLETE if gaps else ErasureStatus.COMPLETED.value,
+        "not_searched": [g.model_dump(mode="json") for g in gaps],
+        "certificate_signature": dict(signature),
+        "completed_at": at.isoformat(),
+    }

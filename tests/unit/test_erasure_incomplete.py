@@ -1,0 +1,372 @@
+"""Erasure fails closed, end to end after the erase job (lethe_shared.erasure.completion through
+workflow.certify, and the certificate): a request whose results name a place that was not fully
+searched is never COMPLETED. Its audit record and signed certificate (`complete: false`) still
+say what was erased and list every gap; the request ends FAILED with outcome INCOMPLETE, and
+its notification says so. A request without a gap completes as before, `complete: true`.
+Certificates signed before these fields existed still verify."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from datetime import timedelta
+from html.parser import HTMLParser
+from typing import Any
+
+import pytest
+
+from lethe_shared.erasure import certificate as cf
+from lethe_shared.erasure.report import NotSearched, ObjectResult, report_key
+from lethe_shared.erasure.requests import ErasureStatus, RequestClosedError
+from lethe_shared.erasure.workflow import VerificationMissingError, certify, mark
+from tests.fakes import MemoryErasureRequests
+from tests.unit.test_certificate import MemorySigner, make_certificate
+from tests.unit.test_erasure_workflow import (
+    CLEAN,
+    DELETED,
+    H_SECRET,
+    LAKE,
+    LAKE_KEY,
+    LAKE_URL,
+    RAW,
+    RAW_KEY,
+    RAW_URL,
+    REPORTS,
+    REWRITTEN,
+    RID,
+    SECRET,
+    T0,
+    EcdsaSigner,
+    MemoryDocuments,
+    _results,
+    _verification,
+    advance,
+    filed,
+    no_raw_id,
+)
+
+pytestmark = pytest.mark.lambda_runtime
+
+UNPARSEABLE = NotSearched(
+    object_url=RAW_URL,
+    version_id="v4",
+    dataset_id="reviews",
+    reason="unparseable_records",
+    count=1,
+    detail="1 record(s) that could not be parsed are kept as they are, their subjects unread "
+    "(first at line 3)",
+)
+MISSING = NotSearched(
+    object_url=LAKE_URL,
+    version_id="v2",
+    dataset_id="reviews",
+    reason="missing_subject_column",
+    count=5,
+    detail="no field is subject column 'user_id' (exactly, or as its one case variant): 5 "
+    "row(s) could not be matched",
+)
+DIFFERS = NotSearched(
+    object_url=LAKE_URL,
+    version_id="v2",
+    dataset_id="reviews",
+    reason="rows_differ_from_index",
+    count=2,
+    detail="the index counted 2 row(s) of 1 subject(s) in this version, erasure matched 0; "
+    "1 subject(s) differ",
+)
+# The raw object kept a line it could not parse (it still removed the subject's row); the lake
+# object lacks the subject column, so nothing of it was searched.
+RAW_WITH_GAP = REWRITTEN.model_copy(
+    update={
+        "object_url": RAW_URL,
+        "version_after": REWRITTEN.version_after.model_copy(update={"version_id": "v4"})
+        if REWRITTEN.version_after
+        else None,
+        "not_searched": (UNPARSEABLE,),
+    }
+)
+LAKE_INCOMPLETE = ObjectResult(
+    object_url=LAKE_URL,
+    dataset_id="reviews",
+    zone=REWRITTEN.zone,
+    action="incomplete",
+    versions_before=REWRITTEN.versions_before,
+    version_after=REWRITTEN.versions_before[0],
+    rows_before=5,
+    rows_removed=0,
+    rows_after=5,
+    versions_purged=1,
+    not_searched=(MISSING, DIFFERS),
+)
+
+
+@pytest.fixture
+def requests() -> MemoryErasureRequests:
+    store = MemoryErasureRequests()
+    filed(store)
+    advance(
+        store, ErasureStatus.REPORTED, ErasureStatus.AWAITING_APPROVAL,
+        ErasureStatus.APPROVED, ErasureStatus.ERASING,
+    )  # fmt: skip
+    return store
+
+
+def _erased(*objects: ObjectResult) -> MemoryDocuments:
+    documents = MemoryDocuments()
+    documents.put(report_key(RID, "results.json"), _results(*objects), "application/json")
+    return documents
+
+
+def _clean_verification(documents: MemoryDocuments) -> None:
+    documents.put(report_key(RID, "verification.json"), _verification(*CLEAN), "x")
+
+
+# ------------------------------------------------------------------ certify
+
+
+def test_a_request_with_places_not_fully_searched_fails_incomplete_with_a_signed_account(
+    requests: MemoryErasureRequests,
+) -> None:
+    # Given results where the raw object kept an unparseable line and the lake object lacked
+    # the subject column (and matched fewer rows than the index counted), verified clean
+    documents = _erased(LAKE_INCOMPLETE, RAW_WITH_GAP)
+    _clean_verification(documents)
+    signer = EcdsaSigner()
+
+    # When the workflow certifies the request
+    certified = certify(
+        RID, requests=requests, documents=documents, signer=signer, now=T0 + timedelta(hours=4)
+    )
+
+    # Then the request is not COMPLETED: FAILED, outcome INCOMPLETE, an error with the count
+    record = requests.get(RID)
+    assert record is not None
+    assert (record.status, record.outcome) == (ErasureStatus.FAILED, "INCOMPLETE")
+    assert record.error["error"] == "ErasureIncomplete"
+    assert record.error["cause"].startswith(
+        "3 place(s) were not fully searched for the subjects (missing_subject_column: 1, "
+        "rows_differ_from_index: 1, unparseable_records: 1)"
+    )
+    assert record.history[-1].detail.startswith("INCOMPLETE: 3 place(s) not fully searched")
+    assert record.result["not_searched"] == 3
+    assert record.result["rows_removed"] == 2
+    assert record.certificate["url"] == f"s3://{REPORTS}/erasure/{RID}/certificate.json"
+    assert RAW_KEY not in json.dumps(record.public())  # keys stay in the documents
+    # and the signed certificate says complete: false and names every gap
+    envelope = documents.json("certificate.json")
+    certificate = cf.verify_envelope(envelope, signer).certificate
+    assert certificate.complete is False
+    assert [
+        (g.bucket, g.key, g.version_id, g.reason, g.count) for g in certificate.not_searched
+    ] == [
+        (LAKE, LAKE_KEY, "v2", "missing_subject_column", 5),
+        (LAKE, LAKE_KEY, "v2", "rows_differ_from_index", 2),
+        (RAW, RAW_KEY, "v4", "unparseable_records", 1),
+    ]
+    assert certificate.not_searched[2].detail == UNPARSEABLE.detail
+    assert certificate.not_searched[2].dataset_id == "reviews"
+    assert certificate.subject_hashes == (H_SECRET,)
+    assert certificate.totals.rows_removed == 2
+    # and the audit record, written once, says it too
+    audit = documents.json("audit.json")
+    assert (audit["complete"], audit["outcome"]) == (False, "INCOMPLETE")
+    assert [g["reason"] for g in audit["not_searched"]] == [
+        "missing_subject_column", "rows_differ_from_index", "unparseable_records",
+    ]  # fmt: skip
+    assert audit["certificate_signature"] == envelope["signature"]
+    # and the page shows the gaps
+    page = documents.bodies[report_key(RID, "certificate.html")].decode()
+    assert 'id="incomplete"' in page
+    assert 'data-complete="false"' in page
+    assert page.count('<tr><td>reviews</td><td class="mono">s3://') == 3
+    # and the notification: FAILED, outcome INCOMPLETE, the certificate; no id, no hash
+    note = certified.notification
+    assert (note["status"], note["outcome"], note["error"]) == (
+        "FAILED", "INCOMPLETE", "ErasureIncomplete",
+    )  # fmt: skip
+    assert note["certificate"] == certified.certificate_url
+    assert not certified.complete
+    assert H_SECRET not in json.dumps(note)
+    for body in documents.bodies.values():
+        assert no_raw_id(body.decode())
+
+
+def test_a_request_without_a_gap_completes_with_a_complete_certificate(
+    requests: MemoryErasureRequests,
+) -> None:
+    documents = _erased(REWRITTEN, DELETED)
+    _clean_verification(documents)
+    signer = EcdsaSigner()
+
+    certified = certify(RID, requests=requests, documents=documents, signer=signer)
+
+    record = requests.get(RID)
+    assert record is not None
+    assert (record.status, record.outcome, record.error) == (ErasureStatus.COMPLETED, "", {})
+    assert record.result["not_searched"] == 0
+    certificate = cf.verify_envelope(documents.json("certificate.json"), signer).certificate
+    assert (certificate.complete, certificate.not_searched) == (True, ())
+    assert documents.json("certificate.json")["certificate"]["complete"] is True
+    assert (documents.json("audit.json")["complete"], certified.complete) == (True, True)
+    assert certified.notification["outcome"] == "COMPLETED"
+
+
+def test_a_gap_never_excuses_a_failed_verification(requests: MemoryErasureRequests) -> None:
+    documents = _erased(LAKE_INCOMPLETE, RAW_WITH_GAP)
+    dirty = CLEAN[0].model_copy(update={"ok": False, "matching_rows": 1})
+    documents.put(report_key(RID, "verification.json"), _verification(dirty, CLEAN[1]), "x")
+
+    with pytest.raises(VerificationMissingError, match="did not verify"):
+        certify(RID, requests=requests, documents=documents, signer=EcdsaSigner())
+
+    assert report_key(RID, "certificate.json") not in documents.bodies
+    record = requests.get(RID)
+    assert record is not None
+    assert record.status is ErasureStatus.ERASING
+
+
+def test_an_incomplete_request_is_closed_a_retry_changes_nothing(
+    requests: MemoryErasureRequests,
+) -> None:
+    documents = _erased(LAKE_INCOMPLETE, RAW_WITH_GAP)
+    _clean_verification(documents)
+    signer = EcdsaSigner()
+    certify(RID, requests=requests, documents=documents, signer=signer)
+    audit = documents.bodies[report_key(RID, "audit.json")]
+
+    with pytest.raises(RequestClosedError, match="FAILED"):
+        certify(RID, requests=requests, documents=documents, signer=signer)
+    # the workflow's catch then marks FAILED: the request is left as it is, notified again
+    again = mark(RID, ErasureStatus.FAILED, requests=requests, error={"error": "X", "cause": ""})
+
+    assert documents.bodies[report_key(RID, "audit.json")] == audit
+    assert (again["status"], again["outcome"], again["error"]) == (
+        "FAILED", "INCOMPLETE", "ErasureIncomplete",
+    )  # fmt: skip
+
+
+def test_no_raw_id_in_an_incomplete_account(requests: MemoryErasureRequests) -> None:
+    documents = _erased(LAKE_INCOMPLETE, RAW_WITH_GAP)
+    _clean_verification(documents)
+    certify(RID, requests=requests, documents=documents, signer=EcdsaSigner())
+
+    record = requests.get(RID)
+    assert record is not None
+    assert SECRET not in json.dumps(record.public())
+
+
+# ------------------------------------------------------------------ the certificate
+
+
+def _gap(**overrides: Any) -> dict[str, Any]:
+    return {
+        "dataset_id": "reviews",
+        "bucket": "lethe-raw",
+        "key": "reviews/2026/11/01/a.jsonl",
+        "version_id": "v9",
+        "reason": "unparseable_records",
+        "count": 2,
+        "detail": "2 record(s) that could not be parsed are kept as they are",
+    } | overrides
+
+
+def test_a_certificate_is_complete_exactly_when_it_lists_no_gap() -> None:
+    assert make_certificate().complete is True
+    incomplete = make_certificate(complete=False, not_searched=[_gap()])
+    assert incomplete.not_searched[0].reason == "unparseable_records"
+    with pytest.raises(ValueError, match="complete exactly"):
+        make_certificate(complete=False)
+    with pytest.raises(ValueError, match="complete exactly"):
+        make_certificate(not_searched=[_gap()])
+    with pytest.raises(ValueError, match="pattern"):
+        make_certificate(complete=False, not_searched=[_gap(reason="Not A Reason")])
+
+
+def test_a_certificate_signed_before_completeness_existed_still_verifies() -> None:
+    # Given an envelope signed over a document without `complete` and `not_searched`
+    signer = MemorySigner()
+    document = make_certificate().model_dump(mode="json")
+    del document["complete"], document["not_searched"]
+    digest = cf.certificate_digest(document)
+    envelope = {
+        "certificate": document,
+        "signature": {
+            "algorithm": cf.SIGNING_ALGORITHM,
+            "key_id": signer.key_id,
+            "digest_sha256": digest.hex(),
+            "value": base64.b64encode(signer.sign(digest)).decode(),
+        },
+    }
+
+    # Then it verifies, online and offline, and reads as complete with no gap
+    verified = cf.verify_envelope(envelope, signer)
+    assert (verified.certificate.complete, verified.certificate.not_searched) == (True, ())
+    assert (
+        cf.verify_envelope_offline(envelope, signer.public_key_der()).digest_sha256 == digest.hex()
+    )
+    # and its page says completeness was not recorded, rather than claiming it
+    page = cf.render_certificate_html(envelope)
+    assert 'data-complete=""' in page
+    # and adding the fields afterwards breaks the signature, as any change does
+    altered = copy.deepcopy(envelope)
+    altered["certificate"]["complete"] = True
+    with pytest.raises(cf.CertificateInvalidError, match="digest-mismatch"):
+        cf.verify_envelope(altered, signer)
+
+
+def test_removing_a_gap_from_a_signed_certificate_breaks_it() -> None:
+    signer = MemorySigner()
+    cert = make_certificate(complete=False, not_searched=[_gap(), _gap(key="other.jsonl")])
+    envelope = cf.sign_certificate(cert, signer)
+    assert cf.verify_envelope(envelope, signer).certificate.complete is False
+
+    tampered = copy.deepcopy(envelope)
+    tampered["certificate"]["not_searched"].pop()
+    with pytest.raises(cf.CertificateInvalidError, match="digest-mismatch"):
+        cf.verify_envelope(tampered, signer)
+    claimed = copy.deepcopy(envelope)
+    claimed["certificate"].update(complete=True, not_searched=[])
+    with pytest.raises(cf.CertificateInvalidError, match="digest-mismatch"):
+        cf.verify_envelope(claimed, signer)
+
+
+class _Cells(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.table: str | None = None
+        self.rows: list[list[str]] = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "table":
+            self.table = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "table":
+            self.table = dict(attrs).get("id")
+        elif tag == "tr" and self.table == "not-searched":
+            self.rows.append([])
+
+    def handle_data(self, data: str) -> None:
+        if self.table == "not-searched" and self.rows and data.strip():
+            self.rows[-1].append(data)
+
+
+def test_the_page_of_an_incomplete_certificate_lists_every_gap_escaped() -> None:
+    gaps = [_gap(), _gap(reason="missing_subject_column", key="<b>x</b>.csv", count=0)]
+    envelope = cf.sign_certificate(
+        make_certificate(complete=False, not_searched=gaps), MemorySigner()
+    )
+
+    page = cf.render_certificate_html(envelope)
+
+    assert "INCOMPLETE erasure" in page
+    assert "<b>x</b>" not in page
+    cells = _Cells()
+    cells.feed(page)
+    assert cells.rows[1:] == [
+        ["reviews", "s3://lethe-raw/reviews/2026/11/01/a.jsonl", "v9", "unparseable_records", "2",
+         "2 record(s) that could not be parsed are kept as they are"],
+        ["reviews", "s3://lethe-raw/<b>x</b>.csv", "v9", "missing_subject_column", "0",
+         "2 record(s) that could not be parsed are kept as they are"],
+    ]  # fmt: skip
