@@ -11,7 +11,7 @@ written once (an S3 conditional write).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -25,6 +25,7 @@ from lethe_shared.erasure.report import (
     ReportSummary,
     Verification,
     build_manifest,
+    canonical_json,
     dataset_counts,
     report_key,
     sha256_hex,
