@@ -23,8 +23,10 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
+from botocore.exceptions import ClientError
 from pydantic import Field
 
+from lethe_shared.aws.errors import error_code
 from lethe_shared.aws.s3 import S3ObjectStore
 from lethe_shared.aws.wiring import Aws, wiring
 from lethe_shared.catalog.zones import Buckets
@@ -81,6 +83,18 @@ class BadRequestError(Exception):
     """The request itself (not the document) is unusable."""
 
 
+class ReindexNotStartedError(Exception):
+    """The document is registered, but the re-index of its new generation did not start."""
+
+    def __init__(self, summary: dict[str, Any], code: str) -> None:
+        self.summary = summary
+        super().__init__(
+            f"the document is registered (version {summary['version']}, matching generation "
+            f"{summary['generation']}), but its re-index could not be started ({code or 'error'}): "
+            "PUT the same document again to start it"
+        )
+
+
 def dataset_of_request(dataset_id: str, body: str | None) -> Dataset:
     """The dataset a PUT's body registers under the path's dataset_id: BadRequestError for a body
     that is not JSON or names another dataset, DatasetValidationError for an invalid document."""
@@ -108,7 +122,10 @@ def put_dataset(dataset_id: str) -> Response[str]:
     registration = registered.registration
     body = {"dataset": dataset.document(), **registration.summary()}
     if registration.reindex_pending:
-        reindex = deps.reindexer.start(dataset_id, registration.matching_generation)
+        try:
+            reindex = deps.reindexer.start(dataset_id, registration.matching_generation)
+        except ClientError as exc:  # registered; the next PUT of it starts the re-index
+            raise ReindexNotStartedError(registration.summary(), error_code(exc)) from exc
         body["reindex"] = reindex.answer()
     logger.info(
         "dataset registered",
@@ -144,6 +161,12 @@ def _bad_request(exc: BadRequestError) -> Response[str]:
 @app.exception_handler(BucketVersioningError)
 def _unversioned(exc: BucketVersioningError) -> Response[str]:
     return _json(409, {"message": str(exc)})
+
+
+@app.exception_handler(ReindexNotStartedError)
+def _reindex_not_started(exc: ReindexNotStartedError) -> Response[str]:
+    logger.error("re-index not started", extra={"error": str(exc)})
+    return _json(503, {"message": str(exc), **exc.summary})
 
 
 @app.exception_handler(RegistryConflictError)

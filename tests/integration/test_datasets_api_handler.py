@@ -292,3 +292,38 @@ def test_a_dataset_registered_before_generations_is_taken_as_indexed(
     assert "reindex" not in same[1]
     assert (changed[1]["generation"], changed[1]["indexed_generation"]) == (2, 1)
     assert [e["name"] for e in _executions(backfill_machine)] == ["reviews-reindex-g2"]
+
+
+def test_a_reindex_that_cannot_start_is_started_by_the_next_put(
+    app: Any,
+    lethe_buckets: Callable[..., None],
+    load_event: Event,
+    lambda_context: FakeLambdaContext,
+) -> None:
+    lethe_buckets()
+    _put(app, load_event, lambda_context)
+
+    # no backfill machine yet: StartExecution fails after the registry took generation 2
+    status, body = _put(app, load_event, lambda_context, subject_columns=["text"])
+
+    assert status == 503
+    assert (body["generation"], body["indexed_generation"]) == (2, 1)
+    assert body["message"].startswith(
+        "the document is registered (version 2, matching generation 2), but its re-index could "
+        "not be started (StateMachineDoesNotExist)"
+    )
+
+    sfn = boto3.client("stepfunctions", region_name="us-east-1")
+    sfn.create_state_machine(
+        name="lethe-local-index-backfill",
+        definition=json.dumps(
+            {"StartAt": "Done", "States": {"Done": {"Type": "Pass", "End": True}}}
+        ),
+        roleArn="arn:aws:iam::123456789012:role/lethe-local-index-backfill",
+    )
+    retried = _put(app, load_event, lambda_context, subject_columns=["text"])
+
+    assert retried[0] == 200
+    assert retried[1]["generation"] == 2  # the same generation: no second bump
+    assert retried[1]["reindex"]["name"] == "reviews-reindex-g2"
+    assert [e["name"] for e in _executions(sfn)] == ["reviews-reindex-g2"]
