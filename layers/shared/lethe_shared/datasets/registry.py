@@ -126,7 +126,7 @@ def registration_of_item(item: dict[str, Any]) -> Registration:
     if "matching_generation" in item:
         matching = int(item["matching_generation"])
         generations = Generations(
-            fingerprint=str(item["matching_fingerprint"]),
+            fingerprint=str(item.get("matching_fingerprint", "")),  # none: the next PUT bumps
             matching=matching,
             indexed=int(item.get("indexed_generation", 0)),  # none recorded: not indexed
         )
