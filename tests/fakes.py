@@ -5,6 +5,7 @@ this module is type-checked strictly (`make mypy`), so a fake cannot drift from 
 assignments at the bottom fail mypy when a method is missing or has another signature.
 
     DatasetRegistry  lethe_shared.datasets.registry   DynamoDatasetRegistry   MemoryRegistry
+    Registrations    lethe_shared.datasets.registry   DynamoDatasetRegistry   MemoryRegistry
     ObjectCatalog    lethe_shared.catalog.object_catalog    DynamoObjectCatalog     MemoryCatalog
     SubjectIndex     lethe_shared.index.subject_index   DynamoSubjectIndex      MemoryIndex
     ObjectStore      lethe_shared.aws.s3         S3ObjectStore           MemoryObjectStore
@@ -36,7 +37,8 @@ from lethe_shared.catalog.object_catalog import (
     latest,
 )
 from lethe_shared.datasets.document import Dataset
-from lethe_shared.datasets.registry import DatasetRegistry
+from lethe_shared.datasets.matching import Generations, matching_fingerprint, next_generations
+from lethe_shared.datasets.registry import DatasetRegistry, Registration, Registrations
 from lethe_shared.erasure.requests import (
     ALLOWED_FROM,
     ApprovalLink,
@@ -57,11 +59,16 @@ from lethe_shared.ingestion.starter import IngestionStarter, ingestion_execution
 
 
 class MemoryRegistry:
-    """DatasetRegistry in a dict."""
+    """DatasetRegistry in a dict, with the matching generations of DynamoDatasetRegistry (a
+    dataset given to the constructor is generation 1, indexed, as an item from before
+    generations is read)."""
 
     def __init__(self, *datasets: Dataset) -> None:
         self.datasets = {d.dataset_id: d for d in datasets}
         self.versions: dict[str, int] = {}
+        self.generations: dict[str, Generations] = {
+            d.dataset_id: Generations(matching_fingerprint(d), 1, 1) for d in datasets
+        }
 
     def get(self, dataset_id: str) -> Dataset | None:
         return self.datasets.get(dataset_id)
@@ -69,7 +76,24 @@ class MemoryRegistry:
     def put(self, dataset: Dataset) -> int:
         self.datasets[dataset.dataset_id] = dataset
         self.versions[dataset.dataset_id] = self.versions.get(dataset.dataset_id, 0) + 1
+        self.generations[dataset.dataset_id] = next_generations(
+            self.generations.get(dataset.dataset_id), matching_fingerprint(dataset)
+        )
         return self.versions[dataset.dataset_id]
+
+    def registration(self, dataset_id: str) -> Registration | None:
+        dataset = self.datasets.get(dataset_id)
+        if dataset is None:
+            return None
+        return Registration(dataset, self.versions.get(dataset_id, 0), self.generations[dataset_id])
+
+    def record_indexed(self, dataset_id: str, generation: int) -> bool:
+        """What the backfill's "Record Indexed Generation" does: only for the current one."""
+        current = self.generations.get(dataset_id)
+        if current is None or current.matching != generation:
+            return False
+        self.generations[dataset_id] = Generations(current.fingerprint, generation, generation)
+        return True
 
     def list(self) -> Iterator[Dataset]:
         return iter(list(self.datasets.values()))
@@ -538,6 +562,7 @@ class MemoryApprovals:
 
 # Each fake is its port: mypy checks these assignments (make mypy).
 _registry: DatasetRegistry = MemoryRegistry()
+_registrations: Registrations = MemoryRegistry()
 _catalog: ObjectCatalog = MemoryCatalog()
 _index: SubjectIndex = MemoryIndex()
 _objects: ObjectStore = MemoryObjectStore()

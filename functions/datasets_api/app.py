@@ -2,6 +2,15 @@
 
 PUT registers or replaces a dataset document (docs/DATASETS.md) after full validation; the
 answer lists every problem of an invalid document at once. GET returns the stored document.
+
+Both answer the registry's fields besides the document: `version`, the matching `generation`,
+the `indexed_generation` the subject index was built for, and the `matching_fingerprint`
+(lethe_shared.datasets.matching). A PUT that changes the matching fingerprint of an existing
+dataset starts its re-index (the index backfill state machine, forced, for the new generation,
+named by dataset and generation: lethe_shared.datasets.reindex); so does any PUT while a
+re-index of the current generation is still pending (a retry after a lost answer, which finds
+the same execution instead of starting another). Its answer then has `reindex`: `{execution,
+name, generation, status}`. New erasure requests that reach the dataset wait until it completes.
 """
 
 from __future__ import annotations
@@ -14,14 +23,17 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
+from botocore.exceptions import ClientError
 from pydantic import Field
 
+from lethe_shared.aws.errors import error_code
 from lethe_shared.aws.s3 import S3ObjectStore
 from lethe_shared.aws.wiring import Aws, wiring
 from lethe_shared.catalog.zones import Buckets
 from lethe_shared.config import Settings
 from lethe_shared.datasets.document import Dataset, parse_dataset
-from lethe_shared.datasets.registry import DynamoDatasetRegistry
+from lethe_shared.datasets.registry import DynamoDatasetRegistry, RegistryConflictError
+from lethe_shared.datasets.reindex import StepFunctionsReindexer
 from lethe_shared.errors import BucketVersioningError, DatasetNotFoundError, DatasetValidationError
 
 logger = Logger()
@@ -34,6 +46,9 @@ class DatasetsApiSettings(Settings):
     datasets_table: str = Field(alias="DATASETS_TABLE", min_length=1)
     raw_bucket: str = Field(alias="RAW_BUCKET", min_length=3)
     lake_bucket: str = Field(alias="LAKE_BUCKET", min_length=3)
+    index_backfill_state_machine_arn: str = Field(
+        alias="INDEX_BACKFILL_STATE_MACHINE_ARN", pattern=r"^arn:[^:]+:states:.+:stateMachine:.+"
+    )
 
 
 @dataclass(frozen=True)
@@ -41,6 +56,7 @@ class _Dependencies:
     registry: DynamoDatasetRegistry
     objects: S3ObjectStore
     buckets: Buckets
+    reindexer: StepFunctionsReindexer
 
 
 def _build(settings: DatasetsApiSettings, aws: Aws) -> _Dependencies:
@@ -48,6 +64,9 @@ def _build(settings: DatasetsApiSettings, aws: Aws) -> _Dependencies:
         registry=DynamoDatasetRegistry(aws.table(settings.datasets_table)),
         objects=S3ObjectStore(aws.client("s3")),
         buckets=Buckets(raw=settings.raw_bucket, lake=settings.lake_bucket),
+        reindexer=StepFunctionsReindexer(
+            aws.client("stepfunctions"), settings.index_backfill_state_machine_arn
+        ),
     )
 
 
@@ -62,6 +81,18 @@ def _json(status: int, body: dict[str, Any]) -> Response[str]:
 
 class BadRequestError(Exception):
     """The request itself (not the document) is unusable."""
+
+
+class ReindexNotStartedError(Exception):
+    """The document is registered, but the re-index of its new generation did not start."""
+
+    def __init__(self, summary: dict[str, Any], code: str) -> None:
+        self.summary = summary
+        super().__init__(
+            f"the document is registered (version {summary['version']}, matching generation "
+            f"{summary['generation']}), but its re-index could not be started ({code or 'error'}): "
+            "PUT the same document again to start it"
+        )
 
 
 def dataset_of_request(dataset_id: str, body: str | None) -> Dataset:
@@ -87,16 +118,34 @@ def put_dataset(dataset_id: str) -> Response[str]:
     dataset = dataset_of_request(dataset_id, app.current_event.body)
     deps = _dependencies()
     deps.objects.require_versioning(deps.buckets.names)
-    version = deps.registry.put(dataset)
-    logger.info("dataset registered", extra={"dataset_id": dataset_id, "version": version})
-    return _json(201 if version == 1 else 200, {"dataset": dataset.document(), "version": version})
+    registered = deps.registry.register(dataset)
+    registration = registered.registration
+    body = {"dataset": dataset.document(), **registration.summary()}
+    if registration.reindex_pending:
+        try:
+            reindex = deps.reindexer.start(dataset_id, registration.matching_generation)
+        except ClientError as exc:  # registered; the next PUT of it starts the re-index
+            raise ReindexNotStartedError(registration.summary(), error_code(exc)) from exc
+        body["reindex"] = reindex.answer()
+    logger.info(
+        "dataset registered",
+        extra={
+            "dataset_id": dataset_id,
+            "version": registration.version,
+            "generation": registration.matching_generation,
+            "generation_changed": registered.generation_changed,
+            "indexed_generation": registration.indexed_generation,
+            "reindex": body.get("reindex"),
+        },
+    )
+    return _json(201 if registered.created else 200, body)
 
 
 @app.get("/datasets/<dataset_id>")
 @tracer.capture_method
 def get_dataset(dataset_id: str) -> Response[str]:
-    dataset = _dependencies().registry.require(dataset_id)
-    return _json(200, {"dataset": dataset.document()})
+    registration = _dependencies().registry.require_registration(dataset_id)
+    return _json(200, {"dataset": registration.dataset.document(), **registration.summary()})
 
 
 @app.exception_handler(DatasetValidationError)
@@ -111,6 +160,17 @@ def _bad_request(exc: BadRequestError) -> Response[str]:
 
 @app.exception_handler(BucketVersioningError)
 def _unversioned(exc: BucketVersioningError) -> Response[str]:
+    return _json(409, {"message": str(exc)})
+
+
+@app.exception_handler(ReindexNotStartedError)
+def _reindex_not_started(exc: ReindexNotStartedError) -> Response[str]:
+    logger.error("re-index not started", extra={"error": str(exc)})
+    return _json(503, {"message": str(exc), **exc.summary})
+
+
+@app.exception_handler(RegistryConflictError)
+def _conflict(exc: RegistryConflictError) -> Response[str]:
     return _json(409, {"message": str(exc)})
 
 

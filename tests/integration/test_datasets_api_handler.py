@@ -6,6 +6,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import boto3
 import pytest
 
 from tests.conftest import FakeLambdaContext, load_function_module
@@ -129,3 +130,200 @@ def test_get_unknown_dataset_is_404(
         404,
         {"message": "dataset 'reviews' is not registered"},
     )
+
+
+# ------------------------------------------------------------ matching generation, re-index
+
+BACKFILL = "arn:aws:states:us-east-1:123456789012:stateMachine:lethe-local-index-backfill"
+
+
+@pytest.fixture
+def backfill_machine(aws: None) -> Any:
+    """The index backfill state machine under the name env.json gives the function (moto keeps
+    executions RUNNING: nothing is executed in-process)."""
+    sfn = boto3.client("stepfunctions", region_name="us-east-1")
+    created = sfn.create_state_machine(
+        name="lethe-local-index-backfill",
+        definition=json.dumps(
+            {"StartAt": "Done", "States": {"Done": {"Type": "Pass", "End": True}}}
+        ),
+        roleArn="arn:aws:iam::123456789012:role/lethe-local-index-backfill",
+    )
+    assert created["stateMachineArn"] == BACKFILL
+    return sfn
+
+
+def _put(app: Any, load_event: Event, ctx: FakeLambdaContext, **changes: Any) -> tuple[int, Any]:
+    event = load_event("datasets_api_put.json")
+    event["body"] = json.dumps({**json.loads(event["body"]), **changes})
+    return _call(app, event, ctx)
+
+
+def _executions(sfn: Any) -> list[dict[str, Any]]:
+    listed = sfn.list_executions(stateMachineArn=BACKFILL)["executions"]
+    return [
+        {
+            "name": e["name"],
+            "input": json.loads(sfn.describe_execution(executionArn=e["executionArn"])["input"]),
+        }
+        for e in listed
+    ]
+
+
+def test_a_new_dataset_is_generation_one_indexed_and_starts_nothing(
+    app: Any,
+    lethe_buckets: Callable[..., None],
+    backfill_machine: Any,
+    load_event: Event,
+    lambda_context: FakeLambdaContext,
+) -> None:
+    lethe_buckets()
+
+    status, body = _put(app, load_event, lambda_context)
+    got = _call(app, load_event("datasets_api_get.json"), lambda_context)
+
+    assert status == 201
+    assert (body["version"], body["generation"], body["indexed_generation"]) == (1, 1, 1)
+    assert len(body["matching_fingerprint"]) == 32
+    assert "reindex" not in body
+    assert _executions(backfill_machine) == []
+    assert got[0] == 200
+    assert {k: got[1][k] for k in ("version", "generation", "indexed_generation")} == {
+        "version": 1,
+        "generation": 1,
+        "indexed_generation": 1,
+    }
+
+
+def test_a_put_changing_subject_columns_starts_exactly_one_reindex(
+    app: Any,
+    lethe_buckets: Callable[..., None],
+    backfill_machine: Any,
+    load_event: Event,
+    lambda_context: FakeLambdaContext,
+) -> None:
+    lethe_buckets()
+    _put(app, load_event, lambda_context)
+    unchanged = _put(app, load_event, lambda_context)
+
+    changed = _put(app, load_event, lambda_context, subject_columns=["text"])
+    retried = _put(app, load_event, lambda_context, subject_columns=["text"])
+    described = _put(
+        app, load_event, lambda_context, subject_columns=["text"], description="free text only"
+    )
+
+    assert (unchanged[1]["generation"], "reindex" in unchanged[1]) == (1, False)
+    status, body = changed
+    assert status == 200
+    assert (body["version"], body["generation"], body["indexed_generation"]) == (3, 2, 1)
+    execution = f"{BACKFILL.replace(':stateMachine:', ':execution:')}:reviews-reindex-g2"
+    assert body["reindex"] == {
+        "execution": execution,
+        "name": "reviews-reindex-g2",
+        "generation": 2,
+        "status": "RUNNING",
+    }
+    # one execution, named by dataset and generation, a forced backfill of the whole dataset
+    assert _executions(backfill_machine) == [
+        {
+            "name": "reviews-reindex-g2",
+            "input": {"dataset_id": "reviews", "force": True, "generation": 2},
+        }
+    ]
+    # the same document again, or one that differs only in free text: no new generation and
+    # no second execution; the answer still names the pending re-index
+    for again in (retried, described):
+        assert again[0] == 200
+        assert (again[1]["generation"], again[1]["indexed_generation"]) == (2, 1)
+        assert again[1]["reindex"]["execution"] == execution
+    assert len(_executions(backfill_machine)) == 1
+
+
+def test_once_the_generation_is_recorded_a_put_starts_nothing(
+    app: Any,
+    lethe_buckets: Callable[..., None],
+    backfill_machine: Any,
+    load_event: Event,
+    lambda_context: FakeLambdaContext,
+    lethe_tables: dict[str, Any],
+) -> None:
+    lethe_buckets()
+    _put(app, load_event, lambda_context)
+    _put(app, load_event, lambda_context, subject_columns=["text"])
+    # what the backfill's last state does when generation 2 succeeded
+    lethe_tables["DatasetsTable"].update_item(
+        Key={"dataset_id": "reviews"},
+        UpdateExpression="SET indexed_generation = :g",
+        ConditionExpression="matching_generation = :g",
+        ExpressionAttributeValues={":g": 2},
+    )
+
+    status, body = _put(app, load_event, lambda_context, subject_columns=["text"])
+    changed = _put(app, load_event, lambda_context, partition_by=[])
+
+    assert (status, body["generation"], body["indexed_generation"]) == (200, 2, 2)
+    assert "reindex" not in body
+    assert (changed[1]["generation"], changed[1]["indexed_generation"]) == (3, 2)
+    assert changed[1]["reindex"]["name"] == "reviews-reindex-g3"
+    assert sorted(e["name"] for e in _executions(backfill_machine)) == [
+        "reviews-reindex-g2",
+        "reviews-reindex-g3",
+    ]
+
+
+def test_a_dataset_registered_before_generations_is_taken_as_indexed(
+    app: Any,
+    lethe_buckets: Callable[..., None],
+    backfill_machine: Any,
+    load_event: Event,
+    lambda_context: FakeLambdaContext,
+    lethe_tables: dict[str, Any],
+) -> None:
+    lethe_buckets()
+    document = json.loads(load_event("datasets_api_put.json")["body"])
+    lethe_tables["DatasetsTable"].put_item(
+        Item={"dataset_id": "reviews", "document": json.dumps(document), "version": 4}
+    )
+
+    same = _put(app, load_event, lambda_context)
+    changed = _put(app, load_event, lambda_context, subject_columns=["text"])
+
+    assert (same[0], same[1]["version"], same[1]["generation"]) == (200, 5, 1)
+    assert "reindex" not in same[1]
+    assert (changed[1]["generation"], changed[1]["indexed_generation"]) == (2, 1)
+    assert [e["name"] for e in _executions(backfill_machine)] == ["reviews-reindex-g2"]
+
+
+def test_a_reindex_that_cannot_start_is_started_by_the_next_put(
+    app: Any,
+    lethe_buckets: Callable[..., None],
+    load_event: Event,
+    lambda_context: FakeLambdaContext,
+) -> None:
+    lethe_buckets()
+    _put(app, load_event, lambda_context)
+
+    # no backfill machine yet: StartExecution fails after the registry took generation 2
+    status, body = _put(app, load_event, lambda_context, subject_columns=["text"])
+
+    assert status == 503
+    assert (body["generation"], body["indexed_generation"]) == (2, 1)
+    assert body["message"].startswith(
+        "the document is registered (version 2, matching generation 2), but its re-index could "
+        "not be started (StateMachineDoesNotExist)"
+    )
+
+    sfn = boto3.client("stepfunctions", region_name="us-east-1")
+    sfn.create_state_machine(
+        name="lethe-local-index-backfill",
+        definition=json.dumps(
+            {"StartAt": "Done", "States": {"Done": {"Type": "Pass", "End": True}}}
+        ),
+        roleArn="arn:aws:iam::123456789012:role/lethe-local-index-backfill",
+    )
+    retried = _put(app, load_event, lambda_context, subject_columns=["text"])
+
+    assert retried[0] == 200
+    assert retried[1]["generation"] == 2  # the same generation: no second bump
+    assert retried[1]["reindex"]["name"] == "reviews-reindex-g2"
+    assert [e["name"] for e in _executions(sfn)] == ["reviews-reindex-g2"]

@@ -471,3 +471,114 @@ def test_reconcile_reports_drift_and_fixes_it(flows: Workflows, backfilled: dict
     assert fixed["missing"]["count"] == 1
     assert fixed["fixed"] is True
     assert flows.entries() == flows.hashed(EXPECTED)
+
+
+# ------------------------------------------------- a re-index records its matching generation
+
+
+def _set_generations(flows: Workflows, matching: int, indexed: int) -> None:
+    """What the registry holds after PUTs (lethe_shared.datasets.registry): only the two
+    generations matter to the backfill's last step."""
+    flows.dynamodb.update_item(
+        TableName=flows.outputs["DatasetsTableName"],
+        Key={"dataset_id": {"S": DATASET}},
+        UpdateExpression="SET matching_generation = :m, indexed_generation = :i",
+        ExpressionAttributeValues={":m": {"N": str(matching)}, ":i": {"N": str(indexed)}},
+    )
+
+
+def _generations(flows: Workflows) -> dict[str, Any]:
+    item = flows.dynamodb.get_item(
+        TableName=flows.outputs["DatasetsTableName"],
+        Key={"dataset_id": {"S": DATASET}},
+        ConsistentRead=True,
+    )["Item"]
+    return {k: next(iter(v.values())) for k, v in item.items() if k != "document"}
+
+
+def test_a_reindex_records_its_generation_while_it_is_the_current_one(
+    flows: Workflows, backfilled: dict[str, Any]
+) -> None:
+    _set_generations(flows, matching=2, indexed=1)
+
+    result = flows.execute(
+        "IndexBackfillStateMachineArn",
+        "legacy_sales-reindex-g2",
+        {"dataset_id": DATASET, "force": True, "generation": 2, "batch_size": 10},
+    )
+
+    execution = result["execution"]
+    assert execution["status"] == "SUCCEEDED", execution.get("cause")
+    assert json.loads(execution["output"]) == {
+        "dataset_id": DATASET,
+        "zones": ["lake", "raw"],
+        "status": "COMPLETED",
+        "objects": 6,
+        "batches": 2,
+        "generation": 2,
+        "generation_recorded": True,
+    }
+    assert entered_states(result["history"])[-3:] == [
+        "Generation Given",
+        "Record Indexed Generation",
+        "Backfill Complete",
+    ]
+    recorded = _generations(flows)
+    assert (recorded["matching_generation"], recorded["indexed_generation"]) == ("2", "2")
+    assert recorded["indexed_execution"] == execution["executionArn"]
+    assert recorded["indexed_at"].startswith("20")
+    assert flows.entries() == flows.hashed(EXPECTED)  # forced: every object indexed again
+
+
+def test_a_reindex_of_a_superseded_generation_records_nothing(
+    flows: Workflows, backfilled: dict[str, Any]
+) -> None:
+    _set_generations(flows, matching=4, indexed=2)  # generation 3 was overtaken by 4
+
+    result = flows.execute(
+        "IndexBackfillStateMachineArn",
+        "legacy_sales-reindex-g3",
+        {"dataset_id": DATASET, "force": True, "generation": 3, "batch_size": 10},
+    )
+
+    execution = result["execution"]
+    assert execution["status"] == "SUCCEEDED", execution.get("cause")
+    output = json.loads(execution["output"])
+    assert (output["generation"], output["generation_recorded"]) == (3, False)
+    assert "Record Indexed Generation" in entered_states(result["history"])
+    recorded = _generations(flows)
+    assert (recorded["matching_generation"], recorded["indexed_generation"]) == ("4", "2")
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        {"dataset_id": DATASET, "generation": 2},  # not forced
+        {"dataset_id": DATASET, "force": True, "generation": 2, "zones": ["lake"]},
+        {
+            "dataset_id": DATASET,
+            "force": True,
+            "generation": 2,
+            "objects": [{"bucket": "b", "key": f"{DATASET}/x.parquet"}],
+        },
+        {"dataset_id": DATASET, "force": True, "generation": 0},
+        {"dataset_id": DATASET, "force": True, "generation": "2"},
+    ],
+    ids=["not-forced", "one-zone", "objects", "zero", "text"],
+)
+def test_a_generation_is_recorded_only_by_a_complete_forced_reindex(
+    flows: Workflows, document: dict[str, Any], request: pytest.FixtureRequest
+) -> None:
+    result = flows.execute(
+        "IndexBackfillStateMachineArn", f"reindex-invalid-{request.node.callspec.id}", document
+    )
+
+    execution = result["execution"]
+    assert execution["status"] == "FAILED"
+    assert execution["error"] == "IndexBackfillFailed"
+    assert entered_states(result["history"])[:3] == [
+        "Normalise Input",
+        "Is Input Valid",
+        "Notify Failure",
+    ]
+    assert "generation must be a positive integer, given with force true" in execution["cause"]

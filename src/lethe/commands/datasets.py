@@ -1,16 +1,29 @@
-"""`lethe datasets put | get | list`: register and read dataset documents (docs/DATASETS.md)."""
+"""`lethe datasets put | get | list | reindex`: register and read dataset documents
+(docs/DATASETS.md), and follow each dataset's matching generation (lethe_shared.datasets.matching).
+
+A PUT that changes how a dataset's rows match its subjects (its matching fingerprint) starts a
+re-index of the dataset (the index backfill state machine, forced); until it completes, erasure
+requests that reach the dataset wait. `put` says so; `get` and `list` show the generation the
+registry holds and the one the index was built for; `reindex` starts the re-index of the
+current generation again (after a failed one)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
+from typing import Any
 
 from lethe.commands import CommandError, NotFoundError
 from lethe.target import Target, add_target_arguments, resolve
+from lethe_shared.aws.executions import timestamped
 from lethe_shared.datasets.document import Dataset, parse_dataset
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
+from lethe_shared.datasets.reindex import reindex_input
 from lethe_shared.errors import DatasetValidationError
+
+WAIT_NOTE = "erasure requests for this dataset wait until it completes"
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -35,6 +48,17 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     add_target_arguments(listing)
     listing.set_defaults(func=list_datasets)
 
+    reindex = commands.add_parser(
+        "reindex",
+        help="start the re-index of a dataset's current matching generation again",
+        description="Starts the index backfill state machine for the whole dataset, forced, "
+        "for its current matching generation, which it records when it succeeds. Use it when "
+        "the re-index a PUT started failed; prints the execution ARN and returns.",
+    )
+    reindex.add_argument("dataset_id")
+    add_target_arguments(reindex)
+    reindex.set_defaults(func=reindex_dataset)
+
 
 def put_dataset(args: argparse.Namespace) -> int:
     try:
@@ -53,9 +77,36 @@ def put_dataset(args: argparse.Namespace) -> int:
         raise CommandError(
             f"registration refused ({status}): {body.get('message')}\n{details}".rstrip()
         )
-    verb = "registered" if status == 201 else "updated"
-    print(f"{verb} dataset {dataset.dataset_id} (version {body['version']})")
+    for line in put_lines(dataset.dataset_id, status, body):
+        print(line)
     return 0
+
+
+def put_lines(dataset_id: str, status: int, body: dict[str, Any]) -> list[str]:
+    """What `put` prints for the API's answer: the version and generation, and the re-index
+    when there is one, with what it means for erasure."""
+    verb = "registered" if status == 201 else "updated"
+    lines = [f"{verb} dataset {dataset_id} (version {body['version']})"]
+    if "generation" not in body:  # an API from before generations
+        return lines
+    lines.append(f"matching generation {body['generation']}{_indexed_text(body)}")
+    reindex = body.get("reindex")
+    if reindex:
+        status_text = str(reindex.get("status", "RUNNING"))
+        lines.append(
+            f"re-index of generation {reindex['generation']}: {reindex['execution']} "
+            f"({status_text}); {WAIT_NOTE}"
+        )
+        if status_text not in {"RUNNING", "SUCCEEDED"}:
+            lines.append(f"start it again with `lethe datasets reindex {dataset_id}`")
+    return lines
+
+
+def _indexed_text(body: dict[str, Any]) -> str:
+    indexed, generation = body.get("indexed_generation"), body.get("generation")
+    if indexed == generation:
+        return ", indexed"
+    return f", index built for generation {indexed} (re-index pending)"
 
 
 def get_dataset(args: argparse.Namespace) -> int:
@@ -67,6 +118,12 @@ def get_dataset(args: argparse.Namespace) -> int:
     if status >= 400:
         raise CommandError(f"{body.get('message')} ({status})")
     print(json.dumps(body["dataset"], indent=2, sort_keys=True))
+    if "generation" in body:  # stdout stays the document; the registry's fields go to stderr
+        print(
+            f"{args.dataset_id}: version {body.get('version')}, matching generation "
+            f"{body['generation']}{_indexed_text(body)}",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -75,15 +132,47 @@ def list_datasets(args: argparse.Namespace) -> int:
     registry = DynamoDatasetRegistry(
         target.resource("dynamodb").Table(target.output("DatasetsTableName"))
     )
-    datasets = sorted(registry.list(), key=lambda d: d.dataset_id)
+    registrations = sorted(registry.registrations(), key=lambda r: r.dataset.dataset_id)
     if args.json:
-        print(json.dumps([d.document() for d in datasets], indent=2, sort_keys=True))
+        print(json.dumps([r.dataset.document() for r in registrations], indent=2, sort_keys=True))
     else:
-        for dataset in datasets:
+        for registration in registrations:
+            dataset = registration.dataset
+            pending = "  re-index pending" if registration.reindex_pending else ""
             print(
                 f"{dataset.dataset_id:24} {dataset.format.value:8} "
-                f"subjects={','.join(dataset.subject_columns)}"
+                f"subjects={','.join(dataset.subject_columns)} "
+                f"generation={registration.matching_generation} "
+                f"indexed={registration.indexed_generation}{pending}"
             )
+    return 0
+
+
+def reindex_dataset(args: argparse.Namespace) -> int:
+    target = resolve(args)
+    registry = DynamoDatasetRegistry(
+        target.resource("dynamodb").Table(target.output("DatasetsTableName"))
+    )
+    registration = registry.registration(args.dataset_id)
+    if registration is None:
+        raise NotFoundError(
+            f"dataset {args.dataset_id} is not registered: list them with `lethe datasets list`"
+        )
+    generation = registration.matching_generation
+    if not registration.reindex_pending:
+        print(f"dataset {args.dataset_id}: generation {generation} is indexed; nothing to do")
+        return 0
+    sfn = target.client("stepfunctions")
+    started = sfn.start_execution(
+        stateMachineArn=target.output("IndexBackfillStateMachineArn"),
+        name=timestamped(args.dataset_id, f"reindex-g{generation}"),
+        input=json.dumps(reindex_input(args.dataset_id, generation), sort_keys=True),
+    )
+    print(started["executionArn"])
+    print(
+        f"re-index of {args.dataset_id} for generation {generation} started; {WAIT_NOTE}",
+        file=sys.stderr,
+    )
     return 0
 
 

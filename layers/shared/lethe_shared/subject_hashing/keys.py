@@ -48,6 +48,24 @@ def hash_of_keys(key: bytes, columns: Sequence[str], keys: Mapping[str, Any]) ->
     return subject_hash(key, columns, [keys[c] for c in columns])
 
 
+# The message whose HMAC names a key: its first byte, 0xFF, never occurs in UTF-8, and every
+# subject hash is the HMAC of UTF-8 text (canonical.composite_text), so no subject, whatever its
+# id, hashes to a key's fingerprint.
+KEY_FINGERPRINT_MESSAGE = b"\xfflethe key fingerprint v1"
+KEY_FINGERPRINT_HEX = 16
+
+
+def key_fingerprint(key: bytes) -> str:
+    """A short name of the subject hash key, to stamp on what was computed with it (index
+    entries, reports, certificates) so that a rotated key is seen: the first 16 hex digits of
+    HMAC-SHA256(key, KEY_FINGERPRINT_MESSAGE). It reveals nothing of the key (finding a key
+    from it means guessing the key) and is never the key or a subject's hash. Raises ValueError
+    for a short key, as `subject_hash` does."""
+    check_key(key)
+    digest = hmac.new(key, KEY_FINGERPRINT_MESSAGE, hashlib.sha256).hexdigest()
+    return digest[:KEY_FINGERPRINT_HEX]
+
+
 def key_from_secret(secret: str) -> bytes:
     """The HMAC key from the secret's text (Secrets Manager generates 64 alphanumerics)."""
     data = secret.encode("utf-8")
