@@ -15,11 +15,14 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from pyspark.sql import SparkSession
+from pyspark.testing import assertDataFrameEqual
 
 from ingest import main
 from lethe_jobs.erase_rows import SubjectMatcher, match_rows
 from lethe_jobs.layout import object_hash
 from lethe_jobs.objects import ObjectKind
+from lethe_jobs.validate import REASONS, conform, extra_columns
 from lethe_shared.datasets.document import parse_dataset
 from tests.spark.cloud import GLUE_ARGS, HASH_KEY, LAKE, RAW, Cloud, JobRunner, batch_args, h
 
@@ -58,9 +61,7 @@ def customers(fields: list[tuple[str, Any]], rows: list[tuple[Any, ...]]) -> byt
     struct = pa.struct(fields)
     values = [dict(zip(struct.names, row[:-1], strict=True)) for row in rows]
     return parquet(
-        pa.table(
-            {"customer": pa.array(values, struct), "amount": [row[-1] for row in rows]}
-        )
+        pa.table({"customer": pa.array(values, struct), "amount": [row[-1] for row in rows]})
     )
 
 
@@ -75,6 +76,107 @@ BOTH_CASES = customers(  # struct<customerId, CustomerID, name>: ambiguous
     [("c5", "c6", "Eve", 50), ("c7", "c7", "Fay", 70)],
 )
 LACKING = customers([("name", pa.string())], [("Gus", 80)])  # no customerid at all
+
+
+# --------------------------------------------------------- conform (validate), inline frames
+
+
+def test_typed_structs_are_rebuilt_by_name_at_every_depth(spark: SparkSession) -> None:
+    # Given Parquet-like typed columns whose structs differ from the declared ones in order and
+    # case (a struct, structs in an array, in a map's values), and a case-variant column
+    dataset = parse_dataset(
+        {
+            "dataset_id": "t",
+            "format": "parquet",
+            "subject_columns": ["customer.id"],
+            "schema": [
+                {"name": "customer", "type": "struct<id:string,name:string>"},
+                {"name": "orders", "type": "array<struct<sku:string,qty:int>>"},
+                {"name": "attrs", "type": "map<string,struct<a:int,b:string>>"},
+            ],
+        }
+    )
+    frame = spark.createDataFrame(
+        [
+            (("Ann", "c1", "x"), [(2, "s1"), None], {"k": ("b", 1)}),
+            (None, [], {}),
+        ],
+        "customer struct<name:string,ID:string,extra:string>,"
+        " Orders array<struct<QTY:bigint,sku:string>>, attrs map<string,struct<B:string,a:int>>",
+    )
+
+    actual = frame.transform(conform(dataset))
+
+    # Then every field holds the value of the file's field of its name, undeclared ones dropped
+    wanted = spark.createDataFrame(
+        [
+            (("c1", "Ann"), [("s1", 2), None], {"k": (1, "b")}, []),
+            (None, [], {}, ["subject column customer.id is missing"]),
+        ],
+        "customer struct<id:string,name:string>, orders array<struct<sku:string,qty:int>>,"
+        f" attrs map<string,struct<a:int,b:string>>, {REASONS} array<string>",
+    )
+    assertDataFrameEqual(actual, wanted)
+    assert extra_columns(frame.columns, dataset) == []  # Orders is the declared column
+
+
+def test_missing_and_ambiguous_struct_fields_reject_the_rows_that_hold_the_struct(
+    spark: SparkSession,
+) -> None:
+    dataset = parse_dataset(
+        {
+            "dataset_id": "t",
+            "format": "parquet",
+            "subject_columns": ["id"],
+            "schema": [
+                {"name": "id", "type": "string"},
+                {"name": "customer", "type": "struct<customerid:string,age:int>"},
+                {"name": "orders", "type": "array<struct<sku:string,qty:int>>"},
+            ],
+        }
+    )
+    frame = spark.createDataFrame(
+        [
+            ("a", ("c1", "c2"), [("s1",)]),
+            ("b", None, [None]),  # no struct, no element: nothing is missing
+            ("c", None, None),
+        ],
+        "id string, customer struct<customerId:string,CUSTOMERID:string>,"
+        " orders array<struct<sku:string>>",
+    )
+
+    actual = {r["id"]: r for r in frame.transform(conform(dataset)).collect()}
+
+    assert actual["a"][REASONS] == [
+        "column customer: field customer.customerid is ambiguous"
+        " (CUSTOMERID, customerId differ only in case)",
+        "column customer: field customer.age is missing",
+        "column orders: field orders[].qty is missing",
+    ]
+    assert actual["a"]["customer"] == (None, None)  # no value was guessed
+    assert actual["b"][REASONS] == actual["c"][REASONS] == []
+
+
+def test_a_column_named_ambiguously_by_the_file_rejects_every_row(spark: SparkSession) -> None:
+    dataset = parse_dataset(
+        {
+            "dataset_id": "t",
+            "format": "parquet",
+            "subject_columns": ["user_id"],
+            "schema": [{"name": "user_id", "type": "string"}, {"name": "n", "type": "int"}],
+        }
+    )
+    frame = spark.createDataFrame([("u1", "u2", 1)], "User_Id string, USER_ID string, N int")
+
+    actual = frame.transform(conform(dataset)).collect()
+
+    assert [(r["user_id"], r["n"], r[REASONS]) for r in actual] == [
+        (
+            None,
+            1,
+            ["column user_id: field user_id is ambiguous (USER_ID, User_Id differ only in case)"],
+        )
+    ]
 
 
 class Runner:

@@ -72,6 +72,7 @@ def _has_struct(declared: DataType) -> bool:
 class _Walk:
     reasons: list[str]
     changed: bool = False
+    build: bool = False  # False: only look (most values need no new text)
 
 
 _Conform = Callable[[Any, _Walk], Any]
@@ -118,8 +119,11 @@ def _struct_conformer(fields: tuple[tuple[str, DataType], ...], path: str) -> _C
                 if key is None:
                     continue  # absent: null
                 walk.changed = True
-            members[name] = value[key] if below is None else below(value[key], walk)
-        return members
+            if below is not None:
+                members[name] = below(value[key], walk)
+            elif walk.build:
+                members[name] = value[key]
+        return members if walk.build else value
 
     return conform
 
@@ -162,4 +166,4 @@ class JsonNames:
             return None, walk.reasons
         if not walk.changed:
             return None, []
-        return dump(conform(_parse_keeping_numbers(text), _Walk([]))), []
+        return dump(conform(_parse_keeping_numbers(text), _Walk([], build=True))), []

@@ -94,6 +94,20 @@ def _values_at(value: Any, parts: Sequence[str], from_json: bool, seen: _Seen) -
     """Every value at `parts` below a value, one per reading of the names on the way (one
     unless a name is ambiguous): into mappings by the field-name rule, and into JSON text (a
     struct column held as text, which validation parses the same way); [None] for none."""
+    item, as_json = value, from_json
+    for at, part in enumerate(parts):  # exact names all the way: one reading
+        if isinstance(item, str):
+            item, as_json = json_object(item), True
+        if not isinstance(item, Mapping):
+            return [None]
+        if part not in item:
+            return _readings_at(item, parts[at:], as_json, seen)
+        item = item[part]
+    return [json_leaf_text(item) if as_json else item]
+
+
+def _readings_at(value: Any, parts: Sequence[str], from_json: bool, seen: _Seen) -> list[Any]:
+    """`_values_at` where a name is not there exactly."""
     found: list[tuple[Any, bool]] = [(value, from_json)]
     for part in parts:
         below: list[tuple[Any, bool]] = []
