@@ -128,18 +128,52 @@ def _struct_conformer(fields: tuple[tuple[str, DataType], ...], path: str) -> _C
     return conform
 
 
+_Check = Callable[[Any], bool]
+
+
+def _exact(declared: DataType) -> _Check | None:
+    """A quick test that every declared field below a value of `declared` is there under its
+    exact name (then nothing is conformed); None when no struct is below it. A value that is
+    not what is declared passes: validation rejects it."""
+    if declared.name == "struct":
+        return _exact_struct(declared.fields)
+    inner = _exact(declared.element) if declared.element is not None else None
+    if inner is None or not _has_struct(declared):
+        return None
+    if declared.name == "array":
+        return lambda value: not isinstance(value, list) or all(inner(v) for v in value)
+    return lambda value: not isinstance(value, dict) or all(inner(v) for v in value.values())
+
+
+def _exact_struct(fields: tuple[tuple[str, DataType], ...]) -> _Check:
+    names = frozenset(name for name, _ in fields)
+    below = [(name, inner) for name, kind in fields if (inner := _exact(kind)) is not None]
+
+    def exact(value: Any) -> bool:
+        if not isinstance(value, dict):
+            return True
+        if not value.keys() >= names:  # a dict view compares as a set, in C
+            return False
+        return all(inner(value[name]) for name, inner in below)
+
+    return exact
+
+
 class JsonNames:
     """The field-name rule over JSON values of one dataset (module docstring)."""
 
     def __init__(self, dataset: Dataset) -> None:
         fields = tuple((c.name, parse_type(c.type)) for c in dataset.schema_)
         self._record = _struct_conformer(fields, "")
+        self._record_exact = _exact_struct(fields)
         self._columns = {name: _conformer(kind, name) for name, kind in fields}
 
     def record(self, parsed: dict[str, Any], text: str) -> tuple[str | None, list[str]]:
         """A JSON Lines record (`parsed` from `text`): its text with the declared names when
         they differ from the record's (None when they do not), and the reasons it must be
         rejected (ambiguous names)."""
+        if self._record_exact(parsed):
+            return None, []
         return self._conformed(self._record, parsed, text)
 
     def cell(self, column: str, text: str) -> tuple[str | None, list[str]]:
