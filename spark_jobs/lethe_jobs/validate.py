@@ -32,18 +32,18 @@ Names, never positions: a schema column, and every field of a declared struct (a
 also in arrays and map values), is the file's field that the one field-name rule of
 `lethe_shared.datasets.field_names` finds (the exact name, else the one case variant; the rule
 the index and erasure read rows by). A typed struct (Parquet) is rebuilt by name before it is
-converted (`_by_name`), so `struct<name,id>` in a file fills a declared `struct<id,name>` field
-by field; undeclared fields are dropped, like undeclared columns. Where the file's struct type
-lacks a declared field, or holds several case variants of it and not the exact name, every row
-in which that struct holds a value is rejected, and the column is not reported again by rules
-2 and 3: "column customer: field customer.id is missing", "column customer: field customer.id
-is ambiguous (CUSTOMERID, customerId differ only in case)" (an array element's fields are
-`orders[].id`, a map value's `attrs{}.x`); a schema column whose name is ambiguous among the
-file's columns rejects every row. JSON text is conformed to the schema's names before it gets
-here (`readers.json_names`: the JSON Lines reader, CSV cells in the read task): a JSON Lines
-record whose declared names differ from its own arrives in NAMED, with the declared names, and
-`extract_json_fields` reads it instead of RECORD; Spark's JSON functions then match names
-exactly.
+converted (`struct_names.by_name`), so `struct<name,id>` in a file fills a declared
+`struct<id,name>` field by field; undeclared fields are dropped, like undeclared columns. Where
+the file's struct type lacks a declared field, or holds several case variants of it and not
+the exact name, every row in which that struct holds a value is rejected, and the column is
+not reported again by rules 2 and 3: "column customer: field customer.id is missing", "column
+customer: field customer.id is ambiguous (CUSTOMERID, customerId differ only in case)" (an
+array element's fields are `orders[].id`, a map value's `attrs{}.x`); a schema column whose
+name is ambiguous among the file's columns rejects every row. JSON text is conformed to the
+schema's names before it gets here (`readers.json_names`: the JSON Lines reader, CSV cells in
+the read task): a JSON Lines record whose declared names differ from its own arrives in NAMED,
+with the declared names, and `extract_json_fields` reads it instead of RECORD; Spark's JSON
+functions then match names exactly.
 """
 
 from __future__ import annotations
@@ -180,7 +180,7 @@ class _Plan:
     """How one schema column is converted. Stage 1 selects `sources` (helper columns named
     `_lethe_raw_<i>`, `_lethe_json_<i>`, `_lethe_names_<i>`), stage 2 adds `value`; `failed`
     (boolean, never null) and `reason` refer only to helper columns. With `named`, the helper
-    `_lethe_names_<i>` holds the row's reasons about the column's names (`_by_name`)."""
+    `_lethe_names_<i>` holds the row's reasons about the column's names (`struct_names`)."""
 
     column: SchemaColumn
     index: int
@@ -390,7 +390,7 @@ def _from_typed(
     source_type: T.DataType,
 ) -> _Plan:
     """A typed file column (Parquet) of another type than declared: its structs rebuilt with
-    the declared fields, found by name (`_by_name`), then cast."""
+    the declared fields, found by name (`struct_names.by_name`), then cast."""
     declared = parse_type(column.type)
     raw = _raw(index)
     problems = name_problems(source, source_type, target, column.name)

@@ -42,7 +42,11 @@ PEOPLE = {
     "dataset_id": "people",
     "format": "csv",
     "subject_columns": ["user_id"],
-    "schema": [{"name": "user_id", "type": "string"}, {"name": "age", "type": "int"}],
+    "schema": [
+        {"name": "user_id", "type": "string"},
+        {"name": "age", "type": "int"},
+        {"name": "address", "type": "struct<zip:string>"},
+    ],
 }
 AMBIGUOUS = (
     "column customer: field customer.customerid is ambiguous "
@@ -336,17 +340,35 @@ def test_a_csv_header_in_another_case_is_the_declared_column(cloud: Cloud, run: 
     cloud.register(PEOPLE)
     key = "people/p.csv"
     ambiguous = "people/both.csv"
-    version = cloud.upload(key, b"AGE,User_ID\n41,u1\n", "people")
+    body = (
+        b'AGE,User_ID,Address\n41,u1,"{""ZIP"": ""75001""}"\n'
+        b'42,u4,"{""Zip"": ""1"", ""ZIP"": ""2""}"\n'
+    )
+    version = cloud.upload(key, body, "people")
     both = cloud.upload(ambiguous, b"USER_ID,User_Id,age\nu2,u3,5\n", "people")
 
     outcomes = run([("people", key, version), ("people", ambiguous, both)])
 
+    # the header's case variants are the declared columns, and so is a JSON cell's field
     assert outcomes[key]["status"] == "INGESTED"
     lake = lake_key("people", key)
-    assert cloud.lake_parquet(lake).to_pylist() == [{"user_id": "u1", "age": 41}]
+    assert cloud.lake_parquet(lake).to_pylist() == [
+        {"user_id": "u1", "age": 41, "address": {"zip": "75001"}}
+    ]
     assert found(cloud, "u1") == {
         (f"s3://{LAKE}/{lake}", "lake", 1, (0,)),
         (f"s3://{RAW}/{key}", "raw", 1, (2,)),
+    }
+    # a JSON cell that names a field ambiguously rejects its row, as read
+    (rejected,) = quarantined(cloud, quarantine_key("people", key))
+    assert (rejected["source"]["line"], rejected["reasons"]) == (
+        3,
+        ["column address: field address.zip is ambiguous (ZIP, Zip differ only in case)"],
+    )
+    assert rejected["record"] == {
+        "AGE": "42",
+        "User_ID": "u4",
+        "Address": '{"Zip": "1", "ZIP": "2"}',
     }
     # a header that makes a declared name ambiguous is unreadable: the file is quarantined
     assert outcomes[ambiguous]["status"] == "QUARANTINED"
