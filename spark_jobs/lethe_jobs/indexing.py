@@ -14,6 +14,12 @@ write or expect. No AWS here: the callers download the object and write the entr
   rejected row as read), typed the same way, so a rejected row has the same subject in its raw
   object and in quarantine; hint = line.
 
+Subject columns are found by the field-name rule ingestion conforms files by
+(`lethe_shared.datasets.field_names`: the exact name, else the one case variant, never by
+position). A raw or quarantine row whose subject field is ambiguous gets an entry under each
+reading (`lethe_shared.subject_hashing.records`), so an erasure reaches it; a lake file whose
+schema makes a subject column ambiguous cannot be indexed (UnreadableObjectError).
+
 Every path ends in `lethe_shared.index.arrow_entries.entry_batches`, the one implementation that
 turns rows into entries: the typed values go to it as their canonical texts. The `*_subjects`
 functions return an object's subjects before hashing (`ObjectSubjects`: the subject columns'
@@ -37,6 +43,7 @@ from lethe_jobs.subject_rows import quarantine_subject_rows, raw_subject_rows
 from lethe_shared.aws.s3 import s3_url
 from lethe_shared.catalog.object_catalog import Zone
 from lethe_shared.datasets.document import Dataset, hive_partition_values
+from lethe_shared.datasets.field_names import AmbiguousFieldError
 from lethe_shared.index.arrow_entries import (
     ObjectRef,
     ObjectSubjects,
@@ -135,10 +142,15 @@ def lake_file_ref(
 def lake_parquet_subjects(
     path: Path, object_key: str, dataset: Dataset, ref: ObjectRef, *, key: bytes
 ) -> ObjectSubjects:
+    """Raises UnreadableObjectError, also when a subject column's name is ambiguous in the
+    file's schema (several fields equal it ignoring case, none exactly: a lake file Lethe did
+    not write), whose rows no reading can be chosen for."""
     try:
         return lake_object_subjects(path.read_bytes(), object_key, dataset, ref, key=key)
     except _ARROW_ERRORS as exc:
         raise UnreadableObjectError(f"not a readable Parquet file: {exc}") from exc
+    except AmbiguousFieldError as exc:
+        raise UnreadableObjectError(f"its subject columns cannot be told: {exc}") from exc
 
 
 def lake_parquet_batch(

@@ -8,6 +8,11 @@ row has the same subject whichever job reads it.
   Lines) or row (Parquet);
 - the ingest job's typed values (`with_typed_subjects`): Spark's value where it is not null;
 - quarantine files (`quarantine_subject_rows`): each line's `record`, located by its line.
+
+Every subject column is found by the field-name rule (`lethe_shared.datasets.field_names`, as
+ingestion conforms the file): the exact name, else the one case variant, never by position; a
+row whose subject field is ambiguous is held once per reading (`SubjectRows.ambiguous`:
+indexed under each, never matched by erasure on a guess).
 """
 
 from __future__ import annotations
@@ -23,8 +28,8 @@ from lethe_shared.subject_hashing.records import (
     SubjectRows,
     column_texts,
     json_object,
-    record_heads,
-    record_texts,
+    record_subject_rows,
+    typed_subject_rows,
 )
 
 
@@ -35,34 +40,38 @@ def raw_subject_rows(records: RawRecords, dataset: Dataset) -> SubjectRows:
     positions = [int(p) for p in table.column(POSITION).to_pylist()]
     if records.json_text:
         documents = [json_object(t) or {} for t in table.column(RECORD).to_pylist()]
-        texts = record_texts(dataset, record_heads(dataset, documents), len(positions), True)
+        read = record_subject_rows(dataset, documents, positions)
     else:
-        texts = [column.to_pylist() for column in column_texts(table, dataset)]
-    rejected = [json_object(r.record_json) or {} for r in records.rejected]
-    rejected_texts = record_texts(dataset, record_heads(dataset, rejected), len(rejected), True)
+        read = typed_subject_rows(table, dataset, positions)
+    if not records.rejected:
+        return read.sorted()
+    rejected = record_subject_rows(
+        dataset,
+        [json_object(r.record_json) or {} for r in records.rejected],
+        [r.position for r in records.rejected],
+    )
+    ambiguity = read.ambiguity or rejected.ambiguity
     return SubjectRows(
-        positions + [r.position for r in records.rejected],
-        [a + b for a, b in zip(texts, rejected_texts, strict=True)],
+        read.coordinates + rejected.coordinates,
+        [a + b for a, b in zip(read.texts, rejected.texts, strict=True)],
+        read.ambiguous + rejected.ambiguous,
+        ambiguity,
     ).sorted()
 
 
 def with_typed_subjects(rows: SubjectRows, typed: Any, dataset: Dataset) -> SubjectRows:
     """`rows` with the subject values Spark typed (an Arrow table: POSITION and the subject
-    columns as validation converted them) wherever Spark's value is not null."""
+    columns as validation converted them, under their declared names) wherever Spark's value
+    is not null (a row Spark typed was valid: its subject was never ambiguous)."""
     index = {position: i for i, position in enumerate(rows.coordinates)}
     positions = [int(p) for p in typed.column(POSITION).to_pylist()]
     columns = [list(c) for c in rows.texts]
-    typed_texts = record_texts(
-        dataset,
-        {n: typed.column(n).to_pylist() for n in typed.column_names if n != POSITION},
-        len(positions),
-        False,
-    )
+    typed_texts = [c.to_pylist() for c in column_texts(typed, dataset)]
     for column, values in zip(columns, typed_texts, strict=True):
         for position, text in zip(positions, values, strict=True):
             if text is not None and position in index:
                 column[index[position]] = text
-    return SubjectRows(rows.coordinates, columns)
+    return SubjectRows(rows.coordinates, columns, rows.ambiguous, rows.ambiguity)
 
 
 def quarantine_subject_rows(lines: Iterable[str], dataset: Dataset) -> SubjectRows:
@@ -78,6 +87,4 @@ def quarantine_subject_rows(lines: Iterable[str], dataset: Dataset) -> SubjectRo
             raise UnreadableObjectError(f"line {number} is not a JSON object")
         coordinates.append(number)
         records.append(json_object(document.get("record")) or {})
-    return SubjectRows(
-        coordinates, record_texts(dataset, record_heads(dataset, records), len(records), True)
-    )
+    return record_subject_rows(dataset, records, coordinates)

@@ -27,6 +27,23 @@ Rules, in the order their reasons are listed:
    turning them into "missing" would hide such rows from an erasure that names them.
 A column whose value failed rule 1 is not reported again by rules 2 and 3.
 Columns of the file that are not in the schema are dropped (`extra_columns` names them).
+
+Names, never positions: a schema column, and every field of a declared struct (at any depth,
+also in arrays and map values), is the file's field that the one field-name rule of
+`lethe_shared.datasets.field_names` finds (the exact name, else the one case variant; the rule
+the index and erasure read rows by). A typed struct (Parquet) is rebuilt by name before it is
+converted (`struct_names.by_name`), so `struct<name,id>` in a file fills a declared
+`struct<id,name>` field by field; undeclared fields are dropped, like undeclared columns. Where
+the file's struct type lacks a declared field, or holds several case variants of it and not
+the exact name, every row in which that struct holds a value is rejected, and the column is
+not reported again by rules 2 and 3: "column customer: field customer.id is missing", "column
+customer: field customer.id is ambiguous (CUSTOMERID, customerId differ only in case)" (an
+array element's fields are `orders[].id`, a map value's `attrs{}.x`); a schema column whose
+name is ambiguous among the file's columns rejects every row. JSON text is conformed to the
+schema's names before it gets here (`readers.json_names`: the JSON Lines reader, CSV cells in
+the read task): a JSON Lines record whose declared names differ from its own arrives in NAMED,
+with the declared names, and `extract_json_fields` reads it instead of RECORD; Spark's JSON
+functions then match names exactly.
 """
 
 from __future__ import annotations
@@ -41,14 +58,21 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from lethe_jobs.struct_names import (
+    ambiguous_field_reason,
+    by_name,
+    name_problems,
+)
 from lethe_shared.datasets.document import Column as SchemaColumn
 from lethe_shared.datasets.document import Dataset, parse_type
 from lethe_shared.datasets.document import DataType as DdlType
+from lethe_shared.datasets.field_names import AmbiguousFieldError, find_field
 
 POSITION = "_lethe_position"
 REASONS = "_lethe_reasons"
 RECORD = "_lethe_record"
-META_COLUMNS = (POSITION, REASONS, RECORD)
+NAMED = "_lethe_named"  # JSON Lines: the record with the schema's names, where they differ
+META_COLUMNS = (POSITION, REASONS, RECORD, NAMED)
 MAX_VALUE_CHARS = 200  # a value quoted in a reason is cut to this length
 
 _CORRUPT = "_corrupt"
@@ -102,19 +126,27 @@ def schema_of(dataset: Dataset) -> T.StructType:
 
 
 def extra_columns(columns: Iterable[str], dataset: Dataset) -> list[str]:
-    """Data columns of a file that the schema does not declare (they are dropped)."""
-    declared = {c.name for c in dataset.schema_}
-    return [c for c in columns if c not in declared and c not in META_COLUMNS]
+    """Data columns of a file that no schema column names (they are dropped)."""
+    data = [c for c in columns if c not in META_COLUMNS]
+    named: set[str | None] = set()
+    for column in dataset.schema_:
+        try:
+            named.add(find_field(data, column.name))
+        except AmbiguousFieldError:
+            continue
+    return [c for c in data if c not in named]
 
 
 def extract_json_fields(dataset: Dataset, keep: Sequence[str] = ()) -> Transform:
     """JSON Lines: one string column per top-level schema column, taken from the RECORD text
-    (strings unquoted, numbers and booleans as written, objects and arrays as JSON text).
-    `keep` names columns of the caller's that pass through."""
+    (strings unquoted, numbers and booleans as written, objects and arrays as JSON text), or
+    from NAMED where the reader conformed the record's names (module docstring). `keep` names
+    columns of the caller's that pass through."""
     names = [c.name for c in dataset.schema_]
 
     def transform(df: DataFrame) -> DataFrame:
-        fields = F.json_tuple(col(RECORD), *names).alias(*names)
+        text = F.coalesce(col(NAMED), col(RECORD)) if NAMED in df.columns else col(RECORD)
+        fields = F.json_tuple(text, *names).alias(*names)
         return df.select(*[col(k) for k in keep], col(POSITION), col(RECORD), fields)
 
     return transform
@@ -146,8 +178,9 @@ def rejected_rows(df: DataFrame) -> DataFrame:
 @dataclass(frozen=True)
 class _Plan:
     """How one schema column is converted. Stage 1 selects `sources` (helper columns named
-    `_lethe_raw_<i>`, `_lethe_json_<i>`), stage 2 adds `value`; `failed` (boolean, never null)
-    and `reason` refer only to helper columns."""
+    `_lethe_raw_<i>`, `_lethe_json_<i>`, `_lethe_names_<i>`), stage 2 adds `value`; `failed`
+    (boolean, never null) and `reason` refer only to helper columns. With `named`, the helper
+    `_lethe_names_<i>` holds the row's reasons about the column's names (`struct_names`)."""
 
     column: SchemaColumn
     index: int
@@ -155,10 +188,23 @@ class _Plan:
     value: Column
     failed: Column
     reason: Column
+    named: bool = False
 
     @property
     def value_name(self) -> str:
         return f"_lethe_value_{self.index}"
+
+    @property
+    def names(self) -> Column:
+        """The row's reasons about the column's names (an array, maybe empty)."""
+        if not self.named:
+            return F.array().cast("array<string>")
+        return col(f"_lethe_names_{self.index}")
+
+    @property
+    def troubled(self) -> Column:
+        """The value failed, or a name did: rules 2 and 3 say nothing more of the column."""
+        return self.failed | (F.size(self.names) > 0) if self.named else self.failed
 
 
 def conform(dataset: Dataset, keep: Sequence[str] = ()) -> Transform:
@@ -190,36 +236,46 @@ def conform(dataset: Dataset, keep: Sequence[str] = ()) -> Transform:
 def _reasons(dataset: Dataset, plans: Sequence[_Plan]) -> Column:
     by_name = {p.column.name: p for p in plans}
     subject_heads = {path.split(".")[0] for path in dataset.subject_columns}
-    candidates = [F.when(p.failed, p.reason) for p in plans]
+    parts = [F.concat(p.names, F.array(F.when(p.failed, p.reason))) for p in plans]
+    later = []
     for plan in plans:
         if not plan.column.nullable and plan.column.name not in subject_heads:
-            missing = col(plan.value_name).isNull() & ~plan.failed
-            candidates.append(F.when(missing, F.lit(f"column {plan.column.name} must not be null")))
+            missing = col(plan.value_name).isNull() & ~plan.troubled
+            later.append(F.when(missing, F.lit(f"column {plan.column.name} must not be null")))
     for path in dataset.subject_columns:
         head, *rest = path.split(".")
         plan = by_name[head]
         value = functools.reduce(Column.getField, rest, col(plan.value_name))
-        missing = value.isNull() & ~plan.failed
-        candidates.append(F.when(missing, F.lit(f"subject column {path} is missing")))
-    return F.array_compact(F.array(*candidates))
+        missing = value.isNull() & ~plan.troubled
+        later.append(F.when(missing, F.lit(f"subject column {path} is missing")))
+    if later:
+        parts.append(F.array(*later))
+    return F.array_compact(F.concat(*parts))
 
 
 def _plan(df: DataFrame, column: SchemaColumn, index: int) -> _Plan:
     declared = parse_type(column.type)
     target = spark_type(declared)
     raw_name = f"_lethe_raw_{index}"
-    if column.name not in df.columns:  # schema evolution: null in every row
+    try:
+        found = find_field([c for c in df.columns if c not in META_COLUMNS], column.name)
+    except AmbiguousFieldError as exc:  # the file's own columns: every row
+        problem = F.array(F.lit(ambiguous_field_reason(column.name, exc.candidates)))
+        sources = ((raw_name, F.lit(None).cast(target)), (f"_lethe_names_{index}", problem))
+        return _Plan(column, index, sources, _raw(index), F.lit(False), F.lit(None), named=True)
+    if found is None:  # schema evolution: null in every row
         missing = ((raw_name, F.lit(None).cast(target)),)
         return _Plan(column, index, missing, _raw(index), F.lit(False), F.lit(None))
-    raw_type = df.schema[column.name].dataType
+    source = col(found)
+    raw_type = df.schema[found].dataType
     if raw_type == target:
-        same = ((raw_name, col(column.name)),)
+        same = ((raw_name, source),)
         return _Plan(column, index, same, _raw(index), F.lit(False), F.lit(None))
     if isinstance(raw_type, T.StringType):
         if isinstance(target, T.StructType | T.ArrayType | T.MapType):
-            return _from_json(column, index, declared, target)
-        return _from_text(column, index, declared, target)
-    return _from_typed(df, column, index, target)
+            return _from_json(column, index, declared, target, source)
+        return _from_text(column, index, declared, target, source)
+    return _from_typed(df, column, index, target, source=source, source_type=raw_type)
 
 
 def _raw(index: int) -> Column:
@@ -279,7 +335,9 @@ def _rounds(source: Column, value: Column, source_type: T.DataType, target: T.Da
     return F.lit(False)  # integers and booleans convert exactly or not at all
 
 
-def _from_text(column: SchemaColumn, index: int, declared: DdlType, target: T.DataType) -> _Plan:
+def _from_text(
+    column: SchemaColumn, index: int, declared: DdlType, target: T.DataType, source: Column
+) -> _Plan:
     raw = _raw(index)
     value = _try_cast(f"`_lethe_raw_{index}`", target)
     reason = _invalid(column, declared, raw)
@@ -289,7 +347,7 @@ def _from_text(column: SchemaColumn, index: int, declared: DdlType, target: T.Da
         value = F.when(~rounded, value)
         failed = raw.isNotNull() & (raw != "") & (value.isNull() | rounded)
         reason = F.when(rounded, _rounding_reason(column, declared, raw)).otherwise(reason)
-    sources = ((f"_lethe_raw_{index}", col(column.name)),)
+    sources = ((f"_lethe_raw_{index}", source),)
     return _Plan(column, index, sources, value, F.coalesce(failed, F.lit(False)), reason)
 
 
@@ -304,10 +362,11 @@ def _text_leaves(data_type: T.DataType) -> T.DataType:
     return T.StringType()
 
 
-def _from_json(column: SchemaColumn, index: int, declared: DdlType, target: T.DataType) -> _Plan:
+def _from_json(
+    column: SchemaColumn, index: int, declared: DdlType, target: T.DataType, text: Column
+) -> _Plan:
     """Nested values from JSON text: wrapped as {"v": <text>} so that every JSON value (object,
     array, or a scalar in the wrong place) parses or lands in the corrupt-record column."""
-    text = col(column.name)
     leaves = _text_leaves(target)
     wrapper = T.StructType([T.StructField("v", leaves), T.StructField(_CORRUPT, T.StringType())])
     wrapped = F.concat(F.lit('{"v":'), text, F.lit("}"))
@@ -321,28 +380,47 @@ def _from_json(column: SchemaColumn, index: int, declared: DdlType, target: T.Da
     return _Plan(column, index, sources, value, failed, _invalid(column, declared, _raw(index)))
 
 
-def _from_typed(df: DataFrame, column: SchemaColumn, index: int, target: T.DataType) -> _Plan:
-    """A typed file column (Parquet) of another type than declared."""
+def _from_typed(
+    df: DataFrame,
+    column: SchemaColumn,
+    index: int,
+    target: T.DataType,
+    *,
+    source: Column,
+    source_type: T.DataType,
+) -> _Plan:
+    """A typed file column (Parquet) of another type than declared: its structs rebuilt with
+    the declared fields, found by name (`struct_names.by_name`), then cast."""
     declared = parse_type(column.type)
-    raw_type = df.schema[column.name].dataType
     raw = _raw(index)
-    sources = ((f"_lethe_raw_{index}", col(column.name)),)
+    problems = name_problems(source, source_type, target, column.name)
+    sources: tuple[tuple[str, Column], ...] = (
+        (f"_lethe_raw_{index}", by_name(source, source_type, target)),
+    )
+    if problems:
+        reasons = [F.when(F.coalesce(c, F.lit(False)), F.lit(text)) for text, c in problems]
+        sources += ((f"_lethe_names_{index}", F.array_compact(F.array(*reasons))),)
+    named = df.select(sources[0][1].alias("v"))
+    raw_type = named.schema[0].dataType
+    if raw_type == target:
+        return _Plan(column, index, sources, raw, F.lit(False), F.lit(None), bool(problems))
     try:
-        _ = df.select(_try_cast(f"`{column.name.replace('`', '``')}`", target)).schema  # analyse
+        _ = named.select(_try_cast("v", target)).schema  # analyse
     except AnalysisException:
         reason = F.lit(
-            f"column {column.name}: type {raw_type.simpleString()} in the file cannot be "
+            f"column {column.name}: type {source_type.simpleString()} in the file cannot be "
             f"converted to {declared.ddl()}"
         )
         failed = F.coalesce(raw.isNotNull(), F.lit(False))
-        return _Plan(column, index, sources, F.lit(None).cast(target), failed, reason)
+        none = F.lit(None).cast(target)
+        return _Plan(column, index, sources, none, failed, reason, bool(problems))
     value = _try_cast(f"`_lethe_raw_{index}`", target)
     failed = F.coalesce(_leaf_failed(raw, value, raw_type, target), F.lit(False))
     reason = F.when(
         F.coalesce(_rounds(raw, value, raw_type, target), F.lit(False)),
         _rounding_reason(column, declared, raw.cast("string")),
     ).otherwise(_invalid(column, declared, raw.cast("string")))
-    return _Plan(column, index, sources, value, failed, reason)
+    return _Plan(column, index, sources, value, failed, reason, bool(problems))
 
 
 def _any(conditions: Sequence[Column]) -> Column:

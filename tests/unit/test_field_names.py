@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from lethe_shared.datasets.field_names import AmbiguousFieldError, field_map, find_field
+from lethe_shared.datasets.field_names import (
+    AmbiguousFieldError,
+    candidate_fields,
+    field_map,
+    find_field,
+)
 
 
 def test_an_exact_name_wins_over_a_case_variant() -> None:
@@ -31,3 +36,11 @@ def test_an_absent_field_is_none_and_position_never_counts() -> None:
     assert field_map(["name", "id"], ["id", "name", "age"]) == {
         "id": "id", "name": "name", "age": None,
     }  # fmt: skip
+
+
+def test_candidates_are_the_exact_field_alone_or_every_case_variant() -> None:
+    assert candidate_fields(["customerId", "customerid"], "customerid") == ["customerid"]
+    assert candidate_fields(["customerId", "CustomerID", "id"], "customerid") == [
+        "customerId", "CustomerID",
+    ]  # fmt: skip
+    assert candidate_fields(["name"], "customerid") == []

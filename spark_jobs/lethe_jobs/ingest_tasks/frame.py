@@ -12,7 +12,7 @@ from pyspark.sql import types as T
 
 from lethe_jobs import layout, pieces
 from lethe_jobs.readers import BATCH_ROWS
-from lethe_jobs.validate import POSITION, RECORD
+from lethe_jobs.validate import NAMED, POSITION, RECORD
 from lethe_shared.aws.s3 import CORRELATION_METADATA, PRODUCER_METADATA
 from lethe_shared.datasets.document import DataFormat, Dataset
 from lethe_shared.index.maintenance import INGEST_PRODUCER
@@ -150,11 +150,13 @@ def jackson_json(names: Sequence[str], values: Sequence[str]) -> str:
 
 def frame_schema(dataset: Dataset, parquet_fields: Sequence[T.StructField] = ()) -> T.StructType:
     """The read tasks' output: `META_FIELDS`, then the data columns: the schema's columns as
-    text for CSV, none for JSON Lines (RECORD holds the line), the file's for Parquet."""
+    text for CSV, NAMED for JSON Lines (RECORD holds the line; NAMED the line with the
+    schema's names, where its own differ in case: `readers.json_names`), the file's for
+    Parquet."""
     if dataset.format is DataFormat.CSV:
         data = [T.StructField(c.name, T.StringType()) for c in dataset.schema_]
     elif dataset.format is DataFormat.PARQUET:
         data = list(parquet_fields)
     else:
-        data = []
+        data = [T.StructField(NAMED, T.StringType())]
     return T.StructType([*META_FIELDS, *data])

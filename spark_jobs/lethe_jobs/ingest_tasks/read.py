@@ -32,10 +32,16 @@ from lethe_jobs.ingest_tasks.frame import (
     jackson_json,
 )
 from lethe_jobs.ingest_tasks.scan import piece_from_spec
-from lethe_jobs.readers import RawRecords, iter_raw, read_parquet_batches
+from lethe_jobs.readers import (
+    JsonNames,
+    RawRecords,
+    declared_names,
+    iter_raw,
+    read_parquet_batches,
+)
 from lethe_jobs.session import configure_logging
 from lethe_jobs.subject_rows import raw_subject_rows
-from lethe_jobs.validate import POSITION, RECORD
+from lethe_jobs.validate import NAMED, POSITION, RECORD
 from lethe_shared.aws.s3 import S3ObjectStore
 from lethe_shared.catalog.object_catalog import Zone
 from lethe_shared.datasets.document import DataFormat, Dataset
@@ -129,14 +135,16 @@ def _row_batches(
         data = target.names[len(META_FIELDS) :]
         if dataset.format is DataFormat.JSONL:
             columns[RECORD] = _chunk(table, RECORD)
+            if NAMED in data:
+                positions = table.column(POSITION).to_pylist()
+                named = [records.named.get(p) for p in positions] if records.named else None
+                columns[NAMED] = pa.array(named or [None] * count, pa.string())
         elif dataset.format is DataFormat.CSV:
             names = [n for n in table.column_names if n != POSITION]
             values = [table.column(n).to_pylist() for n in names]
             records_json = [jackson_json(names, row) for row in zip(*values, strict=True)]
             columns[RECORD] = pa.array(records_json if names else ["{}"] * count, pa.string())
-            for name in data:
-                if name in table.column_names:
-                    columns[name] = _chunk(table, name)
+            _csv_columns(columns, dataset, dict(zip(names, values, strict=True)), data)
         else:
             for name in data:
                 if name in table.column_names:
@@ -144,6 +152,34 @@ def _row_batches(
         yield _batch(columns, target)
     if records.rejected:
         yield _rejected_batch(records, obj, target)
+
+
+def _csv_columns(
+    columns: dict[str, Any], dataset: Dataset, values: dict[str, list[Any]], data: list[str]
+) -> None:
+    """The frame's CSV data columns (the schema's, as text): each from the header column the
+    field-name rule finds for it (`readers.declared_names`: exact, else the one case
+    variant). A cell that holds a struct as JSON text is conformed to the declared names
+    (`readers.JsonNames`); a row where such a name is ambiguous is rejected (PREREASONS)."""
+    found = declared_names(list(values), dataset, "header")
+    json_names = JsonNames(dataset)
+    rejected: dict[int, list[str]] = {}
+    for name in data:
+        if name not in found:
+            continue
+        texts = values[found[name]]
+        if json_names.nested(name):
+            texts = list(texts)
+            for row, text in enumerate(texts):
+                named, reasons = json_names.cell(name, text)
+                if reasons:
+                    rejected.setdefault(row, []).extend(reasons)
+                elif named is not None:
+                    texts[row] = named
+        columns[name] = pa.array(texts, pa.string())
+    if rejected:
+        prereasons = [rejected.get(row, []) for row in range(len(columns[POSITION]))]
+        columns[PREREASONS] = pa.array(prereasons, pa.list_(pa.string()))
 
 
 def _chunk(table: Any, name: str) -> Any:

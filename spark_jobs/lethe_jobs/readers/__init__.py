@@ -35,7 +35,14 @@ Choices written down:
   `columns`, which names what the file holds); a Parquet file that repeats a column name is
   unreadable, like a CSV header that does;
 - a CSV record from a row with too many fields keeps the surplus values under "_extra_fields";
-  a JSON Lines line that is not an object is kept as text under "_raw".
+  a JSON Lines line that is not an object is kept as text under "_raw";
+- field names follow the one rule of `lethe_shared.datasets.field_names` (the exact name, else
+  the one case variant, never by position): a CSV header or Parquet file that makes a schema
+  column's name ambiguous is unreadable, and so is a Parquet file with two columns whose names
+  differ only in case (Spark cannot hold both); a JSON Lines line where a declared name, at
+  any depth, is ambiguous is rejected with the reason, and one whose declared names are
+  present only as case variants is kept with its text under the declared names
+  (`RawRecords.named`, `json_names`).
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ from pathlib import Path
 
 from lethe_jobs.errors import UnreadableFileError
 from lethe_jobs.readers.csv_text import RecordLines, csv_reader, read_csv
+from lethe_jobs.readers.json_names import JsonNames
 from lethe_jobs.readers.jsonl import complete_members, read_jsonl
 from lethe_jobs.readers.parquet import parquet_data_columns, read_parquet, read_parquet_batches
 from lethe_jobs.readers.payload import (
@@ -68,6 +76,7 @@ from lethe_jobs.readers.records import (
     RejectedRecord,
     Slice,
     concat_records,
+    declared_names,
     is_blank_row,
 )
 from lethe_shared.datasets.document import DataFormat, Dataset
@@ -81,6 +90,7 @@ __all__ = [
     "TRUNCATED",
     "TRUNCATED_TAIL",
     "WHOLE",
+    "JsonNames",
     "RawRecords",
     "RecordLines",
     "RejectedRecord",
@@ -89,6 +99,7 @@ __all__ = [
     "concat_records",
     "csv_reader",
     "cut_of",
+    "declared_names",
     "is_blank_row",
     "is_gzip",
     "is_salvaging",

@@ -1,5 +1,7 @@
 """The CSV reader: records located by the physical line they start on (a header is line 1),
-rows of the wrong length rejected, a truncated stream's tail salvaged."""
+rows of the wrong length rejected, a truncated stream's tail salvaged. A header column is the
+schema column the field-name rule finds it for (`records.declared_names`: the exact name, else
+the one case variant); a header that makes a schema column's name ambiguous is unreadable."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from lethe_jobs.readers.records import (
     RawRecords,
     RejectedRecord,
     Slice,
+    declared_names,
     escaped,
     is_blank_row,
 )
@@ -152,6 +155,7 @@ def read_csv(
             refuse_cut(payload, "before the header")
             yield _CsvCollector([c.name for c in dataset.schema_]).records()
             return
+        declared_names(names, dataset, "header")
         collector = _CsvCollector(names)
         last = HeldBack()
         rows = _csv_rows(reader, tap, offset)

@@ -1,5 +1,8 @@
 """The JSON Lines reader: one object per line, located by its line; a line that is not an object
-(or nested too deep) rejected, a truncated stream's tail salvaged."""
+(or nested too deep) rejected, a truncated stream's tail salvaged. Each object's names are
+checked against the dataset's (`json_names`): a line whose declared names are present only as
+case variants is kept with its conformed text (`RawRecords.named`), one where a declared name
+is ambiguous is rejected with the reason."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from typing import IO, Any
 
 import pyarrow as pa
 
+from lethe_jobs.readers.json_names import JsonNames
 from lethe_jobs.readers.payload import cut_of, is_salvaging, refuse_cut
 from lethe_jobs.readers.records import (
     BOM,
@@ -61,11 +65,13 @@ def _parse_object(text: str) -> dict[str, Any] | str:
 
 
 class _JsonlCollector:
-    def __init__(self) -> None:
+    def __init__(self, names: JsonNames) -> None:
         self.positions: list[int] = []
         self.texts: list[str] = []
         self.names: dict[str, None] = {}  # an ordered set: keys in order of first appearance
         self.rejected: list[RejectedRecord] = []
+        self.json_names = names
+        self.named: dict[int, str] = {}
 
     def __len__(self) -> int:
         return len(self.positions) + len(self.rejected)
@@ -75,7 +81,9 @@ class _JsonlCollector:
             [pa.array(self.positions, pa.int64()), pa.array(self.texts, pa.string())],
             names=[POSITION, RECORD],
         )
-        return RawRecords(table, "line", list(self.names), self.rejected, json_text=True)
+        return RawRecords(
+            table, "line", list(self.names), self.rejected, json_text=True, named=self.named
+        )
 
 
 def complete_members(text: str) -> dict[str, Any]:
@@ -123,16 +131,17 @@ def _jsonl_tail(number: int, text: str, reason: str) -> RejectedRecord:
 
 
 def read_jsonl(
-    payload: IO[bytes], _dataset: Dataset, _workdir: Path, part: Slice, batch_rows: int
+    payload: IO[bytes], dataset: Dataset, _workdir: Path, part: Slice, batch_rows: int
 ) -> Iterator[RawRecords]:
-    collector = _JsonlCollector()
+    names = JsonNames(dataset)
+    collector = _JsonlCollector(names)
     last = HeldBack()
     lines = enumerate(payload, start=part.first_line)
     for number, raw in last.held_back(lines) if is_salvaging(payload) else lines:
         _add_jsonl_line(collector, number, raw)
         if len(collector) >= batch_rows:
             yield collector.records()
-            collector = _JsonlCollector()
+            collector = _JsonlCollector(names)
     if last.item is None:
         refuse_cut(payload, "before the first record")
     elif cut_of(payload) is None:
@@ -163,7 +172,13 @@ def _add_jsonl_line(collector: _JsonlCollector, number: int, raw: bytes) -> None
     if isinstance(parsed, str):
         record = json.dumps({"_raw": text}, ensure_ascii=False)
         collector.rejected.append(RejectedRecord(number, (parsed,), record))
-    else:
-        collector.names.update(dict.fromkeys(parsed))
-        collector.positions.append(number)
-        collector.texts.append(text)
+        return
+    collector.names.update(dict.fromkeys(parsed))
+    named, reasons = collector.json_names.record(parsed, text)
+    if reasons:  # an ambiguous name: which field the schema means cannot be told
+        collector.rejected.append(RejectedRecord(number, tuple(reasons), text))
+        return
+    if named is not None:
+        collector.named[number] = named
+    collector.positions.append(number)
+    collector.texts.append(text)

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 
 from lethe_jobs.arrow_bridge import to_spark_compatible
 from lethe_jobs.errors import UnreadableFileError
-from lethe_jobs.readers.records import RESERVED_PREFIX, RawRecords, Slice
+from lethe_jobs.readers.records import RESERVED_PREFIX, RawRecords, Slice, case_collisions
 from lethe_jobs.validate import POSITION
 from lethe_shared.datasets.document import Dataset
 
@@ -69,11 +69,18 @@ def read_parquet_batches(source: Any, part: Slice, batch_rows: int) -> Iterator[
 def parquet_data_columns(names: list[str]) -> list[str]:
     """The columns of a Parquet file the readers read: all but those named with
     RESERVED_PREFIX. Raises UnreadableFileError when a name repeats (which one the schema
-    means cannot be told)."""
+    means cannot be told), also ignoring case: Spark, which conforms the rows, resolves column
+    names ignoring case and cannot hold two columns whose names differ only in case (and the
+    field-name rule could not tell which one a schema column means, unless one is exact)."""
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
         raise UnreadableFileError(f"the file repeats column(s) {', '.join(duplicates)}")
-    return [name for name in names if not name.startswith(RESERVED_PREFIX)]
+    kept = [name for name in names if not name.startswith(RESERVED_PREFIX)]
+    collisions = case_collisions(kept)
+    if collisions:
+        shown = "; ".join(", ".join(group) for group in collisions)
+        raise UnreadableFileError(f"the file has columns that differ only in case: {shown}")
+    return kept
 
 
 def _spark_compatible(table: Any) -> Any:

@@ -10,6 +10,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from lethe_jobs.errors import UnreadableFileError
+from lethe_shared.datasets.document import Dataset
+from lethe_shared.datasets.field_names import AmbiguousFieldError, find_field, fold
+
 CSV_FIELD_LIMIT = 64 * 1024 * 1024
 
 
@@ -52,6 +56,9 @@ class RawRecords:
     columns: list[str]  # data column names found in the file, in file order
     rejected: list[RejectedRecord] = field(default_factory=list)
     json_text: bool = False  # True when RECORD holds each record's JSON text (JSON Lines)
+    # JSON Lines: by position, the text of each record whose field names differ from the
+    # dataset's (a case variant), with the dataset's names (readers.json_names)
+    named: dict[int, str] = field(default_factory=dict)
 
     @property
     def rows_read(self) -> int:
@@ -99,6 +106,7 @@ def concat_records(parts: list[RawRecords]) -> RawRecords:
         columns,
         [r for p in parts for r in p.rejected],
         first.json_text,
+        {position: text for p in parts for position, text in p.named.items()},
     )
 
 
@@ -113,3 +121,31 @@ class HeldBack:
             if self.item is not None:
                 yield self.item
             self.item = item
+
+
+def declared_names(names: list[str], dataset: Dataset, where: str) -> dict[str, str]:
+    """Each schema column the file has -> the file's column (a CSV header's, a Parquet file's),
+    found by the field-name rule (lethe_shared.datasets.field_names: the exact name, else the
+    one case variant). Raises UnreadableFileError when a schema column's name is ambiguous
+    among them (several case variants, none exact): which one it means cannot be told for any
+    row, as for a name the file repeats."""
+    found: dict[str, str] = {}
+    for column in dataset.schema_:
+        try:
+            name = find_field(names, column.name)
+        except AmbiguousFieldError as exc:
+            raise UnreadableFileError(
+                f"the {where} has columns {', '.join(exc.candidates)}, which differ only in"
+                f" case: which one column {column.name} means cannot be told"
+            ) from exc
+        if name is not None:
+            found[column.name] = name
+    return found
+
+
+def case_collisions(names: list[str]) -> list[list[str]]:
+    """Groups of names that are equal ignoring case (lethe_shared.datasets.field_names.fold)."""
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        groups.setdefault(fold(name), []).append(name)
+    return [group for group in groups.values() if len(set(group)) > 1]

@@ -57,3 +57,15 @@ def field_map(available: Iterable[str], wanted: Iterable[str]) -> dict[str, str 
     AmbiguousFieldError for the first ambiguous one."""
     names = list(available)
     return {name: find_field(names, name) for name in wanted}
+
+
+def candidate_fields(available: Iterable[str], wanted: str) -> list[str]:
+    """Every field `wanted` may name: the exact one alone when there is one, else each case
+    variant (none, one, or several when the name is ambiguous). `find_field`'s answer without
+    the error, for the index, which records every reading of an ambiguous name so that an
+    erasure reaches the row (and reports it as not fully searched) instead of never seeing it."""
+    names = list(available)
+    if wanted in names:
+        return [wanted]
+    folded = fold(wanted)
+    return [name for name in names if fold(name) == folded]

@@ -17,6 +17,10 @@ whose values go through Python as before.
 Imports pyarrow, and only pyarrow's compute kernels (no numpy: the indexer Lambda's layer has
 pyarrow 20 alone): import this module only where pyarrow is installed (Spark, the indexer
 Lambda's layer, tests), never from lethe_shared's modules that run without it.
+
+Subject columns are found by the field-name rule (`lethe_shared.datasets.field_names`: the
+exact name, else the one case variant, never by position), at the top level and in structs; a
+name that is ambiguous in the table's schema raises AmbiguousFieldError (never a guess).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lethe_shared.datasets.document import Dataset
+from lethe_shared.datasets.field_names import AmbiguousFieldError, find_field
 from lethe_shared.subject_hashing.arrow_digests import NO_TEXTS, SubjectTexts, hash_subjects
 from lethe_shared.subject_hashing.canonical import canonical_text
 from lethe_shared.subject_hashing.keys import check_key
@@ -138,18 +143,45 @@ def _subject_column(table: pa.Table, path: str, constants: Mapping[str, Any]) ->
     struct field is null, a null parent struct makes its fields null; a top-level column that
     is not in the table takes its value from `constants` (a partition value)."""
     rows = table.num_rows
-    head, *rest = path.split(".")
-    if head not in table.column_names:
-        value = constants.get(head) if not rest else None
+    head = path.split(".", maxsplit=1)[0]
+    if _field_index(table.column_names, head) is None:
+        value = constants.get(head) if head == path else None
         if value is None:
             return _no_values(rows)
         return _Coded(pa.repeat(pa.scalar(0, pa.int32()), rows), [value])
-    column: Any = table.column(head)
+    column = _column_at(table, path)
+    return _no_values(rows) if column is None else _coded(column)
+
+
+def _field_index(names: Sequence[str], wanted: str) -> int | None:
+    """The index of the field `wanted` names among `names`, by the field-name rule
+    (lethe_shared.datasets.field_names: exact, else the one case variant); None when there is
+    none. Raises AmbiguousFieldError (a name repeated exactly is ambiguous too)."""
+    found = find_field(names, wanted)
+    if found is None:
+        return None
+    if names.count(found) > 1:
+        raise AmbiguousFieldError(wanted, [found] * names.count(found))
+    return names.index(found)
+
+
+def _column_at(table: pa.Table, path: str) -> Any:
+    """The column (or nested struct field) at a subject column path, each name found by the
+    field-name rule; None when the table has none. A null parent struct makes its fields
+    null. Raises AmbiguousFieldError."""
+    head, *rest = path.split(".")
+    index = _field_index(table.column_names, head)
+    if index is None:
+        return None
+    column: Any = table.column(index)
     for part in rest:
-        if not pa.types.is_struct(column.type) or column.type.get_field_index(part) < 0:
-            return _no_values(rows)
-        column = pc.struct_field(column, part)
-    return _coded(column)
+        if not pa.types.is_struct(column.type):
+            return None
+        child = _field_index([f.name for f in column.type], part)
+        if child is None:
+            return None
+        column = pc.struct_field(column, [child])
+    return column
 
 
 def _combined(columns: Sequence[_Coded]) -> tuple[pa.Array, list[list[int]]]:
@@ -198,14 +230,9 @@ def _row_texts(table: pa.Table, path: str) -> pa.Array | None:
     """Each row's canonical text, as Arrow computes it, for a single subject column whose Arrow
     text is the canonical text (a string or integer or boolean column or struct field, as in
     `_Coded.messages`); None for every other column (codes and distinct texts then)."""
-    head, *rest = path.split(".")
-    if head not in table.column_names:
+    column = _column_at(table, path)
+    if column is None:
         return None
-    column: Any = table.column(head)
-    for part in rest:
-        if not pa.types.is_struct(column.type) or column.type.get_field_index(part) < 0:
-            return None
-        column = pc.struct_field(column, part)
     array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     type_ = array.type
     if pa.types.is_integer(type_) or pa.types.is_boolean(type_):
