@@ -61,6 +61,7 @@ from lethe_shared.datasets.field_names import AmbiguousFieldError
 from lethe_shared.index.arrow_entries import ObjectRef
 from lethe_shared.subject_hashing.arrow import row_subject_hashes
 from lethe_shared.subject_hashing.records import (
+    SubjectRows,
     column_subject_hashes,
     distinct_safe,
     json_object,
@@ -130,6 +131,8 @@ def _raw_text_matches(
     try:
         records = read_raw(path, dataset, workdir)
     except UnreadableFileError as exc:
+        if isinstance(exc.__cause__, AmbiguousFieldError):
+            return RowMatches(0, (), gaps=(_ambiguous_header(exc.__cause__, dataset),))
         raise UnreadableObjectError(f"unreadable raw object: {exc.reason}") from exc
     rejected = [r.position for r in records.rejected]
     parsed = int(records.table.num_rows)
@@ -143,16 +146,50 @@ def _raw_text_matches(
         per_record = not gaps
     if not per_record:  # a subject column the object lacks (or holds ambiguously): no match
         return RowMatches(records.rows_read, (), gaps=gaps + unparseable(rejected, ()))
+    rows = raw_subject_rows(records, dataset)
+    if rows.ambiguous and not any(g.reason == "ambiguous_subject_column" for g in gaps):
+        # records whose subject field has several case variants: named, never guessed; the
+        # other records are matched (the index lists such a record under every reading). The
+        # reader rejected them too: they are named once, as ambiguous, not as unparseable.
+        gaps += (_ambiguous_records(rows),)
+        rejected = [line for line in rejected if line not in set(rows.ambiguous)]
+    rows = rows.unambiguous()
     try:
-        rows = raw_subject_rows(records, dataset)
         hashes = subject_hashes_of_rows(rows, dataset, key=matcher.key)
-    except AmbiguousFieldError as exc:  # the hashing found a record with several variants
+    except AmbiguousFieldError as exc:  # cannot happen once unambiguous: fail closed anyway
         return _ambiguous_object(records.rows_read, exc, gaps + unparseable(rejected, ()))
     positions, counts = _matched(rows.coordinates, hashes, matcher.hashes)
     return RowMatches(
         records.rows_read, tuple(positions), subject_counts(counts),
         gaps + unparseable(rejected, positions),
     )  # fmt: skip
+
+
+def _ambiguous_records(rows: SubjectRows) -> Gap:
+    """The records of `rows` whose subject field is ambiguous, as one gap (declared name only)."""
+    wanted = rows.ambiguity.wanted if rows.ambiguity else "a subject column"
+    lines = sorted(set(rows.ambiguous))
+    return Gap(
+        "ambiguous_subject_column",
+        len(lines),
+        f"{len(lines)} record(s) hold several fields equal to {wanted!r} ignoring case, none "
+        f"exactly (first at {lines[0]}): kept, not matched",
+    )
+
+
+def _ambiguous_header(exc: AmbiguousFieldError, dataset: Dataset) -> Gap:
+    """The reader refused a header (or Parquet schema) in which a declared column has several
+    case variants and no exact name (lethe_jobs.readers.records.declared_names): no record was
+    read, so no row could be matched; how many rows the object holds is not known (count 0).
+    The detail names the declared column only, never a name read from the object."""
+    subject = exc.wanted in {c.split(".", 1)[0] for c in dataset.subject_columns}
+    return Gap(
+        "ambiguous_subject_column" if subject else "unparseable_records",
+        0,
+        f"{len(exc.candidates)} fields equal {'subject ' if subject else ''}column "
+        f"{exc.wanted!r} ignoring case, none exactly: the object could not be read, none of "
+        "its rows could be matched",
+    )
 
 
 def _declared_columns(records: RawRecords, fields: dict[str, str]) -> RawRecords:
