@@ -5,6 +5,7 @@ tests/integration/test_object_events_handler.py."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -147,6 +148,20 @@ def test_a_forgotten_version_is_nobodys(
     assert (book.writer_of(RAW, KEY, "v1"), book.writer_of(RAW, KEY, "v2")) == (None, "erase")
 
 
+def test_a_key_of_the_longest_url_lethe_writes_is_recorded(
+    ledger: tuple[WritesLedger, Callable[[timedelta], None]],
+) -> None:
+    # the ingest job writes lake keys whose URL is up to 1,024 bytes (ingest_tasks.write)
+    book, _ = ledger
+    key = "reviews/p=" + "x" * (1024 - len(f"s3://{LAKE}/reviews/p=") - 8) + "/a.jsonl"
+    assert len(f"s3://{LAKE}/{key}".encode()) == 1024
+    writes = book.writer(Writer.INGEST, "exec-1")
+
+    writes.written(LAKE, key, writes.intend(LAKE, key, 1), "v1")
+
+    assert book.settled_writer_of(LAKE, key, "v1", created_at=T0) == "ingest"
+
+
 def test_intent_windows_are_bounded() -> None:
     assert intent_seconds(0) == 600
     assert intent_seconds(400 * 1024 * 1024) == 700  # one second per 4 MiB
@@ -169,7 +184,9 @@ def test_ledger_items_live_apart_from_the_catalogs(lethe_tables: dict[str, Any])
     assert catalog.get(RAW, KEY, "v1") is None
     items = {i["version_id"]: i for i in table.scan()["Items"]}
     assert set(items) == {"v#v1", f"i#{open_token}"}
-    assert {i["object_url"] for i in items.values()} == {f"ledger#s3://{RAW}/{KEY}"}
+    digest = hashlib.sha256(f"s3://{RAW}/{KEY}".encode()).hexdigest()
+    assert {i["object_url"] for i in items.values()} == {f"ledger#{digest}"}
+    assert {(i["bucket"], i["key"]) for i in items.values()} == {(RAW, KEY)}
     version, intent = items["v#v1"], items[f"i#{open_token}"]
     assert (version["writer"], version["run_id"], version["s3_version_id"]) == (
         "erase",

@@ -13,7 +13,9 @@ Items live in `ObjectCatalogTable` (its key schema holds them without a new tabl
 partitions of their own that no catalog read touches (the catalog's partitions are object URLs,
 `s3://...`; its `by_dataset` index is sparse and ledger items have no `dataset_id`):
 
-    object_url (HASH)   ledger#s3://<bucket>/<key>
+    object_url (HASH)   ledger#<SHA-256 of s3://<bucket>/<key>, hex>  (fixed size: a URL of
+                        up to 1,024 bytes with a prefix would pass the by_dataset index's
+                        1,024-byte key limit; the items name their bucket and key)
     version_id (RANGE)  v#<S3 version id>   a version a Lethe job wrote: writer, run_id, written_at
                         i#<token>           an intent: a job is about to write the key; writer,
                                             run_id, opened_at, open_until, expires_at (TTL)
@@ -56,6 +58,7 @@ same item), closing an intent twice deletes nothing the second time.
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -67,7 +70,7 @@ from lethe_shared.aws.dynamo import query_all
 from lethe_shared.aws.s3 import WriteLog, s3_url
 from lethe_shared.errors import WriteNotSettledError
 
-LEDGER_PREFIX = "ledger#"  # the partition of a key's ledger items: ledger#s3://<bucket>/<key>
+LEDGER_PREFIX = "ledger#"  # the partitions of the ledger's items: ledger#<hash of the URL>
 VERSION_PREFIX = "v#"
 INTENT_PREFIX = "i#"
 INTENT_SECONDS = 600  # how long an intent holds the events of its key, plus the body's time:
@@ -86,7 +89,8 @@ class Writer(StrEnum):
 
 def ledger_partition(bucket: str, key: str) -> str:
     """The ledger's partition key of one S3 key: never an object URL of the catalog."""
-    return f"{LEDGER_PREFIX}{s3_url(bucket, key)}"
+    digest = hashlib.sha256(s3_url(bucket, key).encode("utf-8")).hexdigest()
+    return f"{LEDGER_PREFIX}{digest}"
 
 
 def intent_seconds(size: int) -> int:
