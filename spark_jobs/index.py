@@ -1,12 +1,14 @@
 """Spark job `index`: make the subject index entries of given objects match their content.
 
     python spark_jobs/index.py --dataset-id reviews --raw-bucket RAW --lake-bucket LAKE \
-        --datasets-table DATASETS --index-table INDEX --hash-key-secret SECRET_ARN \
-        --correlation-id EXECUTION_NAME \
+        --datasets-table DATASETS --index-table INDEX --catalog-table CATALOG \
+        --hash-key-secret SECRET_ARN --correlation-id EXECUTION_NAME \
         (--objects-json '[{"bucket": "LAKE", "key": "reviews/x.parquet"}]'
          | --objects-manifest s3://BUCKET/manifest.json) \
-        [--skip-producer ingest|none] [--force]
+        [--skip-producer ingest,erase|none] [--force]
 
+`--skip-producer` names Lethe jobs whose versions are skipped (they indexed them), as the writes
+ledger in CATALOG records them; never the objects' `lethe-producer` metadata.
 Backfills a lake that existed before Lethe (`--skip-producer none`), indexes lake objects too
 large for the indexer Lambda, and re-indexes keys whose current version changed. Prints one JSON
 line on stdout: {"objects", "indexed", "skipped", "missing", "unreadable", "entries_written",

@@ -31,6 +31,7 @@ from lethe_jobs.ingest_outcomes import AwsPorts
 from lethe_jobs.session import configure_logging, job_session
 from lethe_shared.aws.s3 import S3ObjectStore
 from lethe_shared.catalog.object_catalog import DynamoObjectCatalog
+from lethe_shared.catalog.writes_ledger import DynamoWritesLedger, Writer
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
 from lethe_shared.index.subject_index import DynamoSubjectIndex
 from lethe_shared.subject_hashing.keys import load_hash_key
@@ -49,10 +50,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     hash_key = load_hash_key(boto3.client("secretsmanager"), args.hash_key_secret)
     dynamodb = boto3.resource("dynamodb")
+    catalog = dynamodb.Table(args.catalog_table)
+    # what the driver writes (a wholly unreadable file's quarantine document) is recorded in the
+    # writes ledger, as the tasks' lake and quarantine files are
+    writes = DynamoWritesLedger(catalog).writer(Writer.INGEST, args.correlation_id)
     aws = AwsPorts(
-        s3=S3ObjectStore(boto3.client("s3")),
+        s3=S3ObjectStore(boto3.client("s3"), writes=writes),
         datasets=DynamoDatasetRegistry(dynamodb.Table(args.datasets_table)),
-        catalog=DynamoObjectCatalog(dynamodb.Table(args.catalog_table)),
+        catalog=DynamoObjectCatalog(catalog),
         index=DynamoSubjectIndex(dynamodb.Table(args.index_table)),
         hash_key=hash_key,
     )

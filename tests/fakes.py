@@ -9,6 +9,7 @@ assignments at the bottom fail mypy when a method is missing or has another sign
     ObjectCatalog    lethe_shared.catalog.object_catalog    DynamoObjectCatalog     MemoryCatalog
     SubjectIndex     lethe_shared.index.subject_index   DynamoSubjectIndex      MemoryIndex
     ObjectStore      lethe_shared.aws.s3         S3ObjectStore           MemoryObjectStore
+    WritesLedger     lethe_shared.catalog.writes_ledger  DynamoWritesLedger  MemoryWritesLedger
     IngestionStarter lethe_shared.ingestion.starter  StepFunctionsBatchStarter  RecordingStarter
     IndexRequester   lethe_shared.index.maintenance  AwsIndexRequester  RecordingRequester
     DocumentStore    lethe_shared.erasure.workflow   S3Documents        MemoryDocuments
@@ -28,13 +29,20 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from lethe_shared.aws.s3 import ObjectHead, ObjectStore, ObjectVersion, s3_url
+from lethe_shared.aws.s3 import ObjectHead, ObjectStore, ObjectVersion, WriteLog, s3_url
 from lethe_shared.catalog.object_catalog import (
     CatalogItem,
     IngestionRecord,
     ObjectCatalog,
     ObjectStatus,
     latest,
+)
+from lethe_shared.catalog.writes_ledger import (
+    Intent,
+    Writer,
+    WritesLedger,
+    intent_seconds,
+    settle,
 )
 from lethe_shared.datasets.document import Dataset
 from lethe_shared.datasets.matching import Generations, matching_fingerprint, next_generations
@@ -400,6 +408,72 @@ class MemoryObjectStore:
         return self.head(bucket, key, version_id)
 
 
+class MemoryWritesLedger:
+    """WritesLedger in dicts, deciding with the adapter's own rule (`writes_ledger.settle`),
+    on a clock the test moves (`now`)."""
+
+    def __init__(self, now: datetime | None = None) -> None:
+        self.now = now or datetime(2026, 11, 1, 12, tzinfo=UTC)
+        self.versions: dict[tuple[str, str, str], tuple[str, str]] = {}  # -> (writer, run id)
+        self.intents: dict[tuple[str, str], dict[str, Intent]] = {}
+        self._tokens = itertools.count(1)
+
+    def record(self, bucket: str, key: str, version_id: str, name: Writer = Writer.ERASE) -> None:
+        """A test's shortcut: `name` wrote this version and recorded it."""
+        writer = self.writer(name, "run-1")
+        writer.written(bucket, key, writer.intend(bucket, key, 0), version_id)
+
+    def writer_of(self, bucket: str, key: str, version_id: str) -> str | None:
+        found = self.versions.get((bucket, key, version_id))
+        return found[0] if found else None
+
+    def settled_writer_of(
+        self, bucket: str, key: str, version_id: str, *, created_at: datetime | None
+    ) -> str | None:
+        pending = list(self.intents.get((bucket, key), {}).values())
+        return settle(
+            pending,
+            self.writer_of(bucket, key, version_id),
+            url=s3_url(bucket, key),
+            version_id=version_id,
+            created_at=created_at,
+            now=self.now,
+        )
+
+    def forget(self, bucket: str, key: str, version_id: str) -> None:
+        self.versions.pop((bucket, key, version_id), None)
+
+    def writer(self, name: Writer, run_id: str) -> MemoryLedgerWriter:
+        return MemoryLedgerWriter(self, name, run_id)
+
+    def new_token(self) -> str:
+        return f"t{next(self._tokens)}"
+
+
+@dataclass
+class MemoryLedgerWriter:
+    """WriteLog of one job run on a MemoryWritesLedger."""
+
+    ledger: MemoryWritesLedger
+    name: Writer
+    run_id: str
+
+    def intend(self, bucket: str, key: str, size: int) -> str:
+        token = self.ledger.new_token()
+        now = self.ledger.now
+        until = now + timedelta(seconds=intent_seconds(size))
+        intent = Intent(token, self.name.value, self.run_id, now, until)
+        self.ledger.intents.setdefault((bucket, key), {})[token] = intent
+        return token
+
+    def written(self, bucket: str, key: str, token: str, version_id: str) -> None:
+        self.ledger.versions[(bucket, key, version_id)] = (self.name.value, self.run_id)
+        self.abandoned(bucket, key, token)
+
+    def abandoned(self, bucket: str, key: str, token: str) -> None:
+        self.ledger.intents.get((bucket, key), {}).pop(token, None)
+
+
 class MemoryDocuments:
     """DocumentStore on a dict: put overwrites, put_once writes only a new key."""
 
@@ -566,6 +640,8 @@ _registrations: Registrations = MemoryRegistry()
 _catalog: ObjectCatalog = MemoryCatalog()
 _index: SubjectIndex = MemoryIndex()
 _objects: ObjectStore = MemoryObjectStore()
+_ledger: WritesLedger = MemoryWritesLedger()
+_write_log: WriteLog = MemoryWritesLedger().writer(Writer.INGEST, "run")
 _starter: IngestionStarter = RecordingStarter()
 _requester: IndexRequester = RecordingRequester()
 _requests: ErasureRequests = MemoryErasureRequests()

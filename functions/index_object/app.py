@@ -1,7 +1,9 @@
 """Index one lake object that arrived by other means than ingestion (docs/INDEX.md).
 
 Invoked asynchronously by the object events handler for lake objects up to
-LambdaIndexMaxBytes; larger ones go to the Spark index job. Reads the object version, computes
+LambdaIndexMaxBytes; larger ones go to the Spark index job. A version the writes ledger
+(lethe_shared.catalog.writes_ledger, in the catalog table) says ingestion or erasure wrote is
+skipped (they indexed it); its metadata decides nothing. Reads the object version, computes
 its subject entries with lethe_shared.index.arrow_entries (the same code the Spark jobs use) and
 makes
 the object's index entries exactly those. Idempotent: a repeat gives the same entries.
@@ -19,6 +21,7 @@ from pydantic import Field
 
 from lethe_shared.aws.s3 import NULL_VERSION, S3ObjectStore
 from lethe_shared.aws.wiring import Aws, wiring
+from lethe_shared.catalog.writes_ledger import DynamoWritesLedger
 from lethe_shared.config import Settings
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
 from lethe_shared.errors import MalformedEventError
@@ -46,6 +49,7 @@ class IndexObjectSettings(Settings):
     datasets_table: str = Field(alias="DATASETS_TABLE", min_length=1)
     hash_key_secret_arn: str = Field(alias="HASH_KEY_SECRET_ARN", min_length=1)
     lake_bucket: str = Field(alias="LAKE_BUCKET", min_length=3)
+    catalog_table: str = Field(alias="CATALOG_TABLE", min_length=1)  # the writes ledger
 
 
 class IndexObjectRequest(Model):
@@ -61,6 +65,7 @@ class _Dependencies:
     objects: S3ObjectStore
     registry: DynamoDatasetRegistry
     index: DynamoSubjectIndex
+    ledger: DynamoWritesLedger
 
 
 def _build(settings: IndexObjectSettings, aws: Aws) -> _Dependencies:
@@ -69,6 +74,7 @@ def _build(settings: IndexObjectSettings, aws: Aws) -> _Dependencies:
         objects=S3ObjectStore(aws.client("s3")),
         registry=DynamoDatasetRegistry(aws.table(settings.datasets_table)),
         index=DynamoSubjectIndex(aws.table(settings.index_table)),
+        ledger=DynamoWritesLedger(aws.table(settings.catalog_table)),
     )
 
 
@@ -93,6 +99,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         registry=deps.registry,
         index=deps.index,
         hash_key=lambda: key_from_secret(_secret(secret_arn)),
+        ledger=deps.ledger,
     )
     metrics.add_metric(name="IndexEntriesWritten", unit=MetricUnit.Count, value=outcome.entries)
     logger.info(

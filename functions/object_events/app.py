@@ -14,6 +14,14 @@ kept current for lake objects that arrive by other means and for deletes
 MAX_BATCH_OBJECTS versions, each with a manifest in the reports bucket and a deterministic name
 (lethe_shared.ingestion.starter).
 
+Which versions Lethe's own jobs wrote comes from the writes ledger
+(lethe_shared.catalog.writes_ledger, in the catalog table), never from object metadata. A
+record whose version a Lethe job may have written but not recorded yet (an open intent on its
+key) is tried again for a moment (`SETTLE_WAIT_SECONDS` per batch, the common case: the job
+records its version milliseconds after its PUT returns), then reported failed *without an
+error* (`ObjectEventsDeferred`): SQS delivers it again after the visibility timeout, and the
+intent's bound decides it within 4 receives (docs of the ledger module).
+
 Failures are per record (Powertools BatchProcessor): a malformed record (not JSON, not S3's
 EventBridge shape) or one that fails on a dependency is logged with its reason and reported in
 `batchItemFailures`; SQS redelivers it after the queue's visibility timeout and, after
@@ -25,6 +33,7 @@ batch are deleted from the queue.
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from dataclasses import dataclass
 from datetime import timedelta
@@ -42,9 +51,10 @@ from pydantic import Field, ValidationError
 from lethe_shared.aws.s3 import S3ObjectStore, s3_url
 from lethe_shared.aws.wiring import Aws, wiring
 from lethe_shared.catalog.object_catalog import Buckets, DynamoObjectCatalog
+from lethe_shared.catalog.writes_ledger import DynamoWritesLedger
 from lethe_shared.config import Settings
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
-from lethe_shared.errors import MalformedEventError
+from lethe_shared.errors import MalformedEventError, WriteNotSettledError
 from lethe_shared.index.maintenance import AwsIndexRequester, IndexMaintainer
 from lethe_shared.index.subject_index import DynamoSubjectIndex
 from lethe_shared.ingestion.object_events import (
@@ -65,6 +75,10 @@ tracer = Tracer()
 metrics = Metrics()
 # Failures are reported per record, also when every record failed: the response says which.
 processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+# How long one batch waits, in all, for Lethe's jobs to record versions they wrote, before it
+# leaves such records to SQS's redelivery; and the pause between two looks at the ledger.
+SETTLE_WAIT_SECONDS = 2.0
+SETTLE_PAUSE_SECONDS = 0.25
 
 
 class ObjectEventsSettings(Settings):
@@ -91,12 +105,14 @@ class _Dependencies:
     starter: StepFunctionsBatchStarter
     index: IndexMaintainer
     objects: S3ObjectStore
+    ledger: DynamoWritesLedger
     ignored_retention: timedelta
     reports_bucket: str
 
 
 def _build(settings: ObjectEventsSettings, aws: Aws) -> _Dependencies:
     objects = S3ObjectStore(aws.client("s3"))
+    ledger = DynamoWritesLedger(aws.table(settings.catalog_table))
     return _Dependencies(
         buckets=Buckets(raw=settings.raw_bucket, lake=settings.lake_bucket),
         registry=DynamoDatasetRegistry(aws.table(settings.datasets_table)),
@@ -117,8 +133,10 @@ def _build(settings: ObjectEventsSettings, aws: Aws) -> _Dependencies:
                 backfill_state_machine_arn=settings.index_backfill_state_machine_arn,
             ),
             max_lambda_bytes=settings.lambda_index_max_bytes,
+            ledger=ledger,
         ),
         objects=objects,
+        ledger=ledger,
         ignored_retention=timedelta(days=settings.ignored_retention_days),
         reports_bucket=settings.reports_bucket,
     )
@@ -187,6 +205,30 @@ class _Batch:
         self.deps = deps
         self.collector = IngestionCollector()
         self.counts: Counter[str] = Counter()
+        self.settle_wait = SETTLE_WAIT_SECONDS  # left for this batch
+
+    def _record(self, event: ObjectEvent, message_id: str) -> Outcome:
+        """record_object_event, looked at again for a moment while the version's writer is
+        not settled (nothing is written before it is, so a second look starts afresh)."""
+        while True:
+            try:
+                return record_object_event(
+                    event,
+                    buckets=self.deps.buckets,
+                    registry=self.deps.registry,
+                    catalog=self.deps.catalog,
+                    ingestion=self.collector.for_record(message_id),
+                    index=self.deps.index,
+                    objects=self.deps.objects,
+                    ledger=self.deps.ledger,
+                    ignored_retention=self.deps.ignored_retention,
+                )
+            except WriteNotSettledError:
+                if self.settle_wait <= 0:
+                    raise
+                pause = min(SETTLE_PAUSE_SECONDS, self.settle_wait)
+                self.settle_wait -= pause
+                time.sleep(pause)
 
     def record(self, record: SQSRecord) -> None:
         """Process one SQS record; raise to report it as a batch item failure."""
@@ -201,16 +243,14 @@ class _Batch:
             if isinstance(event_id, str):
                 context["event_id"] = event_id
                 logger.set_correlation_id(event_id)
-            outcome = record_object_event(
-                to_object_event(raw),
-                buckets=self.deps.buckets,
-                registry=self.deps.registry,
-                catalog=self.deps.catalog,
-                ingestion=self.collector.for_record(record.message_id),
-                index=self.deps.index,
-                objects=self.deps.objects,
-                ignored_retention=self.deps.ignored_retention,
+            outcome = self._record(to_object_event(raw), record.message_id)
+        except WriteNotSettledError as exc:
+            self.counts["deferred"] += 1
+            logger.info(
+                "object version's writer not settled yet; SQS delivers the event again",
+                extra={**context, "reason": str(exc), "retry_after": exc.retry_after_seconds},
             )
+            raise
         except MalformedEventError as exc:
             self.counts["malformed"] += 1
             logger.error(
@@ -301,6 +341,7 @@ _COUNT_METRICS = {
     "skipped": "ObjectEventsSkipped",
     "malformed": "MalformedObjectEvents",
     "failed": "ObjectEventsFailed",
+    "deferred": "ObjectEventsDeferred",
     StartOutcome.STARTED.value: "IngestionExecutionsStarted",
     StartOutcome.ALREADY_STARTED.value: "IngestionExecutionsAlreadyStarted",
     "batches_not_started": "IngestionBatchesNotStarted",

@@ -8,8 +8,8 @@ Erase (one Spark task per group of objects, `tasks.task_groups`: small objects s
 3. the key's current version: download it, find the subjects' rows with the index's own
    matching and write the object again without them, in its own format (`erase_rows`); the
    new version replaces the old only if the old is still current (an S3 conditional write on
-   its ETag), keeping its metadata, tags, content headers and encryption, and says
-   `lethe-producer: erase` so the object events path leaves the index to the erasure. An object
+   its ETag), keeping its metadata, tags, content headers and encryption; the writes ledger
+   records it, so the object events path leaves the index to the erasure. An object
    left with no rows is deleted with every version. A version a producer wrote meanwhile is
    never overwritten: the object is read again and erased again (a bounded number of times);
 4. every older version and delete marker of that exact key is deleted: the subjects' rows in
@@ -79,6 +79,7 @@ from lethe_shared.aws.s3 import (
     split_s3_url,
 )
 from lethe_shared.catalog.object_catalog import Buckets
+from lethe_shared.catalog.writes_ledger import DynamoLedgerWriter, DynamoWritesLedger, Writer
 from lethe_shared.datasets.document import Dataset
 from lethe_shared.datasets.registry import DatasetRegistry, require_dataset
 from lethe_shared.erasure.report import (
@@ -130,6 +131,7 @@ class EraseArgs:
     lake_bucket: str
     reports_bucket: str
     datasets_table: str
+    catalog_table: str  # the writes ledger: every rewrite is recorded there
     hash_key_secret: str
     correlation_id: str
     mode: str
@@ -158,6 +160,7 @@ class EraseSettings:
     datasets: dict[str, Dataset]
     hashes: frozenset[str]
     hash_key: bytes = field(repr=False)
+    catalog_table: str = ""  # the writes ledger's table ("": rewrites are not recorded)
 
     def matcher(self, dataset_id: str) -> SubjectMatcher:
         return SubjectMatcher(self.datasets[dataset_id], self.hashes, self.hash_key)
@@ -448,9 +451,18 @@ def _test_kill_hook() -> Callable[[], None] | None:
     return after_rewrite
 
 
+def _ledger_writes(ctx: EraseSettings) -> DynamoLedgerWriter | None:
+    """Every rewrite recorded in the writes ledger: how the object events path knows the
+    versions erasure wrote (lethe_shared.catalog.writes_ledger), never by their metadata."""
+    if not ctx.catalog_table:
+        return None
+    table = boto3.resource("dynamodb").Table(ctx.catalog_table)
+    return DynamoWritesLedger(table).writer(Writer.ERASE, ctx.correlation_id)
+
+
 def _erase_partition(items: Iterable[str], ctx: EraseSettings) -> Iterator[str]:
     configure_logging(ctx.correlation_id)  # an executor's Python worker logs on its own
-    store = S3ObjectStore(boto3.client("s3"))
+    store = S3ObjectStore(boto3.client("s3"), writes=_ledger_writes(ctx))
     after_rewrite = _test_kill_hook()
     for text in items:
         item = ManifestObject.model_validate_json(text)
@@ -509,6 +521,7 @@ def _settings(args: EraseArgs, manifest: Manifest, ports: ErasePorts) -> EraseSe
         datasets={d: require_dataset(ports.datasets, d) for d in ids},
         hashes=frozenset(manifest.subject_hashes),
         hash_key=ports.hash_key,
+        catalog_table=args.catalog_table,
     )
 
 

@@ -41,6 +41,7 @@ class IndexArgs(DatasetJobArgs):
     objects_manifest: str | None
     skip_producers: frozenset[str]  # empty: index every object, whatever wrote it
     force: bool
+    catalog_table: str  # the writes ledger's table: which versions Lethe's jobs wrote
 
 
 def parse_args(argv: Sequence[str] | None) -> tuple[IndexArgs, list[str]]:
@@ -54,8 +55,10 @@ def parse_args(argv: Sequence[str] | None) -> tuple[IndexArgs, list[str]]:
         "--skip-producer",
         dest="skip_producers",
         default=",".join(sorted(SELF_INDEXING_PRODUCERS)),
-        help="lethe-producer values to skip, comma-separated (their jobs indexed them); none",
+        help="skip versions the writes ledger says these Lethe jobs wrote, comma-separated "
+        "(they indexed them; never the lethe-producer metadata); none",
     )
+    parser.add_argument("--catalog-table", dest="catalog_table", required=True)
     add_flag(parser, "force", "index even objects whose entries describe their current version")
     known, unknown = parser.parse_known_args(argv)
     values = vars(known)
@@ -133,6 +136,7 @@ def run_index(spark: SparkSession, args: IndexArgs, ports: IndexPorts) -> dict[s
         hash_key=ports.hash_key,
         skip_producers=args.skip_producers,
         force=args.force,
+        catalog_table=args.catalog_table,
     )
     summary = summarize(index_objects(spark, locations, settings))
     LOG.info("done: %s", json.dumps(summary, sort_keys=True))

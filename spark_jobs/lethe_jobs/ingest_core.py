@@ -294,6 +294,7 @@ def _ingest_dataset(
         hash_key=aws.hash_key,
         batch_rows=args.batch_rows,
         piece_bytes=args.piece_bytes,
+        catalog_table=args.catalog_table,
     )
     outcomes: dict[int, ObjectResult] = {}
     for schema, piece_list in plan_pipelines(spark, aws.s3, settings):

@@ -9,9 +9,10 @@ objects share a task; sizes when the object list gives them, else by count); per
    versions still hold its data (a delete marker), removed when nothing is left ("missing").
    A requested `version_id` that is no longer current is skipped: the current version is
    indexed by its own event;
-3. skip objects whose `lethe-producer` metadata names a job that indexes what it writes
-   (ingestion, erasure: `--skip-producer`, "none" with `force`), and objects whose entries all
-   describe this version and ETag (unless `force`);
+3. skip objects whose current version the writes ledger (lethe_shared.catalog.writes_ledger)
+   says a job that indexes what it writes wrote (ingestion, erasure: `--skip-producer`, "none"
+   with `force`; never the `lethe-producer` metadata, which a copy carries and a producer can
+   set), and objects whose entries all describe this version and ETag (unless `force`);
 4. download that exact version, read its subjects (`indexing.object_subjects_of`: the subject
    column(s) and line numbers, not the rows) and delete the download;
 5. when the task's objects are read (or `GROUP_ROWS` rows are held), compute their entries as
@@ -48,6 +49,7 @@ from lethe_jobs.session import configure_logging
 from lethe_jobs.tasks import grouped_items
 from lethe_shared.aws.s3 import ObjectHead, ObjectStore, S3ObjectStore, s3_url
 from lethe_shared.catalog.object_catalog import Buckets
+from lethe_shared.catalog.writes_ledger import DynamoWritesLedger, WritesLedger
 from lethe_shared.datasets.document import Dataset
 from lethe_shared.index.arrow_entries import ObjectSubjects, entry_batches
 from lethe_shared.index.maintenance import (
@@ -91,9 +93,16 @@ class IndexSettings:
     index_table: str
     correlation_id: str
     hash_key: bytes = field(repr=False)
-    skip_producers: frozenset[str] = frozenset()
+    skip_producers: frozenset[str] = frozenset()  # ledger writers whose versions are skipped
     force: bool = False
     clear_unindexable: bool = False  # remove the entries of objects that hold no rows
+    catalog_table: str | None = None  # the writes ledger's table: needed to skip producers
+
+    def __post_init__(self) -> None:
+        if self.skip_producers and not self.catalog_table:
+            raise ValueError(
+                "skipping objects by their writer needs the writes ledger (the catalog table)"
+            )
 
 
 @dataclass(frozen=True)
@@ -112,12 +121,16 @@ class _Aws:
 
     objects: ObjectStore
     index: SubjectIndex
+    ledger: WritesLedger | None = None  # None: no writer is skipped (IndexSettings)
 
     @classmethod
-    def connect(cls, index_table: str) -> _Aws:
+    def connect(cls, index_table: str, catalog_table: str | None = None) -> _Aws:
         dynamodb = boto3.resource("dynamodb")
+        ledger = DynamoWritesLedger(dynamodb.Table(catalog_table)) if catalog_table else None
         return cls(
-            S3ObjectStore(boto3.client("s3")), DynamoSubjectIndex(dynamodb.Table(index_table))
+            S3ObjectStore(boto3.client("s3")),
+            DynamoSubjectIndex(dynamodb.Table(index_table)),
+            ledger,
         )
 
 
@@ -137,8 +150,10 @@ def _skip_reason(
 ) -> str | None:
     if location.version_id is not None and location.version_id != head.version_id:
         return f"version {location.version_id} is not the current one ({head.version_id})"
-    if indexed_by_writer(head, ctx.skip_producers):
-        return f"written by {head.producer}, which indexed it"
+    if ctx.skip_producers and aws.ledger is not None:
+        writer = aws.ledger.writer_of(location.bucket, location.key, head.version_id)
+        if indexed_by_writer(writer, ctx.skip_producers):
+            return f"written by {writer} (the writes ledger), which indexed it"
     if ctx.force or not existing:
         return None
     if aws.index.describes_version(
@@ -235,7 +250,7 @@ def index_group(
 def index_partition(items: Iterable[str], ctx: IndexSettings) -> Iterator[dict[str, Any]]:
     """A Spark task: index the objects of one partition (JSON object locations) as a group."""
     configure_logging(ctx.correlation_id)  # an executor's Python worker logs on its own
-    aws = _Aws.connect(ctx.index_table)
+    aws = _Aws.connect(ctx.index_table, ctx.catalog_table)
     locations = [ObjectLocation.model_validate_json(item) for item in items]
     for outcome in index_group(aws, locations, ctx):
         yield asdict(outcome)

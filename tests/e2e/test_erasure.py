@@ -26,6 +26,7 @@ from tests.browser import chromium, outcome
 from tests.localcloud_support import (
     LocalCloud,
     capture_queue,
+    catalog_items,
     cli,
     decide_on_approval_page,
     sample_dataset_as,
@@ -314,6 +315,39 @@ def test_a_rejected_request_changes_no_byte(ingested: LocalCloud, erased: dict[s
     waited = cli(ingested, "erasure", "status", request_id, "--wait", "--timeout", "120")
     assert waited.returncode == 5  # REJECTED: ExitCode.NOT_ERASED
     assert _every_version(ingested) == before
+
+
+def test_the_erasures_rewrite_is_not_ingested_but_a_copy_of_it_is_ingested_and_indexed(
+    ingested: LocalCloud, erased: dict[str, Any]
+) -> None:
+    """Issue 18: Lethe knows its own writes from its writes ledger, never from metadata. The
+    erasure's rewrite of the raw object is REWRITTEN (not ingested again); a copy of it under
+    another key carries its `lethe-producer: erase` metadata (CopyObject copies metadata) and
+    is ingested and indexed like any upload, so that it can be found and erased in turn."""
+    s3, raw = ingested.client("s3"), ingested.outputs["RawBucketName"]
+    current = s3.head_object(Bucket=raw, Key=REVIEWS_KEY)
+    rewritten = {i["version_id"]: i["status"] for i in catalog_items(ingested, REVIEWS_KEY)}
+    assert rewritten[current["VersionId"]] == "REWRITTEN"
+    copy_key = f"{REVIEWS}/2026/12/copy-of-batch-1.csv"
+
+    copied = s3.copy_object(
+        Bucket=raw, Key=copy_key, CopySource={"Bucket": raw, "Key": REVIEWS_KEY}
+    )
+
+    assert s3.head_object(Bucket=raw, Key=copy_key)["Metadata"]["lethe-producer"] == "erase"
+    version = copied["VersionId"]
+
+    def ingested_copy() -> str | None:
+        found = [i for i in catalog_items(ingested, copy_key) if i["version_id"] == version]
+        return found[0]["status"] if found and found[0]["status"] in TERMINAL else None
+
+    assert wait_for(ingested_copy, timeout=300, what="the copy to be ingested") == "INGESTED"
+    found = json.loads(cli(ingested, "index", "lookup", "--subject", KEPT, "--json").stdout)
+    assert {(e["zone"], e["key"]) for e in found if e["key"] == copy_key} == {("raw", copy_key)}
+    assert sum(e["dataset"] == REVIEWS and e["zone"] == "lake" for e in found) > 2  # its lake rows
+    # and the rewrite still was not ingested
+    after = {i["version_id"]: i["status"] for i in catalog_items(ingested, REVIEWS_KEY)}
+    assert after[current["VersionId"]] == "REWRITTEN"
 
 
 def test_trace_of_the_request_id_finds_its_execution_and_its_spark_jobs(

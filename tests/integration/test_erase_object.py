@@ -21,6 +21,7 @@ from lethe_shared.aws.s3 import (
     S3ObjectStore,
 )
 from lethe_shared.catalog.object_catalog import Buckets, Zone
+from lethe_shared.catalog.writes_ledger import DynamoWritesLedger, Writer
 from lethe_shared.datasets.document import parse_dataset
 from lethe_shared.erasure.report import ManifestObject
 from lethe_shared.index.maintenance import ERASE_PRODUCER
@@ -236,3 +237,47 @@ def test_a_rerun_credits_rows_its_earlier_run_removed(
     assert result.rows_before == 1 + credited
     assert result.versions_purged == 1
     assert _bodies(s3) == [V1_ERASED]
+
+
+def test_the_rewrite_is_recorded_in_the_writes_ledger_and_nothing_else_is(
+    s3: Any, lethe_tables: dict[str, Any]
+) -> None:
+    # the store erase_core's tasks build: every PUT recorded in the writes ledger
+    original = str(s3.put_object(Bucket=RAW, Key=OBJECT_KEY, Body=V1)["VersionId"])
+    ledger = DynamoWritesLedger(lethe_tables["ObjectCatalogTable"])
+    store = S3ObjectStore(s3, writes=ledger.writer(Writer.ERASE, "erasure-er-test-0001"))
+
+    result = erase_object(store, _item(), _settings())
+
+    assert result.version_after is not None
+    ours = result.version_after.version_id
+    assert ledger.writer_of(RAW, OBJECT_KEY, ours) == "erase"
+    assert ledger.writer_of(RAW, OBJECT_KEY, original) is None  # the producer's upload
+    assert ledger.intents(RAW, OBJECT_KEY) == []  # closed once the version was on record
+    # a copy under another key carries the metadata, and nothing in the ledger
+    copy = s3.copy_object(
+        Bucket=RAW, Key="events/2026/copy.jsonl", CopySource={"Bucket": RAW, "Key": OBJECT_KEY}
+    )
+    head = S3ObjectStore(s3).head(RAW, "events/2026/copy.jsonl")
+    assert head is not None
+    assert head.producer == ERASE_PRODUCER
+    assert ledger.writer_of(RAW, "events/2026/copy.jsonl", copy["VersionId"]) is None
+
+
+def test_a_write_a_producer_won_leaves_no_ledger_record_and_no_open_intent(
+    s3: Any, lethe_tables: dict[str, Any]
+) -> None:
+    s3.put_object(Bucket=RAW, Key=OBJECT_KEY, Body=V1)
+    ledger = DynamoWritesLedger(lethe_tables["ObjectCatalogTable"])
+    producer_body = b'{"user": "new", "n": 3}\n{"user": "gone", "n": 4}\n'
+    store = RacingStore(s3, lambda: s3.put_object(Bucket=RAW, Key=OBJECT_KEY, Body=producer_body))
+    store.writes = ledger.writer(Writer.ERASE, "erasure-er-test-0001")
+
+    result = erase_object(store, _item(), _settings())
+
+    # the first conditional write failed: its intent closed without a version; the second
+    # erased the producer's version and is the one version on record
+    assert (result.attempts, result.action) == (2, "rewritten")
+    assert result.version_after is not None
+    recorded = sorted(i["version_id"] for i in lethe_tables["ObjectCatalogTable"].scan()["Items"])
+    assert recorded == [f"v#{result.version_after.version_id}"]

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from lethe_shared.catalog.writes_ledger import DynamoWritesLedger, Writer
 from lethe_shared.subject_hashing.keys import hash_of_id
 from tests.conftest import FakeLambdaContext, load_function_module
 from tests.integration.conftest import LAKE
@@ -98,11 +99,27 @@ def test_objects_written_by_ingestion_are_skipped(
     lambda_context: FakeLambdaContext,
 ) -> None:
     version = _put_parquet({"lethe-producer": "ingest"})
+    ledger = DynamoWritesLedger(lethe_tables["ObjectCatalogTable"])
+    writes = ledger.writer(Writer.INGEST, "exec-1")
+    writes.written(LAKE, KEY, writes.intend(LAKE, KEY, 1), version)  # the ingest job's record
 
     result = app.handler(_event(load_event, version), lambda_context)
 
     assert result == {"object_url": URL, "action": "skipped", "entries": 0}
     assert lethe_tables["SubjectIndexTable"].scan()["Items"] == []
+
+
+def test_a_copy_claiming_to_be_ingestions_is_indexed(
+    app: Any,
+    lethe_tables: dict[str, Any],
+    load_event: Callable[[str], dict[str, Any]],
+    lambda_context: FakeLambdaContext,
+) -> None:
+    version = _put_parquet({"lethe-producer": "ingest"})  # no ledger record: not Lethe's
+
+    result = app.handler(_event(load_event, version), lambda_context)
+
+    assert result == {"object_url": URL, "action": "indexed", "entries": 2, "rows": 3}
 
 
 def test_a_gone_object_has_its_entries_removed(

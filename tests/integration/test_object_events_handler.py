@@ -6,12 +6,15 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
 
 from lethe_shared.aws.s3 import ObjectHead, S3ObjectStore
+from lethe_shared.catalog.writes_ledger import DynamoWritesLedger, Writer
 from lethe_shared.errors import ConfigurationError, MalformedEventError
 from tests.conftest import EVENTS_DIR, REPO_ROOT, FakeLambdaContext, load_function_module
 
@@ -19,6 +22,7 @@ pytestmark = pytest.mark.lambda_runtime
 
 Event = Callable[[str], dict[str, Any]]
 RAW = "lethe-local-raw-123456789012-us-east-1"
+LAKE = "lethe-local-lake-123456789012-us-east-1"
 RAW_KEY = f"s3://{RAW}/reviews/2026/11/22/reviews-001.jsonl"
 REPORTS = "lethe-local-reports-123456789012-us-east-1"
 V1, V2 = "3HL4kqtJlcpXroDTDmJ.rmSpXd3dIbrHY", "8kJ2mN4pQ6rS8tU0vW2xY4zA6bC8dE0f"
@@ -426,3 +430,215 @@ def test_a_delete_marker_flags_the_keys_index_entries(
     assert result == {"batchItemFailures": []}
     stored = index.get_item(Key={"subject_hash": "a" * 64, "object_url": RAW_KEY})["Item"]
     assert stored["deleted"] is True
+
+
+# -- written by Lethe: the writes ledger alone decides, never metadata -------------------------
+# (lethe_shared.catalog.writes_ledger; the ledger's own contract: tests/integration/
+# test_writes_ledger.py)
+
+BODY = b'{"user_id": "gone"}\n{"user_id": "stay"}\n'
+KEY = "reviews/2026/11/22/reviews-009.jsonl"
+COPY = "reviews/2026/11/23/copy-of-reviews-009.jsonl"
+
+
+def _created(
+    bucket: str, key: str, version: str, sequencer: str, at: datetime | None = None
+) -> dict[str, Any]:
+    """An SQS batch of one EventBridge Object Created event, as S3 sends it."""
+    body = {
+        "version": "0",
+        "id": f"evt-{sequencer}",
+        "detail-type": "Object Created",
+        "source": "aws.s3",
+        "account": "123456789012",
+        "time": (at or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "region": "us-east-1",
+        "resources": [f"arn:aws:s3:::{bucket}"],
+        "detail": {
+            "version": "0",
+            "bucket": {"name": bucket},
+            "object": {
+                "key": key,
+                "size": 40,
+                "etag": "b1946ac92492d2347c6235b4d2611184",
+                "version-id": version,
+                "sequencer": sequencer,
+            },
+            "request-id": "R1",
+            "requester": "123456789012",
+            "source-ip-address": "10.0.0.1",
+            "reason": "PutObject",
+        },
+    }
+    text = json.dumps(body)
+    return {
+        "Records": [
+            {
+                "messageId": f"m-{sequencer}",
+                "receiptHandle": f"h-{sequencer}",
+                "body": text,
+                "attributes": {
+                    "ApproximateReceiveCount": "1",
+                    "SentTimestamp": "1795341601000",
+                    "SenderId": "AIDA",
+                    "ApproximateFirstReceiveTimestamp": "1795341601000",
+                },
+                "messageAttributes": {},
+                "md5OfBody": "0",
+                "eventSource": "aws:sqs",
+                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:lethe-local-object-events",
+                "awsRegion": "us-east-1",
+            }
+        ]
+    }
+
+
+def _status(tables: dict[str, Any], key: str, version: str) -> str | None:
+    item = tables["ObjectCatalogTable"].get_item(
+        Key={"object_url": f"s3://{RAW}/{key}", "version_id": version}, ConsistentRead=True
+    )
+    return None if "Item" not in item else str(item["Item"]["status"])
+
+
+def _ingested_versions() -> set[tuple[str, str]]:
+    return {(o["key"], o["version_id"]) for e in _executions() for o in e["input"]["objects"]}
+
+
+def _erase_with_ledger(s3: Any, tables: dict[str, Any], key: str, tmp_path: Path) -> str:
+    """The erase job's own rewrite of `key`, as erase_core writes it: the conditional write of
+    a store that records in the ledger (erase_core's tasks build theirs so;
+    tests/integration/test_erase_object.py runs erase_object itself), with erasure's metadata.
+    The version it wrote."""
+    current = s3.head_object(Bucket=RAW, Key=key)
+    erased = tmp_path / "erased"
+    erased.write_bytes(b'{"user_id": "stay"}\n')
+    writes = DynamoWritesLedger(tables["ObjectCatalogTable"]).writer(
+        Writer.ERASE, "erasure-er-ledger-1"
+    )
+    written = S3ObjectStore(s3, writes=writes).replace_version(
+        RAW,
+        key,
+        erased,
+        like_version=current["VersionId"],
+        if_match=current["ETag"].strip('"'),
+        metadata={"lethe-producer": "erase", "lethe-erasure": "er-ledger-1"},
+    )
+    assert written is not None
+    return written.version_id
+
+
+def test_lethes_erase_rewrite_is_rewritten_and_a_copy_of_it_under_a_new_key_is_ingested(
+    app: Any, lethe_tables: dict[str, Any], lambda_context: FakeLambdaContext, tmp_path: Path
+) -> None:
+    s3 = boto3.client("s3")
+    s3.put_object(Bucket=RAW, Key=KEY, Body=BODY)
+    erased = _erase_with_ledger(s3, lethe_tables, KEY, tmp_path)
+    # a producer copies the erased object: CopyObject copies its metadata by default
+    copy = str(
+        s3.copy_object(Bucket=RAW, Key=COPY, CopySource={"Bucket": RAW, "Key": KEY})["VersionId"]
+    )
+    metadata = s3.head_object(Bucket=RAW, Key=COPY)["Metadata"]
+    assert metadata["lethe-producer"] == "erase"
+    assert metadata["lethe-erasure"] == "er-ledger-1"
+
+    ours = app.handler(_created(RAW, KEY, erased, "A1"), lambda_context)
+    theirs = app.handler(_created(RAW, COPY, copy, "A2"), lambda_context)
+
+    assert ours == theirs == {"batchItemFailures": []}
+    assert _status(lethe_tables, KEY, erased) == "REWRITTEN"
+    assert _status(lethe_tables, COPY, copy) == "RECEIVED"
+    assert _ingested_versions() == {(COPY, copy)}
+
+
+def test_a_producers_raw_upload_claiming_to_be_ingestions_is_ingested(
+    app: Any, lethe_tables: dict[str, Any], lambda_context: FakeLambdaContext
+) -> None:
+    s3 = boto3.client("s3")
+    version = str(
+        s3.put_object(Bucket=RAW, Key=KEY, Body=BODY, Metadata={"lethe-producer": "ingest"})[
+            "VersionId"
+        ]
+    )
+
+    assert app.handler(_created(RAW, KEY, version, "B1"), lambda_context) == {
+        "batchItemFailures": []
+    }
+    assert _status(lethe_tables, KEY, version) == "RECEIVED"
+    assert _ingested_versions() == {(KEY, version)}
+
+
+def test_an_event_before_the_writers_record_is_redelivered_then_skipped(
+    app: Any,
+    lethe_tables: dict[str, Any],
+    lambda_context: FakeLambdaContext,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(app, "SETTLE_WAIT_SECONDS", 0.0)  # no look again within the batch
+    s3 = boto3.client("s3")
+    writes = DynamoWritesLedger(lethe_tables["ObjectCatalogTable"]).writer(
+        Writer.ERASE, "erasure-er-2"
+    )
+    token = writes.intend(RAW, KEY, len(BODY))  # the erase job's intent, then its PUT
+    version = str(
+        s3.put_object(Bucket=RAW, Key=KEY, Body=BODY, Metadata={"lethe-producer": "erase"})[
+            "VersionId"
+        ]
+    )
+    event = _created(RAW, KEY, version, "C1")
+
+    first = app.handler(event, lambda_context)
+
+    assert first == {"batchItemFailures": [{"itemIdentifier": "m-C1"}]}  # SQS redelivers it
+    assert _status(lethe_tables, KEY, version) is None  # nothing written yet
+    writes.written(RAW, KEY, token, version)  # the PUT returned: the job records it
+
+    assert app.handler(event, lambda_context) == {"batchItemFailures": []}
+    assert _status(lethe_tables, KEY, version) == "REWRITTEN"
+    assert _executions() == []
+
+
+def test_an_event_held_by_an_expired_intent_is_ingested(
+    app: Any, lethe_tables: dict[str, Any], lambda_context: FakeLambdaContext
+) -> None:
+    s3 = boto3.client("s3")
+    long_ago = datetime.now(UTC) - timedelta(hours=1)
+    dead = DynamoWritesLedger(lethe_tables["ObjectCatalogTable"], lambda: long_ago)
+    dead.writer(Writer.ERASE, "erasure-er-3").intend(RAW, KEY, 10)  # never resolved
+    version = str(
+        s3.put_object(Bucket=RAW, Key=KEY, Body=BODY, Metadata={"lethe-producer": "erase"})[
+            "VersionId"
+        ]
+    )
+
+    result = app.handler(_created(RAW, KEY, version, "D1", at=long_ago), lambda_context)
+
+    assert result == {"batchItemFailures": []}
+    assert _status(lethe_tables, KEY, version) == "RECEIVED"
+    assert _ingested_versions() == {(KEY, version)}
+
+
+def test_a_copy_of_an_ingested_lake_file_is_sent_to_the_indexer(
+    app: Any, lethe_tables: dict[str, Any], lambda_context: FakeLambdaContext
+) -> None:
+    s3 = boto3.client("s3")
+    lake_key = "reviews/review_date=2026-11-22/part-0123456789abcdef.parquet"
+    copy_key = "reviews/review_date=2026-11-23/part-copied.parquet"
+    writes = DynamoWritesLedger(lethe_tables["ObjectCatalogTable"]).writer(Writer.INGEST, "exec-1")
+    store = S3ObjectStore(s3, writes=writes)  # the ingest job's task store
+    ours = store.put_bytes(
+        LAKE, lake_key, b"PAR1", content_type="x",
+        metadata={"lethe-producer": "ingest", "lethe-correlation-id": "exec-1"},
+    )  # fmt: skip
+    copy = str(
+        s3.copy_object(Bucket=LAKE, Key=copy_key, CopySource={"Bucket": LAKE, "Key": lake_key})[
+            "VersionId"
+        ]
+    )
+    invoked: list[dict[str, Any]] = []
+    app._dependencies().index.requester.lambda_client.invoke = lambda **kw: invoked.append(kw)
+
+    first = app.handler(_created(LAKE, lake_key, ours.version_id, "E1"), lambda_context)
+    second = app.handler(_created(LAKE, copy_key, copy, "E2"), lambda_context)
+
+    assert first == second == {"batchItemFailures": []}
+    assert [json.loads(c["Payload"])["key"] for c in invoked] == [copy_key]

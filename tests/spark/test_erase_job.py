@@ -16,9 +16,11 @@ from erase import main as erase_main
 from ingest import main as ingest_main
 from lethe_jobs.erase_core import ManifestMismatchError, VerificationFailedError
 from lethe_shared.aws.s3 import S3ObjectStore
+from lethe_shared.catalog.writes_ledger import DynamoWritesLedger
 from lethe_shared.erasure.report import build_manifest, report_key, sha256_hex
 from lethe_shared.index.subject_index import DynamoSubjectIndex
 from tests.spark.cloud import (
+    CATALOG,
     DATASETS,
     GLUE_ARGS,
     HASH_KEY_SECRET,
@@ -83,6 +85,7 @@ class Eraser:
             "--lake-bucket", LAKE,
             "--reports-bucket", REPORTS,
             "--datasets-table", DATASETS,
+            "--catalog-table", CATALOG,
             "--hash-key-secret", HASH_KEY_SECRET,
             "--correlation-id", f"erasure-{REQUEST}",
         )  # fmt: skip
@@ -158,6 +161,12 @@ def test_a_subject_is_erased_from_the_raw_object_and_its_lake_file_goes(
         {"version_id": version, "etag": raw_result["versions_before"][0]["etag"]}
     ]
     assert results["objects"][0]["action"] == "deleted"
+    # and the writes ledger records the rewrite as the erase job's (run: the correlation id),
+    # the version the object events path will know as Lethe's; the producer's upload is not
+    ledger = DynamoWritesLedger(cloud.catalog)
+    assert ledger.writer_of(RAW, KEY, raw_result["version_after"]["version_id"]) == "erase"
+    assert ledger.writer_of(RAW, KEY, version) is None
+    assert ledger.intents(RAW, KEY) == []
 
     # When the erasure is verified
     verified = eraser("verify")

@@ -17,6 +17,7 @@ from ingest import main as ingest_main
 from lethe_jobs.errors import InvalidObjectListError
 from lethe_shared.errors import DatasetNotFoundError
 from tests.spark.cloud import (
+    CATALOG,
     COMMON_JOB_ARGS,
     GLUE_ARGS,
     LAKE,
@@ -102,7 +103,7 @@ EVENTS_LINES = [
 
 class IndexRunner(JobRunner):
     def __init__(self, capsys: pytest.CaptureFixture[str]) -> None:
-        super().__init__(index_main, COMMON_JOB_ARGS, capsys)
+        super().__init__(index_main, [*COMMON_JOB_ARGS, "--catalog-table", CATALOG], capsys)
 
     def objects(self, dataset_id: str, objects: list[dict[str, str]], *extra: str) -> Any:
         return self(

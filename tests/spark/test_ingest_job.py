@@ -21,6 +21,7 @@ import pytest
 
 from ingest import main
 from lethe_jobs.layout import object_hash
+from lethe_shared.catalog.writes_ledger import DynamoWritesLedger
 from lethe_shared.errors import HashKeyError
 from tests.spark.cloud import GLUE_ARGS, LAKE, RAW, Cloud, JobRunner, h, ingest_args
 
@@ -228,8 +229,12 @@ def test_ingestion_indexes_its_lake_files_the_raw_object_and_quarantine(
     assert not any({"u1", "u2", "u3"} & {str(v) for e in cloud.entries() for v in e})
     # and every object the job wrote says that ingestion indexed it, and which run wrote it
     for key in (DAY1, DAY2, REVIEWS_QUARANTINE):
-        metadata = cloud.s3.head_object(Bucket=LAKE, Key=key)["Metadata"]
-        assert metadata == {"lethe-producer": "ingest", "lethe-correlation-id": "exec-1"}
+        head = cloud.s3.head_object(Bucket=LAKE, Key=key)
+        assert head["Metadata"] == {"lethe-producer": "ingest", "lethe-correlation-id": "exec-1"}
+        # the metadata is for people; the writes ledger is what Lethe trusts, and it says so too
+        ledger = DynamoWritesLedger(cloud.catalog)
+        assert ledger.writer_of(LAKE, key, head["VersionId"]) == "ingest"
+        assert ledger.intents(LAKE, key) == []
 
 
 def test_rerunning_the_same_version_overwrites_instead_of_duplicating(
@@ -424,6 +429,9 @@ def test_an_unreadable_file_is_quarantined_whole(cloud: Cloud, run_job: IngestRu
     assert report["correlation_id"] == "exec-broken"
     assert cloud.catalog_item(BROKEN_KEY, version)["status"] == "QUARANTINED"
     assert cloud.entries() == set()  # no row could be read: nobody's rows
+    # the driver's write of that document is in the writes ledger, as the tasks' files are
+    written = cloud.s3.head_object(Bucket=LAKE, Key=report_key)["VersionId"]
+    assert DynamoWritesLedger(cloud.catalog).writer_of(LAKE, report_key, written) == "ingest"
 
 
 def test_rows_whose_lake_key_would_pass_s3s_limit_are_quarantined_alone(

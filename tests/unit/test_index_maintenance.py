@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 
 from lethe_shared.catalog.object_catalog import CatalogItem, ObjectStatus, Zone, normalize_sequencer
+from lethe_shared.catalog.writes_ledger import Writer
+from lethe_shared.errors import WriteNotSettledError
 from lethe_shared.index.maintenance import IndexAction, IndexMaintainer, index_execution_name
 from lethe_shared.index.subject_index import IndexEntry
-from tests.fakes import MemoryIndex, MemoryObjectStore, RecordingRequester
+from tests.fakes import MemoryIndex, MemoryObjectStore, MemoryWritesLedger, RecordingRequester
 
 pytestmark = pytest.mark.lambda_runtime
 
@@ -38,7 +40,7 @@ def _item(
 
 
 def _maintainer(
-    store: MemoryObjectStore, max_bytes: int = 100
+    store: MemoryObjectStore, max_bytes: int = 100, ledger: MemoryWritesLedger | None = None
 ) -> tuple[IndexMaintainer, MemoryIndex, RecordingRequester]:
     index, requester = MemoryIndex(), RecordingRequester()
     index.replace_object(
@@ -56,7 +58,11 @@ def _maintainer(
     )
     return (
         IndexMaintainer(
-            index=index, objects=store, requester=requester, max_lambda_bytes=max_bytes
+            index=index,
+            objects=store,
+            requester=requester,
+            max_lambda_bytes=max_bytes,
+            ledger=ledger or MemoryWritesLedger(),
         ),
         index,
         requester,
@@ -97,13 +103,55 @@ def test_large_lake_object_goes_to_spark_under_a_name_per_version() -> None:
     assert len(index_execution_name(_item(dataset="d" * 63))) <= 80
 
 
-def test_objects_written_by_ingestion_are_already_indexed() -> None:
-    store, (version,) = _store(b"x", metadata={"lethe-producer": "ingest"})
-    maintainer, index, requester = _maintainer(store)
+@pytest.mark.parametrize("writer", [Writer.INGEST, Writer.ERASE])
+def test_objects_the_ledger_says_a_self_indexing_job_wrote_are_already_indexed(
+    writer: Writer,
+) -> None:
+    store, (version,) = _store(b"x", metadata={"lethe-producer": writer.value})
+    ledger = MemoryWritesLedger()
+    ledger.record(LAKE, KEY, version, writer)
+    maintainer, index, requester = _maintainer(store, ledger=ledger)
 
     assert maintainer.on_created(_item(version=version)) is IndexAction.INDEXED_BY_WRITER
     assert (requester.lambdas, requester.sparks) == ([], [])
     assert index.subjects_of(URL) == {SUBJECT}
+
+
+@pytest.mark.parametrize("claimed", ["ingest", "erase"])
+def test_lake_objects_claiming_lethe_metadata_without_a_ledger_record_are_indexed(
+    claimed: str,
+) -> None:
+    # a copy of a lake file (CopyObject keeps its metadata), or a producer setting the header
+    store, (version,) = _store(b"x", metadata={"lethe-producer": claimed})
+    maintainer, _, requester = _maintainer(store)
+
+    assert maintainer.on_created(_item(version=version)) is IndexAction.LAMBDA
+    assert [r["version_id"] for r in requester.lambdas] == [version]
+
+
+def test_a_lake_object_whose_writer_is_not_settled_raises_and_asks_nothing() -> None:
+    store = MemoryObjectStore()
+    ledger = MemoryWritesLedger()
+    ledger.writer(Writer.INGEST, "exec-1").intend(LAKE, KEY, 1)
+    version = store.put(LAKE, KEY, b"x")
+    maintainer, _, requester = _maintainer(store, ledger=ledger)
+
+    with pytest.raises(WriteNotSettledError):
+        maintainer.on_created(_item(version=version))
+    assert (requester.lambdas, requester.sparks) == ([], [])
+
+
+def test_after_a_delete_a_current_version_the_ledger_names_is_not_reindexed() -> None:
+    store, (older, newer) = _store(b"older", b"newer")
+    ledger = MemoryWritesLedger()
+    ledger.record(LAKE, KEY, older, Writer.ERASE)
+    store.delete_version(LAKE, KEY, newer)
+    maintainer, _, requester = _maintainer(store, ledger=ledger)
+
+    action = maintainer.on_deleted(_item(status=ObjectStatus.DELETED, version=newer))
+
+    assert action is IndexAction.UNCHANGED  # the erasure indexed it (unlike the test above)
+    assert requester.lambdas == []
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from lethe_shared.catalog.object_catalog import Buckets, CatalogItem, ObjectStatus, Zone, latest
+from lethe_shared.catalog.writes_ledger import Writer
 from lethe_shared.datasets.document import parse_dataset
-from lethe_shared.errors import MalformedEventError
+from lethe_shared.errors import MalformedEventError, WriteNotSettledError
 from lethe_shared.index.maintenance import IndexAction
 from lethe_shared.ingestion.object_events import (
     EventKind,
@@ -17,7 +18,13 @@ from lethe_shared.ingestion.object_events import (
     record_object_event,
 )
 from lethe_shared.ingestion.starter import ingestion_execution_name as execution_name
-from tests.fakes import MemoryCatalog, MemoryObjectStore, MemoryRegistry, RecordingStarter
+from tests.fakes import (
+    MemoryCatalog,
+    MemoryObjectStore,
+    MemoryRegistry,
+    MemoryWritesLedger,
+    RecordingStarter,
+)
 
 pytestmark = pytest.mark.lambda_runtime
 
@@ -91,6 +98,7 @@ def _record(
     starter: RecordingStarter | None = None,
     index: RecordingIndex | None = None,
     objects: MemoryObjectStore | None = None,
+    ledger: MemoryWritesLedger | None = None,
 ) -> bool:
     outcome = record_object_event(
         event,
@@ -100,6 +108,7 @@ def _record(
         ingestion=starter or RecordingStarter(),
         index=index or RecordingIndex(),
         objects=objects or _holding(event),
+        ledger=ledger or MemoryWritesLedger(),
     )
     return outcome.written
 
@@ -288,14 +297,137 @@ def test_a_delete_is_handed_to_index_maintenance_but_a_late_one_is_not(
 def test_a_raw_version_an_erasure_wrote_is_recorded_rewritten_and_not_ingested(
     catalog: MemoryCatalog, starter: RecordingStarter
 ) -> None:
-    objects = MemoryObjectStore()
+    objects, ledger = MemoryObjectStore(), MemoryWritesLedger()
     version = objects.put(RAW, "reviews/a.jsonl", b"{}\n", {"lethe-producer": "erase"})
+    ledger.record(RAW, "reviews/a.jsonl", version, Writer.ERASE)  # the erase job said so
 
-    _record(_event(version=version), catalog, starter, objects=objects)
+    _record(_event(version=version), catalog, starter, objects=objects, ledger=ledger)
 
     (item,) = catalog.items.values()
     assert item.status is ObjectStatus.REWRITTEN
     assert starter.started == []
+
+
+@pytest.mark.parametrize("claimed", ["erase", "ingest"])
+def test_a_raw_version_claiming_lethe_metadata_without_a_ledger_record_is_ingested(
+    catalog: MemoryCatalog, starter: RecordingStarter, claimed: str
+) -> None:
+    # a copy of an erased object (CopyObject copies metadata), or a producer setting the header
+    objects = MemoryObjectStore()
+    metadata = {"lethe-producer": claimed, "lethe-erasure": "er-1", "lethe-erased-rows": "1"}
+    version = objects.put(RAW, "reviews/copy.jsonl", b"{}\n", metadata)
+
+    _record(_event(key="reviews/copy.jsonl", version=version), catalog, starter, objects=objects)
+
+    (item,) = catalog.items.values()
+    assert item.status is ObjectStatus.RECEIVED
+    assert len(starter.started) == 1
+
+
+def test_a_version_of_an_erased_key_that_the_ledger_does_not_name_is_ingested(
+    catalog: MemoryCatalog, starter: RecordingStarter
+) -> None:
+    # the erase job's own version is on record; a producer's copy onto the same key is not
+    objects, ledger = MemoryObjectStore(), MemoryWritesLedger()
+    ours = objects.put(RAW, "reviews/a.jsonl", b"{}\n", {"lethe-producer": "erase"})
+    ledger.record(RAW, "reviews/a.jsonl", ours, Writer.ERASE)
+    copy = objects.put(RAW, "reviews/a.jsonl", b"{}\n", {"lethe-producer": "erase"})
+
+    _record(_event(version=copy, seq="11"), catalog, starter, objects=objects, ledger=ledger)
+
+    stored = catalog.get(RAW, "reviews/a.jsonl", copy)
+    assert stored is not None
+    assert stored.status is ObjectStatus.RECEIVED
+    assert len(starter.started) == 1
+
+
+def test_an_event_read_before_the_writer_recorded_its_version_waits_then_is_skipped(
+    catalog: MemoryCatalog, starter: RecordingStarter
+) -> None:
+    objects, ledger = MemoryObjectStore(), MemoryWritesLedger()
+    writes = ledger.writer(Writer.ERASE, "erasure-er-1")
+    token = writes.intend(RAW, "reviews/a.jsonl", 10)  # the intent, before the PUT
+    version = objects.put(RAW, "reviews/a.jsonl", b"{}\n")  # the PUT: S3 sends its event
+    event = _event(version=version)
+
+    with pytest.raises(WriteNotSettledError) as raised:
+        _record(event, catalog, starter, objects=objects, ledger=ledger)
+
+    assert catalog.items == {}  # nothing written: the redelivery starts afresh
+    assert starter.started == []
+    assert 0 < raised.value.retry_after_seconds <= 601
+    writes.written(RAW, "reviews/a.jsonl", token, version)  # the PUT returned: on record
+
+    assert _record(event, catalog, starter, objects=objects, ledger=ledger)
+    (item,) = catalog.items.values()
+    assert item.status is ObjectStatus.REWRITTEN
+    assert starter.started == []
+
+
+def test_an_event_held_by_an_intent_that_expired_is_a_producers_version(
+    catalog: MemoryCatalog, starter: RecordingStarter
+) -> None:
+    # the job died between its PUT and its record (or its PUT outlived the intent)
+    objects, ledger = MemoryObjectStore(), MemoryWritesLedger()
+    ledger.writer(Writer.ERASE, "erasure-er-1").intend(RAW, "reviews/a.jsonl", 10)
+    version = objects.put(RAW, "reviews/a.jsonl", b"{}\n", {"lethe-producer": "erase"})
+    event = _event(version=version)
+    with pytest.raises(WriteNotSettledError):
+        _record(event, catalog, starter, objects=objects, ledger=ledger)
+
+    ledger.now += timedelta(seconds=601)
+
+    assert _record(event, catalog, starter, objects=objects, ledger=ledger)
+    (item,) = catalog.items.values()
+    assert item.status is ObjectStatus.RECEIVED
+    assert len(starter.started) == 1
+
+
+def test_an_intent_opened_after_the_version_was_created_does_not_hold_its_event(
+    catalog: MemoryCatalog, starter: RecordingStarter
+) -> None:
+    objects, ledger = MemoryObjectStore(), MemoryWritesLedger()
+    version = objects.put(RAW, "reviews/a.jsonl", b"{}\n")
+    created = ledger.now
+    ledger.now += timedelta(minutes=5)  # Lethe writes the key again, five minutes later
+    ledger.writer(Writer.ERASE, "erasure-er-2").intend(RAW, "reviews/a.jsonl", 10)
+    event = ObjectEvent(
+        kind=EventKind.CREATED, bucket=RAW, key="reviews/a.jsonl", version_id=version,
+        sequencer="10", time=created.isoformat(),
+    )  # fmt: skip
+
+    assert _record(event, catalog, starter, objects=objects, ledger=ledger)
+    assert len(starter.started) == 1
+
+
+def test_a_lake_event_waits_for_the_writer_before_anything_is_written(
+    catalog: MemoryCatalog,
+) -> None:
+    objects, ledger, index = MemoryObjectStore(), MemoryWritesLedger(), RecordingIndex()
+    key = "reviews/review_date=2026-11-22/part-1.parquet"
+    ledger.writer(Writer.INGEST, "exec-1").intend(LAKE, key, 10)
+    version = objects.put(LAKE, key, b"PAR1")
+
+    event = _event(bucket=LAKE, key=key, version=version)
+    with pytest.raises(WriteNotSettledError):
+        _record(event, catalog, objects=objects, index=index, ledger=ledger)
+
+    assert (catalog.items, index.calls) == ({}, [])
+
+
+def test_a_permanent_delete_removes_the_versions_ledger_record(catalog: MemoryCatalog) -> None:
+    ledger = MemoryWritesLedger()
+    ledger.record(RAW, "reviews/a.jsonl", "v1", Writer.ERASE)
+    ledger.record(RAW, "reviews/a.jsonl", "v2", Writer.ERASE)
+
+    _record(
+        _event(EventKind.DELETED, version="v1", seq="11", deletion="Permanently Deleted"),
+        catalog,
+        ledger=ledger,
+    )
+
+    assert ledger.writer_of(RAW, "reviews/a.jsonl", "v1") is None
+    assert ledger.writer_of(RAW, "reviews/a.jsonl", "v2") == "erase"
 
 
 def test_a_raw_version_a_producer_wrote_is_received_and_ingested(
@@ -325,6 +457,7 @@ def test_redelivery_asks_again_while_the_version_is_still_received(
         ingestion=starter,
         index=RecordingIndex(),
         objects=_holding(_event()),
+        ledger=MemoryWritesLedger(),
     )
 
     assert (outcome.written, outcome.ingestion_requested) == (False, True)
@@ -356,6 +489,7 @@ def test_redelivery_asks_nothing_once_the_state_machine_took_the_version(
         ingestion=starter,
         index=RecordingIndex(),
         objects=_holding(_event()),
+        ledger=MemoryWritesLedger(),
     )
 
     assert (outcome.written, outcome.ingestion_requested) == (False, False)
@@ -377,6 +511,7 @@ def test_a_raw_version_deleted_before_its_event_was_read_is_deleted_and_not_inge
         ingestion=starter,
         index=index,
         objects=MemoryObjectStore(),
+        ledger=MemoryWritesLedger(),
     )
     again = record_object_event(
         created,
@@ -386,6 +521,7 @@ def test_a_raw_version_deleted_before_its_event_was_read_is_deleted_and_not_inge
         ingestion=starter,
         index=index,
         objects=MemoryObjectStore(),
+        ledger=MemoryWritesLedger(),
     )
     deleted = _record(
         _event(EventKind.DELETED, seq="11", deletion="Permanently Deleted"), catalog, starter, index

@@ -20,13 +20,14 @@ import pytest
 from botocore.exceptions import ClientError
 
 from lethe_shared.catalog.object_catalog import Buckets, CatalogItem, ObjectStatus
+from lethe_shared.catalog.writes_ledger import Writer
 from lethe_shared.datasets.document import parse_dataset
 from lethe_shared.errors import MalformedEventError
 from lethe_shared.index.maintenance import IndexAction
 from lethe_shared.ingestion import starter as ingestion
 from lethe_shared.ingestion.starter import IngestionGroup, StartOutcome
 from tests.conftest import FakeLambdaContext, load_function_module
-from tests.fakes import MemoryCatalog, MemoryObjectStore, MemoryRegistry
+from tests.fakes import MemoryCatalog, MemoryObjectStore, MemoryRegistry, MemoryWritesLedger
 
 pytestmark = pytest.mark.lambda_runtime
 
@@ -92,6 +93,7 @@ class World:
         self.index = RecordingIndex()
         self.starter = starter
         self.objects = MemoryObjectStore()
+        self.ledger = MemoryWritesLedger()
         self.deps = app._Dependencies(
             buckets=Buckets(raw=RAW, lake=LAKE),
             registry=MemoryRegistry(_dataset("reviews"), _dataset("orders")),
@@ -99,6 +101,7 @@ class World:
             starter=starter,
             index=self.index,
             objects=self.objects,
+            ledger=self.ledger,
             ignored_retention=timedelta(days=30),
             reports_bucket=REPORTS,
         )
@@ -304,3 +307,49 @@ def test_an_event_that_is_not_an_sqs_batch_is_refused(world: World, load_event: 
     with pytest.raises(MalformedEventError, match=r"^not an SQS event \(no Records list"):
         world.handle(eventbridge_event)
     assert world.catalog.items == {}
+
+
+def test_a_record_whose_writer_is_not_settled_waits_a_moment_then_is_redelivered(
+    world: World,
+    load_event: Loader,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # the erase job opened its intent and PUT the version; its event is read before its record
+    created = json.loads(load_event("object_created_raw.json")["Records"][0]["body"])
+    key = created["detail"]["object"]["key"]
+    token = world.ledger.writer(Writer.ERASE, "erasure-er-1").intend(RAW, key, 10)
+    pauses: list[float] = []
+    monkeypatch.setattr(world.app.time, "sleep", pauses.append)
+    event = {"Records": [_record(created, "c")]}
+
+    first = world.handle(event)
+
+    assert _failed(first) == ["c"]  # SQS delivers it again
+    assert sum(pauses) == pytest.approx(world.app.SETTLE_WAIT_SECONDS)  # looked again meanwhile
+    assert world.catalog.items == {}
+    assert world.starter.started == []
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]  # not an error
+    # the job records its version; the redelivered record finds it: REWRITTEN, not ingested
+    world.ledger.writer(Writer.ERASE, "erasure-er-1").written(RAW, key, token, V1)
+
+    assert world.handle(event) == {"batchItemFailures": []}
+    (item,) = world.catalog.items.values()
+    assert (item.version_id, item.status) == (V1, ObjectStatus.REWRITTEN)
+    assert world.starter.started == []
+
+
+def test_a_writer_that_records_during_the_batchs_wait_settles_the_record_at_once(
+    world: World, load_event: Loader, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    created = json.loads(load_event("object_created_raw.json")["Records"][0]["body"])
+    key = created["detail"]["object"]["key"]
+    writes = world.ledger.writer(Writer.ERASE, "erasure-er-1")
+    token = writes.intend(RAW, key, 10)
+    monkeypatch.setattr(
+        world.app.time, "sleep", lambda _: writes.written(RAW, key, token, V1)
+    )  # the job's record lands during the first pause
+
+    assert world.handle({"Records": [_record(created, "c")]}) == {"batchItemFailures": []}
+    (item,) = world.catalog.items.values()
+    assert item.status is ObjectStatus.REWRITTEN

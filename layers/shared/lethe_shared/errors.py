@@ -35,3 +35,14 @@ class CatalogItemMissingError(LetheError):
 
 class HashKeyError(LetheError):
     """The subject hash key cannot be read from its secret, or is too short."""
+
+
+class WriteNotSettledError(LetheError):
+    """A Lethe job has an open intent to write the key of an object version whose event is being
+    read, and has not recorded which version it wrote yet: whether the version is Lethe's own is
+    not known. Retried later (the object events handler fails the SQS record), never guessed
+    (lethe_shared.catalog.writes_ledger)."""
+
+    def __init__(self, message: str, retry_after_seconds: int) -> None:
+        self.retry_after_seconds = retry_after_seconds
+        super().__init__(message)

@@ -55,10 +55,11 @@ JSONL_CONTENT_TYPE = "application/x-ndjson"
 
 
 def ingest_metadata(correlation_id: str) -> dict[str, str]:
-    """The S3 metadata of every lake object the job writes. `lethe-producer` says a job wrote
-    it: the object events path sees these writes too, and leaves their indexing to this job
-    (lethe_shared.index.maintenance.indexed_by_writer). `lethe-correlation-id` names the run
-    (the execution's name), so `lethe trace s3://<lake object>` finds the story that wrote it."""
+    """The S3 metadata of every lake object the job writes, for people who read its headers:
+    `lethe-producer` says a job wrote it (nothing trusts it: the object events path leaves the
+    indexing of these writes to this job because the writes ledger records them,
+    lethe_shared.catalog.writes_ledger), and `lethe-correlation-id` names the run (the
+    execution's name), so `lethe trace s3://<lake object>` finds the story that wrote it."""
     return {PRODUCER_METADATA: INGEST_PRODUCER, CORRELATION_METADATA: correlation_id}
 
 
@@ -133,6 +134,7 @@ class TaskSettings:
     hash_key: bytes = field(repr=False)
     batch_rows: int = BATCH_ROWS
     piece_bytes: int = pieces.PIECE_BYTES
+    catalog_table: str = ""  # the writes ledger's table: every lake write is recorded there
 
     def digest(self, index: int) -> str:
         return layout.object_hash(self.raw_bucket, self.objects[index].key)

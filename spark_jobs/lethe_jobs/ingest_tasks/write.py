@@ -39,6 +39,7 @@ from lethe_jobs.subject_rows import quarantine_subject_rows
 from lethe_jobs.validate import POSITION, REASONS, RECORD, schema_of
 from lethe_shared.aws.s3 import S3ObjectStore, s3_url
 from lethe_shared.catalog.object_catalog import Zone
+from lethe_shared.catalog.writes_ledger import DynamoWritesLedger, Writer
 from lethe_shared.datasets.document import DataFormat, hive_partition_values
 from lethe_shared.index.arrow_entries import ObjectRef, entries_from_table
 from lethe_shared.index.maintenance import replace_entries
@@ -81,9 +82,20 @@ class EntryAccumulator:
 
 
 def _connect(settings: TaskSettings) -> tuple[S3ObjectStore, DynamoSubjectIndex]:
+    """The task's store records every lake and quarantine file it writes in the writes ledger
+    (an intent before the PUT, the version after): how the object events path knows they are
+    this job's, which indexed them (lethe_shared.catalog.writes_ledger)."""
     configure_logging(settings.correlation_id)
-    table = boto3.resource("dynamodb").Table(settings.index_table)
-    return S3ObjectStore(boto3.client("s3")), DynamoSubjectIndex(table)
+    dynamodb = boto3.resource("dynamodb")
+    writes = (
+        DynamoWritesLedger(dynamodb.Table(settings.catalog_table)).writer(
+            Writer.INGEST, settings.correlation_id
+        )
+        if settings.catalog_table
+        else None
+    )
+    table = dynamodb.Table(settings.index_table)
+    return S3ObjectStore(boto3.client("s3"), writes=writes), DynamoSubjectIndex(table)
 
 
 def partition_paths(

@@ -11,12 +11,18 @@ answer each:
 - *what does the key hold now?* `key_state` over those versions: a current object, hidden by a
   delete marker while older versions still hold data, or gone.
 
+A store built with a `WriteLog` (a Lethe job's, `lethe_shared.catalog.writes_ledger`) says around
+every PUT that it writes: an intent before, the version it made (or none) after. That ledger,
+not the `lethe-producer` metadata, is how the rest of Lethe knows its own writes: metadata is
+copied by `aws s3 cp` and CopyObject and can be set by any producer, so it is written for the
+humans who read an object's headers and trusted by nothing.
+
 Listing uses boto3's paginators. URLs of objects are `s3://<bucket>/<key>` (`s3_url`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -30,7 +36,10 @@ from lethe_shared.aws.errors import is_s3_condition_failed, is_s3_not_found
 from lethe_shared.errors import BucketVersioningError
 
 NULL_VERSION = "null"  # the version id S3 gives objects written while versioning was off
-PRODUCER_METADATA = "lethe-producer"  # S3 user metadata (x-amz-meta-lethe-producer)
+# S3 user metadata (x-amz-meta-lethe-producer): which Lethe job wrote a version, for people who
+# read its headers. Never trusted (a copy carries it, a producer can set it): Lethe knows its own
+# writes from the writes ledger alone (lethe_shared.catalog.writes_ledger).
+PRODUCER_METADATA = "lethe-producer"
 CORRELATION_METADATA = "lethe-correlation-id"  # the run of a Lethe job that wrote the version
 ERASURE_METADATA = "lethe-erasure"  # the erasure request whose job wrote the version
 # rows that request's erase job removed in writing the version (a re-run after a crash reads it)
@@ -107,7 +116,9 @@ class ObjectHead:
 
     @property
     def producer(self) -> str | None:
-        """The Lethe job that wrote this version (`lethe-producer` metadata), if one did."""
+        """What the version's `lethe-producer` metadata claims, for display only: a copy of a
+        Lethe write carries it and any producer can set it, so no decision rests on it (the
+        writes ledger says which versions Lethe wrote)."""
         return self.metadata.get(PRODUCER_METADATA)
 
     @property
@@ -191,11 +202,50 @@ class ObjectStore(Protocol):
         """Stream one exact version to a local file; None when it is not there."""
 
 
-class S3ObjectStore:
-    """ObjectStore on a boto3 S3 client (AWS, or the local cloud's endpoint)."""
+class WriteLog(Protocol):
+    """Where a Lethe job says, around each PUT of a store built with it, what it writes
+    (`lethe_shared.catalog.writes_ledger.LedgerWriter`). The object events path and the index
+    job know Lethe's own versions from it alone."""
 
-    def __init__(self, client: Any) -> None:
+    def intend(self, bucket: str, key: str, size: int) -> str:
+        """Before the PUT (`size` bytes): open an intent on the key; returns its token."""
+
+    def written(self, bucket: str, key: str, token: str, version_id: str) -> None:
+        """After the PUT: record the version it made, then close the intent."""
+
+    def abandoned(self, bucket: str, key: str, token: str) -> None:
+        """The PUT made no version (a failed condition) or failed: close the intent."""
+
+
+class S3ObjectStore:
+    """ObjectStore on a boto3 S3 client (AWS, or the local cloud's endpoint). With `writes`
+    (a Lethe job's WriteLog), every PUT it makes is recorded there: an intent before, the
+    version after."""
+
+    def __init__(self, client: Any, writes: WriteLog | None = None) -> None:
         self.client = client  # a boto3 S3 client
+        self.writes = writes
+
+    def _put(
+        self, bucket: str, key: str, size: int, put: Callable[[], dict[str, Any] | None]
+    ) -> dict[str, Any] | None:
+        """Run one PUT (`put`: its response, None when its condition failed) between the write
+        log's intent and its record of the version made: the intent is open before S3 can have
+        the version (so an event about it that arrives first waits), the version is recorded
+        before the intent closes."""
+        if self.writes is None:
+            return put()
+        token = self.writes.intend(bucket, key, size)
+        response: dict[str, Any] | None = None
+        try:
+            response = put()
+        finally:
+            if response is None:  # a failed condition, or an error: no version of ours
+                self.writes.abandoned(bucket, key, token)
+        if response is not None:
+            version = str(response.get("VersionId") or NULL_VERSION)
+            self.writes.written(bucket, key, token, version)
+        return response
 
     def head(self, bucket: str, key: str, version_id: str | None = None) -> ObjectHead | None:
         try:
@@ -266,16 +316,23 @@ class S3ObjectStore:
         metadata: Mapping[str, str] | None = None,
     ) -> ObjectHead:
         """Upload a local file (streamed); returns the new version and its ETag."""
-        with source.open("rb") as body:
-            response = self.client.put_object(
-                Bucket=bucket,
-                Key=key,
-                Body=body,
-                ContentType=content_type,
-                Metadata=dict(metadata or {}),
-            )
+        size = source.stat().st_size
+
+        def put() -> dict[str, Any]:
+            with source.open("rb") as body:
+                return dict(
+                    self.client.put_object(
+                        Bucket=bucket,
+                        Key=key,
+                        Body=body,
+                        ContentType=content_type,
+                        Metadata=dict(metadata or {}),
+                    )
+                )
+
+        response = self._put(bucket, key, size, put) or {}
         return ObjectHead.from_response(
-            {**response, "ContentLength": source.stat().st_size, "Metadata": metadata or {}}
+            {**response, "ContentLength": size, "Metadata": metadata or {}}
         )
 
     def put_bytes(
@@ -288,13 +345,19 @@ class S3ObjectStore:
         metadata: Mapping[str, str] | None = None,
     ) -> ObjectHead:
         """Write a small document (a report, a manifest) as a new version."""
-        response = self.client.put_object(
-            Bucket=bucket,
-            Key=key,
-            Body=body,
-            ContentType=content_type,
-            Metadata=dict(metadata or {}),
-        )
+
+        def put() -> dict[str, Any]:
+            return dict(
+                self.client.put_object(
+                    Bucket=bucket,
+                    Key=key,
+                    Body=body,
+                    ContentType=content_type,
+                    Metadata=dict(metadata or {}),
+                )
+            )
+
+        response = self._put(bucket, key, len(body), put) or {}
         return ObjectHead.from_response(
             {**response, "ContentLength": len(body), "Metadata": dict(metadata or {})}
         )
@@ -335,23 +398,30 @@ class S3ObjectStore:
         if tags:
             params["Tagging"] = urlencode([(t["Key"], t["Value"]) for t in tags])
         kept = {**dict(head.get("Metadata") or {}), **metadata}
-        try:
-            with source.open("rb") as body:
-                response = self.client.put_object(
-                    Bucket=bucket,
-                    Key=key,
-                    Body=body,
-                    IfMatch=f'"{if_match}"',
-                    Metadata=kept,
-                    **params,
-                )
-        except ClientError as exc:
-            if is_s3_condition_failed(exc):
-                return None
-            raise
-        return ObjectHead.from_response(
-            {**response, "ContentLength": source.stat().st_size, "Metadata": kept}
-        )
+        size = source.stat().st_size
+
+        def put() -> dict[str, Any] | None:
+            try:
+                with source.open("rb") as body:
+                    return dict(
+                        self.client.put_object(
+                            Bucket=bucket,
+                            Key=key,
+                            Body=body,
+                            IfMatch=f'"{if_match}"',
+                            Metadata=kept,
+                            **params,
+                        )
+                    )
+            except ClientError as exc:
+                if is_s3_condition_failed(exc):
+                    return None
+                raise
+
+        response = self._put(bucket, key, size, put)
+        if response is None:
+            return None
+        return ObjectHead.from_response({**response, "ContentLength": size, "Metadata": kept})
 
     def delete_current(self, bucket: str, key: str) -> bool:
         """Delete the current version of an object (a delete marker in a versioned bucket). An

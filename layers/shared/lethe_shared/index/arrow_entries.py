@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lethe_shared.aws.s3 import NULL_VERSION, ObjectStore, s3_url
+from lethe_shared.catalog.writes_ledger import WritesLedger
 from lethe_shared.catalog.zones import Zone
 from lethe_shared.datasets.document import Dataset, hive_partition_values, is_quarantine_key
 from lethe_shared.datasets.registry import DatasetRegistry, require_dataset
@@ -227,7 +228,7 @@ def lake_object_entries(
 
 class LakeIndexAction(StrEnum):
     INDEXED = "indexed"
-    SKIPPED = "skipped"  # written by ingestion, which indexed it
+    SKIPPED = "skipped"  # the writes ledger says ingestion or erasure wrote it, and indexed it
     REMOVED = "removed"  # the version is gone: its entries are flagged or removed
 
 
@@ -249,16 +250,19 @@ def index_lake_object(
     registry: DatasetRegistry,
     index: SubjectIndex,
     hash_key: Callable[[], bytes],
+    ledger: WritesLedger,
 ) -> LakeIndexOutcome:
-    """Make one small lake Parquet object's entries match its content (the indexer Lambda).
-    Idempotent: a repeat gives the same entries. `hash_key` is called only when rows are read."""
+    """Make one small lake Parquet object's entries match its content (the indexer Lambda),
+    unless the writes `ledger` says a job that indexes what it writes wrote the version (never
+    its metadata). Idempotent: a repeat gives the same entries. `hash_key` is called only when
+    rows are read."""
     url = s3_url(bucket, key)
     head = objects.head(bucket, key, version_id)
     body = objects.read_bytes(bucket, key, head.version_id) if head is not None else None
     if head is None or body is None:  # gone meanwhile: the delete-marker rule decides
         settle_missing_key(index, url, objects.versions_of(bucket, key))
         return LakeIndexOutcome(url, LakeIndexAction.REMOVED)
-    if indexed_by_writer(head):
+    if indexed_by_writer(ledger.writer_of(bucket, key, head.version_id)):
         return LakeIndexOutcome(url, LakeIndexAction.SKIPPED)
     dataset = require_dataset(registry, dataset_id)
     ref = ObjectRef(url, Zone.LAKE, "parquet", head.version_id, head.etag)

@@ -1,7 +1,10 @@
 """Keeping the subject index current as objects are created and deleted (docs/INDEX.md).
 
-Ingestion indexes what it writes itself (its lake objects carry `lethe-producer: ingest`;
-`indexed_by_writer` is the one rule that skips them).
+Ingestion and erasure index what they write themselves; the writes ledger
+(lethe_shared.catalog.writes_ledger) records which object versions they wrote, and
+`indexed_by_writer` over its answer is the one rule that skips them. The `lethe-producer`
+metadata those jobs still write decides nothing: a copy of their objects, with that metadata,
+under any key, is indexed like any other object.
 Everything else that lands in the lake under a dataset is indexed here: objects up to
 `max_lambda_bytes` by the indexer Lambda, larger ones by the Spark index job (the index
 backfill state machine in "objects" mode). Deletes:
@@ -28,11 +31,12 @@ from typing import Any, Protocol
 from lethe_shared.aws.executions import execution_name, version_digest
 from lethe_shared.aws.s3 import KeyState, ObjectHead, ObjectStore, ObjectVersion, key_state, s3_url
 from lethe_shared.catalog.object_catalog import CatalogItem, Zone
+from lethe_shared.catalog.writes_ledger import Writer, WritesLedger, event_time
 from lethe_shared.datasets.document import is_quarantine_key
 from lethe_shared.index.subject_index import IndexEntry, SubjectIndex
 
-INGEST_PRODUCER = "ingest"  # lake objects the ingest job wrote (and indexed)
-ERASE_PRODUCER = "erase"  # object versions an erasure rewrote (it updates the index itself)
+INGEST_PRODUCER = Writer.INGEST.value  # lake objects the ingest job wrote (and indexed)
+ERASE_PRODUCER = Writer.ERASE.value  # object versions an erasure rewrote (it updates the index)
 SELF_INDEXING_PRODUCERS = frozenset({INGEST_PRODUCER, ERASE_PRODUCER})
 
 
@@ -48,13 +52,14 @@ class IndexAction(StrEnum):
 
 
 def indexed_by_writer(
-    head: ObjectHead, producers: frozenset[str] = SELF_INDEXING_PRODUCERS
+    writer: str | None, producers: frozenset[str] = SELF_INDEXING_PRODUCERS
 ) -> bool:
-    """The one "written by a Lethe job, skip" rule: an object version whose `lethe-producer`
-    metadata names a job that maintains the index for what it writes (ingestion, erasure) is
-    not indexed by anything else. The Spark index job passes no producers to re-index every
-    object whatever wrote it (a forced backfill)."""
-    return head.producer is not None and head.producer in producers
+    """The one "written by a Lethe job, skip" rule: an object version that the writes ledger
+    says a job wrote (`writer`, `WritesLedger.writer_of`) which maintains the index for what it
+    writes (ingestion, erasure) is not indexed by anything else. Never the version's metadata.
+    The Spark index job passes no producers to re-index every object whatever wrote it (a
+    forced backfill)."""
+    return writer is not None and writer in producers
 
 
 def settle_missing_key(
@@ -111,15 +116,21 @@ class IndexMaintainer:
     objects: ObjectStore
     requester: IndexRequester
     max_lambda_bytes: int
+    ledger: WritesLedger
 
     def on_created(self, item: CatalogItem) -> IndexAction | None:
-        """A lake object under a dataset appeared: index it unless ingestion already did."""
+        """A lake object under a dataset appeared: index it unless the writes ledger says the
+        job that wrote it (ingestion, erasure) indexed it. Raises WriteNotSettledError while a
+        job that may have written it has not recorded it yet (the event is read again)."""
         if item.zone is not Zone.LAKE or item.dataset_id is None:
             return None  # raw objects are indexed by their ingestion
         head = self.objects.head(item.bucket, item.key, item.version_id)
         if head is None:
             return IndexAction.GONE
-        if indexed_by_writer(head):
+        writer = self.ledger.settled_writer_of(
+            item.bucket, item.key, head.version_id, created_at=event_time(item.event_time)
+        )
+        if indexed_by_writer(writer):
             return IndexAction.INDEXED_BY_WRITER
         return self._request(item, head.size)
 
@@ -137,7 +148,7 @@ class IndexMaintainer:
         if not has_older_data(versions) and self.index.prune_flagged(item.object_url):
             action = IndexAction.PRUNED
         head = self.objects.head(item.bucket, item.key)
-        if head is None or indexed_by_writer(head):
+        if head is None or self._indexed_by_writer(item, head):
             return action
         if head.version_id in self.index.described_versions(item.object_url):
             return action
@@ -145,6 +156,11 @@ class IndexMaintainer:
         if item.zone is Zone.RAW:  # raw formats are parsed by the Spark readers
             return self._request(now_current, self.max_lambda_bytes + 1)
         return self._request(now_current, head.size)
+
+    def _indexed_by_writer(self, item: CatalogItem, head: ObjectHead) -> bool:
+        """Whether the ledger says a self-indexing job wrote the key's current version (which
+        has its own Object Created event: a writer not recorded yet is not waited for here)."""
+        return indexed_by_writer(self.ledger.writer_of(item.bucket, item.key, head.version_id))
 
     def _request(self, item: CatalogItem, size: int) -> IndexAction:
         if size <= self.max_lambda_bytes and not is_quarantine_key(item.key):

@@ -1,6 +1,13 @@
 """Domain logic of the object events handler: an S3 event becomes a catalog item.
 
-Pure apart from the two ports it is given, so it is tested with in-memory fakes and with moto.
+Pure apart from the ports it is given, so it is tested with in-memory fakes and with moto.
+
+Whether a version is Lethe's own write comes from the writes ledger alone
+(lethe_shared.catalog.writes_ledger), never from its metadata: a copy of any object, with any
+metadata (`lethe-producer: erase` included), under any key, is ingested and indexed like any
+upload. A created version whose writer is not known yet (a Lethe job has an open intent on its
+key and has not recorded its version) raises WriteNotSettledError before anything is written:
+the handler fails the SQS record and SQS delivers it again.
 """
 
 from __future__ import annotations
@@ -19,12 +26,14 @@ from lethe_shared.catalog.object_catalog import (
     Zone,
     normalize_sequencer,
 )
+from lethe_shared.catalog.writes_ledger import WritesLedger, event_time
 from lethe_shared.datasets.registry import DatasetRegistry, dataset_of_key
 from lethe_shared.errors import MalformedEventError
-from lethe_shared.index.maintenance import ERASE_PRODUCER, IndexAction
+from lethe_shared.index.maintenance import IndexAction
 from lethe_shared.ingestion.starter import IngestionStarter
 
 DELETE_MARKER_CREATED = "Delete Marker Created"
+PERMANENTLY_DELETED = "Permanently Deleted"
 
 
 class EventKind(StrEnum):
@@ -113,13 +122,20 @@ def catalog_item_for(
     )
 
 
-def _raw_version_now(objects: ObjectStore, event: ObjectEvent) -> tuple[bool, bool]:
-    """(rewritten, gone) for a created raw version, from one HEAD of the exact version: written
-    by an erasure (its `lethe-producer` metadata), or no longer in S3 at all."""
-    head = objects.head(event.bucket, event.key, event.version_id or NULL_VERSION)
-    if head is None:
+def _raw_version_now(
+    objects: ObjectStore, ledger: WritesLedger, event: ObjectEvent
+) -> tuple[bool, bool]:
+    """(rewritten, gone) for a created raw version: no longer in S3 at all (one HEAD of the
+    exact version), or else written by a Lethe job (an erasure's rewrite: the writes ledger
+    says so, never the version's metadata). Raises WriteNotSettledError while a job that may
+    have written it has not recorded it yet."""
+    version = event.version_id or NULL_VERSION
+    if objects.head(event.bucket, event.key, version) is None:
         return False, True
-    return head.producer == ERASE_PRODUCER, False
+    writer = ledger.settled_writer_of(
+        event.bucket, event.key, version, created_at=event_time(event.time)
+    )
+    return writer is not None, False
 
 
 def _still_wanted(item: CatalogItem, written: bool, catalog: ObjectCatalog) -> bool:
@@ -168,6 +184,7 @@ def record_object_event(
     ingestion: IngestionStarter,
     index: IndexMaintenance,
     objects: ObjectStore,
+    ledger: WritesLedger,
     ignored_retention: timedelta = timedelta(days=30),
 ) -> Outcome:
     """Record one S3 object event in the catalog, idempotently and in sequencer order; ask
@@ -178,10 +195,11 @@ def record_object_event(
 
     An event from a bucket other than the raw and lake `buckets` is malformed for this
     deployment (the EventBridge rule should never deliver it). A raw version that an erasure
-    wrote (its `lethe-producer` metadata, one HEAD) is recorded REWRITTEN and not ingested; one
-    S3 no longer has (deleted before this event was read) is recorded DELETED, not ingested, and
+    wrote (the writes `ledger` records it) is recorded REWRITTEN and not ingested; one S3 no
+    longer has (deleted before this event was read) is recorded DELETED, not ingested, and
     leaves the subject index to its own Object Deleted event (the newer one, which speaks for
-    the key).
+    the key). A version whose writer is not settled yet raises WriteNotSettledError before
+    anything is written. A permanently deleted version leaves the ledger too (`forget`).
     """
     zone = buckets.zone_of(event.bucket)
     if zone is None:
@@ -189,8 +207,16 @@ def record_object_event(
     candidate = dataset_of_key(event.key)
     dataset_id = candidate if candidate and registry.get(candidate) is not None else None
     rewritten = gone = False
-    if event.kind is EventKind.CREATED and zone is Zone.RAW and dataset_id is not None:
-        rewritten, gone = _raw_version_now(objects, event)
+    if event.kind is EventKind.CREATED and dataset_id is not None:
+        if zone is Zone.RAW:
+            rewritten, gone = _raw_version_now(objects, ledger, event)
+        else:  # settled before anything is written; `index.on_created` asks for the writer
+            version = event.version_id or NULL_VERSION
+            ledger.settled_writer_of(
+                event.bucket, event.key, version, created_at=event_time(event.time)
+            )
+    if event.kind is EventKind.DELETED and event.deletion_type == PERMANENTLY_DELETED:
+        ledger.forget(event.bucket, event.key, event.version_id or NULL_VERSION)
     item = catalog_item_for(
         event,
         zone,
