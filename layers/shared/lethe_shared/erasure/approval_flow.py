@@ -174,6 +174,7 @@ def _summary(record: ErasureRequest, approver: str, deadline: datetime) -> Appro
         deadline=deadline,
         requested_by=record.requested_by,
         approver=approver,
+        notes=tuple(report.get("notes", ())),
     )
 
 

@@ -26,6 +26,7 @@ from lethe_shared.erasure.report import (
     canonical_json,
     dataset_counts,
     report_key,
+    report_notes,
     results_totals,
     sha256_hex,
     summary_html,
@@ -105,6 +106,9 @@ def build_report(
         index=index,
         objects=objects,
         now=now or datetime.now(UTC),
+        hash_groups=record.hash_groups,
+        scope=record.scope,
+        not_looked_up=record.not_looked_up,
     )
     body = manifest.bytes()
     digest = sha256_hex(body)
@@ -120,6 +124,7 @@ def build_report(
         versions=sum(c.versions for c in counts),
         rows=sum(c.rows for c in counts),
         datasets=tuple(counts),
+        notes=tuple(report_notes(manifest)),
     )
     requests.transition(
         request_id,
@@ -201,7 +206,8 @@ def update_index(
     index: SubjectIndex,
     documents: DocumentStore,
 ) -> dict[str, int]:
-    """Delete the erased subjects' entries of every object the erasure touched, and nothing of
+    """Delete the erased subjects' entries of every object the erasure touched (each object's
+    dataset's hashes: a hash another dataset's id gave is another subject there), and nothing of
     other subjects but the flagged entries of keys whose older versions erasure purged (they
     point to versions that no longer exist). Keys erasure deleted lose every entry."""
     record = _open_request(requests, request_id)
@@ -211,7 +217,7 @@ def update_index(
         if item.version_after is None:
             removed += index.remove_object(item.object_url)
             continue
-        removed += index.remove_subjects(item.object_url, record.subject_hashes)
+        removed += index.remove_subjects(item.object_url, record.hashes_for(item.dataset_id))
         pruned += index.prune_flagged(item.object_url)
     LOG.info(
         "index updated: %d entries of the subjects removed, %d flagged pruned", removed, pruned
