@@ -6,8 +6,8 @@ reference raised. The columnar path, `entry_batch`, gives the same: its `to_item
 `IndexEntry.to_item()` of the reference's entries (same keys in the same order, same values and
 types; `updated_at` aside, one per batch), its `entries()` the reference's models. Randomized
 tables (seeded) and edge cases: every subject column type, composite keys, nested struct paths,
-nulls and null parents, `0` and `""` (nobody's, as null), constants, chunking, dictionaries, and values Python holds
-equal across types (True == 1).
+nulls and null parents, `0` and `""` (nobody's, as null), constants, chunking, dictionaries,
+and values Python holds equal across types (True == 1).
 """
 
 from __future__ import annotations
