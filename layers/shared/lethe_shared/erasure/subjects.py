@@ -36,7 +36,6 @@ from lethe_shared.errors import LetheError
 from lethe_shared.models import Model
 from lethe_shared.subject_hashing.canonical import canonical_text, is_no_subject
 from lethe_shared.subject_hashing.keys import hash_of_id, subject_hash
-from lethe_shared.subject_hashing.values import request_text
 
 if TYPE_CHECKING:
     from lethe_shared.datasets.document import Dataset
@@ -239,6 +238,10 @@ def _dataset_hashes(
 ) -> tuple[set[str], int]:
     """The hashes of the request's subjects in `dataset`, and how many of its subjects that fit
     the dataset's subject columns no value of their types equals."""
+    # imported here: it loads the dataset document's types, which only filing needs (the other
+    # erasure Lambdas import this module through `requests` and never hash)
+    from lethe_shared.subject_hashing.values import request_text  # noqa: PLC0415
+
     columns = dataset.subject_columns
     fitting: list[Mapping[str, Any]] = [k for k in keys if set(k) == set(columns)]
     if len(columns) == 1:
