@@ -10,6 +10,7 @@ and an id no value of the type equals is None."""
 from __future__ import annotations
 
 import datetime as dt
+import random
 from decimal import Decimal
 from types import SimpleNamespace
 from typing import Any
@@ -93,6 +94,16 @@ def test_the_arrow_path_gives_blank_values_no_subject(array: Any) -> None:
 
     a = hash_of_id(KEY, "a")
     assert hashes.to_pylist() == [a, None, None, None, None, a]
+
+
+def test_the_arrow_path_and_the_rule_agree_on_random_texts() -> None:
+    rng = random.Random(18)
+    pool = WHITESPACE + "ab0\x00\x7f\u200b\ufeff\u00e9\U0001f600"
+    texts = ["".join(rng.choice(pool) for _ in range(rng.randint(0, 4))) for _ in range(5000)]
+
+    hashes = row_subject_hashes(pa.table({"u": texts}), _columns("u"), {}, key=KEY).to_pylist()
+
+    assert [h is None for h in hashes] == [is_no_subject(t) for t in texts]
 
 
 def test_a_composite_key_with_a_blank_member_is_nobodys() -> None:

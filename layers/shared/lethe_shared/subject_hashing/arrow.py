@@ -102,7 +102,7 @@ def _blank(texts: Any) -> pa.Array | None:
     elif not (pa.types.is_string(type_) or pa.types.is_large_string(type_)):
         return None
     try:
-        blank = pc.equal(pc.binary_length(pc.utf8_trim(texts, characters=WHITESPACE)), 0)
+        blank = pc.equal(pc.binary_length(pc.utf8_ltrim(texts, characters=WHITESPACE)), 0)
     except pa.ArrowInvalid:
         return None
     return blank if pc.any(blank).as_py() else None

@@ -24,7 +24,7 @@ from decimal import Decimal
 from typing import Any
 
 # The characters `str.isspace` holds true for (and `str.strip()` removes), spelled out so that the
-# Arrow path (`arrow.py`, `pyarrow.compute.utf8_trim`) applies exactly the same set;
+# Arrow path (`arrow.py`, `pyarrow.compute.utf8_ltrim`) applies exactly the same set;
 # tests/unit/test_subject_ids.py checks it against Python's.
 WHITESPACE = (
     "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680"
