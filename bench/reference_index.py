@@ -1,5 +1,7 @@
 """`entries_from_table` as it was before its Arrow rewrite, kept verbatim: a loop over rows,
-`subject_hash` per distinct value, a validated IndexEntry per entry.
+`subject_hash` per distinct value, a validated IndexEntry per entry. One change since: a row is
+nobody's by the one no-subject rule (`canonical.is_no_subject`: null, empty or whitespace only),
+where it was by a null alone.
 
 The one reference both bench/index_bench.py (the build's second baseline, the items' digest) and
 tests/unit/test_arrow_index_equality.py (randomized equality) compare the current code with.
@@ -16,6 +18,7 @@ import pyarrow.compute as pc
 from lethe_shared.datasets.document import Dataset
 from lethe_shared.index.arrow_entries import ObjectRef
 from lethe_shared.index.subject_index import IndexEntry
+from lethe_shared.subject_hashing.canonical import is_no_subject
 from lethe_shared.subject_hashing.keys import subject_hash
 
 
@@ -51,7 +54,7 @@ def reference_entries(
     rows: dict[str, list[int]] = {}
     cache: dict[tuple[Any, ...], str] = {}  # keyed with types: True == 1 in Python
     for index, values in enumerate(zip(*per_column, strict=True)):
-        if any(v is None for v in values):
+        if any(is_no_subject(v) for v in values):  # the one no-subject rule (was: v is None)
             continue
         typed = tuple((type(v), v) for v in values)
         digest = cache.get(typed)

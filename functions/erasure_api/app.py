@@ -8,8 +8,10 @@
 The same function takes EventBridge events (`source: lethe.requests`, detail-type `Erasure
 Requested`, detail = the POST body plus an optional `idempotency_key`; the event id is the key
 otherwise, so a redelivered event files one request). Subject ids are hashed as soon as they
-are read (lethe_shared.erasure.requests) and never logged or stored. The IAM caller's ARN is
-recorded
+are read, per dataset of the request's scope (optional `datasets`, default every registered
+dataset; lethe_shared.erasure.subjects), and never logged or stored; an empty or
+whitespace-only id, an unknown dataset, are 400s that name the field (never an id). The IAM
+caller's ARN is recorded
 on the request (`requester_principal`); a request filed by event records the event's
 account and source instead (`event:<account>:<source>`: EventBridge passes no caller). A
 `requested_by` naming an approver of APPROVER_PRINCIPALS is accepted only from that approver's
@@ -138,7 +140,12 @@ def _file(
     )
     logger.info(
         "erasure request filed" if not filed.duplicate else "erasure request already filed",
-        extra={"request_id": record.request_id, "subjects": record.subject_count, "via": via},
+        extra={
+            "request_id": record.request_id,
+            "subjects": record.subject_count,
+            "datasets": len(record.scope) or "all",
+            "via": via,
+        },
     )
     return {
         "request_id": record.request_id,

@@ -161,9 +161,13 @@ class EraseSettings:
     hashes: frozenset[str]
     hash_key: bytes = field(repr=False)
     catalog_table: str = ""  # the writes ledger's table ("": rewrites are not recorded)
+    # each dataset's hashes (Manifest.hashes_for): an object is matched with its dataset's only
+    # (a dataset not listed: every hash, as a manifest without per-dataset hashes says)
+    dataset_hashes: dict[str, frozenset[str]] = field(default_factory=dict)
 
     def matcher(self, dataset_id: str) -> SubjectMatcher:
-        return SubjectMatcher(self.datasets[dataset_id], self.hashes, self.hash_key)
+        hashes = self.dataset_hashes.get(dataset_id, self.hashes)
+        return SubjectMatcher(self.datasets[dataset_id], hashes, self.hash_key)
 
     def kind(self, item: ManifestObject) -> ObjectKind:
         return object_kind(item.dataset_id, item.bucket, item.key, self.buckets)
@@ -522,6 +526,7 @@ def _settings(args: EraseArgs, manifest: Manifest, ports: ErasePorts) -> EraseSe
         hashes=frozenset(manifest.subject_hashes),
         hash_key=ports.hash_key,
         catalog_table=args.catalog_table,
+        dataset_hashes={d: frozenset(manifest.hashes_for(d)) for d in ids},
     )
 
 

@@ -108,6 +108,7 @@ def summarize(outcomes: Sequence[Outcome]) -> dict[str, int]:
         "entries_written": sum(o.entries_written for o in outcomes),
         "entries_deleted": sum(o.entries_deleted for o in outcomes),
         "rows": sum(o.rows for o in outcomes),
+        "rows_without_subject": sum(o.rows_without_subject for o in outcomes),
     }
 
 

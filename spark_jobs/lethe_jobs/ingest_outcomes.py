@@ -30,6 +30,8 @@ class ObjectResult:
     object_url: str
     status: ObjectStatus
     rows_read: int = 0
+    # rows of the raw object whose subject is null, empty or whitespace only: never indexed
+    rows_without_subject: int = 0
     rows_written: int = 0
     rows_quarantined: int = 0
     lake_objects: list[str] = field(default_factory=list)
@@ -45,6 +47,7 @@ class ObjectResult:
             "object_url": self.object_url,
             "status": self.status.value,
             "rows_read": self.rows_read,
+            "rows_without_subject": self.rows_without_subject,
             "rows_written": self.rows_written,
             "rows_quarantined": self.rows_quarantined,
             "lake_objects": self.lake_objects,

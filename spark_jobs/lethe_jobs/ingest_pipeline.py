@@ -55,6 +55,7 @@ JSON_CONTENT_TYPE = "application/json"
 @dataclass
 class _PieceTotals:
     rows_read: int = 0
+    rows_without_subject: int = 0  # records that name no subject: never indexed
     unreadable: str | None = None
     columns: list[str] = field(default_factory=list)
 
@@ -102,6 +103,7 @@ def _piece_totals(frame: DataFrame, settings: TaskSettings) -> dict[int, _PieceT
         info = json.loads(row[INFO])
         total = totals[row[OBJECT]]
         total.rows_read += info["rows_read"]
+        total.rows_without_subject += info.get("rows_without_subject", 0)
         total.columns = total.columns or info["columns"]
         if info["unreadable"] and total.unreadable is None:
             total.unreadable = info["unreadable"]
@@ -226,15 +228,17 @@ def _outcomes(
             obj.url,
             status,
             rows_read=total.rows_read,
+            rows_without_subject=total.rows_without_subject,
             rows_written=rows_written,
             rows_quarantined=rejected["rows"] if rejected else 0,
             lake_objects=[r["url"] for r in files],
             quarantine_object=rejected["url"] if rejected else None,
         )
         LOG.info(
-            "%s version %s: %s, %d rows read, %d written to %d file(s), %d quarantined",
+            "%s version %s: %s, %d rows read, %d written to %d file(s), %d quarantined, "
+            "%d without a subject (not indexed)",
             obj.url, obj.version_id, status.value, total.rows_read, rows_written, len(files),
-            results[index_of].rows_quarantined,
+            results[index_of].rows_quarantined, total.rows_without_subject,
         )  # fmt: skip
     return results
 

@@ -112,7 +112,9 @@ class Outcome:
     status: str  # indexed | skipped | missing | unreadable
     entries_written: int = 0
     entries_deleted: int = 0
-    rows: int = 0
+    rows: int = 0  # rows of a subject
+    # rows whose subject is null, empty or whitespace only (canonical.is_no_subject): no entry
+    rows_without_subject: int = 0
 
 
 @dataclass(frozen=True)
@@ -215,7 +217,8 @@ def write_group(aws: _Aws, group: Sequence[_Read], ctx: IndexSettings) -> list[O
         location = read.location
         replace_entries(aws.index, aws.objects, location.bucket, location.key, batch)
         deleted = len(read.existing - set(batch.subject_hashes))
-        outcomes.append(Outcome("indexed", len(batch), deleted, batch.total_rows))
+        nobody = read.subjects.rows - batch.total_rows
+        outcomes.append(Outcome("indexed", len(batch), deleted, batch.total_rows, nobody))
     return outcomes
 
 

@@ -515,6 +515,127 @@ def test_a_bad_erasure_requested_event_is_refused_and_files_nothing(
     assert executions() == []
 
 
+# ------------------------------------------------------------------------------ ids and scope
+
+CUSTOMERS = {
+    "dataset_id": "customers",
+    "format": "csv",
+    "subject_columns": ["customer_id"],
+    "schema": [{"name": "customer_id", "type": "int"}, {"name": "name", "type": "string"}],
+}
+
+
+def posting(load_event: Event, **document: Any) -> dict[str, Any]:
+    event = load_event("erasure_api_post.json")
+    event["body"] = json.dumps({"requested_by": REQUESTER, **document})
+    return event
+
+
+def test_blank_ids_are_refused_naming_their_fields(
+    app: Any, requests_table: Any, load_event: Event
+) -> None:
+    event = posting(
+        load_event,
+        subject_ids=[SECRET, " \t"],
+        subject_keys=[{"tenant": SECRET, "user_id": "\u3000"}],
+    )
+
+    status, body = call(app, event)
+
+    assert status == 400
+    assert body["errors"] == [
+        "subject_ids: Value error, subject_ids[1] is empty or whitespace only: it names no subject",
+        "subject_keys: Value error, subject_keys[0].user_id is empty or whitespace only: it "
+        "names no subject",
+    ]
+    assert stored_items(requests_table) == []
+    assert executions() == []
+
+
+def test_an_unknown_dataset_in_the_scope_is_refused_naming_it(
+    app: Any, requests_table: Any, load_event: Event
+) -> None:
+    event = posting(load_event, subject_ids=[SECRET], datasets=["reviews", "contractors"])
+
+    assert call(app, event) == (
+        400,
+        {
+            "message": "invalid erasure request",
+            "errors": ["datasets: no registered dataset contractors"],
+        },
+    )
+    assert stored_items(requests_table) == []
+    assert executions() == []
+
+
+def test_a_scoped_request_is_hashed_per_dataset_of_its_scope(
+    app: Any, requests_table: Any, lethe_tables: dict[str, Any], load_event: Event
+) -> None:
+    # Given an int-typed customers dataset besides the string-typed reviews
+    lethe_tables["DatasetsTable"].put_item(
+        Item={"dataset_id": "customers", "document": json.dumps(CUSTOMERS)}
+    )
+    key = HASH_SECRET.encode()
+
+    # When "01001" is asked for, in both, and then in reviews only
+    both = call(app, posting(load_event, subject_ids=["01001"]))
+    scoped = call(app, posting(load_event, subject_ids=["01001"], datasets=["reviews"]))
+
+    # Then customers looks up 1001 (its int), reviews "01001" as written; the scope is kept
+    assert (both[0], scoped[0]) == (202, 202)
+    items = {i["request_id"]: i for i in stored_items(requests_table)}
+    unscoped, reviews_only = items[both[1]["request_id"]], items[scoped[1]["request_id"]]
+    assert unscoped["scope"] == []
+    assert unscoped["hash_groups"] == [
+        {"datasets": ["customers"], "hashes": [hash_of_id(key, "1001")]},
+        {"datasets": ["reviews"], "hashes": [hash_of_id(key, "01001")]},
+    ]
+    assert reviews_only["scope"] == ["reviews"]
+    assert reviews_only["hash_groups"] == [
+        {"datasets": ["reviews"], "hashes": [hash_of_id(key, "01001")]}
+    ]
+    assert reviews_only["subject_hashes"] == [hash_of_id(key, "01001")]
+
+
+def test_an_id_no_value_of_a_column_type_equals_is_recorded_as_not_looked_up(
+    app: Any, requests_table: Any, lethe_tables: dict[str, Any], load_event: Event
+) -> None:
+    lethe_tables["DatasetsTable"].put_item(
+        Item={"dataset_id": "customers", "document": json.dumps(CUSTOMERS)}
+    )
+
+    status, _ = call(app, posting(load_event, subject_ids=[SECRET]))
+
+    assert status == 202
+    (item,) = stored_items(requests_table)
+    assert item["not_looked_up"] == [
+        {
+            "dataset_id": "customers",
+            "subject_columns": ["customer_id"],
+            "subject_types": ["int"],
+            "subjects": 1,
+        }
+    ]
+
+
+def test_an_erasure_requested_event_takes_a_scope(
+    app: Any, requests_table: Any, load_event: Event
+) -> None:
+    event = load_event("erasure_requested_event.json")
+    event["detail"]["datasets"] = ["reviews"]
+    unknown = load_event("erasure_requested_event.json")
+    unknown["id"] = "another-event"
+    unknown["detail"]["datasets"] = ["contractors"]
+
+    filed = app.handler(event, FakeLambdaContext())
+    refused = app.handler(unknown, FakeLambdaContext())
+
+    assert filed["status"] == "RECEIVED"
+    assert refused == {"refused": ["datasets: no registered dataset contractors"]}
+    (item,) = stored_items(requests_table)
+    assert item["scope"] == ["reviews"]
+
+
 # ------------------------------------------------------------------------------ the IAM caller
 # events/env.json maps approver@example.com to arn:aws:iam::123456789012:role/lethe-local-approver
 

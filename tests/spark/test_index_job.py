@@ -78,7 +78,7 @@ PAYMENTS_CSV = (
     b"acme, 12.5 ,2026-11-23,x\n"  # line 4: rejected (amount), its account converts
     b"globex,1e1,2026-11-23,1\n"  # line 5: (globex, 10)
     b"globex,abc,2026-11-23,1\n"  # line 6: rejected (account), indexed as read
-    b",12.5,2026-11-22,1\n"  # line 7: "" is a tenant
+    b",12.5,2026-11-22,1\n"  # line 7: "" names no tenant: nobody's (not indexed)
     b"acme,99.999,2026-11-22,1\n"  # line 8: rounds to 100.00
 )
 EVENTS = {
@@ -150,7 +150,8 @@ def _customers(*ids: str | None) -> pa.Table:
 def test_a_lake_from_before_lethe_is_indexed_once_and_kept_current(
     cloud: Cloud, run_index: IndexRunner
 ) -> None:
-    # Given Parquet files written without Lethe: a nested subject, nulls, "" and "0" as ids
+    # Given Parquet files written without Lethe: a nested subject, nulls, "" (nobody's, as a
+    # null) and "0" as ids
     cloud.register(ORDERS)
     cloud.put_lake_parquet(NL, _customers("c1", "c2", None, "c1", "", "<null struct>"))
     cloud.put_lake_parquet(DE, _customers("0", "c2"))
@@ -164,14 +165,14 @@ def test_a_lake_from_before_lethe_is_indexed_once_and_kept_current(
     expected = {
         _entry(cloud, h("c1"), NL, 2, (0, 3)),
         _entry(cloud, h("c2"), NL, 1, (1,)),
-        _entry(cloud, h(""), NL, 1, (4,)),
         _entry(cloud, h("0"), DE, 1, (0,)),
         _entry(cloud, h("c2"), DE, 1, (1,)),
     }
     assert cloud.entries() == expected
     assert summary == {
         "objects": 3, "indexed": 2, "skipped": 1, "missing": 0, "unreadable": 0,
-        "entries_written": 5, "entries_deleted": 0, "rows": 6,
+        "entries_written": 4, "entries_deleted": 0, "rows": 5,
+        "rows_without_subject": 3,  # NL's null, "" and null struct
     }  # fmt: skip
 
     # When it runs again (from a manifest): nothing to do
@@ -185,21 +186,21 @@ def test_a_lake_from_before_lethe_is_indexed_once_and_kept_current(
     assert (again["indexed"], again["skipped"], again["entries_written"]) == (0, 3, 0)
     assert cloud.entries() == expected
 
-    # When NL is rewritten without c2 and "", and DE is deleted for good
-    old_nl = {e for e in expected if e[1].endswith(NL) and e[0] in (h("c2"), h(""))}
+    # When NL is rewritten without c2, and DE is deleted for good
+    old_nl = {e for e in expected if e[1].endswith(NL) and e[0] == h("c2")}
     cloud.put_lake_parquet(NL, _customers("c1"))
     cloud.delete_every_version(LAKE, DE)
     changed = run_index.objects("orders", [_lake(NL), _lake(DE)])
 
-    # Then NL's entries describe its new version, c2 and "" stay flagged for the older NL
+    # Then NL's entries describe its new version, c2 stays flagged for the older NL
     # version that still holds their rows (erasure must reach it), and DE has none
     assert cloud.entries() == {_entry(cloud, h("c1"), NL, 1, (0,))} | {
         (*e[:-1], True) for e in old_nl
     }
-    assert len(old_nl) == 2
+    assert len(old_nl) == 1
     assert changed == {
         "objects": 2, "indexed": 1, "skipped": 0, "missing": 1, "unreadable": 0,
-        "entries_written": 1, "entries_deleted": 4, "rows": 1,
+        "entries_written": 1, "entries_deleted": 3, "rows": 1, "rows_without_subject": 0,
     }  # fmt: skip
 
 
@@ -265,9 +266,10 @@ def test_a_backfill_gives_the_index_ingestion_gave(
         *[e[1] for e in ingested if "/events/_quarantine/" in e[1]],
         *[e[1] for e in ingested if e[1].startswith(f"s3://{LAKE}/events/part-")],
     }
-    # payments: raw 5 subjects, day 22 file 3, day 23 file 1, quarantine 2 (acme 12.5, globex
-    # abc); events: raw 3 (c1, 1001, ""), lake 3, quarantine 1 (1001; no id, and "[1]", none)
-    assert len(ingested) == 11 + 7
+    # payments: raw 4 subjects, day 22 file 2, day 23 file 1, quarantine 2 (acme 12.5, globex
+    # abc), the "" tenant nowhere; events: raw 2 (c1, 1001), lake 2, quarantine 1 (1001; no id,
+    # "" and "[1]", none)
+    assert len(ingested) == 9 + 5
 
     # When the index is emptied and rebuilt from the objects by the index job
     cloud.clear_index()

@@ -143,7 +143,9 @@ def test_doubles_print_as_java_prints_them(value: float, text: str) -> None:
         ("1001", "int", "1001"),
         (" 01001", "long", "1001"),
         ("2026-1-2", "date", "2026-01-02"),
-        ("", "string", ""),  # "" is a subject id
+        ("", "string", None),  # "" names nobody (canonical.is_no_subject)
+        (" \t", "string", None),  # nor does whitespace only
+        (" 7 ", "string", " 7 "),  # strings keep their spaces
         ("", "int", None),  # an empty CSV value is null for a non-string column
         ("abc", "int", "abc"),  # a rejected value is indexed as it was read
         (1.5, "int", "1"),  # a Parquet double in an int column is truncated, as Spark casts

@@ -120,6 +120,7 @@ def test_csv_rows_are_partitioned_and_the_bad_row_is_quarantined(
     assert summary == {
         "status": "INGESTED",
         "rows_read": 3,
+        "rows_without_subject": 0,
         "rows_written": 2,
         "rows_quarantined": 1,
         "lake_objects": [f"s3://{LAKE}/{day1}", f"s3://{LAKE}/{day2}"],
@@ -317,6 +318,7 @@ def test_an_older_version_ingested_last_is_superseded_and_writes_nothing(
     assert summary == {
         "status": "SUPERSEDED",
         "rows_read": 0,
+        "rows_without_subject": 0,
         "rows_written": 0,
         "rows_quarantined": 0,
         "lake_objects": [],
@@ -344,6 +346,9 @@ def test_gzipped_json_lines_without_gz_in_the_key(cloud: Cloud, run_job: IngestR
     quarantine = f"events/_quarantine/{EVENTS_HASH}.jsonl"
     assert summary["status"] == "INGESTED"
     assert (summary["rows_read"], summary["rows_written"], summary["rows_quarantined"]) == (3, 2, 1)
+    # the "" id (line 2) and the missing one (line 3) name nobody: counted, never indexed
+    assert summary["rows_without_subject"] == 2
+    assert {e[0] for e in cloud.entries()} == {h("c1")}
     assert cloud.lake_keys() == [quarantine, lake]
     table = cloud.lake_parquet(lake)
     assert table.schema.field("customer").type == pa.struct(
@@ -417,6 +422,7 @@ def test_an_unreadable_file_is_quarantined_whole(cloud: Cloud, run_job: IngestRu
     assert summary == {
         "status": "QUARANTINED",
         "rows_read": 0,
+        "rows_without_subject": 0,
         "rows_written": 0,
         "rows_quarantined": 0,
         "lake_objects": [],
@@ -569,6 +575,7 @@ def test_a_version_with_only_rejected_rows_is_quarantined_and_replaces_the_old_r
     assert summary == {
         "status": "QUARANTINED",
         "rows_read": 2,
+        "rows_without_subject": 2,  # lines that are no JSON object hold no subject
         "rows_written": 0,
         "rows_quarantined": 2,
         "lake_objects": [],

@@ -38,15 +38,16 @@ def _dataset(subjects: list[str], schema: list[dict[str, str]], **extra: Any) ->
 
 def test_one_entry_per_subject_with_counts_and_row_indexes() -> None:
     dataset = _dataset(["user_id"], [{"name": "user_id", "type": "string"}])
-    table = pa.table({"user_id": ["a", "b", "a", None, "", "0"]})
+    table = pa.table({"user_id": ["a", "b", "a", None, "", "0", " \t"]})
 
     entries = entries_from_table(table, dataset, REF, key=KEY)
 
     by_hash = {e.subject_hash: e for e in entries}
-    assert set(by_hash) == {hash_of_id(KEY, s) for s in ("a", "b", "", "0")}
+    # "0" is a subject; null (row 3), "" (row 4) and whitespace only (row 6) name nobody
+    assert set(by_hash) == {hash_of_id(KEY, s) for s in ("a", "b", "0")}
     assert by_hash[hash_of_id(KEY, "a")].rows == 2
     assert by_hash[hash_of_id(KEY, "a")].row_hints == (0, 2)
-    assert by_hash[hash_of_id(KEY, "")].row_hints == (4,)  # "" is a subject; null (row 3) is not
+    assert by_hash[hash_of_id(KEY, "0")].row_hints == (5,)
     assert {(e.version_id, e.etag, e.zone, e.dataset_id) for e in entries} == {
         ("v1", "e1", "lake", "ds")
     }

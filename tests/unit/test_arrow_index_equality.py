@@ -6,8 +6,8 @@ reference raised. The columnar path, `entry_batch`, gives the same: its `to_item
 `IndexEntry.to_item()` of the reference's entries (same keys in the same order, same values and
 types; `updated_at` aside, one per batch), its `entries()` the reference's models. Randomized
 tables (seeded) and edge cases: every subject column type, composite keys, nested struct paths,
-nulls and null parents, `0` and `""`, constants, chunking, dictionaries, and values Python holds
-equal across types (True == 1).
+nulls and null parents, `0` and `""` (nobody's, as null), constants, chunking, dictionaries,
+and values Python holds equal across types (True == 1).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from lethe_shared.index.arrow_entries import ObjectRef, entries_from_table, entr
 from lethe_shared.index.subject_index import MAX_ROW_HINTS, EntryBatch, IndexEntry
 from lethe_shared.subject_hashing import arrow as subject_arrow
 from lethe_shared.subject_hashing.arrow import row_subject_hashes, row_subjects
-from lethe_shared.subject_hashing.canonical import composite_text
+from lethe_shared.subject_hashing.canonical import composite_text, is_no_subject
 from lethe_shared.subject_hashing.keys import hmac_sha256, subject_hash
 
 pytestmark = pytest.mark.lambda_runtime
@@ -275,7 +275,7 @@ def struct_of(rows: list[dict[str, Any] | None]) -> pa.Array:
 
 
 EDGE_CASES: dict[str, dict[str, Any]] = {
-    "0 and empty string are subjects, null is not": {
+    "0 is a subject, null and empty string are not": {
         "table": pa.table({"u": ["0", "", None, "0", ""]}),
         "columns": ["u"],
     },
@@ -528,9 +528,14 @@ def test_composite_texts_are_composite_text() -> None:
     columns = [subject_arrow._coded(pa.array(values)), subject_arrow._coded(pa.array(values[::-1]))]
     codes, members = subject_arrow._combined(columns)
     texts = subject_arrow._texts(["t\u00e9", 'c"'], columns, members)
-    pairs = zip(values, values[::-1], strict=True)
+    # a pair with a value that names nobody ("" and "\u2028", whitespace) is nobody's
+    pairs = [
+        (a, b)
+        for a, b in zip(values, values[::-1], strict=True)
+        if not is_no_subject(a) and not is_no_subject(b)
+    ]
     assert texts == [composite_text(["t\u00e9", 'c"'], [a, b]) for a, b in pairs]
-    assert codes.to_pylist() == list(range(len(values)))
+    assert codes.to_pylist() == [0, 1, None, 2, 3, 4, None, 5, 6]
 
 
 def test_row_subjects_sorted_hashes_and_null_rows() -> None:
@@ -631,7 +636,8 @@ def test_a_column_s_codes_give_back_its_values(name: str) -> None:
         array = pa.array([*pool, None, *pool[::-1]], type_)
     column = subject_arrow._coded(array)
     codes = column.codes.to_pylist()
-    assert [None if c is None else column.values[c] for c in codes] == array.to_pylist()
+    named = [None if is_no_subject(v) else v for v in array.to_pylist()]  # "" names nobody
+    assert [None if c is None else column.values[c] for c in codes] == named
     assert set(codes) - {None} == set(range(len(column.values)))  # every code is used
     typed = [(type(v), v) for v in column.values if not isinstance(v, dict)]
     assert len(set(typed)) == len(typed)

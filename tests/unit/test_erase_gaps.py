@@ -166,7 +166,8 @@ def test_a_csv_whose_header_is_ambiguous_is_not_searched(tmp_path: Path) -> None
     # the file whole for it), so the rows concerned are not counted: 0, "not known".
     assert (gap.reason, gap.count) == ("ambiguous_subject_column", 0)
     assert gap.detail.startswith("2 fields equal subject column 'user_id'")
-    assert "USER_ID" not in gap.detail and "User_Id" not in gap.detail
+    assert "USER_ID" not in gap.detail
+    assert "User_Id" not in gap.detail
 
 
 def test_a_composite_key_with_one_column_missing_is_not_searched(tmp_path: Path) -> None:

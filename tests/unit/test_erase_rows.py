@@ -130,7 +130,7 @@ CSV_MIXED = (
     b'u3,"a\r\nb\rc"\r\n'  # 7-9
     b'u1,"x\ny"\n'  # 10-11
     b"u1,bad,extra\n"  # 12 rejected: three fields
-    b",empty id\n"  # 13 "" is an id
+    b",empty id\n"  # 13 "" names nobody: never indexed, never matched
     b"u4,last"  # 14 no final newline
 )
 JSONL_NESTED = (
@@ -141,7 +141,7 @@ JSONL_NESTED = (
     b'{"customer":{"id":null},"n":4}\n'  # 5 null id
     b"[1,2]\n"  # 6 not an object: rejected
     b'{"customer":{"id":0},"n":5}\n'  # 7 0 as a JSON number
-    b'{"customer":{"id":""},"n":6}\n'  # 8 ""
+    b'{"customer":{"id":""},"n":6}\n'  # 8 "": nobody's
     b'{"customer":{"id":"c1"},"n":7}'  # 9 no final newline
 )
 QUARANTINE_LINES = (
@@ -239,15 +239,15 @@ def case_quarantine(tmp_path: Path) -> tuple[ObjectKind, str, Dataset, Path]:
 @pytest.mark.parametrize(
     ("build", "rows", "hints"),
     [
-        (case_csv, 8, {("u1",): (2, 6, 10, 12), ("u2",): (4,), ("",): (13,)}),
+        (case_csv, 8, {("u1",): (2, 6, 10, 12), ("u2",): (4,)}),
         (case_csv_gzip, 8, {("u1",): (2, 6, 10, 12), ("u3",): (7,), ("u4",): (14,)}),
         (case_csv_composite, 4, {("acme", 1): (2, 5), ("beta", 1): (4,), ("acme", 2): (3,)}),
-        (case_jsonl, 8, {("c1",): (1, 9), (0,): (7,), ("",): (8,)}),
+        (case_jsonl, 8, {("c1",): (1, 9), (0,): (7,)}),
         (case_jsonl_gzip, 8, {("c1",): (1, 9), ("0",): (7,)}),
         (case_raw_parquet, 6, {(0,): (0, 3), (1,): (1, 5), (2,): (4,)}),
         (case_raw_parquet_gzip, 6, {(0,): (0, 3), ("1",): (1, 5)}),
-        (case_raw_parquet_nested, 6, {("c1",): (0, 3), ("",): (4,), (0,): (5,)}),
-        (case_lake_nested, 6, {("c1",): (0, 3), ("",): (4,), (0,): (5,)}),
+        (case_raw_parquet_nested, 6, {("c1",): (0, 3), (0,): (5,)}),
+        (case_lake_nested, 6, {("c1",): (0, 3), (0,): (5,)}),
         (case_lake_partition, 3, {("acme", 7): (0, 2), ("beta", "7"): (1,)}),
         (case_quarantine, 4, {("u1",): (1, 5), ("u2",): (2,)}),
     ],
@@ -271,6 +271,11 @@ def test_matches_are_the_index_row_hints(
         assert found == RowMatches(rows, row_hints)
     everyone = match_rows(kind, path, key, matcher(dataset, *index), workdir=tmp_path)
     assert everyone.positions == tuple(sorted(h for hs in index.values() for h in hs))
+    # a row whose subject is "" or whitespace only is nobody's: no hash finds it, not even
+    # the hash of those texts (a manifest can hold no such hash: requests refuse them)
+    blank = [hashed(dataset, *[text] * len(dataset.subject_columns)) for text in ("", " ", "\t")]
+    assert set(blank).isdisjoint(index)
+    assert match_rows(kind, path, key, matcher(dataset, *blank), workdir=tmp_path).positions == ()
 
 
 def test_no_rows_objects_match_nothing_and_are_never_written(tmp_path: Path) -> None:
@@ -326,16 +331,18 @@ def test_csv_last_record_without_final_newline(tmp_path: Path) -> None:
     assert target.read_bytes() == b"user_id,note\r\nu1,a\r\n"
 
 
-def test_csv_delimiter_quote_and_ids_0_and_empty(tmp_path: Path) -> None:
+def test_csv_delimiter_quote_id_0_and_empty_ids_that_never_match(tmp_path: Path) -> None:
     dataset = make_dataset("csv", csv={"delimiter": ";", "quote": "'"})
-    data = b"user_id;note\n0;'a;b'\n;empty\n'';quoted empty\nu1;'x\ny'\n00;zeros\n"
+    data = b"user_id;note\n0;'a;b'\n;empty\n'';quoted empty\nu1;'x\ny'\n00;zeros\n' ';space\n"
     source = put(tmp_path, "in.csv", data)
-    rows = matcher(dataset, hashed(dataset, 0), hashed(dataset, ""))
+    rows = matcher(dataset, hashed(dataset, 0), hashed(dataset, ""), hashed(dataset, " "))
 
     result, target = erase(tmp_path, RAW, source, "ds/in.csv", rows)
 
-    assert result.positions == (2, 3, 4)  # a string "00" is not the id "0"
-    assert target.read_bytes() == b"user_id;note\nu1;'x\ny'\n00;zeros\n"
+    assert result.positions == (2,)  # a string "00" is not the id "0"; "", " " name nobody
+    assert target.read_bytes() == (
+        b"user_id;note\n;empty\n'';quoted empty\nu1;'x\ny'\n00;zeros\n' ';space\n"
+    )
 
 
 def test_csv_integer_subject_column_empty_is_null_and_never_matches(tmp_path: Path) -> None:
@@ -565,8 +572,8 @@ def test_jsonl_keeps_bytes_and_skips_null_parents(tmp_path: Path) -> None:
 
     result, target = erase(tmp_path, RAW, source, "ds/in.jsonl", rows)
 
-    assert result.positions == (1, 8, 9)
-    assert (result.rows_before, result.rows_after) == (8, 5)
+    assert result.positions == (1, 9)  # line 8's "" names nobody: never matched
+    assert (result.rows_before, result.rows_after) == (8, 6)
     assert target.read_bytes() == (
         b'{"customer":null,"n":2}\n'
         b"\n"
@@ -574,6 +581,7 @@ def test_jsonl_keeps_bytes_and_skips_null_parents(tmp_path: Path) -> None:
         b'{"customer":{"id":null},"n":4}\n'
         b"[1,2]\n"
         b'{"customer":{"id":0},"n":5}\n'
+        b'{"customer":{"id":""},"n":6}\n'
     )
 
 

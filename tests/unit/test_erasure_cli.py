@@ -387,6 +387,31 @@ def test_request_without_idempotency_key_sends_no_header_and_asks_sts_who(
     assert call.body["reason"] == ""
 
 
+def test_request_dataset_flags_scope_the_request(
+    fake: FakeTarget, run: Callable[..., Outcome]
+) -> None:
+    fake.routes[POST] = [ACCEPTED]
+
+    result = run(
+        "request", "--subject", SECRET, "--dataset", "customers", "--dataset", "orders",
+        "--dataset", "customers",
+    )  # fmt: skip
+
+    assert result.code == 0
+    [call] = fake.calls
+    assert call.body["datasets"] == ["customers", "orders"]  # each once, in the order given
+    assert call.body["subject_ids"] == [SECRET]
+
+
+def test_request_without_dataset_flags_sends_no_scope(
+    fake: FakeTarget, run: Callable[..., Outcome]
+) -> None:
+    fake.routes[POST] = [ACCEPTED]
+
+    assert run("request", "--subject", SECRET).code == 0
+    assert "datasets" not in fake.calls[0].body  # every registered dataset
+
+
 def test_requested_by_option_wins(fake: FakeTarget, run: Callable[..., Outcome]) -> None:
     fake.routes[POST] = [ACCEPTED]
     fake.clients["sts"] = FakeSts(fail=True)

@@ -30,6 +30,7 @@ from lethe_shared.erasure.requests import (
     new_request_id,
     parse_request_body,
 )
+from lethe_shared.erasure.subjects import HashGroup
 from lethe_shared.subject_hashing.keys import hash_of_id, hash_of_keys
 from tests.fakes import MemoryErasureRequests
 
@@ -114,20 +115,18 @@ def test_duplicate_ids_and_composite_keys_are_folded() -> None:
     # When the subjects are hashed against reviews (user_id) and orders (tenant, customer_id)
     subjects = hash_subjects(request, KEY, [REVIEWS, ORDERS])
 
-    # Then each subject counts and hashes once
+    # Then each subject counts and hashes once, each dataset with its own subjects' hashes
+    ids = tuple(sorted({hash_of_id(KEY, SECRET), hash_of_id(KEY, OTHER)}))
+    composite = hash_of_keys(
+        KEY, ["tenant", "customer_id"], {"tenant": "acme", "customer_id": "c-17"}
+    )
     assert subjects == SubjectSet(
-        hashes=tuple(
-            sorted(
-                {
-                    hash_of_id(KEY, SECRET),
-                    hash_of_id(KEY, OTHER),
-                    hash_of_keys(
-                        KEY, ["tenant", "customer_id"], {"tenant": "acme", "customer_id": "c-17"}
-                    ),
-                }
-            )
-        ),
+        hashes=tuple(sorted({*ids, composite})),
         count=3,
+        groups=(
+            HashGroup(datasets=("orders",), hashes=(composite,)),
+            HashGroup(datasets=("reviews",), hashes=ids),
+        ),
     )
 
 

@@ -91,7 +91,7 @@ def _read_piece(
     client: Any, piece: pieces.Piece, settings: TaskSettings, target: Any
 ) -> Iterator[pa.RecordBatch]:
     obj = settings.objects[piece.object_index]
-    rows_read, unreadable = 0, None
+    rows_read, without_subject, unreadable = 0, 0, None
     columns: list[str] = []
     with tempfile.TemporaryDirectory(prefix="lethe-ingest-") as tmp:
         try:
@@ -99,10 +99,17 @@ def _read_piece(
                 rows_read += records.rows_read
                 columns = columns or list(records.columns)
                 yield from _row_batches(records, obj, settings.dataset, target)
-                yield _entry_batch(records, obj, settings, target)
+                entries, nobody = _entry_batch(records, obj, settings, target)
+                without_subject += nobody
+                yield entries
         except UnreadableFileError as exc:
             unreadable = exc.reason
-    info = {"rows_read": rows_read, "columns": columns, "unreadable": unreadable}
+    info = {
+        "rows_read": rows_read,
+        "rows_without_subject": without_subject,
+        "columns": columns,
+        "unreadable": unreadable,
+    }
     yield _info_batch(PIECE, obj.index, [json.dumps(info)], target)
 
 
@@ -200,9 +207,11 @@ def _rejected_batch(records: RawRecords, obj: BatchObject, target: Any) -> pa.Re
 
 def _entry_batch(
     records: RawRecords, obj: BatchObject, settings: TaskSettings, target: Any
-) -> pa.RecordBatch:
+) -> tuple[pa.RecordBatch, int]:
     """The raw object's index entries over this batch of its records (every record, valid or
-    rejected, typed as the index job types them): per subject, rows and its first hints."""
+    rejected, typed as the index job types them): per subject, rows and its first hints; and
+    the number of records that name no subject (a subject column null, empty or whitespace
+    only: `subject_hashing.canonical.is_no_subject`), which are not indexed."""
     ref = ObjectRef(obj.url, Zone.RAW, settings.dataset.format.value, obj.version_id, obj.etag)
     rows = raw_subject_rows(records, settings.dataset)
     entries = entries_of_rows(rows, settings.dataset, ref, key=settings.hash_key)
@@ -210,4 +219,5 @@ def _entry_batch(
         json.dumps({"s": e.subject_hash, "r": e.rows, "h": list(e.row_hints[:HINTS_KEPT])})
         for e in entries
     ]
-    return _info_batch(ENTRY, obj.index, infos, target)
+    nobody = len(rows.coordinates) - sum(e.rows for e in entries)
+    return _info_batch(ENTRY, obj.index, infos, target), nobody

@@ -93,6 +93,14 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="COLUMN=VALUE[,COLUMN=VALUE...]",
         help=SUBJECT_KEY_HELP,
     )
+    request.add_argument(
+        "--dataset",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="look the subjects up in this dataset only (repeatable; default: every registered "
+        "dataset). An id is matched in each dataset as a value of its subject column's type",
+    )
     # An id typed without --subject would be echoed by argparse ("unrecognized arguments"):
     # collect stray words here and refuse them without printing them.
     request.add_argument("stray", nargs="*", help=argparse.SUPPRESS)
@@ -253,6 +261,8 @@ def file_request(args: argparse.Namespace) -> int:
         "reason": args.reason,
         "requested_by": _requested_by(target, args.requested_by),
     }
+    if args.dataset:
+        body["datasets"] = list(dict.fromkeys(args.dataset))
     headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else None
     status, answer = target.call_api("POST", "/erasure-requests", body, headers=headers)
     if status >= 400:

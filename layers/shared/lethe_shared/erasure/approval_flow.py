@@ -181,6 +181,7 @@ def _summary(record: ErasureRequest, approver: str, deadline: datetime) -> Appro
             )
             for g in report.get("not_searched", [])
         ),
+        notes=tuple(report.get("notes", ())),
     )
 
 

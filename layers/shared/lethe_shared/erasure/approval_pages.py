@@ -165,6 +165,9 @@ class ApprovalSummary(Model):
     requested_by: str = Field(min_length=1, max_length=256)
     approver: str = Field(min_length=1, max_length=256)  # the addressee of this link
     not_searched: tuple[NotSearchedCounts, ...] = ()
+    # the report's notes (report.report_notes): the datasets looked up, the subjects not looked
+    # up in a dataset; counts, dataset ids and column types only
+    notes: tuple[str, ...] = ()
 
     @property
     def total_objects(self) -> int:
@@ -294,7 +297,9 @@ def _summary_html(summary: ApprovalSummary) -> str:
         "<h2>Datasets</h2>\n"
         '<table id="datasets">\n<thead><tr><th>Dataset</th><th>Zone</th>'
         '<th class="n">Objects</th><th class="n">Versions</th><th class="n">Rows</th>'
-        f"</tr></thead>\n<tbody>\n{rows}\n</tbody>\n</table>\n" + _not_searched_html(summary)
+        f"</tr></thead>\n<tbody>\n{rows}\n</tbody>\n</table>\n"
+        + _not_searched_html(summary)
+        + _notes_html(summary.notes)
     )
 
 
@@ -314,6 +319,13 @@ def _not_searched_html(summary: ApprovalSummary) -> str:
         '<table id="not-searched-table">\n<thead><tr><th>Dataset</th><th>Reason</th>'
         f'<th class="n">Versions</th></tr></thead>\n<tbody>\n{rows}\n</tbody>\n</table>\n'
     )
+
+
+def _notes_html(notes: tuple[str, ...]) -> str:
+    if not notes:
+        return ""
+    items = "\n".join(f"<li>{escaped(n)}</li>" for n in notes)
+    return f'<h2>Where the subjects were looked up</h2>\n<ul id="report-notes">\n{items}\n</ul>\n'
 
 
 _CODE_HELP = (

@@ -38,7 +38,7 @@ Run again, it removes nothing more and reports the same kept items.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -130,13 +130,21 @@ def settle_index(
     *,
     index: SubjectIndex,
     objects: ObjectStore,
+    hashes_for: Callable[[str], Iterable[str]] | None = None,
 ) -> IndexUpdate:
-    """Remove the entries the erasure made untrue, keep the others (module docstring)."""
+    """Remove the entries the erasure made untrue, keep the others (module docstring).
+    `hashes_for(dataset_id)`: the request's hashes in that dataset (an id canonicalised per
+    typed column hashes differently per dataset, and a hash of one dataset's form may be another
+    subject in another dataset); None: every hash in every dataset."""
     subjects = frozenset(subject_hashes)
+
+    def of(dataset_id: str) -> frozenset[str]:
+        return subjects if hashes_for is None else frozenset(hashes_for(dataset_id)) & subjects
+
     update = IndexUpdate()
     for result in results.objects:
-        _settle_object(result, subjects, index, objects, update)
-    _collect_kept(results, subjects, index, update)
+        _settle_object(result, of(result.dataset_id), index, objects, update)
+    _collect_kept(results, subjects, index, update, of)
     LOG.info(
         "index updated: %d entries removed, %d flagged pruned, %d kept (%s), %d conditional "
         "deletes found the entry changed",
@@ -264,13 +272,20 @@ def _keep(update: IndexUpdate, state: EntryState, subjects: frozenset[str], reas
 
 
 def _collect_kept(
-    results: EraseResults, subjects: frozenset[str], index: SubjectIndex, update: IndexUpdate
+    results: EraseResults,
+    subjects: frozenset[str],
+    index: SubjectIndex,
+    update: IndexUpdate,
+    of: Callable[[str], frozenset[str]],
 ) -> None:
-    """Every entry the index still holds for the request's subjects, as kept items."""
+    """Every entry the index still holds for the request's subjects (in its own dataset: a
+    hash another dataset's form of an id gave is another subject there), as kept items."""
     erased = {r.object_url: r for r in results.objects}
     rows: dict[tuple[str, str, str, str], int] = {}
     for subject in sorted(subjects):
         for entry in index.lookup(subject):
+            if subject not in of(entry.dataset_id):
+                continue
             result = erased.get(entry.object_url)
             reason: KeptReason
             if result is None:

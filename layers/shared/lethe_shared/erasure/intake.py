@@ -66,7 +66,9 @@ def file_request(
     principals: ApproverPrincipals | None = None,
     now: datetime | None = None,
 ) -> Filed:
-    """Hash the subjects, store the request (RECEIVED) and start its workflow.
+    """Hash the subjects (for each dataset of the request's scope, as that dataset's subject
+    column type holds them: lethe_shared.erasure.subjects), store the request (RECEIVED) and
+    start its workflow. `datasets` are the registered datasets.
 
     `caller` is the authenticated IAM caller's ARN (None: none, as for an event); it is
     recorded as the request's `requester_principal`. With an idempotency key, the request id

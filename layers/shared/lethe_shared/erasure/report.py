@@ -4,13 +4,17 @@
                        request's subjects, from the index, with version ids and ETags taken from
                        the objects themselves; its SHA-256 is stored on the request and shown to
                        the approver, and the erase job refuses a manifest that does not match it
-    summary.txt/.html  what the approver reads: counts per dataset and zone, never keys or ids
+    summary.txt/.html  what the approver reads: the datasets looked up, counts per dataset and
+                       zone, the subjects not looked up in a dataset; never keys or ids
     results.json       what the erase job did to each object (before/after versions, rows)
     verification.json  what the verify run found when it read every object again
     audit.json         the append-only audit record (written once, never overwritten)
     certificate.json   the signed erasure certificate, and certificate.html its rendering
 
-`build_manifest` reads the index and S3 through their owners; the rendering is pure.
+`build_manifest` reads the index and S3 through their owners; the rendering is pure. Hashes are
+per dataset (lethe_shared.erasure.subjects): the manifest keeps an index entry only when its
+hash is one of its dataset's (`Manifest.hashes_for`), and the erase job matches each object
+with its dataset's hashes alone.
 """
 
 from __future__ import annotations
@@ -27,10 +31,12 @@ from pydantic import ConfigDict, Field
 
 from lethe_shared.aws.s3 import KeyState, ObjectStore, ObjectVersion, key_state, split_s3_url
 from lethe_shared.catalog.zones import Zone
+from lethe_shared.erasure.subjects import HashGroup, NotLookedUp, hashes_in
 from lethe_shared.index.subject_index import IndexEntry, SubjectIndex
 from lethe_shared.models import Model
 
-MANIFEST_VERSION = 1
+# 2: hashes per dataset (hash_groups), the request's scope, the subjects not looked up
+MANIFEST_VERSION = 2
 REPORT_PREFIX = "erasure"
 
 
@@ -98,6 +104,11 @@ class Manifest(Model):
     created_at: str
     subject_hashes: tuple[str, ...]
     subject_count: int
+    # each dataset looked up in and the hashes its rows are matched with; () in a manifest of a
+    # request filed before hashes were per dataset: every hash in every dataset
+    hash_groups: tuple[HashGroup, ...] = ()
+    scope: tuple[str, ...] = ()  # the datasets the request named; (): every registered one
+    not_looked_up: tuple[NotLookedUp, ...] = ()
     objects: tuple[ManifestObject, ...]
     # raw versions older than the request that this erasure cannot search (still being
     # ingested, quarantined whole, archived): named, never silently left (erasure/scope.py)
@@ -105,6 +116,16 @@ class Manifest(Model):
 
     def bytes(self) -> bytes:
         return canonical_json(self.model_dump(mode="json"))
+
+    def hashes_for(self, dataset_id: str) -> tuple[str, ...]:
+        """The hashes the rows of `dataset_id` are matched with (none outside the request's
+        datasets): what the erase job matches each object of that dataset with."""
+        return hashes_in(self.hash_groups, self.subject_hashes, dataset_id)
+
+    @property
+    def looked_up(self) -> tuple[str, ...]:
+        """The datasets the subjects were looked up in (() : every dataset, hashes as given)."""
+        return tuple(sorted(d for g in self.hash_groups for d in g.datasets))
 
 
 class DatasetCount(Model):
@@ -182,15 +203,25 @@ def build_manifest(
     index: SubjectIndex,
     objects: ObjectStore,
     now: datetime,
+    hash_groups: Sequence[HashGroup] = (),
+    scope: Sequence[str] = (),
+    not_looked_up: Sequence[NotLookedUp] = (),
 ) -> Manifest:
-    """Every object the index names for any of the subjects, flagged entries included (their
-    rows sit in older versions), with every stored version of each exact key as S3 lists it
-    now. Objects of which no version is left are kept, marked `gone`: nothing to erase, but
-    their index entries go when the request completes."""
+    """Every object the index names for any of the subjects in its dataset (an entry counts
+    when its hash is one of its dataset's, `hash_groups`; without groups, any of the hashes),
+    flagged entries included (their rows sit in older versions), with every stored version of
+    each exact key as S3 lists it now. Objects of which no version is left are kept, marked
+    `gone`: nothing to erase, but their index entries go when the request completes."""
+    union = tuple(sorted(set(subject_hashes)))
+    wanted: dict[str, frozenset[str]] = {}
     by_object: dict[str, list[IndexEntry]] = defaultdict(list)
-    for subject in sorted(set(subject_hashes)):
+    for subject in union:
         for entry in index.lookup(subject):
-            by_object[entry.object_url].append(entry)
+            dataset = entry.dataset_id
+            if dataset not in wanted:
+                wanted[dataset] = frozenset(hashes_in(hash_groups, union, dataset))
+            if entry.subject_hash in wanted[dataset]:
+                by_object[entry.object_url].append(entry)
     items = []
     for url in sorted(by_object):
         bucket, key = split_s3_url(url)
@@ -198,10 +229,30 @@ def build_manifest(
     return Manifest(
         request_id=request_id,
         created_at=now.isoformat(),
-        subject_hashes=tuple(sorted(set(subject_hashes))),
+        subject_hashes=union,
         subject_count=subject_count,
+        hash_groups=tuple(hash_groups),
+        scope=tuple(scope),
+        not_looked_up=tuple(not_looked_up),
         objects=tuple(items),
     )
+
+
+def report_notes(manifest: Manifest) -> list[str]:
+    """What the approver must read besides the counts: the datasets the subjects were looked
+    up in, and the subjects no value of a dataset's subject column type equals (not looked up
+    there). Counts, dataset ids and column types only."""
+    notes: list[str] = []
+    if manifest.scope:
+        notes.append(f"Datasets: {', '.join(manifest.scope)} (named in the request)")
+    elif manifest.hash_groups:
+        looked_up = manifest.looked_up
+        notes.append(
+            f"Datasets: all {len(looked_up)} registered when the request was filed "
+            f"({', '.join(looked_up)})"
+        )
+    notes += [m.line() for m in manifest.not_looked_up]
+    return notes
 
 
 class ReportSummary(Model):
@@ -217,16 +268,19 @@ class ReportSummary(Model):
     versions: int
     rows: int
     datasets: tuple[DatasetCount, ...]
+    notes: tuple[str, ...] = ()  # report_notes: the datasets looked up, what was not
 
 
 def summary_text(manifest: Manifest, sha256: str, requested_by: str) -> str:
     counts = dataset_counts(manifest)
+    notes = report_notes(manifest)
     lines = [
         f"Erasure request {manifest.request_id}",
         f"Requested by: {requested_by}",
         f"Subjects: {manifest.subject_count}",
         f"Report created: {manifest.created_at}",
         f"Report SHA-256: {sha256}",
+        *(["", *notes] if notes else []),
         "",
         f"{'DATASET':24} {'ZONE':5} {'OBJECTS':>8} {'VERSIONS':>9} {'ROWS':>8}",
     ]
@@ -262,6 +316,7 @@ def _gap_counts(gaps: Iterable[NotSearched]) -> list[tuple[tuple[str, str], int]
 
 
 def summary_html(manifest: Manifest, sha256: str, requested_by: str) -> str:
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in report_notes(manifest))
     rows = (
         "".join(
             f"<tr><td>{html.escape(c.dataset_id)}</td><td>{c.zone.value}</td>"
@@ -278,7 +333,8 @@ def summary_html(manifest: Manifest, sha256: str, requested_by: str) -> str:
         f"<p>Requested by {html.escape(requested_by)}; {manifest.subject_count} subject(s); "
         f"created {html.escape(manifest.created_at)}.</p>"
         f"<p>Report SHA-256: <code>{sha256}</code></p>"
-        "<table><thead><tr><th>Dataset</th><th>Zone</th><th>Objects</th><th>Versions</th>"
+        + (f'<ul id="report-notes">{notes}</ul>' if notes else "")
+        + "<table><thead><tr><th>Dataset</th><th>Zone</th><th>Objects</th><th>Versions</th>"
         f"<th>Rows</th></tr></thead><tbody>{rows}</tbody></table>"
         "<p>Rows are the subjects' rows in the current versions, as the index counts them. "
         "Every stored version of these objects is scanned and rewritten or deleted when "

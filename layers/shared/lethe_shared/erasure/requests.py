@@ -1,10 +1,11 @@
-"""Erasure requests: intake, the request record and its life cycle (docs/ERASURE.md).
+"""Erasure requests: the request record and its life cycle (docs/ERASURE.md).
 
-A request names data subjects by id (`subject_ids`, matched in every dataset with a single
-subject column) or by composite key (`subject_keys`, `{column: value}`, matched in the datasets
-whose subject columns are exactly those). Raw ids are personal data: `file_request` hashes them
-with the deployment's key as soon as they arrive, and the record holds only the keyed hashes,
-the count, who asked, why, and what happened since.
+A request names data subjects by id or composite key, in the datasets of its scope; the body,
+its checks and the hashing of its subjects per dataset are `lethe_shared.erasure.subjects`
+(re-exported here). Raw ids are personal data: `file_request` hashes them with the deployment's
+key as soon as they arrive, and the record holds only the keyed hashes (each dataset's:
+`hash_groups`, `hashes_for`), the count, the scope, the subjects not looked up in a dataset
+(counts), who asked, why, and what happened since.
 
 `DynamoErasureRequests` is the one reader and writer of `ErasureRequestsTable`; every change of
 status goes through `transition`, a conditional update that appends to the history, so two
@@ -22,31 +23,28 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
-from pydantic import ConfigDict, Field, ValidationError, field_validator
+from pydantic import ConfigDict, Field
 
 from lethe_shared.aws.dynamo import query_all
 from lethe_shared.aws.errors import is_condition_failed
+
+# re-exported: what intake callers import from here
+from lethe_shared.erasure.subjects import MAX_SUBJECTS as MAX_SUBJECTS  # noqa: PLC0414
+from lethe_shared.erasure.subjects import ErasureRequestBody as ErasureRequestBody  # noqa: PLC0414
+from lethe_shared.erasure.subjects import ErasureRequestError as ErasureRequestError  # noqa: PLC0414
+from lethe_shared.erasure.subjects import HashGroup, NotLookedUp, hashes_in
+from lethe_shared.erasure.subjects import SubjectSet as SubjectSet  # noqa: PLC0414
+from lethe_shared.erasure.subjects import hash_subjects as hash_subjects  # noqa: PLC0414
+from lethe_shared.erasure.subjects import parse_request_body as parse_request_body  # noqa: PLC0414
 from lethe_shared.errors import LetheError
 from lethe_shared.models import Model
-from lethe_shared.subject_hashing.canonical import canonical_text
-from lethe_shared.subject_hashing.keys import hash_of_id, hash_of_keys
 
-if TYPE_CHECKING:
-    from lethe_shared.datasets.document import Dataset
-
-MAX_SUBJECTS = 100  # subjects per request (docs/LIMITS.md: report time and manifest size)
-MAX_SUBJECT_ID_LENGTH = 512
-MAX_REASON_LENGTH = 1000
-# A subject id this long or longer must not appear in the free-text fields (reason,
-# requested_by): they are stored and shown as they are. Shorter ids ("7", "ab") are too common
-# in ordinary words and numbers to look for without refusing harmless requests.
-ID_SEARCH_MIN_LENGTH = 4
 REQUEST_ID_PREFIX = "er-"
 
 
@@ -82,14 +80,6 @@ ALLOWED_FROM: Mapping[ErasureStatus, frozenset[ErasureStatus]] = {
 }
 
 
-class ErasureRequestError(LetheError):
-    """A request body is unusable; `problems` names each one (never a subject id)."""
-
-    def __init__(self, problems: list[str]) -> None:
-        self.problems = problems
-        super().__init__("invalid erasure request: " + "; ".join(problems))
-
-
 class RequestClosedError(LetheError):
     """The request was cancelled (or ended) while the workflow ran: the step does nothing."""
 
@@ -115,115 +105,6 @@ class IdempotencyConflictError(LetheError):
 # ------------------------------------------------------------------------------ intake
 
 
-SubjectKey = dict[str, str | int | bool]
-
-
-class ErasureRequestBody(Model):
-    """`POST /erasure-requests` (and the `Erasure Requested` event's detail)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    subject_ids: list[str] = Field(default_factory=list)
-    subject_keys: list[SubjectKey] = Field(default_factory=list)
-    reason: str = Field(default="", max_length=MAX_REASON_LENGTH)
-    requested_by: str = Field(min_length=1, max_length=256)
-
-    @field_validator("subject_ids")
-    @classmethod
-    def _ids(cls, ids: list[str]) -> list[str]:
-        for index, subject in enumerate(ids):
-            if not 1 <= len(subject) <= MAX_SUBJECT_ID_LENGTH:
-                raise ValueError(
-                    f"subject_ids[{index}] must have 1 to {MAX_SUBJECT_ID_LENGTH} characters"
-                )
-        return ids
-
-    @field_validator("subject_keys")
-    @classmethod
-    def _keys(cls, keys: list[SubjectKey]) -> list[SubjectKey]:
-        for index, key in enumerate(keys):
-            if not key:
-                raise ValueError(f"subject_keys[{index}] names no column")
-        return keys
-
-
-def parse_request_body(document: Any) -> ErasureRequestBody:
-    """Validate a request body. Raises ErasureRequestError naming every problem by field;
-    values are never echoed (they may be subject ids)."""
-    if not isinstance(document, dict):
-        raise ErasureRequestError(["body: must be a JSON object"])
-    try:
-        return ErasureRequestBody.model_validate(document)
-    except ValidationError as exc:
-        raise ErasureRequestError(
-            [
-                f"{'.'.join(str(p) for p in err['loc']) or 'body'}: {err['msg']}"
-                for err in exc.errors(include_input=False)
-            ]
-        ) from None
-
-
-def _folded_keys(keys: Iterable[SubjectKey]) -> list[SubjectKey]:
-    """Distinct composite keys by their canonical texts: {"id": 1001} and {"id": "1001"} hash
-    alike, so they are one subject."""
-    seen: dict[str, SubjectKey] = {}
-    for key in keys:
-        canonical = {column: canonical_text(value) for column, value in key.items()}
-        seen.setdefault(json.dumps(canonical, sort_keys=True), key)
-    return list(seen.values())
-
-
-def _mentions(text: str, subject_ids: Iterable[str]) -> bool:
-    folded = text.casefold()
-    return any(
-        len(subject) >= ID_SEARCH_MIN_LENGTH and subject.casefold() in folded
-        for subject in subject_ids
-    )
-
-
-class SubjectSet(Model):
-    """The subjects of one request, as keyed hashes only."""
-
-    model_config = ConfigDict(frozen=True)
-
-    hashes: tuple[str, ...]  # sorted, distinct: what the index is queried with
-    count: int  # distinct subjects asked for (ids plus composite keys)
-
-
-def hash_subjects(body: ErasureRequestBody, key: bytes, datasets: Sequence[Dataset]) -> SubjectSet:
-    """Fold duplicates, check the limits and the free-text fields, and hash every subject.
-
-    A subject id is hashed once (it matches in every dataset with one subject column). A
-    composite key is hashed for every dataset whose subject columns are exactly its columns,
-    in that dataset's column order. Raises ErasureRequestError."""
-    ids = list(dict.fromkeys(body.subject_ids))
-    keys = _folded_keys(body.subject_keys)
-    problems: list[str] = []
-    total = len(ids) + len(keys)
-    if total == 0:
-        problems.append("subject_ids: give at least one subject id (or subject_keys)")
-    if total > MAX_SUBJECTS:
-        problems.append(
-            f"{total} distinct subjects: at most {MAX_SUBJECTS} per request; split the request"
-        )
-    texts = [*ids, *(str(v) for k in keys for v in k.values())]
-    for name in ("reason", "requested_by"):
-        if _mentions(getattr(body, name), texts):
-            problems.append(f"{name}: must not contain a subject id (it is stored as written)")
-    hashes = {hash_of_id(key, subject) for subject in ids}
-    for index, composite in enumerate(keys):
-        matching = [d for d in datasets if set(d.subject_columns) == set(composite)]
-        if not matching:
-            problems.append(
-                f"subject_keys[{index}]: no registered dataset has exactly the subject columns "
-                + ", ".join(sorted(composite))
-            )
-        hashes.update(hash_of_keys(key, d.subject_columns, composite) for d in matching)
-    if problems:
-        raise ErasureRequestError(problems)
-    return SubjectSet(hashes=tuple(sorted(hashes)), count=total)
-
-
 def new_request_id(now: datetime | None = None) -> str:
     """`er-<UTC time to the second>-<8 random hex digits>`: sortable and unguessable enough."""
     stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
@@ -239,11 +120,16 @@ def idempotent_request_id(idempotency_key: str, requested_by: str) -> str:
 
 
 def body_fingerprint(subjects: SubjectSet, body: ErasureRequestBody) -> str:
-    """What makes two bodies the same request (for Idempotency-Key reuse): hashes only."""
-    text = json.dumps(
-        {"hashes": subjects.hashes, "reason": body.reason, "by": body.requested_by},
-        sort_keys=True,
-    )
+    """What makes two bodies the same request (for Idempotency-Key reuse): hashes and scope
+    only (an unscoped body's fingerprint is the one it had before requests had a scope)."""
+    document: dict[str, Any] = {
+        "hashes": subjects.hashes,
+        "reason": body.reason,
+        "by": body.requested_by,
+    }
+    if subjects.scope:
+        document["datasets"] = sorted(subjects.scope)
+    text = json.dumps(document, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -273,8 +159,13 @@ class ErasureRequest(Model):
     # it was recorded); lethe_shared.erasure.principals binds approvers to it
     requester_principal: str = ""
     reason: str = ""
-    subject_hashes: tuple[str, ...]
+    subject_hashes: tuple[str, ...]  # every dataset's (sorted): the index is queried with them
     subject_count: int
+    # each dataset looked up in, with the hashes its rows are matched with (hashes_for); none on
+    # a request filed before hashes were per dataset: its hashes match in every dataset
+    hash_groups: tuple[HashGroup, ...] = ()
+    scope: tuple[str, ...] = ()  # the datasets the body named; (): every registered dataset
+    not_looked_up: tuple[NotLookedUp, ...] = ()  # subjects no value of a dataset's type equals
     history: tuple[HistoryEvent, ...] = ()
     outcome: str = ""  # CANCELLED for a cancelled request (status REJECTED)
     report: dict[str, Any] = Field(default_factory=dict)
@@ -289,6 +180,11 @@ class ErasureRequest(Model):
     @property
     def terminal(self) -> bool:
         return self.status in TERMINAL
+
+    def hashes_for(self, dataset_id: str) -> tuple[str, ...]:
+        """The hashes the rows of `dataset_id` are matched with (none outside the request's
+        datasets)."""
+        return hashes_in(self.hash_groups, self.subject_hashes, dataset_id)
 
     def public(self) -> dict[str, Any]:
         """What the API and the CLI show: everything but the task token and fingerprint."""
@@ -499,12 +395,16 @@ def new_request(
         reason=body.reason,
         subject_hashes=subjects.hashes,
         subject_count=subjects.count,
+        hash_groups=subjects.groups,
+        scope=subjects.scope,
+        not_looked_up=subjects.not_looked_up,
         history=(
             HistoryEvent(
                 status=ErasureStatus.RECEIVED,
                 at=at,
                 by=body.requested_by,
-                detail=f"{subjects.count} subject(s), {len(subjects.hashes)} hash(es), via {via}",
+                detail=f"{subjects.count} subject(s), {len(subjects.hashes)} hash(es), via {via}"
+                + (f", datasets {', '.join(subjects.scope)}" if subjects.scope else ""),
             ),
         ),
         fingerprint=body_fingerprint(subjects, body),

@@ -28,6 +28,7 @@ from lethe_shared.erasure.report import (
     canonical_json,
     dataset_counts,
     report_key,
+    report_notes,
     sha256_hex,
     summary_html,
     summary_text,
@@ -109,6 +110,9 @@ def build_report(
         index=index,
         objects=objects,
         now=now or datetime.now(UTC),
+        hash_groups=record.hash_groups,
+        scope=record.scope,
+        not_looked_up=record.not_looked_up,
     )
     if widen is not None:
         manifest = widen(manifest, record)
@@ -126,6 +130,7 @@ def build_report(
         versions=sum(c.versions for c in counts),
         rows=sum(c.rows for c in counts),
         datasets=tuple(counts),
+        notes=tuple(report_notes(manifest)),
     )
     requests.transition(
         request_id,
@@ -226,7 +231,9 @@ def update_index(
     is recorded on the request (`index`) for the certificate step, and returned."""
     record = _open_request(requests, request_id)
     results = EraseResults.model_validate_json(_document(documents, request_id, "results.json"))
-    update = settle_index(results, record.subject_hashes, index=index, objects=objects)
+    update = settle_index(
+        results, record.subject_hashes, index=index, objects=objects, hashes_for=record.hashes_for
+    )
     url = documents.put(
         report_key(request_id, INDEX_UPDATE_DOCUMENT), canonical_json(update.document()), _JSON
     )

@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 from lethe_shared.datasets.document import Dataset
 from lethe_shared.datasets.field_names import AmbiguousFieldError, find_field
 from lethe_shared.subject_hashing.arrow_digests import NO_TEXTS, SubjectTexts, hash_subjects
-from lethe_shared.subject_hashing.canonical import canonical_text
+from lethe_shared.subject_hashing.canonical import WHITESPACE, canonical_text, is_no_subject
 from lethe_shared.subject_hashing.keys import check_key
 
 
@@ -97,6 +97,22 @@ _BINARY = {
 }
 
 
+def _blank(texts: Any) -> pa.Array | None:
+    """Which of `texts` (strings) name nobody (`canonical.is_no_subject`: empty or whitespace
+    only), or None when none does, or when they are not strings or not valid UTF-8 (Python
+    fails on those later, as before)."""
+    type_ = texts.type
+    if pa.types.is_string_view(type_):
+        texts = texts.cast(pa.large_string())
+    elif not (pa.types.is_string(type_) or pa.types.is_large_string(type_)):
+        return None
+    try:
+        blank = pc.equal(pc.binary_length(pc.utf8_ltrim(texts, characters=WHITESPACE)), 0)
+    except pa.ArrowInvalid:
+        return None
+    return blank if pc.any(blank).as_py() else None
+
+
 def _no_values(rows: int) -> _Coded:
     return _Coded(pa.nulls(rows, pa.int32()), [])
 
@@ -109,7 +125,7 @@ def _coded_in_python(values: list[Any]) -> _Coded:
     distinct: list[Any] = []
     seen: dict[tuple[type, Any], int] = {}
     for value in values:
-        if value is None:
+        if is_no_subject(value):  # null, or a text naming nobody
             codes.append(None)
             continue
         try:
@@ -135,6 +151,11 @@ def _coded(column: Any) -> _Coded:
         encoded = pc.dictionary_encode(array)
     except pa.ArrowException:  # no hash kernel for this type
         return _coded_in_python(array.to_pylist())
+    blank = _blank(encoded.dictionary)
+    if blank is not None:  # texts naming nobody: their rows become null, as a null's
+        if pa.types.is_string_view(array.type):
+            array = array.cast(pa.large_string())
+        return _coded(pc.if_else(pc.take(blank, encoded.indices), None, array))
     return _Coded(encoded.indices, dictionary=encoded.dictionary)
 
 
@@ -143,10 +164,10 @@ def _subject_column(table: pa.Table, path: str, constants: Mapping[str, Any]) ->
     struct field is null, a null parent struct makes its fields null; a top-level column that
     is not in the table takes its value from `constants` (a partition value)."""
     rows = table.num_rows
-    head = path.split(".", maxsplit=1)[0]
+    head, *rest = path.split(".")
     if _field_index(table.column_names, head) is None:
-        value = constants.get(head) if head == path else None
-        if value is None:
+        value = constants.get(head) if not rest else None
+        if is_no_subject(value):
             return _no_values(rows)
         return _Coded(pa.repeat(pa.scalar(0, pa.int32()), rows), [value])
     column = _column_at(table, path)
@@ -243,6 +264,9 @@ def _row_texts(table: pa.Table, path: str) -> pa.Array | None:
         array.validate(full=True)  # UTF-8
     except pa.ArrowInvalid:
         return None
+    blank = _blank(array)
+    if blank is not None:  # texts naming nobody: null, as a null's
+        array = pc.if_else(blank, None, array)
     return array.view(_BINARY[type_.id])
 
 

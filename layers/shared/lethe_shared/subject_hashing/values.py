@@ -21,6 +21,18 @@ under the value it holds:
 Known differences with Spark, all outside what a subject id plausibly holds: years outside
 1..9999 (Python dates cannot hold them), doubles whose Java and Python shortest forms differ.
 tests/spark/test_index_subject_values.py checks the agreement with Spark itself.
+
+`subject_text` applies the one no-subject rule (`canonical.is_no_subject`): a value that is
+null, empty or whitespace only, as typed, is nobody's (None), whatever the column type.
+
+The request side (`request_text`): an erasure request gives ids as text (or, in `subject_keys`,
+as JSON numbers and booleans); for each dataset, an id is turned into the canonical text a row
+value of that dataset's subject column type hashes as, so `"01001"` finds an int column's 1001
+and `"123.450"` a decimal(10,2) column's 123.45. The typed conversion is exact: an id that no
+value of the type equals (`"abc"` or `"99999999999"` for an int, `"123.456"` for a
+decimal(10,2), `"2026-11"` for a date) is None, and the erasure reports it as not looked up in
+that dataset rather than erasing a neighbour value. A string column (or a type that is never
+typed: double, timestamp, ...) takes the id as given.
 """
 
 from __future__ import annotations
@@ -34,7 +46,7 @@ from decimal import ROUND_DOWN, ROUND_HALF_UP, Context, Decimal, InvalidOperatio
 from typing import Any
 
 from lethe_shared.datasets.document import DataType
-from lethe_shared.subject_hashing.canonical import canonical_text
+from lethe_shared.subject_hashing.canonical import canonical_text, is_no_subject
 
 _CONTROL_AND_SPACE = "".join(chr(c) for c in range(0x21))
 _SPARK_TRIM = _CONTROL_AND_SPACE + "\x7f"  # integers, dates, booleans (UTF8String.trimAll)
@@ -42,6 +54,7 @@ _INTEGER_BITS = {"byte": 8, "short": 16, "int": 32, "long": 64}
 _INTEGER_TEXT = re.compile(r"[+-]?[0-9]+")
 _DECIMAL_TEXT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _DATE_TEXT = re.compile(r"\+?([0-9]{4})(?:-([0-9]{1,2})(?:-([0-9]{1,2})(?:[ T].*)?)?)?", re.DOTALL)
+_FULL_DATE_TEXT = re.compile(r"\+?[0-9]{4}-[0-9]{1,2}-[0-9]{1,2}")  # a request's date id
 _TRUE_TEXT = frozenset({"t", "true", "y", "yes", "1"})
 _FALSE_TEXT = frozenset({"f", "false", "n", "no", "0"})
 _DECIMAL_CONTEXT = Context(prec=200, Emax=10_000, Emin=-10_000)
@@ -230,6 +243,45 @@ def subject_value(value: Any, declared: DataType | None) -> Any:
 
 
 def subject_text(value: Any, declared: DataType | None) -> str | None:
-    """The canonical text a subject column value hashes as, None for no subject."""
+    """The canonical text a subject column value hashes as, None for no subject (a null, or a
+    value that is empty or whitespace only: `canonical.is_no_subject`)."""
     typed = subject_value(value, declared)
+    return None if is_no_subject(typed) else canonical_text(typed)
+
+
+def _exact_decimal(value: Any, declared: DataType) -> Decimal | None:
+    """The decimal(p,s) value equal to `value`, None when the type holds no such value (more
+    fraction digits than the scale: rounding would give another value; more digits than the
+    precision)."""
+    with localcontext(_DECIMAL_CONTEXT):
+        number = _decimal_of(value)
+    typed = _decimal(value, declared)
+    if number is None or typed is None or typed != number:
+        return None
+    return typed
+
+
+def _exact_date(value: Any, declared: DataType) -> dt.date | None:
+    """A date given as a whole `yyyy-[m]m-[d]d` (no partial date, no time of day)."""
+    if not isinstance(value, str) or not _FULL_DATE_TEXT.fullmatch(value.strip(_SPARK_TRIM)):
+        return None
+    return _date(value, declared)
+
+
+_REQUEST_CONVERTERS: dict[str, Callable[[Any, DataType], Any]] = {
+    **_CONVERTERS,
+    "decimal": _exact_decimal,
+    "date": _exact_date,
+}
+
+
+def request_text(subject_id: str | int | bool, declared: DataType | None) -> str | None:
+    """The canonical text of a request's subject id for a subject column typed `declared` (the
+    module docstring): what a row value equal to it hashes as; None when no value of that type
+    equals it (or when the id names nobody: `canonical.is_no_subject`)."""
+    if is_no_subject(subject_id):
+        return None
+    if declared is None or declared.name == "string" or declared.name not in _CONVERTERS:
+        return canonical_text(subject_id)
+    typed = _REQUEST_CONVERTERS[declared.name](subject_id, declared)
     return None if typed is None else canonical_text(typed)
