@@ -22,7 +22,7 @@ from lethe_shared.datasets.document import parse_type
 from lethe_shared.subject_hashing.arrow import row_subject_hashes
 from lethe_shared.subject_hashing.canonical import WHITESPACE, is_no_subject
 from lethe_shared.subject_hashing.keys import hash_of_id, subject_hash
-from lethe_shared.subject_hashing.records import record_texts
+from lethe_shared.subject_hashing.records import record_subject_rows
 from lethe_shared.subject_hashing.values import request_text, subject_text
 
 pytestmark = pytest.mark.lambda_runtime
@@ -125,8 +125,9 @@ def test_a_blank_partition_value_is_no_subject(partition: str) -> None:
 
 def test_the_record_path_gives_blank_values_no_subject() -> None:
     dataset = SimpleNamespace(subject_columns=["u"], column_type=lambda _path: parse_type("string"))
-    texts = record_texts(dataset, {"u": ["a", "", " ", None, "0"]}, 5, False)  # type: ignore[arg-type]
-    assert texts == [["a", None, None, None, "0"]]
+    records = [{"u": v} for v in ["a", "", " ", None, "0"]]
+    rows = record_subject_rows(dataset, records, range(1, 6))  # type: ignore[arg-type]
+    assert rows.texts == [["a", None, None, None, "0"]]
 
 
 # ---------------------------------------------------------------------------- request side
