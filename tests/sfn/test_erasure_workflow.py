@@ -30,7 +30,6 @@ APPROVED_PATH = [
     "Run Erase Job On EMR Serverless",  # --mode verify
     "Erased Or Verified",
     "Update Index",
-    "Look Up Again",
     "Certify",
     "Publish Outcome",
     "Announce Outcome",
