@@ -202,13 +202,13 @@ def _run(step: StepEvent, deps: _Dependencies) -> dict[str, Any]:
             raise RequestNotFoundError(f"no erasure request {rid}")
         return notification(record)
     if step.step == "update_index":
-        summary = update_index(
+        updated = update_index(
             rid, requests=deps.requests, index=deps.index, documents=deps.documents,
             objects=deps.objects,
         )  # fmt: skip
-        kept = len(summary["kept"]) + int(summary["kept_unlisted"])  # named by the certificate
+        kept = len(updated["kept"]) + int(updated["kept_unlisted"])  # named by the certificate
         metrics.add_metric(name="ErasureEntriesAppearedAfter", unit=MetricUnit.Count, value=kept)
-        return {"request_id": rid, **summary}
+        return {"request_id": rid, **updated}
     certified = certify(rid, requests=deps.requests, documents=deps.documents, signer=deps.signer())
     if certified.complete:
         metrics.add_metric(name="ErasuresCompleted", unit=MetricUnit.Count, value=1)

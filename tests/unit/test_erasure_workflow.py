@@ -21,8 +21,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, utils
 from lethe_shared.aws.s3 import s3_url
 from lethe_shared.catalog.object_catalog import Zone
 from lethe_shared.erasure.certificate import verify_envelope
-from lethe_shared.erasure.intake import cancel_request
 from lethe_shared.erasure.index_update import IndexUpdate
+from lethe_shared.erasure.intake import cancel_request
 from lethe_shared.erasure.report import (
     EraseResults,
     Manifest,
