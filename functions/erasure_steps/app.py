@@ -5,12 +5,16 @@
     {"step": "report", "request_id"}                        build and freeze the report
     {"step": "mark", "request_id", "status", "detail"?, "error"?}   ERASING, EXPIRED, FAILED
     {"step": "notification", "request_id"}                  what to publish about the request now
-    {"step": "update_index", "request_id"}                  remove the entries erasure made untrue
-    {"step": "look_up_again", "request_id"}                 entries indexed since: after.json
+    {"step": "update_index", "request_id"}                  remove the entries erasure made untrue;
+                                                            look the subjects up again and list
+                                                            what the index still holds for them
+                                                            (index_update.json)
     {"step": "certify", "request_id"}                       audit record, signed certificate;
                                                             COMPLETED, or FAILED with outcome
                                                             INCOMPLETE (a place not fully
-                                                            searched): its notification either way
+                                                            searched: the erase job's, the frozen
+                                                            report's or the index update's): its
+                                                            notification either way
 
 Errors are typed (lethe_shared.errors): the state machine catches `RequestClosedError` (the
 request was cancelled meanwhile) by name, and retries the rest.
@@ -81,7 +85,6 @@ class StepEvent(Model):
         "mark",
         "notification",
         "update_index",
-        "look_up_again",
         "certify",
     ]
     request_id: str = Field(min_length=1)
@@ -156,34 +159,25 @@ def _widen(deps: _Dependencies) -> Callable[[Manifest, ErasureRequest], Manifest
     return widen
 
 
-def _scope_step(step: StepEvent, deps: _Dependencies) -> dict[str, Any]:
-    """The steps of lethe_shared.erasure.scope: the ingestion watermark, the re-lookup."""
-    rid = step.request_id
-    if step.step == "watch_ingestion":
-        wait = scope.watch_ingestion(
-            rid,
-            requests=deps.requests,
-            catalog=deps.catalog,
-            registry=deps.registry,
-            waited_seconds=step.waited_seconds,
-            max_wait_seconds=step.max_wait_seconds,
-            settle_seconds=step.settle_seconds,
-            events_waiting=deps.events_waiting,
-        )
-        return {"request_id": rid, "settled": wait.settled, "in_flight": wait.pending}
-    after = scope.look_up_again(
-        rid, requests=deps.requests, index=deps.index, documents=deps.documents
+def _watch_ingestion(step: StepEvent, deps: _Dependencies) -> dict[str, Any]:
+    """The ingestion watermark (lethe_shared.erasure.scope)."""
+    wait = scope.watch_ingestion(
+        step.request_id,
+        requests=deps.requests,
+        catalog=deps.catalog,
+        registry=deps.registry,
+        waited_seconds=step.waited_seconds,
+        max_wait_seconds=step.max_wait_seconds,
+        settle_seconds=step.settle_seconds,
+        events_waiting=deps.events_waiting,
     )
-    metrics.add_metric(
-        name="ErasureEntriesAppearedAfter", unit=MetricUnit.Count, value=len(after.not_searched)
-    )
-    return dict(scope.summary_of(after))
+    return {"request_id": step.request_id, "settled": wait.settled, "in_flight": wait.pending}
 
 
 def _run(step: StepEvent, deps: _Dependencies) -> dict[str, Any]:
     rid = step.request_id
-    if step.step in ("watch_ingestion", "look_up_again"):
-        return _scope_step(step, deps)
+    if step.step == "watch_ingestion":
+        return _watch_ingestion(step, deps)
     if step.step == "report":
         summary = build_report(
             rid,
@@ -208,10 +202,13 @@ def _run(step: StepEvent, deps: _Dependencies) -> dict[str, Any]:
             raise RequestNotFoundError(f"no erasure request {rid}")
         return notification(record)
     if step.step == "update_index":
-        return {"request_id": rid, **update_index(
+        updated = update_index(
             rid, requests=deps.requests, index=deps.index, documents=deps.documents,
             objects=deps.objects,
-        )}  # fmt: skip
+        )  # fmt: skip
+        kept = len(updated["kept"]) + int(updated["kept_unlisted"])  # named by the certificate
+        metrics.add_metric(name="ErasureEntriesAppearedAfter", unit=MetricUnit.Count, value=kept)
+        return {"request_id": rid, **updated}
     certified = certify(rid, requests=deps.requests, documents=deps.documents, signer=deps.signer())
     if certified.complete:
         metrics.add_metric(name="ErasuresCompleted", unit=MetricUnit.Count, value=1)

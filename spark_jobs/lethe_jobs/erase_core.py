@@ -18,11 +18,16 @@ Erase (one Spark task per group of objects, `tasks.task_groups`: small objects s
 5. the driver collects one small result per object and writes `results.json`. A result names
    what of the object could not be searched (`not_searched`, lethe_jobs.not_searched: records
    that could not be parsed, a subject column missing or ambiguous, rows that differ from the
-   index's count for the version it described); the request then ends INCOMPLETE, never
-   COMPLETED.
+   index's count for the version it described, the unreadable current version of a raw key the
+   report added because the index cannot know it); the request then ends INCOMPLETE, never
+   COMPLETED. An object the index names whose current version cannot be read fails the run;
+   one the report added (`ManifestObject.widened_from`: a FAILED or SUPERSEDED upload, often
+   malformed) is named (`ingestion_failed`) and left as it is, its older versions purged, so one
+   bad upload does not fail every request on its dataset.
 
-Verify reads every object of the results again: no version but the one erasure left, no row of
-the subjects in it, and the expected number of rows. It writes `verification.json` and fails
+Verify (lethe_jobs.erase_verify) reads every object of the results again: no version but the
+one erasure left, no row of the subjects in it, and the expected number of rows (a widened
+key's version named unreadable is accepted unread). It writes `verification.json` and fails
 the run when any object does not verify, so the request ends FAILED, never COMPLETED.
 
 Failures worth a retry raise. A re-run converges: an object already erased has nothing left to
@@ -51,16 +56,19 @@ from lethe_jobs.erase_rows import (
     EraseResult,
     SubjectMatcher,
     erase_rows,
-    match_rows,
 )
+from lethe_jobs.erase_verify import verify_partition
 from lethe_jobs.errors import JobError
 from lethe_jobs.job_args import add_required
 from lethe_jobs.not_searched import (
+    UNREADABLE,
     action_of,
     difference_metadata,
     earlier_difference,
     index_difference,
     object_gaps,
+    unreadable,
+    unreadable_reason,
 )
 from lethe_jobs.objects import ObjectKind, object_kind
 from lethe_jobs.session import configure_logging
@@ -71,7 +79,6 @@ from lethe_shared.aws.s3 import (
     PRODUCER_METADATA,
     KeyState,
     ObjectHead,
-    ObjectStore,
     ObjectVersion,
     S3ObjectStore,
     key_state,
@@ -164,6 +171,7 @@ class EraseSettings:
     # each dataset's hashes (Manifest.hashes_for): an object is matched with its dataset's only
     # (a dataset not listed: every hash, as a manifest without per-dataset hashes says)
     dataset_hashes: dict[str, frozenset[str]] = field(default_factory=dict)
+    widened: frozenset[str] = frozenset()  # URLs of the manifest's widened raw keys
 
     def matcher(self, dataset_id: str) -> SubjectMatcher:
         hashes = self.dataset_hashes.get(dataset_id, self.hashes)
@@ -227,9 +235,20 @@ def _erase_current(
     head = store.download(item.bucket, item.key, current.version_id, source)
     if head is None:
         return None  # deleted or replaced between the listing and the read
-    erased = erase_rows(
-        ctx.kind(item), source, target, item.key, ctx.matcher(item.dataset_id), workdir=tmp
-    )
+    try:
+        erased = erase_rows(
+            ctx.kind(item), source, target, item.key, ctx.matcher(item.dataset_id), workdir=tmp
+        )
+    except UNREADABLE as exc:
+        if not item.widened_from:
+            raise  # an object the index names: the run fails, as it always has
+        # a widened raw key's malformed current version: nothing removed, nothing written, the
+        # version kept (its older ones purged) and named as not searched (not_searched.py)
+        LOG.warning(
+            "%s (added to the report as %s): its current version cannot be read (%s): named "
+            "as not searched", item.object_url, item.widened_from, unreadable_reason(exc),
+        )  # fmt: skip
+        erased = unreadable(item, current.version_id, exc)
     if erased.rows_removed == 0:
         return erased, VersionRef(version_id=current.version_id, etag=current.etag), head
     if erased.rows_after == 0:
@@ -360,84 +379,6 @@ def _result(
     )
 
 
-def verify_object(store: ObjectStore, result: ObjectResult, ctx: EraseSettings) -> ObjectCheck:
-    """One object after the erasure: only the version erasure left (or none), holding none of
-    the subjects' rows and the rows it should.
-
-    Another request's erasure may have rewritten the object since (requests touching one object
-    are serialised by the conditional write, docs/ERASURE.md): versions newer than ours, each
-    written by another erasure, are accepted, and ours may be gone (that erasure purged it). Then
-    every version left must hold none of the subjects' rows, ours the rows it should and the
-    newer ones no more than that; anything else (a producer's version, an older version, a
-    delete marker) fails as before."""
-    bucket, key = split_s3_url(result.object_url)
-    versions = store.versions_of(bucket, key)
-    left = [v for v in versions if not v.delete_marker]
-    if result.version_after is None:
-        ok = not versions
-        problem = "" if ok else f"{len(versions)} version(s) left of a key erasure deleted"
-        return ObjectCheck(
-            object_url=result.object_url, ok=ok, matching_rows=0, rows=None,
-            versions_left=len(versions), problem=problem,
-        )  # fmt: skip
-    ours = result.version_after.version_id
-    ids = [v.version_id for v in versions]
-    newer = versions[: ids.index(ours)] if ours in ids else versions
-    older = versions[ids.index(ours) + 1 :] if ours in ids else []
-    if (
-        older
-        or not left
-        or len(left) != len(versions)
-        or not _later_erasures(store, bucket, key, newer, ctx.request_id)
-    ):
-        listed = ", ".join(v.version_id for v in versions)
-        return ObjectCheck(
-            object_url=result.object_url, ok=False, matching_rows=0, rows=None,
-            versions_left=len(versions),
-            problem=f"expected only the erased version, found {listed}",
-        )  # fmt: skip
-    item_kind = object_kind(result.dataset_id, bucket, key, ctx.buckets)
-    matched, problems, current_rows = 0, list[str](), None
-    for version in left:
-        with tempfile.TemporaryDirectory(prefix="lethe-verify-") as tmp:
-            path = Path(tmp) / "object"
-            if store.download(bucket, key, version.version_id, path) is None:
-                problems.append(f"version {version.version_id} cannot be read")
-                continue
-            found = match_rows(
-                item_kind, path, key, ctx.matcher(result.dataset_id), workdir=Path(tmp)
-            )
-        matched += found.matched
-        current_rows = found.rows if current_rows is None else current_rows
-        expected_rows = (
-            found.rows == result.rows_after
-            if version.version_id == ours
-            else (found.rows <= result.rows_after)
-        )
-        if found.matched or not expected_rows:
-            problems.append(
-                f"{found.matched} matching row(s), {found.rows} rows (expected "
-                f"{'' if version.version_id == ours else 'at most '}{result.rows_after})"
-            )
-    if problems and len(left) == 1 and not newer and problems[0].endswith("cannot be read"):
-        problems = ["the erased version cannot be read"]
-    return ObjectCheck(
-        object_url=result.object_url, ok=not problems, matching_rows=matched,
-        rows=current_rows, versions_left=len(versions), problem="; ".join(problems),
-    )  # fmt: skip
-
-
-def _later_erasures(
-    store: ObjectStore, bucket: str, key: str, newer: Sequence[ObjectVersion], request_id: str
-) -> bool:
-    """Every version newer than this erasure's own was written by another erasure."""
-    for version in newer:
-        head = store.head(bucket, key, version.version_id)
-        if head is None or head.producer != ERASE_PRODUCER or head.story == request_id:
-            return False
-    return True
-
-
 def _test_kill_hook() -> Callable[[], None] | None:
     """The TEST_KILL_AFTER_REWRITES fault of this task, or None (always, outside that test)."""
     context = TaskContext.get()
@@ -477,13 +418,6 @@ def _erase_partition(items: Iterable[str], ctx: EraseSettings) -> Iterator[str]:
             result.versions_purged,
         )  # fmt: skip
         yield result.model_dump_json()
-
-
-def _verify_partition(items: Iterable[str], ctx: EraseSettings) -> Iterator[str]:
-    configure_logging(ctx.correlation_id)
-    store = S3ObjectStore(boto3.client("s3"))
-    for text in items:
-        yield verify_object(store, ObjectResult.model_validate_json(text), ctx).model_dump_json()
 
 
 def _distribute(spark: SparkSession, groups: list[list[str]], func: Any) -> list[str]:
@@ -527,6 +461,7 @@ def _settings(args: EraseArgs, manifest: Manifest, ports: ErasePorts) -> EraseSe
         hash_key=ports.hash_key,
         catalog_table=args.catalog_table,
         dataset_hashes={d: frozenset(manifest.hashes_for(d)) for d in ids},
+        widened=frozenset(o.object_url for o in manifest.objects if o.widened_from),
     )
 
 
@@ -578,7 +513,7 @@ def run_verify(
     texts = [r.model_dump_json() for r in results.objects]
     checks = [
         ObjectCheck.model_validate_json(t)
-        for t in _distribute(spark, [[t] for t in texts], lambda p: _verify_partition(p, ctx))
+        for t in _distribute(spark, [[t] for t in texts], lambda p: verify_partition(p, ctx))
     ]
     verification = Verification(
         request_id=args.request_id,

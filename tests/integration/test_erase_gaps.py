@@ -2,17 +2,22 @@
 be searched: the result names every gap (`not_searched`) with the version that holds it, and
 checks the rows it matched against the index's count for the version the index described
 (`rows_differ_from_index`), a check that does not trust the matcher. None is a plain
-"unchanged"."""
+"unchanged". A raw key the report added (widened) whose current version cannot be read is a
+gap (`ingestion_failed`) that the verify pass accepts; an object the index names still fails."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import boto3
 import pytest
 
 from lethe_jobs.erase_core import erase_object
+from lethe_jobs.erase_verify import verify_object
+from lethe_jobs.errors import UnreadableFileError, UnreadableObjectError
+from lethe_jobs.not_searched import unreadable_reason
 from lethe_shared.aws.s3 import KeyState, S3ObjectStore, plain_etag
 from lethe_shared.catalog.object_catalog import Zone
 from lethe_shared.erasure.report import ManifestObject, SubjectRows
@@ -178,3 +183,75 @@ def test_another_requests_difference_copied_with_the_metadata_is_not_this_ones(s
     result = erase_object(S3ObjectStore(s3), _item(), _settings())
 
     assert (result.action, result.not_searched) == ("rewritten", ())
+
+
+# ------------------------------------------------- a widened raw key whose version is unreadable
+
+MALFORMED = b"\x1f\x8b\x08\x00 this is no gzip stream, u-gone,1"  # gzip magic, then garbage
+
+
+def test_a_widened_upload_that_cannot_be_read_is_a_gap_and_its_older_versions_go(
+    s3: Any,
+) -> None:
+    # Given a raw key the report added (its ingestion FAILED, the index never knew it): an
+    # older version holding the subject, and a current one that is not what it claims to be
+    older = _put(s3, V1)
+    current = _put(s3, MALFORMED)
+    item = _item().model_copy(update={"widened_from": "FAILED", "expected_rows": 0})
+
+    result = erase_object(S3ObjectStore(s3), item, _settings())
+
+    # Then the run goes on: the current version is named, kept as it is (nothing written),
+    # and the older version is deleted
+    assert (result.action, result.rows_removed, result.versions_purged) == ("incomplete", 0, 1)
+    assert result.version_after is not None
+    assert result.version_after.version_id == current[0]
+    (gap,) = result.not_searched
+    assert (gap.reason, gap.version_id, gap.dataset_id, gap.count) == (
+        "ingestion_failed", current[0], "events", 0,
+    )  # fmt: skip
+    assert gap.detail.startswith("the raw version could not be read: not a valid gzip stream; ")
+    assert "FAILED upload" in gap.detail
+    assert f"lethe objects reingest --dataset events --key <key> --version-id {current[0]}" in (
+        gap.detail
+    )
+    assert "u-gone" not in gap.detail
+    listing = s3.list_object_versions(Bucket=RAW, Prefix=OBJECT_KEY)["Versions"]
+    assert [v["VersionId"] for v in listing] == [current[0]]
+    assert s3.get_object(Bucket=RAW, Key=OBJECT_KEY)["Body"].read() == MALFORMED
+    assert older[0] not in {v["VersionId"] for v in listing}
+    # and the verify pass accepts it, unread, for a widened key only
+    widened = replace(_settings(), widened=frozenset({item.object_url}))
+    check = verify_object(S3ObjectStore(s3), result, widened)
+    assert (check.ok, check.matching_rows, check.rows, check.versions_left) == (True, 0, None, 1)
+    with pytest.raises(UnreadableObjectError):
+        verify_object(S3ObjectStore(s3), result, _settings())
+
+
+def test_an_object_the_index_names_that_cannot_be_read_still_fails_the_run(s3: Any) -> None:
+    _put(s3, MALFORMED)
+
+    with pytest.raises(UnreadableObjectError, match="gzip"):
+        erase_object(S3ObjectStore(s3), _item(), _settings())
+
+    assert len(s3.list_object_versions(Bucket=RAW, Prefix=OBJECT_KEY)["Versions"]) == 1
+
+
+@pytest.mark.parametrize(
+    ("message", "said"),
+    [
+        ("unreadable raw object: not a valid gzip stream: Not a gzipped file (b'u-')",
+         "not a valid gzip stream"),
+        ("unreadable raw object: the header repeats column(s) alice@example.com",
+         "a CSV header that repeats column names"),
+        ("unreadable raw object: not valid CSV (line 7): field larger than field limit",
+         "not valid CSV (line 7)"),
+        ("unreadable raw object: not UTF-8 text: 'utf-8' codec can't decode byte 0xff",
+         "not UTF-8 text"),
+        ("something new that quotes alice@example.com", "its content could not be parsed"),
+    ],
+)  # fmt: skip
+def test_why_a_version_cannot_be_read_is_said_without_values(message: str, said: str) -> None:
+    assert unreadable_reason(UnreadableObjectError(message)) == said
+    assert unreadable_reason(UnreadableFileError(message.removeprefix("unreadable raw object: ")))
+    assert "alice" not in unreadable_reason(UnreadableFileError(message))

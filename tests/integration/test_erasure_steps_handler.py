@@ -365,35 +365,77 @@ def test_the_report_step_searches_a_failed_upload_and_names_one_in_flight(
     ]
 
 
-def test_the_look_up_again_step_names_entries_indexed_after_the_report(
-    app: Any, requests: Any, lethe_tables: dict[str, Any]
+def test_an_entry_indexed_after_the_report_is_named_by_the_certify_step(
+    app: Any,
+    requests: Any,
+    lethe_tables: dict[str, Any],
+    load_event: Event,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Given the erase results of one lake object, and an entry of the subject for another
-    # object that was indexed after the report
-    erased = s3_url(LAKE, LAKE_KEY)
-    later = s3_url(LAKE, "reviews/review_date=2026-11-23/part-0.parquet")
-    results = {
-        "request_id": RID, "manifest_sha256": "ab" * 32, "correlation_id": "c",
-        "finished_at": "2026-11-22T11:00:00+00:00",
-        "objects": [{
-            "object_url": erased, "dataset_id": "reviews", "zone": "lake",
-            "action": "rewritten", "versions_before": [{"version_id": "v1"}],
-            "version_after": {"version_id": "v2"}, "rows_before": 3, "rows_removed": 3,
-            "rows_after": 0, "versions_purged": 1,
-        }],
-    }  # fmt: skip
-    boto3.client("s3").put_object(
-        Bucket=REPORTS, Key=f"erasure/{RID}/results.json", Body=json.dumps(results).encode()
+    # Given the report frozen over a lake object indexed for the subject, which the erase job
+    # then rewrote (and verified), and an object holding the subject indexed after the report
+    s3 = boto3.client("s3")
+    read = s3.put_object(Bucket=LAKE, Key=LAKE_KEY, Body=b"rows of the subject")
+    lake_url = s3_url(LAKE, LAKE_KEY)
+    index = DynamoSubjectIndex(lethe_tables["SubjectIndexTable"])
+    index.replace_object(
+        lake_url, [index_entry(lake_url, Zone.LAKE, 3, read["VersionId"], read["ETag"].strip('"'))]
     )
-    DynamoSubjectIndex(lethe_tables["SubjectIndexTable"]).replace_object(
-        later, [index_entry(later, Zone.LAKE, 2, "v7", "e7")]
-    )
-
-    result = app.handler({"step": "look_up_again", "request_id": RID}, FakeLambdaContext())
-
-    assert result == {"request_id": RID, "entries_found": 1, "appeared_after_erase": 1}
-    body = boto3.client("s3").get_object(Bucket=REPORTS, Key=f"erasure/{RID}/after.json")
-    (gap,) = json.loads(body["Body"].read())["not_searched"]
-    assert (gap["object_url"], gap["version_id"], gap["reason"], gap["count"]) == (
-        later, "v7", "appeared_after_erase", 2,
+    app.handler(load_event("erasure_steps_report.json"), FakeLambdaContext())
+    for status in ("AWAITING_APPROVAL", "APPROVED", "ERASING"):
+        requests.transition(RID, ErasureStatus(status), by="test")
+    after = s3.put_object(Bucket=LAKE, Key=LAKE_KEY, Body=b"rows of others")
+    s3.delete_object(Bucket=LAKE, Key=LAKE_KEY, VersionId=read["VersionId"])
+    ref = {"version_id": read["VersionId"], "etag": read["ETag"].strip('"')}
+    left = {"version_id": after["VersionId"], "etag": after["ETag"].strip('"')}
+    s3.put_object(
+        Bucket=REPORTS, Key=f"erasure/{RID}/results.json",
+        Body=_erase_results(
+            {"object_url": lake_url, "dataset_id": "reviews", "zone": "lake",
+             "action": "rewritten", "versions_before": [ref], "version_after": left,
+             "rows_before": 5, "rows_removed": 3, "rows_after": 2, "versions_purged": 1},
+        ),
     )  # fmt: skip
+    s3.put_object(
+        Bucket=REPORTS, Key=f"erasure/{RID}/verification.json",
+        Body=json.dumps(
+            {"request_id": RID, "correlation_id": RID, "verified_at": "2026-11-22T12:05:00+00:00",
+             "objects": [{"object_url": lake_url, "ok": True, "matching_rows": 0, "rows": 2,
+                          "versions_left": 1}]}
+        ).encode(),
+    )  # fmt: skip
+    later = s3_url(LAKE, "reviews/review_date=2026-11-23/part-0.parquet")
+    index.replace_object(later, [index_entry(later, Zone.LAKE, 2, "v7", "e7")])
+    key = boto3.client("kms").create_key(KeySpec="ECC_NIST_P256", KeyUsage="SIGN_VERIFY")
+    monkeypatch.setenv("CERTIFICATE_KEY_ARN", key["KeyMetadata"]["Arn"])
+    app = load_function_module("erasure_steps")  # its settings read at the first invocation
+
+    # When the workflow runs Update Index, then Certify
+    updated = app.handler({"step": "update_index", "request_id": RID}, FakeLambdaContext())
+    note = app.handler({"step": "certify", "request_id": RID}, FakeLambdaContext())
+
+    # Then the index update kept the later object's entry, and the certificate names it: the
+    # request is FAILED, outcome INCOMPLETE
+    assert [(k["object_url"], k["reason"]) for k in updated["kept"]] == [
+        (later, "object_not_erased")
+    ]
+    assert (note["status"], note["outcome"], note["error"]) == (
+        "FAILED", "INCOMPLETE", "ErasureIncomplete",
+    )  # fmt: skip
+    body = s3.get_object(Bucket=REPORTS, Key=f"erasure/{RID}/certificate.json")["Body"].read()
+    certificate = json.loads(body)["certificate"]
+    assert certificate["complete"] is False
+    assert [
+        (f"s3://{g['bucket']}/{g['key']}", g["version_id"], g["reason"], g["count"])
+        for g in certificate["not_searched"]
+    ] == [(later, "v7", "appeared_after_erase", 2)]
+    record = requests.get(RID)
+    assert (record.status, record.outcome) == (ErasureStatus.FAILED, "INCOMPLETE")
+    listed = s3.list_objects_v2(Bucket=REPORTS, Prefix=f"erasure/{RID}/")["Contents"]
+    assert f"erasure/{RID}/after.json" not in {o["Key"] for o in listed}  # one mechanism
+
+
+def test_a_look_up_again_step_is_no_step(app: Any, requests: Any) -> None:
+    """The re-lookup is the index update's final look-up: the handler has no step of its own."""
+    with pytest.raises(ValueError, match="look_up_again"):
+        app.handler({"step": "look_up_again", "request_id": RID}, FakeLambdaContext())

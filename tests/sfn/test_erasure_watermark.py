@@ -5,8 +5,9 @@ interpreter on an in-process local cloud (lethe_shared.erasure.scope):
   Wait For Ingestion); once its ingestion ends (INGESTED, indexed) the report includes it;
 - one still in flight when the wait is over is named `ingestion_in_flight` in the frozen report;
 - a FAILED raw version holding the subject is added to the manifest and erased by the erase job
-  like any raw object; an index entry written after the report is frozen is named
-  `appeared_after_erase` by Look Up Again in after.json.
+  like any raw object; an index entry written after the report is frozen is found by the index
+  update's final look-up and named `appeared_after_erase` in the signed certificate, so the
+  request ends FAILED with outcome INCOMPLETE.
 
 The uploads sit under `manual/reviews/`, outside any dataset's prefix, so that the object events
 path does not ingest them by itself; the test gives their catalog items the dataset and the
@@ -250,20 +251,33 @@ def test_a_failed_upload_is_erased_and_an_entry_indexed_later_is_named(
     # When the request is approved
     assert driver.decide(driver.link(request_id), "approve") == "approved"
     ended = driver.execution(request_id, timeout=400)
-    assert ended["execution"]["status"] == "SUCCEEDED", driver.record(request_id).get("error")
+    # (the run ends failed: the request did not complete, see below)
+    assert ended["execution"]["status"] == "FAILED", driver.record(request_id).get("error")
+    assert ended["execution"]["error"] == "ErasureFailed"
 
     # Then the erase job rewrote the failed upload without u-8001's row
     entered = states_entered(ended["history"])
     updated = entered.index("Update Index")
-    assert entered[updated : updated + 3] == ["Update Index", "Look Up Again", "Certify"]
+    assert entered[updated : updated + 2] == ["Update Index", "Certify"]
     body = cloud.client("s3").get_object(Bucket=raw, Key=key)["Body"].read()
     assert b"u-8001" not in body
     assert b"u-8002,2026-11-22,5,stays" in body
     results = _document(cloud, request_id, "results.json")
     (erased,) = [o for o in results["objects"] if o["object_url"] == f"s3://{raw}/{key}"]
     assert (erased["action"], erased["rows_removed"]) == ("rewritten", 1)
-    # and the entry indexed after the report is named, not silently left
-    after = _document(cloud, request_id, "after.json")
-    assert [(g["object_url"], g["version_id"], g["reason"]) for g in after["not_searched"]] == [
-        (later, "v-later", "appeared_after_erase")
+    # and the entry indexed after the report is named, not silently left: in the signed
+    # certificate and the audit record, and the request is FAILED with outcome INCOMPLETE
+    record = driver.record(request_id)
+    assert (record["status"], record["outcome"]) == ("FAILED", "INCOMPLETE")
+    assert record["error"]["error"] == "ErasureIncomplete"
+    assert "appeared_after_erase: 1" in record["error"]["cause"]
+    certificate = _document(cloud, request_id, "certificate.json")["certificate"]
+    assert certificate["complete"] is False
+    assert [
+        (f"s3://{g['bucket']}/{g['key']}", g["version_id"], g["reason"])
+        for g in certificate["not_searched"]
+    ] == [(later, "v-later", "appeared_after_erase")]
+    audit = _document(cloud, request_id, "audit.json")
+    assert [(g["object_url"], g["reason"]) for g in audit["not_searched"]] == [
+        (later, "appeared_after_erase")
     ]

@@ -2,18 +2,45 @@
 results.json, per object and version (`not_searched`), never a plain "unchanged": a JSON Lines
 line that is not JSON, an object version without the subject column, rows that differ from the
 index's count for the version the index described. The verify run still proves what was erased.
-A clean erasure names nothing."""
+A clean erasure names nothing. A raw upload the report added because its ingestion FAILED (a
+widened key) that the job cannot read is named `ingestion_failed`, and the rest of the request
+is erased: the request ends INCOMPLETE, not FAILED for the whole run."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from boto3.dynamodb.conditions import Key
 
 from ingest import main as ingest_main
-from tests.spark.cloud import GLUE_ARGS, RAW, Cloud, JobRunner, h, ingest_args
-from tests.spark.test_erase_job import CSV, REVIEWS, Eraser
+from lethe_shared.aws.s3 import S3ObjectStore
+from lethe_shared.catalog.object_catalog import DynamoObjectCatalog
+from lethe_shared.datasets.registry import DynamoDatasetRegistry
+from lethe_shared.erasure import scope
+from lethe_shared.erasure.report import build_manifest
+from lethe_shared.erasure.requests import (
+    ErasureStatus,
+    hash_subjects,
+    new_request,
+    parse_request_body,
+)
+from lethe_shared.erasure.workflow import S3Documents, certify, update_index
+from lethe_shared.index.subject_index import DynamoSubjectIndex
+from tests.fakes import MemoryErasureRequests
+from tests.spark.cloud import (
+    GLUE_ARGS,
+    HASH_KEY,
+    RAW,
+    REPORTS,
+    Cloud,
+    JobRunner,
+    h,
+    ingest_args,
+)
+from tests.spark.test_erase_job import CSV, CSV_WITHOUT_U1, REQUEST, REVIEWS, Eraser
+from tests.unit.test_certificate import MemorySigner
 
 EVENTS = {
     "dataset_id": "events",
@@ -121,3 +148,108 @@ def test_rows_that_differ_from_the_index_count_are_named_other_objects_name_noth
     )
     # and the lake file, whose count agreed, names nothing
     assert [(r["action"], r["not_searched"]) for r in results.values()] == [("deleted", [])]
+
+
+# --------------------------------------------- widened raw uploads the erase job cannot read
+
+FAILED_CSV = "reviews/2026/11/failed.csv"
+MALFORMED_CSV = b"user_id,user_id,stars\nu1,u1,5\n"  # the header repeats a column
+FAILED_JSONL = "events/2026/11/failed.jsonl"
+MALFORMED_JSONL = b"\x1f\x8b\x08\x00not gzip at all {'user_id': 'u1'}\n"  # gzip magic, no stream
+
+
+def _failed(cloud: Cloud, key: str, body: bytes, dataset: str, seq: str) -> str:
+    """An upload whose ingestion FAILED: catalogued, never indexed."""
+    version = cloud.upload(key, body, dataset, sequencer=seq)
+    cloud.catalog.update_item(
+        Key={"object_url": f"s3://{RAW}/{key}", "version_id": version},
+        UpdateExpression="SET #s = :s",
+        ExpressionAttributeNames={"#s": "status"},
+        ExpressionAttributeValues={":s": "FAILED"},
+    )
+    return version
+
+
+def test_a_widened_upload_that_cannot_be_read_is_named_and_the_rest_is_erased(
+    cloud: Cloud, eraser: Eraser, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given the reviews CSV ingested (u1 indexed in its raw object and lake file), and two
+    # uploads whose ingestion FAILED: a CSV whose older version holds u1 and whose current
+    # version is malformed, and a JSON Lines file that is not the gzip stream it claims to be
+    cloud.register(REVIEWS)
+    cloud.register(EVENTS)
+    _ingest(cloud, capsys, REVIEWS_KEY, CSV, "reviews", "1")
+    older = _failed(cloud, FAILED_CSV, b"user_id,stars\nu1,3\n", "reviews", "2")
+    bad_csv = _failed(cloud, FAILED_CSV, MALFORMED_CSV, "reviews", "3")
+    bad_jsonl = _failed(cloud, FAILED_JSONL, MALFORMED_JSONL, "events", "4")
+    # and the request for u1, whose report adds (widens to) both failed keys
+    requests = MemoryErasureRequests()
+    body = parse_request_body({"subject_ids": ["u1"], "reason": "t", "requested_by": "dpo@x.org"})
+    subjects = hash_subjects(body, HASH_KEY, [])
+    record, _ = requests.create(new_request(REQUEST, body, subjects, now=datetime.now(UTC)))
+    assert record.subject_hashes == (h("u1"),)
+    manifest = scope.widen(
+        build_manifest(
+            REQUEST, [h("u1")], 1, index=DynamoSubjectIndex(cloud.index),
+            objects=S3ObjectStore(cloud.s3), now=datetime.now(UTC),
+        ),
+        record, catalog=DynamoObjectCatalog(cloud.catalog),
+        registry=DynamoDatasetRegistry(cloud.datasets), objects=S3ObjectStore(cloud.s3),
+    )  # fmt: skip
+    widened = {o.key: o.widened_from for o in manifest.objects if o.widened_from}
+    assert widened == {FAILED_CSV: "FAILED", FAILED_JSONL: "FAILED"}
+    eraser.store(manifest)
+
+    # When the erase job runs, and its verify run
+    eraser("erase")
+    verified = eraser("verify")
+
+    # Then the indexed raw object is erased as always
+    assert cloud.s3.get_object(Bucket=RAW, Key=REVIEWS_KEY)["Body"].read() == CSV_WITHOUT_U1
+    results = _results_by_key(eraser)
+    assert (results[REVIEWS_KEY]["action"], results[REVIEWS_KEY]["not_searched"]) == (
+        "rewritten", [],
+    )  # fmt: skip
+    # and each malformed upload is a gap, left as it is, its older versions deleted
+    for key, version, content in (
+        (FAILED_CSV, bad_csv, MALFORMED_CSV), (FAILED_JSONL, bad_jsonl, MALFORMED_JSONL)
+    ):  # fmt: skip
+        result = results[key]
+        assert (result["action"], result["version_after"]["version_id"]) == ("incomplete", version)
+        (gap,) = result["not_searched"]
+        assert (gap["reason"], gap["version_id"]) == ("ingestion_failed", version)
+        assert gap["detail"].startswith("the raw version could not be read: ")
+        assert "u1" not in gap["detail"]  # no value read from the file
+        assert cloud.s3.get_object(Bucket=RAW, Key=key)["Body"].read() == content
+    (csv_gap,) = results[FAILED_CSV]["not_searched"]
+    assert "a CSV header that repeats column names" in csv_gap["detail"]
+    assert results[FAILED_CSV]["versions_purged"] == 1  # the older version, which held u1
+    assert older not in _versions_of(cloud, FAILED_CSV)
+    assert verified["matching_rows_found"] == 0
+    checks = eraser.document("verification.json")["objects"]
+    assert all(c["ok"] for c in checks)
+    assert len(checks) == len(results)  # the unreadable ones included
+
+    # And the request, certified, is FAILED with outcome INCOMPLETE naming both uploads
+    for status in ("REPORTED", "AWAITING_APPROVAL", "APPROVED", "ERASING"):
+        updates = {"report": {"manifest_sha256": eraser.sha256}} if status == "REPORTED" else None
+        requests.transition(REQUEST, ErasureStatus(status), by="test", updates=updates)
+    documents = S3Documents(cloud.s3, REPORTS)
+    update_index(
+        REQUEST, requests=requests, index=DynamoSubjectIndex(cloud.index), documents=documents,
+        objects=S3ObjectStore(cloud.s3),
+    )  # fmt: skip
+    certified = certify(REQUEST, requests=requests, documents=documents, signer=MemorySigner())
+    assert (certified.notification["status"], certified.notification["outcome"]) == (
+        "FAILED", "INCOMPLETE",
+    )  # fmt: skip
+    certificate = eraser.document("certificate.json")["certificate"]
+    # in the manifest's order (by object URL)
+    assert [(g["key"], g["reason"]) for g in certificate["not_searched"]] == [
+        (FAILED_JSONL, "ingestion_failed"), (FAILED_CSV, "ingestion_failed"),
+    ]  # fmt: skip
+
+
+def _versions_of(cloud: Cloud, key: str) -> list[str]:
+    listing = cloud.s3.list_object_versions(Bucket=RAW, Prefix=key)
+    return [v["VersionId"] for v in listing.get("Versions", []) if v["Key"] == key]

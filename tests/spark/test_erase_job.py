@@ -17,7 +17,7 @@ from ingest import main as ingest_main
 from lethe_jobs.erase_core import ManifestMismatchError, VerificationFailedError
 from lethe_shared.aws.s3 import S3ObjectStore
 from lethe_shared.catalog.writes_ledger import DynamoWritesLedger
-from lethe_shared.erasure.report import build_manifest, report_key, sha256_hex
+from lethe_shared.erasure.report import Manifest, build_manifest, report_key, sha256_hex
 from lethe_shared.index.subject_index import DynamoSubjectIndex
 from tests.spark.cloud import (
     CATALOG,
@@ -68,6 +68,10 @@ class Eraser:
             objects=S3ObjectStore(self.cloud.s3),
             now=datetime(2026, 11, 23, 12, tzinfo=UTC),
         )
+        return self.store(manifest)
+
+    def store(self, manifest: Manifest) -> dict[str, Any]:
+        """Freeze `manifest` as the request's approved report."""
         body = manifest.bytes()
         self.sha256 = sha256_hex(body)
         self.cloud.s3.put_object(

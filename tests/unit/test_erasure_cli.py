@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, utils
 
 from lethe import cli
 from lethe import target as target_module
-from lethe.commands import erasure
+from lethe.commands import ExitCode, erasure
 from lethe_shared.erasure import certificate as cf
 
 SECRET = "u-SECRET-1001"
@@ -998,7 +998,14 @@ def test_the_certificate_of_an_incomplete_erasure_lists_its_gaps_and_verifies(
 
     result = run("certificate", RID, "--verify")
 
-    assert result.code == 0
+    # the signature verifies, but the erasure is INCOMPLETE: --verify fails closed (exit 1), so
+    # `lethe erasure certificate ID --verify && echo done` does not say done
+    assert result.code == 1
+    assert (
+        f"lethe: error: the signature is valid, but the erasure of request {RID} is INCOMPLETE: "
+        "1 place(s) were not fully searched (the certificate lists them); the request did not "
+        "complete"
+    ) in result.err
     lines = result.out.splitlines()
     assert "complete         NO: INCOMPLETE, 1 place(s) not fully searched (below)" in lines
     at = lines.index("not fully searched")
@@ -1011,6 +1018,36 @@ def test_the_certificate_of_an_incomplete_erasure_lists_its_gaps_and_verifies(
     )
 
 
+@pytest.mark.parametrize("options", [["--offline"], ["--json"], []])
+def test_verifying_an_incomplete_certificate_exits_non_zero_in_every_mode(
+    fake: FakeTarget, run: Callable[..., Outcome], signer: MemorySigner, options: list[str]
+) -> None:
+    envelope = incomplete_envelope(signer)
+    _with_certificate(fake, signer, envelope)
+    fake.routes[GET] = [(200, incomplete())]
+
+    result = run("certificate", RID, "--verify", *options)
+
+    assert result.code == ExitCode.FAILURE
+    assert "certificate verifies: signed by" in (result.err if "--json" in options else result.out)
+    assert "the signature is valid, but the erasure" in result.err
+    assert "is INCOMPLETE" in result.err
+    if "--json" in options:
+        assert json.loads(result.out) == envelope  # stdout stays the envelope
+
+
+def test_reading_an_incomplete_certificate_without_verify_still_exits_0(
+    fake: FakeTarget, run: Callable[..., Outcome], signer: MemorySigner
+) -> None:
+    _with_certificate(fake, signer, incomplete_envelope(signer))
+    fake.routes[GET] = [(200, incomplete())]
+
+    result = run("certificate", RID)
+
+    assert result.code == 0
+    assert "complete         NO: INCOMPLETE, 1 place(s) not fully searched (below)" in result.out
+
+
 def test_a_complete_certificate_says_so(
     fake: FakeTarget, run: Callable[..., Outcome], signer: MemorySigner
 ) -> None:
@@ -1018,6 +1055,7 @@ def test_a_complete_certificate_says_so(
 
     result = run("certificate", RID, "--verify")
 
+    assert result.code == 0
     assert "complete         yes: every place was searched" in result.out
     assert "not fully searched" not in result.out
     assert "INCOMPLETE" not in result.out

@@ -17,7 +17,16 @@ from typing import Any
 import pytest
 
 from lethe_shared.erasure import certificate as cf
-from lethe_shared.erasure.report import NotSearched, ObjectResult, report_key
+from lethe_shared.erasure.completion import ReportMismatchError, gathered_gaps
+from lethe_shared.erasure.index_update import IndexUpdate
+from lethe_shared.erasure.report import (
+    Manifest,
+    NotSearched,
+    ObjectResult,
+    canonical_json,
+    report_key,
+    sha256_hex,
+)
 from lethe_shared.erasure.requests import ErasureStatus, RequestClosedError
 from lethe_shared.erasure.workflow import VerificationMissingError, certify, mark
 from tests.fakes import MemoryErasureRequests
@@ -43,6 +52,7 @@ from tests.unit.test_erasure_workflow import (
     _verification,
     advance,
     filed,
+    frozen_and_indexed,
     no_raw_id,
 )
 
@@ -115,6 +125,7 @@ def requests() -> MemoryErasureRequests:
 def _erased(*objects: ObjectResult) -> MemoryDocuments:
     documents = MemoryDocuments()
     documents.put(report_key(RID, "results.json"), _results(*objects), "application/json")
+    frozen_and_indexed(documents)
     return documents
 
 
@@ -254,6 +265,219 @@ def test_no_raw_id_in_an_incomplete_account(requests: MemoryErasureRequests) -> 
     record = requests.get(RID)
     assert record is not None
     assert SECRET not in json.dumps(record.public())
+
+
+# ------------------------------------------------------------------ every source of gaps
+#
+# Certify gathers the erase job's gaps, the frozen report's (Manifest.not_searched) and the
+# index update's kept entries (index_update.json, every one of them).
+
+IN_FLIGHT = NotSearched(
+    object_url=f"s3://{RAW}/reviews/2026/11/22/last.csv",
+    version_id="r7",
+    dataset_id="reviews",
+    reason="ingestion_in_flight",
+    detail="still INGESTING when the report was frozen: let its ingestion finish, then file the "
+    "request again",
+)
+LATER_URL = f"s3://{LAKE}/reviews/review_date=2026-11-30/later.parquet"
+
+
+def _kept(url: str = LATER_URL, version: str = "v-later", rows: int = 1) -> dict[str, Any]:
+    return {"object_url": url, "version_id": version, "dataset_id": "reviews", "rows": rows,
+            "reason": "object_not_erased"}  # fmt: skip
+
+
+def _frozen_with(
+    requests: MemoryErasureRequests, documents: MemoryDocuments, *gaps: NotSearched
+) -> str:
+    """A frozen report naming `gaps` (what it could not search), recorded as the approved one."""
+    manifest = Manifest(
+        request_id=RID, created_at=T0.isoformat(), subject_hashes=(H_SECRET,), subject_count=1,
+        objects=(), not_searched=gaps,
+    ).bytes()  # fmt: skip
+    documents.put(report_key(RID, "manifest.json"), manifest, "application/json")
+    record = requests.get(RID)
+    assert record is not None
+    requests.update(RID, {"report": {**record.report, "manifest_sha256": sha256_hex(manifest)}})
+    return sha256_hex(manifest)
+
+
+def _index_kept(
+    requests: MemoryErasureRequests, documents: MemoryDocuments, *kept: dict[str, Any]
+) -> None:
+    """The index update kept `kept` for the request's subjects: its document and the record."""
+    update = IndexUpdate(kept=list(kept))
+    url = documents.put(
+        report_key(RID, "index_update.json"), canonical_json(update.document()), "x"
+    )
+    requests.update(RID, {"index": update.summary(url)})
+
+
+def _gaps(documents: MemoryDocuments, signer: Any) -> list[tuple[str, str, str, str]]:
+    cert = cf.verify_envelope(documents.json("certificate.json"), signer).certificate
+    return [(g.bucket, g.key, g.version_id, g.reason) for g in cert.not_searched]
+
+
+def _state(requests: MemoryErasureRequests) -> tuple[ErasureStatus, str]:
+    record = requests.get(RID)
+    assert record is not None
+    return record.status, record.outcome
+
+
+def test_what_the_frozen_report_could_not_search_makes_the_request_incomplete(
+    requests: MemoryErasureRequests,
+) -> None:
+    # Given a clean erasure of a report that named a version still being ingested
+    documents = _erased(REWRITTEN, DELETED)
+    _clean_verification(documents)
+    sha = _frozen_with(requests, documents, IN_FLIGHT)
+    signer = EcdsaSigner()
+
+    certify(RID, requests=requests, documents=documents, signer=signer)
+
+    # Then the request is INCOMPLETE and the certificate names that version
+    assert _state(requests) == (ErasureStatus.FAILED, "INCOMPLETE")
+    assert _gaps(documents, signer) == [
+        (RAW, "reviews/2026/11/22/last.csv", "r7", "ingestion_in_flight")
+    ]
+    cert = cf.verify_envelope(documents.json("certificate.json"), signer).certificate
+    assert (cert.report_sha256, cert.not_searched[0].detail) == (sha, IN_FLIGHT.detail)
+    assert documents.json("audit.json")["not_searched"][0]["reason"] == "ingestion_in_flight"
+    record = requests.get(RID)
+    assert record is not None
+    assert record.result["not_searched"] == 1
+    assert "ingestion_in_flight: 1" in record.error["cause"]
+
+
+def test_an_entry_the_index_update_kept_makes_the_request_incomplete(
+    requests: MemoryErasureRequests,
+) -> None:
+    documents = _erased(REWRITTEN, DELETED)
+    _clean_verification(documents)
+    _index_kept(requests, documents, _kept(rows=3))
+    signer = EcdsaSigner()
+
+    certified = certify(RID, requests=requests, documents=documents, signer=signer)
+
+    assert _state(requests) == (ErasureStatus.FAILED, "INCOMPLETE")
+    assert not certified.complete
+    assert _gaps(documents, signer) == [
+        (LAKE, "reviews/review_date=2026-11-30/later.parquet", "v-later", "appeared_after_erase")
+    ]
+    cert = cf.verify_envelope(documents.json("certificate.json"), signer).certificate
+    assert cert.not_searched[0].count == 3
+    assert "did not list" in cert.not_searched[0].detail
+
+
+def test_every_kept_entry_is_named_not_only_those_the_record_lists(
+    requests: MemoryErasureRequests,
+) -> None:
+    # Given an index update that kept more entries than the request record lists (100)
+    documents = _erased(REWRITTEN, DELETED)
+    _clean_verification(documents)
+    kept = [_kept(f"s3://{LAKE}/reviews/later/part-{n:03}.parquet") for n in range(105)]
+    _index_kept(requests, documents, *kept)
+    record = requests.get(RID)
+    assert record is not None
+    summary = (record.model_extra or {})["index"]
+    assert (len(summary["kept"]), summary["kept_unlisted"]) == (100, 5)
+    signer = EcdsaSigner()
+
+    certify(RID, requests=requests, documents=documents, signer=signer)
+
+    # Then the certificate names each of the 105 object versions, from the document
+    named = _gaps(documents, signer)
+    assert len(named) == 105
+    assert {key for _, key, _, _ in named} == {
+        f"reviews/later/part-{n:03}.parquet" for n in range(105)
+    }
+    assert all(reason == "appeared_after_erase" for *_, reason in named)
+
+
+def test_gaps_of_every_source_are_gathered_and_one_found_twice_is_listed_once(
+    requests: MemoryErasureRequests,
+) -> None:
+    # Given the erase job's gaps (the unparseable line twice: a re-run found it again), the
+    # report's (the in-flight version, and the unparseable one again) and the index update's
+    # (the later object, and the raw version again but for another reason)
+    twice = RAW_WITH_GAP.model_copy(update={"not_searched": (UNPARSEABLE, UNPARSEABLE)})
+    documents = _erased(LAKE_INCOMPLETE, twice)
+    _clean_verification(documents)
+    _frozen_with(requests, documents, IN_FLIGHT, UNPARSEABLE)
+    _index_kept(requests, documents, _kept(), _kept(RAW_URL, "v4"))
+    signer = EcdsaSigner()
+
+    certify(RID, requests=requests, documents=documents, signer=signer)
+
+    assert _gaps(documents, signer) == [
+        (LAKE, LAKE_KEY, "v2", "missing_subject_column"),
+        (LAKE, LAKE_KEY, "v2", "rows_differ_from_index"),
+        (RAW, RAW_KEY, "v4", "unparseable_records"),
+        (RAW, "reviews/2026/11/22/last.csv", "r7", "ingestion_in_flight"),
+        (LAKE, "reviews/review_date=2026-11-30/later.parquet", "v-later", "appeared_after_erase"),
+        (RAW, RAW_KEY, "v4", "appeared_after_erase"),  # same version, another reason
+    ]
+    audit = documents.json("audit.json")
+    assert len(audit["not_searched"]) == 6
+    record = requests.get(RID)
+    assert record is not None
+    assert record.result["not_searched"] == 6
+    assert record.error["cause"].startswith("6 place(s) were not fully searched")
+
+
+def test_gathered_gaps_keeps_the_first_of_a_place_and_reason() -> None:
+    again = UNPARSEABLE.model_copy(update={"count": 9, "detail": "found again"})
+    assert gathered_gaps((UNPARSEABLE,), (again, MISSING), (), (MISSING,)) == (UNPARSEABLE, MISSING)
+    assert gathered_gaps() == ()
+
+
+@pytest.mark.parametrize("tamper", ["changed", "missing", "not-recorded"])
+def test_a_frozen_report_that_is_not_the_approved_one_is_never_certified(
+    requests: MemoryErasureRequests, tamper: str
+) -> None:
+    # Given a clean erasure, but a manifest.json that is not the report the approver saw
+    documents = _erased(REWRITTEN, DELETED)
+    _clean_verification(documents)
+    key = report_key(RID, "manifest.json")
+    if tamper == "changed":  # its gaps dropped after the approval, say
+        documents.put(key, documents.bodies[key].replace(b'"objects"', b'"objects" '), "x")
+    elif tamper == "missing":
+        del documents.bodies[key]
+    else:
+        record = requests.get(RID)
+        assert record is not None
+        requests.update(RID, {"report": {k: v for k, v in record.report.items()
+                                         if k != "manifest_sha256"}})  # fmt: skip
+
+    with pytest.raises(VerificationMissingError, match=r"manifest\.json|not the report"):
+        certify(RID, requests=requests, documents=documents, signer=EcdsaSigner())
+
+    # Then nothing is certified: no certificate, no audit record, the request still ERASING
+    assert report_key(RID, "certificate.json") not in documents.bodies
+    assert report_key(RID, "audit.json") not in documents.bodies
+    assert _state(requests) == (ErasureStatus.ERASING, "")
+
+
+def test_an_index_update_document_that_is_missing_or_not_the_recorded_one_is_refused(
+    requests: MemoryErasureRequests,
+) -> None:
+    documents = _erased(REWRITTEN, DELETED)
+    _clean_verification(documents)
+    _index_kept(requests, documents, _kept())
+    # the document lost its kept item (the record summarises one)
+    documents.put(
+        report_key(RID, "index_update.json"), canonical_json(IndexUpdate().document()), "x"
+    )
+    with pytest.raises(ReportMismatchError, match=r"lists 0 kept item\(s\), the request record 1"):
+        certify(RID, requests=requests, documents=documents, signer=EcdsaSigner())
+
+    del documents.bodies[report_key(RID, "index_update.json")]
+    with pytest.raises(VerificationMissingError, match=r"index_update\.json"):
+        certify(RID, requests=requests, documents=documents, signer=EcdsaSigner())
+
+    assert report_key(RID, "certificate.json") not in documents.bodies
+    assert _state(requests) == (ErasureStatus.ERASING, "")
 
 
 # ------------------------------------------------------------------ the certificate

@@ -1,6 +1,7 @@
 """What an erasure searches besides the index (lethe_shared.erasure.scope), on in-memory ports:
 the ingestion watermark, the raw versions the index cannot know (searched by adding their keys,
-or named as not searched), and the re-lookup after the index update.
+or named as not searched), and what the index holds for the subjects after the erasure (the
+index update's look-up), named by the certificate.
 
 SECRET is the raw id of the request's subject: it may reach no record, document or log."""
 
@@ -22,7 +23,9 @@ from lethe_shared.erasure import scope
 from lethe_shared.erasure.report import (
     EraseResults,
     Manifest,
+    ObjectCheck,
     ObjectResult,
+    Verification,
     VersionRef,
     build_manifest,
     canonical_json,
@@ -36,7 +39,12 @@ from lethe_shared.erasure.requests import (
     new_request,
     parse_request_body,
 )
-from lethe_shared.erasure.workflow import build_report
+from lethe_shared.erasure.workflow import (
+    VerificationMissingError,
+    build_report,
+    certify,
+    update_index,
+)
 from lethe_shared.index.subject_index import IndexEntry
 from lethe_shared.subject_hashing.keys import hash_of_id
 from tests.conftest import REPO_ROOT
@@ -48,6 +56,7 @@ from tests.fakes import (
     MemoryObjectStore,
     MemoryRegistry,
 )
+from tests.unit.test_certificate import MemorySigner
 
 pytestmark = pytest.mark.lambda_runtime
 
@@ -250,6 +259,36 @@ def test_a_failed_raw_version_is_added_to_the_objects_the_job_erases() -> None:
     assert (added.expected_rows, added.subjects, added.state.value) == (0, (), "current")
     assert [v.version_id for v in added.versions] == [version]
     assert manifest.not_searched == ()
+    # marked as added from the catalog (the erase job names it a gap if it cannot read it)
+    assert added.widened_from == "FAILED"
+
+
+def test_an_added_key_is_marked_with_its_current_version_s_status() -> None:
+    world = World()
+    key = "reviews/2026/11/22/retried.csv"
+    world.upload(key, ObjectStatus.FAILED)
+    world.upload(key, ObjectStatus.SUPERSEDED)
+
+    (added,) = world.manifest().objects
+
+    assert added.widened_from == "SUPERSEDED"
+    assert len(added.versions) == 2
+
+
+def test_an_object_the_index_names_is_not_marked_and_old_manifests_still_read() -> None:
+    world = World()
+    world.index.entries[(H_SECRET, LAKE_URL)] = IndexEntry(
+        subject_hash=H_SECRET, object_url=LAKE_URL, dataset_id="reviews", zone=Zone.LAKE,
+        format="parquet", rows=1, version_id="v1",
+    )  # fmt: skip
+
+    manifest = world.manifest()
+
+    assert [o.widened_from for o in manifest.objects] == [""]
+    old = json.loads(manifest.bytes())
+    for item in old["objects"]:
+        del item["widened_from"]  # a manifest frozen before the marker existed
+    assert Manifest.model_validate(old).objects[0].widened_from == ""
 
 
 def test_a_superseded_version_adds_its_key_and_an_indexed_key_is_not_added_twice() -> None:
@@ -402,7 +441,10 @@ def test_a_report_with_nothing_left_out_has_no_not_searched_section() -> None:
     assert "not_searched" not in world.record.report
 
 
-# ------------------------------------------------------------------------ look up again
+# ------------------------------------------- entries indexed after the report: the certificate
+#
+# The index update's final look-up (lethe_shared.erasure.index_update) finds what the index
+# holds for the subjects after the erasure; the certificate step names each entry.
 
 
 def _results(*objects: ObjectResult) -> bytes:
@@ -421,56 +463,129 @@ def _entry(url: str, version: str, rows: int = 1) -> IndexEntry:
     )  # fmt: skip
 
 
-def test_the_re_lookup_names_entries_indexed_after_the_manifest() -> None:
-    world = World()
-    rewritten = ObjectResult(
-        object_url=LAKE_URL, dataset_id="reviews", zone=Zone.LAKE, action="rewritten",
-        versions_before=(VersionRef(version_id="v1"),), version_after=VersionRef(version_id="v2"),
-        rows_before=3, rows_removed=1, rows_after=2, versions_purged=1,
+LAKE_KEY = LAKE_URL.split("/", 3)[3]
+REWRITTEN = ObjectResult(
+    object_url=LAKE_URL, dataset_id="reviews", zone=Zone.LAKE, action="rewritten",
+    versions_before=(VersionRef(version_id="lv1"),), version_after=VersionRef(version_id="lv2"),
+    rows_before=3, rows_removed=1, rows_after=2, versions_purged=1,
+)  # fmt: skip
+
+
+def _frozen(world: World) -> None:
+    """The report frozen over the lake object (indexed for SECRET in version lv1, which the
+    erasure then rewrote into lv2), and the request approved and erasing."""
+    world.objects.put_version(LAKE, LAKE_KEY, "lv1")
+    world.index.entries[(H_SECRET, LAKE_URL)] = _entry(LAKE_URL, "lv1", rows=1)
+    build_report(
+        RID, requests=world.requests, index=world.index, objects=world.objects,
+        documents=world.documents, now=T0,
+        widen=lambda m, r: scope.widen(
+            m, r, catalog=world.catalog, registry=world.registry, objects=world.objects
+        ),
     )  # fmt: skip
-    world.documents.put(report_key(RID, "results.json"), _results(rewritten), "application/json")
+    for status in (ErasureStatus.AWAITING_APPROVAL, ErasureStatus.APPROVED, ErasureStatus.ERASING):
+        world.requests.transition(RID, status, by="test")
+    world.objects.put_version(LAKE, LAKE_KEY, "lv2")  # the erase job's rewrite
+    world.objects.delete_version(LAKE, LAKE_KEY, "lv1")  # and its purge
+
+
+def _erased_and_certified(world: World) -> Any:
+    """The erase job's documents (the lake object rewritten, verified clean), then the
+    workflow's Update Index and Certify steps; the certificate's envelope."""
+    world.documents.put(report_key(RID, "results.json"), _results(REWRITTEN), "application/json")
+    verification = Verification(
+        request_id=RID, correlation_id="c", verified_at=(T0 + timedelta(hours=2)).isoformat(),
+        objects=(
+            ObjectCheck(object_url=LAKE_URL, ok=True, matching_rows=0, rows=2, versions_left=1),
+        ),
+    )  # fmt: skip
+    world.documents.put(
+        report_key(RID, "verification.json"),
+        canonical_json(verification.model_dump(mode="json")),
+        "application/json",
+    )
+    update_index(
+        RID, requests=world.requests, index=world.index, documents=world.documents,
+        objects=world.objects,
+    )  # fmt: skip
+    certify(RID, requests=world.requests, documents=world.documents, signer=MemorySigner())
+    return json.loads(world.documents.bodies[report_key(RID, "certificate.json")])
+
+
+def test_an_entry_indexed_after_the_manifest_is_named_in_the_certificate() -> None:
+    world = World()
+    _frozen(world)
+    # an object holding SECRET indexed after the report was frozen, and another subject's entry
     later = s3_url(LAKE, "reviews/review_date=2026-11-23/part-0.parquet")
-    world.index.entries[(H_SECRET, later)] = _entry(later, "v9", rows=2)  # a new object
+    world.index.entries[(H_SECRET, later)] = _entry(later, "v9", rows=2)
     other = hash_of_id(KEY, "u-other")
     world.index.entries[(other, later)] = _entry(later, "v9").model_copy(
         update={"subject_hash": other}
     )  # another subject's: not the request's
 
-    after = scope.look_up_again(
-        RID, requests=world.requests, index=world.index, documents=world.documents, now=T0
-    )
+    envelope = _erased_and_certified(world)
 
-    (gap,) = after.not_searched
-    assert (gap.object_url, gap.version_id, gap.reason, gap.count) == (
-        later, "v9", "appeared_after_erase", 2,
-    )  # fmt: skip
-    stored = json.loads(world.documents.bodies[report_key(RID, scope.AFTER_DOCUMENT)])
-    assert stored == json.loads(canonical_json(after.model_dump(mode="json")))
-    assert scope.summary_of(after)["appeared_after_erase"] == 1
-
-
-def test_an_entry_of_a_version_the_erasure_handled_is_not_named_but_a_later_one_is() -> None:
-    results = EraseResults.model_validate_json(
-        _results(
-            ObjectResult(
-                object_url=LAKE_URL, dataset_id="reviews", zone=Zone.LAKE, action="rewritten",
-                versions_before=(VersionRef(version_id="v1"),),
-                version_after=VersionRef(version_id="v2"),
-                rows_before=3, rows_removed=1, rows_after=2, versions_purged=1,
-            )
-        )
-    )  # fmt: skip
-
-    found = scope.appeared_after(
-        results, [_entry(LAKE_URL, "v1"), _entry(LAKE_URL, "v2"), _entry(LAKE_URL, "v3")]
-    )
-
-    assert [(g.object_url, g.version_id) for g in found] == [(LAKE_URL, "v3")]
+    # the request is not COMPLETED: FAILED, outcome INCOMPLETE
+    record = world.record
+    assert (record.status, record.outcome) == (ErasureStatus.FAILED, "INCOMPLETE")
+    assert "appeared_after_erase: 1" in record.error["cause"]
+    # and the signed certificate and the audit record name the later object, once
+    certificate = envelope["certificate"]
+    assert certificate["complete"] is False
+    assert [
+        (g["bucket"], g["key"], g["version_id"], g["reason"], g["count"])
+        for g in certificate["not_searched"]
+    ] == [(LAKE, "reviews/review_date=2026-11-23/part-0.parquet", "v9", "appeared_after_erase", 2)]
+    audit = json.loads(world.documents.bodies[report_key(RID, "audit.json")])
+    assert [(g["object_url"], g["reason"]) for g in audit["not_searched"]] == [
+        (later, "appeared_after_erase")
+    ]
+    assert other not in json.dumps(audit)
+    assert report_key(RID, "after.json") not in world.documents.bodies  # one mechanism only
 
 
-def test_the_re_lookup_needs_the_erase_results() -> None:
+@pytest.mark.parametrize(
+    ("indexed", "named"),
+    [("lv2", False), ("lv3", True)],
+    ids=["the-version-the-erasure-left", "a-later-version"],
+)
+def test_an_entry_of_a_version_the_erasure_handled_is_not_named_but_a_later_one_is(
+    indexed: str, named: bool
+) -> None:
     world = World()
-    with pytest.raises(scope.AfterEraseMissingError):
-        scope.look_up_again(
-            RID, requests=world.requests, index=world.index, documents=world.documents
-        )
+    _frozen(world)
+    if indexed == "lv3":  # a producer wrote a version after the erasure read the key
+        world.objects.put_version(LAKE, LAKE_KEY, "lv3")
+    world.index.entries[(H_SECRET, LAKE_URL)] = _entry(LAKE_URL, indexed)
+
+    certificate = _erased_and_certified(world)["certificate"]
+
+    gaps = [(g["key"], g["version_id"], g["reason"]) for g in certificate["not_searched"]]
+    assert gaps == ([(LAKE_KEY, "lv3", "appeared_after_erase")] if named else [])
+    assert world.record.status is (ErasureStatus.FAILED if named else ErasureStatus.COMPLETED)
+
+
+def test_the_certificate_needs_the_index_update_s_look_up() -> None:
+    world = World()
+    _frozen(world)
+    world.documents.put(report_key(RID, "results.json"), _results(REWRITTEN), "application/json")
+    world.documents.put(
+        report_key(RID, "verification.json"),
+        canonical_json(
+            Verification(
+                request_id=RID, correlation_id="c", verified_at=T0.isoformat(),
+                objects=(
+                    ObjectCheck(
+                        object_url=LAKE_URL, ok=True, matching_rows=0, rows=2, versions_left=1
+                    ),
+                ),
+            ).model_dump(mode="json")
+        ),
+        "application/json",
+    )  # fmt: skip
+
+    with pytest.raises(VerificationMissingError, match=r"index_update\.json"):
+        certify(RID, requests=world.requests, documents=world.documents, signer=MemorySigner())
+
+    assert report_key(RID, "certificate.json") not in world.documents.bodies
+    assert world.record.status is ErasureStatus.ERASING

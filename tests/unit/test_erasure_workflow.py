@@ -21,9 +21,11 @@ from cryptography.hazmat.primitives.asymmetric import ec, utils
 from lethe_shared.aws.s3 import s3_url
 from lethe_shared.catalog.object_catalog import Zone
 from lethe_shared.erasure.certificate import verify_envelope
+from lethe_shared.erasure.index_update import IndexUpdate
 from lethe_shared.erasure.intake import cancel_request
 from lethe_shared.erasure.report import (
     EraseResults,
+    Manifest,
     ObjectCheck,
     ObjectResult,
     Verification,
@@ -71,9 +73,15 @@ RAW_KEY = "reviews/2026/11/01/upload.jsonl"
 LAKE_URL = s3_url(LAKE, LAKE_KEY)
 RAW_URL = s3_url(RAW, RAW_KEY)
 ELSEWHERE_URL = s3_url(LAKE, "reviews/review_date=2026-11-02/part-0.parquet")
+# The frozen report the certificate step reads back (its SHA-256 is the one the record holds)
+MANIFEST = Manifest(
+    request_id=RID, created_at=T0.isoformat(), subject_hashes=(H_SECRET,), subject_count=1,
+    objects=(),
+).bytes()  # fmt: skip
+MANIFEST_SHA256 = hashlib.sha256(MANIFEST).hexdigest()
 REPORT = {
     "manifest_url": f"s3://{REPORTS}/erasure/{RID}/manifest.json",
-    "manifest_sha256": "ab" * 32,
+    "manifest_sha256": MANIFEST_SHA256,
     "summary_text_url": f"s3://{REPORTS}/erasure/{RID}/summary.txt",
     "summary_html_url": f"s3://{REPORTS}/erasure/{RID}/summary.html",
     "objects": 2,
@@ -504,7 +512,19 @@ def erased(requests: MemoryErasureRequests) -> MemoryDocuments:
     )  # fmt: skip
     documents = MemoryDocuments()
     documents.put(report_key(RID, "results.json"), _results(REWRITTEN, DELETED), "application/json")
+    frozen_and_indexed(documents)
     return documents
+
+
+def frozen_and_indexed(documents: MemoryDocuments, *kept: dict[str, Any]) -> None:
+    """What the certificate step reads besides the erase job's documents: the frozen report
+    (`MANIFEST`, whose SHA-256 `advance` records) and the index update's document, with the
+    entries it kept for the request's subjects (`kept`)."""
+    documents.put(report_key(RID, "manifest.json"), MANIFEST, "application/json")
+    update = IndexUpdate(kept=list(kept))
+    documents.put(
+        report_key(RID, "index_update.json"), canonical_json(update.document()), "application/json"
+    )
 
 
 def test_certify_signs_a_certificate_writes_the_audit_and_completes(
@@ -523,7 +543,7 @@ def test_certify_signs_a_certificate_writes_the_audit_and_completes(
     certificate = verified.certificate
     assert (certificate.request_id, certificate.approved_by) == (RID, "dpo@example.com")
     assert certificate.approved_at == T0 + timedelta(hours=1)
-    assert certificate.report_sha256 == "ab" * 32
+    assert certificate.report_sha256 == MANIFEST_SHA256
     assert certificate.subject_hashes == (H_SECRET,)
     assert (certificate.totals.objects, certificate.totals.rows_removed) == (2, 3)
     assert certificate.totals.versions_purged == 3
@@ -570,7 +590,9 @@ def test_certify_without_a_verification_certifies_nothing(
     with pytest.raises(VerificationMissingError, match=r"verification\.json"):
         certify(RID, requests=requests, documents=erased, signer=EcdsaSigner())
 
-    assert sorted(erased.bodies) == [report_key(RID, "results.json")]
+    assert sorted(erased.bodies) == [
+        report_key(RID, name) for name in ("index_update.json", "manifest.json", "results.json")
+    ]  # what the step found; it wrote nothing
     record = requests.get(RID)
     assert record is not None
     assert record.status is ErasureStatus.ERASING

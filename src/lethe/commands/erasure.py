@@ -167,8 +167,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="a completed (or INCOMPLETE) request's signed erasure certificate",
         description="Reads the certificate envelope of a COMPLETED request, or of a FAILED one "
         "with outcome INCOMPLETE (complete: false, with every place not fully searched), from "
-        "S3 and prints a summary. --verify checks its signature (exit 1 if it does not "
-        "verify).",
+        "S3 and prints a summary. --verify checks its signature: exit 1 if it does not "
+        "verify, and exit 1 too when it verifies but certifies an INCOMPLETE erasure "
+        "(complete: false: the request did not complete).",
     )
     certificate.add_argument("request_id", metavar="ID")
     certificate.add_argument(

@@ -3,7 +3,10 @@ envelope of a COMPLETED request (or of one that ended FAILED with outcome INCOMP
 certificate says `complete: false` and lists every place not fully searched), read from S3,
 summarised, written as an HTML page, and (with --verify) checked with KMS Verify or offline
 with the key's public key, then matched against the request record (same request, same key,
-same SHA-256). A verified certificate of an incomplete erasure says so on the verify line.
+same SHA-256). A verified certificate of an incomplete erasure (`complete: false`) says so on the
+verify line, and --verify then fails (exit 1, ExitCode.FAILURE, as `erasure status --wait` does
+for that request): the signature is valid, but what it certifies is not a completed erasure, so
+`lethe erasure certificate ID --verify && echo done` must not say done.
 
 The certificate holds keyed hashes of the subjects, never a raw id: the summary shows a count.
 """
@@ -17,12 +20,19 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from lethe.commands import CommandError
+from lethe.commands import CommandError, ExitCode
 from lethe.commands.erasure_records import is_terminal, status_text
 from lethe.target import Target
 from lethe_shared.erasure.requests import ErasureStatus
 
 INCOMPLETE = "INCOMPLETE"  # the outcome of a FAILED request whose certificate is incomplete
+
+
+class IncompleteErasureError(CommandError):
+    """--verify on a certificate whose signature is valid but that says `complete: false`: the
+    request did not complete (it is FAILED, outcome INCOMPLETE)."""
+
+    exit_code = ExitCode.FAILURE
 
 
 def show_certificate(
@@ -38,7 +48,8 @@ def show_certificate(
     """Print the certificate of request `request_id`, whose record is `record`: its summary,
     or with `as_json` the envelope; write it as an HTML page to `html`; with `verify`, check it
     and print the outcome (on stderr with `as_json`). Raises CommandError (exit 1) when there is
-    none or it does not verify."""
+    none or it does not verify, and IncompleteErasureError (exit 1) when it verifies but
+    certifies an incomplete erasure."""
     pointer = record.get("certificate") or {}
     certified = record.get("status") == ErasureStatus.COMPLETED or (
         record.get("status") == ErasureStatus.FAILED and record.get("outcome") == INCOMPLETE
@@ -63,8 +74,14 @@ def show_certificate(
     if html:
         _write_html(envelope, html)
     if verify:
-        line = _verify(target, envelope, raw, record, offline=offline)
+        line, places = _verify(target, envelope, raw, record, offline=offline)
         print(line, file=sys.stderr if as_json else sys.stdout)
+        if places is not None:
+            raise IncompleteErasureError(
+                f"the signature is valid, but the erasure of request {request_id} is "
+                f"{INCOMPLETE}: {places} place(s) were not fully searched (the certificate lists "
+                "them); the request did not complete"
+            )
 
 
 def _read_s3(target: Target, url: str) -> bytes:
@@ -158,9 +175,11 @@ def _verify(
     record: dict[str, Any],
     *,
     offline: bool,
-) -> str:
+) -> tuple[str, int | None]:
     """Check the signature, then that the certificate is this request's and the one its record
-    points to (same key, same SHA-256). Raises CommandError (exit 1) naming the reason."""
+    points to (same key, same SHA-256). Raises CommandError (exit 1) naming the reason. Returns
+    the verify line, and for an incomplete erasure how many places it says were not fully
+    searched (None: complete)."""
     import hashlib  # noqa: PLC0415
 
     from lethe_shared.erasure.certificate import (  # noqa: PLC0415
@@ -202,10 +221,11 @@ def _verify(
             "request record holds"
         )
     line = f"certificate verifies: signed by {verified.key_id}, digest {verified.digest_sha256}"
-    if not verified.certificate.complete:
-        places = len(verified.certificate.not_searched)
-        line += f"; it certifies an {INCOMPLETE} erasure: {places} place(s) were not fully searched"
-    return line
+    if verified.certificate.complete:
+        return line, None
+    places = len(verified.certificate.not_searched)
+    line += f"; it certifies an {INCOMPLETE} erasure: {places} place(s) were not fully searched"
+    return line, places
 
 
 def _mapping(value: Any) -> dict[str, Any]:

@@ -1,20 +1,33 @@
 """How an erased request ends (the workflow's Certify step, `workflow.certify`): the audit record,
-the signed certificate and the request's last status, from the erase job's results and the
-verification.
+the signed certificate and the request's last status, from the erase job's results, the
+verification, the frozen report and the index update.
 
 **Erasure fails closed.** The verification must be this request's, cover exactly the erased
 objects and have found each clean, or nothing is certified (the step fails; the request ends
-FAILED with the error). When it is clean:
+FAILED with the error). The same when the frozen report (`manifest.json`) is missing or is not
+the one approved (its SHA-256 differs from the request record's `report.manifest_sha256`), or
+the index update's document (`index_update.json`) is missing or is not the update the record
+summarises. When all is in order, every place the request's subjects may still be is gathered
+(`gathered_gaps`), from three sources:
 
-- no place was left unsearched (`EraseResults.not_searched` is empty): the certificate says
-  `complete: true`, the request becomes COMPLETED;
-- some place was not fully searched (records that could not be parsed, a subject column missing
-  or ambiguous, rows that differ from the index's count, or any other `report.GapReason`): the
-  audit record and a signed certificate are still written, and say so (`complete: false`, every
-  gap with its bucket, key, version, dataset, reason, count and detail), but the request does
-  not complete: it ends FAILED with `outcome: INCOMPLETE` (the contract's statuses have no
-  other value; REJECTED with `outcome: CANCELLED` is the precedent) and an `error` that says how
-  many places were not fully searched. Nothing is ever COMPLETED for less than the whole.
+- the erase job's: what of an erased object it could not search (`EraseResults.not_searched`:
+  records that could not be parsed, a subject column missing or ambiguous, rows that differ
+  from the index's count, a widened raw version it could not read);
+- the frozen report's: raw versions the erasure could not reach (`Manifest.not_searched`: still
+  being ingested after the wait, quarantined whole, archived, beyond the report's cap);
+- the index update's: every entry the index still holds for the subjects after the erasure
+  (indexed after the report was frozen, or of a version the erasure never saw), all of them,
+  from `index_update.json` (the request record lists only the first ones).
+
+A gap found twice (same object, version and reason) is listed once, the first time. Then:
+
+- no gap: the certificate says `complete: true`, the request becomes COMPLETED;
+- any gap: the audit record and a signed certificate are still written, and say so
+  (`complete: false`, every gap with its bucket, key, version, dataset, reason, count and
+  detail), but the request does not complete: it ends FAILED with `outcome: INCOMPLETE` (the
+  contract's statuses have no other value; REJECTED with `outcome: CANCELLED` is the precedent)
+  and an `error` that says how many places were not fully searched. Nothing is ever COMPLETED
+  for less than the whole.
 
 Every document holds keyed hashes of the subjects only; a gap's detail holds counts, line
 numbers and declared column names, never a value. The request's record (which the API shows)
@@ -26,14 +39,17 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from lethe_shared.aws.s3 import s3_url, split_s3_url
+from lethe_shared.erasure.index_update import DOCUMENT as INDEX_UPDATE_DOCUMENT
+from lethe_shared.erasure.index_update import not_searched as index_not_searched
 from lethe_shared.erasure.report import (
     EraseResults,
+    Manifest,
     NotSearched,
     Verification,
     canonical_json,
@@ -51,6 +67,11 @@ if TYPE_CHECKING:
 INCOMPLETE = "INCOMPLETE"  # the outcome of a FAILED request that was not fully searched
 INCOMPLETE_ERROR = "ErasureIncomplete"
 _JSON, _HTML = "application/json", "text/html; charset=utf-8"
+
+
+class ReportMismatchError(VerificationMissingError):
+    """The frozen report or the index update the certificate step read is not the request's
+    (a SHA-256 or a count differs): nothing is certified."""
 
 
 @dataclass(frozen=True)
@@ -90,9 +111,13 @@ def complete(
 
     request_id = record.request_id
     require_verified(request_id, results, verification)
-    # every place the subjects may still be: the erase job's gaps (the verification re-reads
-    # what the erase job read and reports none of its own)
-    gaps = results.not_searched
+    # every place the subjects may still be (the verification re-reads what the erase job read
+    # and reports none of its own)
+    gaps = gathered_gaps(
+        results.not_searched,
+        frozen_report(record, documents).not_searched,
+        index_update_gaps(record, documents),
+    )
     envelope, envelope_bytes = _signed_once(
         documents,
         request_id,
@@ -157,6 +182,65 @@ def require_verified(request_id: str, results: EraseResults, verification: Verif
         )
     if not verification.ok or verification.matching_rows:
         raise VerificationMissingError(f"request {request_id} did not verify: not certified")
+
+
+def gathered_gaps(*sources: Iterable[NotSearched]) -> tuple[NotSearched, ...]:
+    """Every gap of every source, in order; one found again (same object, version and reason)
+    is listed once, as first found."""
+    seen: set[tuple[str, str, str]] = set()
+    gaps = []
+    for gap in (g for source in sources for g in source):
+        place = (gap.object_url, gap.version_id, gap.reason)
+        if place not in seen:
+            seen.add(place)
+            gaps.append(gap)
+    return tuple(gaps)
+
+
+def _read(documents: DocumentStore, request_id: str, name: str) -> bytes:
+    body = documents.get(report_key(request_id, name))
+    if body is None:
+        raise VerificationMissingError(
+            f"{name} of request {request_id} does not exist: not certified"
+        )
+    return body
+
+
+def frozen_report(record: ErasureRequest, documents: DocumentStore) -> Manifest:
+    """The request's frozen report, refused unless its SHA-256 is the one the request recorded
+    (and the approver saw)."""
+    request_id = record.request_id
+    approved = str(record.report.get("manifest_sha256", ""))
+    body = _read(documents, request_id, "manifest.json")
+    if not approved or sha256_hex(body) != approved:
+        raise ReportMismatchError(
+            f"request {request_id}: manifest.json (SHA-256 {sha256_hex(body)}) is not the report "
+            f"that was approved ({approved or 'none recorded'}): not certified"
+        )
+    manifest = Manifest.model_validate_json(body)
+    if manifest.request_id != request_id:
+        raise ReportMismatchError(f"the manifest of {request_id} is of {manifest.request_id}")
+    return manifest
+
+
+def index_update_gaps(record: ErasureRequest, documents: DocumentStore) -> tuple[NotSearched, ...]:
+    """Every entry the index update kept for the request's subjects (all of them: the document
+    lists each, the record only the first), as `appeared_after_erase` gaps. Refused when the
+    document is missing, or lists another number of kept items than the record summarises."""
+    request_id = record.request_id
+    document = json.loads(_read(documents, request_id, INDEX_UPDATE_DOCUMENT))
+    kept = document.get("kept") if isinstance(document, dict) else None
+    if not isinstance(kept, list):
+        raise ReportMismatchError(f"{INDEX_UPDATE_DOCUMENT} of {request_id} lists no kept items")
+    summary = (record.model_extra or {}).get("index")
+    if isinstance(summary, Mapping):
+        recorded = len(summary.get("kept") or []) + int(summary.get("kept_unlisted") or 0)
+        if recorded != len(kept):
+            raise ReportMismatchError(
+                f"request {request_id}: {INDEX_UPDATE_DOCUMENT} lists {len(kept)} kept item(s), "
+                f"the request record {recorded}: not certified"
+            )
+    return index_not_searched({"kept": kept})
 
 
 def _signed_once(

@@ -90,6 +90,11 @@ class ManifestObject(Model):
     expected_rows: int  # the subjects' rows in the current version, as the index counts them
     subjects: tuple[SubjectRows, ...]
     versions: tuple[StoredVersionRef, ...]  # every version and delete marker, newest first
+    # "" for an object the index names; for a raw key the report added because the index
+    # cannot know it (erasure/scope.py widen), the catalog status that put it there (FAILED,
+    # SUPERSEDED): the erase job names an unreadable current version of such a key as a gap
+    # (`ingestion_failed`) instead of failing the run. Absent in older manifests.
+    widened_from: str = ""
 
     @property
     def size(self) -> int:

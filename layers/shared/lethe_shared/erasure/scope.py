@@ -3,7 +3,7 @@
 The index knows what has been indexed. A raw upload Lethe already holds may not be: it is still
 RECEIVED or INGESTING (a user's last upload is often minutes old when they ask to be forgotten),
 its ingestion FAILED or was SUPERSEDED by a newer version before it ran (never indexed), it was
-QUARANTINED whole (unreadable: never indexed), or it sits in an archive storage class. Three
+QUARANTINED whole (unreadable: never indexed), or it sits in an archive storage class. Two
 steps of the erasure workflow (statemachines/erasure.asl.json, functions/erasure_steps) close
 that gap, each reading the object catalog through `ObjectCatalog.in_status` (its GSI
 `by_dataset_status`: a dataset's versions of one status, never its ingested bulk):
@@ -25,11 +25,15 @@ that gap, each reading the object catalog through `ObjectCatalog.in_status` (its
                      in GLACIER or DEEP_ARCHIVE (`archived`), or past MAX_ADDED_OBJECTS keys
                      (`ingestion_failed`). A version that is an older version of a key the job
                      erases anyway is not named: the job deletes it (except in-flight ones,
-                     whose ingestion may have written lake rows already)
-    look_up_again    after the erase and the index update: the request's hashes are looked up
-                     again, and every entry whose (object, version) is not in the erase results
-                     (indexed after the manifest was frozen) is named `appeared_after_erase` in
-                     `erasure/<id>/after.json` (`AfterErase`), for the certificate step
+                     whose ingestion may have written lake rows already). An added key is
+                     marked (`ManifestObject.widened_from`: the catalog status that put it
+                     there): a current version the job cannot read (a malformed file, often
+                     why its ingestion failed) is then a gap of the request (`ingestion_failed`,
+                     lethe_jobs.not_searched), not a failure of the whole erase run
+
+What the index is found to hold after the erasure (entries indexed after the report was frozen)
+is the index update's final look-up (lethe_shared.erasure.index_update), which the certificate
+step reads with every other gap (lethe_shared.erasure.completion).
 
 A request's scope is every registered dataset, or the registered ones among its optional
 `datasets` field. "Older than the request" is the catalog's event time (S3's, of the upload)
@@ -41,9 +45,9 @@ from __future__ import annotations
 
 import logging
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 from pydantic import ConfigDict, Field
 
@@ -53,14 +57,11 @@ from lethe_shared.catalog.zones import Zone
 from lethe_shared.datasets.document import Dataset
 from lethe_shared.datasets.registry import DatasetRegistry
 from lethe_shared.erasure.report import (
-    EraseResults,
     GapReason,
     Manifest,
     ManifestObject,
     NotSearched,
     StoredVersionRef,
-    canonical_json,
-    report_key,
 )
 from lethe_shared.erasure.requests import (
     ErasureRequest,
@@ -68,8 +69,6 @@ from lethe_shared.erasure.requests import (
     RequestClosedError,
     RequestNotFoundError,
 )
-from lethe_shared.errors import LetheError
-from lethe_shared.index.subject_index import IndexEntry, SubjectIndex
 from lethe_shared.models import Model
 
 LOG = logging.getLogger("lethe.erasure")
@@ -86,19 +85,6 @@ MAX_ADDED_OBJECTS = 500
 # request this old whose queue is empty has every earlier upload catalogued.
 QUIET_SECONDS = 15
 WAIT_ATTRIBUTE = "ingestion_wait"  # on the request record, while the watermark holds
-AFTER_DOCUMENT = "after.json"
-
-
-class AfterEraseMissingError(LetheError):
-    """The re-lookup found no erase results to compare the index with."""
-
-
-class Documents(Protocol):
-    """What these steps need of the reports bucket (workflow.DocumentStore)."""
-
-    def put(self, key: str, body: bytes, content_type: str) -> str: ...
-
-    def get(self, key: str) -> bytes | None: ...
 
 
 # ------------------------------------------------------------------------------ the scope
@@ -256,9 +242,12 @@ def _ref(version: ObjectVersion) -> StoredVersionRef:
     )
 
 
-def _raw_object(url: str, dataset: Dataset, listing: Sequence[ObjectVersion]) -> ManifestObject:
+def _raw_object(
+    url: str, dataset: Dataset, listing: Sequence[ObjectVersion], status: ObjectStatus
+) -> ManifestObject:
     """A raw key the index does not name, to erase like any raw object of its dataset: the
-    job reads its current version and deletes every older one. No index rows are expected."""
+    job reads its current version and deletes every older one. No index rows are expected.
+    Marked `widened_from` the catalog status that put it there (FAILED or SUPERSEDED)."""
     bucket, key = split_s3_url(url)
     return ManifestObject(
         object_url=url,
@@ -271,6 +260,7 @@ def _raw_object(url: str, dataset: Dataset, listing: Sequence[ObjectVersion]) ->
         expected_rows=0,
         subjects=(),
         versions=tuple(_ref(v) for v in listing),
+        widened_from=status.value,
     )
 
 
@@ -385,7 +375,8 @@ def widen(
         wanted = any(i.status in SEARCHABLE for i, _ in present)
         erased = url in listed
         if not erased and wanted and readable and len(added) < max_added:
-            added.append(_raw_object(url, datasets[str(present[0][0].dataset_id)], listing))
+            status = _widened_status(present, current)
+            added.append(_raw_object(url, datasets[str(present[0][0].dataset_id)], listing, status))
             erased = True
         for item, version in present:
             gap = _unsearched(item, version, current, erased=erased)
@@ -404,6 +395,16 @@ def widen(
     )
 
 
+def _widened_status(
+    present: Sequence[tuple[CatalogItem, ObjectVersion]], current: ObjectVersion | None
+) -> ObjectStatus:
+    """The catalog status an added key is marked with: its current version's when that is one
+    of SEARCHABLE, else the first searchable version's."""
+    searchable = [i for i, _ in present if i.status in SEARCHABLE]
+    now = [i for i in searchable if current is not None and i.version_id == current.version_id]
+    return (now or searchable)[0].status
+
+
 def _sorted(gaps: Iterable[NotSearched]) -> tuple[NotSearched, ...]:
     return tuple(sorted(gaps, key=lambda g: (g.dataset_id, g.object_url, g.version_id, g.reason)))
 
@@ -416,96 +417,3 @@ def not_searched_counts(gaps: Iterable[NotSearched]) -> list[dict[str, Any]]:
         {"dataset_id": dataset, "reason": reason, "versions": n}
         for (dataset, reason), n in sorted(counted.items())
     ]
-
-
-# ------------------------------------------------------------------------- after erasing
-
-
-class AfterErase(Model):
-    """`erasure/<id>/after.json`: the request's hashes looked up again after the erase and the
-    index update; what the index names that the erase results do not hold."""
-
-    model_config = ConfigDict(frozen=True)
-
-    request_id: str
-    checked_at: str
-    subject_hashes: int  # how many hashes were looked up
-    entries_found: int  # entries of those hashes still in the index
-    not_searched: tuple[NotSearched, ...]  # each reason "appeared_after_erase"
-
-
-def appeared_after(results: EraseResults, entries: Iterable[IndexEntry]) -> tuple[NotSearched, ...]:
-    """The index entries (IndexEntry) whose (object, version) the erase results do not hold:
-    one NotSearched per version, with the rows the index counts for the request's subjects."""
-    handled = {(o.object_url, v.version_id) for o in results.objects for v in o.versions_before}
-    handled |= {
-        (o.object_url, o.version_after.version_id) for o in results.objects if o.version_after
-    }
-    rows: dict[tuple[str, str], int] = defaultdict(int)
-    datasets: dict[tuple[str, str], str] = {}
-    for entry in entries:
-        place = (entry.object_url, entry.version_id)
-        if place in handled:
-            continue
-        rows[place] += entry.rows
-        datasets[place] = entry.dataset_id
-    return _sorted(
-        NotSearched(
-            object_url=url,
-            version_id=version,
-            dataset_id=datasets[(url, version)],
-            reason="appeared_after_erase",
-            count=count,
-            detail=(
-                "indexed after the report was frozen (a version written or ingested since): "
-                "not erased by this request; file the request again to erase it"
-            ),
-        )
-        for (url, version), count in rows.items()
-    )
-
-
-def look_up_again(
-    request_id: str,
-    *,
-    requests: ErasureRequests,
-    index: SubjectIndex,
-    documents: Documents,
-    now: datetime | None = None,
-) -> AfterErase:
-    """Look the request's hashes up again and write `after.json` (overwritten by a retry)."""
-    record = _open(requests, request_id)
-    body = documents.get(report_key(request_id, "results.json"))
-    if body is None:
-        raise AfterEraseMissingError(f"results.json of request {request_id} does not exist")
-    results = EraseResults.model_validate_json(body)
-    hashes = sorted(set(record.subject_hashes))
-    entries = [e for h in hashes for e in index.lookup(h)]
-    after = AfterErase(
-        request_id=request_id,
-        checked_at=(now or datetime.now(UTC)).isoformat(),
-        subject_hashes=len(hashes),
-        entries_found=len(entries),
-        not_searched=appeared_after(results, entries),
-    )
-    documents.put(
-        report_key(request_id, AFTER_DOCUMENT),
-        canonical_json(after.model_dump(mode="json")),
-        "application/json",
-    )
-    if after.not_searched:
-        LOG.warning(
-            "%d version(s) indexed after the report hold the request's subjects",
-            len(after.not_searched),
-            extra={"not_searched": not_searched_counts(after.not_searched)},
-        )
-    return after
-
-
-def summary_of(after: AfterErase) -> Mapping[str, Any]:
-    """What the step returns to the state machine: counts only."""
-    return {
-        "request_id": after.request_id,
-        "entries_found": after.entries_found,
-        "appeared_after_erase": len(after.not_searched),
-    }

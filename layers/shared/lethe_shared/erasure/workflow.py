@@ -251,8 +251,10 @@ def certify(
     now: datetime | None = None,
 ) -> Certified:
     """Write the audit record (once) and the signed certificate; the request becomes COMPLETED,
-    or FAILED with outcome INCOMPLETE when a place was not fully searched. Refuses unless the
-    verification found every object clean (lethe_shared.erasure.completion)."""
+    or FAILED with outcome INCOMPLETE when a place was not fully searched (the erase job's gaps,
+    the frozen report's, the index update's kept entries). Refuses unless the verification
+    found every object clean, the frozen report is the one approved and the index update's
+    document is there (lethe_shared.erasure.completion)."""
     from lethe_shared.erasure.completion import complete  # noqa: PLC0415
 
     record = _open_request(requests, request_id)

@@ -1,0 +1,139 @@
+"""The erase job's verify run (`--mode verify`, lethe_jobs.erase_core.run_verify), one object at a
+time: no version but the one erasure left, no row of the subjects in it, and the expected
+number of rows.
+
+A widened raw key (`ManifestObject.widened_from`) whose current version the erase run could not
+read was left as it is and named as a gap (`ingestion_failed`, lethe_jobs.not_searched): the
+verify run cannot read it either, and accepts it when the erase result says exactly that
+(`accepts_unreadable`); its versions are still checked. The request then ends INCOMPLETE, not
+FAILED for the whole run. Any other version that cannot be read fails the run, as before.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Protocol
+
+import boto3
+
+from lethe_jobs.erase_rows import SubjectMatcher, match_rows
+from lethe_jobs.not_searched import UNREADABLE, accepts_unreadable
+from lethe_jobs.objects import object_kind
+from lethe_jobs.session import configure_logging
+from lethe_shared.aws.s3 import ObjectStore, ObjectVersion, S3ObjectStore, split_s3_url
+from lethe_shared.catalog.object_catalog import Buckets
+from lethe_shared.erasure.report import ObjectCheck, ObjectResult
+from lethe_shared.index.maintenance import ERASE_PRODUCER
+
+
+class VerifyContext(Protocol):
+    """What the verify run needs of the job's settings (erase_core.EraseSettings)."""
+
+    @property
+    def request_id(self) -> str: ...
+
+    @property
+    def correlation_id(self) -> str: ...
+
+    @property
+    def buckets(self) -> Buckets: ...
+
+    @property
+    def widened(self) -> frozenset[str]:
+        """The URLs of the manifest's widened raw keys."""
+
+    def matcher(self, dataset_id: str) -> SubjectMatcher: ...
+
+
+def verify_object(store: ObjectStore, result: ObjectResult, ctx: VerifyContext) -> ObjectCheck:
+    """One object after the erasure: only the version erasure left (or none), holding none of
+    the subjects' rows and the rows it should.
+
+    Another request's erasure may have rewritten the object since (requests touching one object
+    are serialised by the conditional write, docs/ERASURE.md): versions newer than ours, each
+    written by another erasure, are accepted, and ours may be gone (that erasure purged it). Then
+    every version left must hold none of the subjects' rows, ours the rows it should and the
+    newer ones no more than that; anything else (a producer's version, an older version, a
+    delete marker) fails as before. A widened key's version the erase run could not read, and
+    named, is accepted unread (module docstring)."""
+    bucket, key = split_s3_url(result.object_url)
+    versions = store.versions_of(bucket, key)
+    left = [v for v in versions if not v.delete_marker]
+    if result.version_after is None:
+        ok = not versions
+        problem = "" if ok else f"{len(versions)} version(s) left of a key erasure deleted"
+        return ObjectCheck(
+            object_url=result.object_url, ok=ok, matching_rows=0, rows=None,
+            versions_left=len(versions), problem=problem,
+        )  # fmt: skip
+    ours = result.version_after.version_id
+    ids = [v.version_id for v in versions]
+    newer = versions[: ids.index(ours)] if ours in ids else versions
+    older = versions[ids.index(ours) + 1 :] if ours in ids else []
+    if (
+        older
+        or not left
+        or len(left) != len(versions)
+        or not _later_erasures(store, bucket, key, newer, ctx.request_id)
+    ):
+        listed = ", ".join(v.version_id for v in versions)
+        return ObjectCheck(
+            object_url=result.object_url, ok=False, matching_rows=0, rows=None,
+            versions_left=len(versions),
+            problem=f"expected only the erased version, found {listed}",
+        )  # fmt: skip
+    item_kind = object_kind(result.dataset_id, bucket, key, ctx.buckets)
+    matched, problems, current_rows = 0, list[str](), None
+    for version in left:
+        with tempfile.TemporaryDirectory(prefix="lethe-verify-") as tmp:
+            path = Path(tmp) / "object"
+            if store.download(bucket, key, version.version_id, path) is None:
+                problems.append(f"version {version.version_id} cannot be read")
+                continue
+            try:
+                found = match_rows(
+                    item_kind, path, key, ctx.matcher(result.dataset_id), workdir=Path(tmp)
+                )
+            except UNREADABLE:
+                if accepts_unreadable(result, version.version_id, ctx.widened):
+                    continue  # named as not searched by the erase run: the request is INCOMPLETE
+                raise
+        matched += found.matched
+        current_rows = found.rows if current_rows is None else current_rows
+        expected_rows = (
+            found.rows == result.rows_after
+            if version.version_id == ours
+            else (found.rows <= result.rows_after)
+        )
+        if found.matched or not expected_rows:
+            problems.append(
+                f"{found.matched} matching row(s), {found.rows} rows (expected "
+                f"{'' if version.version_id == ours else 'at most '}{result.rows_after})"
+            )
+    if problems and len(left) == 1 and not newer and problems[0].endswith("cannot be read"):
+        problems = ["the erased version cannot be read"]
+    return ObjectCheck(
+        object_url=result.object_url, ok=not problems, matching_rows=matched,
+        rows=current_rows, versions_left=len(versions), problem="; ".join(problems),
+    )  # fmt: skip
+
+
+def _later_erasures(
+    store: ObjectStore, bucket: str, key: str, newer: Sequence[ObjectVersion], request_id: str
+) -> bool:
+    """Every version newer than this erasure's own was written by another erasure."""
+    for version in newer:
+        head = store.head(bucket, key, version.version_id)
+        if head is None or head.producer != ERASE_PRODUCER or head.story == request_id:
+            return False
+    return True
+
+
+def verify_partition(items: Iterable[str], ctx: VerifyContext) -> Iterator[str]:
+    """A Spark task of the verify run: one ObjectCheck (JSON) per ObjectResult (JSON)."""
+    configure_logging(ctx.correlation_id)
+    store = S3ObjectStore(boto3.client("s3"))
+    for text in items:
+        yield verify_object(store, ObjectResult.model_validate_json(text), ctx).model_dump_json()
