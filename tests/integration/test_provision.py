@@ -228,7 +228,12 @@ def test_object_catalog_table(endpoints: Endpoints, deployment: Deployment) -> N
         "object_url": "HASH",
         "version_id": "RANGE",
     }
-    assert [index["IndexName"] for index in table["GlobalSecondaryIndexes"]] == ["by_dataset"]
+    indexes = {index["IndexName"]: index for index in table["GlobalSecondaryIndexes"]}
+    assert sorted(indexes) == ["by_dataset", "by_dataset_status"]
+    # the erasure watermark's index: a dataset's versions by status
+    assert {
+        k["AttributeName"]: k["KeyType"] for k in indexes["by_dataset_status"]["KeySchema"]
+    } == {"dataset_id": "HASH", "status": "RANGE"}
     ttl = dynamodb.describe_time_to_live(TableName=name)["TimeToLiveDescription"]
     assert ttl == {"TimeToLiveStatus": "ENABLED", "AttributeName": "expires_at"}
     backups = dynamodb.describe_continuous_backups(TableName=name)["ContinuousBackupsDescription"]
