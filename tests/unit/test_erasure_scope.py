@@ -95,8 +95,9 @@ class World:
             {"subject_ids": [SECRET], "reason": "ticket 9", "requested_by": "dpo@example.com"}
         )
         record = new_request(RID, body, hash_subjects(body, KEY, []), now=T0)
-        if datasets is not None:  # the optional scope another part of Lethe may set
-            record = ErasureRequest.model_validate(record.model_dump() | {"datasets": datasets})
+        if datasets is not None:
+            # the scope as filing records it (ErasureRequest.scope, from the body's `datasets`)
+            record = ErasureRequest.model_validate(record.model_dump() | {"scope": datasets})
         self.requests.create(record)
 
     @property
