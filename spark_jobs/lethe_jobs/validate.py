@@ -22,9 +22,11 @@ Rules, in the order their reasons are listed:
    converting the value back: it must give the source value again.
 2. nullability: a column declared `nullable: false` must hold a value: "column x must not be null".
 3. subjects: every subject column (`user_id`, `customer.id`) must hold a value:
-   "subject column customer.id is missing". Only null counts as missing: the empty string and 0
-   are valid subject ids, because they are values a producer wrote and erasure can match exactly;
-   turning them into "missing" would hide such rows from an erasure that names them.
+   "subject column customer.id is missing". Only null counts as missing. An empty or
+   whitespace-only value is a value (the row is kept), but by the one subject-id rule
+   (lethe_shared.subject_hashing.canonical.is_no_subject) it names nobody: the row is never
+   indexed, no request can name it (blank ids are refused), and it is counted per object as
+   `rows_without_subject`. `0` is an id like any other.
 A column whose value failed rule 1 is not reported again by rules 2 and 3.
 Columns of the file that are not in the schema are dropped (`extra_columns` names them).
 

@@ -95,8 +95,9 @@ class World:
             {"subject_ids": [SECRET], "reason": "ticket 9", "requested_by": "dpo@example.com"}
         )
         record = new_request(RID, body, hash_subjects(body, KEY, []), now=T0)
-        if datasets is not None:  # the optional scope another part of Lethe may set
-            record = ErasureRequest.model_validate(record.model_dump() | {"datasets": datasets})
+        if datasets is not None:
+            # the scope as filing records it (ErasureRequest.scope, from the body's `datasets`)
+            record = ErasureRequest.model_validate(record.model_dump() | {"scope": datasets})
         self.requests.create(record)
 
     @property
@@ -233,6 +234,21 @@ def test_a_request_scoped_to_datasets_waits_only_for_those() -> None:
     assert world.watch().settled
     world.upload("orders/2026/11/22/o.csv", ObjectStatus.INGESTING, dataset="orders")
     assert world.watch().in_flight == {"orders": 1}
+
+
+def test_the_scope_is_the_one_filing_recorded_from_the_body() -> None:
+    # Given a request filed with `datasets` in its body, as the API files it
+    body = parse_request_body(
+        {"subject_ids": [SECRET], "datasets": ["orders"], "reason": "ticket 9",
+         "requested_by": "dpo@example.com"}
+    )  # fmt: skip
+    record = new_request(RID, body, hash_subjects(body, KEY, [REVIEWS, ORDERS]), now=T0)
+
+    # Then the watermark and the report's widening cover that dataset only
+    assert list(scope.scope_datasets(record, [REVIEWS, ORDERS])) == ["orders"]
+    unscoped = parse_request_body({"subject_ids": [SECRET], "requested_by": "dpo@example.com"})
+    everyone = new_request(RID, unscoped, hash_subjects(unscoped, KEY, [REVIEWS, ORDERS]), now=T0)
+    assert list(scope.scope_datasets(everyone, [REVIEWS, ORDERS])) == ["orders", "reviews"]
 
 
 def test_a_closed_request_is_not_watched() -> None:

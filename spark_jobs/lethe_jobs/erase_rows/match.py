@@ -15,8 +15,9 @@ so the rows erasure finds for a subject hash are exactly the row hints the index
   partition column matches every row of the file;
 - quarantine JSON Lines: `subject_rows.quarantine_subject_rows` (each line's "record").
 
-A null subject value (or a null parent struct) is nobody's and never matches; `0` and `""` are
-ids like any other. An object that cannot be read raises `UnreadableObjectError`.
+A null, empty or whitespace-only subject value (or a null parent struct) is nobody's and never
+matches (the one subject-id rule, lethe_shared.subject_hashing.canonical); `0` is an id like any
+other. An object that cannot be read raises `UnreadableObjectError`.
 
 What could not be searched comes with the matches as `RowMatches.gaps` (`erase_rows.gaps`):
 records that could not be parsed and were not removed, a subject column the object lacks or

@@ -91,15 +91,13 @@ WAIT_ATTRIBUTE = "ingestion_wait"  # on the request record, while the watermark 
 
 
 def scope_datasets(record: ErasureRequest, datasets: Iterable[Dataset]) -> dict[str, Dataset]:
-    """The registered datasets the request covers: all, or those its optional `datasets` field
-    names (a name that is not registered has nothing to search)."""
+    """The registered datasets the request covers: all, or those of its scope (the body's
+    optional `datasets`, kept on the record as `scope`; a name that is no longer registered has
+    nothing to search)."""
     registered = {d.dataset_id: d for d in datasets}
-    wanted = getattr(record, "datasets", None)
-    if isinstance(wanted, str):
-        wanted = [wanted]
-    if not wanted or not isinstance(wanted, Iterable):
+    if not record.scope:
         return dict(sorted(registered.items()))
-    names = {str(name) for name in wanted}
+    names = set(record.scope)
     return {d: registered[d] for d in sorted(registered) if d in names}
 
 
