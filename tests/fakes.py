@@ -41,6 +41,7 @@ from lethe_shared.catalog.writes_ledger import (
     Intent,
     Writer,
     WritesLedger,
+    Written,
     intent_seconds,
     settle,
 )
@@ -426,6 +427,10 @@ class MemoryWritesLedger:
     def writer_of(self, bucket: str, key: str, version_id: str) -> str | None:
         found = self.versions.get((bucket, key, version_id))
         return found[0] if found else None
+
+    def written(self, bucket: str, key: str, version_id: str) -> Written | None:
+        found = self.versions.get((bucket, key, version_id))
+        return Written(writer=found[0], run_id=found[1]) if found else None
 
     def settled_writer_of(
         self, bucket: str, key: str, version_id: str, *, created_at: datetime | None

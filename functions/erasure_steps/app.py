@@ -1,7 +1,8 @@
 """The erasure workflow's own steps (statemachines/erasure.asl.json), one domain function each:
 
     {"step": "watch_ingestion", "request_id", "waited_seconds", "max_wait_seconds",
-     "settle_seconds"}                                      the ingestion watermark: {settled}
+     "settle_seconds"}                                      the ingestion watermark (uploads in
+                                                            flight, pending re-indexes): {settled}
     {"step": "report", "request_id"}                        build and freeze the report
     {"step": "mark", "request_id", "status", "detail"?, "error"?}   ERASING, EXPIRED, FAILED
     {"step": "notification", "request_id"}                  what to publish about the request now
@@ -69,6 +70,7 @@ class ErasureStepsSettings(Settings):
     catalog_table: str = Field(alias="CATALOG_TABLE", min_length=1)
     datasets_table: str = Field(alias="DATASETS_TABLE", min_length=1)
     object_events_queue_url: str = Field(alias="OBJECT_EVENTS_QUEUE_URL", min_length=1)
+    raw_bucket: str = Field(alias="RAW_BUCKET", min_length=3)  # names a dataset's raw prefix
     reports_bucket: str = Field(alias="REPORTS_BUCKET", min_length=3)
     certificate_key_arn: str = Field(alias="CERTIFICATE_KEY_ARN", min_length=1)
 
@@ -116,6 +118,7 @@ class _Dependencies:
     certificate_key_arn: str
     sqs: Any  # the boto3 SQS client of the object events queue
     object_events_queue_url: str
+    raw_bucket: str  # a dataset awaiting a re-index is named by its raw prefix (scope.widen)
 
     def events_waiting(self) -> int:
         """Object events not yet recorded in the catalog: in the queue, visible or not."""
@@ -144,6 +147,7 @@ def _build(settings: ErasureStepsSettings, aws: Aws) -> _Dependencies:
         certificate_key_arn=settings.certificate_key_arn,
         sqs=aws.client("sqs"),
         object_events_queue_url=settings.object_events_queue_url,
+        raw_bucket=settings.raw_bucket,
     )
 
 
@@ -153,8 +157,9 @@ _dependencies = wiring(ErasureStepsSettings, _build)
 def _widen(deps: _Dependencies) -> Callable[[Manifest, ErasureRequest], Manifest]:
     def widen(manifest: Manifest, record: ErasureRequest) -> Manifest:
         return scope.widen(
-            manifest, record, catalog=deps.catalog, registry=deps.registry, objects=deps.objects
-        )
+            manifest, record, catalog=deps.catalog, registry=deps.registry, objects=deps.objects,
+            raw_bucket=deps.raw_bucket,
+        )  # fmt: skip
 
     return widen
 

@@ -9,9 +9,13 @@ Erase (one Spark task per group of objects, `tasks.task_groups`: small objects s
    matching and write the object again without them, in its own format (`erase_rows`); the
    new version replaces the old only if the old is still current (an S3 conditional write on
    its ETag), keeping its metadata, tags, content headers and encryption; the writes ledger
-   records it, so the object events path leaves the index to the erasure. An object
-   left with no rows is deleted with every version. A version a producer wrote meanwhile is
-   never overwritten: the object is read again and erased again (a bounded number of times);
+   records it (run id: the request id, lethe_jobs.erase_ledger), so the object events path
+   leaves the index to the erasure. An object left with no rows is deleted with every
+   version. A version a producer wrote meanwhile is never overwritten: the object is read
+   again and erased again (a bounded number of times). A current version with nothing left
+   to remove that the ledger records as this request's own (an earlier run of it wrote it,
+   then died before its results) credits the rows that run removed, from the version's
+   `lethe-erased-rows`; metadata alone credits nothing;
 4. every older version and delete marker of that exact key is deleted: the subjects' rows in
    overwritten versions go too (an object whose current version never held them still loses
    the older versions that might). A key hidden by a delete marker loses every version;
@@ -52,6 +56,7 @@ import boto3
 from pyspark import TaskContext
 from pyspark.sql import SparkSession
 
+from lethe_jobs.erase_ledger import LedgerReader, erased_by, job_ledger, job_writes
 from lethe_jobs.erase_rows import (
     EraseResult,
     SubjectMatcher,
@@ -86,7 +91,6 @@ from lethe_shared.aws.s3 import (
     split_s3_url,
 )
 from lethe_shared.catalog.object_catalog import Buckets
-from lethe_shared.catalog.writes_ledger import DynamoLedgerWriter, DynamoWritesLedger, Writer
 from lethe_shared.datasets.document import Dataset
 from lethe_shared.datasets.registry import DatasetRegistry, require_dataset
 from lethe_shared.erasure.report import (
@@ -167,7 +171,9 @@ class EraseSettings:
     datasets: dict[str, Dataset]
     hashes: frozenset[str]
     hash_key: bytes = field(repr=False)
-    catalog_table: str = ""  # the writes ledger's table ("": rewrites are not recorded)
+    # the writes ledger's table ("": rewrites are not recorded, and no version is known as an
+    # erasure's: nothing credited from an earlier run, no later erasure accepted by verify)
+    catalog_table: str = ""
     # each dataset's hashes (Manifest.hashes_for): an object is matched with its dataset's only
     # (a dataset not listed: every hash, as a manifest without per-dataset hashes says)
     dataset_hashes: dict[str, frozenset[str]] = field(default_factory=dict)
@@ -274,9 +280,14 @@ def _erase_current(
     return erased, VersionRef(version_id=written.version_id, etag=written.etag), head
 
 
-def _erased_earlier(head: ObjectHead, request_id: str) -> int:
-    """Rows this request removed in writing `head`'s version, when an earlier run of it did."""
-    if head.producer != ERASE_PRODUCER or head.metadata.get(ERASURE_METADATA) != request_id:
+def _erased_earlier(
+    ledger: LedgerReader | None, item: ManifestObject, head: ObjectHead, request_id: str
+) -> int:
+    """Rows this request removed in writing `head`'s version, when an earlier run of it did:
+    only when the writes ledger records the version as this request's erase job's
+    (lethe_jobs.erase_ledger); its metadata then says how many. Metadata alone (a producer's
+    version carrying `lethe-erasure: <this request>`, or a copy) credits nothing."""
+    if erased_by(ledger, item.bucket, item.key, head.version_id) != request_id:
         return 0
     try:
         return max(int(head.metadata.get(ERASED_ROWS_METADATA, "0")), 0)
@@ -289,9 +300,12 @@ def erase_object(
     item: ManifestObject,
     ctx: EraseSettings,
     after_rewrite: Callable[[], None] | None = None,
+    ledger: LedgerReader | None = None,
 ) -> ObjectResult:
     """Erase the subjects from one key and all its versions (module docstring, 2-4).
-    `after_rewrite` runs right after each conditional write of a new version (tests' faults)."""
+    `after_rewrite` runs right after each conditional write of a new version (tests' faults).
+    `ledger`: the writes ledger, which alone says a version is this request's own (None: no
+    version is)."""
     first: list[VersionRef] | None = None
     purged = 0
     removed = 0  # rows this erasure removed in versions it wrote that another one then replaced
@@ -322,7 +336,7 @@ def erase_object(
         if erased.rows_removed == 0 and current.version_id not in counted:
             # a version this request wrote in an earlier run (one that died before its results):
             # its rows are this request's too (once, however often it is read)
-            removed += _erased_earlier(read, ctx.request_id)
+            removed += _erased_earlier(ledger, item, read, ctx.request_id)
             earlier = earlier_difference(item, read.metadata, ctx.request_id)
             inherited = [earlier] if earlier else inherited
             counted.add(current.version_id)
@@ -396,22 +410,17 @@ def _test_kill_hook() -> Callable[[], None] | None:
     return after_rewrite
 
 
-def _ledger_writes(ctx: EraseSettings) -> DynamoLedgerWriter | None:
-    """Every rewrite recorded in the writes ledger: how the object events path knows the
-    versions erasure wrote (lethe_shared.catalog.writes_ledger), never by their metadata."""
-    if not ctx.catalog_table:
-        return None
-    table = boto3.resource("dynamodb").Table(ctx.catalog_table)
-    return DynamoWritesLedger(table).writer(Writer.ERASE, ctx.correlation_id)
-
-
 def _erase_partition(items: Iterable[str], ctx: EraseSettings) -> Iterator[str]:
     configure_logging(ctx.correlation_id)  # an executor's Python worker logs on its own
-    store = S3ObjectStore(boto3.client("s3"), writes=_ledger_writes(ctx))
+    # every rewrite recorded in the writes ledger (the request id as its run id): how the
+    # object events path, verification and a re-run know the versions erasure wrote, never by
+    # their metadata (lethe_jobs.erase_ledger)
+    ledger = job_ledger(ctx.catalog_table)
+    store = S3ObjectStore(boto3.client("s3"), writes=job_writes(ledger, ctx.request_id))
     after_rewrite = _test_kill_hook()
     for text in items:
         item = ManifestObject.model_validate_json(text)
-        result = erase_object(store, item, ctx, after_rewrite)
+        result = erase_object(store, item, ctx, after_rewrite, ledger)
         LOG.info(
             "%s: %s, %d of %d rows removed, %d versions purged",
             item.object_url, result.action, result.rows_removed, result.rows_before,

@@ -7,6 +7,11 @@ read was left as it is and named as a gap (`ingestion_failed`, lethe_jobs.not_se
 verify run cannot read it either, and accepts it when the erase result says exactly that
 (`accepts_unreadable`); its versions are still checked. The request then ends INCOMPLETE, not
 FAILED for the whole run. Any other version that cannot be read fails the run, as before.
+
+A version newer than the one erasure left is accepted only when the writes ledger records it as
+written by the erase job for another request (lethe_jobs.erase_ledger). A version whose metadata
+claims an erasure (`lethe-producer: erase`, `lethe-erasure: <another request>`) but that the
+ledger does not know is a producer's, and fails verification like any producer's version.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Protocol
 
 import boto3
 
+from lethe_jobs.erase_ledger import LedgerReader, erased_by, job_ledger
 from lethe_jobs.erase_rows import SubjectMatcher, match_rows
 from lethe_jobs.not_searched import UNREADABLE, accepts_unreadable
 from lethe_jobs.objects import object_kind
@@ -25,7 +31,6 @@ from lethe_jobs.session import configure_logging
 from lethe_shared.aws.s3 import ObjectStore, ObjectVersion, S3ObjectStore, split_s3_url
 from lethe_shared.catalog.object_catalog import Buckets
 from lethe_shared.erasure.report import ObjectCheck, ObjectResult
-from lethe_shared.index.maintenance import ERASE_PRODUCER
 
 
 class VerifyContext(Protocol):
@@ -41,19 +46,29 @@ class VerifyContext(Protocol):
     def buckets(self) -> Buckets: ...
 
     @property
+    def catalog_table(self) -> str:
+        """The writes ledger's table ("": none, so no version is known as an erasure's)."""
+
+    @property
     def widened(self) -> frozenset[str]:
         """The URLs of the manifest's widened raw keys."""
 
     def matcher(self, dataset_id: str) -> SubjectMatcher: ...
 
 
-def verify_object(store: ObjectStore, result: ObjectResult, ctx: VerifyContext) -> ObjectCheck:
+def verify_object(
+    store: ObjectStore,
+    result: ObjectResult,
+    ctx: VerifyContext,
+    ledger: LedgerReader | None = None,
+) -> ObjectCheck:
     """One object after the erasure: only the version erasure left (or none), holding none of
     the subjects' rows and the rows it should.
 
     Another request's erasure may have rewritten the object since (requests touching one object
     are serialised by the conditional write, docs/ERASURE.md): versions newer than ours, each
-    written by another erasure, are accepted, and ours may be gone (that erasure purged it). Then
+    written by another request's erasure as the writes ledger (`ledger`) records it, never as
+    their metadata claims, are accepted, and ours may be gone (that erasure purged it). Then
     every version left must hold none of the subjects' rows, ours the rows it should and the
     newer ones no more than that; anything else (a producer's version, an older version, a
     delete marker) fails as before. A widened key's version the erase run could not read, and
@@ -76,7 +91,7 @@ def verify_object(store: ObjectStore, result: ObjectResult, ctx: VerifyContext) 
         older
         or not left
         or len(left) != len(versions)
-        or not _later_erasures(store, bucket, key, newer, ctx.request_id)
+        or not _later_erasures(ledger, bucket, key, newer, ctx.request_id)
     ):
         listed = ", ".join(v.version_id for v in versions)
         return ObjectCheck(
@@ -121,12 +136,17 @@ def verify_object(store: ObjectStore, result: ObjectResult, ctx: VerifyContext) 
 
 
 def _later_erasures(
-    store: ObjectStore, bucket: str, key: str, newer: Sequence[ObjectVersion], request_id: str
+    ledger: LedgerReader | None,
+    bucket: str,
+    key: str,
+    newer: Sequence[ObjectVersion],
+    request_id: str,
 ) -> bool:
-    """Every version newer than this erasure's own was written by another erasure."""
+    """Every version newer than this erasure's own was written by another request's erasure,
+    as the writes ledger recorded it (a version it does not know is a producer's)."""
     for version in newer:
-        head = store.head(bucket, key, version.version_id)
-        if head is None or head.producer != ERASE_PRODUCER or head.story == request_id:
+        by = erased_by(ledger, bucket, key, version.version_id)
+        if by is None or by == request_id:
             return False
     return True
 
@@ -135,5 +155,7 @@ def verify_partition(items: Iterable[str], ctx: VerifyContext) -> Iterator[str]:
     """A Spark task of the verify run: one ObjectCheck (JSON) per ObjectResult (JSON)."""
     configure_logging(ctx.correlation_id)
     store = S3ObjectStore(boto3.client("s3"))
+    ledger = job_ledger(ctx.catalog_table)
     for text in items:
-        yield verify_object(store, ObjectResult.model_validate_json(text), ctx).model_dump_json()
+        check = verify_object(store, ObjectResult.model_validate_json(text), ctx, ledger)
+        yield check.model_dump_json()

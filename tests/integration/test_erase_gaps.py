@@ -20,6 +20,7 @@ from lethe_jobs.errors import UnreadableFileError, UnreadableObjectError
 from lethe_jobs.not_searched import unreadable_reason
 from lethe_shared.aws.s3 import KeyState, S3ObjectStore, plain_etag
 from lethe_shared.catalog.object_catalog import Zone
+from lethe_shared.catalog.writes_ledger import DynamoWritesLedger, Writer
 from lethe_shared.erasure.report import ManifestObject, SubjectRows
 from lethe_shared.subject_hashing.keys import hash_of_id
 from tests.integration.conftest import RAW
@@ -144,27 +145,31 @@ def test_an_object_without_the_subject_column_is_incomplete_and_its_older_versio
 
 
 def test_a_rerun_after_the_rewrite_still_names_the_difference_the_dead_run_found(
-    s3: Any,
+    s3: Any, lethe_tables: dict[str, Any]
 ) -> None:
-    # Given a run that found the index's count wrong, wrote its version and died before its
-    # results (its version no longer is the one the index described)
+    # Given a run that found the index's count wrong, wrote its version (recorded in the writes
+    # ledger as this request's, as the job's store does) and died before its results (its
+    # version no longer is the one the index described)
     version = _put(s3, V1)
     item = _item(_described(version, 3))
+    ledger = DynamoWritesLedger(lethe_tables["ObjectCatalogTable"])
+    writes = ledger.writer(Writer.ERASE, "er-test-0001")
 
     def dies() -> None:
         raise RuntimeError("the worker died")
 
     with pytest.raises(RuntimeError, match="died"):
-        erase_object(S3ObjectStore(s3), item, _settings(), after_rewrite=dies)
+        erase_object(S3ObjectStore(s3, writes=writes), item, _settings(), after_rewrite=dies)
     head = s3.head_object(Bucket=RAW, Key=OBJECT_KEY)
     assert head["Metadata"]["lethe-index-difference"].startswith(
         f"er-test-0001;{version[0]};2;the index counted 3 row(s)"
     )
 
     # When the job runs again
-    result = erase_object(S3ObjectStore(s3), item, _settings())
+    result = erase_object(S3ObjectStore(s3, writes=writes), item, _settings(), ledger=ledger)
 
-    # Then the row the dead run removed still counts, and so does the difference it found
+    # Then the row the dead run removed still counts (the ledger says the version is its own),
+    # and so does the difference it found
     assert (result.action, result.rows_removed) == ("rewritten", 1)
     (gap,) = result.not_searched
     assert (gap.reason, gap.version_id, gap.count) == ("rows_differ_from_index", version[0], 2)

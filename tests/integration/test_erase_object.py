@@ -21,7 +21,7 @@ from lethe_shared.aws.s3 import (
     S3ObjectStore,
 )
 from lethe_shared.catalog.object_catalog import Buckets, Zone
-from lethe_shared.catalog.writes_ledger import DynamoWritesLedger, Writer
+from lethe_shared.catalog.writes_ledger import DynamoWritesLedger, Writer, Written
 from lethe_shared.datasets.document import parse_dataset
 from lethe_shared.erasure.report import ManifestObject
 from lethe_shared.index.maintenance import ERASE_PRODUCER
@@ -211,14 +211,15 @@ def test_a_version_purged_by_another_erasure_mid_write_is_read_again(s3: Any) ->
 
 @pytest.mark.parametrize(("request_id", "credited"), [("er-test-0001", 1), ("er-other-0002", 0)])
 def test_a_rerun_credits_rows_its_earlier_run_removed(
-    s3: Any, request_id: str, credited: int
+    s3: Any, lethe_tables: dict[str, Any], request_id: str, credited: int
 ) -> None:
     """A run that died after rewriting an object, before its results: the re-run finds nothing
-    of the subject left, and the rows count still, from the version's metadata, when the version
-    is this request's (found by make soak: the certificate said 'unchanged'). Another request's
-    version credits nothing."""
+    of the subject left, and the rows count still, from the version's metadata, when the writes
+    ledger records the version as this request's erase job's (found by make soak: the
+    certificate said 'unchanged'). Another request's version credits nothing. (Metadata without
+    a ledger record credits nothing either: test_erase_forged_metadata.py.)"""
     s3.put_object(Bucket=RAW, Key=OBJECT_KEY, Body=V1)
-    s3.put_object(
+    written = s3.put_object(
         Bucket=RAW,
         Key=OBJECT_KEY,
         Body=V1_ERASED,
@@ -228,8 +229,11 @@ def test_a_rerun_credits_rows_its_earlier_run_removed(
             ERASED_ROWS_METADATA: "1",
         },
     )  # the earlier run died before purging the version it had read
+    ledger = DynamoWritesLedger(lethe_tables["ObjectCatalogTable"])
+    earlier = ledger.writer(Writer.ERASE, request_id)  # that run recorded it (run: the request)
+    earlier.written(RAW, OBJECT_KEY, earlier.intend(RAW, OBJECT_KEY, 0), written["VersionId"])
 
-    result = erase_object(S3ObjectStore(s3), _item(), _settings())
+    result = erase_object(S3ObjectStore(s3), _item(), _settings(), ledger=ledger)
 
     assert result.rows_removed == credited
     assert result.action == ("rewritten" if credited else "unchanged")
@@ -245,13 +249,14 @@ def test_the_rewrite_is_recorded_in_the_writes_ledger_and_nothing_else_is(
     # the store erase_core's tasks build: every PUT recorded in the writes ledger
     original = str(s3.put_object(Bucket=RAW, Key=OBJECT_KEY, Body=V1)["VersionId"])
     ledger = DynamoWritesLedger(lethe_tables["ObjectCatalogTable"])
-    store = S3ObjectStore(s3, writes=ledger.writer(Writer.ERASE, "erasure-er-test-0001"))
+    store = S3ObjectStore(s3, writes=ledger.writer(Writer.ERASE, "er-test-0001"))
 
     result = erase_object(store, _item(), _settings())
 
     assert result.version_after is not None
     ours = result.version_after.version_id
     assert ledger.writer_of(RAW, OBJECT_KEY, ours) == "erase"
+    assert ledger.written(RAW, OBJECT_KEY, ours) == Written("erase", "er-test-0001")
     assert ledger.writer_of(RAW, OBJECT_KEY, original) is None  # the producer's upload
     assert ledger.intents(RAW, OBJECT_KEY) == []  # closed once the version was on record
     # a copy under another key carries the metadata, and nothing in the ledger
@@ -271,7 +276,7 @@ def test_a_write_a_producer_won_leaves_no_ledger_record_and_no_open_intent(
     ledger = DynamoWritesLedger(lethe_tables["ObjectCatalogTable"])
     producer_body = b'{"user": "new", "n": 3}\n{"user": "gone", "n": 4}\n'
     store = RacingStore(s3, lambda: s3.put_object(Bucket=RAW, Key=OBJECT_KEY, Body=producer_body))
-    store.writes = ledger.writer(Writer.ERASE, "erasure-er-test-0001")
+    store.writes = ledger.writer(Writer.ERASE, "er-test-0001")
 
     result = erase_object(store, _item(), _settings())
 

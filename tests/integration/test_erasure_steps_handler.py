@@ -365,6 +365,51 @@ def test_the_report_step_searches_a_failed_upload_and_names_one_in_flight(
     ]
 
 
+def test_a_pending_reindex_holds_the_watch_step_and_is_named_by_the_report_step(
+    app: Any, requests: Any, lethe_tables: dict[str, Any], load_event: Event
+) -> None:
+    # Given reviews registered, then redefined (another subject column): matching generation 2,
+    # its index still generation 1's (a re-index pending), in the datasets table
+    _register_reviews(lethe_tables)
+    document = json.loads((REPO_ROOT / "samples/reviews.dataset.json").read_text())
+    registry = DynamoDatasetRegistry(lethe_tables["DatasetsTable"])
+    registry.put(parse_dataset(document | {"subject_columns": ["text"]}))
+    boto3.client("sqs").create_queue(QueueName=QUEUE)
+    event = {
+        "step": "watch_ingestion", "request_id": RID, "waited_seconds": 0,
+        "max_wait_seconds": 600, "settle_seconds": 0,
+    }  # fmt: skip
+
+    # Then the watch step holds the report, and the record says for which dataset, in
+    # generations; at the end of the wait it settles with the re-index still pending
+    assert app.handler(event, FakeLambdaContext())["settled"] is False
+    wait = requests.get(RID).model_dump(mode="json")["ingestion_wait"]
+    assert wait["reindex_pending"] == {
+        "reviews": {"matching_generation": 2, "indexed_generation": 1}
+    }
+    assert app.handler(event | {"waited_seconds": 600}, FakeLambdaContext())["settled"] is True
+
+    # and the report step names the dataset, by its raw prefix, as not searched
+    app.handler(load_event("erasure_steps_report.json"), FakeLambdaContext())
+    body = boto3.client("s3").get_object(Bucket=REPORTS, Key=f"erasure/{RID}/manifest.json")
+    manifest = json.loads(body["Body"].read())
+    assert [
+        (g["object_url"], g["version_id"], g["dataset_id"], g["reason"])
+        for g in manifest["not_searched"]
+    ] == [(s3_url(RAW, "reviews/"), "", "reviews", "reindex_pending")]
+    assert requests.get(RID).report["not_searched"] == [
+        {"dataset_id": "reviews", "reason": "reindex_pending", "versions": 1}
+    ]
+
+    # and once the re-index of generation 2 succeeded (its last step records it), nothing holds
+    lethe_tables["DatasetsTable"].update_item(
+        Key={"dataset_id": "reviews"},
+        UpdateExpression="SET indexed_generation = :g",
+        ExpressionAttributeValues={":g": 2},
+    )
+    assert app.handler(event, FakeLambdaContext())["settled"] is True
+
+
 def test_an_entry_indexed_after_the_report_is_named_by_the_certify_step(
     app: Any,
     requests: Any,

@@ -24,8 +24,9 @@ from typing import Any
 
 import pytest
 
-from lethe_shared.aws.s3 import PRODUCER_METADATA
+from lethe_shared.aws.s3 import PRODUCER_METADATA, S3ObjectStore
 from lethe_shared.catalog.object_catalog import Zone
+from lethe_shared.catalog.writes_ledger import DynamoWritesLedger, Writer
 from lethe_shared.index.maintenance import ERASE_PRODUCER
 from lethe_shared.index.subject_index import DynamoSubjectIndex, IndexEntry
 from lethe_shared.subject_hashing.keys import hash_of_id, load_hash_key
@@ -211,17 +212,23 @@ def test_a_failed_upload_is_erased_and_an_entry_indexed_later_is_named(
     cloud: Cloud, driver: ErasureDriver
 ) -> None:
     # Given a raw upload of the reviews dataset holding u-8001 (and another subject) whose
-    # ingestion FAILED: the index has never heard of it. (Written with the erase job's
-    # producer metadata, the object events path catalogues it without starting an ingestion;
-    # the test then records the failure an ingestion would.)
+    # ingestion FAILED: the index has never heard of it. (Written through a store that records
+    # it in the writes ledger as the erase job's, as that job's rewrites are, the object events
+    # path catalogues it without starting an ingestion; metadata alone no longer does, since
+    # the writes ledger. The test then records the failure an ingestion would.)
     raw = cloud.outputs["RawBucketName"]
     key = "reviews/2026/11/22/failed.csv"
-    version = cloud.client("s3").put_object(
-        Bucket=raw,
-        Key=key,
-        Body=HEADER + b"u-8001,2026-11-22,2,secret review\nu-8002,2026-11-22,5,stays\n",
-        Metadata={PRODUCER_METADATA: ERASE_PRODUCER},
-    )["VersionId"]
+    ledger = DynamoWritesLedger(
+        driver.target.resource("dynamodb").Table(cloud.outputs["ObjectCatalogTableName"])
+    )
+    store = S3ObjectStore(cloud.client("s3"), writes=ledger.writer(Writer.ERASE, "test-setup"))
+    version = store.put_bytes(
+        raw,
+        key,
+        HEADER + b"u-8001,2026-11-22,2,secret review\nu-8002,2026-11-22,5,stays\n",
+        content_type="text/csv",
+        metadata={PRODUCER_METADATA: ERASE_PRODUCER},
+    ).version_id
     wait_catalogued(cloud, key, version)
     _set_status(cloud, key, version, "FAILED")
     request_id = driver.file("u-8001")

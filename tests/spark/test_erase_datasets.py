@@ -20,6 +20,7 @@ from lethe_shared.erasure.report import build_manifest, report_key, sha256_hex
 from lethe_shared.erasure.subjects import hash_subjects, parse_request_body
 from lethe_shared.index.subject_index import DynamoSubjectIndex
 from tests.spark.cloud import (
+    CATALOG,
     DATASETS,
     GLUE_ARGS,
     HASH_KEY,
@@ -94,6 +95,7 @@ class Run:
                 "--lake-bucket", LAKE,
                 "--reports-bucket", REPORTS,
                 "--datasets-table", DATASETS,
+                "--catalog-table", CATALOG,
                 "--hash-key-secret", HASH_KEY_SECRET,
                 "--correlation-id", f"erasure-{REQUEST}",
             )  # fmt: skip

@@ -195,6 +195,7 @@ def test_a_widened_upload_that_cannot_be_read_is_named_and_the_rest_is_erased(
         ),
         record, catalog=DynamoObjectCatalog(cloud.catalog),
         registry=DynamoDatasetRegistry(cloud.datasets), objects=S3ObjectStore(cloud.s3),
+        raw_bucket=RAW,
     )  # fmt: skip
     widened = {o.key: o.widened_from for o in manifest.objects if o.widened_from}
     assert widened == {FAILED_CSV: "FAILED", FAILED_JSONL: "FAILED"}

@@ -16,7 +16,7 @@ from erase import main as erase_main
 from ingest import main as ingest_main
 from lethe_jobs.erase_core import ManifestMismatchError, VerificationFailedError
 from lethe_shared.aws.s3 import S3ObjectStore
-from lethe_shared.catalog.writes_ledger import DynamoWritesLedger
+from lethe_shared.catalog.writes_ledger import DynamoWritesLedger, Writer, Written
 from lethe_shared.erasure.report import Manifest, build_manifest, report_key, sha256_hex
 from lethe_shared.index.subject_index import DynamoSubjectIndex
 from tests.spark.cloud import (
@@ -165,10 +165,13 @@ def test_a_subject_is_erased_from_the_raw_object_and_its_lake_file_goes(
         {"version_id": version, "etag": raw_result["versions_before"][0]["etag"]}
     ]
     assert results["objects"][0]["action"] == "deleted"
-    # and the writes ledger records the rewrite as the erase job's (run: the correlation id),
+    # and the writes ledger records the rewrite as the erase job's (run: the request id),
     # the version the object events path will know as Lethe's; the producer's upload is not
     ledger = DynamoWritesLedger(cloud.catalog)
     assert ledger.writer_of(RAW, KEY, raw_result["version_after"]["version_id"]) == "erase"
+    assert ledger.written(RAW, KEY, raw_result["version_after"]["version_id"]) == Written(
+        "erase", REQUEST
+    )
     assert ledger.writer_of(RAW, KEY, version) is None
     assert ledger.intents(RAW, KEY) == []
 
@@ -287,8 +290,10 @@ def test_verification_accepts_a_later_erasure_of_the_same_object(
     cloud: Cloud, eraser: Eraser, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Two requests touching one object (the soak): the other request's erasure rewrites the
-    object after this one's and purges this one's version. Its rewrite is accepted; every version
-    left still holds none of this request's subjects."""
+    object after this one's and purges this one's version. Its rewrite, on record in the writes
+    ledger as the other request's erase job's, is accepted; every version left still holds none
+    of this request's subjects. The same metadata on a version the ledger does not know (a
+    producer's forgery, or a copy) is a producer's version: not accepted."""
     cloud.register(REVIEWS)
     _ingest(cloud, capsys, CSV, "1")
     eraser.freeze("u1")
@@ -298,10 +303,17 @@ def test_verification_accepts_a_later_erasure_of_the_same_object(
     later = body.replace(b"u2,abc,2026-11-22,3.00,meh\n", b"")  # the other request's subject
     assert later != body
     metadata = {**ours["Metadata"], "lethe-producer": "erase", "lethe-erasure": "er-other"}
-    cloud.s3.put_object(Bucket=RAW, Key=KEY, Body=later, Metadata=metadata)
+    written = cloud.s3.put_object(Bucket=RAW, Key=KEY, Body=later, Metadata=metadata)
+    other = DynamoWritesLedger(cloud.catalog).writer(Writer.ERASE, "er-other")
+    other.written(RAW, KEY, other.intend(RAW, KEY, 0), written["VersionId"])
     cloud.s3.delete_object(Bucket=RAW, Key=KEY, VersionId=ours["VersionId"])
 
     assert eraser("verify")["objects_verified"] == 2
+
+    forged = cloud.s3.put_object(Bucket=RAW, Key=KEY, Body=later, Metadata=metadata)
+    with pytest.raises(VerificationFailedError, match="did not verify"):
+        eraser("verify")  # the same claims, no ledger record: a producer's version
+    cloud.s3.delete_object(Bucket=RAW, Key=KEY, VersionId=forged["VersionId"])
 
     metadata["lethe-producer"] = "someone"  # a producer's version: not accepted
     cloud.s3.put_object(Bucket=RAW, Key=KEY, Body=later, Metadata=metadata)

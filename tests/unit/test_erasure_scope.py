@@ -150,7 +150,7 @@ class World:
         built = build_manifest(RID, [H_SECRET], 1, index=self.index, objects=self.objects, now=T0)
         return scope.widen(
             built, self.record, catalog=self.catalog, registry=self.registry,
-            objects=self.objects, max_added=max_added,
+            objects=self.objects, raw_bucket=RAW, max_added=max_added,
         )  # fmt: skip
 
 
@@ -256,6 +256,120 @@ def test_a_closed_request_is_not_watched() -> None:
     world.requests.transition(RID, ErasureStatus.REJECTED, by="test")
     with pytest.raises(RequestClosedError):
         world.watch()
+
+
+# --------------------------------------------------------------- a pending re-index
+
+REVIEWS_BY_TEXT = parse_dataset(
+    json.loads((REPO_ROOT / "samples/reviews.dataset.json").read_text())
+    | {"subject_columns": ["text"]}
+)  # another matching definition of reviews: a PUT of it moves the matching generation
+
+
+def _redefined(world: World) -> None:
+    """reviews' matching definition changed: generation 2, its index still generation 1's."""
+    world.registry.put(REVIEWS_BY_TEXT)
+    registration = world.registry.registration("reviews")
+    assert registration is not None
+    assert (registration.matching_generation, registration.indexed_generation) == (2, 1)
+
+
+def test_a_pending_reindex_holds_the_report_and_the_record_says_so() -> None:
+    world = World()
+    _redefined(world)
+
+    wait = world.watch()
+
+    assert not wait.settled
+    assert wait.in_flight == {}
+    recorded = world.record.model_dump(mode="json")[scope.WAIT_ATTRIBUTE]
+    assert recorded["reindex_pending"] == {
+        "reviews": {"matching_generation": 2, "indexed_generation": 1}
+    }
+    assert recorded["settled"] is False
+    assert recorded["why"] == "waiting for the re-index of 1 dataset(s) of its scope (reviews)"
+
+
+def test_uploads_in_flight_and_a_pending_reindex_are_both_waited_for() -> None:
+    world = World()
+    _redefined(world)
+    world.upload("orders/2026/11/22/o.csv", ObjectStatus.INGESTING, dataset="orders")
+
+    wait = world.watch()
+
+    assert (wait.settled, wait.in_flight, list(wait.reindex_pending)) == (
+        False, {"orders": 1}, ["reviews"],
+    )  # fmt: skip
+    assert wait.why == (
+        "waiting for 1 upload(s) older than the request to be ingested and the re-index of "
+        "1 dataset(s) of its scope (reviews)"
+    )
+
+
+def test_the_wait_settles_once_the_reindex_succeeded_and_nothing_is_named() -> None:
+    world = World()
+    _redefined(world)
+    assert not world.watch().settled
+
+    assert world.registry.record_indexed("reviews", 2)  # the re-index of generation 2 succeeded
+
+    wait = world.watch(waited=30)
+    assert (wait.settled, wait.reindex_pending) == (True, {})
+    assert "no dataset of its scope awaits a re-index" in wait.why
+    assert world.manifest().not_searched == ()
+
+
+def test_a_reindex_still_pending_when_the_wait_ends_is_named_not_searched() -> None:
+    world = World()
+    _redefined(world)
+
+    wait = world.watch(waited=600)
+
+    assert wait.settled  # bounded: the report is frozen anyway
+    assert list(wait.reindex_pending) == ["reviews"]
+    assert wait.why == (
+        "still waiting for the re-index of 1 dataset(s) of its scope (reviews) after 600 s: "
+        "freezing the report, which names them as not searched"
+    )
+    (gap,) = world.manifest().not_searched
+    assert (gap.object_url, gap.version_id, gap.dataset_id, gap.reason, gap.count) == (
+        s3_url(RAW, "reviews/"), "", "reviews", "reindex_pending", 0,
+    )  # fmt: skip
+    assert "matching generation 2" in gap.detail
+    assert "built for generation 1" in gap.detail
+    assert "`lethe datasets reindex reviews`" in gap.detail
+    assert gap.detail.endswith("then file the request again")
+
+
+def test_a_pending_reindex_of_a_dataset_outside_the_scope_is_ignored() -> None:
+    world = World(datasets=["orders"])
+    _redefined(world)  # reviews, which the request does not reach
+
+    wait = world.watch()
+
+    assert (wait.settled, wait.reindex_pending) == (True, {})
+    assert world.manifest().not_searched == ()
+
+
+def test_a_pending_reindex_named_in_the_report_ends_the_request_incomplete() -> None:
+    world = World()
+    _redefined(world)  # the wait ended with the re-index still running
+
+    _frozen(world)
+    envelope = _erased_and_certified(world)
+
+    record = world.record
+    assert (record.status, record.outcome) == (ErasureStatus.FAILED, "INCOMPLETE")
+    assert "reindex_pending: 1" in record.error["cause"]
+    assert record.report["not_searched"] == [
+        {"dataset_id": "reviews", "reason": "reindex_pending", "versions": 1}
+    ]
+    certificate = envelope["certificate"]
+    assert certificate["complete"] is False
+    assert [
+        (g["dataset_id"], g["bucket"], g["key"], g["version_id"], g["reason"])
+        for g in certificate["not_searched"]
+    ] == [("reviews", RAW, "reviews/", "", "reindex_pending")]
 
 
 # ------------------------------------------------------------------------------- widen
@@ -415,7 +529,8 @@ def test_the_frozen_report_shows_what_is_not_searched(tmp_path: Path) -> None:
         RID, requests=world.requests, index=world.index, objects=world.objects,
         documents=world.documents, now=T0 + timedelta(minutes=30),
         widen=lambda m, r: scope.widen(
-            m, r, catalog=world.catalog, registry=world.registry, objects=world.objects
+            m, r, catalog=world.catalog, registry=world.registry, objects=world.objects,
+            raw_bucket=RAW,
         ),
     )  # fmt: skip
 
@@ -450,7 +565,8 @@ def test_a_report_with_nothing_left_out_has_no_not_searched_section() -> None:
         RID, requests=world.requests, index=world.index, objects=world.objects,
         documents=world.documents, now=T0,
         widen=lambda m, r: scope.widen(
-            m, r, catalog=world.catalog, registry=world.registry, objects=world.objects
+            m, r, catalog=world.catalog, registry=world.registry, objects=world.objects,
+            raw_bucket=RAW,
         ),
     )  # fmt: skip
     assert "NOT SEARCHED" not in world.documents.bodies[report_key(RID, "summary.txt")].decode()
@@ -496,7 +612,8 @@ def _frozen(world: World) -> None:
         RID, requests=world.requests, index=world.index, objects=world.objects,
         documents=world.documents, now=T0,
         widen=lambda m, r: scope.widen(
-            m, r, catalog=world.catalog, registry=world.registry, objects=world.objects
+            m, r, catalog=world.catalog, registry=world.registry, objects=world.objects,
+            raw_bucket=RAW,
         ),
     )  # fmt: skip
     for status in (ErasureStatus.AWAITING_APPROVAL, ErasureStatus.APPROVED, ErasureStatus.ERASING):

@@ -17,6 +17,8 @@ partitions of their own that no catalog read touches (the catalog's partitions a
                         up to 1,024 bytes with a prefix would pass the by_dataset index's
                         1,024-byte key limit; the items name their bucket and key)
     version_id (RANGE)  v#<S3 version id>   a version a Lethe job wrote: writer, run_id, written_at
+                                            (run_id: the ingest job's correlation id; for the
+                                            erase job, the erasure request's id)
                         i#<token>           an intent: a job is about to write the key; writer,
                                             run_id, opened_at, open_until, expires_at (TTL)
 
@@ -85,6 +87,15 @@ class Writer(StrEnum):
 
     INGEST = "ingest"  # lake files and quarantine of the ingest job (it indexes them)
     ERASE = "erase"  # the erase job's rewrites of raw, lake and quarantine objects
+
+
+@dataclass(frozen=True)
+class Written:
+    """The record of one version a Lethe job wrote: which job, and which run of it (for the
+    erase job, the erasure request's id: what verification and a re-run's row count ask)."""
+
+    writer: str  # a Writer value
+    run_id: str
 
 
 def ledger_partition(bucket: str, key: str) -> str:
@@ -162,6 +173,9 @@ class WritesLedger(Protocol):
     def writer_of(self, bucket: str, key: str, version_id: str) -> str | None:
         """The Lethe job (a `Writer` value) that recorded writing this exact version; None
         when none did: a producer's version, or one not recorded (yet)."""
+
+    def written(self, bucket: str, key: str, version_id: str) -> Written | None:
+        """`writer_of` with the run that recorded the version (read consistently)."""
 
     def settled_writer_of(
         self, bucket: str, key: str, version_id: str, *, created_at: datetime | None
@@ -253,6 +267,10 @@ class DynamoWritesLedger:
         self._clock = clock
 
     def writer_of(self, bucket: str, key: str, version_id: str) -> str | None:
+        found = self.written(bucket, key, version_id)
+        return found.writer if found else None
+
+    def written(self, bucket: str, key: str, version_id: str) -> Written | None:
         item = self._table.get_item(
             Key={
                 "object_url": ledger_partition(bucket, key),
@@ -260,7 +278,9 @@ class DynamoWritesLedger:
             },
             ConsistentRead=True,
         ).get("Item")
-        return str(item["writer"]) if item and item.get("writer") else None
+        if not item or not item.get("writer"):
+            return None
+        return Written(writer=str(item["writer"]), run_id=str(item.get("run_id", "")))
 
     def intents(self, bucket: str, key: str) -> list[Intent]:
         """The key's intents not closed yet (open or expired), read consistently."""

@@ -36,8 +36,8 @@ def _not_searched_lines(summary: ApprovalSummary) -> list[str]:
     if not summary.not_searched:
         return []
     return [
-        "NOT SEARCHED (raw uploads older than the request this erasure cannot reach; the "
-        "certificate names them): "
+        "NOT SEARCHED (raw uploads older than the request this erasure cannot reach, and "
+        "datasets whose re-index is pending; the certificate names them): "
         + "; ".join(f"{g.dataset_id}: {g.versions} {g.reason}" for g in summary.not_searched)
     ]
 

@@ -314,8 +314,9 @@ def _not_searched_html(summary: ApprovalSummary) -> str:
     return (
         '<h2 id="not-searched">Not searched</h2>\n'
         "<p>Raw uploads older than the request that this erasure cannot reach (still being "
-        "ingested, unreadable or archived). Approving erases the rest; the certificate names "
-        "these, and the report says what to do for each.</p>\n"
+        "ingested, unreadable or archived), and datasets whose re-index is pending (the whole "
+        "dataset: its index still describes the old matching definition). Approving erases "
+        "the rest; the certificate names these, and the report says what to do for each.</p>\n"
         '<table id="not-searched-table">\n<thead><tr><th>Dataset</th><th>Reason</th>'
         f'<th class="n">Versions</th></tr></thead>\n<tbody>\n{rows}\n</tbody>\n</table>\n'
     )

@@ -304,8 +304,9 @@ def summary_text(manifest: Manifest, sha256: str, requested_by: str) -> str:
     if gaps:
         lines += [
             "",
-            "NOT SEARCHED: raw versions older than the request that this erasure cannot reach;",
-            "the certificate names them. The manifest says what to do for each.",
+            "NOT SEARCHED: raw versions older than the request that this erasure cannot reach,",
+            "and datasets whose re-index is pending (reindex_pending: the whole dataset); the",
+            "certificate names them. The manifest says what to do for each.",
             f"{'DATASET':24} {'REASON':22} {'VERSIONS':>9}",
         ]
         lines += [f"{d:24} {r:22} {n:>9}" for (d, r), n in gaps]
@@ -357,8 +358,9 @@ def _gaps_html(manifest: Manifest) -> str:
     )
     return (
         '<h2 id="not-searched">Not searched</h2>'
-        "<p>Raw versions older than the request that this erasure cannot reach; the "
-        "certificate names them. The manifest says what to do for each.</p>"
+        "<p>Raw versions older than the request that this erasure cannot reach, and datasets "
+        "whose re-index is pending (reindex_pending: the whole dataset); the certificate names "
+        "them. The manifest says what to do for each.</p>"
         "<table><thead><tr><th>Dataset</th><th>Reason</th><th>Versions</th></tr></thead>"
         f"<tbody>{rows}</tbody></table>"
     )
@@ -384,6 +386,11 @@ GapReason = Literal[
     "quarantined",  # a raw version quarantined whole: never indexed
     "archived",  # a version in an archive storage class: not readable without a restore
     "appeared_after_erase",  # an index entry written after the erase began
+    # a dataset whose matching definition changed and whose re-index had not succeeded when the
+    # report was frozen: its index describes the old definition's rows, so objects holding the
+    # subjects under the current one may not be listed (the whole dataset: object_url is its raw
+    # prefix, no version; lethe_shared.erasure.scope)
+    "reindex_pending",
 ]
 
 

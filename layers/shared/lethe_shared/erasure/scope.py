@@ -11,9 +11,10 @@ that gap, each reading the object catalog through `ObjectCatalog.in_status` (its
     watch_ingestion  the ingestion watermark, polled by the state machine (a Wait state) before
                      the report is frozen: done when no raw version of the request's datasets
                      that is older than the request is still RECEIVED or INGESTING (and the
-                     catalog has had time to record uploads made just before the request), or
-                     when the wait is over; the request record says what it waits for
-                     (`ingestion_wait`: counts per dataset, never keys)
+                     catalog has had time to record uploads made just before the request) and
+                     no dataset of the request's scope awaits a re-index, or when the wait is
+                     over; the request record says what it waits for (`ingestion_wait`: counts
+                     and generations per dataset, never keys)
     widen            at freezing time (workflow.build_report): raw versions older than the
                      request that the index cannot know are either searched or named. FAILED and
                      SUPERSEDED versions are ordinary raw objects of their dataset: their keys
@@ -29,7 +30,21 @@ that gap, each reading the object catalog through `ObjectCatalog.in_status` (its
                      marked (`ManifestObject.widened_from`: the catalog status that put it
                      there): a current version the job cannot read (a malformed file, often
                      why its ingestion failed) is then a gap of the request (`ingestion_failed`,
-                     lethe_jobs.not_searched), not a failure of the whole erase run
+                     lethe_jobs.not_searched), not a failure of the whole erase run.
+                     A dataset of the scope whose re-index is still pending is named too
+                     (`reindex_pending`, below)
+
+**A pending re-index.** When a dataset's matching definition changes (a PUT that moves its
+matching generation, lethe_shared.datasets.matching), its index still describes the rows the old
+definition matched until the re-index of the new generation succeeds
+(`datasets.reindex.reindex_pending`: matching_generation > indexed_generation). The report finds
+objects through that index and the erase job matches rows with the current document, so an
+object holding the subject under the new definition only would be missed. The watermark
+therefore also holds the report while a dataset of the scope has a re-index pending (read with
+the registry's consistent `registration`), with the same bounded wait; if one is still pending
+when the report is frozen, the dataset is named in `not_searched` (reason `reindex_pending`,
+object_url the dataset's raw prefix `s3://<raw>/<dataset_id>/`, no version) and the request
+ends INCOMPLETE.
 
 What the index is found to hold after the erasure (entries indexed after the report was frozen)
 is the index update's final look-up (lethe_shared.erasure.index_update), which the certificate
@@ -47,15 +62,16 @@ import logging
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import ConfigDict, Field
 
-from lethe_shared.aws.s3 import ObjectStore, ObjectVersion, key_state, split_s3_url
+from lethe_shared.aws.s3 import ObjectStore, ObjectVersion, key_state, s3_url, split_s3_url
 from lethe_shared.catalog.object_catalog import CatalogItem, ObjectCatalog, ObjectStatus
 from lethe_shared.catalog.zones import Zone
 from lethe_shared.datasets.document import Dataset
-from lethe_shared.datasets.registry import DatasetRegistry
+from lethe_shared.datasets.registry import DatasetRegistry, Registrations
+from lethe_shared.datasets.reindex import reindex_pending
 from lethe_shared.erasure.report import (
     GapReason,
     Manifest,
@@ -88,6 +104,11 @@ WAIT_ATTRIBUTE = "ingestion_wait"  # on the request record, while the watermark 
 
 
 # ------------------------------------------------------------------------------ the scope
+
+
+class ScopeRegistry(DatasetRegistry, Registrations, Protocol):
+    """The dataset registry as the scope reads it: the registered datasets (`list`) and each
+    one's matching generations (`registration`, a consistent read: DynamoDatasetRegistry)."""
 
 
 def scope_datasets(record: ErasureRequest, datasets: Iterable[Dataset]) -> dict[str, Dataset]:
@@ -152,6 +173,25 @@ def _open(requests: ErasureRequests, request_id: str) -> ErasureRequest:
 # --------------------------------------------------------------------------- the watermark
 
 
+class PendingReindex(Model):
+    """A dataset whose index was built for an older matching generation than its current one."""
+
+    model_config = ConfigDict(frozen=True)
+
+    matching_generation: int = Field(ge=1)
+    indexed_generation: int = Field(ge=0)
+
+
+def pending_reindexes(
+    registry: Registrations, dataset_ids: Iterable[str]
+) -> dict[str, PendingReindex]:
+    """The datasets among `dataset_ids` whose re-index is pending, by id (sorted)."""
+    return {
+        dataset_id: PendingReindex(matching_generation=matching, indexed_generation=indexed)
+        for dataset_id, matching, indexed in sorted(reindex_pending(registry, dataset_ids))
+    }
+
+
 class IngestionWait(Model):
     """One look at the watermark, as the request record keeps it (`ingestion_wait`)."""
 
@@ -164,10 +204,24 @@ class IngestionWait(Model):
     in_flight: dict[str, int]
     settled: bool  # the report may be frozen now
     why: str  # what the workflow does next, in words (no key, no id)
+    # per dataset of the scope whose re-index is pending: its generations (additive field)
+    reindex_pending: dict[str, PendingReindex] = Field(default_factory=dict)
 
     @property
     def pending(self) -> int:
         return sum(self.in_flight.values())
+
+
+def _waiting_for(pending: int, reindexing: Sequence[str]) -> str:
+    """What holds the report, in words: counts and dataset ids only."""
+    parts = []
+    if pending:
+        parts.append(f"{pending} upload(s) older than the request to be ingested")
+    if reindexing:
+        parts.append(
+            f"the re-index of {len(reindexing)} dataset(s) of its scope ({', '.join(reindexing)})"
+        )
+    return " and ".join(parts)
 
 
 def watch_ingestion(
@@ -175,16 +229,17 @@ def watch_ingestion(
     *,
     requests: ErasureRequests,
     catalog: ObjectCatalog,
-    registry: DatasetRegistry,
+    registry: ScopeRegistry,
     waited_seconds: int,
     max_wait_seconds: int,
     settle_seconds: int,
     events_waiting: Callable[[], int] | None = None,
     now: datetime | None = None,
 ) -> IngestionWait:
-    """The watermark: settled when the catalog has caught up with the request (below) and no
-    raw version of the request's datasets older than the request is in flight, or once the
-    workflow has waited `max_wait_seconds` (the catalog caught up). Recorded on the request.
+    """The watermark: settled when the catalog has caught up with the request (below), no
+    raw version of the request's datasets older than the request is in flight and no dataset of
+    its scope has a re-index pending (module docstring), or once the workflow has waited
+    `max_wait_seconds` (the catalog caught up). Recorded on the request.
 
     The catalog records an upload when the object events function reads its event, after the
     queue's batch window: it has caught up when the request is `settle_seconds` old (the
@@ -202,27 +257,36 @@ def watch_ingestion(
     )
     timed_out = waited_seconds >= max_wait_seconds
     pending = sum(counts.values())
+    reindexing = pending_reindexes(registry, datasets)
+    held = _waiting_for(pending, list(reindexing))
     if not caught_up:
         why = "waiting for the object catalog to record uploads made before the request"
-    elif not pending:
-        why = "no upload older than the request is being ingested: freezing the report"
+    elif not held:
+        why = (
+            "no upload older than the request is being ingested and no dataset of its scope "
+            "awaits a re-index: freezing the report"
+        )
     elif timed_out:
         why = (
-            f"{pending} upload(s) older than the request still being ingested after "
-            f"{waited_seconds} s: freezing the report, which names them as not searched"
+            f"still waiting for {held} after {waited_seconds} s: freezing the report, which "
+            "names them as not searched"
         )
     else:
-        why = f"waiting for {pending} upload(s) older than the request to be ingested"
+        why = f"waiting for {held}"
     wait = IngestionWait(
         checked_at=at.isoformat(),
         waited_seconds=waited_seconds,
         max_wait_seconds=max_wait_seconds,
         in_flight=counts,
-        settled=caught_up and (not pending or timed_out),
+        settled=caught_up and (not held or timed_out),
         why=why,
+        reindex_pending=reindexing,
     )
     requests.update(request_id, {WAIT_ATTRIBUTE: wait.model_dump(mode="json")})
-    LOG.info("ingestion watermark: %s", why, extra={"in_flight": counts})
+    LOG.info(
+        "ingestion watermark: %s", why,
+        extra={"in_flight": counts, "reindex_pending": sorted(reindexing)},
+    )  # fmt: skip
     return wait
 
 
@@ -334,17 +398,44 @@ def _why(
     )
 
 
+def reindex_gaps(
+    registry: Registrations, dataset_ids: Iterable[str], raw_bucket: str
+) -> list[NotSearched]:
+    """A `reindex_pending` gap per dataset among `dataset_ids` whose re-index is pending now,
+    named by its raw prefix (the dataset's place: every object of it, raw and lake, was found
+    through an index of the old definition), with its generations and what the operator does."""
+    return [
+        NotSearched(
+            object_url=s3_url(raw_bucket, f"{dataset_id}/"),
+            dataset_id=dataset_id,
+            reason="reindex_pending",
+            detail=(
+                f"the dataset's matching definition changed (matching generation "
+                f"{pending.matching_generation}) and its subject index was last built for "
+                f"generation {pending.indexed_generation}: objects of the dataset that hold the "
+                "subjects under the current definition only were not found. Let its re-index "
+                f"succeed (`lethe datasets get {dataset_id}` says when; a failed one: `lethe "
+                f"datasets reindex {dataset_id}`), then file the request again"
+            ),
+        )
+        for dataset_id, pending in pending_reindexes(registry, dataset_ids).items()
+    ]
+
+
 def widen(
     manifest: Manifest,
     record: ErasureRequest,
     *,
     catalog: ObjectCatalog,
-    registry: DatasetRegistry,
+    registry: ScopeRegistry,
     objects: ObjectStore,
+    raw_bucket: str,
     max_added: int = MAX_ADDED_OBJECTS,
 ) -> Manifest:
     """The manifest built from the index, with the raw keys of never-indexed versions older
-    than the request added to its objects and what cannot be searched in `not_searched`."""
+    than the request added to its objects and what cannot be searched in `not_searched`,
+    including each dataset of the scope whose re-index is still pending (`reindex_gaps`;
+    `raw_bucket` names their place)."""
     datasets = scope_datasets(record, registry.list())
     items = [
         item
@@ -380,9 +471,10 @@ def widen(
             gap = _unsearched(item, version, current, erased=erased)
             if gap is not None:
                 gaps.append(gap)
+    gaps.extend(reindex_gaps(registry, datasets, raw_bucket))
     if added or gaps:
         LOG.info(
-            "report scope: %d raw object(s) never indexed added, %d version(s) not searched",
+            "report scope: %d raw object(s) never indexed added, %d place(s) not searched",
             len(added), len(gaps),
         )  # fmt: skip
     return manifest.model_copy(
