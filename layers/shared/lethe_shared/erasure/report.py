@@ -161,7 +161,8 @@ def dataset_counts(manifest: Manifest) -> list[DatasetCount]:
     ]
 
 
-def _version_ref(version: ObjectVersion) -> StoredVersionRef:
+def version_ref(version: ObjectVersion) -> StoredVersionRef:
+    """A stored version (or delete marker) as the manifest lists it."""
     return StoredVersionRef(
         version_id=version.version_id,
         etag=version.etag,
@@ -196,7 +197,7 @@ def _manifest_object(
             )
             for e in sorted(entries, key=lambda e: e.subject_hash)
         ),
-        versions=tuple(_version_ref(v) for v in versions),
+        versions=tuple(version_ref(v) for v in versions),
     )
 
 

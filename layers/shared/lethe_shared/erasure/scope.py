@@ -77,7 +77,7 @@ from lethe_shared.erasure.report import (
     Manifest,
     ManifestObject,
     NotSearched,
-    StoredVersionRef,
+    version_ref,
 )
 from lethe_shared.erasure.requests import (
     ErasureRequest,
@@ -293,17 +293,6 @@ def watch_ingestion(
 # ----------------------------------------------------------------------- at freezing time
 
 
-def _ref(version: ObjectVersion) -> StoredVersionRef:
-    return StoredVersionRef(
-        version_id=version.version_id,
-        etag=version.etag,
-        size=version.size,
-        is_latest=version.is_latest,
-        delete_marker=version.delete_marker,
-        last_modified=version.last_modified.isoformat() if version.last_modified else "",
-    )
-
-
 def _raw_object(
     url: str, dataset: Dataset, listing: Sequence[ObjectVersion], status: ObjectStatus
 ) -> ManifestObject:
@@ -321,7 +310,7 @@ def _raw_object(
         state=key_state(listing),
         expected_rows=0,
         subjects=(),
-        versions=tuple(_ref(v) for v in listing),
+        versions=tuple(version_ref(v) for v in listing),
         widened_from=status.value,
     )
 
