@@ -31,16 +31,20 @@ from pydantic import ValidationError
 
 from bench.reference_index import reference_entries
 from lethe_shared.catalog.object_catalog import Zone
+from lethe_shared.datasets.document import parse_dataset
+from lethe_shared.datasets.matching import matching_fingerprint
+from lethe_shared.index import arrow_entries
 from lethe_shared.index.arrow_entries import ObjectRef, entries_from_table, entry_batch
 from lethe_shared.index.subject_index import MAX_ROW_HINTS, EntryBatch, IndexEntry
 from lethe_shared.subject_hashing import arrow as subject_arrow
 from lethe_shared.subject_hashing.arrow import row_subject_hashes, row_subjects
 from lethe_shared.subject_hashing.canonical import composite_text, is_no_subject
-from lethe_shared.subject_hashing.keys import hmac_sha256, subject_hash
+from lethe_shared.subject_hashing.keys import hmac_sha256, key_fingerprint, subject_hash
 
 pytestmark = pytest.mark.lambda_runtime
 
 KEY = b"equality-test-key-0123456789abcdef"
+OTHER_KEY = b"equality-test-key-rotated-0123456789"
 REF = ObjectRef(
     object_url="s3://lake/ds/part-1.parquet",
     zone=Zone.LAKE,
@@ -57,6 +61,23 @@ def dataset(*columns: str) -> Any:
     """entries_from_table reads `subject_columns` and `dataset_id` only; a stand-in lets a
     subject column have any Arrow type, including those a dataset document refuses."""
     return SimpleNamespace(dataset_id="ds", subject_columns=list(columns))
+
+
+STAND_IN_FINGERPRINT = "5" * 32
+
+
+@pytest.fixture(autouse=True)
+def stand_in_fingerprint(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stand-in dataset has no document to take a matching fingerprint of: every entry is
+    pinned to this one (the key's fingerprint is computed as in production)."""
+    monkeypatch.setattr(arrow_entries, "matching_fingerprint", lambda _: STAND_IN_FINGERPRINT)
+
+
+def pinned(entries: list[IndexEntry], key: bytes) -> list[IndexEntry]:
+    """The reference's entries as the pinned implementation gives them: with the stand-in's
+    matching fingerprint and the key's fingerprint (the reference predates pins)."""
+    pin = {"matching_fingerprint": STAND_IN_FINGERPRINT, "key_fingerprint": key_fingerprint(key)}
+    return [e.model_copy(update=pin) for e in entries]
 
 
 def comparable(entries: list[IndexEntry]) -> list[dict[str, Any]]:
@@ -104,6 +125,7 @@ def assert_same(
     ref = ObjectRef(**{**REF.__dict__, "constants": dict(constants or {})})
     try:
         expected = reference_entries(table, data, ref, key=key, coordinates=coordinates)
+        expected = pinned(expected, key) if expected else expected
     except Exception as exc:  # the new implementation must fail the same way
         with pytest.raises(type(exc)):
             entries_from_table(table, data, ref, key=key, coordinates=coordinates)
@@ -641,3 +663,32 @@ def test_a_column_s_codes_give_back_its_values(name: str) -> None:
     assert set(codes) - {None} == set(range(len(column.values)))  # every code is used
     typed = [(type(v), v) for v in column.values if not isinstance(v, dict)]
     assert len(set(typed)) == len(typed)
+
+
+def test_entries_are_pinned_to_the_definition_and_the_key_they_were_computed_with(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.undo()  # a real document: its real matching fingerprint
+    document = {
+        "dataset_id": "ds", "format": "parquet", "subject_columns": ["u"],
+        "schema": [{"name": "u", "type": "string"}],
+    }  # fmt: skip
+    real = parse_dataset(document)
+    retyped = parse_dataset({**document, "schema": [{"name": "u", "type": "bigint"}]})
+    table = pa.table({"u": ["a", "b", None]})
+
+    batch = entry_batch(table, real, REF, key=KEY)
+    items = batch.to_items()
+
+    expected = (matching_fingerprint(real), key_fingerprint(KEY))
+    assert {(e.matching_fingerprint, e.key_fingerprint) for e in batch} == {expected}
+    assert {(i["matching_fingerprint"], i["key_fingerprint"]) for i in items} == {expected}
+    assert {IndexEntry.from_item(i).key_fingerprint for i in items} == {expected[1]}
+    # another definition of the rows, another key: other pins
+    assert matching_fingerprint(retyped) != expected[0]
+    other = entry_batch(pa.table({"u": [1]}), retyped, REF, key=OTHER_KEY)
+    assert (other[0].matching_fingerprint, other[0].key_fingerprint) == (
+        matching_fingerprint(retyped),
+        key_fingerprint(OTHER_KEY),
+    )
+    assert other[0].key_fingerprint != expected[1]

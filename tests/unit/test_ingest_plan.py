@@ -24,8 +24,11 @@ from lethe_jobs.ingest_tasks import (
 from lethe_jobs.pieces import Piece
 from lethe_jobs.readers import Slice
 from lethe_shared.catalog.object_catalog import Zone
+from lethe_shared.datasets.document import parse_dataset
+from lethe_shared.datasets.matching import matching_fingerprint
 from lethe_shared.index.arrow_entries import ObjectRef
 from lethe_shared.index.subject_index import MAX_ROW_HINTS
+from lethe_shared.subject_hashing.keys import key_fingerprint
 
 COMMON = [
     "--raw-bucket", "raw", "--lake-bucket", "lake", "--datasets-table", "d",
@@ -105,8 +108,13 @@ def test_entries_add_up_across_batches_keeping_the_first_hints() -> None:
     accumulator.add(s2, 1, [7])
     accumulator.add(s1, 40, range(1, 41))  # an earlier piece's rows, read later
     ref = ObjectRef("s3://raw/x/a.csv", Zone.RAW, "csv", "v1", "e1")
+    dataset = parse_dataset(
+        {"dataset_id": "x", "format": "csv", "subject_columns": ["id"],
+         "schema": [{"name": "id", "type": "string"}]}
+    )  # fmt: skip
+    key = b"k" * 32
 
-    first, second = accumulator.entries(ref, "x")
+    first, second = accumulator.entries(ref, dataset, key)
 
     assert (first.subject_hash, first.rows) == (s1, 80)
     assert len(first.row_hints) == HINTS_KEPT == MAX_ROW_HINTS + 1
@@ -114,6 +122,11 @@ def test_entries_add_up_across_batches_keeping_the_first_hints() -> None:
     assert first.to_item()["hints_complete"] is False
     assert (second.subject_hash, second.rows, second.row_hints) == (s2, 1, (7,))
     assert second.to_item()["hints_complete"] is True
+    # pinned to what they were computed with: the definition's and the key's fingerprints
+    assert {(e.matching_fingerprint, e.key_fingerprint) for e in (first, second)} == {
+        (matching_fingerprint(dataset), key_fingerprint(key))
+    }
+    assert first.to_item()["matching_fingerprint"] == matching_fingerprint(dataset)
 
 
 def test_partition_paths_render_as_the_layout_does() -> None:

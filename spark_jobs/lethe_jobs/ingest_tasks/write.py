@@ -40,8 +40,8 @@ from lethe_jobs.validate import POSITION, REASONS, RECORD, schema_of
 from lethe_shared.aws.s3 import S3ObjectStore, s3_url
 from lethe_shared.catalog.object_catalog import Zone
 from lethe_shared.catalog.writes_ledger import DynamoWritesLedger, Writer
-from lethe_shared.datasets.document import DataFormat, hive_partition_values
-from lethe_shared.index.arrow_entries import ObjectRef, entries_from_table
+from lethe_shared.datasets.document import DataFormat, Dataset, hive_partition_values
+from lethe_shared.index.arrow_entries import ObjectRef, entries_from_table, entry_pin
 from lethe_shared.index.maintenance import replace_entries
 from lethe_shared.index.subject_index import DynamoSubjectIndex, IndexEntry
 
@@ -64,18 +64,23 @@ class EntryAccumulator:
         for entry in entries:
             self.add(entry.subject_hash, entry.rows, (h + offset for h in entry.row_hints))
 
-    def entries(self, ref: ObjectRef, dataset_id: str) -> list[IndexEntry]:
+    def entries(self, ref: ObjectRef, dataset: Dataset, key: bytes) -> list[IndexEntry]:
+        """The object's entries, pinned to the dataset definition and the key they were computed
+        with (`arrow_entries.entry_pin`)."""
+        pin = entry_pin(dataset, key) if self.rows else None
         return [
             IndexEntry(
                 subject_hash=subject,
                 object_url=ref.object_url,
-                dataset_id=dataset_id,
+                dataset_id=dataset.dataset_id,
                 zone=ref.zone,
                 format=ref.format,
                 rows=rows,
                 row_hints=tuple(sorted(self.hints[subject])[:HINTS_KEPT]),
                 version_id=ref.version_id,
                 etag=ref.etag,
+                matching_fingerprint=pin.matching_fingerprint if pin else "",
+                key_fingerprint=pin.key_fingerprint if pin else "",
             )
             for subject, rows in sorted(self.rows.items())
         ]
@@ -235,7 +240,7 @@ class _LakeFile:
             self.ref.object_url, Zone.LAKE, "parquet", stored.version_id, stored.etag,
             constants=self.ref.constants,
         )  # fmt: skip
-        entries = self.entries.entries(ref, self.settings.dataset.dataset_id)
+        entries = self.entries.entries(ref, self.settings.dataset, self.settings.hash_key)
         replace_entries(index, store, self.settings.lake_bucket, self.key, entries)
         LOG.info("wrote %d rows to %s (version %s)", self.rows, ref.object_url, stored.version_id)
         self.path.unlink()
@@ -318,7 +323,7 @@ class _QuarantineFile:
         )
         url = s3_url(lake, self.key)
         ref = ObjectRef(url, Zone.LAKE, "jsonl", stored.version_id, stored.etag)
-        entries = self.entries.entries(ref, self.settings.dataset.dataset_id)
+        entries = self.entries.entries(ref, self.settings.dataset, self.settings.hash_key)
         replace_entries(index, store, lake, self.key, entries)
         LOG.info("quarantined %d rows to %s", self.lines, url)
         self.path.unlink()
@@ -359,7 +364,7 @@ def write_raw_entries(
     def done(obj: int, found: EntryAccumulator) -> pa.RecordBatch:
         raw = settings.objects[obj]
         ref = ObjectRef(raw.url, Zone.RAW, settings.dataset.format.value, raw.version_id, raw.etag)
-        entries = found.entries(ref, settings.dataset.dataset_id)
+        entries = found.entries(ref, settings.dataset, settings.hash_key)
         replace_entries(index, store, settings.raw_bucket, raw.key, entries)
         return _summary({"object": obj, "entries": len(entries)}, RAW_SUMMARY)
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from functools import lru_cache
 from operator import itemgetter
 from typing import Any
 
@@ -38,11 +39,13 @@ from lethe_shared.aws.s3 import NULL_VERSION, ObjectStore, s3_url
 from lethe_shared.catalog.writes_ledger import WritesLedger
 from lethe_shared.catalog.zones import Zone
 from lethe_shared.datasets.document import Dataset, hive_partition_values, is_quarantine_key
+from lethe_shared.datasets.matching import matching_fingerprint
 from lethe_shared.datasets.registry import DatasetRegistry, require_dataset
 from lethe_shared.index.maintenance import indexed_by_writer, replace_entries, settle_missing_key
 from lethe_shared.index.subject_index import EntryBatch, IndexEntry, SubjectIndex
 from lethe_shared.subject_hashing.arrow import table_subjects
 from lethe_shared.subject_hashing.arrow_digests import HashedSubjects, SubjectTexts, hash_subjects
+from lethe_shared.subject_hashing.keys import key_fingerprint
 
 
 @dataclass(frozen=True)
@@ -125,7 +128,32 @@ def _picked(hashes: Sequence[str], ranks: list[int]) -> Sequence[str]:
     return itemgetter(*ranks)(hashes) if len(ranks) > 1 else [hashes[r] for r in ranks]
 
 
-def _batch(dataset: Dataset, ref: ObjectRef, columns: _Columns) -> EntryBatch:
+@dataclass(frozen=True)
+class EntryPin:
+    """What an object's entries are computed with: the dataset definition's matching
+    fingerprint and the subject hash key's fingerprint (IndexEntry's fields of those names)."""
+
+    matching_fingerprint: str
+    key_fingerprint: str
+
+
+def entry_pin(dataset: Dataset, key: bytes) -> EntryPin:
+    """The pin of entries computed from `dataset`'s rows with `key` (a short key: ValueError)."""
+    return EntryPin(matching_fingerprint(dataset), _key_fingerprint(key))  # about 30 us
+
+
+@lru_cache(maxsize=8)
+def _key_fingerprint(key: bytes) -> str:
+    return key_fingerprint(key)
+
+
+_UNPINNED = EntryPin("", "")
+
+
+def _batch(dataset: Dataset, ref: ObjectRef, columns: _Columns, key: bytes) -> EntryBatch:
+    # a batch without entries writes nothing: no pin (and a short key still fails only when
+    # something is hashed)
+    pin = entry_pin(dataset, key) if columns.hashes else _UNPINNED
     return EntryBatch(
         object_url=ref.object_url,
         dataset_id=dataset.dataset_id,
@@ -133,15 +161,17 @@ def _batch(dataset: Dataset, ref: ObjectRef, columns: _Columns) -> EntryBatch:
         format=ref.format,
         version_id=ref.version_id,
         etag=ref.etag,
+        matching_fingerprint=pin.matching_fingerprint,
+        key_fingerprint=pin.key_fingerprint,
         subject_hashes=columns.hashes,
         ends=columns.ends,
         row_hints=columns.hints,
     )
 
 
-def no_entries(dataset: Dataset, ref: ObjectRef) -> EntryBatch:
+def no_entries(dataset: Dataset, ref: ObjectRef, *, key: bytes) -> EntryBatch:
     """The batch of an object that holds no subject's rows (an unreadable raw file)."""
-    return _batch(dataset, ref, _Columns([], [], []))
+    return _batch(dataset, ref, _Columns([], [], []), key)
 
 
 def _columns_of(objects: Sequence[ObjectSubjects], key: bytes) -> list[_Columns]:
@@ -156,7 +186,7 @@ def entry_batches(objects: Sequence[ObjectSubjects], *, key: bytes) -> list[Entr
     (a subject in several objects has one entry in each, with the same hash). What the index
     job uses for the objects of one Spark task."""
     columns = _columns_of(objects, key)
-    return [_batch(o.dataset, o.ref, c) for o, c in zip(objects, columns, strict=True)]
+    return [_batch(o.dataset, o.ref, c, key) for o, c in zip(objects, columns, strict=True)]
 
 
 def entry_batch(
@@ -194,7 +224,7 @@ def entries_from_table(
     (columns,) = _columns_of([found], key)
     if not columns.hashes:
         return []
-    return _batch(dataset, ref, columns).entries()
+    return _batch(dataset, ref, columns, key).entries()
 
 
 def lake_object_subjects(

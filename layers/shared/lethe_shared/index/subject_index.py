@@ -56,6 +56,13 @@ class IndexEntry(Model):
     # them, because "every stored version counts" (docs/INDEX.md, "Older versions").
     deleted: bool = False
     updated_at: str = Field(default_factory=lambda: dt.datetime.now(dt.UTC).isoformat())
+    # What the entry was computed with (docs/ERASURE.md, "Pinned matching"): the dataset's
+    # matching fingerprint (`datasets.matching`) and the subject hash key's fingerprint
+    # (`subject_hashing.keys.key_fingerprint`). The erase job refuses an object whose entries
+    # were computed with another definition or key than the request's report pins. "" in an
+    # entry written before entries were pinned: the erase job treats it as a mismatch.
+    matching_fingerprint: str = ""
+    key_fingerprint: str = ""
 
     def to_item(self) -> dict[str, Any]:
         item = self.model_dump()
@@ -80,6 +87,8 @@ class IndexEntry(Model):
             etag=item.get("etag", ""),
             deleted=bool(item.get("deleted", False)),
             updated_at=item.get("updated_at", ""),
+            matching_fingerprint=item.get("matching_fingerprint", ""),
+            key_fingerprint=item.get("key_fingerprint", ""),
         )
 
 
@@ -107,7 +116,8 @@ _NO_HASH = "0" * 64  # the template entry's: a valid hash that no entry of a bat
 class EntryBatch(Sequence[IndexEntry]):
     """The entries of one object as columns: every entry's subject hash, and its row hints (all
     rows of the subject, ascending) as one list cut by `ends`; the fields every entry shares
-    (object, dataset, zone, format, version, ETag, one `updated_at`) once.
+    (object, dataset, zone, format, version, ETag, the matching and key fingerprints, one
+    `updated_at`) once.
 
     The boundary: the shared fields are validated once, by validating one IndexEntry with them
     (so they are exactly what a validated entry holds), and the columns are checked as wholes
@@ -131,6 +141,8 @@ class EntryBatch(Sequence[IndexEntry]):
         format: str,
         version_id: str = NULL_VERSION,
         etag: str = "",
+        matching_fingerprint: str = "",
+        key_fingerprint: str = "",
         subject_hashes: Sequence[str] = (),
         ends: Sequence[int] = (),
         row_hints: Sequence[int] = (),
@@ -145,6 +157,8 @@ class EntryBatch(Sequence[IndexEntry]):
             row_hints=(),
             version_id=version_id,
             etag=etag,
+            matching_fingerprint=matching_fingerprint,
+            key_fingerprint=key_fingerprint,
         )
         hashes, cut, hints = list(subject_hashes), list(ends), list(row_hints)
         _check_columns(hashes, cut, len(hints))
