@@ -198,9 +198,11 @@ def test_the_notification_step_reads_the_request_as_it_is(
     assert hash_of_id(HASH_KEY, SECRET) not in json.dumps(note)
 
 
-def _erase_results(*objects: dict[str, Any]) -> bytes:
+def _erase_results(*objects: dict[str, Any], manifest_sha256: str = "ab" * 32) -> bytes:
+    """results.json of the erase job (over the report of `manifest_sha256`: the approved one's
+    where the certify step reads it)."""
     return json.dumps(
-        {"request_id": RID, "manifest_sha256": "ab" * 32, "correlation_id": RID,
+        {"request_id": RID, "manifest_sha256": manifest_sha256, "correlation_id": RID,
          "finished_at": "2026-11-22T12:00:00+00:00", "objects": list(objects)}
     ).encode()  # fmt: skip
 
@@ -439,6 +441,7 @@ def test_an_entry_indexed_after_the_report_is_named_by_the_certify_step(
             {"object_url": lake_url, "dataset_id": "reviews", "zone": "lake",
              "action": "rewritten", "versions_before": [ref], "version_after": left,
              "rows_before": 5, "rows_removed": 3, "rows_after": 2, "versions_purged": 1},
+            manifest_sha256=requests.get(RID).report["manifest_sha256"],
         ),
     )  # fmt: skip
     s3.put_object(

@@ -16,12 +16,15 @@ from typing import Any
 
 import pytest
 
+from lethe_shared.aws.s3 import s3_url
 from lethe_shared.erasure import certificate as cf
 from lethe_shared.erasure.completion import ReportMismatchError, gathered_gaps
 from lethe_shared.erasure.index_update import IndexUpdate
 from lethe_shared.erasure.report import (
+    EraseResults,
     Manifest,
     NotSearched,
+    ObjectCheck,
     ObjectResult,
     canonical_json,
     report_key,
@@ -291,15 +294,19 @@ def _kept(url: str = LATER_URL, version: str = "v-later", rows: int = 1) -> dict
 def _frozen_with(
     requests: MemoryErasureRequests, documents: MemoryDocuments, *gaps: NotSearched
 ) -> str:
-    """A frozen report naming `gaps` (what it could not search), recorded as the approved one."""
-    manifest = Manifest(
-        request_id=RID, created_at=T0.isoformat(), subject_hashes=(H_SECRET,), subject_count=1,
-        objects=(), not_searched=gaps,
-    ).bytes()  # fmt: skip
+    """A frozen report of the same objects naming `gaps` (what it could not search), recorded
+    as the approved one; the erase job's results (already stored) are of it."""
+    listed = Manifest.model_validate_json(documents.bodies[report_key(RID, "manifest.json")])
+    manifest = listed.model_copy(update={"not_searched": gaps}).bytes()
     documents.put(report_key(RID, "manifest.json"), manifest, "application/json")
     record = requests.get(RID)
     assert record is not None
     requests.update(RID, {"report": {**record.report, "manifest_sha256": sha256_hex(manifest)}})
+    results = EraseResults.model_validate_json(documents.bodies[report_key(RID, "results.json")])
+    again = results.model_copy(update={"manifest_sha256": sha256_hex(manifest)})
+    documents.put(
+        report_key(RID, "results.json"), canonical_json(again.model_dump(mode="json")), "x"
+    )
     return sha256_hex(manifest)
 
 
@@ -456,6 +463,52 @@ def test_a_frozen_report_that_is_not_the_approved_one_is_never_certified(
     # Then nothing is certified: no certificate, no audit record, the request still ERASING
     assert report_key(RID, "certificate.json") not in documents.bodies
     assert report_key(RID, "audit.json") not in documents.bodies
+    assert _state(requests) == (ErasureStatus.ERASING, "")
+
+
+LATER_RESULT = DELETED.model_copy(update={"object_url": s3_url(RAW, "reviews/not-in-report.jsonl")})
+
+
+def _verified(*objects: ObjectResult) -> list[ObjectCheck]:
+    return [
+        ObjectCheck(object_url=o.object_url, ok=True, matching_rows=0, rows=None, versions_left=0)
+        for o in objects
+    ]
+
+
+@pytest.mark.parametrize(
+    ("results", "message"),
+    [
+        ("one-missing", r"names 1 object\(s\), the report 2 \(1 of the report missing"),
+        ("one-added", r"names 3 object\(s\), the report 2 \(0 of the report missing, 1 not in"),
+        ("one-twice", r"names 3 object\(s\), the report 2 .*1 repeated"),
+        ("another-report", r"results\.json is of the report c{64}"),
+    ],
+)
+def test_results_that_do_not_cover_exactly_the_approved_report_are_never_certified(
+    requests: MemoryErasureRequests, results: str, message: str
+) -> None:
+    # Given an erase run whose results (verified clean) are not of exactly the report's objects
+    objects = {
+        "one-missing": (REWRITTEN,),
+        "one-added": (REWRITTEN, DELETED, LATER_RESULT),
+        "one-twice": (REWRITTEN, DELETED, DELETED),
+        "another-report": (REWRITTEN, DELETED),
+    }[results]
+    documents = _erased(*objects)
+    if results == "another-report":
+        key = report_key(RID, "results.json")
+        stored = EraseResults.model_validate_json(documents.bodies[key])
+        other = stored.model_copy(update={"manifest_sha256": "c" * 64})
+        documents.put(key, canonical_json(other.model_dump(mode="json")), "x")
+    checks = {o.object_url: o for o in _verified(*objects)}
+    documents.put(report_key(RID, "verification.json"), _verification(*checks.values()), "x")
+
+    with pytest.raises(VerificationMissingError, match=message):
+        certify(RID, requests=requests, documents=documents, signer=EcdsaSigner())
+
+    # Then nothing is certified and the request is still ERASING
+    assert report_key(RID, "certificate.json") not in documents.bodies
     assert _state(requests) == (ErasureStatus.ERASING, "")
 
 

@@ -579,11 +579,14 @@ def test_a_report_with_nothing_left_out_has_no_not_searched_section() -> None:
 # holds for the subjects after the erasure; the certificate step names each entry.
 
 
-def _results(*objects: ObjectResult) -> bytes:
+def _results(world: World, *objects: ObjectResult) -> bytes:
+    """The erase job's results over the approved report (whose SHA-256 the record holds)."""
+    record = world.requests.get(RID)
+    assert record is not None
     return canonical_json(
         EraseResults(
-            request_id=RID, manifest_sha256="ab" * 32, correlation_id="c", finished_at="t",
-            objects=objects,
+            request_id=RID, manifest_sha256=record.report["manifest_sha256"], correlation_id="c",
+            finished_at="t", objects=objects,
         ).model_dump(mode="json")
     )  # fmt: skip
 
@@ -625,7 +628,9 @@ def _frozen(world: World) -> None:
 def _erased_and_certified(world: World) -> Any:
     """The erase job's documents (the lake object rewritten, verified clean), then the
     workflow's Update Index and Certify steps; the certificate's envelope."""
-    world.documents.put(report_key(RID, "results.json"), _results(REWRITTEN), "application/json")
+    world.documents.put(
+        report_key(RID, "results.json"), _results(world, REWRITTEN), "application/json"
+    )
     verification = Verification(
         request_id=RID, correlation_id="c", verified_at=(T0 + timedelta(hours=2)).isoformat(),
         objects=(
@@ -701,7 +706,9 @@ def test_an_entry_of_a_version_the_erasure_handled_is_not_named_but_a_later_one_
 def test_the_certificate_needs_the_index_update_s_look_up() -> None:
     world = World()
     _frozen(world)
-    world.documents.put(report_key(RID, "results.json"), _results(REWRITTEN), "application/json")
+    world.documents.put(
+        report_key(RID, "results.json"), _results(world, REWRITTEN), "application/json"
+    )
     world.documents.put(
         report_key(RID, "verification.json"),
         canonical_json(

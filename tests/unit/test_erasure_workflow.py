@@ -18,7 +18,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, utils
 
-from lethe_shared.aws.s3 import s3_url
+from lethe_shared.aws.s3 import KeyState, s3_url, split_s3_url
 from lethe_shared.catalog.object_catalog import Zone
 from lethe_shared.erasure.certificate import verify_envelope
 from lethe_shared.erasure.index_update import IndexUpdate
@@ -26,6 +26,7 @@ from lethe_shared.erasure.intake import cancel_request
 from lethe_shared.erasure.report import (
     EraseResults,
     Manifest,
+    ManifestObject,
     ObjectCheck,
     ObjectResult,
     Verification,
@@ -73,10 +74,23 @@ RAW_KEY = "reviews/2026/11/01/upload.jsonl"
 LAKE_URL = s3_url(LAKE, LAKE_KEY)
 RAW_URL = s3_url(RAW, RAW_KEY)
 ELSEWHERE_URL = s3_url(LAKE, "reviews/review_date=2026-11-02/part-0.parquet")
+
+
 # The frozen report the certificate step reads back (its SHA-256 is the one the record holds)
+def _listed(url: str, zone: Zone, rows: int) -> ManifestObject:
+    bucket, key = split_s3_url(url)
+    return ManifestObject(
+        object_url=url, bucket=bucket, key=key, dataset_id="reviews", zone=zone,
+        format="parquet" if zone is Zone.LAKE else "jsonl", state=KeyState.CURRENT,
+        expected_rows=rows, subjects=(), versions=(),
+    )  # fmt: skip
+
+
+# the objects the erase job's results (REWRITTEN, DELETED below) name: the certificate step
+# certifies only results of exactly the report's objects
 MANIFEST = Manifest(
     request_id=RID, created_at=T0.isoformat(), subject_hashes=(H_SECRET,), subject_count=1,
-    objects=(),
+    objects=(_listed(LAKE_URL, Zone.LAKE, 2), _listed(RAW_URL, Zone.RAW, 1)),
 ).bytes()  # fmt: skip
 MANIFEST_SHA256 = hashlib.sha256(MANIFEST).hexdigest()
 REPORT = {
@@ -402,7 +416,7 @@ def test_mark_failed_records_the_error_and_notifies_it(requests: MemoryErasureRe
 def _results(*objects: ObjectResult) -> bytes:
     return canonical_json(
         EraseResults(
-            request_id=RID, manifest_sha256="ab" * 32, correlation_id=RID,
+            request_id=RID, manifest_sha256=MANIFEST_SHA256, correlation_id=RID,
             finished_at=(T0 + timedelta(hours=2)).isoformat(), objects=objects,
         ).model_dump(mode="json")
     )  # fmt: skip

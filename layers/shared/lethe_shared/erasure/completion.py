@@ -111,11 +111,13 @@ def complete(
 
     request_id = record.request_id
     require_verified(request_id, results, verification)
+    manifest = frozen_report(record, documents)
+    require_covered(record, manifest, results)
     # every place the subjects may still be (the verification re-reads what the erase job read
     # and reports none of its own)
     gaps = gathered_gaps(
         results.not_searched,
-        frozen_report(record, documents).not_searched,
+        manifest.not_searched,
         index_update_gaps(record, documents),
     )
     envelope, envelope_bytes = _signed_once(
@@ -182,6 +184,29 @@ def require_verified(request_id: str, results: EraseResults, verification: Verif
         )
     if not verification.ok or verification.matching_rows:
         raise VerificationMissingError(f"request {request_id} did not verify: not certified")
+
+
+def require_covered(record: ErasureRequest, manifest: Manifest, results: EraseResults) -> None:
+    """The results must be of the approved report (its SHA-256) and name exactly its objects,
+    each once: an object of the report the erase run left out was not erased, and one it added
+    was never approved; either way nothing is certified (ReportMismatchError)."""
+    request_id = record.request_id
+    approved = str(record.report.get("manifest_sha256", ""))
+    if results.manifest_sha256 != approved:
+        raise ReportMismatchError(
+            f"request {request_id}: results.json is of the report {results.manifest_sha256 or '?'}"
+            f", the approved one is {approved or 'none recorded'}: not certified"
+        )
+    wanted = [o.object_url for o in manifest.objects]
+    found = [r.object_url for r in results.objects]
+    if sorted(found) != sorted(wanted) or len(set(found)) != len(found):
+        missing = len(set(wanted) - set(found))
+        extra = len(set(found) - set(wanted))
+        raise ReportMismatchError(
+            f"request {request_id}: results.json names {len(found)} object(s), the report "
+            f"{len(wanted)} ({missing} of the report missing, {extra} not in it, "
+            f"{len(found) - len(set(found))} repeated): not certified"
+        )
 
 
 def gathered_gaps(*sources: Iterable[NotSearched]) -> tuple[NotSearched, ...]:
