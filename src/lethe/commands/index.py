@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
+from pydantic import ValidationError
 
 from lethe.commands import CommandError, UsageError, add_subject_argument
 from lethe.commands.datasets import require_dataset
@@ -27,9 +28,16 @@ from lethe.target import Target, add_target_arguments, resolve
 from lethe_shared.aws.executions import timestamped
 from lethe_shared.aws.s3 import split_s3_url
 from lethe_shared.catalog.object_catalog import Zone
-from lethe_shared.datasets.document import DATASET_ID_PATTERN
+from lethe_shared.datasets.document import DATASET_ID_PATTERN, Dataset
+from lethe_shared.datasets.registry import DynamoDatasetRegistry
+from lethe_shared.erasure.subjects import (
+    ErasureRequestBody,
+    ErasureRequestError,
+    SubjectSet,
+    hash_subjects,
+)
 from lethe_shared.index.subject_index import DRIFT_KINDS, DynamoSubjectIndex, IndexEntry
-from lethe_shared.subject_hashing.keys import hash_of_id, hash_of_keys, load_hash_key
+from lethe_shared.subject_hashing.keys import load_hash_key
 
 ZONES: Final = (Zone.LAKE.value, Zone.RAW.value)
 WAIT_TIMEOUT_SECONDS: Final = 6 * 3600.0
@@ -133,6 +141,10 @@ def _zones(text: str) -> list[str]:
 
 
 def lookup_subjects(args: argparse.Namespace) -> int:
+    """Each subject is hashed per dataset exactly as an erasure request hashes it
+    (`erasure.subjects.hash_subjects`: "01001" is 1001 in an integer subject column and stays
+    "01001" in a string one), and an entry is shown only when its hash is the subject's hash in
+    the entry's own dataset: what a request for the same ids would find."""
     if not args.subject and not args.subject_key:
         raise UsageError("give --subject ID or --subject-key COLUMN=VALUE")
     if args.subject_key and not args.dataset:
@@ -140,44 +152,76 @@ def lookup_subjects(args: argparse.Namespace) -> int:
     composite = _subject_key_pairs(args.subject_key)
     target = resolve(args)
     key = load_hash_key(target.client("secretsmanager"), target.output("SubjectHashKeySecretArn"))
-    hashes = [hash_of_id(key, subject) for subject in args.subject]
     if composite:
-        hashes.append(_composite_hash(target, args.dataset, composite, key))
+        _check_composite(target, args.dataset, composite)
+    registered = list(_registry(target).list())
+    asked: list[dict[str, Any]] = [{"subject_ids": [s]} for s in dict.fromkeys(args.subject)]
+    asked += [{"subject_keys": [composite]}] if composite else []
+    subjects = [_hashed(body, args.dataset, key, registered) for body in asked]
     index = DynamoSubjectIndex(
         target.resource("dynamodb").Table(target.output("SubjectIndexTableName"))
     )
-    entries = [
-        entry
-        for subject_hash in dict.fromkeys(hashes)  # each subject once, in the given order
-        for entry in index.lookup(subject_hash)
-        if (args.dataset is None or entry.dataset_id == args.dataset)
-        and (args.all or not entry.deleted)
-    ]
-    rows = sorted(
-        (_lookup_row(entry, with_deleted=args.all) for entry in entries),
-        key=lambda r: (r["dataset"], r["zone"], r["key"], r["subject_hash"]),
-    )
+    rows, seen = [], set()
+    for number, subject in enumerate(subjects, start=1):
+        for subject_hash in subject.hashes:
+            for entry in index.lookup(subject_hash):
+                wanted = subject_hash in subject.hashes_for(entry.dataset_id)
+                place = (entry.subject_hash, entry.object_url)
+                if not wanted or place in seen:
+                    continue
+                if (args.dataset is None or entry.dataset_id == args.dataset) and (
+                    args.all or not entry.deleted
+                ):
+                    seen.add(place)
+                    rows.append((number, _lookup_row(entry, with_deleted=args.all)))
+    rows.sort(key=lambda r: (r[1]["dataset"], r[1]["zone"], r[1]["key"], r[1]["subject_hash"]))
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps([row for _, row in rows], indent=2))
     else:
-        _print_lookup(rows, list(dict.fromkeys(hashes)))
+        _print_lookup(rows, subjects)
     return 0
 
 
-def _print_lookup(rows: list[dict[str, Any]], hashes: list[str]) -> None:
+def _registry(target: Target) -> DynamoDatasetRegistry:
+    return DynamoDatasetRegistry(
+        target.resource("dynamodb").Table(target.output("DatasetsTableName"))
+    )
+
+
+def _hashed(
+    body: dict[str, Any], dataset_id: str | None, key: bytes, registered: list[Dataset]
+) -> SubjectSet:
+    """One subject hashed per dataset of the scope (`--dataset`, else every registered one),
+    as a request naming it alone would be; UsageError names the problem, never the value."""
+    try:
+        request = ErasureRequestBody.model_validate(
+            {**body, "requested_by": "lethe index lookup",
+             "datasets": [dataset_id] if dataset_id else None}
+        )  # fmt: skip
+        return hash_subjects(request, key, registered)
+    except ValidationError as exc:
+        problems = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
+        raise UsageError(problems.replace("subject_ids[0]", "--subject")) from None
+    except ErasureRequestError as exc:
+        problems = "; ".join(exc.problems)
+        raise UsageError(problems.replace("subject_ids[0]", "--subject")) from None
+
+
+def _print_lookup(rows: list[tuple[int, dict[str, Any]]], subjects: list[SubjectSet]) -> None:
     """A table; subjects are numbered in the order they were given (#1 is the first
-    --subject, the composite --subject-key comes last) and shown by hash."""
-    number = {subject_hash: n for n, subject_hash in enumerate(hashes, start=1)}
-    for subject_hash, n in number.items():
-        print(f"#{n}: subject hash {subject_hash}")
+    --subject, the composite --subject-key comes last) and shown by their hashes (one per
+    subject column type of the datasets looked up in)."""
+    for number, subject in enumerate(subjects, start=1):
+        shown = ", ".join(subject.hashes) or "none: no dataset's subject column can hold it"
+        print(f"#{number}: subject hash {shown}")
     if not rows:
         print("no index entries for these subjects")
         return
     print(f"{'#':>3} {'DATASET':16} {'ZONE':4} {'ROWS':>6}  OBJECT")
-    for row in rows:
+    for number, row in rows:
         flag = "  (deleted: older versions only)" if row.get("deleted") else ""
         print(
-            f"{'#' + str(number[row['subject_hash']]):>3} {row['dataset']:16} {row['zone']:4} "
+            f"{'#' + str(number):>3} {row['dataset']:16} {row['zone']:4} "
             f"{row['rows']:>6}  s3://{row['bucket']}/{row['key']}{flag}"
         )
 
@@ -194,7 +238,9 @@ def _subject_key_pairs(items: Sequence[str]) -> dict[str, str]:
     return pairs
 
 
-def _composite_hash(target: Target, dataset_id: str, pairs: dict[str, str], key: bytes) -> str:
+def _check_composite(target: Target, dataset_id: str, pairs: dict[str, str]) -> None:
+    """Every column of `--subject-key` is a subject column of the dataset, and none is missing
+    (UsageError names columns, never a value)."""
     dataset = require_dataset(target, dataset_id)
     unknown = sorted(set(pairs) - set(dataset.subject_columns))
     if unknown:
@@ -202,11 +248,9 @@ def _composite_hash(target: Target, dataset_id: str, pairs: dict[str, str], key:
             f"{', '.join(unknown)}: not a subject column of {dataset_id} "
             f"(subject columns: {', '.join(dataset.subject_columns)})"
         )
-    try:
-        digest: str = hash_of_keys(key, dataset.subject_columns, pairs)
-    except ValueError as exc:  # names the missing columns, never a value
-        raise UsageError(f"--subject-key: {exc}") from exc
-    return digest
+    missing = [c for c in dataset.subject_columns if c not in pairs]
+    if missing:
+        raise UsageError(f"--subject-key: subject_keys lacks {', '.join(missing)}")
 
 
 def _lookup_row(entry: IndexEntry, *, with_deleted: bool) -> dict[str, Any]:
