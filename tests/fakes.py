@@ -235,7 +235,7 @@ class MemoryIndex:
         return len(keys)
 
     def remove_object(self, object_url: str) -> int:
-        return self.remove_subjects(object_url, self.subjects_of(object_url))
+        return len(self.remove_unchanged(object_url, self.entry_states(object_url)).removed)
 
     def remove_subjects(self, object_url: str, subject_hashes: Iterable[str]) -> int:
         keys = [(s, object_url) for s in set(subject_hashes) if (s, object_url) in self.entries]
@@ -244,8 +244,8 @@ class MemoryIndex:
         return len(keys)
 
     def prune_flagged(self, object_url: str) -> int:
-        flagged = {s for (s, url), e in self.entries.items() if url == object_url and e.deleted}
-        return self.remove_subjects(object_url, flagged)
+        flagged = [s for s in self.entry_states(object_url) if s.deleted]
+        return len(self.remove_unchanged(object_url, flagged).removed)
 
     def described_versions(self, object_url: str) -> set[str]:
         return {

@@ -229,6 +229,45 @@ def test_index_removes_many_entries_unless_changed(index: SubjectIndex) -> None:
     assert index.subjects_of(URL) == {subjects[120]}
 
 
+@pytest.mark.parametrize("removal", ["remove_object", "prune_flagged"])
+def test_index_maintenance_removals_leave_an_entry_a_writer_rewrote_meanwhile(
+    index: SubjectIndex, monkeypatch: pytest.MonkeyPatch, removal: str
+) -> None:
+    # Given a (flagged: only an older version held it) and b, read by the removal; then, between
+    # its read and its delete, an indexer rewrites a for a new version that holds it again
+    index.replace_object(URL, [_entry("a"), _entry("b")])
+    index.replace_object(URL, [_entry("b")])
+    read_states = index.entry_states
+
+    def read_then_rewritten(url: str, subjects: Any = None) -> list[EntryState]:
+        states = read_states(url, subjects)
+        v3 = {"version_id": "v3"}
+        index.replace_object(URL, [_entry(s).model_copy(update=v3) for s in "ab"])
+        return states
+
+    monkeypatch.setattr(index, "entry_states", read_then_rewritten)
+
+    removed = getattr(index, removal)(URL)
+
+    # Then the new version's entries stay: nothing a writer wrote after the read is removed
+    assert removed == 0
+    assert {e.version_id for e in index.lookup("a" * 64)} == {"v3"}
+    assert index.subjects_of(URL) == {"a" * 64, "b" * 64}
+
+
+@pytest.mark.parametrize("removal", ["remove_object", "prune_flagged"])
+def test_index_maintenance_removals_remove_what_they_read(
+    index: SubjectIndex, removal: str
+) -> None:
+    index.replace_object(URL, [_entry("a"), _entry("b")])
+    index.replace_object(URL, [_entry("b")])  # a flagged
+
+    removed = getattr(index, removal)(URL)
+
+    left = {"b" * 64} if removal == "prune_flagged" else set()
+    assert (removed, index.subjects_of(URL)) == (2 - len(left), left)
+
+
 def _item(
     version: str, sequencer: str, status: ObjectStatus = ObjectStatus.RECEIVED
 ) -> CatalogItem:

@@ -357,14 +357,17 @@ class SubjectIndex(Protocol):
         """Flag (or unflag) every entry of the object; returns how many."""
 
     def remove_object(self, object_url: str) -> int:
-        """Remove every entry of the object; returns how many."""
+        """Remove every entry of the object as read now, each only while it still describes
+        what was read (`remove_unchanged`): an entry an indexer rewrites meanwhile (a version
+        written after the caller judged the key) stays. Returns how many were removed."""
 
     def remove_subjects(self, object_url: str, subject_hashes: Iterable[str]) -> int:
         """Remove these subjects' entries of the object (erasure); returns how many existed."""
 
     def prune_flagged(self, object_url: str) -> int:
         """Remove the object's entries flagged `deleted` (no older version is left to hold
-        them); returns how many."""
+        them), each only while it is still flagged as read: an entry a new version's indexer
+        rewrote meanwhile stays. Returns how many were removed."""
 
     def entry_states(
         self, object_url: str, subjects: Iterable[str] | None = None
@@ -455,7 +458,7 @@ class DynamoSubjectIndex:
                     raise
 
     def remove_object(self, object_url: str) -> int:
-        return self.remove_subjects(object_url, self.subjects_of(object_url))
+        return len(self.remove_unchanged(object_url, self.entry_states(object_url)).removed)
 
     def remove_subjects(self, object_url: str, subject_hashes: Iterable[str]) -> int:
         present = self.subjects_of(object_url) & set(subject_hashes)
@@ -465,8 +468,8 @@ class DynamoSubjectIndex:
         return len(present)
 
     def prune_flagged(self, object_url: str) -> int:
-        flagged = {i["subject_hash"] for i in self._entries_of(object_url) if i.get("deleted")}
-        return self.remove_subjects(object_url, flagged)
+        flagged = [s for s in self.entry_states(object_url) if s.deleted]
+        return len(self.remove_unchanged(object_url, flagged).removed) if flagged else 0
 
     def described_versions(self, object_url: str) -> set[str]:
         return {
