@@ -96,12 +96,12 @@ def test_a_scoped_lookup_and_an_id_no_column_can_hold(lookup: Any) -> None:
     code, out, _ = lookup("--subject", "01001", "--dataset", "orders", "--json")
     assert (code, _found(out)) == (0, {("orders", "orders/a.parquet", 2)})
 
-    # "abc" is no integer: nothing in orders; the text output says so without the id
-    code, out, err = lookup("--subject", "abc", "--dataset", "orders")
+    # "xyz" is no integer: nothing in orders; the text output says so without the id
+    code, out, err = lookup("--subject", "xyz", "--dataset", "orders")
     assert code == 0, err
     assert "none: no dataset's subject column can hold it" in out
     assert "no index entries" in out
-    assert "abc" not in out + err
+    assert "xyz" not in out + err
 
 
 def test_a_blank_id_is_refused_without_a_lookup(lookup: Any) -> None:

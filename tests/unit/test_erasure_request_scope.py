@@ -161,7 +161,7 @@ def test_a_decimal_id_with_trailing_zeros_finds_the_column_value() -> None:
 
 def test_ids_no_value_of_a_column_type_equals_are_counted_per_dataset() -> None:
     subjects = hash_subjects(
-        body(subject_ids=["abc", "u-7", "1001", "123.456"]), KEY, [CUSTOMERS, EMPLOYEES, PAYMENTS]
+        body(subject_ids=["xyz", "u-7", "1001", "123.456"]), KEY, [CUSTOMERS, EMPLOYEES, PAYMENTS]
     )
 
     assert subjects.hashes_for("customers") == (hash_of_id(KEY, "1001"),)
@@ -275,7 +275,7 @@ def test_the_record_keeps_the_scope_and_what_was_not_looked_up() -> None:
     requests = MemoryErasureRequests()
 
     filed = file_request(
-        body(subject_ids=["abc", "1001"], datasets=["customers", "employees"]),
+        body(subject_ids=["xyz", "1001"], datasets=["customers", "employees"]),
         hash_key=KEY, datasets=DATASETS, requests=requests, starter=Starter(), now=T0,
     )  # fmt: skip
 
@@ -283,7 +283,7 @@ def test_the_record_keeps_the_scope_and_what_was_not_looked_up() -> None:
     assert record is not None
     assert record.scope == ("customers", "employees")
     assert record.hashes_for("customers") == (hash_of_id(KEY, "1001"),)
-    assert set(record.hashes_for("employees")) == {hash_of_id(KEY, "abc"), hash_of_id(KEY, "1001")}
+    assert set(record.hashes_for("employees")) == {hash_of_id(KEY, "xyz"), hash_of_id(KEY, "1001")}
     assert record.hashes_for("payments") == ()
     assert [(m.dataset_id, m.subjects) for m in record.not_looked_up] == [("customers", 1)]
     assert record.history[0].detail == (
@@ -291,7 +291,7 @@ def test_the_record_keeps_the_scope_and_what_was_not_looked_up() -> None:
     )
     public = record.public()
     assert public["scope"] == ["customers", "employees"]
-    assert "abc" not in json.dumps(requests.items)
+    assert "xyz" not in json.dumps(requests.items)
 
 
 def test_the_same_idempotency_key_with_another_scope_is_another_body() -> None:
@@ -374,7 +374,7 @@ class Lake:
 def test_the_report_keeps_only_each_datasets_own_hashes() -> None:
     lake = Lake()
 
-    request_id, manifest = lake.report(subject_ids=["01001", "abc"])
+    request_id, manifest = lake.report(subject_ids=["01001", "xyz"])
 
     # customer 1001 (the int form of "01001") and employee "01001"; never employee "1001"
     assert [(o.object_url, [s.subject_hash for s in o.subjects]) for o in manifest.objects] == [
@@ -384,7 +384,7 @@ def test_the_report_keeps_only_each_datasets_own_hashes() -> None:
     assert manifest.hashes_for("customers") == (hash_of_id(KEY, "1001"),)
     assert set(manifest.hashes_for("employees")) == {
         hash_of_id(KEY, "01001"),
-        hash_of_id(KEY, "abc"),
+        hash_of_id(KEY, "xyz"),
     }
     notes = [
         "Datasets: all 4 registered when the request was filed "
@@ -401,7 +401,7 @@ def test_the_report_keeps_only_each_datasets_own_hashes() -> None:
     record = lake.requests.get(request_id)
     assert record is not None
     assert record.report["notes"] == notes
-    assert "abc" not in text
+    assert "xyz" not in text
     assert "01001" not in text
 
 
@@ -460,7 +460,7 @@ def test_the_index_update_removes_only_each_objects_dataset_hashes() -> None:
 
 def test_the_approval_page_shows_the_report_notes() -> None:
     lake = Lake()
-    request_id, _ = lake.report(subject_ids=["01001", "abc"], datasets=["customers"])
+    request_id, _ = lake.report(subject_ids=["01001", "xyz"], datasets=["customers"])
     record = lake.requests.get(request_id)
     assert record is not None
 
