@@ -20,9 +20,10 @@ import pytest
 from lethe.localcloud.template import load_template
 from lethe_shared.catalog.object_catalog import CatalogItem, ObjectStatus, Zone, normalize_sequencer
 from lethe_shared.datasets.document import parse_dataset
+from lethe_shared.datasets.matching import matching_fingerprint
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
 from lethe_shared.index.subject_index import IndexEntry
-from lethe_shared.subject_hashing.keys import hash_of_id, hash_of_keys
+from lethe_shared.subject_hashing.keys import hash_of_id, hash_of_keys, key_fingerprint
 
 REGION = "us-east-1"
 RAW = "lethe-test-raw"
@@ -142,8 +143,24 @@ class Cloud:
         )
         return dict(found["Item"])
 
+    def pins(self) -> set[tuple[str, str, str]]:
+        """(dataset, matching fingerprint, key fingerprint) of every item of the subject index:
+        what each entry says it was computed with."""
+        return {
+            (e.dataset_id, e.matching_fingerprint, e.key_fingerprint)
+            for e in map(IndexEntry.from_item, self._items())
+        }
+
+    def expected_pin(self, document: dict[str, Any]) -> tuple[str, str, str]:
+        """The pin of entries computed from `document`'s rows with the test's hash key."""
+        dataset = parse_dataset(document)
+        return (dataset.dataset_id, matching_fingerprint(dataset), key_fingerprint(HASH_KEY))
+
     def entries(self) -> set[Entry]:
         """Every item of the subject index."""
+        return {entry_view(IndexEntry.from_item(i)) for i in self._items()}
+
+    def _items(self) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []
         kwargs: dict[str, Any] = {"ConsistentRead": True}
         while True:
@@ -152,7 +169,7 @@ class Cloud:
             if "LastEvaluatedKey" not in page:
                 break
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-        return {entry_view(IndexEntry.from_item(i)) for i in items}
+        return items
 
     def lookup(self, subject_hash: str) -> list[Entry]:
         page = self.index.query(

@@ -278,8 +278,9 @@ def test_a_backfill_gives_the_index_ingestion_gave(
     everything = run_index.objects("payments", payments, "--skip-producer", "none")
     run_index.objects("events", _dataset_objects(cloud, "events"), "--skip-producer", "none")
 
-    # Then the index is the one ingestion wrote
+    # Then the index is the one ingestion wrote, pinned alike
     assert cloud.entries() == ingested
+    assert cloud.pins() == {cloud.expected_pin(PAYMENTS), cloud.expected_pin(EVENTS)}
     # the first run left what ingestion wrote to ingestion, the second indexed it
     assert (default["objects"], default["indexed"], default["skipped"]) == (4, 1, 3)
     assert (everything["indexed"], everything["skipped"]) == (3, 1)

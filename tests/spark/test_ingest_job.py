@@ -226,6 +226,8 @@ def test_ingestion_indexes_its_lake_files_the_raw_object_and_quarantine(
         (h("u2"), raw, "raw", "csv", 1, (3,), *raw_v, False),
     ]  # fmt: skip
     assert len(cloud.entries()) == 6
+    # and every entry is pinned to the definition and the key it was computed with
+    assert cloud.pins() == {cloud.expected_pin(REVIEWS)}
     # and no raw subject id is stored anywhere in the index
     assert not any({"u1", "u2", "u3"} & {str(v) for e in cloud.entries() for v in e})
     # and every object the job wrote says that ingestion indexed it, and which run wrote it
