@@ -682,7 +682,7 @@ def test_entries_are_pinned_to_the_definition_and_the_key_they_were_computed_wit
 
     expected = (matching_fingerprint(real), key_fingerprint(KEY))
     assert {(e.matching_fingerprint, e.key_fingerprint) for e in batch} == {expected}
-    assert {(i["matching_fingerprint"], i["key_fingerprint"]) for i in items} == {expected}
+    assert {i["pin"] for i in items} == {f"{expected[0]}/{expected[1]}"}  # one attribute
     assert {IndexEntry.from_item(i).key_fingerprint for i in items} == {expected[1]}
     # another definition of the rows, another key: other pins
     assert matching_fingerprint(retyped) != expected[0]
@@ -692,3 +692,16 @@ def test_entries_are_pinned_to_the_definition_and_the_key_they_were_computed_wit
         key_fingerprint(OTHER_KEY),
     )
     assert other[0].key_fingerprint != expected[1]
+
+
+@pytest.mark.parametrize("pin", [("", ""), ("5" * 32, "6" * 16)])
+def test_an_entry_s_pin_survives_its_item(pin: tuple[str, str]) -> None:
+    entry = IndexEntry(
+        subject_hash="a" * 64, object_url=REF.object_url, dataset_id="ds", zone=Zone.LAKE,
+        format="parquet", rows=1, matching_fingerprint=pin[0], key_fingerprint=pin[1],
+    )  # fmt: skip
+    item = entry.to_item()
+
+    assert IndexEntry.from_item(item) == entry
+    assert "matching_fingerprint" not in item
+    assert item.get("pin") == (f"{pin[0]}/{pin[1]}" if pin[0] else None)

@@ -126,7 +126,7 @@ def test_entries_add_up_across_batches_keeping_the_first_hints() -> None:
     assert {(e.matching_fingerprint, e.key_fingerprint) for e in (first, second)} == {
         (matching_fingerprint(dataset), key_fingerprint(key))
     }
-    assert first.to_item()["matching_fingerprint"] == matching_fingerprint(dataset)
+    assert first.to_item()["pin"] == f"{matching_fingerprint(dataset)}/{key_fingerprint(key)}"
 
 
 def test_partition_paths_render_as_the_layout_does() -> None:
