@@ -21,8 +21,10 @@ from lethe.localcloud.template import load_template
 from lethe_shared.catalog.object_catalog import CatalogItem, ObjectStatus, Zone, normalize_sequencer
 from lethe_shared.datasets.document import parse_dataset
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
+from lethe_shared.erasure.pins import pin_manifest
+from lethe_shared.erasure.report import Manifest
 from lethe_shared.index.subject_index import IndexEntry
-from lethe_shared.subject_hashing.keys import hash_of_id, hash_of_keys
+from lethe_shared.subject_hashing.keys import hash_of_id, hash_of_keys, key_fingerprint
 
 REGION = "us-east-1"
 RAW = "lethe-test-raw"
@@ -86,6 +88,15 @@ class Cloud:
 
     def register(self, document: dict[str, Any]) -> None:
         DynamoDatasetRegistry(self.datasets).put(parse_dataset(document))
+
+    def pinned(self, manifest: Manifest, key: bytes = HASH_KEY) -> Manifest:
+        """`manifest` pinned as the report step pins it (lethe_shared.erasure.pins): to `key`,
+        the key the request's ids were hashed with, and each dataset's registration now."""
+        return pin_manifest(
+            manifest,
+            key_fingerprint=key_fingerprint(key),
+            registry=DynamoDatasetRegistry(self.datasets),
+        )
 
     def upload(
         self, key: str, body: bytes, dataset_id: str, sequencer: str = "1", **put: Any
