@@ -36,8 +36,9 @@ rewrite, no purge of older versions), the first rule that holds, in this order:
 
 A refused object's result has action `refused`, no version before or after, nothing removed or
 purged, and one gap (report.NotSearched) whose detail says what differed (fingerprints and
-generations only) and what the operator does: re-index the dataset (`lethe datasets reindex`),
-then file a new request. The verify run accepts it unread (`accepts_refused`), the index update
+generations only) and what the operator does: re-index the dataset (a changed definition: `lethe
+datasets reindex`; a rotated key or stale entries: `lethe index backfill --force`), then file a
+new request. The verify run accepts it unread (`accepts_refused`), the index update
 keeps every entry of it (lethe_shared.erasure.index_update: `erasure_refused`) so the subjects
 stay findable, and the request ends INCOMPLETE naming it.
 """
@@ -128,7 +129,7 @@ def _refusal(
             f"the request's subject ids were hashed with subject hash key "
             f"{manifest.key_fingerprint}, the erase job loaded key {key_now}: its hashes cannot "
             "match the rows, so nothing of this object was touched. Re-index every dataset "
-            f"with the current key (`lethe datasets reindex {dataset}`), {_THEN}"
+            f"with the current key (`lethe index backfill --dataset {dataset} --force`), {_THEN}"
         ))  # fmt: skip
     document = matching_fingerprint(now.dataset) if now is not None else ""
     if now is None or (
@@ -167,7 +168,7 @@ def _refusal(
         f"{pin.matching_fingerprint}/{manifest.key_fingerprint}; entries: {', '.join(seen)}"
         f"{f'; {unpinned} written before entries were pinned' if unpinned else ''}): its rows "
         "may not be the ones erasure would match, so nothing of this object was touched. "
-        f"Re-index the dataset (`lethe datasets reindex {dataset}`), {_THEN}"
+        f"Re-index the dataset (`lethe index backfill --dataset {dataset} --force`), {_THEN}"
     ))  # fmt: skip
 
 
