@@ -21,7 +21,8 @@ from collections.abc import Sequence
 
 import boto3
 
-from lethe_jobs.erase_core import ErasePorts, parse_args, run
+from lethe_jobs.erase_core import run
+from lethe_jobs.erase_settings import ErasePorts, parse_args
 from lethe_jobs.session import configure_logging, job_session
 from lethe_shared.aws.s3 import S3ObjectStore
 from lethe_shared.datasets.registry import DynamoDatasetRegistry

@@ -191,6 +191,7 @@ def _run(step: StepEvent, deps: _Dependencies) -> dict[str, Any]:
             objects=deps.objects,
             documents=deps.documents,
             widen=_widen(deps),
+            registry=deps.registry,
         )
         metrics.add_metric(
             name="ErasureReportObjects", unit=MetricUnit.Count, value=summary.objects

@@ -29,10 +29,17 @@ Erase (one Spark task per group of objects, `tasks.task_groups`: small objects s
    malformed) is named (`ingestion_failed`) and left as it is, its older versions purged, so one
    bad upload does not fail every request on its dataset.
 
+Before any of this, the driver checks the report's pins (lethe_shared.erasure.pins): an object
+whose dataset definition, subject hash key or index entries are not the ones the report was
+frozen with (or of a report without pins) is refused: never read, rewritten or purged, its
+result `refused` and named as not searched. The datasets and their generations are read with
+the registry's consistent `registration()`.
+
 Verify (lethe_jobs.erase_verify) reads every object of the results again: no version but the
 one erasure left, no row of the subjects in it, and the expected number of rows (a widened
 key's version named unreadable is accepted unread). It writes `verification.json` and fails
-the run when any object does not verify, so the request ends FAILED, never COMPLETED.
+the run when any object does not verify, so the request ends FAILED, never COMPLETED. A refused
+object is accepted unread (`pins.accepts_refused`): the request ends INCOMPLETE naming it.
 
 Failures worth a retry raise. A re-run converges: an object already erased has nothing left to
 remove, and its older versions are already gone.
@@ -40,14 +47,13 @@ remove, and its older versions are already gone.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
 import signal
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -57,14 +63,16 @@ from pyspark import TaskContext
 from pyspark.sql import SparkSession
 
 from lethe_jobs.erase_ledger import LedgerReader, erased_by, job_ledger, job_writes
-from lethe_jobs.erase_rows import (
-    EraseResult,
-    SubjectMatcher,
-    erase_rows,
+from lethe_jobs.erase_rows import EraseResult, erase_rows
+from lethe_jobs.erase_settings import (
+    EraseArgs,
+    ErasePorts,
+    EraseSettings,
+    job_settings,
+    refused_results,
 )
 from lethe_jobs.erase_verify import verify_partition
 from lethe_jobs.errors import JobError
-from lethe_jobs.job_args import add_required
 from lethe_jobs.not_searched import (
     UNREADABLE,
     action_of,
@@ -75,7 +83,6 @@ from lethe_jobs.not_searched import (
     unreadable,
     unreadable_reason,
 )
-from lethe_jobs.objects import ObjectKind, object_kind
 from lethe_jobs.session import configure_logging
 from lethe_jobs.tasks import task_groups
 from lethe_shared.aws.s3 import (
@@ -90,9 +97,6 @@ from lethe_shared.aws.s3 import (
     s3_url,
     split_s3_url,
 )
-from lethe_shared.catalog.object_catalog import Buckets
-from lethe_shared.datasets.document import Dataset
-from lethe_shared.datasets.registry import DatasetRegistry, require_dataset
 from lethe_shared.erasure.report import (
     EraseResults,
     Manifest,
@@ -112,7 +116,6 @@ from lethe_shared.index.maintenance import ERASE_PRODUCER
 
 LOG = logging.getLogger("lethe.erase")
 MAX_ATTEMPTS = 5  # reads of one object while producers keep writing it
-MODES = ("erase", "verify")
 # A fault for tests only (tests/spark/test_erase_faults.py): this Spark local property, set to N
 # on the driver's thread before a run, makes an erase task's Python worker SIGKILL itself right
 # after its Nth rewrite (the new version written, older versions not yet purged), as a job dying
@@ -131,60 +134,6 @@ class ConcurrentWritesError(JobError):
 
 class VerificationFailedError(JobError):
     """An object still holds a subject's rows, or older versions, after the erasure."""
-
-
-@dataclass(frozen=True)
-class EraseArgs:
-    request_id: str
-    manifest: str  # s3://<reports>/erasure/<request>/manifest.json
-    manifest_sha256: str
-    raw_bucket: str
-    lake_bucket: str
-    reports_bucket: str
-    datasets_table: str
-    catalog_table: str  # the writes ledger: every rewrite is recorded there
-    hash_key_secret: str
-    correlation_id: str
-    mode: str
-
-    @property
-    def buckets(self) -> Buckets:
-        return Buckets(raw=self.raw_bucket, lake=self.lake_bucket)
-
-
-def parse_args(argv: Sequence[str] | None) -> tuple[EraseArgs, list[str]]:
-    """`--key value` arguments; unknown ones (Glue's own) are returned apart and ignored."""
-    parser = argparse.ArgumentParser(prog="erase", description="Lethe erase job")
-    add_required(parser, [f for f in EraseArgs.__dataclass_fields__ if f != "mode"])
-    parser.add_argument("--mode", choices=MODES, default="erase")
-    known, unknown = parser.parse_known_args(argv)
-    return EraseArgs(**vars(known)), unknown
-
-
-@dataclass(frozen=True)
-class EraseSettings:
-    """What every task needs; travels to the executors with the task."""
-
-    request_id: str
-    correlation_id: str
-    buckets: Buckets
-    datasets: dict[str, Dataset]
-    hashes: frozenset[str]
-    hash_key: bytes = field(repr=False)
-    # the writes ledger's table ("": rewrites are not recorded, and no version is known as an
-    # erasure's: nothing credited from an earlier run, no later erasure accepted by verify)
-    catalog_table: str = ""
-    # each dataset's hashes (Manifest.hashes_for): an object is matched with its dataset's only
-    # (a dataset not listed: every hash, as a manifest without per-dataset hashes says)
-    dataset_hashes: dict[str, frozenset[str]] = field(default_factory=dict)
-    widened: frozenset[str] = frozenset()  # URLs of the manifest's widened raw keys
-
-    def matcher(self, dataset_id: str) -> SubjectMatcher:
-        hashes = self.dataset_hashes.get(dataset_id, self.hashes)
-        return SubjectMatcher(self.datasets[dataset_id], hashes, self.hash_key)
-
-    def kind(self, item: ManifestObject) -> ObjectKind:
-        return object_kind(item.dataset_id, item.bucket, item.key, self.buckets)
 
 
 def _data_versions(versions: Iterable[ObjectVersion]) -> list[VersionRef]:
@@ -436,13 +385,6 @@ def _distribute(spark: SparkSession, groups: list[list[str]], func: Any) -> list
     return list(rdd.flatMap(func).collect())
 
 
-@dataclass(frozen=True)
-class ErasePorts:
-    reports: S3ObjectStore
-    datasets: DatasetRegistry
-    hash_key: bytes = field(repr=False)
-
-
 def load_manifest(reports: S3ObjectStore, args: EraseArgs) -> Manifest:
     bucket, key = split_s3_url(args.manifest)
     body = reports.read_bytes(bucket, key)
@@ -459,42 +401,28 @@ def load_manifest(reports: S3ObjectStore, args: EraseArgs) -> Manifest:
     return manifest
 
 
-def _settings(args: EraseArgs, manifest: Manifest, ports: ErasePorts) -> EraseSettings:
-    ids = sorted({o.dataset_id for o in manifest.objects})
-    return EraseSettings(
-        request_id=args.request_id,
-        correlation_id=args.correlation_id,
-        buckets=args.buckets,
-        datasets={d: require_dataset(ports.datasets, d) for d in ids},
-        hashes=frozenset(manifest.subject_hashes),
-        hash_key=ports.hash_key,
-        catalog_table=args.catalog_table,
-        dataset_hashes={d: frozenset(manifest.hashes_for(d)) for d in ids},
-        widened=frozenset(o.object_url for o in manifest.objects if o.widened_from),
-    )
-
-
 def run_erase(
     spark: SparkSession, args: EraseArgs, ports: ErasePorts, now: datetime
 ) -> dict[str, Any]:
     manifest = load_manifest(ports.reports, args)
-    ctx = _settings(args, manifest, ports)
-    items = list(manifest.objects)
+    ctx = job_settings(args, manifest, ports)
+    by_url = refused_results(manifest, ctx)
+    items = [o for o in manifest.objects if o.object_url not in by_url]
     LOG.info("erasing %d subject hashes from %d objects", len(ctx.hashes), len(items))
     groups = [[items[i].model_dump_json() for i in g] for g in task_groups([i.size for i in items])]
-    by_url = {
-        r.object_url: r
+    by_url.update(
+        (r.object_url, r)
         for r in map(
             ObjectResult.model_validate_json,
             _distribute(spark, groups, lambda p: _erase_partition(p, ctx)),
         )
-    }
+    )
     results = EraseResults(
         request_id=args.request_id,
         manifest_sha256=args.manifest_sha256,
         correlation_id=args.correlation_id,
         finished_at=now.isoformat(),
-        objects=tuple(by_url[i.object_url] for i in items),
+        objects=tuple(by_url[i.object_url] for i in manifest.objects),
     )
     url = _write(ports.reports, args, "results.json", results.model_dump(mode="json"))
     totals = results_totals(results.objects)
@@ -512,7 +440,7 @@ def run_verify(
     spark: SparkSession, args: EraseArgs, ports: ErasePorts, now: datetime
 ) -> dict[str, Any]:
     manifest = load_manifest(ports.reports, args)
-    ctx = _settings(args, manifest, ports)
+    ctx = job_settings(args, manifest, ports)
     body = ports.reports.read_bytes(
         args.reports_bucket, report_key(args.request_id, "results.json")
     )

@@ -8,6 +8,11 @@ verify run cannot read it either, and accepts it when the erase result says exac
 (`accepts_unreadable`); its versions are still checked. The request then ends INCOMPLETE, not
 FAILED for the whole run. Any other version that cannot be read fails the run, as before.
 
+An object the erase run refused because the frozen report's pins did not hold (action `refused`,
+lethe_shared.erasure.pins) was deliberately left untouched, and is named as not searched: it is
+accepted unread (`accepts_refused`), so the rest of the request is still proven and the request
+ends INCOMPLETE naming it.
+
 A version newer than the one erasure left is accepted only when the writes ledger records it as
 written by the erase job for another request (lethe_jobs.erase_ledger). A version whose metadata
 claims an erasure (`lethe-producer: erase`, `lethe-erasure: <another request>`) but that the
@@ -30,6 +35,7 @@ from lethe_jobs.objects import object_kind
 from lethe_jobs.session import configure_logging
 from lethe_shared.aws.s3 import ObjectStore, ObjectVersion, S3ObjectStore, split_s3_url
 from lethe_shared.catalog.object_catalog import Buckets
+from lethe_shared.erasure.pins import accepts_refused
 from lethe_shared.erasure.report import ObjectCheck, ObjectResult
 
 
@@ -76,6 +82,11 @@ def verify_object(
     bucket, key = split_s3_url(result.object_url)
     versions = store.versions_of(bucket, key)
     left = [v for v in versions if not v.delete_marker]
+    if accepts_refused(result):  # untouched on purpose, named as not searched: not read
+        return ObjectCheck(
+            object_url=result.object_url, ok=True, matching_rows=0, rows=None,
+            versions_left=len(versions),
+        )  # fmt: skip
     if result.version_after is None:
         ok = not versions
         problem = "" if ok else f"{len(versions)} version(s) left of a key erasure deleted"

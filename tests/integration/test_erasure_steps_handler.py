@@ -34,7 +34,7 @@ from lethe_shared.erasure.requests import (
     parse_request_body,
 )
 from lethe_shared.index.subject_index import DynamoSubjectIndex, IndexEntry
-from lethe_shared.subject_hashing.keys import hash_of_id
+from lethe_shared.subject_hashing.keys import hash_of_id, key_fingerprint
 from tests.conftest import REPO_ROOT, FakeLambdaContext, load_function_module
 from tests.integration.conftest import LAKE, RAW, create_table_from_template
 
@@ -147,6 +147,47 @@ def test_the_report_step_freezes_the_report_of_the_indexed_objects(
     assert (record.report["objects"], record.report["versions"], record.report["rows"]) == (2, 3, 4)
     assert record.report["manifest_sha256"] == result["sha256"]
     assert record.report["manifest_url"] == f"s3://{REPORTS}/erasure/{RID}/manifest.json"
+
+
+def test_the_report_step_pins_the_request_s_key_and_each_dataset_s_definition(
+    app: Any, requests: Any, lethe_tables: dict[str, Any], load_event: Event
+) -> None:
+    # Given a request filed with HASH_KEY (its record names the key's fingerprint), reviews
+    # registered, and the subject indexed in a raw object with the entry's pins
+    requests.update(RID, {"key_fingerprint": key_fingerprint(HASH_KEY)})
+    _register_reviews(lethe_tables)
+    registration = DynamoDatasetRegistry(lethe_tables["DatasetsTable"]).registration("reviews")
+    assert registration is not None
+    raw = boto3.client("s3").put_object(Bucket=RAW, Key=RAW_KEY, Body=b"raw rows")
+    raw_url = s3_url(RAW, RAW_KEY)
+    entry = index_entry(raw_url, Zone.RAW, 1, raw["VersionId"], raw["ETag"].strip('"'))
+    pinned = entry.model_copy(
+        update={
+            "matching_fingerprint": registration.matching_fingerprint,
+            "key_fingerprint": key_fingerprint(HASH_KEY),
+        }
+    )
+    DynamoSubjectIndex(lethe_tables["SubjectIndexTable"]).replace_object(raw_url, [pinned])
+
+    # When the workflow runs the report step
+    app.handler(load_event("erasure_steps_report.json"), FakeLambdaContext())
+
+    # Then the frozen report records the key, the dataset's generation and fingerprint as the
+    # registry holds them, and the entry's pins (what the erase job checks: erasure.pins)
+    body = boto3.client("s3").get_object(Bucket=REPORTS, Key=f"erasure/{RID}/manifest.json")
+    manifest = json.loads(body["Body"].read())
+    assert manifest["key_fingerprint"] == key_fingerprint(HASH_KEY)
+    assert manifest["dataset_pins"] == [
+        {
+            "dataset_id": "reviews",
+            "matching_generation": registration.matching_generation,
+            "matching_fingerprint": registration.matching_fingerprint,
+        }
+    ]
+    (item,) = manifest["objects"]
+    assert [(s["matching_fingerprint"], s["key_fingerprint"]) for s in item["subjects"]] == [
+        (registration.matching_fingerprint, key_fingerprint(HASH_KEY))
+    ]
 
 
 def test_the_report_step_of_an_unknown_request_fails(app: Any, load_event: Event) -> None:

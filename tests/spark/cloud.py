@@ -22,6 +22,8 @@ from lethe_shared.catalog.object_catalog import CatalogItem, ObjectStatus, Zone,
 from lethe_shared.datasets.document import parse_dataset
 from lethe_shared.datasets.matching import matching_fingerprint
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
+from lethe_shared.erasure.pins import pin_manifest
+from lethe_shared.erasure.report import Manifest
 from lethe_shared.index.subject_index import IndexEntry
 from lethe_shared.subject_hashing.keys import hash_of_id, hash_of_keys, key_fingerprint
 
@@ -87,6 +89,15 @@ class Cloud:
 
     def register(self, document: dict[str, Any]) -> None:
         DynamoDatasetRegistry(self.datasets).put(parse_dataset(document))
+
+    def pinned(self, manifest: Manifest, key: bytes = HASH_KEY) -> Manifest:
+        """`manifest` pinned as the report step pins it (lethe_shared.erasure.pins): to `key`,
+        the key the request's ids were hashed with, and each dataset's registration now."""
+        return pin_manifest(
+            manifest,
+            key_fingerprint=key_fingerprint(key),
+            registry=DynamoDatasetRegistry(self.datasets),
+        )
 
     def upload(
         self, key: str, body: bytes, dataset_id: str, sequencer: str = "1", **put: Any

@@ -81,7 +81,7 @@ class Run:
             now=datetime(2026, 11, 23, 12, tzinfo=UTC), hash_groups=subjects.groups,
             scope=subjects.scope, not_looked_up=subjects.not_looked_up,
         )  # fmt: skip
-        document = manifest.bytes()
+        document = self.cloud.pinned(manifest).bytes()
         self.cloud.s3.put_object(
             Bucket=REPORTS, Key=report_key(REQUEST, "manifest.json"), Body=document
         )

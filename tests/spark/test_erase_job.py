@@ -70,9 +70,10 @@ class Eraser:
         )
         return self.store(manifest)
 
-    def store(self, manifest: Manifest) -> dict[str, Any]:
-        """Freeze `manifest` as the request's approved report."""
-        body = manifest.bytes()
+    def store(self, manifest: Manifest, *, pin: bool = True) -> dict[str, Any]:
+        """Freeze `manifest` as the request's approved report, pinned as the report step pins
+        it (`pin=False`: as given, e.g. a report made before pins)."""
+        body = (self.cloud.pinned(manifest) if pin else manifest).bytes()
         self.sha256 = sha256_hex(body)
         self.cloud.s3.put_object(
             Bucket=REPORTS, Key=report_key(REQUEST, "manifest.json"), Body=body

@@ -18,6 +18,11 @@ key written while versioning was off, its ETag too: every overwrite reuses that 
   longer stored took its rows with it, so the entry goes. A version still stored was written
   after the erasure read the key (a producer, indexed meanwhile): the entry stays
   (`later_version`).
+- A key the erase job refused (action `refused`, lethe_shared.erasure.pins: the report's pins
+  no longer hold, so nothing of it was touched): no entry of it is touched, of any subject, so
+  the subjects stay findable there; the request's subjects' entries are kept items
+  (`erasure_refused`), which the erase results already name as not searched (with why and what
+  to do), so `not_searched` does not name them again.
 - Every removal is conditional (lethe_shared.index.entry_removal): an indexer that rewrites the
   entry between the read and the delete wins, and the entry is judged again as it is now (at
   most MAX_ROUNDS reads; then it stays, `still_changing`).
@@ -60,6 +65,7 @@ KeptReason = Literal[
     "indexed_again",  # a version the erasure saw, indexed again after its entry was removed
     "erasure_version_stored",  # a flag on the version erasure left, which is still stored
     "still_changing",  # changed on every read (MAX_ROUNDS)
+    "erasure_refused",  # an object the erase job refused, untouched (named by its results)
 ]
 KEPT_REASONS: tuple[KeptReason, ...] = (
     "later_version",
@@ -67,6 +73,7 @@ KEPT_REASONS: tuple[KeptReason, ...] = (
     "indexed_again",
     "erasure_version_stored",
     "still_changing",
+    "erasure_refused",
 )
 _DETAILS: Mapping[str, str] = {
     "later_version": (
@@ -143,7 +150,8 @@ def settle_index(
 
     update = IndexUpdate()
     for result in results.objects:
-        _settle_object(result, of(result.dataset_id), index, objects, update)
+        if not result.refused:  # a refused object is untouched: every entry of it stays
+            _settle_object(result, of(result.dataset_id), index, objects, update)
     _collect_kept(results, subjects, index, update, of)
     LOG.info(
         "index updated: %d entries removed, %d flagged pruned, %d kept (%s), %d conditional "
@@ -290,6 +298,8 @@ def _collect_kept(
             reason: KeptReason
             if result is None:
                 reason = "object_not_erased"
+            elif result.refused:
+                reason = "erasure_refused"
             elif _verdict(EntryState(subject, entry.version_id, entry.etag), result, _REMOVE):
                 reason = "indexed_again"
             else:
@@ -307,7 +317,8 @@ def _collect_kept(
 def not_searched(index_update: Mapping[str, Any]) -> tuple[NotSearched, ...]:
     """The kept items of an index update (its summary, as the request record keeps it under
     `index`) as NotSearched items, reason `appeared_after_erase`: one per (object, version),
-    and one naming the update's document for the items beyond KEPT_LISTED."""
+    and one naming the update's document for the items beyond KEPT_LISTED. Items of objects
+    the erase job refused (`erasure_refused`) are not: its results name those objects."""
     found = [
         NotSearched(
             object_url=str(item["object_url"]),
@@ -320,6 +331,7 @@ def not_searched(index_update: Mapping[str, Any]) -> tuple[NotSearched, ...]:
             ),
         )
         for item in index_update.get("kept", [])
+        if item.get("reason") != "erasure_refused"
     ]
     unlisted = int(index_update.get("kept_unlisted", 0))
     if unlisted:

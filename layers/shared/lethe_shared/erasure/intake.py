@@ -30,6 +30,7 @@ from lethe_shared.erasure.requests import (
     new_request_id,
 )
 from lethe_shared.erasure.task_callbacks import TaskCallbacks, TaskGoneError
+from lethe_shared.subject_hashing.keys import key_fingerprint
 
 if TYPE_CHECKING:
     from lethe_shared.datasets.document import Dataset
@@ -83,9 +84,11 @@ def file_request(
         if idempotency_key
         else new_request_id(now)
     )
-    record, created = requests.create(
-        new_request(request_id, body, subjects, now=now, via=via, principal=caller or "")
-    )
+    filed = new_request(
+        request_id, body, subjects, now=now, via=via, principal=caller or "",
+        key_fingerprint=key_fingerprint(hash_key),  # the report is pinned to it (erasure.pins)
+    )  # fmt: skip
+    record, created = requests.create(filed)
     if not created and record.fingerprint != new_request(request_id, body, subjects).fingerprint:
         raise IdempotencyConflictError(
             "this Idempotency-Key was used for another request body; use a new key"

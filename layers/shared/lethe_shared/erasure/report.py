@@ -15,6 +15,14 @@
 per dataset (lethe_shared.erasure.subjects): the manifest keeps an index entry only when its
 hash is one of its dataset's (`Manifest.hashes_for`), and the erase job matches each object
 with its dataset's hashes alone.
+
+**Pins** (lethe_shared.erasure.pins): the frozen report records what its rows were matched with,
+so the erase job can refuse to match with anything else: `Manifest.key_fingerprint` (the subject
+hash key the request's ids were hashed with, recorded at intake), `Manifest.dataset_pins` (each
+dataset's matching generation and fingerprint, read from the registry when the report was
+frozen) and, per index entry, the matching and key fingerprints it was computed with
+(`SubjectRows`). Manifests made before pins have none: the erase job refuses every object of
+them (`report_unpinned`).
 """
 
 from __future__ import annotations
@@ -36,7 +44,8 @@ from lethe_shared.index.subject_index import IndexEntry, SubjectIndex
 from lethe_shared.models import Model
 
 # 2: hashes per dataset (hash_groups), the request's scope, the subjects not looked up
-MANIFEST_VERSION = 2
+# 3: pins (key_fingerprint, dataset_pins, each SubjectRows' fingerprints)
+MANIFEST_VERSION = 3
 REPORT_PREFIX = "erasure"
 
 
@@ -75,6 +84,22 @@ class SubjectRows(Model):
     older_versions_only: bool  # the entry is flagged: the rows are in older versions
     version_id: str
     etag: str
+    # the pin of the index entry (IndexEntry.matching_fingerprint, .key_fingerprint): what its
+    # rows were computed with; "" in an entry written before pins, and in older manifests
+    matching_fingerprint: str = ""
+    key_fingerprint: str = ""
+
+
+class DatasetPin(Model):
+    """A dataset's matching definition as the registry held it when the report was frozen
+    (Registration.matching_generation, .matching_fingerprint): what the erase job must still
+    find, or refuse the dataset's objects (lethe_shared.erasure.pins)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    dataset_id: str
+    matching_generation: int
+    matching_fingerprint: str
 
 
 class ManifestObject(Model):
@@ -118,6 +143,9 @@ class Manifest(Model):
     # raw versions older than the request that this erasure cannot search (still being
     # ingested, quarantined whole, archived): named, never silently left (erasure/scope.py)
     not_searched: tuple[NotSearched, ...] = ()
+    # the pins (module docstring; "" and (): a manifest made before pins, refused by the job)
+    key_fingerprint: str = ""
+    dataset_pins: tuple[DatasetPin, ...] = ()
 
     def bytes(self) -> bytes:
         return canonical_json(self.model_dump(mode="json"))
@@ -126,6 +154,10 @@ class Manifest(Model):
         """The hashes the rows of `dataset_id` are matched with (none outside the request's
         datasets): what the erase job matches each object of that dataset with."""
         return hashes_in(self.hash_groups, self.subject_hashes, dataset_id)
+
+    def pin_of(self, dataset_id: str) -> DatasetPin | None:
+        """The dataset's pin (None: the report recorded none for it)."""
+        return next((p for p in self.dataset_pins if p.dataset_id == dataset_id), None)
 
     @property
     def looked_up(self) -> tuple[str, ...]:
@@ -194,6 +226,8 @@ def _manifest_object(
                 older_versions_only=e.deleted,
                 version_id=e.version_id,
                 etag=e.etag,
+                matching_fingerprint=e.matching_fingerprint,
+                key_fingerprint=e.key_fingerprint,
             )
             for e in sorted(entries, key=lambda e: e.subject_hash)
         ),
@@ -371,8 +405,12 @@ def _gaps_html(manifest: Manifest) -> str:
 
 # "incomplete": the current version was left as it is (nothing of the subjects found in it),
 # but not all of it could be searched or what was found is not what the index counted: its
-# `not_searched` says why (never a plain "unchanged").
-ObjectAction = Literal["rewritten", "deleted", "unchanged", "incomplete", "purged", "gone"]
+# `not_searched` says why (never a plain "unchanged"). "refused": the erase job did not touch
+# the object at all (no version read, written or purged) because the report's pins do not
+# hold (lethe_shared.erasure.pins); its `not_searched` says which and what to do.
+ObjectAction = Literal[
+    "rewritten", "deleted", "unchanged", "incomplete", "purged", "gone", "refused"
+]
 
 # Why an object, a version or a dataset was not fully searched for the request's subjects.
 # Each makes the request INCOMPLETE (status FAILED, outcome INCOMPLETE) and is named in the
@@ -392,6 +430,15 @@ GapReason = Literal[
     # subjects under the current one may not be listed (the whole dataset: object_url is its raw
     # prefix, no version; lethe_shared.erasure.scope)
     "reindex_pending",
+    # refused by the erase job, the object untouched (lethe_shared.erasure.pins): the dataset's
+    # matching definition is not the one the report was frozen with (definition_changed), the
+    # subject hash key is not the one the request's ids were hashed with (hash_key_changed),
+    # the object's index entries were computed with another definition or key than the
+    # report's pins, or before pins (index_stale), the report records no pins (report_unpinned)
+    "definition_changed",
+    "hash_key_changed",
+    "index_stale",
+    "report_unpinned",
 ]
 
 
@@ -435,6 +482,11 @@ class ObjectResult(Model):
     attempts: int = 1
     deviations: tuple[str, ...] = ()
     not_searched: tuple[NotSearched, ...] = ()  # what of this object was not fully searched
+
+    @property
+    def refused(self) -> bool:
+        """The erase job refused the object: nothing of it was touched (pins)."""
+        return self.action == "refused"
 
 
 class EraseResults(Model):

@@ -166,6 +166,9 @@ class ErasureRequest(Model):
     hash_groups: tuple[HashGroup, ...] = ()
     scope: tuple[str, ...] = ()  # the datasets the body named; (): every registered dataset
     not_looked_up: tuple[NotLookedUp, ...] = ()  # subjects no value of a dataset's type equals
+    # the fingerprint of the subject hash key the ids were hashed with (keys.key_fingerprint);
+    # "" on a request filed before it was recorded: its report is unpinned (erasure.pins)
+    key_fingerprint: str = ""
     history: tuple[HistoryEvent, ...] = ()
     outcome: str = ""  # CANCELLED for a cancelled request (status REJECTED)
     report: dict[str, Any] = Field(default_factory=dict)
@@ -383,7 +386,10 @@ def new_request(
     now: datetime | None = None,
     via: str = "api",
     principal: str = "",
+    key_fingerprint: str = "",
 ) -> ErasureRequest:
+    """A RECEIVED request; `key_fingerprint`: the fingerprint of the key `subjects` were hashed
+    with (keys.key_fingerprint), to which its report is pinned ("": unpinned, erasure.pins)."""
     at = (now or datetime.now(UTC)).isoformat()
     return ErasureRequest(
         request_id=request_id,
@@ -398,6 +404,7 @@ def new_request(
         hash_groups=subjects.groups,
         scope=subjects.scope,
         not_looked_up=subjects.not_looked_up,
+        key_fingerprint=key_fingerprint,
         history=(
             HistoryEvent(
                 status=ErasureStatus.RECEIVED,

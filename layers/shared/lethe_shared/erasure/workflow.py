@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from lethe_shared.aws.s3 import ObjectStore, s3_url
 from lethe_shared.erasure.index_update import DOCUMENT as INDEX_UPDATE_DOCUMENT
 from lethe_shared.erasure.index_update import settle_index
+from lethe_shared.erasure.pins import PinRegistry, pin_manifest
 from lethe_shared.erasure.report import (
     EraseResults,
     Manifest,
@@ -95,10 +96,13 @@ def build_report(
     documents: DocumentStore,
     now: datetime | None = None,
     widen: Callable[[Manifest, ErasureRequest], Manifest] | None = None,
+    registry: PinRegistry | None = None,
 ) -> ReportSummary:
     """Freeze the report: the manifest from the index and S3 (widened, when given, by what the
-    index cannot know: lethe_shared.erasure.scope.widen), its SHA-256, the summaries; the
-    request becomes REPORTED with them."""
+    index cannot know: lethe_shared.erasure.scope.widen), pinned to the key the request was
+    hashed with and, read from `registry`, each dataset's matching definition
+    (lethe_shared.erasure.pins; without a registry, no pins: the erase job refuses every object
+    of it), its SHA-256, the summaries; the request becomes REPORTED with them."""
     record = _open_request(requests, request_id)
     if record.status not in ALLOWED_FROM[ErasureStatus.REPORTED]:
         # approval was requested with the frozen report: it must never change now
@@ -116,6 +120,8 @@ def build_report(
     )
     if widen is not None:
         manifest = widen(manifest, record)
+    if registry is not None:
+        manifest = pin_manifest(manifest, key_fingerprint=record.key_fingerprint, registry=registry)
     body = manifest.bytes()
     digest = sha256_hex(body)
     text = summary_text(manifest, digest, record.requested_by).encode()

@@ -1,0 +1,134 @@
+"""What the erase job runs with (lethe_jobs.erase_core): its arguments, its ports, and the
+settings every task gets, among them the objects refused because the frozen report's pins do not
+hold (lethe_shared.erasure.pins): the datasets are read with the registry's consistent
+`registration()` (the document with its matching generation and fingerprint), the key's
+fingerprint from the key the job loaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from lethe_jobs.erase_rows import SubjectMatcher
+from lethe_jobs.job_args import add_required
+from lethe_jobs.objects import ObjectKind, object_kind
+from lethe_shared.aws.s3 import S3ObjectStore
+from lethe_shared.catalog.object_catalog import Buckets
+from lethe_shared.datasets.document import Dataset
+from lethe_shared.datasets.registry import Registration
+from lethe_shared.erasure.pins import PinRegistry, refusals, refused_result
+from lethe_shared.erasure.report import Manifest, ManifestObject, NotSearched, ObjectResult
+from lethe_shared.errors import DatasetNotFoundError
+from lethe_shared.subject_hashing.keys import key_fingerprint
+
+LOG = logging.getLogger("lethe.erase")
+MODES = ("erase", "verify")
+
+
+@dataclass(frozen=True)
+class EraseArgs:
+    request_id: str
+    manifest: str  # s3://<reports>/erasure/<request>/manifest.json
+    manifest_sha256: str
+    raw_bucket: str
+    lake_bucket: str
+    reports_bucket: str
+    datasets_table: str
+    catalog_table: str  # the writes ledger: every rewrite is recorded there
+    hash_key_secret: str
+    correlation_id: str
+    mode: str
+
+    @property
+    def buckets(self) -> Buckets:
+        return Buckets(raw=self.raw_bucket, lake=self.lake_bucket)
+
+
+def parse_args(argv: Sequence[str] | None) -> tuple[EraseArgs, list[str]]:
+    """`--key value` arguments; unknown ones (Glue's own) are returned apart and ignored."""
+    parser = argparse.ArgumentParser(prog="erase", description="Lethe erase job")
+    add_required(parser, [f for f in EraseArgs.__dataclass_fields__ if f != "mode"])
+    parser.add_argument("--mode", choices=MODES, default="erase")
+    known, unknown = parser.parse_known_args(argv)
+    return EraseArgs(**vars(known)), unknown
+
+
+@dataclass(frozen=True)
+class EraseSettings:
+    """What every task needs; travels to the executors with the task."""
+
+    request_id: str
+    correlation_id: str
+    buckets: Buckets
+    datasets: dict[str, Dataset]
+    hashes: frozenset[str]
+    hash_key: bytes = field(repr=False)
+    # the writes ledger's table ("": rewrites are not recorded, and no version is known as an
+    # erasure's: nothing credited from an earlier run, no later erasure accepted by verify)
+    catalog_table: str = ""
+    # each dataset's hashes (Manifest.hashes_for): an object is matched with its dataset's only
+    # (a dataset not listed: every hash, as a manifest without per-dataset hashes says)
+    dataset_hashes: dict[str, frozenset[str]] = field(default_factory=dict)
+    widened: frozenset[str] = frozenset()  # URLs of the manifest's widened raw keys
+    # the objects refused because the report's pins do not hold (by URL, with the gap naming
+    # each): never read or touched (lethe_shared.erasure.pins)
+    refused: dict[str, NotSearched] = field(default_factory=dict)
+
+    def matcher(self, dataset_id: str) -> SubjectMatcher:
+        hashes = self.dataset_hashes.get(dataset_id, self.hashes)
+        return SubjectMatcher(self.datasets[dataset_id], hashes, self.hash_key)
+
+    def kind(self, item: ManifestObject) -> ObjectKind:
+        return object_kind(item.dataset_id, item.bucket, item.key, self.buckets)
+
+
+@dataclass(frozen=True)
+class ErasePorts:
+    reports: S3ObjectStore
+    datasets: PinRegistry  # read with `registration()`: the document with its generations
+    hash_key: bytes = field(repr=False)
+
+
+def _registration(ports: ErasePorts, dataset_id: str) -> Registration:
+    found = ports.datasets.registration(dataset_id)
+    if found is None:
+        raise DatasetNotFoundError(f"dataset {dataset_id!r} is not registered")
+    return found
+
+
+def job_settings(args: EraseArgs, manifest: Manifest, ports: ErasePorts) -> EraseSettings:
+    ids = sorted({o.dataset_id for o in manifest.objects})
+    registrations = {d: _registration(ports, d) for d in ids}
+    return EraseSettings(
+        request_id=args.request_id,
+        correlation_id=args.correlation_id,
+        buckets=args.buckets,
+        datasets={d: r.dataset for d, r in registrations.items()},
+        hashes=frozenset(manifest.subject_hashes),
+        hash_key=ports.hash_key,
+        catalog_table=args.catalog_table,
+        dataset_hashes={d: frozenset(manifest.hashes_for(d)) for d in ids},
+        widened=frozenset(o.object_url for o in manifest.objects if o.widened_from),
+        refused=refusals(
+            manifest, key_fingerprint=key_fingerprint(ports.hash_key), registrations=registrations
+        ),
+    )
+
+
+def refused_results(manifest: Manifest, ctx: EraseSettings) -> dict[str, ObjectResult]:
+    """The results of the objects refused on the report's pins: untouched, each named."""
+    refused = {
+        o.object_url: refused_result(o, ctx.refused[o.object_url])
+        for o in manifest.objects
+        if o.object_url in ctx.refused
+    }
+    if refused:
+        reasons = sorted({ctx.refused[url].reason for url in refused})
+        LOG.warning(
+            "%d object(s) refused, left untouched: the report's pins do not hold (%s)",
+            len(refused), ", ".join(reasons),
+        )  # fmt: skip
+    return refused
