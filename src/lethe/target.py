@@ -26,9 +26,18 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, ProfileNotFound
 
+from lethe.api_retry import (
+    CONNECT_TIMEOUT_SECONDS,
+    IDEMPOTENCY_HEADER,
+    READ_TIMEOUT_SECONDS,
+    ApiUnavailableError,
+    Attempt,
+    is_repeatable,
+    send_with_retry,
+)
 from lethe.errors import UnreachableError
 
-API_TIMEOUT_SECONDS = 30
+API_TIMEOUT_SECONDS = READ_TIMEOUT_SECONDS  # one attempt's read time-out (LETHE_API_TIMEOUT)
 #: Where boto3 looks for credentials, in order: named in every "no credentials" message.
 CREDENTIALS_CHAIN = (
     "the AWS configuration chain: --profile / AWS_PROFILE, AWS_ACCESS_KEY_ID and "
@@ -89,35 +98,59 @@ class Target:
         *,
         headers: dict[str, str] | None = None,
         query: dict[str, str] | None = None,
+        attempts: list[Attempt] | None = None,
     ) -> tuple[int, dict[str, Any]]:
         """A SigV4-signed (IAM) request to the REST API; returns status and JSON body.
 
-        `headers` (e.g. Idempotency-Key) and the `query` string are part of what is signed."""
+        `headers` (e.g. Idempotency-Key) and the `query` string are part of what is signed.
+        Time-outs, lost connections, 429 and 5xx are retried (lethe.api_retry) when the call
+        is safe to repeat: an idempotent method, or an Idempotency-Key header. Every attempt
+        sends the same method, URL, headers and body, signed again. Each attempt's outcome is
+        appended to `attempts` when given. Raises ApiUnavailableError when no usable answer
+        came (exit status 4 when no attempt can have reached the API, 1 otherwise)."""
         url = self.api_url.rstrip("/") + path
         if query:
             url += "?" + urlencode(sorted(query.items()), quote_via=quote)
         data = json.dumps(body) if body is not None else None
-        request = AWSRequest(
-            method=method,
-            url=url,
-            data=data,
-            headers={"Content-Type": "application/json", **(headers or {})},
-        )
+        sent_headers = {"Content-Type": "application/json", **(headers or {})}
         credentials = self._session().get_credentials()
         if credentials is None:
             raise TargetError(
                 f"no AWS credentials to sign the API request: set them up in {CREDENTIALS_CHAIN}"
             )
-        SigV4Auth(credentials.get_frozen_credentials(), "execute-api", self.region).add_auth(
-            request
+
+        def send(read_timeout: float) -> requests.Response:
+            request = AWSRequest(method=method, url=url, data=data, headers=dict(sent_headers))
+            SigV4Auth(credentials.get_frozen_credentials(), "execute-api", self.region).add_auth(
+                request
+            )
+            return requests.request(
+                method,
+                url,
+                data=data,
+                headers=dict(request.headers.items()),
+                timeout=(CONNECT_TIMEOUT_SECONDS, read_timeout),
+            )
+
+        key = next(
+            (v for k, v in sent_headers.items() if k.lower() == IDEMPOTENCY_HEADER.lower()), None
         )
-        response = requests.request(
-            method,
-            url,
-            data=data,
-            headers=dict(request.headers.items()),
-            timeout=API_TIMEOUT_SECONDS,
-        )
+        try:
+            response = send_with_retry(
+                send,
+                what=f"{method} {path}",
+                repeatable=is_repeatable(method, headers),
+                idempotency_key=key,
+                attempts=attempts,
+            )
+        except ApiUnavailableError as error:
+            if not error.maybe_delivered:  # no connection at all: where to look
+                error.add_hint(
+                    LOCAL_HINT
+                    if self.is_local
+                    else f"check the network and the stack's ApiUrl output ({self.api_url})"
+                )
+            raise
         try:
             payload = response.json()
         except ValueError:

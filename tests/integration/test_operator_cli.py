@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -417,3 +418,53 @@ def test_an_unreachable_local_cloud_exits_4(
     err = capsys.readouterr().err
     assert code == 4
     assert "lethe local up --detach --state-file F" in err
+
+
+# ------------------------------------------------ safe to repeat (issue 24, "Safe filing")
+# `objects reingest` and `dlq redrive` call AWS directly, not the REST API: they carry no
+# Idempotency-Key. What keeps them safe to repeat is shown here.
+
+
+def test_reingest_started_again_under_its_name_starts_nothing_new(
+    catalogued: dict[str, Any], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An execution's name is its idempotency key: StartExecution sent again with the same name
+    and input (what botocore's own retry of a lost answer sends) starts no second execution."""
+    from lethe.commands import objects  # noqa: PLC0415
+
+    class Frozen(datetime):  # the same second for both runs: the same execution names
+        @classmethod
+        def now(cls, tz: Any = None) -> Frozen:
+            return cls(2026, 11, 27, 16, 0, 0, tzinfo=tz)
+
+    monkeypatch.setattr(objects, "datetime", Frozen)
+    argv = ("objects", "reingest", "--dataset", "reviews", "--status", "FAILED", "--json")
+    first = json.loads(run(catalogued, capsys, *argv)[1])
+    code, out, err = run(catalogued, capsys, *argv)
+
+    assert code == 0, err
+    second = json.loads(out)
+    assert [e["name"] for e in second["executions"]] == [e["name"] for e in first["executions"]]
+    assert [e["outcome"] for e in first["executions"]] == ["started"]
+    assert [e["outcome"] for e in second["executions"]] == ["already-started"]
+    assert len(_executions(catalogued)) == 1
+
+
+def test_dlq_redrive_repeated_moves_each_message_once(
+    deployment: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A move task takes each message out of the dead-letter queue as it moves it: a redrive run
+    again (after a lost answer, say) finds only what is left, and moves nothing twice."""
+    sqs, outputs = deployment["sqs"], deployment["outputs"]
+    bodies = sorted([_s3_event_body(), json.dumps({"detail-type": "Object Created", "n": 3})])
+    for body in bodies:
+        sqs.send_message(QueueUrl=outputs["ObjectEventsDeadLetterQueueUrl"], MessageBody=body)
+
+    first = run(deployment, capsys, "dlq", "redrive", "--wait", "--json")
+    code, out, err = run(deployment, capsys, "dlq", "redrive", "--wait", "--json")
+
+    assert first[0] == 0
+    assert code == 0, err
+    assert (json.loads(first[1])["moved"], json.loads(out)["moved"]) == (2, 0)
+    assert _all_bodies(sqs, outputs["ObjectEventsQueueUrl"]) == bodies  # each once
+    assert _all_bodies(sqs, outputs["ObjectEventsDeadLetterQueueUrl"]) == []

@@ -11,6 +11,7 @@ import datetime as dt
 import hashlib
 import io
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, utils
 
 from lethe import cli
 from lethe import target as target_module
+from lethe.api_retry import ApiUnavailableError, Attempt
 from lethe.commands import ExitCode, erasure
 from lethe_shared.erasure import certificate as cf
 
@@ -55,11 +57,13 @@ Answer = tuple[int, dict[str, Any]]
 @dataclass
 class FakeTarget:
     """call_api answers from `routes`: (method, path) -> answers, one per call (the last
-    repeats). client() returns the fakes in `clients`."""
+    repeats). client() returns the fakes in `clients`. `lost` (method, path) -> n: each such
+    call reports n attempts whose answer was lost (read time-outs) before the one answered."""
 
     routes: dict[tuple[str, str], list[Answer]] = field(default_factory=dict)
     clients: dict[str, Any] = field(default_factory=dict)
     calls: list[Call] = field(default_factory=list)
+    lost: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def call_api(
         self,
@@ -69,10 +73,16 @@ class FakeTarget:
         *,
         headers: dict[str, str] | None = None,
         query: dict[str, str] | None = None,
+        attempts: list[Attempt] | None = None,
     ) -> Answer:
         self.calls.append(Call(method, path, copy.deepcopy(body), headers, query))
         answers = self.routes[(method, path)]
-        return answers.pop(0) if len(answers) > 1 else answers[0]
+        answer = answers.pop(0) if len(answers) > 1 else answers[0]
+        if attempts is not None:
+            lost = Attempt(None, "read timed out after 30 s", True)
+            attempts.extend([lost] * self.lost.get((method, path), 0))
+            attempts.append(Attempt(answer[0], None, True))
+        return answer
 
     def client(self, service: str) -> Any:
         return self.clients[service]
@@ -375,13 +385,19 @@ def test_request_sends_the_body_and_prints_only_the_id(
     assert call.headers == {"Idempotency-Key": "ticket-77"}
 
 
-def test_request_without_idempotency_key_sends_no_header_and_asks_sts_who(
+def test_request_without_idempotency_key_sends_a_fresh_random_one_and_asks_sts_who(
     fake: FakeTarget, run: Callable[..., Outcome]
 ) -> None:
+    # Until issue 24 no header was sent without --idempotency-key: a lost answer could not be
+    # repeated safely. Now a fresh random key goes with every filing.
     fake.routes[POST] = [ACCEPTED]
     assert run("request", "--subject", SECRET).out == f"{RID}\n"
-    [call] = fake.calls
-    assert call.headers is None
+    assert run("request", "--subject", SECRET).out == f"{RID}\n"
+    first, second = (call.headers or {} for call in fake.calls)
+    assert set(first) == {"Idempotency-Key"}
+    assert re.fullmatch(r"lethe-[A-Za-z0-9_-]{24}", first["Idempotency-Key"])
+    assert first["Idempotency-Key"] != second["Idempotency-Key"]  # random, not from the ids
+    call = fake.calls[0]
     assert call.body["requested_by"] == "arn:aws:iam::123456789012:user/dpo"
     assert call.body["subject_keys"] == []
     assert call.body["reason"] == ""
@@ -489,6 +505,95 @@ def test_idempotency_conflict(fake: FakeTarget, run: Callable[..., Outcome]) -> 
     result = run("request", "--subject", SECRET, "--idempotency-key", "k")
     assert result.code == 1
     assert "(409): Idempotency-Key k was used with another body" in result.err
+
+
+# ------------------------------------------------------------- lost answers (issue 24)
+
+
+def _unavailable(fake: FakeTarget, *attempts: Attempt) -> None:
+    def call_api(method: str, path: str, body: Any = None, **kwargs: Any) -> Answer:
+        fake.calls.append(Call(method, path, body, kwargs.get("headers"), kwargs.get("query")))
+        raise ApiUnavailableError(f"{method} {path}", list(attempts))
+
+    fake.call_api = call_api  # type: ignore[method-assign]
+
+
+TIMED_OUT = Attempt(None, "read timed out after 30 s", True)
+REFUSED = Attempt(None, "could not connect", False)
+
+
+def test_a_filing_without_answer_says_it_may_be_filed_and_how_to_repeat_it(
+    fake: FakeTarget, run: Callable[..., Outcome]
+) -> None:
+    _unavailable(fake, TIMED_OUT, Attempt(503, None, True), TIMED_OUT)
+
+    result = run("request", "--subject", SECRET, "--subject-key", f"tenant={SECRET_VALUE}")
+
+    assert result.code == 1
+    key = fake.calls[0].headers["Idempotency-Key"]  # type: ignore[index]
+    assert "after 3 attempts (last: read timed out after 30 s)" in result.err
+    assert "MAY HAVE BEEN FILED" in result.err
+    assert f"its Idempotency-Key is {key}" in result.err
+    assert f"`--idempotency-key {key}`" in result.err
+    assert result.out == ""
+
+
+def test_a_filing_that_reached_nothing_says_it_was_not_filed_and_exits_4(
+    fake: FakeTarget, run: Callable[..., Outcome]
+) -> None:
+    _unavailable(fake, REFUSED, Attempt(None, "connect timed out", False))
+    result = run("request", "--subject", SECRET)
+    assert result.code == ExitCode.UNREACHABLE
+    assert "was NOT filed" in result.err
+    assert "MAY HAVE" not in result.err
+
+
+def test_a_given_key_is_the_one_sent_and_named(
+    fake: FakeTarget, run: Callable[..., Outcome]
+) -> None:
+    _unavailable(fake, TIMED_OUT)
+    result = run("request", "--subject", SECRET, "--idempotency-key", "ticket-77")
+    assert fake.calls[0].headers == {"Idempotency-Key": "ticket-77"}
+    assert "`--idempotency-key ticket-77`" in result.err
+
+
+def test_a_retry_that_finds_its_own_filing_says_it_was_filed_once(
+    fake: FakeTarget, run: Callable[..., Outcome]
+) -> None:
+    fake.routes[POST] = [(202, {"request_id": RID, "status": "RECEIVED", "duplicate": True})]
+    fake.lost[POST] = 1
+    result = run("request", "--subject", SECRET)
+    assert (result.code, result.out) == (0, f"{RID}\n")
+    assert "filed once, by an earlier attempt of this command" in result.err
+
+
+def test_a_refusal_after_a_lost_answer_says_an_earlier_attempt_may_have_filed_it(
+    fake: FakeTarget, run: Callable[..., Outcome]
+) -> None:
+    fake.routes[POST] = [(403, {"message": "credentials expired"})]
+    fake.lost[POST] = 1
+    result = run("request", "--subject", SECRET)
+    assert result.code == 1
+    assert "request refused (403): credentials expired" in result.err
+    key = fake.calls[0].headers["Idempotency-Key"]  # type: ignore[index]
+    assert f"an earlier attempt may have filed it: its Idempotency-Key is {key}" in result.err
+
+
+def test_a_wait_keeps_polling_through_an_api_that_stays_unavailable(
+    fake: FakeTarget, run: Callable[..., Outcome], clock: list[float]
+) -> None:
+    answers = iter([None, (200, record("COMPLETED"))])
+
+    def call_api(method: str, path: str, body: Any = None, **kwargs: Any) -> Answer:
+        if method == "POST":
+            return ACCEPTED
+        answer = next(answers)
+        if answer is None:
+            raise ApiUnavailableError("GET", [Attempt(503, None, True)] * 5)
+        return answer
+
+    fake.call_api = call_api  # type: ignore[method-assign]
+    assert run("request", "--subject", SECRET, "--wait").code == 0
 
 
 # ------------------------------------------------------------------------------- wait
@@ -706,6 +811,42 @@ def test_cancel(fake: FakeTarget, run: Callable[..., Outcome]) -> None:
     assert result.code == 0
     assert result.out == f"{RID}: REJECTED (CANCELLED)\n"
     assert fake.calls[0].body == {"requested_by": "dpo@example.com"}
+
+
+def test_cancel_sends_a_fresh_idempotency_key(
+    fake: FakeTarget, run: Callable[..., Outcome]
+) -> None:
+    fake.routes[CANCEL] = [(200, record("REJECTED", outcome="CANCELLED"))]
+    assert run("cancel", RID).code == 0
+    assert run("cancel", RID).code == 0
+    keys = [(call.headers or {}).get("Idempotency-Key") for call in fake.calls]
+    assert all(keys)
+    assert keys[0] != keys[1]
+
+
+def test_a_cancel_whose_answer_was_lost_reports_the_request_cancelled(
+    fake: FakeTarget, run: Callable[..., Outcome]
+) -> None:
+    # the first attempt cancelled it, its answer was lost; the retry finds it REJECTED
+    fake.routes[CANCEL] = [(409, {"message": "the request cannot be cancelled: it is REJECTED"})]
+    fake.lost[CANCEL] = 1
+    fake.routes[GET] = [(200, record("REJECTED", outcome="CANCELLED"))]
+    result = run("cancel", RID)
+    assert result.code == 0, result.err
+    assert result.out == f"{RID}: REJECTED (CANCELLED)\n"
+    assert "an earlier attempt of this command" in result.err
+
+
+def test_a_cancel_whose_retry_finds_it_erasing_still_fails(
+    fake: FakeTarget, run: Callable[..., Outcome]
+) -> None:
+    message = "the request cannot be cancelled: it is ERASING"
+    fake.routes[CANCEL] = [(409, {"message": message})]
+    fake.lost[CANCEL] = 1
+    fake.routes[GET] = [(200, record("ERASING"))]
+    result = run("cancel", RID)
+    assert result.code == 1
+    assert result.err == f"lethe: error: {message}\n"
 
 
 def test_cancel_too_late(fake: FakeTarget, run: Callable[..., Outcome]) -> None:

@@ -5,6 +5,13 @@ This module holds the group's parser and its handlers, and follows a request wit
 is shown of a record (and the exit status it ends with) is `lethe.commands.erasure_records`,
 the certificate's summary, page and verification `lethe.commands.erasure_certificate`.
 
+Every call that changes something carries an Idempotency-Key (`--idempotency-key`, else a fresh
+random one) and is retried on a time-out, a lost connection, 429 or 5xx with the same key and
+body (lethe.api_retry). A filing that gets no usable answer says whether it may have been filed
+and prints the key to repeat it with; a cancel whose answer was lost and whose retry finds the
+request cancelled reports it cancelled (the API does not key cancels: cancelling is idempotent
+in effect, REJECTED with outcome CANCELLED once).
+
 Subject ids are personal data. This module sends them to the API and nowhere else: it never
 prints or logs a raw id, not in errors either (the API's 400 answers name fields, never values,
 and every server message is redacted of the ids given before it is shown). Requests are shown
@@ -23,6 +30,7 @@ import argparse
 import json
 import os
 import re
+import secrets
 import sys
 import time
 from collections.abc import Callable
@@ -31,6 +39,7 @@ from typing import Any, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from lethe.api_retry import IDEMPOTENCY_HEADER, ApiUnavailableError, Attempt
 from lethe.commands import CommandError, NotFoundError, UsageError, add_subject_argument
 from lethe.commands import erasure_certificate as certificates
 from lethe.commands.erasure_records import (
@@ -110,7 +119,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--idempotency-key",
         metavar="KEY",
         help="sent as the Idempotency-Key header: a retry with the same key and body names the "
-        "same request",
+        "same request (default: a fresh random key; a failure that may have filed the request "
+        "prints it, to repeat the command with)",
     )
     request.add_argument(
         "--wait", action="store_true", help="follow the request until it ends (see below)"
@@ -264,14 +274,14 @@ def file_request(args: argparse.Namespace) -> int:
     }
     if args.dataset:
         body["datasets"] = list(dict.fromkeys(args.dataset))
-    headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else None
-    status, answer = target.call_api("POST", "/erasure-requests", body, headers=headers)
-    if status >= 400:
-        raise CommandError(redact(refusal("request refused", status, answer), secrets))
+    answer = _file(target, body, args.idempotency_key, secrets)
     request_id = str(answer["request_id"])
     if answer.get("duplicate"):
         print(
-            f"{request_id}: this Idempotency-Key filed it before; nothing new was filed",
+            f"{request_id}: filed once, by an earlier attempt of this command whose answer was "
+            "lost; nothing new was filed"
+            if not args.idempotency_key
+            else f"{request_id}: this Idempotency-Key filed it before; nothing new was filed",
             file=sys.stderr,
         )
     if not args.wait:
@@ -286,6 +296,59 @@ def file_request(args: argparse.Namespace) -> int:
     else:
         print(f"{request_id}: {status_text(record)}", file=sys.stderr)
     return exit_status(record)
+
+
+def _file(
+    target: Target, body: dict[str, Any], given_key: str | None, secrets: list[str]
+) -> dict[str, Any]:
+    """POST the request under `given_key` or a new random one; the API's answer, or
+    CommandError that says whether it may have been filed and how to repeat it safely."""
+    key = given_key or new_idempotency_key()
+    tries: list[Attempt] = []
+    try:
+        status, answer = target.call_api(
+            "POST", "/erasure-requests", body, headers={IDEMPOTENCY_HEADER: key}, attempts=tries
+        )
+    except ApiUnavailableError as error:
+        failed = CommandError(redact(_unfiled_message(error, key, given=bool(given_key)), secrets))
+        failed.exit_code = error.exit_code  # 4 when it cannot have been filed, else 1
+        raise failed from None
+    except KeyboardInterrupt:
+        print(f"lethe: interrupted while filing: {_retry_advice(key)}", file=sys.stderr)
+        raise
+    if status >= 400:
+        message = refusal("request refused", status, answer)
+        if any(t.maybe_delivered for t in tries[:-1]):  # an earlier attempt may have filed it
+            message += f"\nan earlier attempt may have filed it: {_retry_advice(key)}"
+        raise CommandError(redact(message, secrets))
+    return answer
+
+
+def new_idempotency_key() -> str:
+    """A fresh random Idempotency-Key (144 bits from `secrets`): unguessable, and never derived
+    from the subjects, so it says nothing about them and may be shown."""
+    return "lethe-" + secrets.token_urlsafe(18)
+
+
+def _retry_advice(key: str) -> str:
+    return (
+        f"its Idempotency-Key is {key}. To finish safely, run the same command again with "
+        f"`--idempotency-key {key}` (the same subjects, datasets, reason and requester): "
+        "the API then files it at most once and prints its id, whether an earlier attempt "
+        "filed it or not. Filing it again without that key may file it twice"
+    )
+
+
+def _unfiled_message(error: ApiUnavailableError, key: str, *, given: bool) -> str:
+    """What a filing that got no usable answer says: whether it may have been filed, the key,
+    and how to repeat it safely."""
+    if error.maybe_delivered:
+        return f"{error.summary()}.\nThe erasure request MAY HAVE BEEN FILED: {_retry_advice(key)}"
+    return (
+        f"{error}.\nThe erasure request was NOT filed (no attempt reached the API): "
+        f"run the command again once the API is reachable"
+        + (f" (with `--idempotency-key {key}`, as given)" if given else "")
+    )
 
 
 def _requested_by(target: Target, given: str | None) -> str:
@@ -365,7 +428,12 @@ def wait_for_request(
     shown = ""
     record: dict[str, Any] = {}
     while True:
-        status, answer = target.call_api("GET", f"/erasure-requests/{request_id}")
+        try:
+            status, answer = target.call_api("GET", f"/erasure-requests/{request_id}")
+        except ApiUnavailableError as error:
+            if not error.answered:  # no connection: say so (the request goes on)
+                raise
+            status, answer = error.last.status or 503, {}  # 429/5xx: keep polling
         if status < 400:
             record = answer
             current = str(record.get("status", ""))
@@ -420,7 +488,27 @@ def cancel_request(args: argparse.Namespace) -> int:
     request_id = _check_request_id(args.request_id)
     target = resolve(args)
     body = {"requested_by": _requested_by(target, args.requested_by)}
-    status, answer = target.call_api("POST", f"/erasure-requests/{request_id}/cancel", body)
+    tries: list[Attempt] = []
+    status, answer = target.call_api(
+        "POST",
+        f"/erasure-requests/{request_id}/cancel",
+        body,
+        headers={IDEMPOTENCY_HEADER: new_idempotency_key()},
+        attempts=tries,
+    )
+    if status == 409 and any(t.maybe_delivered for t in tries[:-1]):
+        # an earlier attempt may have cancelled it, and this one found it cancelled
+        record = get_request(target, request_id)
+        if (
+            record.get("status") == ErasureStatus.REJECTED.value
+            and record.get("outcome") == "CANCELLED"
+        ):
+            print(
+                f"{request_id}: cancelled (an earlier attempt of this command, whose answer was "
+                "lost, or someone else cancelled it)",
+                file=sys.stderr,
+            )
+            status, answer = 200, record
     if status == 404:
         raise _read_error(request_id, status, answer)
     if status == 409:
