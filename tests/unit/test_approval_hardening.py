@@ -29,6 +29,7 @@ from lethe_shared.erasure.approval_links import (
 )
 from lethe_shared.erasure.principals import ApproverPrincipals
 from lethe_shared.erasure.requests import (
+    ErasureRequest,
     ErasureStatus,
     hash_subjects,
     new_request,
@@ -106,7 +107,8 @@ def test_the_requesters_words_come_after_the_link_quoted_on_one_line(requested_b
     label_at = lines.index(REQUESTED_BY_LABEL)
     assert link_at < label_at
     quoted = lines[label_at + 1]
-    assert quoted.startswith("> ") and quoted.endswith(EVIL)
+    assert quoted.startswith("> ")
+    assert quoted.endswith(EVIL)
     assert [i for i, line in enumerate(lines) if "evil.example" in line] == [label_at + 1]
     # HTML: escaped, after the only anchor (the approver's own link)
     html = email.html
@@ -127,9 +129,11 @@ def test_the_email_says_who_filed_it_as_aws_authenticated_it_after_the_link() ->
         f"{PRINCIPAL_LABEL}\n> {principal}\n"
     )
     assert "privacy@example.com" not in text[: text.index(LINK)]
-    assert email.html.index(LINK.replace("&", "&amp;")) < email.html.index(
-        '<q id="requested-by">privacy@example.com</q>'
-    ) < email.html.index(f'<code id="requester-principal">{principal}</code>')
+    assert (
+        email.html.index(LINK.replace("&", "&amp;"))
+        < email.html.index('<q id="requested-by">privacy@example.com</q>')
+        < email.html.index(f'<code id="requester-principal">{principal}</code>')
+    )
     # no principal recorded (a request filed before it was): no such line
     assert PRINCIPAL_LABEL not in build_approval_email(summary("privacy@example.com"), LINK).text
 
@@ -143,7 +147,9 @@ def test_request_approval_emails_the_recorded_principal_after_the_link() -> None
     world.requests.create(
         new_request(RID, body, hash_subjects(body, HASH_KEY, []), now=T0, principal=caller)
     )
-    world.requests.transition(RID, ErasureStatus.REPORTED, by="workflow", updates={"report": REPORT})
+    world.requests.transition(
+        RID, ErasureStatus.REPORTED, by="workflow", updates={"report": REPORT}
+    )
 
     ask(world)
 
@@ -161,7 +167,7 @@ CLERK = "arn:aws:iam::123456789012:user/clerk"
 MAPPED = ApproverPrincipals.parse(f"{DPO}={DPO_ROLE}")
 
 
-def record_of(requested_by: str, principal: str) -> object:
+def record_of(requested_by: str, principal: str) -> ErasureRequest:
     body = parse_request_body({"subject_ids": [SECRET], "requested_by": requested_by})
     return new_request(RID, body, hash_subjects(body, HASH_KEY, []), now=T0, principal=principal)
 
@@ -191,7 +197,7 @@ def test_who_counts_as_the_requester(
 ) -> None:
     record = record_of(requested_by, principal)
 
-    assert is_requester(approver, record, principals) is is_the_requester  # type: ignore[arg-type]
+    assert is_requester(approver, record, principals) is is_the_requester
 
 
 def test_with_principals_set_a_requester_who_writes_another_name_still_cannot_approve() -> None:
@@ -199,8 +205,10 @@ def test_with_principals_set_a_requester_who_writes_another_name_still_cannot_ap
     world = World(
         MemoryErasureRequests(), MemoryApprovals(), RecordingMailer(), RecordingCallbacks()
     )
-    world.requests.create(record_of("someone@example.com", DPO_SESSION))  # type: ignore[arg-type]
-    world.requests.transition(RID, ErasureStatus.REPORTED, by="workflow", updates={"report": REPORT})
+    world.requests.create(record_of("someone@example.com", DPO_SESSION))
+    world.requests.transition(
+        RID, ErasureStatus.REPORTED, by="workflow", updates={"report": REPORT}
+    )
 
     # When approval is requested with DPO mapped: DPO is not asked
     request_approval(
@@ -271,6 +279,7 @@ def test_the_nonce_for_a_get_is_the_held_one_else_new() -> None:
     assert csrf_nonce_for(f"a=1; {CSRF_COOKIE}={held}; {CSRF_COOKIE}={new_csrf_nonce()}") == held
     assert csrf_nonce_for(f"{CSRF_COOKIE}=bad!; {CSRF_COOKIE}={held}") == held
     fresh = {csrf_nonce_for(None), csrf_nonce_for(""), csrf_nonce_for(f"{CSRF_COOKIE}=x")}
-    assert len(fresh) == 3 and held not in fresh
+    assert len(fresh) == 3
+    assert held not in fresh
     # the token stays bound to the approval id: the same nonce on another link is another token
     assert csrf_token(SIGNING_KEY, AID, held) != csrf_token(SIGNING_KEY, "B" * 32, held)

@@ -14,6 +14,8 @@ from lethe_shared.erasure.requests import (
 )
 from tests.fakes import MemoryErasureRequests
 
+pytestmark = pytest.mark.lambda_runtime
+
 KEY = b"k" * 32
 FORMS = (
     "requested_by: Value error, requested_by must be an e-mail address (name@example.com) or "

@@ -139,8 +139,6 @@ def build_approval_email(summary: ApprovalSummary, link: str) -> ApprovalEmail:
         + "".join(f"<p>{escaped(line.strip())}</p>\n" for line in _not_searched_lines(summary))
         + f"<p>{escaped(notice)}</p>\n"
         f'<p><a href="{escaped(link)}">Review erasure request '
-        f"{escaped(summary.request_id)}</a></p>\n"
-        + _requester_html(summary)
-        + "</body></html>\n"
+        f"{escaped(summary.request_id)}</a></p>\n" + _requester_html(summary) + "</body></html>\n"
     )
     return ApprovalEmail(subject=subject, text=text, html=body)
