@@ -10,8 +10,9 @@ Requested`, detail = the POST body plus an optional `idempotency_key`; the event
 otherwise, so a redelivered event files one request). Subject ids are hashed as soon as they
 are read, per dataset of the request's scope (optional `datasets`, default every registered
 dataset; lethe_shared.erasure.subjects), and never logged or stored; an empty or
-whitespace-only id, an unknown dataset, are 400s that name the field (never an id). The IAM
-caller's ARN is recorded
+whitespace-only id, an unknown dataset, a `requested_by` that is not an e-mail address or an
+IAM principal ARN on one line (lethe_shared.erasure.requester), are 400s that name the field
+(never a value). The IAM caller's ARN is recorded
 on the request (`requester_principal`); a request filed by event records the event's
 account and source instead (`event:<account>:<source>`: EventBridge passes no caller). A
 `requested_by` naming an approver of APPROVER_PRINCIPALS is accepted only from that approver's

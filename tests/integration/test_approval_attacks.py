@@ -259,10 +259,13 @@ class Visit:
         return urlencode({**fields, "decision": decision})
 
 
-def visit(stack: Stack, function: Any, link: str) -> Visit:
-    response = function.handler(
-        aimed(stack.load_event("approval_page_get.json"), link), FakeLambdaContext()
-    )
+def visit(stack: Stack, function: Any, link: str, cookie: str | None = None) -> Visit:
+    """A GET of the link, from a browser holding `cookie` (None: none yet)."""
+    event = aimed(stack.load_event("approval_page_get.json"), link)
+    if cookie is not None:
+        event.setdefault("headers", {})["Cookie"] = cookie
+        event.setdefault("multiValueHeaders", {})["Cookie"] = [cookie]
+    response = function.handler(event, FakeLambdaContext())
     set_cookie = headers_of(response).get("Set-Cookie")
     parser = _Forms()
     parser.feed(response["body"])
@@ -384,6 +387,40 @@ def test_a_replayed_post_decides_once(awaiting: tuple[Stack, dict[str, str]]) ->
     assert [answer(r) for r in replays] == [(409, "already-decided")] * 6
     assert stack.snapshot() == after_first
     assert_decided_once(stack, rid_of(1), "approve", DPO)
+
+
+def test_a_page_opened_before_the_link_was_opened_again_still_decides(
+    awaiting: tuple[Stack, dict[str, str]],
+) -> None:
+    # Given the approver opened the link in one tab, then again in a second tab of the browser
+    stack, links = awaiting
+    function = stack.page_function()
+    first = visit(stack, function, links[DPO])
+    second = visit(stack, function, links[DPO], cookie=first.cookie)
+    assert first.cookie is not None
+    assert second.cookie == first.cookie  # the browser's cookie is kept, not replaced
+
+    # When they decide on the first tab's page
+    response = post(stack, function, links[DPO], first.form("approve"), second.cookie)
+
+    # Then the decision is taken, once
+    assert answer(response) == (200, "approved")
+    assert_decided_once(stack, rid_of(1), "approve", DPO)
+
+
+def test_a_form_of_another_link_is_refused(awaiting: tuple[Stack, dict[str, str]]) -> None:
+    stack, links = awaiting
+    function = stack.page_function()
+    mine = visit(stack, function, links[DPO])
+    theirs = visit(stack, function, links[CISO])
+    before = stack.snapshot()
+
+    # CISO's form (its CSRF token, its code typed) posted to DPO's link, with DPO's cookie
+    response = post(stack, function, links[DPO], theirs.form("approve"), mine.cookie)
+
+    assert answer(response) == (400, "invalid")
+    assert 'data-reason="csrf"' in response["body"]
+    assert_undecided(stack, rid_of(1), before)
 
 
 class Outage:

@@ -2,7 +2,8 @@
 
 A tiny HTTP server on 127.0.0.1 serves the page from the pure functions of
 lethe_shared.erasure.approval_links and approval_pages the
-way the approval Lambda does (GET: render and set the CSRF cookie; POST: link, form, CSRF, code,
+way the approval Lambda does (GET: render and set the CSRF cookie, keeping the nonce of the one
+the browser holds; POST: link, form, CSRF, code,
 then a single-use decision), so what is checked here is what a person's browser does with the
 page: the cookie comes back on the POST, the form posts to the link's own URL under the page's
 Content-Security-Policy, `required` stops an empty code, and the outcome element reads right.
@@ -73,7 +74,8 @@ class ApprovalPageHandler(BaseHTTPRequestHandler):
             return self._send(pages.render_expired_page(exc.deadline))
         except links.LinkForgedError as exc:
             return self._send(pages.render_invalid_page(str(exc)))
-        nonce = links.new_csrf_nonce()
+        # the nonce of the cookie this browser holds for the page, else a new one (as the Lambda)
+        nonce = links.csrf_nonce_for("; ".join(self.headers.get_all("Cookie") or []) or None)
         page = pages.render_confirmation_page(
             approvals.summary,
             code=links.confirmation_code(KEY, approval_id),
@@ -259,6 +261,37 @@ def test_a_person_reads_the_page_types_the_code_and_approves(
     form.locator("input[name=confirmation]").fill(code)
     form.locator("button[value=reject]").click()
     assert outcome(page) == "already-decided"
+    assert site.approvals.decision == "approve"
+
+
+def test_a_page_opened_in_a_first_tab_decides_after_a_second_tab_opened_the_link(
+    site: Site, page: Any
+) -> None:
+    # Given the approver opens the link, then opens it again in a second tab of the browser
+    first = page
+    first.goto(site.link)
+    first_token = first.locator("input[name=csrf_token]").first.get_attribute("value")
+    second = page.context.new_page()
+    second.goto(site.link)
+    assert second.locator("input[name=csrf_token]").first.get_attribute("value") == first_token
+    assert [c["name"] for c in page.context.cookies()] == ["lethe_csrf"]  # one cookie, kept
+
+    # When they decide on the first tab
+    code = first.locator("#confirmation-code").inner_text()
+    form = first.locator("form:has(button[value=approve])")
+    form.locator("input[name=confirmation]").fill(code)
+    form.locator("button[value=approve]").click()
+
+    # Then it is decided
+    assert outcome(first) == "approved"
+    assert site.approvals.decision == "approve"
+
+    # and the second tab, now stale, finds it decided (not a CSRF failure)
+    code = second.locator("#confirmation-code").inner_text()
+    form = second.locator("form:has(button[value=reject])")
+    form.locator("input[name=confirmation]").fill(code)
+    form.locator("button[value=reject]").click()
+    assert outcome(second) == "already-decided"
     assert site.approvals.decision == "approve"
 
 

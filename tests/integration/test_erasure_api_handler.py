@@ -178,6 +178,62 @@ def test_a_reason_quoting_the_id_is_refused(app: Any, load_event: Event) -> None
     )
 
 
+SPOOFS = [
+    "https://evil.example/approvals/x?e=1&s=2",
+    "privacy@example.com\n\nReview the request: https://evil.example/approvals/x",
+    "privacy@example.com\u2028https://evil.example",
+]
+
+
+@pytest.mark.parametrize("requested_by", SPOOFS)
+def test_a_requested_by_that_is_a_link_or_several_lines_is_refused(
+    app: Any, requests_table: Any, load_event: Event, requested_by: str
+) -> None:
+    event = load_event("erasure_api_post.json")
+    event["body"] = json.dumps({**json.loads(event["body"]), "requested_by": requested_by})
+
+    status, body = call(app, event)
+
+    assert status == 400
+    assert body["message"] == "invalid erasure request"
+    ((problem,),) = [body["errors"]]
+    assert problem.startswith("requested_by: Value error, requested_by must ")
+    assert "evil.example" not in json.dumps(body)
+    assert stored_items(requests_table) == []
+    assert executions() == []
+
+
+@pytest.mark.parametrize("requested_by", SPOOFS)
+def test_an_event_whose_requested_by_is_a_link_or_several_lines_is_refused(
+    app: Any, requests_table: Any, load_event: Event, requested_by: str
+) -> None:
+    event = load_event("erasure_requested_event.json")
+    event["detail"]["requested_by"] = requested_by
+
+    result = app.handler(event, FakeLambdaContext())
+
+    (problem,) = result["refused"]
+    assert problem.startswith("requested_by: Value error, requested_by must ")
+    assert "evil.example" not in problem
+    assert stored_items(requests_table) == []
+    assert executions() == []
+
+
+def test_the_clis_default_requested_by_the_callers_arn_is_filed(
+    app: Any, requests_table: Any, load_event: Event
+) -> None:
+    arn = "arn:aws:sts::123456789012:assumed-role/Admin/botocore-session-1700000000"
+    event = load_event("erasure_api_post.json")
+    event["requestContext"]["identity"]["userArn"] = arn
+    event["body"] = json.dumps({**json.loads(event["body"]), "requested_by": arn})
+
+    status, _ = call(app, event)
+
+    assert status == 202
+    (item,) = stored_items(requests_table)
+    assert (item["requested_by"], item["requester_principal"]) == (arn, arn)
+
+
 def test_a_body_that_is_not_json_is_refused(app: Any, load_event: Event) -> None:
     event = load_event("erasure_api_post.json")
     event["body"] = '{"subject_ids": ["u-SECRET-1001"'

@@ -1,6 +1,15 @@
 """The approver's email: what the request erases and their own signed link (the only link).
 
 Pure: lethe_shared.erasure.approval_flow.request_approval sends it through a Mailer (SES).
+
+What the requester wrote never comes before the link. `requested_by` (free text, checked at
+intake: lethe_shared.erasure.requester) is shown after the link only, labelled as the
+requester's own words: in the text part on its own line, prefixed with `> ` under the label
+REQUESTED_BY_LABEL, with any control or format character replaced (`display_text`, for values
+stored before intake checked them); in the HTML part escaped, after the link. The IAM caller
+that filed the request (`requester_principal`, authenticated by API Gateway) follows it when
+known. Everything before the link is Lethe's own: the request id, the approver's configured
+address, counts, registered dataset ids, the report hash and the deadline.
 """
 
 from __future__ import annotations
@@ -11,8 +20,11 @@ from urllib.parse import urlsplit
 
 from lethe_shared.erasure.approval_links import utc_text
 from lethe_shared.erasure.approval_pages import ApprovalSummary, DatasetCounts, counted, escaped
+from lethe_shared.erasure.requester import display_text
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+REQUESTED_BY_LABEL = "Requested by (as given by the requester):"
+PRINCIPAL_LABEL = "Filed by the IAM caller (as AWS authenticated it):"
 
 
 def _counts(d: DatasetCounts) -> str:
@@ -42,6 +54,28 @@ def _not_searched_lines(summary: ApprovalSummary) -> list[str]:
     ]
 
 
+def _requester_lines(summary: ApprovalSummary) -> list[str]:
+    """The requester's own words (quoted, one line) and the authenticated caller, for the
+    text part after the link."""
+    lines = [REQUESTED_BY_LABEL, f"> {display_text(summary.requested_by)}"]
+    if summary.requester_principal:
+        lines += [PRINCIPAL_LABEL, f"> {display_text(summary.requester_principal)}"]
+    return lines
+
+
+def _requester_html(summary: ApprovalSummary) -> str:
+    html = (
+        f"<p>{escaped(REQUESTED_BY_LABEL)}<br>\n"
+        f'<q id="requested-by">{escaped(display_text(summary.requested_by))}</q></p>\n'
+    )
+    if summary.requester_principal:
+        html += (
+            f"<p>{escaped(PRINCIPAL_LABEL)}<br>\n"
+            f'<code id="requester-principal">{escaped(summary.requester_principal)}</code></p>\n'
+        )
+    return html
+
+
 def build_approval_email(summary: ApprovalSummary, link: str) -> ApprovalEmail:
     """One approver's email: what the request erases and their own link (the only link)."""
     parts = urlsplit(link)
@@ -60,7 +94,7 @@ def build_approval_email(summary: ApprovalSummary, link: str) -> ApprovalEmail:
     )
     text = "\n".join(
         [
-            f"{summary.requested_by} filed erasure request {summary.request_id}.",
+            f"Erasure request {summary.request_id} awaits your decision.",
             f"You receive this email as a configured approver ({summary.approver}).",
             "",
             f"Data subjects: {summary.subject_count}",
@@ -77,6 +111,8 @@ def build_approval_email(summary: ApprovalSummary, link: str) -> ApprovalEmail:
             "",
             f"Review the request: {link}",
             "",
+            *_requester_lines(summary),
+            "",
         ]
     )
     items = "".join(
@@ -87,9 +123,9 @@ def build_approval_email(summary: ApprovalSummary, link: str) -> ApprovalEmail:
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{escaped(subject)}</title></head>\n"
         '<body style="font-family:sans-serif;line-height:1.45;color:#1b1f24">\n'
-        f"<p>{escaped(summary.requested_by)} filed erasure request "
-        f"<strong>{escaped(summary.request_id)}</strong>. You receive this email as a configured "
-        f"approver ({escaped(summary.approver)}).</p>\n"
+        f"<p>Erasure request <strong>{escaped(summary.request_id)}</strong> awaits your "
+        f"decision. You receive this email as a configured approver "
+        f"({escaped(summary.approver)}).</p>\n"
         "<table>"
         f"<tr><th align=left>Data subjects</th><td>{summary.subject_count}</td></tr>"
         f"<tr><th align=left>Objects</th><td>{summary.total_objects}</td></tr>"
@@ -103,7 +139,6 @@ def build_approval_email(summary: ApprovalSummary, link: str) -> ApprovalEmail:
         + "".join(f"<p>{escaped(line.strip())}</p>\n" for line in _not_searched_lines(summary))
         + f"<p>{escaped(notice)}</p>\n"
         f'<p><a href="{escaped(link)}">Review erasure request '
-        f"{escaped(summary.request_id)}</a></p>\n"
-        "</body></html>\n"
+        f"{escaped(summary.request_id)}</a></p>\n" + _requester_html(summary) + "</body></html>\n"
     )
     return ApprovalEmail(subject=subject, text=text, html=body)

@@ -42,9 +42,9 @@ from lethe_shared.erasure.approval_links import (
     check_csrf,
     confirmation_code,
     csrf_cookie,
+    csrf_nonce_for,
     csrf_token,
     new_approval_id,
-    new_csrf_nonce,
     sign_link,
     verify_link,
 )
@@ -174,6 +174,7 @@ def _summary(record: ErasureRequest, approver: str, deadline: datetime) -> Appro
         report_sha256=report["manifest_sha256"],
         deadline=deadline,
         requested_by=record.requested_by,
+        requester_principal=record.requester_principal,
         approver=approver,
         not_searched=tuple(
             NotSearchedCounts(
@@ -332,7 +333,9 @@ class ApprovalPage:
         return record
 
     def get(self, request: HttpRequest, now: datetime | None = None) -> HttpAnswer:
-        """The confirmation page (and its CSRF cookie). Changes nothing."""
+        """The confirmation page (and its CSRF cookie: the nonce the browser already holds for
+        this page, else a new one, so a page opened in another tab stays valid). Changes
+        nothing."""
         at = now or datetime.now(UTC)
         try:
             link = self._link(request, at)
@@ -342,7 +345,7 @@ class ApprovalPage:
         refusal = self._closed(record) or self._allowed(link, record)
         if refusal is not None:
             return HttpAnswer(refusal)
-        nonce = new_csrf_nonce()
+        nonce = csrf_nonce_for(request.cookie)
         deadline = datetime.fromtimestamp(link.deadline, UTC)
         page = render_confirmation_page(
             _summary(record, link.approver, deadline),

@@ -12,7 +12,13 @@ What this module enforces:
   id or an expiry cannot be changed or invented without the key (`verify_link`);
 - a decision is a `POST` of a form that carries a CSRF token bound to the approval id and to a
   random nonce held in an HttpOnly, SameSite=Strict cookie scoped to the approval's path
-  (signed double submit, `check_csrf`), so another site cannot post it in the approver's name;
+  (signed double submit, `check_csrf`), so another site cannot post it in the approver's name.
+  A GET keeps the nonce of the cookie the browser already holds for the page (`csrf_nonce_for`)
+  and sets it again with a fresh Max-Age, so every tab that shows the page while the link is
+  valid carries a token that matches: opening the link again never invalidates a page opened
+  before. A forged or other-link token still fails (it is an HMAC of this approval id and the
+  nonce under the key), and a cookie value the server did not set is no help to an attacker
+  (the token needs the key);
 - the form must also carry the confirmation code shown on the page, typed by a person
   (`check_code`). The code is not a secret from whoever holds the link (the page shows it): it
   proves that someone read the page and typed, which scanners that submit forms do not do.
@@ -229,8 +235,16 @@ def check_code(typed: str | None, expected: str) -> bool:
 
 
 def new_csrf_nonce() -> str:
-    """A fresh random nonce for the CSRF cookie (one per GET)."""
+    """A fresh random nonce for the CSRF cookie (a GET from a browser that holds none)."""
     return secrets.token_urlsafe(CSRF_NONCE_BYTES)
+
+
+def csrf_nonce_for(cookie_header: str | None) -> str:
+    """The nonce for a GET of the page: the one of the page's `lethe_csrf` cookie the browser
+    already holds (the first well-formed one it sends: the most specific path comes first), else
+    a new one. So a second tab's GET leaves the first tab's form valid."""
+    held = [n for n in cookie_values(cookie_header, CSRF_COOKIE) if _NONCE.match(n)]
+    return held[0] if held else new_csrf_nonce()
 
 
 def csrf_token(key: bytes, approval_id: str, nonce: str) -> str:

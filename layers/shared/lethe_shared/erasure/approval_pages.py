@@ -162,8 +162,10 @@ class ApprovalSummary(Model):
     datasets: tuple[DatasetCounts, ...]
     report_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     deadline: AwareDatetime
-    requested_by: str = Field(min_length=1, max_length=256)
+    requested_by: str = Field(min_length=1, max_length=256)  # free text, as the requester wrote
     approver: str = Field(min_length=1, max_length=256)  # the addressee of this link
+    # the IAM caller that filed the request, as API Gateway authenticated it ("": not known)
+    requester_principal: str = Field(default="", max_length=2048)
     not_searched: tuple[NotSearchedCounts, ...] = ()
     # the report's notes (report.report_notes): the datasets looked up, the subjects not looked
     # up in a dataset; counts, dataset ids and column types only

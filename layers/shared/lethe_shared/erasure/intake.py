@@ -17,10 +17,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from lethe_shared.aws.executions import execution_name
 from lethe_shared.erasure.principals import ApproverPrincipals
+from lethe_shared.erasure.requester import requested_by_problem
 from lethe_shared.erasure.requests import (
     CANCELLABLE,
     ErasureRequest,
     ErasureRequestBody,
+    ErasureRequestError,
     ErasureRequests,
     ErasureStatus,
     IdempotencyConflictError,
@@ -76,7 +78,13 @@ def file_request(
     derives from it: a retry with the same body gets the same request (and starts nothing
     new); another body under the same key is refused with IdempotencyConflictError. Raises
     ErasureRequestError for a bad body, RequesterNotCallerError when `requested_by` names an
-    approver of `principals` and the caller is not theirs."""
+    approver of `principals` and the caller is not theirs.
+
+    `requested_by` is checked here as well as in parse_request_body (a body built in code is
+    filed only with a `requested_by` of the forms of lethe_shared.erasure.requester)."""
+    problem = requested_by_problem(body.requested_by)
+    if problem is not None:
+        raise ErasureRequestError([f"requested_by: {problem}"])
     (principals or ApproverPrincipals()).check_requester(body.requested_by, caller)
     subjects = hash_subjects(body, hash_key, datasets)
     request_id = (

@@ -16,6 +16,9 @@ the ids the body names, by default every dataset registered when it is filed).
   `"1001"` of a string dataset, another person. An id no value of the type equals (`"abc"` for
   an int column) is not looked up in that dataset and is counted (`NotLookedUp`), never skipped
   silently. Composite keys: each value by its column's type.
+- **Who asks** (`requested_by`): at intake (`parse_request_body`) an e-mail address or an IAM
+  principal ARN without control characters (lethe_shared.erasure.requester); refused naming
+  the field, never echoing the value.
 - Raw ids are personal data: they are hashed here and dropped; problems name fields, never
   values.
 
@@ -30,8 +33,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ConfigDict, Field, ValidationError, field_validator
+from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
+from lethe_shared.erasure.requester import requested_by_problem
 from lethe_shared.errors import LetheError
 from lethe_shared.models import Model
 from lethe_shared.subject_hashing.canonical import canonical_text, is_no_subject
@@ -65,6 +69,9 @@ class ErasureRequestError(LetheError):
 SubjectKey = dict[str, str | int | bool]
 
 _BLANK = "is empty or whitespace only: it names no subject"
+# validation context of a body received at intake: `requested_by` must be of a checked form
+# (a body built in code, such as the CLI's index lookup, is not a filed request)
+INTAKE = "intake"
 
 
 class ErasureRequestBody(Model):
@@ -91,6 +98,17 @@ class ErasureRequestBody(Model):
                 raise ValueError(f"subject_ids[{index}] {_BLANK}")
         return ids
 
+    @field_validator("requested_by")
+    @classmethod
+    def _requested_by(cls, requested_by: str, info: ValidationInfo) -> str:
+        """At intake (`parse_request_body`), one of the forms of lethe_shared.erasure.requester;
+        never echoed."""
+        if isinstance(info.context, dict) and info.context.get(INTAKE):
+            problem = requested_by_problem(requested_by)
+            if problem is not None:
+                raise ValueError(problem)
+        return requested_by
+
     @field_validator("subject_keys")
     @classmethod
     def _keys(cls, keys: list[SubjectKey]) -> list[SubjectKey]:
@@ -116,12 +134,13 @@ class ErasureRequestBody(Model):
 
 
 def parse_request_body(document: Any) -> ErasureRequestBody:
-    """Validate a request body. Raises ErasureRequestError naming every problem by field;
-    values are never echoed (they may be subject ids)."""
+    """Validate a request body received at intake (the API, the `Erasure Requested` event),
+    `requested_by` included (lethe_shared.erasure.requester). Raises ErasureRequestError naming
+    every problem by field; values are never echoed (they may be subject ids)."""
     if not isinstance(document, dict):
         raise ErasureRequestError(["body: must be a JSON object"])
     try:
-        return ErasureRequestBody.model_validate(document)
+        return ErasureRequestBody.model_validate(document, context={INTAKE: True})
     except ValidationError as exc:
         raise ErasureRequestError(
             [
