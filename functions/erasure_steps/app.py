@@ -2,7 +2,9 @@
 
     {"step": "watch_ingestion", "request_id", "waited_seconds", "max_wait_seconds",
      "settle_seconds"}                                      the ingestion watermark (uploads in
-                                                            flight, pending re-indexes): {settled}
+                                                            flight, pending re-indexes, a dataset
+                                                            indexed with another hash key than the
+                                                            request's): {settled}
     {"step": "report", "request_id"}                        build and freeze the report
     {"step": "mark", "request_id", "status", "detail"?, "error"?}   ERASING, EXPIRED, FAILED
     {"step": "notification", "request_id"}                  what to publish about the request now
@@ -158,7 +160,7 @@ def _widen(deps: _Dependencies) -> Callable[[Manifest, ErasureRequest], Manifest
     def widen(manifest: Manifest, record: ErasureRequest) -> Manifest:
         return scope.widen(
             manifest, record, catalog=deps.catalog, registry=deps.registry, objects=deps.objects,
-            raw_bucket=deps.raw_bucket,
+            raw_bucket=deps.raw_bucket, check_key=True,
         )  # fmt: skip
 
     return widen
@@ -175,6 +177,7 @@ def _watch_ingestion(step: StepEvent, deps: _Dependencies) -> dict[str, Any]:
         max_wait_seconds=step.max_wait_seconds,
         settle_seconds=step.settle_seconds,
         events_waiting=deps.events_waiting,
+        check_key=True,  # a dataset indexed with another key than the request's holds it too
     )
     return {"request_id": step.request_id, "settled": wait.settled, "in_flight": wait.pending}
 

@@ -30,6 +30,7 @@ from lethe_shared.erasure.requests import (
     new_request_id,
 )
 from lethe_shared.erasure.task_callbacks import TaskCallbacks, TaskGoneError
+from lethe_shared.subject_hashing.keys import key_fingerprint
 
 if TYPE_CHECKING:
     from lethe_shared.datasets.document import Dataset
@@ -84,7 +85,15 @@ def file_request(
         else new_request_id(now)
     )
     record, created = requests.create(
-        new_request(request_id, body, subjects, now=now, via=via, principal=caller or "")
+        new_request(
+            request_id,
+            body,
+            subjects,
+            now=now,
+            via=via,
+            principal=caller or "",
+            hash_key_fingerprint=key_fingerprint(hash_key),
+        )
     )
     if not created and record.fingerprint != new_request(request_id, body, subjects).fingerprint:
         raise IdempotencyConflictError(

@@ -166,6 +166,10 @@ class ErasureRequest(Model):
     hash_groups: tuple[HashGroup, ...] = ()
     scope: tuple[str, ...] = ()  # the datasets the body named; (): every registered dataset
     not_looked_up: tuple[NotLookedUp, ...] = ()  # subjects no value of a dataset's type equals
+    # subject_hashing.keys.key_fingerprint of the key the hashes were computed with ("": a
+    # request filed before it was recorded, an unknown key); the scope compares it with each
+    # dataset's indexed_key_fingerprint (lethe_shared.erasure.scope)
+    hash_key_fingerprint: str = ""
     history: tuple[HistoryEvent, ...] = ()
     outcome: str = ""  # CANCELLED for a cancelled request (status REJECTED)
     report: dict[str, Any] = Field(default_factory=dict)
@@ -383,6 +387,7 @@ def new_request(
     now: datetime | None = None,
     via: str = "api",
     principal: str = "",
+    hash_key_fingerprint: str = "",
 ) -> ErasureRequest:
     at = (now or datetime.now(UTC)).isoformat()
     return ErasureRequest(
@@ -398,6 +403,7 @@ def new_request(
         hash_groups=subjects.groups,
         scope=subjects.scope,
         not_looked_up=subjects.not_looked_up,
+        hash_key_fingerprint=hash_key_fingerprint,
         history=(
             HistoryEvent(
                 status=ErasureStatus.RECEIVED,
