@@ -228,7 +228,8 @@ def reindex_dataset(args: argparse.Namespace) -> int:
             continue
         started = sfn.start_execution(
             stateMachineArn=target.output("IndexBackfillStateMachineArn"),
-            name=timestamped(dataset_id, f"reindex-g{generation}"),
+            # by generation, key (its first 8 hex digits) and second: a start of its own
+            name=timestamped(dataset_id, f"reindex-g{generation}-k{key[:8]}"),
             input=json.dumps(reindex_input(dataset_id, generation, key), sort_keys=True),
         )
         print(started["executionArn"])

@@ -223,7 +223,7 @@ class DynamoDatasetRegistry:
         dataset: Dataset,
         item: dict[str, Any] | None,
         generations: Generations,
-        key_fingerprint: str | None,
+        key_fingerprint: str | None = None,
     ) -> dict[str, Any]:
         """One conditional UpdateItem: the item must still be the one read (its version; for an
         item from before versions, still without one; for a new dataset, still absent)."""
