@@ -150,7 +150,7 @@ def test_post_files_a_request_and_starts_its_execution(
 def test_a_request_records_the_fingerprint_of_the_key_that_hashed_its_ids(
     app: Any, requests_table: Any, load_event: Event
 ) -> None:
-    status, body = call(app, load_event("erasure_api_post.json"))
+    status, _ = call(app, load_event("erasure_api_post.json"))
 
     assert status == 202
     (item,) = stored_items(requests_table)

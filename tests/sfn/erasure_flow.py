@@ -20,7 +20,7 @@ from lethe_shared.erasure.requests import (
     new_request,
     new_request_id,
 )
-from lethe_shared.subject_hashing.keys import load_hash_key
+from lethe_shared.subject_hashing.keys import key_fingerprint, load_hash_key
 from tests.sfn.conftest import SAMPLES, Cloud
 
 REVIEWS_KEY = "reviews/2026/11/21/batch-001.csv"
@@ -121,7 +121,13 @@ class ErasureDriver:
             self.cloud.outputs["ErasureRequestsTableName"]
         )
         DynamoErasureRequests(table).create(
-            new_request(request_id, body, hash_subjects(body, key, []), via="test")
+            new_request(
+                request_id,
+                body,
+                hash_subjects(body, key, []),
+                via="test",
+                hash_key_fingerprint=key_fingerprint(key),  # as the API records it
+            )
         )
         return request_id
 

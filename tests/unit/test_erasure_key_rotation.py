@@ -11,9 +11,9 @@ from typing import Any
 
 from lethe_shared.aws.s3 import s3_url
 from lethe_shared.erasure import scope
-from lethe_shared.erasure.report import Manifest
+from lethe_shared.erasure.report import Manifest, build_manifest
 from lethe_shared.erasure.requests import ErasureStatus
-from lethe_shared.erasure.workflow import build_manifest, build_report
+from lethe_shared.erasure.workflow import build_report
 from lethe_shared.subject_hashing.keys import key_fingerprint
 from tests.unit.test_erasure_scope import (
     H_SECRET,
