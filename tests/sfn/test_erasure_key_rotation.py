@@ -58,11 +58,11 @@ def _registered(cloud: Cloud) -> dict[str, Any]:
     return {k: next(iter(v.values())) for k, v in item.items() if k != "document"}
 
 
-def _erased(driver: ErasureDriver, request_id: str) -> dict[str, Any]:
-    """Approve the request and wait for its end; its record."""
+def _erased(driver: ErasureDriver, request_id: str, arn: str) -> dict[str, Any]:
+    """Approve the request and wait for its execution's end; its record."""
     driver.wait(request_id, "AWAITING_APPROVAL")
     assert driver.decide(driver.link(request_id), "approve") == "approved"
-    driver.execution(request_id, timeout=400)
+    driver.wait_execution(arn, timeout=400)
     return driver.record(request_id)
 
 
@@ -133,7 +133,7 @@ def test_requests_after_a_key_rotation_wait_for_the_reindex_and_then_find_the_su
     history = cloud.client("stepfunctions").get_execution_history(executionArn=arn, maxResults=1000)
     assert "Wait For Ingestion" in states_entered(history["events"])
     # and, approved, it ends INCOMPLETE: never COMPLETED for an erasure that found nothing
-    ended = _erased(driver, before)
+    ended = _erased(driver, before, arn)
     assert (ended["status"], ended["outcome"]) == ("FAILED", "INCOMPLETE")
     assert "R0tated" not in json.dumps(ended)
 
@@ -146,11 +146,11 @@ def test_requests_after_a_key_rotation_wait_for_the_reindex_and_then_find_the_su
     assert registered["indexed_key_fingerprint"] == new
     assert registered["indexed_execution"] == reindex
     after = driver.stored_request(SUBJECT)
-    _start(cloud, _short_machine(cloud, "key-reindexed", 3), after)
+    arn = _start(cloud, _short_machine(cloud, "key-reindexed", 3), after)
     record = driver.wait(after, "AWAITING_APPROVAL")
     assert record["ingestion_wait"]["reindex_pending"] == {}
     manifest = _document(cloud, after, "manifest.json")
     assert manifest["not_searched"] == []
     assert {o["zone"] for o in manifest["objects"]} == {"raw", "lake"}
-    ended = _erased(driver, after)
+    ended = _erased(driver, after, arn)
     assert ended["status"] == "COMPLETED", ended.get("error")
