@@ -70,7 +70,19 @@ def requests(lethe_tables: dict[str, Any], lethe_buckets: Callable[..., None]) -
 @pytest.fixture
 def app(requests: Any, handler_env: Callable[[str], None]) -> Any:
     handler_env("ErasureStepsFunction")
+    # the subject hash key (events/env.json's HASH_KEY_SECRET_ARN): the requests' key is current
+    boto3.client("secretsmanager").create_secret(
+        Name="lethe-local-subject-hash-key", SecretString=HASH_KEY.decode()
+    )
     return load_function_module("erasure_steps")
+
+
+def _rotate_key(secret: bytes) -> str:
+    """An operator puts a new value in the key's secret; its fingerprint."""
+    boto3.client("secretsmanager").put_secret_value(
+        SecretId="lethe-local-subject-hash-key", SecretString=secret.decode()
+    )
+    return key_fingerprint(secret)
 
 
 @pytest.fixture(autouse=True)
@@ -421,7 +433,7 @@ def test_a_dataset_indexed_with_another_key_holds_the_watch_and_is_named_by_the_
     # Given reviews indexed with the key the request was hashed with, then the key rotated
     # (the request is filed with the new key: its record says so), before any re-index
     _register_reviews(lethe_tables)
-    rotated = key_fingerprint(b"r" * 64)
+    rotated = _rotate_key(b"r" * 64)
     requests.update(RID, {"hash_key_fingerprint": rotated})
     boto3.client("sqs").create_queue(QueueName=QUEUE)
     event = {
@@ -463,6 +475,34 @@ def test_a_dataset_indexed_with_another_key_holds_the_watch_and_is_named_by_the_
         ExpressionAttributeValues={":k": rotated},
     )
     assert app.handler(event, FakeLambdaContext())["settled"] is True
+
+
+def test_a_request_hashed_with_a_key_no_longer_current_is_held_and_named(
+    app: Any, requests: Any, lethe_tables: dict[str, Any], load_event: Event
+) -> None:
+    # Given reviews indexed with the request's key, and then the key rotated before the report
+    # (the erase job would hash rows with the new key: the request's hashes match nothing)
+    _register_reviews(lethe_tables)
+    rotated = _rotate_key(b"r" * 64)
+    boto3.client("sqs").create_queue(QueueName=QUEUE)
+    event = {
+        "step": "watch_ingestion", "request_id": RID, "waited_seconds": 0,
+        "max_wait_seconds": 600, "settle_seconds": 0,
+    }  # fmt: skip
+
+    assert app.handler(event, FakeLambdaContext())["settled"] is False
+    pending = requests.get(RID).model_dump(mode="json")["ingestion_wait"]["reindex_pending"]
+    assert pending["reviews"]["current_key_fingerprint"] == rotated
+    reviews = pending["reviews"]
+    assert (reviews["key_fingerprint"], reviews["indexed_key_fingerprint"]) == (KEY, KEY)
+
+    app.handler(event | {"waited_seconds": 600}, FakeLambdaContext())
+    app.handler(load_event("erasure_steps_report.json"), FakeLambdaContext())
+    body = boto3.client("s3").get_object(Bucket=REPORTS, Key=f"erasure/{RID}/manifest.json")
+    (gap,) = json.loads(body["Body"].read())["not_searched"]
+    assert gap["reason"] == "reindex_pending"
+    assert f"the current key is key {rotated}" in gap["detail"]
+    assert gap["detail"].endswith("File the request again")
 
 
 def test_a_request_or_dataset_whose_key_is_unknown_counts_as_another_key(

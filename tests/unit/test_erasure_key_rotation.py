@@ -42,19 +42,23 @@ def _world(*, request_key: str = OLD, indexed: dict[str, str] | None = None) -> 
     return world
 
 
-def _watch(world: World, *, waited: int = 0, check_key: bool = True) -> Any:
+def _watch(world: World, *, waited: int = 0, current: str | None = None) -> Any:
+    """The watermark as the erasure steps function runs it: with the current key's fingerprint
+    (the request's own key unless `current` says otherwise)."""
     return scope.watch_ingestion(
         RID, requests=world.requests, catalog=world.catalog, registry=world.registry,
         waited_seconds=waited, max_wait_seconds=600, settle_seconds=90,
-        events_waiting=lambda: 0, now=T0 + timedelta(minutes=5), check_key=check_key,
+        events_waiting=lambda: 0, now=T0 + timedelta(minutes=5),
+        current_key=current if current is not None else world.record.hash_key_fingerprint,
     )  # fmt: skip
 
 
-def _manifest(world: World) -> Manifest:
+def _manifest(world: World, current: str | None = None) -> Manifest:
     built = build_manifest(RID, [H_SECRET], 1, index=world.index, objects=world.objects, now=T0)
     return scope.widen(
         built, world.record, catalog=world.catalog, registry=world.registry,
-        objects=world.objects, raw_bucket=RAW, check_key=True,
+        objects=world.objects, raw_bucket=RAW,
+        current_key=current if current is not None else world.record.hash_key_fingerprint,
     )  # fmt: skip
 
 
@@ -85,13 +89,38 @@ def test_a_request_hashed_with_a_new_key_waits_for_the_datasets_indexed_with_the
     }
 
 
-def test_the_key_is_checked_only_when_asked() -> None:
-    # the erasure steps function always asks (functions/erasure_steps); without it only
+def test_the_key_is_checked_only_given_the_current_one() -> None:
+    # the erasure steps function always gives it (functions/erasure_steps); without it only
     # generations count, as before
     world = _world(request_key=NEW)
 
-    assert _watch(world, check_key=False).settled
+    unchecked = scope.watch_ingestion(
+        RID, requests=world.requests, catalog=world.catalog, registry=world.registry,
+        waited_seconds=0, max_wait_seconds=600, settle_seconds=90,
+        events_waiting=lambda: 0, now=T0 + timedelta(minutes=5),
+    )  # fmt: skip
+
+    assert unchecked.settled
     assert not _watch(world).settled
+
+
+def test_a_request_whose_key_is_no_longer_current_is_held_and_names_every_dataset() -> None:
+    # hashed (and every dataset indexed) with the old key, but the key is now NEW: the erase
+    # job would hash rows with NEW and match none of the request's hashes
+    world = _world(request_key=OLD)
+
+    wait = _watch(world, current=NEW)
+
+    assert not wait.settled
+    assert sorted(wait.reindex_pending) == ["orders", "reviews"]
+    assert wait.reindex_pending["reviews"].current_key_fingerprint == NEW
+    gaps = _manifest(world, current=NEW).not_searched
+    assert [(g.dataset_id, g.reason) for g in gaps] == [
+        ("orders", "reindex_pending"),
+        ("reviews", "reindex_pending"),
+    ]
+    assert f"hashed (with key {OLD}; the current key is key {NEW})" in gaps[0].detail
+    assert gaps[0].detail.endswith("File the request again")
 
 
 def test_a_key_reindex_still_pending_when_the_wait_ends_is_named_with_the_fingerprints() -> None:
@@ -158,7 +187,7 @@ def test_a_key_reindex_named_in_the_report_ends_the_request_incomplete() -> None
         documents=world.documents, now=T0,
         widen=lambda m, r: scope.widen(
             m, r, catalog=world.catalog, registry=world.registry, objects=world.objects,
-            raw_bucket=RAW, check_key=True,
+            raw_bucket=RAW, current_key=NEW,
         ),
     )  # fmt: skip
     for status in (ErasureStatus.AWAITING_APPROVAL, ErasureStatus.APPROVED, ErasureStatus.ERASING):

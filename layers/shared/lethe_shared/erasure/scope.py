@@ -52,11 +52,14 @@ every hash of a request (computed when it is filed; the request records the key'
 hashes under the old key until the dataset is re-indexed (the registry's
 `indexed_key_fingerprint`, recorded by the re-index: lethe_shared.datasets.registry). A request
 whose hashes are under another key than the one a dataset of its scope was indexed with would
-find nothing there, so with `check_key` the watermark and the report treat that dataset exactly
-as a pending re-index: the request waits for it, and a dataset still pending when the report is
-frozen is named `reindex_pending`, its detail saying that the key changed (fingerprints only,
-never the key). A request or dataset whose fingerprint is unknown (recorded by an older Lethe)
-counts as another key.
+find nothing there, so given the current key's fingerprint (`current_key`) the watermark and
+the report treat that dataset exactly as a pending re-index: the request waits for it, and a
+dataset still pending when the report is frozen is named `reindex_pending`, its detail saying
+that the key changed (fingerprints only, never the key; lethe_shared.erasure.pending_reindex).
+A request or dataset whose fingerprint is unknown (recorded by an older Lethe) counts as
+another key. A request whose key is no longer the current one (filed just before a rotation,
+or by a function still holding the old key in its cache) can match nothing the erase job reads
+with the current key: every dataset of its scope is named, and it must be filed again.
 
 What the index is found to hold after the erasure (entries indexed after the report was frozen)
 is the index update's final look-up (lethe_shared.erasure.index_update), which the certificate
@@ -76,14 +79,19 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from pydantic import ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import ConfigDict, Field
 
-from lethe_shared.aws.s3 import ObjectStore, ObjectVersion, key_state, s3_url, split_s3_url
+from lethe_shared.aws.s3 import ObjectStore, ObjectVersion, key_state, split_s3_url
 from lethe_shared.catalog.object_catalog import CatalogItem, ObjectCatalog, ObjectStatus
 from lethe_shared.catalog.zones import Zone
 from lethe_shared.datasets.document import Dataset
 from lethe_shared.datasets.registry import DatasetRegistry, Registrations
-from lethe_shared.datasets.reindex import pending_registrations
+from lethe_shared.erasure.pending_reindex import (
+    PendingReindex,
+    pending_reindexes,
+    reindex_gaps,
+    request_keys,
+)
 from lethe_shared.erasure.report import (
     GapReason,
     Manifest,
@@ -185,58 +193,6 @@ def _open(requests: ErasureRequests, request_id: str) -> ErasureRequest:
 # --------------------------------------------------------------------------- the watermark
 
 
-class PendingReindex(Model):
-    """A dataset whose index was built for an older matching generation than its current one,
-    or with another subject hash key than the request's (`key_changed`: then the request's and
-    the index's key fingerprints, "" for an unknown one; never the key)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    matching_generation: int = Field(ge=1)
-    indexed_generation: int = Field(ge=0)
-    key_fingerprint: str | None = None  # the request's key, when the key differs (additive)
-    indexed_key_fingerprint: str | None = None  # the index's key, when the key differs
-
-    @property
-    def key_changed(self) -> bool:
-        return self.key_fingerprint is not None
-
-    @model_serializer(mode="wrap")
-    def _without_unset_keys(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """The key fields only when the key differs: a generation alone reads as before."""
-        dumped = dict(handler(self))
-        return {k: v for k, v in dumped.items() if v is not None}
-
-
-def pending_reindexes(
-    registry: Registrations,
-    dataset_ids: Iterable[str],
-    key_fingerprint: str | None = None,
-) -> dict[str, PendingReindex]:
-    """The datasets among `dataset_ids` whose re-index is pending, by id (sorted): their
-    matching generation moved, or (when `key_fingerprint` is given: the key the request's ids
-    were hashed with, "" when unknown) their index was built with another or an unknown key."""
-    found: dict[str, PendingReindex] = {}
-    for registration in pending_registrations(registry, dataset_ids, key_fingerprint):
-        key_changed = key_fingerprint is not None and registration.key_reindex_pending(
-            key_fingerprint
-        )
-        found[registration.dataset.dataset_id] = PendingReindex(
-            matching_generation=registration.matching_generation,
-            indexed_generation=registration.indexed_generation,
-            key_fingerprint=key_fingerprint if key_changed else None,
-            indexed_key_fingerprint=registration.indexed_key_fingerprint if key_changed else None,
-        )
-    return dict(sorted(found.items()))
-
-
-def request_key(record: ErasureRequest, check_key: bool) -> str | None:
-    """The fingerprint the scope compares each dataset's index key with: the key the request's
-    ids were hashed with ("" when the record does not say: unknown), or None without
-    `check_key`."""
-    return record.hash_key_fingerprint if check_key else None
-
-
 class IngestionWait(Model):
     """One look at the watermark, as the request record keeps it (`ingestion_wait`)."""
 
@@ -280,7 +236,7 @@ def watch_ingestion(
     settle_seconds: int,
     events_waiting: Callable[[], int] | None = None,
     now: datetime | None = None,
-    check_key: bool = False,
+    current_key: str | None = None,
 ) -> IngestionWait:
     """The watermark: settled when the catalog has caught up with the request (below), no
     raw version of the request's datasets older than the request is in flight and no dataset of
@@ -292,8 +248,10 @@ def watch_ingestion(
     window and a margin), or QUIET_SECONDS old with no object event waiting in the queue
     (`events_waiting`, visible, in flight or delayed: what an idle lake shows at once).
 
-    `check_key`: a dataset indexed with another subject hash key than the request's hashes
-    (module docstring) holds the report too (the erasure steps function always checks)."""
+    `current_key`: the subject hash key's fingerprint now. Given, a dataset indexed with another
+    key than the request's hashes, or every dataset when the request's key is not the current
+    one (module docstring), holds the report too (the erasure steps function always gives it).
+    """
     at = now or datetime.now(UTC)
     record = _open(requests, request_id)
     created = _created(record)
@@ -306,7 +264,7 @@ def watch_ingestion(
     )
     timed_out = waited_seconds >= max_wait_seconds
     pending = sum(counts.values())
-    reindexing = pending_reindexes(registry, datasets, request_key(record, check_key))
+    reindexing = pending_reindexes(registry, datasets, *request_keys(record, current_key))
     held = _waiting_for(pending, list(reindexing))
     if not caught_up:
         why = "waiting for the object catalog to record uploads made before the request"
@@ -436,59 +394,6 @@ def _why(
     )
 
 
-def reindex_gaps(
-    registry: Registrations,
-    dataset_ids: Iterable[str],
-    raw_bucket: str,
-    key_fingerprint: str | None = None,
-) -> list[NotSearched]:
-    """A `reindex_pending` gap per dataset among `dataset_ids` whose re-index is pending now
-    (with `key_fingerprint`, the request's key: also one indexed with another key), named by its
-    raw prefix (the dataset's place: every object of it, raw and lake, was found through an
-    index of the old definition or key), with its generations and what the operator does."""
-    return [
-        NotSearched(
-            object_url=s3_url(raw_bucket, f"{dataset_id}/"),
-            dataset_id=dataset_id,
-            reason="reindex_pending",
-            detail=_reindex_detail(dataset_id, pending),
-        )
-        for dataset_id, pending in pending_reindexes(registry, dataset_ids, key_fingerprint).items()
-    ]
-
-
-def _fingerprint_text(fingerprint: str | None) -> str:
-    return f"key {fingerprint}" if fingerprint else "an unknown key (recorded by an older Lethe)"
-
-
-def _reindex_detail(dataset_id: str, pending: PendingReindex) -> str:
-    """What a `reindex_pending` gap says: which change is not re-indexed yet, and what to do
-    (fingerprints only, never a key)."""
-    parts = []
-    if pending.indexed_generation < pending.matching_generation:
-        parts.append(
-            f"the dataset's matching definition changed (matching generation "
-            f"{pending.matching_generation}) and its subject index was last built for "
-            f"generation {pending.indexed_generation}: objects of the dataset that hold the "
-            "subjects under the current definition only were not found"
-        )
-    if pending.key_changed:
-        parts.append(
-            "the subject hash key changed: the request's subject ids were hashed with "
-            f"{_fingerprint_text(pending.key_fingerprint)} and the dataset's subject index was "
-            f"last built with {_fingerprint_text(pending.indexed_key_fingerprint)}, so no entry "
-            "of it could be found. Re-index the dataset with the current key (`lethe datasets "
-            f"reindex {dataset_id}`, or `--all` after a rotation; `lethe datasets get "
-            f"{dataset_id}` says when it is done)"
-        )
-        return "; ".join(parts) + ", then file the request again"
-    return (
-        "; ".join(parts)
-        + f". Let its re-index succeed (`lethe datasets get {dataset_id}` says when; a failed "
-        f"one: `lethe datasets reindex {dataset_id}`), then file the request again"
-    )
-
-
 def widen(
     manifest: Manifest,
     record: ErasureRequest,
@@ -498,13 +403,13 @@ def widen(
     objects: ObjectStore,
     raw_bucket: str,
     max_added: int = MAX_ADDED_OBJECTS,
-    check_key: bool = False,
+    current_key: str | None = None,
 ) -> Manifest:
     """The manifest built from the index, with the raw keys of never-indexed versions older
     than the request added to its objects and what cannot be searched in `not_searched`,
     including each dataset of the scope whose re-index is still pending (`reindex_gaps`;
-    `raw_bucket` names their place; with `check_key`, also one indexed with another key than
-    the request's)."""
+    `raw_bucket` names their place; with `current_key`, also one indexed with another key than
+    the request's, and every one when the request's key is not current)."""
     datasets = scope_datasets(record, registry.list())
     items = [
         item
@@ -540,7 +445,7 @@ def widen(
             gap = _unsearched(item, version, current, erased=erased)
             if gap is not None:
                 gaps.append(gap)
-    gaps.extend(reindex_gaps(registry, datasets, raw_bucket, request_key(record, check_key)))
+    gaps.extend(reindex_gaps(registry, datasets, raw_bucket, *request_keys(record, current_key)))
     if added or gaps:
         LOG.info(
             "report scope: %d raw object(s) never indexed added, %d place(s) not searched",
