@@ -78,6 +78,8 @@ class MemoryRegistry:
         self.generations: dict[str, Generations] = {
             d.dataset_id: Generations(matching_fingerprint(d), 1, 1) for d in datasets
         }
+        # indexed_key_fingerprint per dataset (none: unknown, as an item from before it)
+        self.indexed_keys: dict[str, str] = {}
 
     def get(self, dataset_id: str) -> Dataset | None:
         return self.datasets.get(dataset_id)
@@ -94,14 +96,24 @@ class MemoryRegistry:
         dataset = self.datasets.get(dataset_id)
         if dataset is None:
             return None
-        return Registration(dataset, self.versions.get(dataset_id, 0), self.generations[dataset_id])
+        return Registration(
+            dataset,
+            self.versions.get(dataset_id, 0),
+            self.generations[dataset_id],
+            indexed_key_fingerprint=self.indexed_keys.get(dataset_id, ""),
+        )
 
-    def record_indexed(self, dataset_id: str, generation: int) -> bool:
-        """What the backfill's "Record Indexed Generation" does: only for the current one."""
+    def record_indexed(
+        self, dataset_id: str, generation: int, key_fingerprint: str | None = None
+    ) -> bool:
+        """What the backfill's "Record Indexed Generation" does: only for the current one
+        (and, given a key fingerprint, the key with it)."""
         current = self.generations.get(dataset_id)
         if current is None or current.matching != generation:
             return False
         self.generations[dataset_id] = Generations(current.fingerprint, generation, generation)
+        if key_fingerprint is not None:
+            self.indexed_keys[dataset_id] = key_fingerprint
         return True
 
     def list(self) -> Iterator[Dataset]:

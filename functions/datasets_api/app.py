@@ -11,6 +11,14 @@ named by dataset and generation: lethe_shared.datasets.reindex); so does any PUT
 re-index of the current generation is still pending (a retry after a lost answer, which finds
 the same execution instead of starting another). Its answer then has `reindex`: `{execution,
 name, generation, status}`. New erasure requests that reach the dataset wait until it completes.
+
+The subject hash key (SubjectHashKeySecret, read through Powertools' cache like the other
+handlers, KEY_CACHE_SECONDS): a new dataset is recorded as indexed with the current key's
+fingerprint (it holds no data yet), a re-index is started with it (recorded when it succeeds),
+and both answers add `indexed_key_fingerprint`, the current `key_fingerprint` and
+`key_reindex_pending` (the index was built with another or an unknown key: after a rotation,
+`lethe datasets reindex`). Only fingerprints are answered, never the key. A key that cannot be
+read is a 503.
 """
 
 from __future__ import annotations
@@ -29,17 +37,31 @@ from pydantic import Field
 from lethe_shared.aws.errors import error_code
 from lethe_shared.aws.s3 import S3ObjectStore
 from lethe_shared.aws.wiring import Aws, wiring
-from lethe_shared.catalog.zones import Buckets
 from lethe_shared.config import Settings
 from lethe_shared.datasets.document import Dataset, parse_dataset
 from lethe_shared.datasets.registry import DynamoDatasetRegistry, RegistryConflictError
 from lethe_shared.datasets.reindex import StepFunctionsReindexer
-from lethe_shared.errors import BucketVersioningError, DatasetNotFoundError, DatasetValidationError
+from lethe_shared.errors import (
+    BucketVersioningError,
+    DatasetNotFoundError,
+    DatasetValidationError,
+    HashKeyError,
+)
+from lethe_shared.subject_hashing.keys import key_fingerprint, key_from_secret
 
 logger = Logger()
 tracer = Tracer()
 metrics = Metrics()
 app = APIGatewayRestResolver()
+KEY_CACHE_SECONDS = 300
+
+
+def _secret(arn: str) -> str:
+    """The secret string of `arn`, cached for KEY_CACHE_SECONDS. Powertools' parameters utility
+    (and boto3 with it) is imported at the first read, with the clients, not at import."""
+    from aws_lambda_powertools.utilities import parameters  # noqa: PLC0415
+
+    return str(parameters.get_secret(arn, max_age=KEY_CACHE_SECONDS))
 
 
 class DatasetsApiSettings(Settings):
@@ -49,21 +71,24 @@ class DatasetsApiSettings(Settings):
     index_backfill_state_machine_arn: str = Field(
         alias="INDEX_BACKFILL_STATE_MACHINE_ARN", pattern=r"^arn:[^:]+:states:.+:stateMachine:.+"
     )
+    hash_key_secret_arn: str = Field(alias="HASH_KEY_SECRET_ARN", min_length=1)
 
 
 @dataclass(frozen=True)
 class _Dependencies:
+    settings: DatasetsApiSettings
     registry: DynamoDatasetRegistry
     objects: S3ObjectStore
-    buckets: Buckets
+    buckets: tuple[str, str]  # raw, lake: both must keep versions
     reindexer: StepFunctionsReindexer
 
 
 def _build(settings: DatasetsApiSettings, aws: Aws) -> _Dependencies:
     return _Dependencies(
+        settings=settings,
         registry=DynamoDatasetRegistry(aws.table(settings.datasets_table)),
         objects=S3ObjectStore(aws.client("s3")),
-        buckets=Buckets(raw=settings.raw_bucket, lake=settings.lake_bucket),
+        buckets=(settings.raw_bucket, settings.lake_bucket),
         reindexer=StepFunctionsReindexer(
             aws.client("stepfunctions"), settings.index_backfill_state_machine_arn
         ),
@@ -71,6 +96,20 @@ def _build(settings: DatasetsApiSettings, aws: Aws) -> _Dependencies:
 
 
 _dependencies = wiring(DatasetsApiSettings, _build)
+
+
+def current_key_fingerprint(deps: _Dependencies) -> str:
+    """The fingerprint of the subject hash key as this container reads it (cached), or
+    HashKeyError (the message names the secret, never its value)."""
+    arn = deps.settings.hash_key_secret_arn
+    try:
+        return key_fingerprint(key_from_secret(_secret(arn)))
+    except HashKeyError:
+        raise
+    except Exception as exc:  # Powertools' GetParameterError, a short key
+        raise HashKeyError(
+            f"the subject hash key secret {arn} cannot be read: {type(exc).__name__}"
+        ) from None
 
 
 def _json(status: int, body: dict[str, Any]) -> Response[str]:
@@ -117,13 +156,14 @@ def dataset_of_request(dataset_id: str, body: str | None) -> Dataset:
 def put_dataset(dataset_id: str) -> Response[str]:
     dataset = dataset_of_request(dataset_id, app.current_event.body)
     deps = _dependencies()
-    deps.objects.require_versioning(deps.buckets.names)
-    registered = deps.registry.register(dataset)
+    deps.objects.require_versioning(deps.buckets)
+    key = current_key_fingerprint(deps)  # read before the re-index starts its jobs
+    registered = deps.registry.register(dataset, key_fingerprint=key)
     registration = registered.registration
-    body = {"dataset": dataset.document(), **registration.summary()}
+    body = {"dataset": dataset.document(), **registration.summary(key)}
     if registration.reindex_pending:
         try:
-            reindex = deps.reindexer.start(dataset_id, registration.matching_generation)
+            reindex = deps.reindexer.start(dataset_id, registration.matching_generation, key)
         except ClientError as exc:  # registered; the next PUT of it starts the re-index
             raise ReindexNotStartedError(registration.summary(), error_code(exc)) from exc
         body["reindex"] = reindex.answer()
@@ -135,6 +175,7 @@ def put_dataset(dataset_id: str) -> Response[str]:
             "generation": registration.matching_generation,
             "generation_changed": registered.generation_changed,
             "indexed_generation": registration.indexed_generation,
+            "key_reindex_pending": body["key_reindex_pending"],
             "reindex": body.get("reindex"),
         },
     )
@@ -144,8 +185,10 @@ def put_dataset(dataset_id: str) -> Response[str]:
 @app.get("/datasets/<dataset_id>")
 @tracer.capture_method
 def get_dataset(dataset_id: str) -> Response[str]:
-    registration = _dependencies().registry.require_registration(dataset_id)
-    return _json(200, {"dataset": registration.dataset.document(), **registration.summary()})
+    deps = _dependencies()
+    registration = deps.registry.require_registration(dataset_id)
+    key = current_key_fingerprint(deps)
+    return _json(200, {"dataset": registration.dataset.document(), **registration.summary(key)})
 
 
 @app.exception_handler(DatasetValidationError)
@@ -167,6 +210,12 @@ def _unversioned(exc: BucketVersioningError) -> Response[str]:
 def _reindex_not_started(exc: ReindexNotStartedError) -> Response[str]:
     logger.error("re-index not started", extra={"error": str(exc)})
     return _json(503, {"message": str(exc), **exc.summary})
+
+
+@app.exception_handler(HashKeyError)
+def _no_key(exc: HashKeyError) -> Response[str]:
+    logger.error("subject hash key unreadable", extra={"error": str(exc)})
+    return _json(503, {"message": f"{exc}; try again (nothing was written)"})
 
 
 @app.exception_handler(RegistryConflictError)

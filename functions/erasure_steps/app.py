@@ -2,7 +2,9 @@
 
     {"step": "watch_ingestion", "request_id", "waited_seconds", "max_wait_seconds",
      "settle_seconds"}                                      the ingestion watermark (uploads in
-                                                            flight, pending re-indexes): {settled}
+                                                            flight, pending re-indexes, a dataset
+                                                            indexed with another hash key than the
+                                                            request's): {settled}
     {"step": "report", "request_id"}                        build and freeze the report
     {"step": "mark", "request_id", "status", "detail"?, "error"?}   ERASING, EXPIRED, FAILED
     {"step": "notification", "request_id"}                  what to publish about the request now
@@ -55,6 +57,7 @@ from lethe_shared.erasure.workflow import (
 )
 from lethe_shared.index.subject_index import DynamoSubjectIndex
 from lethe_shared.models import Model
+from lethe_shared.subject_hashing.keys import key_fingerprint, load_hash_key
 
 if TYPE_CHECKING:
     from lethe_shared.erasure.certificate import KmsSigner
@@ -73,6 +76,8 @@ class ErasureStepsSettings(Settings):
     raw_bucket: str = Field(alias="RAW_BUCKET", min_length=3)  # names a dataset's raw prefix
     reports_bucket: str = Field(alias="REPORTS_BUCKET", min_length=3)
     certificate_key_arn: str = Field(alias="CERTIFICATE_KEY_ARN", min_length=1)
+    # the key's fingerprint only: which key a request's hashes must be under (scope)
+    hash_key_secret_arn: str = Field(alias="HASH_KEY_SECRET_ARN", min_length=1)
 
 
 class StepError(Model):
@@ -119,6 +124,13 @@ class _Dependencies:
     sqs: Any  # the boto3 SQS client of the object events queue
     object_events_queue_url: str
     raw_bucket: str  # a dataset awaiting a re-index is named by its raw prefix (scope.widen)
+    secrets: Any  # the boto3 Secrets Manager client of the subject hash key
+    hash_key_secret_arn: str
+
+    def current_key(self) -> str:
+        """The subject hash key's fingerprint as its secret holds it now: read at each call,
+        never cached (a rotation must be seen at once; the key itself is never kept)."""
+        return key_fingerprint(load_hash_key(self.secrets, self.hash_key_secret_arn))
 
     def events_waiting(self) -> int:
         """Object events not yet recorded in the catalog: in the queue, visible or not."""
@@ -148,6 +160,8 @@ def _build(settings: ErasureStepsSettings, aws: Aws) -> _Dependencies:
         sqs=aws.client("sqs"),
         object_events_queue_url=settings.object_events_queue_url,
         raw_bucket=settings.raw_bucket,
+        secrets=aws.client("secretsmanager"),
+        hash_key_secret_arn=settings.hash_key_secret_arn,
     )
 
 
@@ -158,7 +172,7 @@ def _widen(deps: _Dependencies) -> Callable[[Manifest, ErasureRequest], Manifest
     def widen(manifest: Manifest, record: ErasureRequest) -> Manifest:
         return scope.widen(
             manifest, record, catalog=deps.catalog, registry=deps.registry, objects=deps.objects,
-            raw_bucket=deps.raw_bucket,
+            raw_bucket=deps.raw_bucket, current_key=deps.current_key(),
         )  # fmt: skip
 
     return widen
@@ -175,6 +189,9 @@ def _watch_ingestion(step: StepEvent, deps: _Dependencies) -> dict[str, Any]:
         max_wait_seconds=step.max_wait_seconds,
         settle_seconds=step.settle_seconds,
         events_waiting=deps.events_waiting,
+        # a dataset indexed with another key than the request's (or a request whose key is no
+        # longer current) holds it too
+        current_key=deps.current_key(),
     )
     return {"request_id": step.request_id, "settled": wait.settled, "in_flight": wait.pending}
 

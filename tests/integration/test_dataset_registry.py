@@ -4,6 +4,7 @@ indexed_generation."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ from lethe_shared.datasets import registry as registry_module
 from lethe_shared.datasets.document import Dataset, parse_dataset
 from lethe_shared.datasets.matching import matching_fingerprint, next_generations
 from lethe_shared.datasets.registry import DynamoDatasetRegistry, RegistryConflictError
-from lethe_shared.datasets.reindex import reindex_pending
+from lethe_shared.datasets.reindex import pending_registrations, reindex_pending
 
 pytestmark = pytest.mark.lambda_runtime
 
@@ -159,3 +160,74 @@ def test_reindex_pending_reads_the_registry(table: Any) -> None:
     assert reindex_pending(registry, ["other", "reviews", "unknown"]) == [("reviews", 2, 1)]
     listed = {r.dataset.dataset_id: r.matching_generation for r in registry.registrations()}
     assert listed == {"reviews": 2, "other": 1}
+
+
+# ------------------------------------------------------------------ the subject hash key
+
+OLD_KEY, NEW_KEY = "0123456789abcdef", "fedcba9876543210"  # two keys' fingerprints
+
+
+def test_a_new_dataset_records_the_key_and_no_later_put_changes_it(table: Any) -> None:
+    registry = DynamoDatasetRegistry(table)
+
+    created = registry.register(_dataset(), key_fingerprint=OLD_KEY)
+    same = registry.register(_dataset(), key_fingerprint=NEW_KEY)
+    changed = registry.register(_dataset(subject_columns=["email"]), key_fingerprint=NEW_KEY)
+
+    assert created.registration.indexed_key_fingerprint == OLD_KEY
+    for registered in (same, changed):
+        assert registered.registration.indexed_key_fingerprint == OLD_KEY
+        assert registered.registration.key_reindex_pending(NEW_KEY)
+    assert table.get_item(Key={"dataset_id": "reviews"})["Item"]["indexed_key_fingerprint"] == (
+        OLD_KEY
+    )
+    assert not created.registration.key_reindex_pending(OLD_KEY)
+    assert created.registration.summary(OLD_KEY)["key_reindex_pending"] is False
+    assert changed.registration.summary(NEW_KEY) | {"version": 0} == {
+        "version": 0,
+        "generation": 2,
+        "indexed_generation": 1,
+        "matching_fingerprint": changed.registration.matching_fingerprint,
+        "indexed_key_fingerprint": OLD_KEY,
+        "key_fingerprint": NEW_KEY,
+        "key_reindex_pending": True,
+    }
+
+
+def test_a_dataset_without_a_recorded_key_is_pending_for_every_key(table: Any) -> None:
+    registry = DynamoDatasetRegistry(table)
+    registry.register(_dataset())  # no key given: unknown
+    table.put_item(
+        Item={"dataset_id": "old", "document": json.dumps({**DOCUMENT, "dataset_id": "old"})}
+    )
+    registry.register(parse_dataset({**DOCUMENT, "dataset_id": "keyed"}), key_fingerprint=NEW_KEY)
+
+    pending = pending_registrations(registry, ["keyed", "old", "reviews", "ghost"], NEW_KEY)
+
+    assert [r.dataset.dataset_id for r in pending] == ["old", "reviews"]
+    assert [r.indexed_key_fingerprint for r in pending] == ["", ""]
+    assert "indexed_key_fingerprint" not in table.get_item(Key={"dataset_id": "reviews"})["Item"]
+    # without a key to compare, only generations count (none of these moved)
+    assert pending_registrations(registry, ["keyed", "old", "reviews"]) == []
+    assert reindex_pending(registry, ["keyed", "old", "reviews"]) == []
+
+
+def test_the_backfill_s_record_clears_a_key_reindex(table: Any) -> None:
+    registry = DynamoDatasetRegistry(table)
+    registry.register(_dataset(), key_fingerprint=OLD_KEY)
+    # "Record Indexed Generation" of a re-index started with the new key, as DynamoDB applies it
+    table.update_item(
+        Key={"dataset_id": "reviews"},
+        UpdateExpression="SET indexed_generation = :g, indexed_key_fingerprint = :k",
+        ConditionExpression="matching_generation = :g",
+        ExpressionAttributeValues={":g": 1, ":k": NEW_KEY},
+    )
+
+    assert pending_registrations(registry, ["reviews"], NEW_KEY) == []
+    assert [
+        r.dataset.dataset_id for r in pending_registrations(registry, ["reviews"], OLD_KEY)
+    ] == ["reviews"]
+    # a later PUT keeps what the backfill recorded
+    assert registry.register(
+        _dataset(), key_fingerprint=OLD_KEY
+    ).registration.indexed_key_fingerprint == (NEW_KEY)

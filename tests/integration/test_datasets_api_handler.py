@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import boto3
 import pytest
+from aws_lambda_powertools.utilities import parameters
 
+from lethe_shared.subject_hashing.keys import key_fingerprint
 from tests.conftest import FakeLambdaContext, load_function_module
 
 pytestmark = pytest.mark.lambda_runtime
@@ -16,10 +18,20 @@ pytestmark = pytest.mark.lambda_runtime
 Event = Callable[[str], dict[str, Any]]
 
 
+KEY_SECRET = "lethe-local-subject-hash-key"  # events/env.json
+HASH_SECRET = "k" * 64
+ROTATED_SECRET = "r" * 64
+KEY = key_fingerprint(HASH_SECRET.encode())
+ROTATED = key_fingerprint(ROTATED_SECRET.encode())
+
+
 @pytest.fixture
-def app(lethe_tables: dict[str, Any], handler_env: Callable[[str], None]) -> Any:
+def app(lethe_tables: dict[str, Any], handler_env: Callable[[str], None]) -> Iterator[Any]:
     handler_env("DatasetsApiFunction")
-    return load_function_module("datasets_api")
+    parameters.clear_caches()
+    boto3.client("secretsmanager").create_secret(Name=KEY_SECRET, SecretString=HASH_SECRET)
+    yield load_function_module("datasets_api")
+    parameters.clear_caches()
 
 
 def _call(app: Any, event: dict[str, Any], ctx: FakeLambdaContext) -> tuple[int, dict[str, Any]]:
@@ -227,7 +239,13 @@ def test_a_put_changing_subject_columns_starts_exactly_one_reindex(
     assert _executions(backfill_machine) == [
         {
             "name": "reviews-reindex-g2",
-            "input": {"dataset_id": "reviews", "force": True, "generation": 2},
+            # the key as the API read it before the start: recorded when the re-index succeeds
+            "input": {
+                "dataset_id": "reviews",
+                "force": True,
+                "generation": 2,
+                "key_fingerprint": KEY,
+            },
         }
     ]
     # the same document again, or one that differs only in free text: no new generation and
@@ -327,3 +345,90 @@ def test_a_reindex_that_cannot_start_is_started_by_the_next_put(
     assert retried[1]["generation"] == 2  # the same generation: no second bump
     assert retried[1]["reindex"]["name"] == "reviews-reindex-g2"
     assert [e["name"] for e in _executions(sfn)] == ["reviews-reindex-g2"]
+
+
+# ------------------------------------------------------------------ the subject hash key
+
+
+def _rotate() -> None:
+    """An operator puts a new value in the secret; the function's cache has expired."""
+    boto3.client("secretsmanager").put_secret_value(
+        SecretId=KEY_SECRET, SecretString=ROTATED_SECRET
+    )
+    parameters.clear_caches()
+
+
+def test_a_new_dataset_records_the_current_key_and_a_put_never_changes_it(
+    app: Any,
+    lethe_buckets: Callable[..., None],
+    backfill_machine: Any,
+    load_event: Event,
+    lambda_context: FakeLambdaContext,
+    lethe_tables: dict[str, Any],
+) -> None:
+    lethe_buckets()
+
+    created = _put(app, load_event, lambda_context)
+    _rotate()
+    same = _put(app, load_event, lambda_context)
+    changed = _put(app, load_event, lambda_context, subject_columns=["text"])
+    got = _call(app, load_event("datasets_api_get.json"), lambda_context)
+    item = lethe_tables["DatasetsTable"].get_item(Key={"dataset_id": "reviews"})["Item"]
+
+    assert created[0] == 201
+    assert {k: created[1][k] for k in ("indexed_key_fingerprint", "key_fingerprint")} == {
+        "indexed_key_fingerprint": KEY,
+        "key_fingerprint": KEY,
+    }
+    assert created[1]["key_reindex_pending"] is False
+    # after the rotation: the dataset keeps the key its index was built with, and is pending
+    assert item["indexed_key_fingerprint"] == KEY
+    for answer in (same[1], changed[1], got[1]):
+        assert answer["indexed_key_fingerprint"] == KEY
+        assert answer["key_fingerprint"] == ROTATED
+        assert answer["key_reindex_pending"] is True
+    # the re-index a definition change starts carries the key read now
+    assert _executions(backfill_machine)[0]["input"]["key_fingerprint"] == ROTATED
+    assert HASH_SECRET not in json.dumps([created, same, changed, got])
+    assert ROTATED_SECRET not in json.dumps([created, same, changed, got])
+
+
+def test_a_dataset_from_before_key_fingerprints_is_pending_and_a_put_keeps_it_so(
+    app: Any,
+    lethe_buckets: Callable[..., None],
+    load_event: Event,
+    lambda_context: FakeLambdaContext,
+    lethe_tables: dict[str, Any],
+) -> None:
+    lethe_buckets()
+    document = json.loads(load_event("datasets_api_put.json")["body"])
+    lethe_tables["DatasetsTable"].put_item(
+        Item={"dataset_id": "reviews", "document": json.dumps(document), "version": 4}
+    )
+
+    status, body = _put(app, load_event, lambda_context)
+
+    assert status == 200
+    assert (body["indexed_key_fingerprint"], body["key_reindex_pending"]) == (None, True)
+    item = lethe_tables["DatasetsTable"].get_item(Key={"dataset_id": "reviews"})["Item"]
+    assert "indexed_key_fingerprint" not in item
+
+
+def test_an_unreadable_key_is_a_503_that_writes_nothing(
+    app: Any,
+    lethe_buckets: Callable[..., None],
+    load_event: Event,
+    lambda_context: FakeLambdaContext,
+    lethe_tables: dict[str, Any],
+) -> None:
+    lethe_buckets()
+    boto3.client("secretsmanager").delete_secret(
+        SecretId=KEY_SECRET, ForceDeleteWithoutRecovery=True
+    )
+    parameters.clear_caches()
+
+    status, body = _put(app, load_event, lambda_context)
+
+    assert status == 503
+    assert body["message"].startswith(f"the subject hash key secret {KEY_SECRET} cannot be read")
+    assert lethe_tables["DatasetsTable"].scan()["Items"] == []

@@ -24,7 +24,7 @@ from lethe_shared.erasure.requests import (
     ErasureStatus,
     idempotent_request_id,
 )
-from lethe_shared.subject_hashing.keys import hash_of_id
+from lethe_shared.subject_hashing.keys import hash_of_id, key_fingerprint
 from tests.conftest import REPO_ROOT, FakeLambdaContext, load_function_module
 from tests.integration.conftest import create_table_from_template
 
@@ -145,6 +145,18 @@ def test_post_files_a_request_and_starts_its_execution(
     )
     (logged,) = [r for r in caplog.records if r.getMessage() == "erasure request filed"]
     assert (logged.__dict__["request_id"], logged.__dict__["subjects"]) == (rid, 1)
+
+
+def test_a_request_records_the_fingerprint_of_the_key_that_hashed_its_ids(
+    app: Any, requests_table: Any, load_event: Event
+) -> None:
+    status, _ = call(app, load_event("erasure_api_post.json"))
+
+    assert status == 202
+    (item,) = stored_items(requests_table)
+    # what the watermark compares with each dataset's indexed_key_fingerprint (scope.py)
+    assert item["key_fingerprint"] == key_fingerprint(HASH_SECRET.encode())
+    assert HASH_SECRET not in json.dumps(item, default=str)
 
 
 def test_post_invalid_body_lists_fields_and_files_nothing(

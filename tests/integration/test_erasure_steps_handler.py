@@ -43,6 +43,7 @@ pytestmark = pytest.mark.lambda_runtime
 Event = Callable[[str], dict[str, Any]]
 SECRET = "u-SECRET-1001"
 HASH_KEY = b"h" * 64
+KEY = key_fingerprint(HASH_KEY)  # the requests' key, and the key the datasets were indexed with
 RID = "er-20261122T100000Z-0a1b2c3d"  # events/erasure_steps_*.json
 REPORTS = "lethe-local-reports-123456789012-us-east-1"
 LAKE_KEY = "reviews/review_date=2026-11-01/part-0.parquet"
@@ -60,14 +61,28 @@ def requests(lethe_tables: dict[str, Any], lethe_buckets: Callable[..., None]) -
     body = parse_request_body(
         {"subject_ids": [SECRET], "reason": "ticket 4711", "requested_by": "privacy@example.com"}
     )
-    requests.create(new_request(RID, body, hash_subjects(body, HASH_KEY, [])))
+    requests.create(
+        new_request(RID, body, hash_subjects(body, HASH_KEY, []), key_fingerprint=KEY)
+    )
     return requests
 
 
 @pytest.fixture
 def app(requests: Any, handler_env: Callable[[str], None]) -> Any:
     handler_env("ErasureStepsFunction")
+    # the subject hash key (events/env.json's HASH_KEY_SECRET_ARN): the requests' key is current
+    boto3.client("secretsmanager").create_secret(
+        Name="lethe-local-subject-hash-key", SecretString=HASH_KEY.decode()
+    )
     return load_function_module("erasure_steps")
+
+
+def _rotate_key(secret: bytes) -> str:
+    """An operator puts a new value in the key's secret; its fingerprint."""
+    boto3.client("secretsmanager").put_secret_value(
+        SecretId="lethe-local-subject-hash-key", SecretString=secret.decode()
+    )
+    return key_fingerprint(secret)
 
 
 @pytest.fixture(autouse=True)
@@ -323,7 +338,9 @@ QUEUE = "lethe-local-object-events"  # events/env.json's OBJECT_EVENTS_QUEUE_URL
 
 def _register_reviews(lethe_tables: dict[str, Any]) -> None:
     document = json.loads((REPO_ROOT / "samples/reviews.dataset.json").read_text())
-    DynamoDatasetRegistry(lethe_tables["DatasetsTable"]).put(parse_dataset(document))
+    DynamoDatasetRegistry(lethe_tables["DatasetsTable"]).register(
+        parse_dataset(document), key_fingerprint=KEY
+    )
 
 
 def _catalogued(
@@ -451,6 +468,114 @@ def test_a_pending_reindex_holds_the_watch_step_and_is_named_by_the_report_step(
         ExpressionAttributeValues={":g": 2},
     )
     assert app.handler(event, FakeLambdaContext())["settled"] is True
+
+
+def test_a_dataset_indexed_with_another_key_holds_the_watch_and_is_named_by_the_report(
+    app: Any, requests: Any, lethe_tables: dict[str, Any], load_event: Event
+) -> None:
+    # Given reviews indexed with the key the request was hashed with, then the key rotated
+    # (the request is filed with the new key: its record says so), before any re-index
+    _register_reviews(lethe_tables)
+    rotated = _rotate_key(b"r" * 64)
+    requests.update(RID, {"key_fingerprint": rotated})
+    boto3.client("sqs").create_queue(QueueName=QUEUE)
+    event = {
+        "step": "watch_ingestion", "request_id": RID, "waited_seconds": 0,
+        "max_wait_seconds": 600, "settle_seconds": 0,
+    }  # fmt: skip
+
+    # Then the watch step holds the report, exactly as for a pending re-index, and the record
+    # names both keys by their fingerprints
+    assert app.handler(event, FakeLambdaContext())["settled"] is False
+    wait = requests.get(RID).model_dump(mode="json")["ingestion_wait"]
+    assert wait["reindex_pending"] == {
+        "reviews": {
+            "matching_generation": 1,
+            "indexed_generation": 1,
+            "key_fingerprint": rotated,
+            "indexed_key_fingerprint": KEY,
+        }
+    }
+    assert app.handler(event | {"waited_seconds": 600}, FakeLambdaContext())["settled"] is True
+
+    # and the report names the dataset reindex_pending, saying the key changed and what to do
+    app.handler(load_event("erasure_steps_report.json"), FakeLambdaContext())
+    body = boto3.client("s3").get_object(Bucket=REPORTS, Key=f"erasure/{RID}/manifest.json")
+    manifest = json.loads(body["Body"].read())
+    (gap,) = manifest["not_searched"]
+    assert (gap["object_url"], gap["reason"]) == (s3_url(RAW, "reviews/"), "reindex_pending")
+    assert "the subject hash key changed" in gap["detail"]
+    assert f"hashed with key {rotated}" in gap["detail"]
+    assert f"last built with key {KEY}" in gap["detail"]
+    assert "`lethe datasets reindex reviews`" in gap["detail"]
+    assert HASH_KEY.decode() not in json.dumps(manifest)
+
+    # and once the re-index with the new key succeeded (its last step records the key), the
+    # watch settles at once
+    lethe_tables["DatasetsTable"].update_item(
+        Key={"dataset_id": "reviews"},
+        UpdateExpression="SET indexed_key_fingerprint = :k",
+        ExpressionAttributeValues={":k": rotated},
+    )
+    assert app.handler(event, FakeLambdaContext())["settled"] is True
+
+
+def test_a_request_hashed_with_a_key_no_longer_current_is_held_and_named(
+    app: Any, requests: Any, lethe_tables: dict[str, Any], load_event: Event
+) -> None:
+    # Given reviews indexed with the request's key, and then the key rotated before the report
+    # (the erase job would hash rows with the new key: the request's hashes match nothing)
+    _register_reviews(lethe_tables)
+    rotated = _rotate_key(b"r" * 64)
+    boto3.client("sqs").create_queue(QueueName=QUEUE)
+    event = {
+        "step": "watch_ingestion", "request_id": RID, "waited_seconds": 0,
+        "max_wait_seconds": 600, "settle_seconds": 0,
+    }  # fmt: skip
+
+    assert app.handler(event, FakeLambdaContext())["settled"] is False
+    pending = requests.get(RID).model_dump(mode="json")["ingestion_wait"]["reindex_pending"]
+    assert pending["reviews"]["current_key_fingerprint"] == rotated
+    reviews = pending["reviews"]
+    assert (reviews["key_fingerprint"], reviews["indexed_key_fingerprint"]) == (KEY, KEY)
+
+    app.handler(event | {"waited_seconds": 600}, FakeLambdaContext())
+    app.handler(load_event("erasure_steps_report.json"), FakeLambdaContext())
+    body = boto3.client("s3").get_object(Bucket=REPORTS, Key=f"erasure/{RID}/manifest.json")
+    (gap,) = json.loads(body["Body"].read())["not_searched"]
+    assert gap["reason"] == "reindex_pending"
+    assert f"the current key is key {rotated}" in gap["detail"]
+    assert gap["detail"].endswith("File the request again")
+
+
+def test_a_request_or_dataset_whose_key_is_unknown_counts_as_another_key(
+    app: Any, requests: Any, lethe_tables: dict[str, Any]
+) -> None:
+    # Given a dataset item written before key fingerprints (none recorded) and the request
+    document = json.loads((REPO_ROOT / "samples/reviews.dataset.json").read_text())
+    lethe_tables["DatasetsTable"].put_item(
+        Item={"dataset_id": "reviews", "document": json.dumps(document)}
+    )
+    boto3.client("sqs").create_queue(QueueName=QUEUE)
+    event = {
+        "step": "watch_ingestion", "request_id": RID, "waited_seconds": 0,
+        "max_wait_seconds": 600, "settle_seconds": 0,
+    }  # fmt: skip
+
+    assert app.handler(event, FakeLambdaContext())["settled"] is False
+    pending = requests.get(RID).model_dump(mode="json")["ingestion_wait"]["reindex_pending"]
+    assert pending["reviews"]["indexed_key_fingerprint"] == ""
+
+    # the dataset re-indexed with the request's key, but a request filed by an older Lethe
+    # (no fingerprint on its record) still cannot be matched with it
+    lethe_tables["DatasetsTable"].update_item(
+        Key={"dataset_id": "reviews"},
+        UpdateExpression="SET indexed_key_fingerprint = :k",
+        ExpressionAttributeValues={":k": KEY},
+    )
+    assert app.handler(event, FakeLambdaContext())["settled"] is True
+    requests.update(RID, {"key_fingerprint": ""})
+    assert app.handler(event, FakeLambdaContext())["settled"] is False
 
 
 def test_an_entry_indexed_after_the_report_is_named_by_the_certify_step(

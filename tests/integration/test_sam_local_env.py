@@ -102,8 +102,9 @@ def _invoke(environment: dict[str, str], event: Path) -> dict[str, Any]:
 
 @pytest.fixture
 def local_cloud_state(tmp_path: Path) -> Any:
-    """A moto server with the datasets table and the raw and lake buckets, described by a state
-    document such as `lethe local up` writes (endpoint and the functions' environments)."""
+    """A moto server with the datasets table, the raw and lake buckets and the hash key,
+    described by a state document such as `lethe local up` writes (endpoint and the functions'
+    environments)."""
     with moto_server() as endpoints:
         env = json.loads((EVENTS_DIR / "env.json").read_text())
         table_props = load_template()["Resources"]["DatasetsTable"]["Properties"]
@@ -118,6 +119,10 @@ def local_cloud_state(tmp_path: Path) -> Any:
         for bucket in (env[FUNCTION]["RAW_BUCKET"], env[FUNCTION]["LAKE_BUCKET"]):
             s3.create_bucket(Bucket=bucket)
             s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+        # the subject hash key, whose fingerprint a new dataset records
+        endpoints.client("secretsmanager").create_secret(
+            Name=env[FUNCTION]["HASH_KEY_SECRET_ARN"], SecretString="k" * 64
+        )
         put = json.loads((EVENTS_DIR / "datasets_api_put.json").read_text())
         put["requestContext"]["requestId"] = "sam-local-put"
         yield {

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lethe_shared.subject_hashing.keys import hash_of_id, key_from_secret
+from lethe_shared.subject_hashing.keys import hash_of_id, key_fingerprint, key_from_secret
 from tests.sfn.conftest import Cloud, entered_states, start_cloud
 
 DATASET = "legacy_sales"
@@ -548,6 +548,96 @@ def test_a_reindex_of_a_superseded_generation_records_nothing(
     assert "Record Indexed Generation" in entered_states(result["history"])
     recorded = _generations(flows)
     assert (recorded["matching_generation"], recorded["indexed_generation"]) == ("4", "2")
+
+
+def test_a_key_reindex_records_the_key_it_was_started_with_and_its_generation(
+    flows: Workflows, backfilled: dict[str, Any]
+) -> None:
+    # Given the dataset indexed for its current generation 5 with an old (or unknown) key: a
+    # re-index after a key rotation is started for that same generation, with the key its
+    # starter read (lethe datasets reindex)
+    _set_generations(flows, matching=5, indexed=5)
+    key = key_fingerprint(flows.key)
+
+    result = flows.execute(
+        "IndexBackfillStateMachineArn",
+        "legacy_sales-reindex-g5-key",
+        {
+            "dataset_id": DATASET, "force": True, "generation": 5, "key_fingerprint": key,
+            "batch_size": 10,
+        },
+    )  # fmt: skip
+
+    execution = result["execution"]
+    assert execution["status"] == "SUCCEEDED", execution.get("cause")
+    output = json.loads(execution["output"])
+    assert (output["generation"], output["generation_recorded"], output["key_fingerprint"]) == (
+        5, True, key,
+    )  # fmt: skip
+    assert entered_states(result["history"])[-2:] == [
+        "Record Indexed Generation",
+        "Backfill Complete",
+    ]
+    recorded = _generations(flows)
+    assert (recorded["matching_generation"], recorded["indexed_generation"]) == ("5", "5")
+    assert recorded["indexed_key_fingerprint"] == key
+    assert recorded["indexed_execution"] == execution["executionArn"]
+    assert flows.entries() == flows.hashed(EXPECTED)  # every entry under the secret's key
+
+
+def test_a_superseded_key_reindex_records_neither_generation_nor_key(
+    flows: Workflows, backfilled: dict[str, Any]
+) -> None:
+    _set_generations(flows, matching=7, indexed=6)  # a PUT moved it on during the re-index
+    flows.dynamodb.update_item(
+        TableName=flows.outputs["DatasetsTableName"],
+        Key={"dataset_id": {"S": DATASET}},
+        UpdateExpression="SET indexed_key_fingerprint = :k",
+        ExpressionAttributeValues={":k": {"S": "0000000000000000"}},
+    )
+
+    result = flows.execute(
+        "IndexBackfillStateMachineArn",
+        "legacy_sales-reindex-g6-key",
+        {
+            "dataset_id": DATASET, "force": True, "generation": 6,
+            "key_fingerprint": key_fingerprint(flows.key), "batch_size": 10,
+        },
+    )  # fmt: skip
+
+    execution = result["execution"]
+    assert execution["status"] == "SUCCEEDED", execution.get("cause")
+    assert json.loads(execution["output"])["generation_recorded"] is False
+    recorded = _generations(flows)
+    assert (recorded["indexed_generation"], recorded["indexed_key_fingerprint"]) == (
+        "6", "0000000000000000",
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        {"dataset_id": DATASET, "force": True, "key_fingerprint": "0123456789abcdef"},
+        {"dataset_id": DATASET, "force": True, "generation": 2, "key_fingerprint": "0123"},
+        {"dataset_id": DATASET, "force": True, "generation": 2, "key_fingerprint": "X" * 16},
+    ],
+    ids=["no-generation", "short", "not-hex"],
+)
+def test_a_key_is_recorded_only_as_a_fingerprint_with_its_generation(
+    flows: Workflows, document: dict[str, Any], request: pytest.FixtureRequest
+) -> None:
+    result = flows.execute(
+        "IndexBackfillStateMachineArn", f"reindex-key-invalid-{request.node.callspec.id}", document
+    )
+
+    execution = result["execution"]
+    assert execution["status"] == "FAILED"
+    assert entered_states(result["history"])[:3] == [
+        "Normalise Input",
+        "Is Input Valid",
+        "Notify Failure",
+    ]
+    assert "key_fingerprint must be 16 lowercase hex digits" in execution["cause"]
 
 
 @pytest.mark.parametrize(

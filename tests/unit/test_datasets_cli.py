@@ -119,3 +119,32 @@ def test_get_prints_the_document_on_stdout_and_the_generations_on_stderr(
     assert code == 0
     assert json.loads(out) == DOCUMENT
     assert err.splitlines() == ["reviews: version 3, matching generation 2, indexed"]
+
+
+def test_get_says_when_the_index_was_built_with_another_key(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    body = {
+        "dataset": DOCUMENT,
+        "version": 3,
+        "generation": 2,
+        "indexed_generation": 2,
+        "indexed_key_fingerprint": "0123456789abcdef",
+        "key_fingerprint": "fedcba9876543210",
+        "key_reindex_pending": True,
+    }
+
+    code, _, err = _run(monkeypatch, capsys, FakeApi(200, body), "datasets", "get", "reviews")
+
+    assert code == 0
+    assert err.splitlines() == [
+        "reviews: version 3, matching generation 2, indexed, index built with key "
+        "0123456789abcdef, current key fedcba9876543210 (key re-index pending: `lethe datasets "
+        "reindex`)"
+    ]
+    unknown = body | {"indexed_key_fingerprint": None}
+    _, _, err = _run(monkeypatch, capsys, FakeApi(200, unknown), "datasets", "get", "reviews")
+    assert "index built with an unknown key, current key fedcba9876543210" in err
+    current = body | {"indexed_key_fingerprint": "fedcba9876543210", "key_reindex_pending": False}
+    _, _, err = _run(monkeypatch, capsys, FakeApi(200, current), "datasets", "get", "reviews")
+    assert err.splitlines() == ["reviews: version 3, matching generation 2, indexed"]

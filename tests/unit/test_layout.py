@@ -44,7 +44,8 @@ HANDLER_WINGS = {
     "object_events": "ingestion",
     "ingestion_steps": "catalog",
     "index_object": "index",
-    "datasets_api": "datasets",
+    # the datasets wing and the key's fingerprint (a new dataset records it; a re-index gets it)
+    "datasets_api": "subject_hashing",
     "erasure_api": "erasure",
     "erasure_steps": "erasure",
     "erasure_metrics": "erasure",

@@ -59,7 +59,13 @@ def test_the_record_step_writes_only_what_its_policy_allows() -> None:
     assert statement["Action"] == ["dynamodb:UpdateItem"]
     assert statement["Resource"] == {"Fn::GetAtt": ["DatasetsTable", "Arn"]}
     assert RECORD["Resource"] == "arn:aws:states:::dynamodb:updateItem"
-    assert named == {"indexed_generation", "indexed_at", "indexed_execution", "matching_generation"}
+    assert named == {
+        "indexed_generation",
+        "indexed_at",
+        "indexed_execution",
+        "indexed_key_fingerprint",  # with key_fingerprint: the key the index was built with
+        "matching_generation",
+    }
     assert named | set(arguments["Key"]) <= allowed
     assert arguments["TableName"] == "${DatasetsTable}"
 
@@ -100,3 +106,34 @@ def test_what_the_record_step_writes_is_what_the_registry_reads() -> None:
     assert registration_of_item(item).reindex_pending
     assert not registration_of_item(updated).reindex_pending
     assert set(reindex_input("d", 2)) == {"dataset_id", "force", "generation"}
+    assert reindex_input("d", 2, "0123456789abcdef")["key_fingerprint"] == "0123456789abcdef"
+    # with a key: the same step also records indexed_key_fingerprint, which the registry reads
+    keyed = {**updated, "indexed_key_fingerprint": "0123456789abcdef"}
+    assert registration_of_item(item).key_reindex_pending("0123456789abcdef")  # unknown
+    assert not registration_of_item(keyed).key_reindex_pending("0123456789abcdef")
+    assert registration_of_item(keyed).key_reindex_pending("fedcba9876543210")
+
+
+def test_the_datasets_api_reads_exactly_the_hash_key_secret() -> None:
+    function = load_template()["Resources"]["DatasetsApiFunction"]["Properties"]
+    statement = _statements("DatasetsApiFunction")["ReadHashKeyFingerprint"]
+
+    assert function["Environment"]["Variables"]["HASH_KEY_SECRET_ARN"] == {
+        "Ref": "SubjectHashKeySecret"
+    }
+    assert (statement["Action"], statement["Resource"]) == (
+        ["secretsmanager:GetSecretValue"],
+        {"Ref": "SubjectHashKeySecret"},
+    )
+
+
+def test_the_record_step_writes_the_key_only_when_given_with_its_generation() -> None:
+    arguments = RECORD["Arguments"]
+    normalise = MACHINE["States"]["Normalise Input"]["Assign"]
+
+    assert (
+        "$key_fingerprint != null ? ', indexed_key_fingerprint = :k'"
+        in (arguments["UpdateExpression"])
+    )
+    assert "$key_fingerprint != null ? {':k'" in arguments["ExpressionAttributeValues"]
+    assert "key_fingerprint must be 16 lowercase hex digits" in normalise["problems"]

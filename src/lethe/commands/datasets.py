@@ -5,7 +5,14 @@ A PUT that changes how a dataset's rows match its subjects (its matching fingerp
 re-index of the dataset (the index backfill state machine, forced); until it completes, erasure
 requests that reach the dataset wait. `put` says so; `get` and `list` show the generation the
 registry holds and the one the index was built for; `reindex` starts the re-index of the
-current generation again (after a failed one)."""
+current generation again (after a failed one).
+
+The subject hash key is followed the same way: each dataset records the fingerprint of the key
+its index was built with (`indexed_key_fingerprint`); after the key is rotated (a new secret
+value), every dataset has a *key re-index* pending, requests wait for it, and `lethe datasets
+reindex --all` starts one for every dataset, with the fingerprint of the key it reads now
+(recorded when the re-index succeeds). `list` and `get` say which datasets are still pending.
+`--force` re-indexes a dataset even when nothing is pending."""
 
 from __future__ import annotations
 
@@ -19,9 +26,10 @@ from lethe.commands import CommandError, NotFoundError
 from lethe.target import Target, add_target_arguments, resolve
 from lethe_shared.aws.executions import timestamped
 from lethe_shared.datasets.document import Dataset, parse_dataset
-from lethe_shared.datasets.registry import DynamoDatasetRegistry
+from lethe_shared.datasets.registry import DynamoDatasetRegistry, Registration
 from lethe_shared.datasets.reindex import reindex_input
-from lethe_shared.errors import DatasetValidationError
+from lethe_shared.errors import DatasetValidationError, HashKeyError
+from lethe_shared.subject_hashing.keys import key_fingerprint, load_hash_key
 
 WAIT_NOTE = "erasure requests for this dataset wait until it completes"
 
@@ -50,12 +58,20 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
     reindex = commands.add_parser(
         "reindex",
-        help="start the re-index of a dataset's current matching generation again",
+        help="re-index a dataset (or --all) for its current generation and hash key",
         description="Starts the index backfill state machine for the whole dataset, forced, "
-        "for its current matching generation, which it records when it succeeds. Use it when "
-        "the re-index a PUT started failed; prints the execution ARN and returns.",
+        "for its current matching generation and the subject hash key's current fingerprint, "
+        "which it records when it succeeds. Use it when the re-index a PUT started failed, and "
+        "after rotating the subject hash key (--all). Only a dataset with a re-index pending is "
+        "started, unless --force; prints each execution ARN and returns.",
     )
-    reindex.add_argument("dataset_id")
+    reindex.add_argument("dataset_id", nargs="?", help="the dataset (or --all)")
+    reindex.add_argument(
+        "--all", action="store_true", help="every registered dataset with a re-index pending"
+    )
+    reindex.add_argument(
+        "--force", action="store_true", help="start a re-index even when nothing is pending"
+    )
     add_target_arguments(reindex)
     reindex.set_defaults(func=reindex_dataset)
 
@@ -104,9 +120,23 @@ def put_lines(dataset_id: str, status: int, body: dict[str, Any]) -> list[str]:
 
 def _indexed_text(body: dict[str, Any]) -> str:
     indexed, generation = body.get("indexed_generation"), body.get("generation")
-    if indexed == generation:
-        return ", indexed"
-    return f", index built for generation {indexed} (re-index pending)"
+    text = (
+        ", indexed"
+        if indexed == generation
+        else f", index built for generation {indexed} (re-index pending)"
+    )
+    if body.get("key_reindex_pending"):
+        text += f", {_key_text(body.get('indexed_key_fingerprint'), body.get('key_fingerprint'))}"
+    return text
+
+
+def _key_text(indexed: str | None, current: str | None) -> str:
+    """A pending key re-index in words: fingerprints only."""
+    built = f"key {indexed}" if indexed else "an unknown key"
+    return (
+        f"index built with {built}, current key {current} (key re-index pending: "
+        "`lethe datasets reindex`)"
+    )
 
 
 def get_dataset(args: argparse.Namespace) -> int:
@@ -127,6 +157,13 @@ def get_dataset(args: argparse.Namespace) -> int:
     return 0
 
 
+def current_key_fingerprint(target: Target) -> str:
+    """The fingerprint of the subject hash key as the deployment's secret holds it now (read,
+    never printed), or HashKeyError."""
+    secrets = target.client("secretsmanager")
+    return key_fingerprint(load_hash_key(secrets, target.output("SubjectHashKeySecretArn")))
+
+
 def list_datasets(args: argparse.Namespace) -> int:
     target = resolve(args)
     registry = DynamoDatasetRegistry(
@@ -135,17 +172,37 @@ def list_datasets(args: argparse.Namespace) -> int:
     registrations = sorted(registry.registrations(), key=lambda r: r.dataset.dataset_id)
     if args.json:
         print(json.dumps([r.dataset.document() for r in registrations], indent=2, sort_keys=True))
-    else:
-        for registration in registrations:
-            dataset = registration.dataset
-            pending = "  re-index pending" if registration.reindex_pending else ""
-            print(
-                f"{dataset.dataset_id:24} {dataset.format.value:8} "
-                f"subjects={','.join(dataset.subject_columns)} "
-                f"generation={registration.matching_generation} "
-                f"indexed={registration.indexed_generation}{pending}"
-            )
+        return 0
+    try:
+        current: str | None = current_key_fingerprint(target)
+    except HashKeyError as exc:
+        current = None
+        print(f"lethe: {exc}: key re-index state not shown", file=sys.stderr)
+    for registration in registrations:
+        dataset = registration.dataset
+        pending = "  re-index pending" if registration.reindex_pending else ""
+        if current is not None and registration.key_reindex_pending(current):
+            pending += "  key re-index pending"
+        print(
+            f"{dataset.dataset_id:24} {dataset.format.value:8} "
+            f"subjects={','.join(dataset.subject_columns)} "
+            f"generation={registration.matching_generation} "
+            f"indexed={registration.indexed_generation}{pending}"
+        )
     return 0
+
+
+def _to_reindex(registry: DynamoDatasetRegistry, args: argparse.Namespace) -> list[Registration]:
+    if args.all == bool(args.dataset_id):
+        raise CommandError("name one dataset or give --all")
+    if args.all:
+        return sorted(registry.registrations(), key=lambda r: r.dataset.dataset_id)
+    registration = registry.registration(args.dataset_id)
+    if registration is None:
+        raise NotFoundError(
+            f"dataset {args.dataset_id} is not registered: list them with `lethe datasets list`"
+        )
+    return [registration]
 
 
 def reindex_dataset(args: argparse.Namespace) -> int:
@@ -153,26 +210,35 @@ def reindex_dataset(args: argparse.Namespace) -> int:
     registry = DynamoDatasetRegistry(
         target.resource("dynamodb").Table(target.output("DatasetsTableName"))
     )
-    registration = registry.registration(args.dataset_id)
-    if registration is None:
-        raise NotFoundError(
-            f"dataset {args.dataset_id} is not registered: list them with `lethe datasets list`"
-        )
-    generation = registration.matching_generation
-    if not registration.reindex_pending:
-        print(f"dataset {args.dataset_id}: generation {generation} is indexed; nothing to do")
-        return 0
+    chosen = _to_reindex(registry, args)
+    try:  # read before any re-index starts: a rotation after this leaves the datasets pending
+        key = current_key_fingerprint(target)
+    except HashKeyError as exc:
+        raise CommandError(f"{exc}: no re-index started") from exc
     sfn = target.client("stepfunctions")
-    started = sfn.start_execution(
-        stateMachineArn=target.output("IndexBackfillStateMachineArn"),
-        name=timestamped(args.dataset_id, f"reindex-g{generation}"),
-        input=json.dumps(reindex_input(args.dataset_id, generation), sort_keys=True),
-    )
-    print(started["executionArn"])
-    print(
-        f"re-index of {args.dataset_id} for generation {generation} started; {WAIT_NOTE}",
-        file=sys.stderr,
-    )
+    for registration in chosen:
+        dataset_id = registration.dataset.dataset_id
+        generation = registration.matching_generation
+        key_pending = registration.key_reindex_pending(key)
+        if not (registration.reindex_pending or key_pending or args.force):
+            print(
+                f"dataset {dataset_id}: generation {generation} is indexed; nothing to do",
+                file=sys.stderr if args.all else sys.stdout,
+            )
+            continue
+        started = sfn.start_execution(
+            stateMachineArn=target.output("IndexBackfillStateMachineArn"),
+            # by generation, key (its first 8 hex digits) and second: a start of its own
+            name=timestamped(dataset_id, f"reindex-g{generation}-k{key[:8]}"),
+            input=json.dumps(reindex_input(dataset_id, generation, key), sort_keys=True),
+        )
+        print(started["executionArn"])
+        why = f" (index built with {registration.indexed_key_fingerprint or 'an unknown key'})"
+        print(
+            f"re-index of {dataset_id} for generation {generation} with key {key} started"
+            f"{why if key_pending else ''}; {WAIT_NOTE}",
+            file=sys.stderr,
+        )
     return 0
 
 

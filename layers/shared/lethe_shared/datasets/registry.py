@@ -11,15 +11,23 @@ Table `DatasetsTable`, one item per dataset, keyed by `dataset_id` (HASH):
   when the dataset is registered (no data yet); after a change, set by the index backfill state
   machine when a forced backfill of that generation succeeds while it is still the current one
   (statemachines/index_backfill.asl.json, "Record Indexed Generation", which also writes
-  `indexed_at` and `indexed_execution`).
+  `indexed_at` and `indexed_execution`);
+- `indexed_key_fingerprint`: `subject_hashing.keys.key_fingerprint` of the subject hash key the
+  index of the dataset was last completely built with. The current key's when the dataset is
+  registered (no data yet); after a rotation of the key, set by the same last step of a forced
+  re-index, with the fingerprint of the key captured before its index jobs started (the
+  re-index's input `key_fingerprint`: a rotation during the re-index leaves the old one). An
+  item without it (written before Lethe recorded it) is *unknown*: a key re-index is pending
+  until the dataset is re-indexed once (`lethe datasets reindex --all`).
 
 A PUT is a read and a write conditional on the version it read (`register`): two concurrent
 PUTs cannot both write from the same state, so neither loses the other's generation bump; the
-loser reads again and applies its document on top. A PUT never writes `indexed_generation` of an
-existing item, so it cannot undo the backfill's record. Items written before generations existed
-(no `matching_generation`) are read as generation 1, indexed: the fingerprint of their stored
-document, as if registered with it (a definition changed before the upgrade was never tracked;
-`lethe index backfill --force` is how such a dataset is re-indexed).
+loser reads again and applies its document on top. A PUT never writes `indexed_generation` or
+`indexed_key_fingerprint` of an existing item, so it cannot undo the backfill's record. Items
+written before generations existed (no `matching_generation`) are read as generation 1,
+indexed: the fingerprint of their stored document, as if registered with it (a definition
+changed before the upgrade was never tracked; `lethe datasets reindex` re-indexes such a
+dataset, and must anyway, once, for its unknown key).
 """
 
 from __future__ import annotations
@@ -58,6 +66,7 @@ class Registration:
     dataset: Dataset
     version: int
     generations: Generations
+    indexed_key_fingerprint: str = ""  # "": unknown (an item from before it was recorded)
 
     @property
     def matching_generation(self) -> int:
@@ -75,14 +84,26 @@ class Registration:
     def reindex_pending(self) -> bool:
         return self.generations.reindex_pending
 
-    def summary(self) -> dict[str, Any]:
-        """The registry's fields besides the document, as the API answers them."""
-        return {
+    def key_reindex_pending(self, key_fingerprint: str) -> bool:
+        """The index was not (or not known to be) built with the key of `key_fingerprint`:
+        its `indexed_key_fingerprint` differs, or is unknown (an item from before it was
+        recorded)."""
+        return not self.indexed_key_fingerprint or self.indexed_key_fingerprint != key_fingerprint
+
+    def summary(self, key_fingerprint: str | None = None) -> dict[str, Any]:
+        """The registry's fields besides the document, as the API answers them; with the
+        current key's fingerprint, also it and whether a key re-index is pending."""
+        found: dict[str, Any] = {
             "version": self.version,
             "generation": self.matching_generation,
             "indexed_generation": self.indexed_generation,
             "matching_fingerprint": self.matching_fingerprint,
+            "indexed_key_fingerprint": self.indexed_key_fingerprint or None,
         }
+        if key_fingerprint is not None:
+            found["key_fingerprint"] = key_fingerprint
+            found["key_reindex_pending"] = self.key_reindex_pending(key_fingerprint)
+        return found
 
 
 @dataclass(frozen=True)
@@ -132,7 +153,12 @@ def registration_of_item(item: dict[str, Any]) -> Registration:
         )
     else:
         generations = Generations(matching_fingerprint(dataset), 1, 1)
-    return Registration(dataset, int(item.get("version", 0)), generations)
+    return Registration(
+        dataset,
+        int(item.get("version", 0)),
+        generations,
+        indexed_key_fingerprint=str(item.get("indexed_key_fingerprint", "")),
+    )
 
 
 class DynamoDatasetRegistry:
@@ -164,8 +190,10 @@ class DynamoDatasetRegistry:
     def put(self, dataset: Dataset) -> int:
         return self.register(dataset).registration.version
 
-    def register(self, dataset: Dataset) -> Registered:
+    def register(self, dataset: Dataset, key_fingerprint: str | None = None) -> Registered:
         """Store the document, bumping the matching generation when its fingerprint changed.
+        A new dataset is recorded as indexed with the key of `key_fingerprint` (the current
+        key's; None: unknown, so a key re-index is pending); an existing one keeps its own.
         Raises RegistryConflictError when concurrent PUTs won every attempt."""
         fingerprint = matching_fingerprint(dataset)
         for _ in range(REGISTER_ATTEMPTS):
@@ -173,7 +201,7 @@ class DynamoDatasetRegistry:
             previous = registration_of_item(item) if item else None
             generations = next_generations(previous.generations if previous else None, fingerprint)
             try:
-                written = self._write(dataset, item, generations)
+                written = self._write(dataset, item, generations, key_fingerprint)
             except ClientError as exc:
                 if not is_condition_failed(exc):
                     raise
@@ -191,7 +219,11 @@ class DynamoDatasetRegistry:
         )
 
     def _write(
-        self, dataset: Dataset, item: dict[str, Any] | None, generations: Generations
+        self,
+        dataset: Dataset,
+        item: dict[str, Any] | None,
+        generations: Generations,
+        key_fingerprint: str | None = None,
     ) -> dict[str, Any]:
         """One conditional UpdateItem: the item must still be the one read (its version; for an
         item from before versions, still without one; for a new dataset, still absent)."""
@@ -209,9 +241,17 @@ class DynamoDatasetRegistry:
             ":mg": generations.matching,
             ":ig": generations.indexed,  # only where the item has none: new, or from before
         }
+        update = (
+            "SET #doc = :doc, updated_at = :now, #v = :next, #fp = :fp, #mg = :mg, "
+            "#ig = if_not_exists(#ig, :ig)"
+        )
         if item is None:
             condition = "attribute_not_exists(dataset_id)"
             values[":next"] = 1
+            if key_fingerprint:  # a new dataset holds no data: indexed with the current key
+                names["#kf"] = "indexed_key_fingerprint"
+                values[":kf"] = key_fingerprint
+                update += ", #kf = :kf"
         elif "version" in item:
             condition = "#v = :read"
             values[":read"] = item["version"]
@@ -221,10 +261,7 @@ class DynamoDatasetRegistry:
             values[":next"] = 1
         result = self._table.update_item(
             Key={"dataset_id": dataset.dataset_id},
-            UpdateExpression=(
-                "SET #doc = :doc, updated_at = :now, #v = :next, #fp = :fp, #mg = :mg, "
-                "#ig = if_not_exists(#ig, :ig)"
-            ),
+            UpdateExpression=update,
             ConditionExpression=condition,
             ExpressionAttributeNames=names,
             ExpressionAttributeValues=values,

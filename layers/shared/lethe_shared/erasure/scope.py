@@ -46,6 +46,21 @@ when the report is frozen, the dataset is named in `not_searched` (reason `reind
 object_url the dataset's raw prefix `s3://<raw>/<dataset_id>/`, no version) and the request
 ends INCOMPLETE.
 
+**A key re-index pending.** Every index entry is an HMAC under the subject hash key, and so is
+every hash of a request (computed when it is filed; the request records the key's fingerprint,
+`ErasureRequest.key_fingerprint`). After the key is rotated, the index of a dataset holds
+hashes under the old key until the dataset is re-indexed (the registry's
+`indexed_key_fingerprint`, recorded by the re-index: lethe_shared.datasets.registry). A request
+whose hashes are under another key than the one a dataset of its scope was indexed with would
+find nothing there, so given the current key's fingerprint (`current_key`) the watermark and
+the report treat that dataset exactly as a pending re-index: the request waits for it, and a
+dataset still pending when the report is frozen is named `reindex_pending`, its detail saying
+that the key changed (fingerprints only, never the key; lethe_shared.erasure.pending_reindex).
+A request or dataset whose fingerprint is unknown (recorded by an older Lethe) counts as
+another key. A request whose key is no longer the current one (filed just before a rotation,
+or by a function still holding the old key in its cache) can match nothing the erase job reads
+with the current key: every dataset of its scope is named, and it must be filed again.
+
 What the index is found to hold after the erasure (entries indexed after the report was frozen)
 is the index update's final look-up (lethe_shared.erasure.index_update), which the certificate
 step reads with every other gap (lethe_shared.erasure.completion).
@@ -66,12 +81,17 @@ from typing import Any, Protocol
 
 from pydantic import ConfigDict, Field
 
-from lethe_shared.aws.s3 import ObjectStore, ObjectVersion, key_state, s3_url, split_s3_url
+from lethe_shared.aws.s3 import ObjectStore, ObjectVersion, key_state, split_s3_url
 from lethe_shared.catalog.object_catalog import CatalogItem, ObjectCatalog, ObjectStatus
 from lethe_shared.catalog.zones import Zone
 from lethe_shared.datasets.document import Dataset
 from lethe_shared.datasets.registry import DatasetRegistry, Registrations
-from lethe_shared.datasets.reindex import reindex_pending
+from lethe_shared.erasure.pending_reindex import (
+    PendingReindex,
+    pending_reindexes,
+    reindex_gaps,
+    request_keys,
+)
 from lethe_shared.erasure.report import (
     GapReason,
     Manifest,
@@ -173,25 +193,6 @@ def _open(requests: ErasureRequests, request_id: str) -> ErasureRequest:
 # --------------------------------------------------------------------------- the watermark
 
 
-class PendingReindex(Model):
-    """A dataset whose index was built for an older matching generation than its current one."""
-
-    model_config = ConfigDict(frozen=True)
-
-    matching_generation: int = Field(ge=1)
-    indexed_generation: int = Field(ge=0)
-
-
-def pending_reindexes(
-    registry: Registrations, dataset_ids: Iterable[str]
-) -> dict[str, PendingReindex]:
-    """The datasets among `dataset_ids` whose re-index is pending, by id (sorted)."""
-    return {
-        dataset_id: PendingReindex(matching_generation=matching, indexed_generation=indexed)
-        for dataset_id, matching, indexed in sorted(reindex_pending(registry, dataset_ids))
-    }
-
-
 class IngestionWait(Model):
     """One look at the watermark, as the request record keeps it (`ingestion_wait`)."""
 
@@ -235,6 +236,7 @@ def watch_ingestion(
     settle_seconds: int,
     events_waiting: Callable[[], int] | None = None,
     now: datetime | None = None,
+    current_key: str | None = None,
 ) -> IngestionWait:
     """The watermark: settled when the catalog has caught up with the request (below), no
     raw version of the request's datasets older than the request is in flight and no dataset of
@@ -244,7 +246,12 @@ def watch_ingestion(
     The catalog records an upload when the object events function reads its event, after the
     queue's batch window: it has caught up when the request is `settle_seconds` old (the
     window and a margin), or QUIET_SECONDS old with no object event waiting in the queue
-    (`events_waiting`, visible, in flight or delayed: what an idle lake shows at once)."""
+    (`events_waiting`, visible, in flight or delayed: what an idle lake shows at once).
+
+    `current_key`: the subject hash key's fingerprint now. Given, a dataset indexed with another
+    key than the request's hashes, or every dataset when the request's key is not the current
+    one (module docstring), holds the report too (the erasure steps function always gives it).
+    """
     at = now or datetime.now(UTC)
     record = _open(requests, request_id)
     created = _created(record)
@@ -257,7 +264,7 @@ def watch_ingestion(
     )
     timed_out = waited_seconds >= max_wait_seconds
     pending = sum(counts.values())
-    reindexing = pending_reindexes(registry, datasets)
+    reindexing = pending_reindexes(registry, datasets, *request_keys(record, current_key))
     held = _waiting_for(pending, list(reindexing))
     if not caught_up:
         why = "waiting for the object catalog to record uploads made before the request"
@@ -387,30 +394,6 @@ def _why(
     )
 
 
-def reindex_gaps(
-    registry: Registrations, dataset_ids: Iterable[str], raw_bucket: str
-) -> list[NotSearched]:
-    """A `reindex_pending` gap per dataset among `dataset_ids` whose re-index is pending now,
-    named by its raw prefix (the dataset's place: every object of it, raw and lake, was found
-    through an index of the old definition), with its generations and what the operator does."""
-    return [
-        NotSearched(
-            object_url=s3_url(raw_bucket, f"{dataset_id}/"),
-            dataset_id=dataset_id,
-            reason="reindex_pending",
-            detail=(
-                f"the dataset's matching definition changed (matching generation "
-                f"{pending.matching_generation}) and its subject index was last built for "
-                f"generation {pending.indexed_generation}: objects of the dataset that hold the "
-                "subjects under the current definition only were not found. Let its re-index "
-                f"succeed (`lethe datasets get {dataset_id}` says when; a failed one: `lethe "
-                f"datasets reindex {dataset_id}`), then file the request again"
-            ),
-        )
-        for dataset_id, pending in pending_reindexes(registry, dataset_ids).items()
-    ]
-
-
 def widen(
     manifest: Manifest,
     record: ErasureRequest,
@@ -420,11 +403,13 @@ def widen(
     objects: ObjectStore,
     raw_bucket: str,
     max_added: int = MAX_ADDED_OBJECTS,
+    current_key: str | None = None,
 ) -> Manifest:
     """The manifest built from the index, with the raw keys of never-indexed versions older
     than the request added to its objects and what cannot be searched in `not_searched`,
     including each dataset of the scope whose re-index is still pending (`reindex_gaps`;
-    `raw_bucket` names their place)."""
+    `raw_bucket` names their place; with `current_key`, also one indexed with another key than
+    the request's, and every one when the request's key is not current)."""
     datasets = scope_datasets(record, registry.list())
     items = [
         item
@@ -460,7 +445,7 @@ def widen(
             gap = _unsearched(item, version, current, erased=erased)
             if gap is not None:
                 gaps.append(gap)
-    gaps.extend(reindex_gaps(registry, datasets, raw_bucket))
+    gaps.extend(reindex_gaps(registry, datasets, raw_bucket, *request_keys(record, current_key)))
     if added or gaps:
         LOG.info(
             "report scope: %d raw object(s) never indexed added, %d place(s) not searched",
