@@ -61,9 +61,7 @@ def requests(lethe_tables: dict[str, Any], lethe_buckets: Callable[..., None]) -
     body = parse_request_body(
         {"subject_ids": [SECRET], "reason": "ticket 4711", "requested_by": "privacy@example.com"}
     )
-    requests.create(
-        new_request(RID, body, hash_subjects(body, HASH_KEY, []), key_fingerprint=KEY)
-    )
+    requests.create(new_request(RID, body, hash_subjects(body, HASH_KEY, []), key_fingerprint=KEY))
     return requests
 
 

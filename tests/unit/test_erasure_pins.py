@@ -247,7 +247,7 @@ def test_a_rotated_key_refuses_every_object_widened_ones_too() -> None:
     detail = refused[REVIEWS_URL].detail
     assert KEY_FP in detail
     assert key_fingerprint(ROTATED) in detail
-    assert "lethe index backfill --dataset reviews --force" in detail
+    assert "lethe datasets reindex --all" in detail  # records the key each index was rebuilt with
     assert refused[REVIEWS_URL].version_id == ""  # the whole object: every version
 
 
@@ -315,7 +315,7 @@ def test_an_entry_computed_otherwise_or_before_pins_refuses_its_object_only() ->
     assert f"entries: {'0' * 32}/{KEY_FP}" in refused[other].detail
     assert "1 written before entries were pinned" in refused[ORDERS_URL].detail
     assert "1 of 1 index entr(ies)" in refused[ORDERS_URL].detail
-    assert "lethe index backfill --dataset orders --force" in refused[ORDERS_URL].detail
+    assert "lethe datasets reindex orders --force" in refused[ORDERS_URL].detail
 
 
 def test_an_entry_of_another_key_refuses_its_object() -> None:

@@ -37,7 +37,8 @@ rewrite, no purge of older versions), the first rule that holds, in this order:
 A refused object's result has action `refused`, no version before or after, nothing removed or
 purged, and one gap (report.NotSearched) whose detail says what differed (fingerprints and
 generations only) and what the operator does: re-index the dataset (a changed definition: `lethe
-datasets reindex`; a rotated key or stale entries: `lethe index backfill --force`), then file a
+datasets reindex`; a rotated key: `lethe datasets reindex --all`, which records the key each
+dataset's index was rebuilt with; stale entries: `lethe datasets reindex ID --force`), then file a
 new request. The verify run accepts it unread (`accepts_refused`), the index update
 keeps every entry of it (lethe_shared.erasure.index_update: `erasure_refused`) so the subjects
 stay findable, and the request ends INCOMPLETE naming it.
@@ -129,7 +130,7 @@ def _refusal(
             f"the request's subject ids were hashed with subject hash key "
             f"{manifest.key_fingerprint}, the erase job loaded key {key_now}: its hashes cannot "
             "match the rows, so nothing of this object was touched. Re-index every dataset "
-            f"with the current key (`lethe index backfill --dataset {dataset} --force`), {_THEN}"
+            f"with the current key (`lethe datasets reindex --all`), {_THEN}"
         ))  # fmt: skip
     document = matching_fingerprint(now.dataset) if now is not None else ""
     if now is None or (
@@ -168,7 +169,7 @@ def _refusal(
         f"{pin.matching_fingerprint}/{manifest.key_fingerprint}; entries: {', '.join(seen)}"
         f"{f'; {unpinned} written before entries were pinned' if unpinned else ''}): its rows "
         "may not be the ones erasure would match, so nothing of this object was touched. "
-        f"Re-index the dataset (`lethe index backfill --dataset {dataset} --force`), {_THEN}"
+        f"Re-index the dataset (`lethe datasets reindex {dataset} --force`), {_THEN}"
     ))  # fmt: skip
 
 
