@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import boto3
 
-from lethe_jobs.erase_core import run
+from lethe_jobs.erase_core import authorise, run
 from lethe_jobs.erase_settings import ErasePorts, parse_args
 from lethe_jobs.session import configure_logging, job_session
 from lethe_shared.aws.s3 import S3ObjectStore
@@ -46,6 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         hash_key=load_hash_key(boto3.client("secretsmanager"), args.hash_key_secret),
         requests=DynamoRequestView(boto3.resource("dynamodb").Table(args.requests_table)),
     )
+    authorise(args, ports)  # before a Spark session is started, or anything read
     with job_session(f"lethe-erase-{args.mode}") as spark:
         summary = run(spark, args, ports)
     sys.stdout.write(json.dumps(summary) + "\n")
