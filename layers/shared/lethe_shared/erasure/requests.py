@@ -146,7 +146,8 @@ class HistoryEvent(Model):
 
 
 class ErasureRequest(Model):
-    """One request as stored. `task_token` and `fingerprint` never leave the server."""
+    """One request as stored. `task_token` and `fingerprint` never leave the server; the task
+    token is stored sealed with the task token key (lethe_shared.erasure.task_tokens)."""
 
     model_config = ConfigDict(frozen=True, extra="allow")
 
