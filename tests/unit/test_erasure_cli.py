@@ -65,9 +65,7 @@ class FakeTarget:
     calls: list[Call] = field(default_factory=list)
     lost: dict[tuple[str, str], int] = field(default_factory=dict)
     # the stack's outputs: the certificate key --verify pins
-    outputs: dict[str, str] = field(
-        default_factory=lambda: {"ErasureCertificateKeyArn": KEY_ARN}
-    )
+    outputs: dict[str, str] = field(default_factory=lambda: {"ErasureCertificateKeyArn": KEY_ARN})
 
     def output(self, name: str) -> str:
         return self.outputs[name]

@@ -50,9 +50,7 @@ def pinned_key(target: Target, key_id: str | None) -> str:
         ) from None
 
 
-def verifier_for(
-    target: Target, key_id: str, *, offline: bool, public_key: Path | None
-) -> Any:
+def verifier_for(target: Target, key_id: str, *, offline: bool, public_key: Path | None) -> Any:
     """A Verifier of the pinned key: KMS Verify, or offline its public key (file or KMS)."""
     from lethe_shared.erasure.certificate import KmsSigner, PublicKeyVerifier  # noqa: PLC0415
 
@@ -107,11 +105,9 @@ def check_documents(
     document's bytes or None when missing; None: not checked (offline without --documents).
     Returns the lines to print; raises CommandError on a missing or differing document."""
     from lethe_shared.erasure.certificate_statement import (  # noqa: PLC0415
-        AUDIT_SIGNATURE_MEMBER,
         CERTIFIED_DOCUMENTS,
         DIGEST_OF_AUDIT,
     )
-    from lethe_shared.erasure.jcs import canonicalize  # noqa: PLC0415
 
     if certificate.format_version < 2:
         return ["documents        not checked: a format_version 1 certificate names none"]
@@ -126,16 +122,7 @@ def check_documents(
         if body is None:
             raise _fail("document-missing", f"{digest.name} does not exist")
         if digest.digest_of == DIGEST_OF_AUDIT:
-            try:
-                audit = json.loads(body)
-                signature = audit.pop(AUDIT_SIGNATURE_MEMBER, None)
-                actual = hashlib.sha256(canonicalize(audit)).hexdigest()
-            except (ValueError, TypeError, AttributeError) as exc:
-                raise _fail("document-mismatch", f"{digest.name} is not JSON: {exc}") from None
-            if signature != envelope.get("signature"):
-                raise _fail(
-                    "document-mismatch", f"{digest.name} names another signature than this one"
-                )
+            actual = _audit_digest(digest.name, body, envelope)
         else:
             actual = hashlib.sha256(body).hexdigest()
         if actual != digest.sha256:
@@ -146,6 +133,25 @@ def check_documents(
     if certificate.document_digest("manifest.json").sha256 != certificate.report_sha256:
         raise _fail("document-mismatch", "manifest.json is not the report the certificate names")
     return [f"documents        {len(certificate.documents)} re-read and match their digests"]
+
+
+def _audit_digest(name: str, body: bytes, envelope: dict[str, Any]) -> str:
+    """SHA-256 of the JCS of the audit record without its `certificate_signature`, which must
+    be this envelope's signature."""
+    from lethe_shared.erasure.certificate_statement import (  # noqa: PLC0415
+        AUDIT_SIGNATURE_MEMBER,
+    )
+    from lethe_shared.erasure.jcs import canonicalize  # noqa: PLC0415
+
+    try:
+        audit = json.loads(body)
+        signature = audit.pop(AUDIT_SIGNATURE_MEMBER, None)
+        actual = hashlib.sha256(canonicalize(audit)).hexdigest()
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise _fail("document-mismatch", f"{name} is not JSON: {exc}") from None
+    if signature != envelope.get("signature"):
+        raise _fail("document-mismatch", f"{name} names another signature than this one")
+    return actual
 
 
 def check_record(
@@ -189,9 +195,7 @@ def check_record(
     if strict and not expected:
         raise _fail("record-mismatch", "the request record holds no certificate SHA-256")
     if expected and expected not in {hashlib.sha256(raw).hexdigest(), digest}:
-        raise _fail(
-            "record-mismatch", "its SHA-256 is not the one the request record holds"
-        )
+        raise _fail("record-mismatch", "its SHA-256 is not the one the request record holds")
 
 
 def local_reader(directory: Path) -> Callable[[str], bytes | None]:

@@ -3,7 +3,8 @@ envelope of a COMPLETED request (or of one that ended FAILED with outcome INCOMP
 certificate says `complete: false` and lists every place not fully searched), read from S3,
 summarised, written as an HTML page, and (with --verify) checked with the stack's pinned key
 (KMS Verify, or offline with its public key), its documents re-hashed and matched against the
-request record (lethe.commands.certificate_verify; --verify-chain walks the certificate chain). A verified certificate of an incomplete erasure (`complete: false`) says so on the
+request record (lethe.commands.certificate_verify; --verify-chain walks the certificate
+chain). A verified certificate of an incomplete erasure (`complete: false`) says so on the
 verify line, and --verify then fails (exit 1, ExitCode.FAILURE, as `erasure status --wait` does
 for that request): the signature is valid, but what it certifies is not a completed erasure, so
 `lethe erasure certificate ID --verify && echo done` must not say done.
@@ -76,8 +77,9 @@ def show_certificate(
         _write_html(envelope, html)
     if verify:
         lines, places = _verify(
-            target, envelope, raw, record, str(pointer["url"]), options or VerifyOptions()
-        )
+            target, envelope, raw=raw, record=record, url=str(pointer["url"]),
+            options=options or VerifyOptions(),
+        )  # fmt: skip
         for line in lines:
             print(line, file=sys.stderr if as_json else sys.stdout)
         if places is not None:
@@ -187,6 +189,7 @@ class VerifyOptions:
 def _verify(
     target: Target,
     envelope: dict[str, Any],
+    *,
     raw: bytes,
     record: dict[str, Any],
     url: str,

@@ -12,8 +12,9 @@ request ended FAILED with outcome INCOMPLETE (lethe_shared.erasure.completion). 
 signed before these two fields existed have neither: they read as complete with no gap, and
 verify as they did (the digest is of the stored document, whatever fields it has).
 
-Signing: the SHA-256 digest of the certificate's canonical JSON (`canonical_bytes`) is signed with an asymmetric KMS key
-(`ECC_NIST_P256`, `SIGN_VERIFY`) as `MessageType="DIGEST"`, `ECDSA_SHA_256`. The envelope
+Signing: the SHA-256 digest of the certificate's canonical JSON (`canonical_bytes`) is signed
+with an asymmetric KMS key (`ECC_NIST_P256`, `SIGN_VERIFY`) as `MessageType="DIGEST"`,
+`ECDSA_SHA_256`. The envelope
 
     {"certificate": {...},
      "signature": {"algorithm": "ECDSA_SHA_256", "key_id": ..., "digest_sha256": hex,

@@ -162,7 +162,7 @@ def walk_chain(get: Callable[[str], bytes | None], verifier: Verifier) -> ChainW
         link = cert.chain
         if link is None or link.sequence != n:
             walk.problems.append(f"link {n} ({cert.certificate_id}) does not say sequence {n}")
-        elif previous_digest != "?" and link.previous_digest != previous_digest:
+        elif previous_digest not in {"?", link.previous_digest}:
             walk.problems.append(
                 f"link {n} ({cert.certificate_id}) names previous {link.previous_digest} "
                 f"({link.previous_certificate_id or 'none'}), the chain's link {n - 1} is "

@@ -226,10 +226,16 @@ def statement(
             subjects_not_looked_up=not_looked_up,
             ingestion_wait={
                 k: ingestion_wait[k]
-                for k in ("checked_at", "waited_seconds", "max_wait_seconds", "in_flight",
-                          "settled", "why")
+                for k in (
+                    "checked_at",
+                    "waited_seconds",
+                    "max_wait_seconds",
+                    "in_flight",
+                    "settled",
+                    "why",
+                )
                 if k in ingestion_wait
-            },  # fmt: skip
+            },
             places_not_searched=places_not_searched,
             never_searched=NEVER_SEARCHED,
         ),
@@ -266,7 +272,7 @@ def statement_html(
         )
     if st:
         residual = "".join(
-            f"<tr><td>{_e(r.place)}</td><td class=\"n\">{r.retention_days}</td>"
+            f'<tr><td>{_e(r.place)}</td><td class="n">{r.retention_days}</td>'
             f"<td>{_e(r.ends_by)}</td><td>{_e(r.note)}</td></tr>"
             for r in st.residual_copies
         )

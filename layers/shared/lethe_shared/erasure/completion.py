@@ -50,9 +50,9 @@ bucket, as the manifest's do.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections import Counter
-import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -66,9 +66,9 @@ from lethe_shared.erasure.certificate_statement import (
     DeploymentFacts,
     statement,
 )
-from lethe_shared.erasure.jcs import canonicalize
 from lethe_shared.erasure.index_update import DOCUMENT as INDEX_UPDATE_DOCUMENT
 from lethe_shared.erasure.index_update import not_searched as index_not_searched
+from lethe_shared.erasure.jcs import canonicalize
 from lethe_shared.erasure.report import (
     EraseResults,
     Manifest,
@@ -380,10 +380,10 @@ def _certificate(
     """The certificate: what was erased, the verification, and whether it was complete (every
     place that was not fully searched); the documents' digests, its chain link and statement."""
     from lethe_shared.erasure.certificate import (  # noqa: PLC0415
+        FORMAT_VERSION,
         CertificateTotals,
         CertificateVerification,
         ErasedObject,
-        FORMAT_VERSION,
         ErasureCertificate,
         NotSearchedPlace,
         ObjectVersion,

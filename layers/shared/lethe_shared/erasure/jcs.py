@@ -31,21 +31,25 @@ def canonicalize(value: Any) -> bytes:
     return "".join(parts).encode("utf-8")
 
 
-def _write(value: Any, out: list[str]) -> None:
-    if value is None:
-        out.append("null")
-    elif value is True:
-        out.append("true")
-    elif value is False:
-        out.append("false")
-    elif isinstance(value, str):
-        out.append(_string(value))
-    elif isinstance(value, int):
+def _scalar(value: Any) -> str | None:
+    """The text of a literal, string or number; None for anything else."""
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    if isinstance(value, str):
+        return _string(value)
+    if isinstance(value, int):
         if abs(value) > _MAX_SAFE:
             raise ValueError(f"integer {value} is beyond I-JSON's exact range (2**53)")
-        out.append(str(value))
-    elif isinstance(value, float):
-        out.append(_number(value))
+        return str(value)
+    if isinstance(value, float):
+        return _number(value)
+    return None
+
+
+def _write(value: Any, out: list[str]) -> None:
+    text = _scalar(value)
+    if text is not None:
+        out.append(text)
     elif isinstance(value, Mapping):
         items = []
         for key in value:
@@ -99,7 +103,9 @@ def _number(x: float) -> str:
     mantissa, _, exponent = repr(abs(x)).partition("e")
     whole, _, fraction = mantissa.partition(".")
     digits = (whole + fraction).lstrip("0")
-    point = len(whole.lstrip("0")) if whole.strip("0") else -(len(fraction) - len(fraction.lstrip("0")))
+    point = (
+        len(whole.lstrip("0")) if whole.strip("0") else -(len(fraction) - len(fraction.lstrip("0")))
+    )
     point += int(exponent or 0)
     digits = digits.rstrip("0") or "0"
     k, n = len(digits), point  # value = 0.digits * 10**n
