@@ -81,7 +81,9 @@ def s3_reader(target: Target, bucket: str) -> Callable[[str], bytes | None]:
         try:
             return bytes(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in {"NoSuchKey", "404", "NotFound"}:
+            from lethe_shared.aws.errors import is_s3_not_found  # noqa: PLC0415
+
+            if is_s3_not_found(exc):
                 return None
             raise CommandError(f"cannot read s3://{bucket}/{key}: {exc}") from None
         except KeyError:
