@@ -593,8 +593,17 @@ def test_an_entry_indexed_after_the_report_is_named_by_the_certify_step(
         lake_url, [index_entry(lake_url, Zone.LAKE, 3, read["VersionId"], read["ETag"].strip('"'))]
     )
     app.handler(load_event("erasure_steps_report.json"), FakeLambdaContext())
+    # certify refuses a request without a recorded approval decision (who and when)
+    decision = {
+        "approval": {"decided_by": "dpo@example.com", "decided_at": "2026-11-22T11:00:00+00:00"}
+    }
     for status in ("AWAITING_APPROVAL", "APPROVED", "ERASING"):
-        requests.transition(RID, ErasureStatus(status), by="test")
+        requests.transition(
+            RID,
+            ErasureStatus(status),
+            by="test",
+            updates=decision if status == "APPROVED" else None,
+        )
     after = s3.put_object(Bucket=LAKE, Key=LAKE_KEY, Body=b"rows of others")
     s3.delete_object(Bucket=LAKE, Key=LAKE_KEY, VersionId=read["VersionId"])
     ref = {"version_id": read["VersionId"], "etag": read["ETag"].strip('"')}

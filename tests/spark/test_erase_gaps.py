@@ -232,9 +232,15 @@ def test_a_widened_upload_that_cannot_be_read_is_named_and_the_rest_is_erased(
     assert len(checks) == len(results)  # the unreadable ones included
 
     # And the request, certified, is FAILED with outcome INCOMPLETE naming both uploads
+    # certify refuses a request without a recorded approval decision (who and when)
+    updated = {
+        "REPORTED": {"report": {"manifest_sha256": eraser.sha256}},
+        "APPROVED": {
+            "approval": {"decided_by": "approver@x.org", "decided_at": "2026-11-23T13:00:00+00:00"}
+        },
+    }
     for status in ("REPORTED", "AWAITING_APPROVAL", "APPROVED", "ERASING"):
-        updates = {"report": {"manifest_sha256": eraser.sha256}} if status == "REPORTED" else None
-        requests.transition(REQUEST, ErasureStatus(status), by="test", updates=updates)
+        requests.transition(REQUEST, ErasureStatus(status), by="test", updates=updated.get(status))
     documents = S3Documents(cloud.s3, REPORTS)
     update_index(
         REQUEST, requests=requests, index=DynamoSubjectIndex(cloud.index), documents=documents,

@@ -118,9 +118,15 @@ def _certify(cloud: Cloud, eraser: Eraser) -> dict[str, Any]:
     requests.create(
         new_request(REQUEST, body, hash_subjects(body, HASH_KEY, []), now=datetime.now(UTC))
     )
+    # certify refuses a request without a recorded approval decision (who and when)
+    updated = {
+        "REPORTED": {"report": {"manifest_sha256": eraser.sha256}},
+        "APPROVED": {
+            "approval": {"decided_by": "approver@x.org", "decided_at": "2026-11-23T13:00:00+00:00"}
+        },
+    }
     for status in ("REPORTED", "AWAITING_APPROVAL", "APPROVED", "ERASING"):
-        updates = {"report": {"manifest_sha256": eraser.sha256}} if status == "REPORTED" else None
-        requests.transition(REQUEST, ErasureStatus(status), by="test", updates=updates)
+        requests.transition(REQUEST, ErasureStatus(status), by="test", updates=updated.get(status))
     documents = S3Documents(cloud.s3, REPORTS)
     update_index(
         REQUEST, requests=requests, index=DynamoSubjectIndex(cloud.index), documents=documents,
@@ -207,10 +213,8 @@ def test_an_entry_written_before_pins_refuses_its_object_only(cloud: Cloud, eras
     (item,) = cloud.index.query(
         KeyConditionExpression=Key("subject_hash").eq(h("u1")) & Key("object_url").eq(url)
     )["Items"]
-    assert item["matching_fingerprint"]  # ingestion pins it
-    cloud.index.put_item(
-        Item={k: v for k, v in item.items() if k not in {"matching_fingerprint", "key_fingerprint"}}
-    )
+    assert item["pin"]  # ingestion pins it (one attribute: "<matching>/<key>")
+    cloud.index.put_item(Item={k: v for k, v in item.items() if k != "pin"})
     eraser.freeze("u1")
     raw_before = _snapshot(cloud, (RAW, KEY))
 

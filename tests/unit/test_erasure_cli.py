@@ -64,6 +64,11 @@ class FakeTarget:
     clients: dict[str, Any] = field(default_factory=dict)
     calls: list[Call] = field(default_factory=list)
     lost: dict[tuple[str, str], int] = field(default_factory=dict)
+    # the stack's outputs: the certificate key --verify pins
+    outputs: dict[str, str] = field(default_factory=lambda: {"ErasureCertificateKeyArn": KEY_ARN})
+
+    def output(self, name: str) -> str:
+        return self.outputs[name]
 
     def call_api(
         self,

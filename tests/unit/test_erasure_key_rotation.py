@@ -190,8 +190,12 @@ def test_a_key_reindex_named_in_the_report_ends_the_request_incomplete() -> None
             raw_bucket=RAW, current_key=NEW,
         ),
     )  # fmt: skip
+    # certify refuses a request without a recorded approval decision (who and when)
+    decision = {"approval": {"decided_by": "dpo@example.com", "decided_at": T0.isoformat()}}
     for status in (ErasureStatus.AWAITING_APPROVAL, ErasureStatus.APPROVED, ErasureStatus.ERASING):
-        world.requests.transition(RID, status, by="test")
+        world.requests.transition(
+            RID, status, by="test", updates=decision if status == ErasureStatus.APPROVED else None
+        )
     world.objects.put_version(LAKE, LAKE_KEY, "lv2")
     world.objects.delete_version(LAKE, LAKE_KEY, "lv1")
 

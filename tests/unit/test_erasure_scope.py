@@ -619,8 +619,12 @@ def _frozen(world: World) -> None:
             raw_bucket=RAW,
         ),
     )  # fmt: skip
+    # certify refuses a request without a recorded approval decision (who and when)
+    decision = {"approval": {"decided_by": "dpo@example.com", "decided_at": T0.isoformat()}}
     for status in (ErasureStatus.AWAITING_APPROVAL, ErasureStatus.APPROVED, ErasureStatus.ERASING):
-        world.requests.transition(RID, status, by="test")
+        world.requests.transition(
+            RID, status, by="test", updates=decision if status == ErasureStatus.APPROVED else None
+        )
     world.objects.put_version(LAKE, LAKE_KEY, "lv2")  # the erase job's rewrite
     world.objects.delete_version(LAKE, LAKE_KEY, "lv1")  # and its purge
 

@@ -183,12 +183,37 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     certificate.add_argument("request_id", metavar="ID")
     certificate.add_argument(
-        "--verify", action="store_true", help="check the signature with KMS Verify"
+        "--verify",
+        action="store_true",
+        help="check the signature with the stack's certificate key (KMS Verify), re-hash every "
+        "document it names from the reports bucket and match the request record",
+    )
+    certificate.add_argument(
+        "--verify-chain",
+        action="store_true",
+        help="with --verify: also walk the deployment's certificate chain (each link signed, "
+        "each naming the one before, none missing)",
+    )
+    certificate.add_argument(
+        "--key-id",
+        metavar="ARN",
+        help="with --verify: the key to pin (default: the stack output ErasureCertificateKeyArn)",
     )
     certificate.add_argument(
         "--offline",
         action="store_true",
-        help="with --verify: check it locally with the key's public key (KMS GetPublicKey)",
+        help="with --verify: check it locally with the key's public key (KMS GetPublicKey, or "
+        "--public-key FILE); documents from --documents DIR, else not checked",
+    )
+    certificate.add_argument(
+        "--public-key", type=Path, metavar="FILE", help="with --offline: the key's public key (PEM)"
+    )
+    certificate.add_argument(
+        "--documents",
+        type=Path,
+        metavar="DIR",
+        help="with --verify: read the certified documents (manifest.json, results.json, ...) "
+        "from DIR instead of the reports bucket",
     )
     certificate.add_argument("--json", action="store_true", help="print the envelope JSON")
     certificate.add_argument(
@@ -528,6 +553,11 @@ def show_certificate(args: argparse.Namespace) -> int:
     request_id = _check_request_id(args.request_id)
     if args.offline and not args.verify:
         raise UsageError("--offline needs --verify")
+    for flag in ("verify_chain", "key_id", "public_key", "documents"):
+        if getattr(args, flag) and not args.verify:
+            raise UsageError(f"--{flag.replace('_', '-')} needs --verify")
+    if args.public_key and not args.offline:
+        raise UsageError("--public-key needs --offline")
     target = resolve(args)
     certificates.show_certificate(
         target,
@@ -536,7 +566,13 @@ def show_certificate(args: argparse.Namespace) -> int:
         as_json=args.json,
         html=args.html,
         verify=args.verify,
-        offline=args.offline,
+        options=certificates.VerifyOptions(
+            offline=args.offline,
+            key_id=args.key_id,
+            public_key=args.public_key,
+            documents=args.documents,
+            chain=args.verify_chain,
+        ),
     )
     return 0
 

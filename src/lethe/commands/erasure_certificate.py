@@ -1,9 +1,10 @@
 """`lethe erasure certificate`'s work once the request record is read: the signed certificate
 envelope of a COMPLETED request (or of one that ended FAILED with outcome INCOMPLETE: its
 certificate says `complete: false` and lists every place not fully searched), read from S3,
-summarised, written as an HTML page, and (with --verify) checked with KMS Verify or offline
-with the key's public key, then matched against the request record (same request, same key,
-same SHA-256). A verified certificate of an incomplete erasure (`complete: false`) says so on the
+summarised, written as an HTML page, and (with --verify) checked with the stack's pinned key
+(KMS Verify, or offline with its public key), its documents re-hashed and matched against the
+request record (lethe.commands.certificate_verify; --verify-chain walks the certificate
+chain). A verified certificate of an incomplete erasure (`complete: false`) says so on the
 verify line, and --verify then fails (exit 1, ExitCode.FAILURE, as `erasure status --wait` does
 for that request): the signature is valid, but what it certifies is not a completed erasure, so
 `lethe erasure certificate ID --verify && echo done` must not say done.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +45,7 @@ def show_certificate(
     as_json: bool,
     html: Path | None,
     verify: bool,
-    offline: bool,
+    options: VerifyOptions | None = None,
 ) -> None:
     """Print the certificate of request `request_id`, whose record is `record`: its summary,
     or with `as_json` the envelope; write it as an HTML page to `html`; with `verify`, check it
@@ -74,8 +76,12 @@ def show_certificate(
     if html:
         _write_html(envelope, html)
     if verify:
-        line, places = _verify(target, envelope, raw, record, offline=offline)
-        print(line, file=sys.stderr if as_json else sys.stdout)
+        lines, places = _verify(
+            target, envelope, raw=raw, record=record, url=str(pointer["url"]),
+            options=options or VerifyOptions(),
+        )  # fmt: skip
+        for line in lines:
+            print(line, file=sys.stderr if as_json else sys.stdout)
         if places is not None:
             raise IncompleteErasureError(
                 f"the signature is valid, but the erasure of request {request_id} is "
@@ -168,64 +174,77 @@ def _write_html(envelope: dict[str, Any], path: Path) -> None:
     print(f"wrote {path}", file=sys.stderr)
 
 
+@dataclass(frozen=True)
+class VerifyOptions:
+    """--verify's options: the pinned key (--key-id, default the stack's output), --offline
+    with --public-key FILE and --documents DIR, and --verify-chain."""
+
+    offline: bool = False
+    key_id: str | None = None
+    public_key: Path | None = None
+    documents: Path | None = None
+    chain: bool = False
+
+
 def _verify(
     target: Target,
     envelope: dict[str, Any],
+    *,
     raw: bytes,
     record: dict[str, Any],
-    *,
-    offline: bool,
-) -> tuple[str, int | None]:
-    """Check the signature, then that the certificate is this request's and the one its record
-    points to (same key, same SHA-256). Raises CommandError (exit 1) naming the reason. Returns
-    the verify line, and for an incomplete erasure how many places it says were not fully
-    searched (None: complete)."""
-    import hashlib  # noqa: PLC0415
-
+    url: str,
+    options: VerifyOptions,
+) -> tuple[list[str], int | None]:
+    """Check the signature with the pinned key, the documents, the request record and (with
+    --verify-chain) the chain (lethe.commands.certificate_verify). Raises CommandError (exit 1)
+    naming the reason. Returns the lines to print, and for an incomplete erasure how many places
+    it says were not fully searched (None: complete)."""
+    from lethe.commands import certificate_verify as checks  # noqa: PLC0415
+    from lethe_shared.aws.s3 import split_s3_url  # noqa: PLC0415
     from lethe_shared.erasure.certificate import (  # noqa: PLC0415
         CertificateInvalidError,
-        KmsSigner,
         verify_envelope,
-        verify_envelope_offline,
     )
+    from lethe_shared.erasure.report import report_key  # noqa: PLC0415
 
-    key_id = str(_mapping(envelope.get("signature")).get("key_id") or "")
-    if not key_id:
-        raise CommandError("certificate does not verify: malformed: the signature names no key")
-    signer = KmsSigner(target.client("kms"), key_id)
+    named = str(_mapping(envelope.get("signature")).get("key_id") or "")
+    if options.public_key is not None and not options.key_id and options.offline:
+        key_id = named  # the key is the file's; the name is compared with the record below
+    else:
+        key_id = checks.pinned_key(target, options.key_id)
+    if named != key_id:
+        raise CommandError(
+            f"certificate does not verify: key-mismatch: it names key {named or 'none'}, the "
+            f"stack's certificate key is {key_id}"
+        )
+    verifier = checks.verifier_for(
+        target, key_id, offline=options.offline, public_key=options.public_key
+    )
     try:
-        if offline:
-            verified = verify_envelope_offline(envelope, signer.public_key_der())
-        else:
-            verified = verify_envelope(envelope, signer)
+        verified = verify_envelope(envelope, verifier)
     except CertificateInvalidError as exc:
         raise CommandError(f"certificate does not verify: {exc.reason}: {exc.detail}") from None
     except (BotoCoreError, ClientError, ValueError) as exc:
         raise CommandError(f"cannot verify the certificate with key {key_id}: {exc}") from None
-    request_id = str(record.get("request_id", ""))
-    if verified.certificate.request_id != request_id:
-        raise CommandError(
-            "certificate does not verify: request-mismatch: it certifies request "
-            f"{verified.certificate.request_id}, not {request_id}"
-        )
-    pointer = record.get("certificate") or {}
-    if pointer.get("key_id") and pointer["key_id"] != key_id:
-        raise CommandError(
-            f"certificate does not verify: key-mismatch: signed by {key_id}, the request "
-            f"record names {pointer['key_id']}"
-        )
-    expected = pointer.get("sha256")
-    if expected and expected not in {hashlib.sha256(raw).hexdigest(), verified.digest_sha256}:
-        raise CommandError(
-            "certificate does not verify: record-mismatch: its SHA-256 is not the one the "
-            "request record holds"
-        )
-    line = f"certificate verifies: signed by {verified.key_id}, digest {verified.digest_sha256}"
-    if verified.certificate.complete:
-        return line, None
-    places = len(verified.certificate.not_searched)
+    cert = verified.certificate
+    checks.check_record(cert, verified.digest_sha256, raw, key_id, record)
+    bucket = split_s3_url(url)[0]
+    get = checks.s3_reader(target, bucket)
+    if options.documents is not None:
+        read = checks.local_reader(options.documents)
+    elif options.offline:
+        read = None
+    else:
+        read = lambda name: get(report_key(cert.request_id, name))  # noqa: E731
+    lines = checks.check_documents(cert, envelope, read)
+    if options.chain:
+        lines += checks.check_chain(get, verifier, cert, raw)
+    line = f"certificate verifies: signed by {key_id}, digest {verified.digest_sha256}"
+    if cert.complete:
+        return [*lines, line], None
+    places = len(cert.not_searched)
     line += f"; it certifies an {INCOMPLETE} erasure: {places} place(s) were not fully searched"
-    return line, places
+    return [*lines, line], places
 
 
 def _mapping(value: Any) -> dict[str, Any]:

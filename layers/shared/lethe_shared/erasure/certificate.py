@@ -12,9 +12,9 @@ request ended FAILED with outcome INCOMPLETE (lethe_shared.erasure.completion). 
 signed before these two fields existed have neither: they read as complete with no gap, and
 verify as they did (the digest is of the stored document, whatever fields it has).
 
-Signing: the SHA-256 digest of the certificate's canonical JSON (`canonical_bytes`: sorted keys,
-no insignificant whitespace, UTF-8 without escaping) is signed with an asymmetric KMS key
-(`ECC_NIST_P256`, `SIGN_VERIFY`) as `MessageType="DIGEST"`, `ECDSA_SHA_256`. The envelope
+Signing: the SHA-256 digest of the certificate's canonical JSON (`canonical_bytes`) is signed
+with an asymmetric KMS key (`ECC_NIST_P256`, `SIGN_VERIFY`) as `MessageType="DIGEST"`,
+`ECDSA_SHA_256`. The envelope
 
     {"certificate": {...},
      "signature": {"algorithm": "ECDSA_SHA_256", "key_id": ..., "digest_sha256": hex,
@@ -25,7 +25,18 @@ certificate document itself, never trusting `digest_sha256`, and checks the sign
 KMS (`KmsSigner`) or offline from the key's public key (`verify_envelope_offline`, DER from KMS
 GetPublicKey), so an auditor needs no access to KMS.
 
-Numbers in a certificate are integers: floats have no canonical JSON text.
+Canonical JSON: the certificate's `format_version` (in the signed body) selects it. Version 2
+(every certificate signed now) is RFC 8785 JCS (lethe_shared.erasure.jcs), which any JCS tool
+reproduces; a certificate without the field (version 1, signed before JCS) keeps the form it was
+signed in (Python's json.dumps: sorted keys, no whitespace, UTF-8 unescaped), so it still
+verifies. For the values a certificate holds (ASCII keys, strings, integers, booleans, null) the
+two agree byte for byte; the version says which one a verifier must use.
+
+Version 2 adds (lethe_shared.erasure.certificate_statement): `documents` (the SHA-256 of
+manifest.json, results.json, verification.json, index_update.json and of the audit record's
+content), `chain` (its sequence in the deployment's certificate chain and the previous
+certificate's digest) and `statement` (NIST SP 800-88 style: method, tool, verification, scope,
+residual copies). Numbers in a certificate are integers.
 """
 
 from __future__ import annotations
@@ -44,6 +55,13 @@ from typing import TYPE_CHECKING, Any, Protocol, Self
 from pydantic import AwareDatetime, ConfigDict, Field, ValidationError, model_validator
 
 from lethe_shared.catalog.zones import Zone
+from lethe_shared.erasure.certificate_statement import (
+    ChainLink,
+    DocumentDigest,
+    SanitizationStatement,
+    statement_html,
+)
+from lethe_shared.erasure.jcs import canonicalize
 from lethe_shared.errors import LetheError
 from lethe_shared.models import Model
 
@@ -51,6 +69,7 @@ if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePublicKey
 
 SIGNING_ALGORITHM = "ECDSA_SHA_256"
+FORMAT_VERSION = 2  # RFC 8785 canonical JSON; documents, chain and statement
 _HEX64 = r"^[0-9a-f]{64}$"
 
 
@@ -136,6 +155,8 @@ class CertificateVerification(_Frozen):
 
 
 class ErasureCertificate(_Frozen):
+    # 1 (absent): signed before JCS (module docstring); 2: JCS, with the fields at the end
+    format_version: int = Field(default=1, ge=1, le=FORMAT_VERSION)
     certificate_id: str = Field(min_length=1)
     request_id: str = Field(min_length=1)
     issued_at: AwareDatetime
@@ -150,6 +171,13 @@ class ErasureCertificate(_Frozen):
     # Absent from certificates signed before they existed (read as complete, no gap).
     complete: bool = True
     not_searched: tuple[NotSearchedPlace, ...] = ()
+    # format_version 2 (absent from older certificates)
+    documents: tuple[DocumentDigest, ...] = ()
+    chain: ChainLink | None = None
+    statement: SanitizationStatement | None = None
+
+    def document_digest(self, name: str) -> DocumentDigest | None:
+        return next((d for d in self.documents if d.name == name), None)
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -172,16 +200,32 @@ def _is_hex64(value: str) -> bool:
 
 
 def canonical_bytes(doc: Mapping[str, Any] | Model) -> bytes:
-    """JSON with sorted keys, no insignificant whitespace, UTF-8, non-ASCII kept as is.
+    """The canonical JSON the signature covers, as the document's `format_version` says: 2 is
+    RFC 8785 (JCS); 1 or absent is JSON with sorted keys, no insignificant whitespace, UTF-8,
+    non-ASCII kept as is (certificates signed before JCS).
 
     A model is dumped in JSON mode first (datetimes as ISO 8601 text). Raises ValueError or
-    TypeError for values JSON cannot carry canonically (NaN, infinities, non-JSON types).
+    TypeError for values JSON cannot carry canonically (NaN, infinities, non-JSON types), and
+    ValueError for a format_version this code does not know.
     """
-    data = doc.model_dump(mode="json") if isinstance(doc, Model) else doc
+    if isinstance(doc, ErasureCertificate):
+        data: Any = certificate_document(doc)
+    else:
+        data = doc.model_dump(mode="json") if isinstance(doc, Model) else doc
+    version = data.get("format_version", 1) if isinstance(data, Mapping) else 1
+    if version == FORMAT_VERSION:
+        return canonicalize(data)
+    if version != 1:
+        raise ValueError(f"unknown certificate format_version {version!r}")
     text = json.dumps(
         data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
     )
     return text.encode("utf-8")
+
+
+def certificate_document(certificate: ErasureCertificate) -> dict[str, Any]:
+    """The JSON document of `certificate` as it is signed."""
+    return certificate.model_dump(mode="json")
 
 
 def certificate_digest(doc: Mapping[str, Any] | Model) -> bytes:
@@ -281,7 +325,7 @@ def _require_digest(digest: bytes) -> None:
 
 def sign_certificate(certificate: ErasureCertificate, signer: Signer) -> dict[str, Any]:
     """The signed envelope of `certificate` (store it as JSON; `canonical_bytes` is fine)."""
-    doc = certificate.model_dump(mode="json")
+    doc = certificate_document(certificate)
     digest = certificate_digest(doc)
     signature = signer.sign(digest)
     return {
@@ -465,6 +509,8 @@ def render_certificate_html(envelope: Mapping[str, Any]) -> str:
     hashes = "".join(f'<li class="mono">{_e(h)}</li>' for h in cert.subject_hashes)
     rows = "\n".join(_object_row(o) for o in cert.objects)
     complete, incomplete, gaps = _completeness(cert, "complete" in document)
+    if cert.format_version >= 2:
+        gaps += statement_html(cert.documents, cert.chain, cert.statement)
     title = f"Erasure certificate {cert.certificate_id}"
     body = (
         f"<h1>{_e(title)}</h1>\n"
@@ -502,7 +548,7 @@ def render_certificate_html(envelope: Mapping[str, Any]) -> str:
         f"{warning}"
         "<p>This page does not check the signature. Verify the envelope with the key's public "
         "key (KMS GetPublicKey) or through KMS Verify, over the SHA-256 of the certificate's "
-        "canonical JSON (sorted keys, no whitespace, UTF-8).</p>\n"
+        "canonical JSON (RFC 8785 JCS for format_version 2).</p>\n"
     )
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'

@@ -29,6 +29,19 @@ A gap found twice (same object, version and reason) is listed once, the first ti
   and an `error` that says how many places were not fully searched. Nothing is ever COMPLETED
   for less than the whole.
 
+**Nothing is signed without a recorded approval decision** (`require_approval`): a record
+without an approver (`approval.decided_by` missing or "unknown") or a decision time
+(`approval.decided_at`) is refused with ApprovalNotRecordedError.
+
+The certificate (format_version 2, lethe_shared.erasure.certificate) names the SHA-256 of
+manifest.json, results.json, verification.json and index_update.json as stored, and of the audit
+record's content: the audit record names the certificate's signature (`certificate_signature`),
+so it is written after signing, and the certificate signs the SHA-256 of the RFC 8785 JCS of the
+audit record without that one member. The audit record is built from the certificate's own
+`issued_at` (its `completed_at`), so a retry rebuilds the same record. The certificate is the
+next link of the deployment's chain (lethe_shared.erasure.certificate_chain) and carries the
+sanitization statement (lethe_shared.erasure.certificate_statement, facts from the environment).
+
 Every document holds keyed hashes of the subjects only; a gap's detail holds counts, line
 numbers and declared column names, never a value. The request's record (which the API shows)
 names the gaps by count and reason only: object keys stay in the documents of the reports
@@ -37,16 +50,25 @@ bucket, as the manifest's do.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from lethe_shared.aws.s3 import s3_url, split_s3_url
+from lethe_shared.erasure.certificate_chain import sign_chained
+from lethe_shared.erasure.certificate_statement import (
+    AUDIT_SIGNATURE_MEMBER,
+    DIGEST_OF_AUDIT,
+    DeploymentFacts,
+    statement,
+)
 from lethe_shared.erasure.index_update import DOCUMENT as INDEX_UPDATE_DOCUMENT
 from lethe_shared.erasure.index_update import not_searched as index_not_searched
+from lethe_shared.erasure.jcs import canonicalize
 from lethe_shared.erasure.report import (
     EraseResults,
     Manifest,
@@ -62,6 +84,7 @@ from lethe_shared.erasure.workflow import WORKFLOW, VerificationMissingError, no
 
 if TYPE_CHECKING:
     from lethe_shared.erasure.certificate import ErasureCertificate, Signer
+    from lethe_shared.erasure.certificate_statement import ChainLink, DocumentDigest
     from lethe_shared.erasure.workflow import DocumentStore
 
 INCOMPLETE = "INCOMPLETE"  # the outcome of a FAILED request that was not fully searched
@@ -72,6 +95,11 @@ _JSON, _HTML = "application/json", "text/html; charset=utf-8"
 class ReportMismatchError(VerificationMissingError):
     """The frozen report or the index update the certificate step read is not the request's
     (a SHA-256 or a count differs): nothing is certified."""
+
+
+class ApprovalNotRecordedError(VerificationMissingError):
+    """The request record holds no approval decision (no approver, "unknown", or no decision
+    time): nothing is signed."""
 
 
 @dataclass(frozen=True)
@@ -103,13 +131,15 @@ def complete(
     documents: DocumentStore,
     signer: Signer,
     at: datetime,
+    facts: DeploymentFacts | None = None,
 ) -> Certified:
-    """Certify a request whose documents were read (module docstring): audit record, signed
-    certificate, then COMPLETED, or FAILED with outcome INCOMPLETE when a place was not fully
-    searched."""
+    """Certify a request whose documents were read (module docstring): signed certificate (the
+    chain's next link), audit record, then COMPLETED, or FAILED with outcome INCOMPLETE when a
+    place was not fully searched. `facts`: the deployment's (default: from the environment)."""
     from lethe_shared.erasure.certificate import render_certificate_html  # noqa: PLC0415
 
     request_id = record.request_id
+    require_approval(record)
     require_verified(request_id, results, verification)
     manifest = frozen_report(record, documents)
     require_covered(record, manifest, results)
@@ -120,19 +150,26 @@ def complete(
         manifest.not_searched,
         index_update_gaps(record, documents),
     )
-    envelope, envelope_bytes = _signed_once(
-        documents,
-        request_id,
-        lambda: _certificate(record, results, verification, gaps, at),
-        signer,
-    )
+    digests = stored_digests(record, results, verification, documents)
+    deployment = facts or DeploymentFacts.from_environment()
+
+    def build(link: ChainLink) -> ErasureCertificate:
+        audit = _audit(record, results, verification, gaps=gaps, at=at)
+        return _certificate(
+            record, results, verification, gaps, at,
+            documents=(*digests, audit_digest(audit)), chain=link, facts=deployment,
+        )  # fmt: skip
+
+    envelope, envelope_bytes = sign_chained(documents, request_id, build, signer)
+    issued = datetime.fromisoformat(str(envelope["certificate"]["issued_at"]))
     url = documents.url(report_key(request_id, "certificate.json"))
     html_url = documents.put(
         report_key(request_id, "certificate.html"),
         render_certificate_html(envelope).encode(),
         _HTML,
     )
-    audit = _audit(record, results, verification, gaps=gaps, signature=envelope["signature"], at=at)
+    audit = _audit(record, results, verification, gaps=gaps, at=issued)
+    audit[AUDIT_SIGNATURE_MEMBER] = dict(envelope["signature"])
     documents.put_once(report_key(request_id, "audit.json"), canonical_json(audit), _JSON)
     totals = results_totals(results.objects)
     bucket, _ = split_s3_url(url)
@@ -149,6 +186,7 @@ def complete(
             "sha256": sha256_hex(envelope_bytes),
             "key_id": str(envelope["signature"]["key_id"]),
             "audit_url": s3_url(bucket, report_key(request_id, "audit.json")),
+            "chain_sequence": int((envelope["certificate"].get("chain") or {}).get("sequence", 0)),
         },
     }
     removed, purged = totals["rows_removed"], totals["versions_purged"]
@@ -268,33 +306,64 @@ def index_update_gaps(record: ErasureRequest, documents: DocumentStore) -> tuple
     return index_not_searched({"kept": kept})
 
 
-def _signed_once(
-    documents: DocumentStore,
-    request_id: str,
-    build: Callable[[], ErasureCertificate],
-    signer: Signer,
-) -> tuple[dict[str, Any], bytes]:
-    """The request's one certificate envelope: signed and written once; a retry (the step
-    failed after writing it) finds and reuses it, so the audit record and the request name the
-    same signature."""
-    from lethe_shared.erasure.certificate import sign_certificate  # noqa: PLC0415
-
-    key = report_key(request_id, "certificate.json")
-    stored = documents.get(key)
-    if stored is None:
-        body = canonical_json(sign_certificate(build(), signer))
-        if documents.put_once(key, body, _JSON):
-            return json.loads(body), body
-        stored = documents.get(key)  # another attempt wrote it first
-        if stored is None:
-            raise VerificationMissingError(f"the certificate of {request_id} vanished")
-    return json.loads(stored), stored
-
-
-def _decision(record: ErasureRequest) -> tuple[str, datetime]:
+def require_approval(record: ErasureRequest) -> tuple[str, datetime]:
+    """The recorded decision: who approved and when. Raises ApprovalNotRecordedError when the
+    record has no approver (missing, empty or "unknown") or no decision time."""
     approval = record.approval
-    decided_at = approval.get("decided_at") or record.updated_at
-    return str(approval.get("decided_by") or "unknown"), datetime.fromisoformat(str(decided_at))
+    by = str(approval.get("decided_by") or "").strip()
+    decided_at = str(approval.get("decided_at") or "").strip()
+    if not by or by.lower() == "unknown" or not decided_at:
+        raise ApprovalNotRecordedError(
+            f"request {record.request_id} has no recorded approval decision (approver "
+            f"{'recorded' if by and by.lower() != 'unknown' else 'missing'}, decision time "
+            f"{'recorded' if decided_at else 'missing'}): nothing is signed"
+        )
+    try:
+        return by, datetime.fromisoformat(decided_at)
+    except ValueError:
+        raise ApprovalNotRecordedError(
+            f"request {record.request_id}: the approval's decision time is not a time: nothing "
+            "is signed"
+        ) from None
+
+
+def stored_digests(
+    record: ErasureRequest,
+    results: EraseResults,
+    verification: Verification,
+    documents: DocumentStore,
+) -> tuple[DocumentDigest, ...]:
+    """The SHA-256 of each document the certificate certifies, as stored now; results.json and
+    verification.json must still be what was read (else nothing is certified)."""
+    from lethe_shared.erasure.certificate_statement import DocumentDigest  # noqa: PLC0415
+
+    request_id = record.request_id
+    bodies = {
+        name: _read(documents, request_id, name)
+        for name in ("manifest.json", "results.json", "verification.json", INDEX_UPDATE_DOCUMENT)
+    }
+    if (
+        EraseResults.model_validate_json(bodies["results.json"]) != results
+        or Verification.model_validate_json(bodies["verification.json"]) != verification
+    ):
+        raise ReportMismatchError(
+            f"request {request_id}: results.json or verification.json changed while it was "
+            "certified: not certified"
+        )
+    return tuple(DocumentDigest(name=n, sha256=sha256_hex(b)) for n, b in bodies.items())
+
+
+def audit_digest(audit: Mapping[str, Any]) -> DocumentDigest:
+    """The audit record's digest as the certificate names it: SHA-256 of the JCS of its
+    content without `certificate_signature`."""
+    from lethe_shared.erasure.certificate_statement import DocumentDigest  # noqa: PLC0415
+
+    content = {k: v for k, v in audit.items() if k != AUDIT_SIGNATURE_MEMBER}
+    return DocumentDigest(
+        name="audit.json",
+        sha256=hashlib.sha256(canonicalize(content)).hexdigest(),
+        digest_of=DIGEST_OF_AUDIT,
+    )
 
 
 def _certificate(
@@ -303,10 +372,15 @@ def _certificate(
     verification: Verification,
     gaps: tuple[NotSearched, ...],
     at: datetime,
+    *,
+    documents: tuple[DocumentDigest, ...],
+    chain: ChainLink,
+    facts: DeploymentFacts,
 ) -> ErasureCertificate:
     """The certificate: what was erased, the verification, and whether it was complete (every
-    place that was not fully searched)."""
+    place that was not fully searched); the documents' digests, its chain link and statement."""
     from lethe_shared.erasure.certificate import (  # noqa: PLC0415
+        FORMAT_VERSION,
         CertificateTotals,
         CertificateVerification,
         ErasedObject,
@@ -337,8 +411,10 @@ def _certificate(
         for r in results.objects
         if r.versions_before
     )
-    approved_by, approved_at = _decision(record)
+    approved_by, approved_at = require_approval(record)
+    wait = (record.model_extra or {}).get("ingestion_wait")
     return ErasureCertificate(
+        format_version=FORMAT_VERSION,
         certificate_id=f"cert-{record.request_id}",
         request_id=record.request_id,
         issued_at=at,
@@ -367,6 +443,21 @@ def _certificate(
             )
             for g in gaps
         ),
+        documents=documents,
+        chain=chain,
+        statement=statement(
+            facts=facts,
+            at=at,
+            execution_arn=record.execution_arn,
+            correlation_id=results.correlation_id,
+            objects_verified=len(erased),
+            matching_rows=verification.matching_rows,
+            datasets=record.scope,
+            subject_count=record.subject_count,
+            not_looked_up=len(record.not_looked_up),
+            ingestion_wait=wait if isinstance(wait, Mapping) else {},
+            places_not_searched=len(gaps),
+        ),
     )
 
 
@@ -376,13 +467,13 @@ def _audit(
     verification: Verification,
     *,
     gaps: tuple[NotSearched, ...],
-    signature: Mapping[str, Any],
     at: datetime,
 ) -> dict[str, Any]:
     """The append-only audit record: who asked, who decided, when, what the report was, and
     per object its versions before and after and the row counts; whether the erasure was
-    complete, and every place that was not fully searched. Hashed ids only."""
-    approved_by, approved_at = _decision(record)
+    complete, and every place that was not fully searched. Hashed ids only. The certificate's
+    signature (`certificate_signature`) is added once it is signed (module docstring)."""
+    approved_by, approved_at = require_approval(record)
     return {
         "request_id": record.request_id,
         "requested_by": record.requested_by,
@@ -398,6 +489,5 @@ def _audit(
         "complete": not gaps,
         "outcome": INCOMPLETE if gaps else ErasureStatus.COMPLETED.value,
         "not_searched": [g.model_dump(mode="json") for g in gaps],
-        "certificate_signature": dict(signature),
         "completed_at": at.isoformat(),
     }
