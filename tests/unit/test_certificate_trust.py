@@ -525,9 +525,11 @@ def test_offline_verify_with_a_public_key_file_and_local_documents(
 
 # ------------------------------------------------------------------ the worked example: openssl
 
-# The 10-line JCS tool of the worked example (RFC 8785 for what a certificate holds: objects,
+# The short JCS tool of the worked example (RFC 8785 for what a certificate holds: objects,
 # arrays, strings, integers, booleans, null; it refuses floats). Keep identical to the notes.
 JCS_TOOL = r"""import json, sys
+
+
 def jcs(v):
     if isinstance(v, dict):
         keys = sorted(v, key=lambda k: k.encode("utf-16-be", "surrogatepass"))
@@ -537,6 +539,8 @@ def jcs(v):
     if isinstance(v, float):
         sys.exit("a float: use a full RFC 8785 implementation")
     return json.dumps(v, ensure_ascii=False)
+
+
 doc = json.load(sys.stdin)
 for member in sys.argv[1:]:
     doc = doc[member]
