@@ -3,13 +3,16 @@ stored version of its frozen report (`--mode erase`), or prove it (`--mode verif
 
     python spark_jobs/erase.py --mode erase|verify --request-id ER \
         --manifest s3://REPORTS/erasure/ER/manifest.json --manifest-sha256 HEX \
+        --requests-table REQUESTS \
         --raw-bucket RAW --lake-bucket LAKE --reports-bucket REPORTS \
         --datasets-table DATASETS --hash-key-secret SECRET_ARN --correlation-id EXECUTION_NAME
 
 Writes s3://REPORTS/erasure/ER/results.json (erase) or verification.json (verify) and prints
 one JSON line on stdout; logs go to stderr. Exits non-zero when the run should be retried or
-looked at: AWS errors, a manifest that is not the approved one, producers that keep writing an
-object, an object that does not verify. What happens is described in lethe_jobs.erase_core.
+looked at: AWS errors, a request whose record is not ERASING with a recorded approval of this
+manifest (refused before the lake is read), a manifest that is not the approved one, producers
+that keep writing an object, an object that does not verify. What happens is described in
+lethe_jobs.erase_core.
 """
 
 from __future__ import annotations
@@ -21,11 +24,12 @@ from collections.abc import Sequence
 
 import boto3
 
-from lethe_jobs.erase_core import run
+from lethe_jobs.erase_core import authorise, run
 from lethe_jobs.erase_settings import ErasePorts, parse_args
 from lethe_jobs.session import configure_logging, job_session
 from lethe_shared.aws.s3 import S3ObjectStore
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
+from lethe_shared.erasure.authority import DynamoRequestView
 from lethe_shared.subject_hashing.keys import load_hash_key
 
 LOG = logging.getLogger("lethe.erase")
@@ -40,7 +44,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         reports=S3ObjectStore(boto3.client("s3")),
         datasets=DynamoDatasetRegistry(boto3.resource("dynamodb").Table(args.datasets_table)),
         hash_key=load_hash_key(boto3.client("secretsmanager"), args.hash_key_secret),
+        requests=DynamoRequestView(boto3.resource("dynamodb").Table(args.requests_table)),
     )
+    authorise(args, ports)  # before a Spark session is started, or anything read
     with job_session(f"lethe-erase-{args.mode}") as spark:
         summary = run(spark, args, ports)
     sys.stdout.write(json.dumps(summary) + "\n")

@@ -597,12 +597,15 @@ class MemoryErasureRequests:
         allowed_from: frozenset[ErasureStatus] | None = None,
         updates: Mapping[str, Any] | None = None,
         remove: Sequence[str] = (),
+        require: Mapping[str, str] | None = None,
     ) -> ErasureRequest:
         sources = ALLOWED_FROM[target] if allowed_from is None else allowed_from
         item = self.items.get(request_id)
         if item is None:
             raise RequestNotFoundError(f"no erasure request {request_id}")
-        if item["status"] not in {s.value for s in sources}:
+        if item["status"] not in {s.value for s in sources} or not all(
+            _at_path(item, path) == expected for path, expected in (require or {}).items()
+        ):
             raise InvalidTransitionError(request_id, target, str(item["status"]))
         now = datetime.now(UTC).isoformat()
         event = HistoryEvent(status=target, at=now, by=by, detail=detail)
@@ -664,3 +667,14 @@ _requester: IndexRequester = RecordingRequester()
 _requests: ErasureRequests = MemoryErasureRequests()
 _approvals: Approvals = MemoryApprovals()
 _documents: DocumentStore = MemoryDocuments()
+
+
+def _at_path(item: Mapping[str, Any], path: str) -> Any:
+    """The value at a dotted path of a stored item (None when a part is missing), as a
+    DynamoDB condition reads it."""
+    value: Any = item
+    for part in path.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            return None
+        value = value[part]
+    return value

@@ -32,6 +32,7 @@ from lethe_shared.erasure.approval_flow import (
 from lethe_shared.erasure.approval_pages import response_headers
 from lethe_shared.erasure.requests import DynamoApprovals, DynamoErasureRequests
 from lethe_shared.erasure.task_callbacks import StepFunctionsCallbacks
+from lethe_shared.erasure.task_tokens import KmsTaskTokens
 
 logger = Logger()
 tracer = Tracer()
@@ -52,6 +53,8 @@ class ApprovalPageSettings(ApproversSettingsBase):
     requests_table: str = Field(alias="ERASURE_REQUESTS_TABLE", min_length=1)
     approvals_table: str = Field(alias="APPROVALS_TABLE", min_length=1)
     signing_key_secret_arn: str = Field(alias="APPROVAL_SIGNING_KEY_SECRET_ARN", min_length=1)
+    # the task token key: the record holds the token sealed (lethe_shared.erasure.task_tokens)
+    task_token_key_arn: str = Field(alias="TASK_TOKEN_KEY_ARN", min_length=1)
 
 
 @dataclass(frozen=True)
@@ -67,7 +70,10 @@ def _build(settings: ApprovalPageSettings, aws: Aws) -> _Dependencies:
         settings=settings,
         requests=DynamoErasureRequests(aws.table(settings.requests_table)),
         approvals=DynamoApprovals(aws.table(settings.approvals_table)),
-        callbacks=StepFunctionsCallbacks(aws.client("stepfunctions")),
+        callbacks=StepFunctionsCallbacks(
+            aws.client("stepfunctions"),
+            KmsTaskTokens(aws.client("kms"), settings.task_token_key_arn),
+        ),
     )
 
 

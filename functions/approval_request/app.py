@@ -1,6 +1,7 @@
 """Wait For Approval: the erasure workflow's `.waitForTaskToken` task.
 
-Keeps the task token on the request record (it never leaves DynamoDB), creates one signed link
+Keeps the task token on the request record, sealed with the task token key (TASK_TOKEN_KEY_ARN,
+lethe_shared.erasure.task_tokens), creates one signed link
 per configured approver (never the requester, by address or by the IAM principal that filed
 the request: APPROVER_PRINCIPALS) and emails each approver their own link through
 SES (lethe_shared.erasure.approval_flow.request_approval). The task then waits until an approver
@@ -22,6 +23,7 @@ from pydantic import Field
 from lethe_shared.aws.wiring import Aws, wiring
 from lethe_shared.erasure.approval_flow import ApproversSettingsBase, SesMailer, request_approval
 from lethe_shared.erasure.requests import DynamoApprovals, DynamoErasureRequests
+from lethe_shared.erasure.task_tokens import KmsTaskTokens
 from lethe_shared.models import Model
 
 logger = Logger()
@@ -45,6 +47,8 @@ class ApprovalRequestSettings(ApproversSettingsBase):
     signing_key_secret_arn: str = Field(alias="APPROVAL_SIGNING_KEY_SECRET_ARN", min_length=1)
     api_url: str = Field(alias="API_URL", pattern=r"^https?://")
     timeout_hours: float = Field(alias="APPROVAL_TIMEOUT_HOURS", gt=0)
+    # the task token key: the record holds the token sealed (lethe_shared.erasure.task_tokens)
+    task_token_key_arn: str = Field(alias="TASK_TOKEN_KEY_ARN", min_length=1)
 
 
 class ApprovalTask(Model):
@@ -58,6 +62,7 @@ class _Dependencies:
     requests: DynamoErasureRequests
     approvals: DynamoApprovals
     mailer: SesMailer
+    tokens: KmsTaskTokens
 
 
 def _build(settings: ApprovalRequestSettings, aws: Aws) -> _Dependencies:
@@ -66,6 +71,7 @@ def _build(settings: ApprovalRequestSettings, aws: Aws) -> _Dependencies:
         requests=DynamoErasureRequests(aws.table(settings.requests_table)),
         approvals=DynamoApprovals(aws.table(settings.approvals_table)),
         mailer=SesMailer(aws.client("ses"), settings.sender),
+        tokens=KmsTaskTokens(aws.client("kms"), settings.task_token_key_arn),
     )
 
 
@@ -91,6 +97,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         base_url=settings.api_url,
         timeout=timedelta(hours=settings.timeout_hours),
         principals=settings.approver_principals,
+        tokens=deps.tokens,
     )
     metrics.add_metric(name="ApprovalEmailsSent", unit=MetricUnit.Count, value=len(links))
     logger.info("approval requested", extra={"request_id": task.request_id, "links": len(links)})

@@ -57,6 +57,7 @@ from lethe_shared.erasure.requests import (
     parse_request_body,
 )
 from lethe_shared.erasure.task_callbacks import StepFunctionsCallbacks, TaskGoneError
+from lethe_shared.erasure.task_tokens import KmsTaskTokens
 from lethe_shared.subject_hashing.keys import key_from_secret
 
 logger = Logger()
@@ -83,6 +84,8 @@ class ErasureApiSettings(Settings):
     hash_key_secret_arn: str = Field(alias="HASH_KEY_SECRET_ARN", min_length=1)
     state_machine_arn: str = Field(alias="ERASURE_STATE_MACHINE_ARN", min_length=20)
     approver_principals: ApproverPrincipalsSetting = Field(alias="APPROVER_PRINCIPALS")
+    # the task token key: the record holds the token sealed (lethe_shared.erasure.task_tokens)
+    task_token_key_arn: str = Field(alias="TASK_TOKEN_KEY_ARN", min_length=1)
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,10 @@ def _build(settings: ErasureApiSettings, aws: Aws) -> _Dependencies:
         requests=DynamoErasureRequests(aws.table(settings.requests_table)),
         registry=DynamoDatasetRegistry(aws.table(settings.datasets_table)),
         starter=StepFunctionsStarter(aws.client("stepfunctions"), settings.state_machine_arn),
-        callbacks=StepFunctionsCallbacks(aws.client("stepfunctions")),
+        callbacks=StepFunctionsCallbacks(
+            aws.client("stepfunctions"),
+            KmsTaskTokens(aws.client("kms"), settings.task_token_key_arn),
+        ),
     )
 
 

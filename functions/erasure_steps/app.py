@@ -6,7 +6,8 @@
                                                             indexed with another hash key than the
                                                             request's): {settled}
     {"step": "report", "request_id"}                        build and freeze the report
-    {"step": "mark", "request_id", "status", "detail"?, "error"?}   ERASING, EXPIRED, FAILED
+    {"step": "mark", "request_id", "status", "detail"?, "error"?}   ERASING (only an approved
+                                                            request), EXPIRED, FAILED
     {"step": "notification", "request_id"}                  what to publish about the request now
     {"step": "update_index", "request_id"}                  remove the entries erasure made untrue;
                                                             look the subjects up again and list
@@ -20,7 +21,9 @@
                                                             notification either way
 
 Errors are typed (lethe_shared.errors): the state machine catches `RequestClosedError` (the
-request was cancelled meanwhile) by name, and retries the rest.
+request was cancelled meanwhile) and `ErasureNotApprovedError` (mark ERASING of a request that
+is not APPROVED with a valid recorded approval, lethe_shared.erasure.authority: never retried,
+the workflow ends without a Spark run) by name, and retries the rest.
 """
 
 from __future__ import annotations

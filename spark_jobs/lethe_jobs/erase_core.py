@@ -1,6 +1,12 @@
 """The erase job: remove an approved request's subjects from every object and every stored
 version its frozen report lists, then (a second run, `--mode verify`) prove it.
 
+Before anything (either mode), the job reads the request record (GetItem, read-only) and refuses
+unless it is ERASING with a recorded approval by an approver other than the requester, and its
+recorded report is the manifest (URL and SHA-256) the job was handed
+(lethe_shared.erasure.authority.check_erasable): whoever can start the job cannot erase what a
+hand-made manifest names, nor a request that was not approved.
+
 Erase (one Spark task per group of objects, `tasks.task_groups`: small objects share a task):
 
 1. read the manifest and refuse it unless its SHA-256 is the one the approver saw;
@@ -97,6 +103,7 @@ from lethe_shared.aws.s3 import (
     s3_url,
     split_s3_url,
 )
+from lethe_shared.erasure.authority import EraseNotAuthorisedError, check_erasable
 from lethe_shared.erasure.report import (
     EraseResults,
     Manifest,
@@ -477,6 +484,19 @@ def _write(reports: S3ObjectStore, args: EraseArgs, name: str, document: Any) ->
     return s3_url(args.reports_bucket, key)
 
 
+def authorise(args: EraseArgs, ports: ErasePorts) -> None:
+    """Refuse (EraseNotAuthorisedError), before anything is read, unless the request record
+    says this run may go on: ERASING, a recorded approval by an approver other than the
+    requester, and this manifest (URL and SHA-256) as its report (check_erasable)."""
+    record = ports.requests.read(args.request_id) if ports.requests is not None else None
+    try:
+        check_erasable(record, manifest_url=args.manifest, manifest_sha256=args.manifest_sha256)
+    except EraseNotAuthorisedError as exc:
+        LOG.error("refused (%s): %s", args.mode, exc)
+        raise
+
+
 def run(spark: SparkSession, args: EraseArgs, ports: ErasePorts) -> dict[str, Any]:
+    authorise(args, ports)
     runner = run_erase if args.mode == "erase" else run_verify
     return runner(spark, args, ports, datetime.now(UTC))

@@ -11,6 +11,7 @@ import argparse
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from lethe_jobs.erase_rows import SubjectMatcher
 from lethe_jobs.job_args import add_required
@@ -19,6 +20,7 @@ from lethe_shared.aws.s3 import S3ObjectStore
 from lethe_shared.catalog.object_catalog import Buckets
 from lethe_shared.datasets.document import Dataset
 from lethe_shared.datasets.registry import Registration
+from lethe_shared.erasure.authority import RequestView
 from lethe_shared.erasure.pins import PinRegistry, refusals, refused_result
 from lethe_shared.erasure.report import Manifest, ManifestObject, NotSearched, ObjectResult
 from lethe_shared.errors import DatasetNotFoundError
@@ -33,6 +35,9 @@ class EraseArgs:
     request_id: str
     manifest: str  # s3://<reports>/erasure/<request>/manifest.json
     manifest_sha256: str
+    # the request record is read (GetItem only): the job runs only for a request ERASING with a
+    # recorded approval whose report is this manifest (lethe_shared.erasure.authority)
+    requests_table: str
     raw_bucket: str
     lake_bucket: str
     reports_bucket: str
@@ -85,11 +90,18 @@ class EraseSettings:
         return object_kind(item.dataset_id, item.bucket, item.key, self.buckets)
 
 
+class RequestReader(Protocol):
+    """The request record as the job may read it (lethe_shared.erasure.authority)."""
+
+    def read(self, request_id: str) -> RequestView | None: ...
+
+
 @dataclass(frozen=True)
 class ErasePorts:
     reports: S3ObjectStore
     datasets: PinRegistry  # read with `registration()`: the document with its generations
     hash_key: bytes = field(repr=False)
+    requests: RequestReader | None = None  # None: every run is refused (no request to check)
 
 
 def _registration(ports: ErasePorts, dataset_id: str) -> Registration:

@@ -61,3 +61,20 @@ def headers_of(response: dict[str, Any]) -> dict[str, str]:
 def outcome(response: dict[str, Any]) -> str | None:
     found = re.search(r'data-outcome="([^"]+)"', response["body"])
     return found.group(1) if found else None
+
+
+def stored_token(record: Any) -> str:
+    """The task token a request record holds, opened: it must be stored sealed with the task
+    token key (lethe_shared.erasure.task_tokens), never as it is. "" when there is none."""
+    import os  # noqa: PLC0415
+
+    import boto3  # noqa: PLC0415
+
+    from lethe_shared.erasure.task_tokens import KmsTaskTokens, is_sealed  # noqa: PLC0415
+
+    stored = str(record.task_token)
+    if not stored:
+        return ""
+    assert is_sealed(stored), "the task token is stored as it is"
+    key = os.environ["TASK_TOKEN_KEY_ARN"]
+    return KmsTaskTokens(boto3.client("kms", region_name=REGION), key).open(stored)

@@ -83,10 +83,20 @@ def lethe_buckets(aws: None) -> Callable[..., None]:
 def handler_env(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
     """Set a function's environment from events/env.json (what `sam local invoke` gets)."""
 
+    task_token_key: list[str] = []  # one task token key per test, created when first needed
+
     def _set(function_logical_id: str) -> None:
         env = json.loads((EVENTS_DIR / "env.json").read_text())
         for key, value in env[function_logical_id].items():
             monkeypatch.setenv(key, value)
+        if "TASK_TOKEN_KEY_ARN" in env[function_logical_id]:
+            # the template's TaskTokenKey: moto gives a key its own id, env.json cannot name it
+            if not task_token_key:
+                kms = boto3.client("kms", region_name=REGION)
+                task_token_key.append(
+                    kms.create_key(Description="task tokens")["KeyMetadata"]["Arn"]
+                )
+            monkeypatch.setenv("TASK_TOKEN_KEY_ARN", task_token_key[0])
 
     return _set
 

@@ -174,6 +174,31 @@ def test_allowed_from_widens_or_narrows_the_edges(requests: ErasureRequests) -> 
     assert caught.value.current == "AWAITING_APPROVAL"
 
 
+def test_a_transition_requires_every_attribute_it_pins(requests: ErasureRequests) -> None:
+    """`require` is part of the conditional write (Mark Erasing pins the approval it read)."""
+    approval = {"decision": "approve", "decided_by": "dpo@example.com", "decided_at": "t1"}
+    requests.create(request("er-1", status=ErasureStatus.APPROVED, approval=approval))
+    pinned = {"approval.decision": "approve", "approval.decided_by": "dpo@example.com"}
+
+    for wrong in (
+        {**pinned, "approval.decided_by": "privacy@example.com"},
+        {**pinned, "approval.decision": "reject"},
+        {"approval.missing": "x"},
+        {"requested_by": "dpo@example.com"},
+    ):
+        with pytest.raises(InvalidTransitionError):
+            requests.transition("er-1", ErasureStatus.ERASING, by="workflow", require=wrong)
+        stored = requests.get("er-1")
+        assert stored is not None
+        assert stored.status is ErasureStatus.APPROVED
+
+    moved = requests.transition(
+        "er-1", ErasureStatus.ERASING, by="workflow",
+        require={**pinned, "requested_by": "privacy@example.com"},
+    )  # fmt: skip
+    assert moved.status is ErasureStatus.ERASING
+
+
 def test_a_transition_of_an_unknown_request_is_not_found(requests: ErasureRequests) -> None:
     with pytest.raises(RequestNotFoundError):
         requests.transition("er-unknown", ErasureStatus.REPORTED, by="workflow")

@@ -1,6 +1,7 @@
 """statemachines/erasure.asl.json with SparkEngine=EMR_SERVERLESS, from the deployed file: an
 approved request erased and certified, a rejected one, a cancelled one, a Spark failure, and an
-approval that expires. Each path ends published to SNS and EventBridge."""
+approval that expires, and a task token answered for a request rejected, cancelled or undecided
+(no Spark run, nothing erased). Each path ends published to SNS and EventBridge."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from lethe_shared.erasure.intake import cancel_request
+from lethe_shared.erasure.requests import DynamoErasureRequests, ErasureStatus
+from lethe_shared.erasure.task_tokens import KmsTaskTokens, is_sealed
 from tests.sfn.conftest import Cloud, start_cloud
 from tests.sfn.erasure_flow import ErasureDriver, polls_folded, published, states_entered
 
@@ -260,3 +264,108 @@ def test_an_erasure_that_could_not_search_everything_ends_failed_incomplete(
     (event,) = published(cloud, outcomes["events"], request_id)
     assert event["detail-type"] == "Erasure INCOMPLETE"
     assert "u-7001" not in json.dumps([message, event])
+
+
+# ------------------------------------------------------------- a task token used anyway
+# The approval task's token resumes the workflow whatever the request's record says: these
+# requests are closed (or undecided) when someone who holds the token (and can open it: it is
+# stored sealed with the task token key) answers it with SendTaskSuccess first. Mark Erasing
+# refuses (ErasureNotApprovedError): no Spark run, nothing erased.
+NOT_APPROVED_PATH = [
+    "Read Input",
+    "Is Input Valid",
+    "Watch Ingestion",
+    "Ingestion Settled",
+    "Build Report",
+    "Wait For Approval",
+    "Mark Erasing",
+    "Mark Failed",
+    "Publish Outcome",
+    "Announce Outcome",
+    "Which Outcome",
+]
+
+
+class _Lost:
+    """TaskCallbacks whose calls never reach Step Functions (a throttled SendTaskFailure)."""
+
+    def success(self, token: str, output: object) -> None:
+        pass
+
+    def failure(self, token: str, error: str, cause: str) -> None:
+        pass
+
+
+def _requests(cloud: Cloud, driver: ErasureDriver) -> DynamoErasureRequests:
+    table = driver.target.resource("dynamodb").Table(cloud.outputs["ErasureRequestsTableName"])
+    return DynamoErasureRequests(table)
+
+
+def _opened_token(cloud: Cloud, driver: ErasureDriver, request_id: str) -> str:
+    """The waiting task's token, as whoever can read the record and decrypt with the task
+    token key gets it (the record holds it sealed)."""
+    record = _requests(cloud, driver).get(request_id)
+    assert record is not None
+    assert is_sealed(record.task_token)
+    functions = cloud.cloud.dispatcher.runtime.deployment.functions
+    key = functions["ApprovalPageFunction"].environment["TASK_TOKEN_KEY_ARN"]
+    return KmsTaskTokens(cloud.client("kms"), key).open(record.task_token)
+
+
+def _spark_runs(cloud: Cloud, execution: str) -> list[str]:
+    """The EMR Serverless job runs of an execution (named <execution>-<mode>)."""
+    runs = cloud.client("emr-serverless").list_job_runs(
+        applicationId=cloud.outputs["SparkApplicationId"]
+    )["jobRuns"]
+    return [str(r["name"]) for r in runs if str(r.get("name", "")).startswith(execution)]
+
+
+@pytest.mark.parametrize("closed_by", ["rejected", "cancelled", "nobody"])
+def test_a_task_token_used_on_a_request_not_approved_erases_nothing(
+    cloud: Cloud, driver: ErasureDriver, outcomes: dict[str, str], closed_by: str
+) -> None:
+    # Given a request awaiting approval, its task token in someone's hands
+    before = driver.raw_bytes()
+    request_id = driver.file("u-1002")
+    driver.wait(request_id, "AWAITING_APPROVAL")
+    token = _opened_token(cloud, driver, request_id)
+    requests = _requests(cloud, driver)
+    # and the request rejected on the page, or cancelled, whose answer to the task did not land
+    # yet (or not decided at all)
+    if closed_by == "rejected":
+        record = requests.get(request_id)
+        assert record is not None
+        requests.transition(
+            request_id, ErasureStatus.REJECTED, by="dpo@example.com",
+            allowed_from=frozenset({ErasureStatus.AWAITING_APPROVAL}),
+            updates={"approval": {**record.approval, "decision": "reject",
+                                  "decided_by": "approver@example.com",
+                                  "decided_at": "2026-11-27T12:00:00+00:00"}},
+        )  # fmt: skip
+    elif closed_by == "cancelled":
+        cancel_request(request_id, "privacy@example.com", requests=requests, callbacks=_Lost())
+
+    # When the token is answered with SendTaskSuccess anyway
+    cloud.client("stepfunctions").send_task_success(
+        taskToken=token, output=json.dumps({"decision": "approve"})
+    )
+
+    # Then the workflow ends without any Spark run, and nothing is erased
+    ended = driver.execution(request_id)
+    states = polls_folded(states_entered(ended["history"]))
+    assert not [s for s in states if s.startswith("Run Erase Job")]
+    assert _spark_runs(cloud, ended["execution"]["name"]) == []
+    assert driver.raw_bytes() == before
+    record_now = driver.record(request_id)
+    assert "ERASING" not in [h["status"] for h in record_now["history"]]
+    if closed_by == "nobody":  # an open request the token was used on fails, named
+        assert states == [*NOT_APPROVED_PATH, "Erasure Failed"]
+        assert ended["execution"]["status"] == "FAILED"
+        assert (record_now["status"], record_now["error"]["error"]) == (
+            "FAILED", "ErasureNotApproved",
+        )  # fmt: skip
+    else:  # a closed one stays as it was closed
+        assert states == [*NOT_APPROVED_PATH, "Done"]
+        assert ended["execution"]["status"] == "SUCCEEDED"
+        outcome = "CANCELLED" if closed_by == "cancelled" else ""  # a rejection has none
+        assert (record_now["status"], record_now["outcome"]) == ("REJECTED", outcome)

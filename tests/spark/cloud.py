@@ -1,7 +1,8 @@
 """The moto cloud the Spark jobs run against in this tier, and how the tests drive the jobs.
 
-Tables have the keys and indexes of template.yaml's DatasetsTable, ObjectCatalogTable and
-SubjectIndexTable; the subject hash key is a secret like SubjectHashKeySecret.
+Tables have the keys and indexes of template.yaml's DatasetsTable, ObjectCatalogTable,
+SubjectIndexTable and ErasureRequestsTable (the erase job reads its request there); the subject
+hash key is a secret like SubjectHashKeySecret.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ REPORTS = "lethe-test-reports"
 DATASETS = "lethe-test-datasets"
 CATALOG = "lethe-test-object-catalog"
 INDEX = "lethe-test-subject-index"
+REQUESTS = "lethe-test-erasure-requests"
+REQUESTER = "privacy@example.com"
+APPROVER = "dpo@example.com"
 HASH_KEY_SECRET = "lethe-test-subject-hash-key"
 HASH_KEY = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ01"
 
@@ -86,6 +90,36 @@ class Cloud:
     datasets: Any
     catalog: Any
     index: Any
+    requests: Any = None
+
+    def record_request(
+        self,
+        request_id: str,
+        manifest_url: str,
+        manifest_sha256: str,
+        *,
+        status: str = "ERASING",
+        approval: dict[str, Any] | None = None,
+    ) -> None:
+        """The request's record as the workflow leaves it for the erase job: ERASING (or
+        `status`), approved by APPROVER (or `approval`), its report this manifest."""
+        decided = {
+            "decision": "approve",
+            "decided_by": APPROVER,
+            "decided_at": "2026-11-23T12:30:00+00:00",
+            "approvers": [APPROVER],
+        }
+        self.requests.put_item(
+            Item={
+                "request_id": request_id,
+                "status": status,
+                "created_at": "2026-11-23T12:00:00+00:00",
+                "updated_at": "2026-11-23T12:30:00+00:00",
+                "requested_by": REQUESTER,
+                "approval": decided if approval is None else approval,
+                "report": {"manifest_url": manifest_url, "manifest_sha256": manifest_sha256},
+            }
+        )
 
     def register(self, document: dict[str, Any]) -> None:
         DynamoDatasetRegistry(self.datasets).put(parse_dataset(document))
@@ -211,6 +245,7 @@ def new_cloud(endpoint: str) -> Cloud:
         _create_table(dynamodb, "DatasetsTable", DATASETS),
         _create_table(dynamodb, "ObjectCatalogTable", CATALOG),
         _create_table(dynamodb, "SubjectIndexTable", INDEX),
+        _create_table(dynamodb, "ErasureRequestsTable", REQUESTS),
     )
 
 

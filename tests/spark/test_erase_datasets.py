@@ -28,6 +28,7 @@ from tests.spark.cloud import (
     LAKE,
     RAW,
     REPORTS,
+    REQUESTS,
     Cloud,
     JobRunner,
     h,
@@ -85,12 +86,15 @@ class Run:
         self.cloud.s3.put_object(
             Bucket=REPORTS, Key=report_key(REQUEST, "manifest.json"), Body=document
         )
+        url = f"s3://{REPORTS}/{report_key(REQUEST, 'manifest.json')}"
+        self.cloud.record_request(REQUEST, url, sha256_hex(document))  # ERASING, approved
         for mode in ("erase", "verify"):
             JobRunner(erase_main, GLUE_ARGS, self.capsys)(
                 "--mode", mode,
                 "--request-id", REQUEST,
-                "--manifest", f"s3://{REPORTS}/{report_key(REQUEST, 'manifest.json')}",
+                "--manifest", url,
                 "--manifest-sha256", sha256_hex(document),
+                "--requests-table", REQUESTS,
                 "--raw-bucket", RAW,
                 "--lake-bucket", LAKE,
                 "--reports-bucket", REPORTS,

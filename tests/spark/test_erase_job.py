@@ -17,6 +17,7 @@ from ingest import main as ingest_main
 from lethe_jobs.erase_core import ManifestMismatchError, VerificationFailedError
 from lethe_shared.aws.s3 import S3ObjectStore
 from lethe_shared.catalog.writes_ledger import DynamoWritesLedger, Writer, Written
+from lethe_shared.erasure.authority import EraseNotAuthorisedError
 from lethe_shared.erasure.report import Manifest, build_manifest, report_key, sha256_hex
 from lethe_shared.index.subject_index import DynamoSubjectIndex
 from tests.spark.cloud import (
@@ -27,6 +28,7 @@ from tests.spark.cloud import (
     LAKE,
     RAW,
     REPORTS,
+    REQUESTS,
     Cloud,
     JobRunner,
     h,
@@ -80,12 +82,18 @@ class Eraser:
         )
         return dict(json.loads(body))
 
-    def __call__(self, mode: str, sha256: str | None = None) -> Any:
+    def __call__(self, mode: str, sha256: str | None = None, *, record: bool = True) -> Any:
+        """Run the job; `record`: first record the request as the workflow leaves it (ERASING,
+        approved, its report this manifest and `sha256`)."""
+        url = f"s3://{REPORTS}/{report_key(REQUEST, 'manifest.json')}"
+        if record:
+            self.cloud.record_request(REQUEST, url, sha256 or self.sha256)
         return self.runner(
             "--mode", mode,
             "--request-id", REQUEST,
-            "--manifest", f"s3://{REPORTS}/{report_key(REQUEST, 'manifest.json')}",
+            "--manifest", url,
             "--manifest-sha256", sha256 or self.sha256,
+            "--requests-table", REQUESTS,
             "--raw-bucket", RAW,
             "--lake-bucket", LAKE,
             "--reports-bucket", REPORTS,
@@ -320,3 +328,68 @@ def test_verification_accepts_a_later_erasure_of_the_same_object(
     cloud.s3.put_object(Bucket=RAW, Key=KEY, Body=later, Metadata=metadata)
     with pytest.raises(VerificationFailedError, match="did not verify"):
         eraser("verify")
+
+
+def test_the_job_refuses_what_the_request_record_does_not_approve(
+    cloud: Cloud, eraser: Eraser, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Whoever can start the erase job erases nothing the request's record does not approve:
+    a hand-made manifest (with its own correct SHA-256), the approved manifest of a request
+    that is not ERASING, or one without a recorded approval by someone other than the
+    requester. Each is refused before anything is read from the lake (one Spark run: the
+    ingest; the refusals start none)."""
+    # Given u1's request approved and ERASING, its report frozen
+    cloud.register(REVIEWS)
+    _ingest(cloud, capsys, CSV, "1")
+    eraser.freeze("u1")
+    approved_url = f"s3://{REPORTS}/{report_key(REQUEST, 'manifest.json')}"
+    approved = eraser.sha256
+    # and a forged manifest naming u3 under the same request, with its own SHA-256
+    forged_manifest = build_manifest(
+        REQUEST, [h("u3")], 1, index=DynamoSubjectIndex(cloud.index),
+        objects=S3ObjectStore(cloud.s3), now=datetime(2026, 11, 23, 12, tzinfo=UTC),
+    )  # fmt: skip
+    forged = cloud.pinned(forged_manifest).bytes()
+    forged_key = report_key(REQUEST, "forged.json")
+    cloud.s3.put_object(Bucket=REPORTS, Key=forged_key, Body=forged)
+    before = (cloud.current(RAW, KEY), cloud.lake_keys(), sorted(cloud.entries()))
+
+    def run(url: str, sha256: str, mode: str = "erase") -> None:
+        eraser.runner(
+            "--mode", mode, "--request-id", REQUEST, "--manifest", url,
+            "--manifest-sha256", sha256, "--requests-table", REQUESTS,
+            "--raw-bucket", RAW, "--lake-bucket", LAKE, "--reports-bucket", REPORTS,
+            "--datasets-table", DATASETS, "--catalog-table", CATALOG,
+            "--hash-key-secret", HASH_KEY_SECRET, "--correlation-id", f"erasure-{REQUEST}",
+        )  # fmt: skip
+
+    # When the job is handed the forged manifest and its SHA-256 (the record is ERASING)
+    cloud.record_request(REQUEST, approved_url, approved)
+    with pytest.raises(EraseNotAuthorisedError, match=f"is not request {REQUEST}'s report"):
+        run(f"s3://{REPORTS}/{forged_key}", sha256_hex(forged))
+    # ... the approved manifest with the forged one's SHA-256
+    with pytest.raises(EraseNotAuthorisedError, match="not the one request"):
+        run(approved_url, sha256_hex(forged))
+    # ... the approved manifest of a request rejected (or cancelled), in either mode
+    for status, mode in (("REJECTED", "erase"), ("REJECTED", "verify"), ("APPROVED", "erase")):
+        cloud.record_request(REQUEST, approved_url, approved, status=status)
+        with pytest.raises(EraseNotAuthorisedError, match=f"is {status}, not ERASING"):
+            run(approved_url, approved, mode)
+    # ... of a request ERASING whose approval is missing, or was given by its requester
+    for approval in ({}, {"decision": "approve", "decided_by": "privacy@example.com",
+                          "decided_at": "2026-11-23T12:30:00+00:00",
+                          "approvers": ["privacy@example.com"]}):  # fmt: skip
+        cloud.record_request(REQUEST, approved_url, approved, approval=approval)
+        with pytest.raises(EraseNotAuthorisedError, match="no recorded approval"):
+            run(approved_url, approved)
+    # ... of a request that does not exist
+    cloud.requests.delete_item(Key={"request_id": REQUEST})
+    with pytest.raises(EraseNotAuthorisedError, match="no erasure request"):
+        run(approved_url, approved)
+
+    # Then nothing was touched: the raw object, the lake, the index, and no results written
+    assert (cloud.current(RAW, KEY), cloud.lake_keys(), sorted(cloud.entries())) == before
+    for name in ("results.json", "verification.json"):
+        with pytest.raises(cloud.s3.exceptions.NoSuchKey):
+            cloud.s3.get_object(Bucket=REPORTS, Key=report_key(REQUEST, name))
+    assert "refused" in eraser.runner.logs

@@ -167,13 +167,14 @@ class CompletionFailsOnce(MemoryErasureRequests):
         allowed_from: frozenset[ErasureStatus] | None = None,
         updates: Mapping[str, Any] | None = None,
         remove: Sequence[str] = (),
+        require: Mapping[str, str] | None = None,
     ) -> ErasureRequest:
         if target is ErasureStatus.COMPLETED and not self.failed:
             self.failed = True
             raise TimeoutError("the task timed out")
         return super().transition(
             request_id, target, by=by, detail=detail, allowed_from=allowed_from,
-            updates=updates, remove=remove,
+            updates=updates, remove=remove, require=require,
         )  # fmt: skip
 
 

@@ -56,6 +56,7 @@ _SNS_PUBLISHER_KEY = (
 ALLOWED_WILDCARD_ACTIONS: dict[tuple[str, str, str], str] = {
     ("NotificationsKey", "AccountAdministers", "kms:*"): _KEY_ADMINISTRATION,
     ("ErasureCertificateKey", "AccountAdministers", "kms:*"): _KEY_ADMINISTRATION,
+    ("TaskTokenKey", "AccountAdministers", "kms:*"): _KEY_ADMINISTRATION,
     ("NotificationsKey", "CloudWatchAlarmsPublish", "kms:GenerateDataKey*"): _SNS_PUBLISHER_KEY,
     ("NotificationsKey", "EventBridgePublishes", "kms:GenerateDataKey*"): _SNS_PUBLISHER_KEY,
     **{

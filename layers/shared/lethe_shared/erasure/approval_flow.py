@@ -1,7 +1,8 @@
 """The approval step with its state: emailing the approvers, and the page they decide on.
 
 `request_approval` runs as the workflow's `.waitForTaskToken` task: it keeps the task token on
-the request record (it never leaves DynamoDB), creates one signed link per configured approver
+the request record, sealed with the task token key (lethe_shared.erasure.task_tokens: nobody
+who can read the table or its index can use it), creates one signed link per configured approver
 (never the requester), and emails each approver their own link. `ApprovalPage` answers the
 link: a GET renders the confirmation page and changes nothing; a POST checks the link, the
 form, the CSRF token, who decides and the typed code, in that order (the pure checks and pages
@@ -88,6 +89,7 @@ from lethe_shared.erasure.requests import (
     RequestClosedError,
 )
 from lethe_shared.erasure.task_callbacks import TaskCallbacks, TaskGoneError
+from lethe_shared.erasure.task_tokens import TokenSealer
 from lethe_shared.errors import LetheError
 
 LOG = logging.getLogger("lethe.approval")
@@ -198,9 +200,11 @@ def request_approval(
     base_url: str,
     timeout: timedelta,
     principals: ApproverPrincipals | None = None,
+    tokens: TokenSealer | None = None,
     now: datetime | None = None,
 ) -> list[ApprovalLink]:
-    """Keep the task token, create each approver's link and email it; the request becomes
+    """Keep the task token (sealed by `tokens`; None: as it is, for tests), create each
+    approver's link and email it; the request becomes
     AWAITING_APPROVAL with the deadline (the task's timeout). The requester (is_requester) is
     never asked. Raises RequestClosedError when the request was cancelled meanwhile,
     NoApproverError when nobody may decide."""
@@ -237,7 +241,7 @@ def request_approval(
         detail=f"{len(links)} approver(s) emailed; deadline {deadline.isoformat()}",
         allowed_from=frozenset({ErasureStatus.REPORTED, ErasureStatus.AWAITING_APPROVAL}),
         updates={
-            "task_token": task_token,
+            "task_token": tokens.seal(task_token) if tokens is not None else task_token,
             "approval": {
                 "deadline": deadline.isoformat(),
                 "approvers": [link.approver for link in links],

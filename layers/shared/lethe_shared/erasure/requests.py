@@ -31,7 +31,7 @@ from typing import Any, Protocol
 from botocore.exceptions import ClientError
 from pydantic import ConfigDict, Field
 
-from lethe_shared.aws.dynamo import query_all
+from lethe_shared.aws.dynamo import batch_get_all, query_all
 from lethe_shared.aws.errors import is_condition_failed
 
 # re-exported: what intake callers import from here
@@ -146,7 +146,8 @@ class HistoryEvent(Model):
 
 
 class ErasureRequest(Model):
-    """One request as stored. `task_token` and `fingerprint` never leave the server."""
+    """One request as stored. `task_token` and `fingerprint` never leave the server; the task
+    token is stored sealed with the task token key (lethe_shared.erasure.task_tokens)."""
 
     model_config = ConfigDict(frozen=True, extra="allow")
 
@@ -242,10 +243,13 @@ class ErasureRequests(Protocol):
         allowed_from: frozenset[ErasureStatus] | None = None,
         updates: Mapping[str, Any] | None = None,
         remove: Sequence[str] = (),
+        require: Mapping[str, str] | None = None,
     ) -> ErasureRequest:
         """Move the request to `target` if its status is one `target` may be entered from
-        (ALLOWED_FROM, or `allowed_from`), set `updates`, append to the history; returns the
-        new record. Raises RequestNotFoundError or InvalidTransitionError."""
+        (ALLOWED_FROM, or `allowed_from`) and each attribute of `require` (a dotted path, e.g.
+        "approval.decision") holds the given string, in the same conditional write; set
+        `updates`, append to the history; returns the new record. Raises RequestNotFoundError
+        or InvalidTransitionError."""
 
     def update(self, request_id: str, updates: Mapping[str, Any]) -> ErasureRequest:
         """Set attributes without changing the status (report details, results)."""
@@ -257,7 +261,7 @@ class ErasureRequests(Protocol):
 
 class DynamoErasureRequests:
     """ErasureRequests on `ErasureRequestsTable`: request_id (HASH); GSI by_status (status
-    HASH, created_at RANGE) for listing and for the age of open requests."""
+    HASH, created_at RANGE; keys only) for listing and for the age of open requests."""
 
     def __init__(self, table: Any) -> None:
         self._table = table
@@ -280,8 +284,10 @@ class DynamoErasureRequests:
         return ErasureRequest.from_item(item) if item else None
 
     def list(self, status: ErasureStatus | None = None) -> Iterator[ErasureRequest]:
+        """The index projects keys only (the record's task token stays out of every index):
+        the ids it lists are read from the table (BatchGetItem, consistent)."""
         statuses = [status] if status is not None else list(ErasureStatus)
-        found: list[ErasureRequest] = []
+        ids: list[str] = []
         for one in statuses:
             items = query_all(
                 self._table,
@@ -291,7 +297,14 @@ class DynamoErasureRequests:
                 ExpressionAttributeValues={":s": one.value},
                 ScanIndexForward=False,
             )
-            found.extend(ErasureRequest.from_item(i) for i in items)
+            ids.extend(str(i["request_id"]) for i in items)
+        keys = [{"request_id": rid} for rid in dict.fromkeys(ids)]
+        found = [
+            ErasureRequest.from_item(item)
+            for item in batch_get_all(self._table, keys, ConsistentRead=True)
+        ]
+        if status is not None:  # it may have moved on since the index listed it
+            found = [r for r in found if r.status is status]
         return iter(sorted(found, key=lambda r: r.created_at, reverse=True))
 
     def transition(
@@ -304,6 +317,7 @@ class DynamoErasureRequests:
         allowed_from: frozenset[ErasureStatus] | None = None,
         updates: Mapping[str, Any] | None = None,
         remove: Sequence[str] = (),
+        require: Mapping[str, str] | None = None,
     ) -> ErasureRequest:
         sources = ALLOWED_FROM[target] if allowed_from is None else allowed_from
         now = _now()
@@ -325,11 +339,18 @@ class DynamoErasureRequests:
         if remove:
             names.update({f"#r{i}": name for i, name in enumerate(remove)})
             expression += " REMOVE " + ", ".join(f"#r{i}" for i in range(len(remove)))
+        condition = f"#status IN ({', '.join(allowed)})"
+        for index, (path, expected) in enumerate((require or {}).items()):
+            parts = path.split(".")
+            names.update({f"#q{index}_{i}": part for i, part in enumerate(parts)})
+            values[f":q{index}"] = expected
+            dotted = ".".join(f"#q{index}_{i}" for i in range(len(parts)))
+            condition += f" AND {dotted} = :q{index}"
         try:
             answer = self._table.update_item(
                 Key={"request_id": request_id},
                 UpdateExpression=expression,
-                ConditionExpression=f"#status IN ({', '.join(allowed)})",
+                ConditionExpression=condition,
                 ExpressionAttributeNames=names,
                 ExpressionAttributeValues=values,
                 ReturnValues="ALL_NEW",

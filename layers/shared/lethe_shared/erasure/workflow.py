@@ -17,6 +17,12 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from lethe_shared.aws.s3 import ObjectStore, s3_url
+from lethe_shared.erasure.authority import (
+    ERASABLE_FROM,
+    ErasureNotApprovedError,
+    recorded_approval,
+    why_not_approved,
+)
 from lethe_shared.erasure.index_update import DOCUMENT as INDEX_UPDATE_DOCUMENT
 from lethe_shared.erasure.index_update import settle_index
 from lethe_shared.erasure.pins import PinRegistry, pin_manifest
@@ -177,7 +183,9 @@ def mark(
     """A status change the workflow makes (ERASING, EXPIRED, FAILED, with `error` as
     {"error": name, "cause": text}); returns the notification of the new state. A terminal
     request is left as it is (its notification is returned): a cancel or a decision got there
-    first."""
+    first. ERASING is the exception: see start_erasing."""
+    if status is ErasureStatus.ERASING:
+        return notification(start_erasing(request_id, requests=requests, detail=detail))
     updates: dict[str, Any] = {}
     if error:
         updates["error"] = {k: str(v)[:2000] for k, v in error.items()}
@@ -193,6 +201,44 @@ def mark(
         request_id, status, by=WORKFLOW, detail=detail, allowed_from=allowed, updates=updates
     )
     return notification(record)
+
+
+def start_erasing(
+    request_id: str, *, requests: ErasureRequests, detail: str = ""
+) -> ErasureRequest:
+    """Move the request to ERASING, the last step before data is destroyed: only from APPROVED
+    (or ERASING: a retry) with a valid recorded approval (lethe_shared.erasure.authority), in
+    one conditional write that pins the status and the approval it checked. Anything else (a
+    request rejected, cancelled, expired, failed, completed, still awaiting a decision, or
+    approved without a valid recorded decision) raises ErasureNotApprovedError and changes
+    nothing: whoever answers the approval task's token with SendTaskSuccess erases nothing."""
+    current = requests.get(request_id)
+    if current is None:
+        raise RequestNotFoundError(f"no erasure request {request_id}")
+    refusal = why_not_approved(current)
+    approval = recorded_approval(current)
+    if refusal or approval is None:
+        LOG.warning("request %s: not erased: %s", request_id, refusal)
+        raise ErasureNotApprovedError(refusal)
+    try:
+        return requests.transition(
+            request_id,
+            ErasureStatus.ERASING,
+            by=WORKFLOW,
+            detail=detail,
+            allowed_from=ERASABLE_FROM,
+            require={
+                "approval.decision": "approve",
+                "approval.decided_by": approval.decided_by,
+                "approval.decided_at": approval.decided_at,
+                "requested_by": current.requested_by,
+            },
+        )
+    except InvalidTransitionError as exc:  # changed since it was read: judged as it is now
+        now = requests.get(request_id)
+        raise ErasureNotApprovedError(
+            (why_not_approved(now) if now is not None else "") or str(exc)
+        ) from None
 
 
 def notification(record: ErasureRequest) -> dict[str, Any]:

@@ -1,0 +1,178 @@
+"""Whether a request may be erased: the rule every destructive step enforces.
+
+A request is erased only with a recorded approval: the approval page's decision
+(lethe_shared.erasure.approval_flow) `approval.decision == "approve"`, with who decided
+(`decided_by`, one of the approvers the request was sent to, `approval.approvers`) and when
+(`decided_at`), by an approver who is not the requester (the address the request names; the
+approval page also refused the IAM principal that filed it, lethe_shared.erasure.principals).
+
+Two places hold to it, so that neither the task token alone nor the erase job alone erases:
+
+- the workflow's Mark Erasing step (lethe_shared.erasure.workflow.mark) moves the request to
+  ERASING only from APPROVED (or ERASING, a retry) with a valid recorded approval, in one
+  conditional write that pins the decision it checked; anything else raises
+  ErasureNotApprovedError, which the state machine routes to the end without a Spark run. A
+  task token answered with SendTaskSuccess for a rejected, cancelled, expired or undecided
+  request therefore erases nothing;
+- the erase job (spark_jobs/erase.py, both modes) reads the request (GetItem, read-only) and
+  refuses, before it reads anything of the lake, unless it is ERASING with a valid recorded
+  approval and its recorded report is the manifest (URL and SHA-256) the job was handed
+  (`check_erasable`): a hand-made manifest, or a job started for a request not approved,
+  erases nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from lethe_shared.erasure.requests import ErasureStatus
+from lethe_shared.errors import LetheError
+
+# What Mark Erasing moves to ERASING from (ERASING itself: a retried step).
+ERASABLE_FROM = frozenset({ErasureStatus.APPROVED, ErasureStatus.ERASING})
+
+
+class ErasureNotApprovedError(LetheError):
+    """The request may not be erased (not approved, or no valid recorded approval): nothing
+    was erased or changed."""
+
+
+class EraseNotAuthorisedError(LetheError):
+    """The erase job was started for a request that may not be erased, or with a manifest
+    that is not the request's approved report: it refused before reading the lake."""
+
+
+class RequestState(Protocol):
+    """What the rule reads of a request: an ErasureRequest, or the erase job's RequestView."""
+
+    @property
+    def request_id(self) -> str: ...
+    @property
+    def status(self) -> ErasureStatus: ...
+    @property
+    def outcome(self) -> str: ...
+    @property
+    def requested_by(self) -> str: ...
+    @property
+    def approval(self) -> Mapping[str, Any]: ...
+    @property
+    def report(self) -> Mapping[str, Any]: ...
+
+
+# The attributes RequestView reads: the erase job's GetItem projects these only (its IAM policy
+# allows no other: dynamodb:Attributes).
+VIEW_ATTRIBUTES = ("request_id", "status", "outcome", "requested_by", "approval", "report")
+
+
+@dataclass(frozen=True)
+class RequestView:
+    """A request as the erase job reads it (VIEW_ATTRIBUTES of its item)."""
+
+    request_id: str
+    status: ErasureStatus
+    outcome: str = ""
+    requested_by: str = ""
+    approval: Mapping[str, Any] = field(default_factory=dict)
+    report: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_item(cls, item: Mapping[str, Any]) -> RequestView:
+        approval, report = item.get("approval"), item.get("report")
+        return cls(
+            request_id=str(item["request_id"]),
+            status=ErasureStatus(str(item["status"])),
+            outcome=str(item.get("outcome", "")),
+            requested_by=str(item.get("requested_by", "")),
+            approval=approval if isinstance(approval, Mapping) else {},
+            report=report if isinstance(report, Mapping) else {},
+        )
+
+
+@dataclass(frozen=True)
+class RecordedApproval:
+    decided_by: str
+    decided_at: str
+
+
+def _same(a: str, b: str) -> bool:
+    return a.strip().casefold() == b.strip().casefold()
+
+
+def recorded_approval(record: RequestState) -> RecordedApproval | None:
+    """The request's recorded approval, if it is valid: decided "approve", by one of the
+    approvers it was sent to who is not the requester, at a recorded time. None otherwise."""
+    approval = record.approval
+    decided_by, decided_at = approval.get("decided_by"), approval.get("decided_at")
+    asked = approval.get("approvers")
+    if (
+        approval.get("decision") != "approve"
+        or not isinstance(decided_by, str)
+        or not decided_by.strip()
+        or not isinstance(decided_at, str)
+        or not decided_at
+        or _same(decided_by, record.requested_by)
+        or not isinstance(asked, list)
+        or not any(isinstance(a, str) and _same(a, decided_by) for a in asked)
+    ):
+        return None
+    return RecordedApproval(decided_by=decided_by, decided_at=decided_at)
+
+
+def why_not_approved(record: RequestState) -> str:
+    """Why Mark Erasing refuses the request ("" when it may be erased)."""
+    if record.status not in ERASABLE_FROM:
+        state = record.status.value + (f" ({record.outcome})" if record.outcome else "")
+        return f"request {record.request_id} is {state}, not APPROVED: nothing is erased"
+    if recorded_approval(record) is None:
+        return (
+            f"request {record.request_id} is {record.status.value} without a recorded approval "
+            "by an approver other than the requester: nothing is erased"
+        )
+    return ""
+
+
+def check_erasable(record: RequestState | None, *, manifest_url: str, manifest_sha256: str) -> None:
+    """The erase job's own check (both modes): raise EraseNotAuthorisedError unless the request
+    is ERASING with a valid recorded approval and its recorded report is this manifest."""
+    if record is None:
+        raise EraseNotAuthorisedError("no erasure request has this id: nothing is erased")
+    rid = record.request_id
+    if record.status is not ErasureStatus.ERASING:
+        raise EraseNotAuthorisedError(
+            f"request {rid} is {record.status.value}, not ERASING: nothing is erased"
+        )
+    if recorded_approval(record) is None:
+        raise EraseNotAuthorisedError(
+            f"request {rid} has no recorded approval by an approver other than the requester: "
+            "nothing is erased"
+        )
+    report = record.report
+    if report.get("manifest_url") != manifest_url:
+        raise EraseNotAuthorisedError(
+            f"the manifest {manifest_url} is not request {rid}'s report: nothing is erased"
+        )
+    if report.get("manifest_sha256") != manifest_sha256:
+        raise EraseNotAuthorisedError(
+            f"the manifest SHA-256 {manifest_sha256} is not the one request {rid}'s approval "
+            f"recorded ({report.get('manifest_sha256') or 'none'}): nothing is erased"
+        )
+
+
+@dataclass(frozen=True)
+class DynamoRequestView:
+    """The erase job's read-only view of ErasureRequestsTable: one consistent GetItem of
+    VIEW_ATTRIBUTES (nothing else of the record: no subject hashes, no task token)."""
+
+    table: Any
+
+    def read(self, request_id: str) -> RequestView | None:
+        names = {f"#a{i}": name for i, name in enumerate(VIEW_ATTRIBUTES)}
+        item = self.table.get_item(
+            Key={"request_id": request_id},
+            ConsistentRead=True,
+            ProjectionExpression=", ".join(names),
+            ExpressionAttributeNames=names,
+        ).get("Item")
+        return RequestView.from_item(item) if item else None
