@@ -21,26 +21,22 @@ from lethe_shared.datasets.registry import DynamoDatasetRegistry
 from lethe_shared.erasure import scope
 from lethe_shared.erasure.report import build_manifest
 from lethe_shared.erasure.requests import (
-    ErasureStatus,
     hash_subjects,
     new_request,
     parse_request_body,
 )
-from lethe_shared.erasure.workflow import S3Documents, certify, update_index
 from lethe_shared.index.subject_index import DynamoSubjectIndex
 from tests.fakes import MemoryErasureRequests
 from tests.spark.cloud import (
     GLUE_ARGS,
     HASH_KEY,
     RAW,
-    REPORTS,
     Cloud,
     JobRunner,
     h,
     ingest_args,
 )
 from tests.spark.test_erase_job import CSV, CSV_WITHOUT_U1, REQUEST, REVIEWS, Eraser
-from tests.unit.test_certificate import MemorySigner
 
 EVENTS = {
     "dataset_id": "events",
@@ -232,25 +228,7 @@ def test_a_widened_upload_that_cannot_be_read_is_named_and_the_rest_is_erased(
     assert len(checks) == len(results)  # the unreadable ones included
 
     # And the request, certified, is FAILED with outcome INCOMPLETE naming both uploads
-    # certify refuses a request without a recorded approval decision (who and when)
-    updated = {
-        "REPORTED": {"report": {"manifest_sha256": eraser.sha256}},
-        "APPROVED": {
-            "approval": {"decided_by": "approver@x.org", "decided_at": "2026-11-23T13:00:00+00:00"}
-        },
-    }
-    for status in ("REPORTED", "AWAITING_APPROVAL", "APPROVED", "ERASING"):
-        requests.transition(REQUEST, ErasureStatus(status), by="test", updates=updated.get(status))
-    documents = S3Documents(cloud.s3, REPORTS)
-    update_index(
-        REQUEST, requests=requests, index=DynamoSubjectIndex(cloud.index), documents=documents,
-        objects=S3ObjectStore(cloud.s3),
-    )  # fmt: skip
-    certified = certify(REQUEST, requests=requests, documents=documents, signer=MemorySigner())
-    assert (certified.notification["status"], certified.notification["outcome"]) == (
-        "FAILED", "INCOMPLETE",
-    )  # fmt: skip
-    certificate = eraser.document("certificate.json")["certificate"]
+    certificate = eraser.certify_incomplete(requests)
     # in the manifest's order (by object URL)
     assert [(g["key"], g["reason"]) for g in certificate["not_searched"]] == [
         (FAILED_JSONL, "ingestion_failed"), (FAILED_CSV, "ingestion_failed"),

@@ -19,6 +19,8 @@ from lethe_shared.aws.s3 import S3ObjectStore
 from lethe_shared.catalog.writes_ledger import DynamoWritesLedger, Writer, Written
 from lethe_shared.erasure.authority import EraseNotAuthorisedError
 from lethe_shared.erasure.report import Manifest, build_manifest, report_key, sha256_hex
+from lethe_shared.erasure.requests import ErasureStatus
+from lethe_shared.erasure.workflow import S3Documents, certify, update_index
 from lethe_shared.index.subject_index import DynamoSubjectIndex
 from tests.spark.cloud import (
     CATALOG,
@@ -34,6 +36,7 @@ from tests.spark.cloud import (
     h,
     ingest_args,
 )
+from tests.unit.test_certificate import MemorySigner
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REVIEWS = json.loads((FIXTURES / "reviews.dataset.json").read_text())
@@ -106,6 +109,35 @@ class Eraser:
     def document(self, name: str) -> Any:
         body = self.cloud.s3.get_object(Bucket=REPORTS, Key=report_key(REQUEST, name))["Body"]
         return json.loads(body.read())
+
+    def certify_incomplete(self, requests: Any) -> dict[str, Any]:
+        """The index update and the certificate step after verify, as the workflow runs them,
+        for the request filed in `requests` (a MemoryErasureRequests): it is moved through an
+        approval recorded as certify requires (who and when) to ERASING, then certified, which
+        must end it FAILED with outcome INCOMPLETE. Returns the signed certificate's body."""
+        updated = {
+            "REPORTED": {"report": {"manifest_sha256": self.sha256}},
+            "APPROVED": {
+                "approval": {
+                    "decided_by": "approver@x.org",
+                    "decided_at": "2026-11-23T13:00:00+00:00",
+                }
+            },
+        }
+        for status in ("REPORTED", "AWAITING_APPROVAL", "APPROVED", "ERASING"):
+            requests.transition(
+                REQUEST, ErasureStatus(status), by="test", updates=updated.get(status)
+            )
+        documents = S3Documents(self.cloud.s3, REPORTS)
+        update_index(
+            REQUEST, requests=requests, index=DynamoSubjectIndex(self.cloud.index),
+            documents=documents, objects=S3ObjectStore(self.cloud.s3),
+        )  # fmt: skip
+        certified = certify(REQUEST, requests=requests, documents=documents, signer=MemorySigner())
+        assert (certified.notification["status"], certified.notification["outcome"]) == (
+            "FAILED", "INCOMPLETE",
+        )  # fmt: skip
+        return dict(self.document("certificate.json")["certificate"])
 
 
 @pytest.fixture

@@ -16,16 +16,12 @@ import pytest
 from boto3.dynamodb.conditions import Key
 
 from ingest import main as ingest_main
-from lethe_shared.aws.s3 import S3ObjectStore
 from lethe_shared.erasure.report import Manifest
 from lethe_shared.erasure.requests import (
-    ErasureStatus,
     hash_subjects,
     new_request,
     parse_request_body,
 )
-from lethe_shared.erasure.workflow import S3Documents, certify, update_index
-from lethe_shared.index.subject_index import DynamoSubjectIndex
 from lethe_shared.subject_hashing.keys import key_fingerprint
 from tests.fakes import MemoryErasureRequests
 from tests.spark.cloud import (
@@ -35,14 +31,12 @@ from tests.spark.cloud import (
     LAKE,
     RAW,
     REGION,
-    REPORTS,
     Cloud,
     JobRunner,
     h,
     ingest_args,
 )
 from tests.spark.test_erase_job import CSV, DAY1, KEY, REQUEST, REVIEWS, Eraser
-from tests.unit.test_certificate import MemorySigner
 
 EVENTS = {
     "dataset_id": "events",
@@ -118,25 +112,7 @@ def _certify(cloud: Cloud, eraser: Eraser) -> dict[str, Any]:
     requests.create(
         new_request(REQUEST, body, hash_subjects(body, HASH_KEY, []), now=datetime.now(UTC))
     )
-    # certify refuses a request without a recorded approval decision (who and when)
-    updated = {
-        "REPORTED": {"report": {"manifest_sha256": eraser.sha256}},
-        "APPROVED": {
-            "approval": {"decided_by": "approver@x.org", "decided_at": "2026-11-23T13:00:00+00:00"}
-        },
-    }
-    for status in ("REPORTED", "AWAITING_APPROVAL", "APPROVED", "ERASING"):
-        requests.transition(REQUEST, ErasureStatus(status), by="test", updates=updated.get(status))
-    documents = S3Documents(cloud.s3, REPORTS)
-    update_index(
-        REQUEST, requests=requests, index=DynamoSubjectIndex(cloud.index), documents=documents,
-        objects=S3ObjectStore(cloud.s3),
-    )  # fmt: skip
-    certified = certify(REQUEST, requests=requests, documents=documents, signer=MemorySigner())
-    assert (certified.notification["status"], certified.notification["outcome"]) == (
-        "FAILED", "INCOMPLETE",
-    )  # fmt: skip
-    return dict(eraser.document("certificate.json")["certificate"])
+    return eraser.certify_incomplete(requests)
 
 
 def test_a_subject_column_changed_after_the_report_leaves_the_dataset_untouched_and_named(
