@@ -662,6 +662,13 @@ def test_email_subject_has_no_header_injection() -> None:
     email = mail.build_approval_email(s, links.sign_link(KEY, BASE, AID, DEADLINE))
     assert "\r" not in email.subject
     assert "\n" not in email.subject
+    # nor any other line break or invisible format character (one rule: requester.display_text)
+    for tricky in ("\u2028", "\u0085", "\u200b"):
+        other = mail.build_approval_email(
+            summary(request_id=f"r1{tricky}Bcc: evil@example.com"),
+            links.sign_link(KEY, BASE, AID, DEADLINE),
+        )
+        assert tricky not in other.subject
 
 
 def test_email_refuses_a_link_that_is_not_an_approval_link() -> None:

@@ -14,7 +14,6 @@ address, counts, registered dataset ids, the report hash and the deadline.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -22,7 +21,6 @@ from lethe_shared.erasure.approval_links import utc_text
 from lethe_shared.erasure.approval_pages import ApprovalSummary, DatasetCounts, counted, escaped
 from lethe_shared.erasure.requester import display_text
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
 REQUESTED_BY_LABEL = "Requested by (as given by the requester):"
 PRINCIPAL_LABEL = "Filed by the IAM caller (as AWS authenticated it):"
 
@@ -41,7 +39,9 @@ class ApprovalEmail:
 
 
 def _header_text(value: str) -> str:
-    return _CONTROL.sub(" ", value).strip()
+    # one rule for user text on one line (requester.display_text): every control or format
+    # character, not only ASCII's, so no header can be split or disguised
+    return display_text(value)
 
 
 def _not_searched_lines(summary: ApprovalSummary) -> list[str]:
