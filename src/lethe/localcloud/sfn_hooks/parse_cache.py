@@ -70,11 +70,11 @@ class ParseTrees:
 
 
 def _antlr_tree(definition: str) -> Any:
-    errors = SyntaxErrorListener()
+    errors = SyntaxErrorListener()  # type: ignore[no-untyped-call]
     parser = ASLParser(CommonTokenStream(ASLLexer(InputStream(definition))))
     parser.removeErrorListeners()
     parser.addErrorListener(errors)
-    tree = parser.state_machine()
+    tree = parser.state_machine()  # type: ignore[no-untyped-call]
     if errors.errors:
         raise ASLParserException(errors=errors.errors)
     return tree
