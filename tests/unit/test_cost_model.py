@@ -32,6 +32,7 @@ def measured(**changes: Any) -> cm.Measured:
         bench_data_bytes_per_row=40.0,
         segment_bytes_per_entry=8.0,
         segment_prefix_bytes_per_entry=2.0,
+        segment_prefix4_bytes_per_entry=1.5,
         segment_uncompacted_bytes_per_entry=32.0,
         segment_lookup_bytes=1000.0,
         segment_write_cpu_s_per_entry=0.0,
@@ -222,6 +223,7 @@ def results(tmp_path: Path) -> Path:
                 _variant("binary32", 1005, 200, 9.05),  # within 1 %: the smaller lookup
                 _variant("binary32", 1200, 50, 10.8),
                 _variant("prefix8", 300, 100, 3.0),
+                _variant("prefix4", 200, 100, 2.0),
             ],
         },
     )
@@ -263,6 +265,7 @@ def test_measured_reads_the_benchmark_json(results: Path) -> None:
     assert m.segment_bytes_per_entry == pytest.approx(9.05)
     assert m.segment_lookup_bytes == pytest.approx(200)
     assert m.segment_prefix_bytes_per_entry == pytest.approx(3.0)
+    assert m.segment_prefix4_bytes_per_entry == pytest.approx(2.0)
     assert m.segment_uncompacted_bytes_per_entry == pytest.approx(33.0)
     assert m.segment_write_cpu_s_per_entry == pytest.approx(2e-7)
     assert m.index_build_cpu_s_per_row == pytest.approx(0.005)
