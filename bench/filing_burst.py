@@ -103,11 +103,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--burst", type=int, default=50, help="requests filed at once")
     parser.add_argument("--sequential", type=int, default=10, help="baseline requests")
+    parser.add_argument(
+        "--api-workers", default="", help="LETHE_LOCAL_API_WORKERS for the local cloud (default 8)"
+    )
     parser.add_argument("--out-json", type=Path, default=RESULTS)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         state_file = Path(folder) / "local.json"
-        with running_local_cloud(state_file, up_timeout=300, down_timeout=120) as cloud:
+        env = {"LETHE_LOCAL_API_WORKERS": args.api_workers} if args.api_workers else None
+        with running_local_cloud(state_file, env=env, up_timeout=300, down_timeout=120) as cloud:
             for name in DATASETS:
                 put = cli(cloud, "datasets", "put", str(REPO / "samples" / f"{name}.dataset.json"))
                 if put.returncode != 0:
@@ -120,6 +124,7 @@ def main() -> None:
     result = {
         "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "cores": os.cpu_count(),
+        "api_workers": args.api_workers or "8 (default)",
         "sequential": sequential,
         "burst": burst,
         "burst_p90_over_sequential_p50": round(
