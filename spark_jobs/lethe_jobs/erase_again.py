@@ -44,7 +44,7 @@ from lethe_shared.models import Model
 
 LOG = logging.getLogger("lethe.erase")
 MAX_ERASE_AGAIN = 2  # rounds of erasing one object again in one verify run
-# A fault for tests only (tests/spark/test_erase_verify_again.py): this Spark local property,
+# A fault for tests only (tests/spark/test_erase_job.py): this Spark local property,
 # set to an object's URL on the driver's thread before a verify run, makes a producer write that
 # object again (its current bytes, a plain PUT) right before each of its checks, as a producer
 # that never stops would. Nothing in Lethe sets it; unset, no hook is built.

@@ -25,7 +25,9 @@ Erase (one Spark task per group of objects, `tasks.task_groups`: small objects s
 4. every older version and delete marker of that exact key is deleted: the subjects' rows in
    overwritten versions go too (an object whose current version never held them still loses
    the older versions that might). A key hidden by a delete marker loses every version;
-5. the driver collects one small result per object and writes `results.json`. A result names
+5. right after each object, its task records its result (its progress document, one small PUT:
+   lethe_jobs.erase_progress), so a run that dies leaves a record of every object it finished;
+   the driver collects one small result per object and writes `results.json`. A result names
    what of the object could not be searched (`not_searched`, lethe_jobs.not_searched: records
    that could not be parsed, a subject column missing or ambiguous, rows that differ from the
    index's count for the version it described, the unreadable current version of a raw key the
@@ -43,12 +45,18 @@ the registry's consistent `registration()`.
 
 Verify (lethe_jobs.erase_verify) reads every object of the results again: no version but the
 one erasure left, no row of the subjects in it, and the expected number of rows (a widened
-key's version named unreadable is accepted unread). It writes `verification.json` and fails
-the run when any object does not verify, so the request ends FAILED, never COMPLETED. A refused
-object is accepted unread (`pins.accepts_refused`): the request ends INCOMPLETE naming it.
+key's version named unreadable is accepted unread). An object that fails in a way erasing again
+can fix (a producer wrote it after the erase run, the subjects' rows or older versions still
+there) is erased again, at most `erase_again.MAX_ERASE_AGAIN` times, and checked again; its new
+result replaces its old in `results.json` and its progress (lethe_jobs.erase_again). The run
+writes `verification.json` and fails when any object still does not verify, so the request ends
+FAILED, never COMPLETED. A refused object is accepted unread (`pins.accepts_refused`): the
+request ends INCOMPLETE naming it.
 
-Failures worth a retry raise. A re-run converges: an object already erased has nothing left to
-remove, and its older versions are already gone.
+Failures worth a retry raise. A re-run converges and starts from the record: an object its
+progress shows as left by an earlier run of this report is that result, untouched; one changed
+since is erased again and both results merged (lethe_jobs.erase_progress); one without progress
+(its task died on it) has nothing left to remove and its older versions go.
 """
 
 from __future__ import annotations

@@ -16,7 +16,11 @@ ends INCOMPLETE naming it.
 A version newer than the one erasure left is accepted only when the writes ledger records it as
 written by the erase job for another request (lethe_jobs.erase_ledger). A version whose metadata
 claims an erasure (`lethe-producer: erase`, `lethe-erasure: <another request>`) but that the
-ledger does not know is a producer's, and fails verification like any producer's version.
+ledger does not know is a producer's, and fails the check like any producer's version.
+
+A failed check is not yet a failed verification: the verify run's tasks (lethe_jobs.erase_again)
+erase again, a bounded number of times, an object whose versions are not as erasure may leave
+them (`versions_as_left`) or that holds the subjects' rows, then check it again.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from lethe_shared.catalog.writes_ledger import DynamoWritesLedger, Writer
 from lethe_shared.erasure.progress import progress_key
 from lethe_shared.erasure.report import Manifest, ManifestObject, ObjectResult
 from tests.integration.conftest import RAW
-from tests.integration.test_erase_object import OBJECT_KEY, V1, V1_ERASED, _item, _settings
+from tests.integration.test_erase_object import OBJECT_KEY, V1, _item, _settings
 
 REQUEST = "er-test-0001"  # the request _settings() erases for
 REPORTS = "lethe-test-reports"
@@ -122,7 +122,8 @@ def test_a_producer_write_without_the_subject_only_loses_the_older_versions(
     assert len(_versions(s3)) == 1
     assert (again.action, again.rows_removed, again.versions_purged) == ("rewritten", 1, 2)
     # the producer's version is what verification must now find
-    assert again.version_after is not None and again.version_after.version_id == _versions(s3)[0]
+    assert again.version_after is not None
+    assert again.version_after.version_id == _versions(s3)[0]
 
 
 def test_progress_is_read_back_for_its_report_only(s3: Any) -> None:
