@@ -16,7 +16,9 @@ attempts added), with a deviation that says why; its progress document is replac
 checked again. At most MAX_ERASE_AGAIN rounds: an object a producer keeps writing still fails
 verification and the request ends FAILED, as before (fail closed). A check that erasing again
 cannot fix (a version that cannot be read, a row count that differs with no subject row in it)
-fails at once. The verify run then rewrites results.json with the new results, and
+fails at once, and so does an object erasing again fails on (producers writing it faster than it
+can be erased, `ConcurrentWritesError`; a new version that cannot be read), its check saying so.
+The verify run then rewrites results.json with the new results, and
 verification.json says per object how often it was erased again and what each check before a
 round found (`ObjectCheck.erased_again`, `.erased_again_because`).
 """
@@ -37,6 +39,7 @@ from lethe_jobs.erase_progress import EraseTask, recorder
 from lethe_jobs.erase_settings import EraseSettings
 from lethe_jobs.erase_verify import verify_object, versions_as_left
 from lethe_jobs.errors import JobError
+from lethe_jobs.not_searched import UNREADABLE
 from lethe_jobs.session import configure_logging
 from lethe_shared.aws.s3 import S3ObjectStore, split_s3_url
 from lethe_shared.erasure.report import ManifestObject, ObjectCheck, ObjectResult
@@ -125,7 +128,7 @@ def verify_or_erase_again(
         )  # fmt: skip
         try:
             again = erase(store, task.item, ctx, None, ledger, earlier=result, trust_recorded=False)
-        except JobError as exc:
+        except (JobError, *UNREADABLE) as exc:  # producers kept writing; a version unreadable
             failed = f"erasing it again failed ({type(exc).__name__})"
             check = check.model_copy(update={"problem": f"{check.problem}; {failed}"})
             break

@@ -11,7 +11,7 @@ import boto3
 import pytest
 
 from lethe_jobs.erase_again import MAX_ERASE_AGAIN, verify_or_erase_again
-from lethe_jobs.erase_core import erase_object
+from lethe_jobs.erase_core import ConcurrentWritesError, erase_object
 from lethe_jobs.erase_progress import EraseTask, record_progress, recorded_results
 from lethe_shared.aws.s3 import S3ObjectStore
 from lethe_shared.catalog.writes_ledger import DynamoWritesLedger, Writer
@@ -212,3 +212,22 @@ def test_a_failure_erasing_again_cannot_fix_is_not_erased_again(
     assert rechecked.check.problem == "0 matching row(s), 1 rows (expected 5)"
     assert rechecked.result == wrong
     assert _versions(s3) == versions
+
+
+def test_an_object_that_cannot_be_erased_again_fails_saying_why(
+    s3: Any, ledger: DynamoWritesLedger
+) -> None:
+    earlier, _ = _erased(s3, ledger)
+    s3.put_object(Bucket=RAW, Key=OBJECT_KEY, Body=PRODUCED)
+
+    def relentless(*args: Any, **kwargs: Any) -> ObjectResult:
+        raise ConcurrentWritesError("changed 5 times while it was being erased")
+
+    rechecked = verify_or_erase_again(
+        _store(s3, ledger), EraseTask(item=_item(), earlier=earlier), _settings(), ledger,
+        relentless,
+    )  # fmt: skip
+
+    assert (rechecked.check.ok, rechecked.check.erased_again) == (False, 0)
+    assert rechecked.check.problem.endswith("; erasing it again failed (ConcurrentWritesError)")
+    assert rechecked.result == earlier
