@@ -81,6 +81,10 @@ class EraseSettings:
     # the objects refused because the report's pins do not hold (by URL, with the gap naming
     # each): never read or touched (lethe_shared.erasure.pins)
     refused: dict[str, NotSearched] = field(default_factory=dict)
+    # where each finished object's progress is recorded as the job goes, and under which report
+    # (lethe_jobs.erase_progress; "": none is written)
+    reports_bucket: str = ""
+    manifest_sha256: str = ""
 
     def matcher(self, dataset_id: str) -> SubjectMatcher:
         hashes = self.dataset_hashes.get(dataset_id, self.hashes)
@@ -127,6 +131,8 @@ def job_settings(args: EraseArgs, manifest: Manifest, ports: ErasePorts) -> Eras
         refused=refusals(
             manifest, key_fingerprint=key_fingerprint(ports.hash_key), registrations=registrations
         ),
+        reports_bucket=args.reports_bucket,
+        manifest_sha256=args.manifest_sha256,
     )
 
 
