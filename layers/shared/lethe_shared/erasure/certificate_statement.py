@@ -89,6 +89,26 @@ class ToolIdentity(_Frozen):
     job_runs: tuple[JobRun, ...] = ()  # the Spark runs of this workflow run, in order
 
 
+PARTIAL_GAP = "not_done_run_failed"  # a report object the failed run did not finish
+
+
+class PartialRun(_Frozen):
+    """A *partial* certificate (`partial` set): the request's erase run FAILED; it certifies
+    what was done before the failure and nothing more. It is no certificate of completion: its
+    `complete` is false, it holds no verification (none ran to its end), and every object of
+    the report the run did not finish is in `not_searched` (reason `not_done_run_failed`).
+    `cause` is scrubbed: an error name and job run states, never an object key or a value."""
+
+    status: str = Field(default="FAILED", pattern=r"^FAILED$")
+    kind: str = Field(default="partial", pattern=r"^partial$")
+    run: int = Field(ge=1)  # 1: the request's first erase run, 2: its first resume, ...
+    error: str
+    cause: str
+    objects_in_report: int = Field(ge=0)
+    objects_done: int = Field(ge=0)
+    objects_not_done: int = Field(ge=0)
+
+
 class VerificationStatement(_Frozen):
     method: str
     result: str

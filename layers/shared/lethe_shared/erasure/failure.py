@@ -294,9 +294,11 @@ def _certificate(
         ErasureCertificate,
         NotSearchedPlace,
         ObjectVersion,
+    )
+    from lethe_shared.erasure.certificate_statement import (  # noqa: PLC0415
+        DocumentDigest,
         PartialRun,
     )
-    from lethe_shared.erasure.certificate_statement import DocumentDigest  # noqa: PLC0415
 
     erased = tuple(
         ErasedObject(

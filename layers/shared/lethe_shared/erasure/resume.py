@@ -190,8 +190,12 @@ class StepFunctionsResumer:
         return str(started["executionArn"])
 
     def running(self, arn: str) -> bool:
+        from lethe_shared.aws.errors import is_execution_not_found  # noqa: PLC0415
+
         try:
             described = self.client.describe_execution(executionArn=arn)
-        except self.client.exceptions.ExecutionDoesNotExist:
-            return False
+        except self.client.exceptions.ClientError as exc:
+            if is_execution_not_found(exc):
+                return False
+            raise
         return described.get("status") == "RUNNING"
