@@ -127,7 +127,8 @@ def test_a_failed_request_with_a_valid_approval_may_be_resumed(
     requests: MemoryErasureRequests,
 ) -> None:
     approved_and_failed(requests)
-    assert why_not_resumable(record(requests), now=DECIDED + timedelta(hours=2), validity=WEEK) == ""
+    now = DECIDED + timedelta(hours=2)
+    assert why_not_resumable(record(requests), now=now, validity=WEEK) == ""
 
 
 def test_an_approval_older_than_the_validity_refuses_a_resume(
@@ -142,7 +143,8 @@ def test_an_approval_older_than_the_validity_refuses_a_resume(
 def test_a_request_never_approved_is_not_resumed(requests: MemoryErasureRequests) -> None:
     approved_and_failed(requests, approve=False)
     refusal = why_not_resumable(record(requests), now=T0, validity=WEEK)
-    assert "no recorded approval" in refusal and "file a new request" in refusal
+    assert "no recorded approval" in refusal
+    assert "file a new request" in refusal
 
 
 def test_a_report_other_than_the_approved_one_is_not_resumed(
@@ -207,9 +209,7 @@ def test_mark_erasing_of_a_resume_refuses_an_expired_approval_or_a_changed_repor
     late = Resume(execution=name, validity=WEEK, now=DECIDED + WEEK + timedelta(seconds=1))
     with pytest.raises(ErasureNotApprovedError, match="expired"):
         start_erasing(RID, requests=requests, resume=late)
-    changed = Resume(
-        execution=name, validity=WEEK, now=DECIDED, stored_manifest_sha256="0" * 64
-    )
+    changed = Resume(execution=name, validity=WEEK, now=DECIDED, stored_manifest_sha256="0" * 64)
     with pytest.raises(ErasureNotApprovedError, match="stored report changed"):
         start_erasing(RID, requests=requests, resume=changed)
     assert record(requests).status is ErasureStatus.FAILED
@@ -230,7 +230,11 @@ def test_a_resume_records_who_asked_and_starts_one_run(requests: MemoryErasureRe
     (started,) = starter.started
     assert started == (
         f"erasure-{RID}-resume-1",
-        {"request_id": RID, "resume": f"erasure-{RID}-resume-1", "manifest_sha256": MANIFEST_SHA256},
+        {
+            "request_id": RID,
+            "resume": f"erasure-{RID}-resume-1",
+            "manifest_sha256": MANIFEST_SHA256,
+        },
     )
     stored = record(requests)
     assert stored.status is ErasureStatus.FAILED  # Mark Erasing moves it, in the new run
@@ -315,7 +319,9 @@ def test_a_failed_run_gets_an_audit_record_and_a_signed_partial_certificate(
 
     envelope = failed_halfway.json(partial_name(1, "certificate.json"))
     cert = verify_envelope(envelope, signer).certificate
-    assert cert.partial is not None and cert.complete is False and cert.verification is None
+    assert cert.partial is not None
+    assert cert.complete is False
+    assert cert.verification is None
     assert (cert.partial.status, cert.partial.kind, cert.partial.run) == ("FAILED", "partial", 1)
     assert (cert.partial.objects_done, cert.partial.objects_not_done) == (1, 1)
     # what was done: the rewritten lake object, its rows and purged versions
@@ -328,9 +334,11 @@ def test_a_failed_run_gets_an_audit_record_and_a_signed_partial_certificate(
     # the cause is scrubbed: the run's id and state, no key, no value
     assert cert.partial.cause == "States.TaskFailed: Spark job run jr_0123abcd ended FAILED"
     assert LAKE_KEY not in envelope["certificate"]["partial"]["cause"]
-    assert cert.statement is not None and cert.statement.tool.job_runs == runs
+    assert cert.statement is not None
+    assert cert.statement.tool.job_runs == runs
     assert cert.statement.verification.result.startswith("not run")
-    assert cert.chain is not None and cert.chain.sequence == 1
+    assert cert.chain is not None
+    assert cert.chain.sequence == 1
     # the audit record names the signature; the record points at the partial certificate
     audit = failed_halfway.json(partial_name(1, "audit.json"))
     assert audit["certificate_signature"] == envelope["signature"]
@@ -356,9 +364,13 @@ def test_a_failed_run_gets_an_audit_record_and_a_signed_partial_certificate(
 def test_a_progress_document_of_another_report_counts_as_not_done(
     requests: MemoryErasureRequests, failed_halfway: MemoryDocuments
 ) -> None:
-    other = ObjectProgress(
-        request_id=RID, manifest_sha256="e" * 64, recorded_at=T0.isoformat(), result=DELETED
-    ).model_dump_json().encode()
+    other = (
+        ObjectProgress(
+            request_id=RID, manifest_sha256="e" * 64, recorded_at=T0.isoformat(), result=DELETED
+        )
+        .model_dump_json()
+        .encode()
+    )
     failed_halfway.put(progress_key(RID, RAW_URL), other, "application/json")
 
     certify_failure(
@@ -427,12 +439,14 @@ def test_a_resumed_run_certifies_with_its_run_ids_after_the_partial_one_in_the_c
     assert stored.status is ErasureStatus.COMPLETED
     assert stored.certificate["url"].endswith(f"/{RID}/certificate.json")
     full = verify_envelope(failed_halfway.json("certificate.json"), signer).certificate
-    assert full.partial is None and full.complete is True
+    assert full.partial is None
+    assert full.complete is True
     assert full.statement is not None
     assert full.statement.tool.job_runs == runs
     assert full.statement.tool.engine == "EMR_SERVERLESS"
     assert full.statement.tool.git_revision == "unknown"  # the source tree is not stamped
-    assert full.chain is not None and full.chain.sequence == 2
+    assert full.chain is not None
+    assert full.chain.sequence == 2
     # the partial certificate stays listed and in the chain, which walks clean
     (listed,) = stored.model_extra["partial_certificates"]
     assert listed["run"] == 1
@@ -447,5 +461,3 @@ def test_the_build_stamp_is_read_and_an_unstamped_layer_says_unknown(tmp_path: A
     assert build_revision(stamp) == "0123abc"
     stamp.write_text("not json")
     assert build_revision(stamp) == "unknown"
-
-
