@@ -137,6 +137,7 @@ def _reports_get(cloud: Cloud) -> Any:
     return get
 
 
+@pytest.mark.timeout(900)  # three killed attempts with their retry waits, then two Spark runs
 def test_a_run_killed_mid_erasure_is_recorded_then_resumed_to_completion(
     cloud: Cloud, driver: ErasureDriver, killed: KilledEraseRuns
 ) -> None:
@@ -229,7 +230,8 @@ def test_a_resume_after_the_approval_expired_is_refused(
     table = driver.target.resource("dynamodb").Table(cloud.outputs["ErasureRequestsTableName"])
     decided = datetime.now(UTC) - timedelta(hours=169)
     DynamoErasureRequests(table).transition(
-        request_id, ErasureStatus.FAILED, by="test", allowed_from=frozenset({ErasureStatus.RECEIVED}),
+        request_id, ErasureStatus.FAILED, by="test",
+        allowed_from=frozenset({ErasureStatus.RECEIVED}),
         updates={
             "report": {"manifest_sha256": "a" * 64, "manifest_url": "s3://x/manifest.json"},
             "approval": {

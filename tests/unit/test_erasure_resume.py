@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from lethe_shared.erasure.authority import why_not_resumable
+from lethe_shared.erasure.authority import ErasureNotApprovedError, why_not_resumable
 from lethe_shared.erasure.certificate import render_certificate_html, verify_envelope
 from lethe_shared.erasure.certificate_chain import walk_chain
 from lethe_shared.erasure.certificate_statement import JobRun, build_revision
@@ -26,7 +26,6 @@ from lethe_shared.erasure.progress import ObjectProgress, progress_key
 from lethe_shared.erasure.requests import ErasureRequest, ErasureStatus
 from lethe_shared.erasure.resume import ResumeRefusedError, resume_request
 from lethe_shared.erasure.workflow import (
-    ErasureNotApprovedError,
     Resume,
     certify,
     mark,
@@ -448,7 +447,7 @@ def test_a_resumed_run_certifies_with_its_run_ids_after_the_partial_one_in_the_c
     assert full.chain is not None
     assert full.chain.sequence == 2
     # the partial certificate stays listed and in the chain, which walks clean
-    (listed,) = stored.model_extra["partial_certificates"]
+    (listed,) = (stored.model_extra or {})["partial_certificates"]
     assert listed["run"] == 1
     walk = walk_chain(failed_halfway.get, signer)
     assert (walk.links, walk.problems) == (2, [])

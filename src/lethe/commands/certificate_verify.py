@@ -116,7 +116,7 @@ def check_documents(
     if read is None:
         return ["documents        not checked (offline without --documents DIR)"]
     named = {d.name for d in certificate.documents}
-    wanted = CERTIFIED_DOCUMENTS
+    wanted: tuple[str, ...] = CERTIFIED_DOCUMENTS
     if certificate.partial is not None:  # a failed run's: the report and its own audit record
         wanted = ("manifest.json", f"failed-run-{certificate.partial.run}/audit.json")
     missing = [n for n in wanted if n not in named]

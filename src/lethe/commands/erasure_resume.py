@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from lethe.api_retry import IDEMPOTENCY_HEADER, Attempt
 from lethe.commands import CommandError
@@ -68,7 +69,8 @@ def resume_request(args: argparse.Namespace) -> int:
         raise CommandError(str(answer.get("message") or f"request {request_id} cannot be resumed"))
     if status >= 400:
         raise CommandError(refusal(f"cannot resume request {request_id}", status, answer))
-    resumed = answer.get("resumed") if isinstance(answer.get("resumed"), dict) else {}
+    found = answer.get("resumed")
+    resumed: dict[str, Any] = found if isinstance(found, dict) else {}
     print(
         f"{request_id}: resumed: run {resumed.get('run', '?')}, execution "
         f"{resumed.get('execution_arn', '?')} ({status_text(answer)})"

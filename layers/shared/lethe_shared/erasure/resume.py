@@ -198,4 +198,4 @@ class StepFunctionsResumer:
             if is_execution_not_found(exc):
                 return False
             raise
-        return described.get("status") == "RUNNING"
+        return bool(described.get("status") == "RUNNING")

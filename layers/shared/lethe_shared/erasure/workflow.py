@@ -283,7 +283,8 @@ def _resume_erasing(
     if refusal or approval is None:
         LOG.warning("request %s: not resumed: %s", request_id, refusal)
         raise ErasureNotApprovedError(refusal or "no recorded approval")
-    by = str(recorded.get("by") or WORKFLOW) if isinstance(recorded, Mapping) else WORKFLOW
+    recorded = recorded if isinstance(recorded, Mapping) else {}
+    by = str(recorded.get("by") or WORKFLOW)
     try:
         return requests.transition(
             request_id,
