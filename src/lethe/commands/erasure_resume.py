@@ -14,13 +14,17 @@ expired, or a resumed run is still going) is printed as the API words it, with w
 from __future__ import annotations
 
 import argparse
+import re
+import secrets
 import sys
-from typing import Any
+from typing import Any, Final
 
 from lethe.api_retry import IDEMPOTENCY_HEADER, Attempt
-from lethe.commands import CommandError
+from lethe.commands import CommandError, NotFoundError, UsageError
 from lethe.commands.erasure_records import refusal, status_text
 from lethe.target import add_target_arguments, resolve
+
+REQUEST_ID_PATTERN: Final = r"er-[A-Za-z0-9._-]{1,125}"  # lethe.commands.erasure's
 
 
 def add_resume_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -46,14 +50,11 @@ def add_resume_parser(commands: argparse._SubParsersAction[argparse.ArgumentPars
 
 
 def resume_request(args: argparse.Namespace) -> int:
-    from lethe.commands.erasure import (  # noqa: PLC0415 - the group imports this module
-        _check_request_id,
-        _read_error,
-        new_idempotency_key,
-    )
-
-    request_id = _check_request_id(args.request_id)
-    key = args.idempotency_key or new_idempotency_key()
+    if not re.fullmatch(REQUEST_ID_PATTERN, args.request_id):
+        # not echoed: a subject id given here by mistake must not be printed
+        raise UsageError("that is not a request id: request ids look like er-...")
+    request_id = args.request_id
+    key = args.idempotency_key or "lethe-" + secrets.token_urlsafe(18)  # as `erasure request`
     target = resolve(args)
     tries: list[Attempt] = []
     status, answer = target.call_api(
@@ -64,7 +65,10 @@ def resume_request(args: argparse.Namespace) -> int:
         attempts=tries,
     )
     if status == 404:
-        raise _read_error(request_id, status, answer)
+        raise NotFoundError(
+            refusal(f"no request {request_id}", status, answer)
+            + "\nlist them with `lethe erasure list`"
+        )
     if status == 409:
         raise CommandError(str(answer.get("message") or f"request {request_id} cannot be resumed"))
     if status >= 400:
