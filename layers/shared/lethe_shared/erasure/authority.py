@@ -13,7 +13,9 @@ Two places hold to it, so that neither the task token alone nor the erase job al
   conditional write that pins the decision it checked; anything else raises
   ErasureNotApprovedError, which the state machine routes to the end without a Spark run. A
   task token answered with SendTaskSuccess for a rejected, cancelled, expired or undecided
-  request therefore erases nothing;
+  request therefore erases nothing. A resumed run (lethe_shared.erasure.resume) moves a FAILED
+  request to ERASING only with that same valid approval, of the same frozen report, younger than
+  the approval validity (`why_not_resumable`), for the execution the resume recorded;
 - the erase job (spark_jobs/erase.py, both modes) reads the request (GetItem, read-only) and
   refuses, before it reads anything of the lake, unless it is ERASING with a valid recorded
   approval and its recorded report is the manifest (URL and SHA-256) the job was handed

@@ -36,7 +36,9 @@ Version 2 adds (lethe_shared.erasure.certificate_statement): `documents` (the SH
 manifest.json, results.json, verification.json, index_update.json and of the audit record's
 content), `chain` (its sequence in the deployment's certificate chain and the previous
 certificate's digest) and `statement` (NIST SP 800-88 style: method, tool, verification, scope,
-residual copies). Numbers in a certificate are integers.
+residual copies; `statement.tool.job_runs`: the Spark runs). A failed run's *partial*
+certificate (lethe_shared.erasure.failure) has `partial` set, `complete: false` and no
+verification (`verification: null`). Numbers in a certificate are integers.
 """
 
 from __future__ import annotations
