@@ -131,6 +131,7 @@ checkov: $(CHECKOV_VENV)/.installed ## checkov on template.yaml (skips are justi
 sam-build: $(SAM_VENV)/.installed lambda-python ## sam build (no container), with the Lambda runtime's Python
 	PATH="$(dir $(LAMBDA_PYTHON)):$$PATH" $(SAM_VENV)/bin/sam build --template template.yaml --build-dir .aws-sam/build --cached --cache-dir .aws-sam/cache
 	PYTHONPATH=src $(LAMBDA_PYTHON) -m lethe.lambda_build .aws-sam/build --python $(LAMBDA_PYTHON_VERSION) --arch $(LAMBDA_MACHINE)
+	PYTHONPATH=src $(LAMBDA_PYTHON) -m lethe.build_stamp .aws-sam/build
 
 # ------------------------------------------------------------------ tests
 .PHONY: test unit integration lambda-tests spark sfn e2e

@@ -25,6 +25,7 @@ from lethe_shared.catalog.object_catalog import (
 )
 from lethe_shared.datasets.document import parse_dataset
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
+from lethe_shared.erasure.authority import ErasureNotApprovedError
 from lethe_shared.erasure.requests import (
     DynamoErasureRequests,
     ErasureStatus,
@@ -660,3 +661,57 @@ def test_a_look_up_again_step_is_no_step(app: Any, requests: Any) -> None:
     """The re-lookup is the index update's final look-up: the handler has no step of its own."""
     with pytest.raises(ValueError, match="look_up_again"):
         app.handler({"step": "look_up_again", "request_id": RID}, FakeLambdaContext())
+
+
+def test_a_failed_run_is_certified_partially_then_resumed_by_its_execution_only(
+    app: Any, requests: Any, load_event: Event, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a frozen, approved report whose erase run failed (Mark Failed recorded it)
+    app.handler(load_event("erasure_steps_report.json"), FakeLambdaContext())
+    decided = datetime.now(UTC).isoformat()
+    approval = {"approvers": ["dpo@example.com"], "decision": "approve",
+                "decided_by": "dpo@example.com", "decided_at": decided}  # fmt: skip
+    for status in ("AWAITING_APPROVAL", "APPROVED", "ERASING"):
+        requests.transition(
+            RID, ErasureStatus(status), by="test",
+            updates={"approval": approval} if status == "APPROVED" else None,
+        )  # fmt: skip
+    failure = {"Error": "States.TaskFailed", "Cause": '{"Id": "jr_1", "JobRunState": "FAILED"}'}
+    app.handler(
+        {"step": "mark", "request_id": RID, "status": "FAILED", "error": failure},
+        FakeLambdaContext(),
+    )
+    key = boto3.client("kms").create_key(KeySpec="ECC_NIST_P256", KeyUsage="SIGN_VERIFY")
+    monkeypatch.setenv("CERTIFICATE_KEY_ARN", key["KeyMetadata"]["Arn"])
+    app = load_function_module("erasure_steps")
+
+    # When Record Failure runs, with the Spark runs the workflow saw
+    note = app.handler(
+        {"step": "certify_failure", "request_id": RID, "error": failure,
+         "job_runs": [{"mode": "erase", "engine": "GLUE", "run_id": "jr_1"}]},
+        FakeLambdaContext(),
+    )  # fmt: skip
+
+    # Then the request is FAILED with a partial certificate naming the run
+    assert (note["status"], note["partial_certificate"]) == (
+        "FAILED", f"s3://{REPORTS}/erasure/{RID}/failed-run-1/certificate.json",
+    )  # fmt: skip
+    body = (
+        boto3.client("s3")
+        .get_object(Bucket=REPORTS, Key=f"erasure/{RID}/failed-run-1/certificate.json")["Body"]
+        .read()
+    )
+    certificate = json.loads(body)["certificate"]
+    assert certificate["partial"]["cause"] == "States.TaskFailed: Spark job run jr_1 ended FAILED"
+    assert certificate["statement"]["tool"]["job_runs"] == [
+        {"mode": "erase", "engine": "GLUE", "run_id": "jr_1"}
+    ]
+    # and Mark Erasing of a run no resume recorded leaves it FAILED
+    with pytest.raises(ErasureNotApprovedError):
+        app.handler(
+            {"step": "mark", "request_id": RID, "status": "ERASING",
+             "resume_execution": f"erasure-{RID}-resume-1",
+             "approval_validity_seconds": 3600},
+            FakeLambdaContext(),
+        )  # fmt: skip
+    assert requests.get(RID).status is ErasureStatus.FAILED

@@ -116,7 +116,10 @@ def check_documents(
     if read is None:
         return ["documents        not checked (offline without --documents DIR)"]
     named = {d.name for d in certificate.documents}
-    missing = [n for n in CERTIFIED_DOCUMENTS if n not in named]
+    wanted: tuple[str, ...] = CERTIFIED_DOCUMENTS
+    if certificate.partial is not None:  # a failed run's: the report and its own audit record
+        wanted = ("manifest.json", f"failed-run-{certificate.partial.run}/audit.json")
+    missing = [n for n in wanted if n not in named]
     if missing:
         raise _fail("document-missing", f"the certificate names no digest of {', '.join(missing)}")
     for digest in certificate.documents:
@@ -171,13 +174,14 @@ def check_record(
     wanted = (
         (ErasureStatus.COMPLETED.value, "")
         if certificate.complete
-        else (ErasureStatus.FAILED.value, INCOMPLETE)
+        else (ErasureStatus.FAILED.value, "" if certificate.partial else INCOMPLETE)
     )
     if strict and (status, outcome or "") != wanted:
         raise _fail(
             "record-mismatch",
-            f"the certificate says complete: {str(certificate.complete).lower()}, the request "
-            f"record is {status}{f' ({outcome})' if outcome else ''}",
+            f"the certificate says complete: {str(certificate.complete).lower()}"
+            f"{' (partial)' if certificate.partial else ''}, the request record is {status}"
+            f"{f' ({outcome})' if outcome else ''}",
         )
     approved = str((record.get("report") or {}).get("manifest_sha256", ""))
     if (strict or approved) and approved != certificate.report_sha256:

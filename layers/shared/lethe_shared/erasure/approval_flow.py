@@ -410,6 +410,8 @@ class ApprovalPage:
                         "decided_by": link.approver,
                         "decided_at": at.isoformat(),
                         "approval_id": link.approval_id,
+                        # the report decided on: a resume runs only this one (erasure.resume)
+                        "report_sha256": str(record.report.get("manifest_sha256", "")),
                     }
                 },
             )

@@ -70,24 +70,27 @@ def sign_chained(
     request_id: str,
     build: Callable[[ChainLink], ErasureCertificate],
     signer: Signer,
+    *,
+    name: str = "certificate.json",
 ) -> tuple[dict[str, Any], bytes]:
     """The request's one certificate envelope, signed once as the chain's next link and written
-    to the chain and to `certificate.json`; a retry reuses what an earlier attempt wrote."""
+    to the chain and to `name` (`certificate.json`; a FAILED run's partial certificate has its
+    own, lethe_shared.erasure.failure); a retry reuses what an earlier attempt wrote."""
     from lethe_shared.erasure.certificate import (  # noqa: PLC0415
         certificate_digest,
         sign_certificate,
     )
     from lethe_shared.erasure.certificate_statement import ChainLink  # noqa: PLC0415
 
-    cert_key = report_key(request_id, "certificate.json")
+    cert_key = report_key(request_id, name)
     stored = documents.get(cert_key)
     if stored is not None:
         return json.loads(stored), stored
-    claim_key = report_key(request_id, CLAIM)
+    claim_key = report_key(request_id, CLAIM if name == "certificate.json" else f"{name}.claim")
     claim = documents.get(claim_key)
     if claim is not None:
         body = documents.get(link_key(int(json.loads(claim)["sequence"])))
-        if body is not None and json.loads(body)["certificate"]["request_id"] == request_id:
+        if body is not None and _is_link_of(json.loads(body)["certificate"], request_id, name):
             return _finish(documents, cert_key, body, int(json.loads(claim)["sequence"]))
     for _ in range(_ATTEMPTS):
         last = last_sequence(documents.get)
@@ -106,6 +109,15 @@ def sign_chained(
     raise ChainContendedError(f"request {request_id}: no free certificate chain link")
 
 
+def _is_link_of(certificate: dict[str, Any], request_id: str, name: str) -> bool:
+    """A claimed link is this request's certificate of this name (a FAILED run's partial
+    certificate may have taken the sequence a failed certify step had claimed)."""
+    partial = certificate.get("partial")
+    run = partial.get("run") if isinstance(partial, dict) else None
+    stored = "certificate.json" if run is None else f"failed-run-{run}/certificate.json"
+    return certificate.get("request_id") == request_id and stored == name
+
+
 def _finish(
     documents: DocumentStore, cert_key: str, body: bytes, sequence: int
 ) -> tuple[dict[str, Any], bytes]:
@@ -117,6 +129,14 @@ def _finish(
 
 
 # --------------------------------------------------------------------------- walking it
+
+
+def stored_name(certificate: ErasureCertificate) -> str:
+    """Where a link's certificate is stored under its request: `certificate.json`, or a partial
+    certificate's own name (lethe_shared.erasure.failure.partial_name)."""
+    if certificate.partial is not None:
+        return f"failed-run-{certificate.partial.run}/certificate.json"
+    return "certificate.json"
 
 
 @dataclass
@@ -168,7 +188,7 @@ def walk_chain(get: Callable[[str], bytes | None], verifier: Verifier) -> ChainW
                 f"({link.previous_certificate_id or 'none'}), the chain's link {n - 1} is "
                 f"{previous_digest} ({previous_id or 'none'})"
             )
-        stored = get(report_key(cert.request_id, "certificate.json"))
+        stored = get(report_key(cert.request_id, stored_name(cert)))
         if stored is None:
             walk.problems.append(
                 f"link {n}: the certificate of request {cert.request_id} is missing"

@@ -84,7 +84,7 @@ from lethe_shared.erasure.workflow import WORKFLOW, VerificationMissingError, no
 
 if TYPE_CHECKING:
     from lethe_shared.erasure.certificate import ErasureCertificate, Signer
-    from lethe_shared.erasure.certificate_statement import ChainLink, DocumentDigest
+    from lethe_shared.erasure.certificate_statement import ChainLink, DocumentDigest, JobRun
     from lethe_shared.erasure.workflow import DocumentStore
 
 INCOMPLETE = "INCOMPLETE"  # the outcome of a FAILED request that was not fully searched
@@ -132,6 +132,7 @@ def complete(
     signer: Signer,
     at: datetime,
     facts: DeploymentFacts | None = None,
+    job_runs: tuple[JobRun, ...] = (),
 ) -> Certified:
     """Certify a request whose documents were read (module docstring): signed certificate (the
     chain's next link), audit record, then COMPLETED, or FAILED with outcome INCOMPLETE when a
@@ -158,6 +159,7 @@ def complete(
         return _certificate(
             record, results, verification, gaps, at,
             documents=(*digests, audit_digest(audit)), chain=link, facts=deployment,
+            job_runs=job_runs,
         )  # fmt: skip
 
     envelope, envelope_bytes = sign_chained(documents, request_id, build, signer)
@@ -376,6 +378,7 @@ def _certificate(
     documents: tuple[DocumentDigest, ...],
     chain: ChainLink,
     facts: DeploymentFacts,
+    job_runs: tuple[JobRun, ...] = (),
 ) -> ErasureCertificate:
     """The certificate: what was erased, the verification, and whether it was complete (every
     place that was not fully searched); the documents' digests, its chain link and statement."""
@@ -457,6 +460,7 @@ def _certificate(
             not_looked_up=len(record.not_looked_up),
             ingestion_wait=wait if isinstance(wait, Mapping) else {},
             places_not_searched=len(gaps),
+            job_runs=job_runs,
         ),
     )
 
