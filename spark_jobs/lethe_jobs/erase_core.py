@@ -104,6 +104,7 @@ from lethe_shared.aws.s3 import (
     split_s3_url,
 )
 from lethe_shared.erasure.authority import EraseNotAuthorisedError, check_erasable
+from lethe_shared.erasure.evidence import put_arguments
 from lethe_shared.erasure.report import (
     EraseResults,
     Manifest,
@@ -479,8 +480,9 @@ def run_verify(
 def _write(reports: S3ObjectStore, args: EraseArgs, name: str, document: Any) -> str:
     key = report_key(args.request_id, name)
     reports.put_bytes(
-        args.reports_bucket, key, canonical_json(document), content_type="application/json"
-    )
+        args.reports_bucket, key, canonical_json(document), content_type="application/json",
+        extra=put_arguments(key, args.evidence),  # a locked new version (evidence)
+    )  # fmt: skip
     return s3_url(args.reports_bucket, key)
 
 
