@@ -13,7 +13,6 @@ bucket that holds objects (AWS allows it on an existing versioned bucket).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -32,10 +31,10 @@ KEY = "erasure/er-20261127T100000Z-0a1b2c3d/results.json"
 
 
 @pytest.fixture
-def s3(aws: None) -> Iterator[Any]:
+def s3(aws: None) -> Any:
     client = boto3.client("s3", region_name="us-east-1")
     client.create_bucket(Bucket=REPORTS, ObjectLockEnabledForBucket=True)
-    yield client
+    return client
 
 
 def _versions(s3: Any, key: str) -> list[dict[str, Any]]:
@@ -78,9 +77,7 @@ def test_a_compliance_mode_version_cannot_be_deleted_even_with_the_bypass_header
     version = _versions(s3, KEY)[0]["VersionId"]
 
     with pytest.raises(ClientError, match="AccessDenied"):
-        s3.delete_object(
-            Bucket=REPORTS, Key=KEY, VersionId=version, BypassGovernanceRetention=True
-        )
+        s3.delete_object(Bucket=REPORTS, Key=KEY, VersionId=version, BypassGovernanceRetention=True)
 
 
 def test_deleting_the_current_key_only_hides_it_behind_a_marker(s3: Any) -> None:

@@ -647,4 +647,6 @@ def test_reports_bucket_locks_erasure_documents_and_expires_the_rest(
     documents.put("manifests/ingest/run.json", b"{}", "application/json")
     manifest = s3.head_object(Bucket=bucket, Key="manifests/ingest/run.json")
     assert "ObjectLockMode" not in manifest
-    s3.delete_object(Bucket=bucket, Key="manifests/ingest/run.json", VersionId=manifest["VersionId"])
+    s3.delete_object(
+        Bucket=bucket, Key="manifests/ingest/run.json", VersionId=manifest["VersionId"]
+    )

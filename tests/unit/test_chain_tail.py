@@ -32,9 +32,7 @@ signer = trust.signer
 _deployment = trust._deployment
 
 
-def _records(
-    requests: MemoryErasureRequests, documents: MemoryDocuments
-) -> list[dict[str, Any]]:
+def _records(requests: MemoryErasureRequests, documents: MemoryDocuments) -> list[dict[str, Any]]:
     """The API's list: RID's real record, and OTHER's (certified as link 2) as certify writes it."""
     mine = requests.get(RID)
     assert mine is not None
@@ -60,13 +58,15 @@ def test_a_cut_tail_walks_clean_but_the_records_name_the_missing_link(
     requests, documents = _two_links(signer)
     records = [c for c in map(CertifiedRecord.of, _records(requests, documents)) if c]
     intact = walk_chain(documents.get, signer)
-    assert intact.ok and intact.last == 2
+    assert intact.ok
+    assert intact.last == 2
     assert check_tail(documents.get, intact.last, records) == []
 
     _cut_tail(documents)
     walk = walk_chain(documents.get, signer)
 
-    assert walk.ok and walk.links == 1 and walk.last == 1  # the chain alone cannot tell
+    assert walk.ok  # the chain alone cannot tell
+    assert (walk.links, walk.last) == (1, 1)
     assert check_tail(documents.get, walk.last, records) == [
         f"request {OTHER} was certified as link 2, but the chain ends at link 1: its newest "
         "links were deleted (and head.json rewound)"

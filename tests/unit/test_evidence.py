@@ -114,8 +114,10 @@ def test_the_functions_document_store_locks_every_put_and_put_once() -> None:
         assert put["ObjectLockMode"] == "COMPLIANCE"
         assert put["ChecksumAlgorithm"] == "SHA256"
         until = put["ObjectLockRetainUntilDate"]
-        assert timedelta(days=5) - timedelta(minutes=1) < until - datetime.now(UTC) <= (
-            timedelta(days=5)
+        assert (
+            timedelta(days=5) - timedelta(minutes=1)
+            < until - datetime.now(UTC)
+            <= (timedelta(days=5))
         )
     assert client.puts[1]["IfNoneMatch"] == "*"  # still a create-only write
 

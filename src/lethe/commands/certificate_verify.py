@@ -262,7 +262,5 @@ def check_chain(
         )
     lines = [f"chain verifies: {walk.links} link(s), each signed and naming the one before"]
     if records is not None:
-        lines.append(
-            f"chain end        matches the {len(certified)} certified request record(s)"
-        )
+        lines.append(f"chain end        matches the {len(certified)} certified request record(s)")
     return lines
