@@ -126,3 +126,35 @@ def test_moto_does_not_refuse_a_shortened_retention(s3: Any) -> None:
 
     head = s3.head_object(Bucket=REPORTS, Key=KEY, VersionId=version)
     assert head["ObjectLockRetainUntilDate"] - datetime.now(UTC) < timedelta(days=2)
+
+
+def test_the_erase_job_writes_its_documents_locked_as_its_arguments_say(s3: Any) -> None:
+    """The erase job's `_write` (results.json, verification.json) with the arguments the
+    erasure state machine passes: each run's document a new, locked version."""
+    from lethe_jobs.erase_core import _write  # noqa: PLC0415
+    from lethe_jobs.erase_settings import parse_args  # noqa: PLC0415
+
+    names = (
+        "request-id", "manifest", "manifest-sha256", "requests-table", "raw-bucket",
+        "lake-bucket", "datasets-table", "catalog-table", "hash-key-secret", "correlation-id",
+    )  # fmt: skip
+    argv = [token for name in names for token in (f"--{name}", "er-20261127T100000Z-0a1b2c3d")]
+    argv += ["--reports-bucket", REPORTS, "--evidence-retention-days", "3"]
+    argv += ["--evidence-lock-mode", "COMPLIANCE"]
+    args, _ = parse_args(argv)
+    store = S3ObjectStore(s3)
+
+    url = _write(store, args, "verification.json", {"run": 1})
+    _write(store, args, "verification.json", {"run": 2})
+
+    key = "erasure/er-20261127T100000Z-0a1b2c3d/verification.json"
+    assert url == f"s3://{REPORTS}/{key}"
+    versions = _versions(s3, key)
+    assert len(versions) == 2
+    for version in versions:
+        head = s3.head_object(Bucket=REPORTS, Key=key, VersionId=version["VersionId"])
+        assert head["ObjectLockMode"] == "COMPLIANCE"
+        left = head["ObjectLockRetainUntilDate"] - datetime.now(UTC)
+        assert timedelta(days=2) < left <= timedelta(days=3)
+        with pytest.raises(ClientError, match="AccessDenied"):
+            s3.delete_object(Bucket=REPORTS, Key=key, VersionId=version["VersionId"])
