@@ -51,6 +51,7 @@ from lethe_shared.catalog.object_catalog import DynamoObjectCatalog
 from lethe_shared.config import Settings
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
 from lethe_shared.erasure import scope
+from lethe_shared.erasure.evidence import EvidenceLock
 from lethe_shared.erasure.report import Manifest, report_key, sha256_hex
 from lethe_shared.erasure.requests import (
     DynamoErasureRequests,
@@ -181,7 +182,10 @@ def _build(settings: ErasureStepsSettings, aws: Aws) -> _Dependencies:
         catalog=DynamoObjectCatalog(aws.table(settings.catalog_table)),
         registry=DynamoDatasetRegistry(aws.table(settings.datasets_table)),
         objects=S3ObjectStore(aws.client("s3")),
-        documents=S3Documents(aws.client("s3"), settings.reports_bucket),
+        # every erasure/ document locked as written (EVIDENCE_RETENTION_DAYS, EVIDENCE_LOCK_MODE)
+        documents=S3Documents(
+            aws.client("s3"), settings.reports_bucket, lock=EvidenceLock.from_environ()
+        ),
         kms=aws.client("kms"),
         certificate_key_arn=settings.certificate_key_arn,
         sqs=aws.client("sqs"),

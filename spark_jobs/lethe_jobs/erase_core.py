@@ -547,7 +547,8 @@ def run_verify(
 
 
 def _write(reports: S3ObjectStore, args: EraseArgs, name: str, document: Any) -> str:
-    return put_document(reports, args.reports_bucket, report_key(args.request_id, name), document)
+    key = report_key(args.request_id, name)
+    return put_document(reports, args.reports_bucket, key, document, lock=args.evidence)
 
 
 def authorise(args: EraseArgs, ports: ErasePorts) -> None:

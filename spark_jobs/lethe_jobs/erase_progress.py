@@ -41,6 +41,7 @@ from pydantic import ConfigDict
 
 from lethe_jobs.not_searched import action_of
 from lethe_shared.aws.s3 import ObjectVersion, S3ObjectStore, s3_url
+from lethe_shared.erasure.evidence import EvidenceLock, put_arguments
 from lethe_shared.erasure.progress import PROGRESS_DIR, ObjectProgress, done_so_far, progress_key
 from lethe_shared.erasure.report import (
     Manifest,
@@ -67,9 +68,15 @@ class EraseTask(Model):
     earlier: ObjectResult | None = None
 
 
-def put_document(reports: S3ObjectStore, bucket: str, key: str, document: Any) -> str:
-    """Store one document of the request (canonical JSON) in the reports bucket; its URL."""
-    reports.put_bytes(bucket, key, canonical_json(document), content_type="application/json")
+def put_document(
+    reports: S3ObjectStore, bucket: str, key: str, document: Any, *, lock: EvidenceLock | None
+) -> str:
+    """Store one document of the request (canonical JSON) in the reports bucket, as a new
+    version locked as `lock` says (lethe_shared.erasure.evidence; None: not locked); its URL."""
+    reports.put_bytes(
+        bucket, key, canonical_json(document), content_type="application/json",
+        extra=put_arguments(key, lock),
+    )  # fmt: skip
     return s3_url(bucket, key)
 
 
@@ -80,9 +87,11 @@ def record_progress(
     request_id: str,
     manifest_sha256: str,
     result: ObjectResult,
+    lock: EvidenceLock | None,
     now: datetime | None = None,
 ) -> str:
-    """Write one finished object's progress (module docstring); its URL."""
+    """Write one finished object's progress (module docstring), locked as `lock` says; its
+    URL."""
     progress = ObjectProgress(
         request_id=request_id,
         manifest_sha256=manifest_sha256,
@@ -90,7 +99,7 @@ def record_progress(
         result=result,
     )
     key = progress_key(request_id, result.object_url)
-    return put_document(reports, bucket, key, progress.model_dump(mode="json"))
+    return put_document(reports, bucket, key, progress.model_dump(mode="json"), lock=lock)
 
 
 class Recording(Protocol):
@@ -106,6 +115,10 @@ class Recording(Protocol):
     @property
     def manifest_sha256(self) -> str: ...
 
+    @property
+    def evidence(self) -> EvidenceLock | None:
+        """How progress documents are locked (None: not locked)."""
+
 
 def recorder(reports: S3ObjectStore, ctx: Recording) -> Callable[[ObjectResult], None]:
     """`record(result)`: write one finished object's progress under the job's report."""
@@ -114,7 +127,7 @@ def recorder(reports: S3ObjectStore, ctx: Recording) -> Callable[[ObjectResult],
         if ctx.reports_bucket:
             record_progress(
                 reports, ctx.reports_bucket, request_id=ctx.request_id,
-                manifest_sha256=ctx.manifest_sha256, result=result,
+                manifest_sha256=ctx.manifest_sha256, result=result, lock=ctx.evidence,
             )  # fmt: skip
 
     return record

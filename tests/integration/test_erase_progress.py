@@ -140,7 +140,9 @@ def test_progress_is_read_back_for_its_report_only(s3: Any) -> None:
     )  # fmt: skip
     store = S3ObjectStore(s3)
 
-    url = record_progress(store, REPORTS, request_id=REQUEST, manifest_sha256=SHA, result=result)
+    url = record_progress(
+        store, REPORTS, request_id=REQUEST, manifest_sha256=SHA, result=result, lock=None
+    )
 
     assert url == f"s3://{REPORTS}/{progress_key(REQUEST, item.object_url)}"
     assert OBJECT_KEY not in url  # the document is named by a hash of the URL

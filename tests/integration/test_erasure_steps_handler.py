@@ -55,7 +55,8 @@ RAW_KEY = "reviews/2026/11/01/upload.jsonl"
 def requests(lethe_tables: dict[str, Any], lethe_buckets: Callable[..., None]) -> Any:
     lethe_buckets()
     s3 = boto3.client("s3")
-    s3.create_bucket(Bucket=REPORTS)
+    # as template.yaml's ReportsBucket: versioned, with Object Lock (erasure/ is written locked)
+    s3.create_bucket(Bucket=REPORTS, ObjectLockEnabledForBucket=True)
     s3.put_bucket_versioning(Bucket=REPORTS, VersioningConfiguration={"Status": "Enabled"})
     table = create_table_from_template("ErasureRequestsTable", "lethe-local-erasure-requests")
     requests = DynamoErasureRequests(table)
@@ -134,6 +135,9 @@ def test_the_report_step_freezes_the_report_of_the_indexed_objects(
     # Then the manifest in the reports bucket names both objects and all three versions, and
     # the step returns its hash
     manifest_body = s3.get_object(Bucket=REPORTS, Key=f"erasure/{RID}/manifest.json")["Body"].read()
+    # locked as env.json's EVIDENCE_* settings say (lethe_shared.erasure.evidence)
+    locked = s3.head_object(Bucket=REPORTS, Key=f"erasure/{RID}/manifest.json")
+    assert locked["ObjectLockMode"] == "GOVERNANCE"
     assert result == {
         "request_id": RID,
         "objects": 2,

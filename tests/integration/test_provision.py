@@ -606,3 +606,47 @@ def test_substitution_is_textual_and_leaves_unknown_names() -> None:
     assert substitute_definition(text, {"Table": "t1", "Count": 3, "Flag": True}) == (
         '{"T": "t1", "N": 3, "B": true, "Keep": "${Other}"}'
     )
+
+
+def test_reports_bucket_locks_erasure_documents_and_expires_the_rest(
+    endpoints: Endpoints, deployment: Deployment
+) -> None:
+    """ReportsBucket as provisioned: Object Lock on with no default retention; an erasure/
+    document written by the functions' store is locked (a rewrite is a new version, the old one
+    cannot be deleted); manifests/ stays unlocked; no expiry rule reaches erasure/."""
+    from lethe_shared.erasure.evidence import EvidenceLock  # noqa: PLC0415
+    from lethe_shared.erasure.workflow import S3Documents  # noqa: PLC0415
+
+    s3 = endpoints.client("s3")
+    bucket = f"lethe-{STAGE}-reports-{ACCOUNT}-{REGION}"
+    lock = s3.get_object_lock_configuration(Bucket=bucket)["ObjectLockConfiguration"]
+    assert lock == {"ObjectLockEnabled": "Enabled"}
+    rules = s3.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]
+    expiring = {r["ID"]: r["Filter"] for r in rules if "AbortIncompleteMultipartUpload" not in r}
+    assert expiring == {
+        "ExpireRunManifests": {"Prefix": "manifests/"},
+        "ExpireNoncurrentRunManifests": {"Prefix": "manifests/"},
+        "ExpireNoncurrentReconcileReports": {"Prefix": "reconcile/"},
+    }
+
+    documents = S3Documents(s3, bucket, lock=EvidenceLock(days=1))
+    key = "erasure/er-provision/results.json"
+    documents.put(key, b'{"run":1}', "application/json")
+    documents.put(key, b'{"run":2}', "application/json")
+    versions = s3.list_object_versions(Bucket=bucket, Prefix=key)["Versions"]
+    assert len(versions) == 2
+    older = next(v for v in versions if not v["IsLatest"])
+    head = s3.head_object(Bucket=bucket, Key=key, VersionId=older["VersionId"])
+    assert head["ObjectLockMode"] == "GOVERNANCE"
+    with pytest.raises(s3.exceptions.ClientError, match="AccessDenied"):
+        s3.delete_object(Bucket=bucket, Key=key, VersionId=older["VersionId"])
+    assert s3.get_object(Bucket=bucket, Key=key, VersionId=older["VersionId"])["Body"].read() == (
+        b'{"run":1}'
+    )
+
+    documents.put("manifests/ingest/run.json", b"{}", "application/json")
+    manifest = s3.head_object(Bucket=bucket, Key="manifests/ingest/run.json")
+    assert "ObjectLockMode" not in manifest
+    s3.delete_object(
+        Bucket=bucket, Key="manifests/ingest/run.json", VersionId=manifest["VersionId"]
+    )

@@ -25,6 +25,7 @@ from lethe_shared.erasure.authority import (
     why_not_approved,
     why_not_resumable,
 )
+from lethe_shared.erasure.evidence import EvidenceLock, put_arguments
 from lethe_shared.erasure.index_update import DOCUMENT as INDEX_UPDATE_DOCUMENT
 from lethe_shared.erasure.index_update import settle_index
 from lethe_shared.erasure.pins import PinRegistry, pin_manifest
@@ -388,13 +389,19 @@ def certify(
 
 @dataclass(frozen=True)
 class S3Documents:
-    """DocumentStore on the reports bucket."""
+    """DocumentStore on the reports bucket. With `lock` (lethe_shared.erasure.evidence, the
+    deployed functions' EVIDENCE_* settings) every `erasure/` document version is written
+    locked: a later PUT of the same key is a new version, the old one stays."""
 
     client: Any
     bucket: str
+    lock: EvidenceLock | None = None
 
     def put(self, key: str, body: bytes, content_type: str) -> str:
-        self.client.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType=content_type)
+        self.client.put_object(
+            Bucket=self.bucket, Key=key, Body=body, ContentType=content_type,
+            **put_arguments(key, self.lock),
+        )  # fmt: skip
         return s3_url(self.bucket, key)
 
     def put_once(self, key: str, body: bytes, content_type: str) -> bool:
@@ -402,8 +409,9 @@ class S3Documents:
 
         try:
             self.client.put_object(
-                Bucket=self.bucket, Key=key, Body=body, ContentType=content_type, IfNoneMatch="*"
-            )
+                Bucket=self.bucket, Key=key, Body=body, ContentType=content_type, IfNoneMatch="*",
+                **put_arguments(key, self.lock),
+            )  # fmt: skip
         except self.client.exceptions.ClientError as exc:
             if is_s3_condition_failed(exc):
                 return False
