@@ -5,9 +5,9 @@ lethe_shared.erasure.task_tokens), creates one signed link
 per configured approver (never the requester, by address or by the IAM principal that filed
 the request: APPROVER_PRINCIPALS) and emails each approver their own link through
 SES (lethe_shared.erasure.approval_flow.request_approval), with the configuration set
-SES_CONFIGURATION_SET when given, whose bounces and complaints reach the notifications topic. The task then waits until an approver
-decides on the approval page, the request is cancelled, or the deadline passes (the task's
-TimeoutSeconds, from ApprovalTimeoutHours).
+SES_CONFIGURATION_SET when given, whose bounces and complaints reach the notifications topic.
+The task then waits until an approver decides on the approval page, the request is cancelled,
+or the deadline passes (the task's TimeoutSeconds, from ApprovalTimeoutHours).
 """
 
 from __future__ import annotations

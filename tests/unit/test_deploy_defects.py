@@ -142,7 +142,7 @@ def _number(template: Template, value: Any, key: str = "Default") -> float | Non
     parameter = _parameter(template, value)
     raw = parameter.get(key) if parameter is not None else value
     try:
-        return float(raw)
+        return float(str(raw))
     except (TypeError, ValueError):
         return None
 
@@ -214,35 +214,44 @@ def trust_policy_problems(template: Template) -> list[str]:
     roles = resources_of(template, "AWS::IAM::Role")
     for lid, role in roles.items():
         for statement in _statements(properties_of(role).get("AssumeRolePolicyDocument")):
-            services = _services(statement)
-            for service in ("apigateway.amazonaws.com", "glue.amazonaws.com"):
-                if service in services and "Condition" in statement:
-                    offenders.append(f"{lid} ({service} trusted only under a condition)")
+            offenders += [
+                f"{lid} ({service} trusted only under a condition)"
+                for service in ("apigateway.amazonaws.com", "glue.amazonaws.com")
+                if service in _services(statement) and "Condition" in statement
+            ]
     for lid, machine in resources_of(template, *STATE_MACHINE_TYPES).items():
-        props = properties_of(machine)
-        role_ref = props.get("Role") or props.get("RoleArn")
-        att = role_ref.get("Fn::GetAtt") if isinstance(role_ref, dict) else None
-        role_id = (att[0] if isinstance(att, list) else str(att).split(".")[0]) if att else None
-        name = _arn({"Fn::Sub": _sub_text(props.get("Name")) or ""})
-        if role_id not in roles or not name:
-            offenders.append(f"{lid} (no named state machine with a role of this template)")
-            continue
-        machine_arn = f"arn:aws:states:eu-west-1:123456789012:stateMachine:{name}"
-        callers = [machine_arn, f"{machine_arn}:live"]
-        definition_uri = props.get("DefinitionUri")
-        if isinstance(definition_uri, str):
-            text = (REPO_ROOT / definition_uri).read_text()
-            for label in _distributed_maps(json.loads(text)):
-                callers.append(f"{machine_arn}/{label}")
-        patterns = []
-        for statement in _statements(properties_of(roles[role_id])["AssumeRolePolicyDocument"]):
-            if "states.amazonaws.com" in _services(statement):
-                arn_like = statement.get("Condition", {}).get("ArnLike", {})
-                patterns += [_arn(p) for p in _as_list(arn_like.get("aws:SourceArn"))]
-        for caller in callers:
-            if not any(p and fnmatch.fnmatchcase(caller, p) for p in patterns):
-                offenders.append(f"{role_id} (does not trust {caller.split(':', 5)[5]} of {lid})")
+        offenders += _state_machine_trust_problems(lid, properties_of(machine), roles)
     return offenders
+
+
+def _state_machine_trust_problems(
+    lid: str, props: dict[str, Any], roles: dict[str, dict[str, Any]]
+) -> list[str]:
+    role_ref = props.get("Role") or props.get("RoleArn")
+    att = role_ref.get("Fn::GetAtt") if isinstance(role_ref, dict) else None
+    role_id = (att[0] if isinstance(att, list) else str(att).split(".")[0]) if att else None
+    name = _arn({"Fn::Sub": _sub_text(props.get("Name")) or ""})
+    if role_id not in roles or not name:
+        return [f"{lid} (no named state machine with a role of this template)"]
+    machine_arn = f"arn:aws:states:eu-west-1:123456789012:stateMachine:{name}"
+    callers = [machine_arn, f"{machine_arn}:live"]
+    definition_uri = props.get("DefinitionUri")
+    if isinstance(definition_uri, str):
+        definition = json.loads((REPO_ROOT / definition_uri).read_text())
+        callers += [f"{machine_arn}/{label}" for label in _distributed_maps(definition)]
+    patterns = [
+        _arn(pattern)
+        for statement in _statements(properties_of(roles[role_id])["AssumeRolePolicyDocument"])
+        if "states.amazonaws.com" in _services(statement)
+        for pattern in _as_list(
+            statement.get("Condition", {}).get("ArnLike", {}).get("aws:SourceArn")
+        )
+    ]
+    return [
+        f"{role_id} (does not trust {caller.split(':', 5)[5]} of {lid})"
+        for caller in callers
+        if not any(p and fnmatch.fnmatchcase(caller, p) for p in patterns)
+    ]
 
 
 def _distributed_maps(definition: Any) -> Iterator[str]:
@@ -298,7 +307,7 @@ def topic_key_problems(template: Template) -> list[str]:
     events.amazonaws.com kms:Decrypt and kms:GenerateDataKey, no condition); SES developer guide
     (event destinations to encrypted topics); Budgets user guide (SNS topic for budget
     notifications). The topic policy says which rules, senders and budgets may publish."""
-    offenders = []
+    offenders: list[str] = []
     statements = _key_statements(template)
     if not statements:
         return offenders
@@ -327,10 +336,9 @@ def missing_error_alarms(template: Template) -> list[str]:
     10 metrics CloudWatch allows (CloudWatch user guide, "Create a CloudWatch alarm based on a
     metric math expression")."""
     offenders = []
-    alarms = resources_of(template, "AWS::CloudWatch::Alarm")
     watched: dict[str, set[str]] = {"Errors": set(), "Throttles": set()}
     api_watched = set()
-    for lid, alarm in alarms.items():
+    for lid, alarm in resources_of(template, "AWS::CloudWatch::Alarm").items():
         props = properties_of(alarm)
         metrics = [q["MetricStat"]["Metric"] for q in props.get("Metrics", []) if "MetricStat" in q]
         if "MetricName" in props:
@@ -341,19 +349,31 @@ def missing_error_alarms(template: Template) -> list[str]:
             continue
         for metric in metrics:
             dims = {d["Name"]: d["Value"] for d in metric.get("Dimensions") or []}
-            if metric.get("Namespace") == "AWS/Lambda" and metric.get("MetricName") in watched:
-                ref = dims.get("FunctionName")
-                if isinstance(ref, dict) and "Ref" in ref:
-                    watched[str(metric["MetricName"])].add(str(ref["Ref"]))
-            if (metric.get("Namespace"), metric.get("MetricName")) == ("AWS/ApiGateway", "5XXError"):
+            kind = (metric.get("Namespace"), metric.get("MetricName"))
+            ref = dims.get("FunctionName")
+            if kind[0] == "AWS/Lambda" and kind[1] in watched and isinstance(ref, dict):
+                watched[str(kind[1])].add(str(ref.get("Ref")))
+            if kind == ("AWS/ApiGateway", "5XXError"):
                 api_watched.add(json.dumps(dims, sort_keys=True))
-    for name, functions in watched.items():
-        for lid in sorted(set(resources_of(template, *FUNCTION_TYPES)) - functions):
-            offenders.append(f"{lid} (no alarm on its {name})")
-    for lid, api in resources_of(template, "AWS::Serverless::Api").items():
-        wanted = {"ApiName": properties_of(api).get("Name"), "Stage": properties_of(api).get("StageName")}
-        if json.dumps(wanted, sort_keys=True) not in api_watched:
-            offenders.append(f"{lid} (no alarm on its 5XXError)")
+    every_function = set(resources_of(template, *FUNCTION_TYPES))
+    offenders += [
+        f"{lid} (no alarm on its {name})"
+        for name, functions in watched.items()
+        for lid in sorted(every_function - functions)
+    ]
+    apis = resources_of(template, "AWS::Serverless::Api")
+    wanted = {
+        lid: {
+            "ApiName": properties_of(api).get("Name"),
+            "Stage": properties_of(api).get("StageName"),
+        }
+        for lid, api in apis.items()
+    }
+    offenders += [
+        f"{lid} (no alarm on its 5XXError)"
+        for lid, dims in wanted.items()
+        if json.dumps(dims, sort_keys=True) not in api_watched
+    ]
     return offenders
 
 
@@ -362,28 +382,7 @@ def cost_guard_problems(template: Template) -> list[str]:
     defaults, and an optional AWS::Budgets::Budget notifies the topic, which admits
     budgets.amazonaws.com (Budgets user guide, "Creating an Amazon SNS topic for budget
     notifications")."""
-    offenders = []
-    for lid, job in resources_of(template, "AWS::Glue::Job").items():
-        props = properties_of(job)
-        runs = props.get("ExecutionProperty", {}).get("MaxConcurrentRuns")
-        workers = props.get("NumberOfWorkers", props.get("MaxCapacity"))
-        if _parameter(template, runs) is None:
-            offenders.append(f"{lid} (MaxConcurrentRuns {runs!r} is not a parameter)")
-        runs_default, workers_default = _number(template, runs), _number(template, workers)
-        if runs_default is None or workers_default is None:
-            offenders.append(f"{lid} (no capacity bound)")
-        elif runs_default * workers_default > MAX_DEFAULT_GLUE_DPUS_PER_JOB:
-            offenders.append(f"{lid} ({runs_default:g} runs x {workers_default:g} workers)")
-    for lid, app in resources_of(template, "AWS::EMRServerless::Application").items():
-        capacity = properties_of(app).get("MaximumCapacity", {})
-        cpu = _sub_text(capacity.get("Cpu")) or ""
-        found = re.fullmatch(r"\$\{(\w+)\} vCPU", cpu)
-        default = _number(template, {"Ref": found.group(1)}) if found else None
-        memory = _sub_text(capacity.get("Memory")) or ""
-        if default is None or default > MAX_DEFAULT_EMR_VCPU or not re.fullmatch(
-            r"\$\{\w+\} GB", memory
-        ):
-            offenders.append(f"{lid} (MaximumCapacity {capacity!r} is not a bounded parameter)")
+    offenders = _glue_capacity_problems(template) + _emr_capacity_problems(template)
     budgets = resources_of(template, "AWS::Budgets::Budget")
     if not budgets:
         offenders.append("AWS::Budgets::Budget (none)")
@@ -403,6 +402,39 @@ def cost_guard_problems(template: Template) -> list[str]:
     return offenders
 
 
+def _glue_capacity_problems(template: Template) -> list[str]:
+    offenders = []
+    for lid, job in resources_of(template, "AWS::Glue::Job").items():
+        props = properties_of(job)
+        runs = props.get("ExecutionProperty", {}).get("MaxConcurrentRuns")
+        workers = props.get("NumberOfWorkers", props.get("MaxCapacity"))
+        if _parameter(template, runs) is None:
+            offenders.append(f"{lid} (MaxConcurrentRuns {runs!r} is not a parameter)")
+        runs_default, workers_default = _number(template, runs), _number(template, workers)
+        if runs_default is None or workers_default is None:
+            offenders.append(f"{lid} (no capacity bound)")
+        elif runs_default * workers_default > MAX_DEFAULT_GLUE_DPUS_PER_JOB:
+            offenders.append(f"{lid} ({runs_default:g} runs x {workers_default:g} workers)")
+    return offenders
+
+
+def _emr_capacity_problems(template: Template) -> list[str]:
+    offenders = []
+    for lid, app in resources_of(template, "AWS::EMRServerless::Application").items():
+        capacity = properties_of(app).get("MaximumCapacity", {})
+        cpu = _sub_text(capacity.get("Cpu")) or ""
+        found = re.fullmatch(r"\$\{(\w+)\} vCPU", cpu)
+        default = _number(template, {"Ref": found.group(1)}) if found else None
+        memory = _sub_text(capacity.get("Memory")) or ""
+        if (
+            default is None
+            or default > MAX_DEFAULT_EMR_VCPU
+            or not re.fullmatch(r"\$\{\w+\} GB", memory)
+        ):
+            offenders.append(f"{lid} (MaximumCapacity {capacity!r} is not a bounded parameter)")
+    return offenders
+
+
 def glue_logs_kept_forever(template: Template) -> list[str]:
     """Glue 5.0 writes to <--custom-logGroup-prefix>/output and /error (Glue developer guide,
     "Logging for AWS Glue jobs"; the default /aws-glue/jobs/output and /error are the account's
@@ -414,7 +446,9 @@ def glue_logs_kept_forever(template: Template) -> list[str]:
         for lid, g in resources_of(template, "AWS::Logs::LogGroup").items()
     }
     for lid, job in resources_of(template, "AWS::Glue::Job").items():
-        prefix = _sub_text(properties_of(job).get("DefaultArguments", {}).get("--custom-logGroup-prefix"))
+        prefix = _sub_text(
+            properties_of(job).get("DefaultArguments", {}).get("--custom-logGroup-prefix")
+        )
         if not prefix:
             offenders.append(f"{lid} (no --custom-logGroup-prefix: logs go to /aws-glue/jobs/*)")
             continue
@@ -449,10 +483,13 @@ def ses_feedback_problems(template: Template) -> list[str]:
             and {"bounce", "complaint"}
             <= set(properties_of(d)["EventDestination"].get("MatchingEventTypes", []))
             and properties_of(d)["EventDestination"].get("Enabled") is True
-            and properties_of(d)["EventDestination"].get("SnsDestination", {}).get("TopicARN") == TOPIC
+            and properties_of(d)["EventDestination"].get("SnsDestination", {}).get("TopicARN")
+            == TOPIC
         ]
         if not good:
-            offenders.append(f"{set_lid} (no enabled bounce and complaint destination to the topic)")
+            offenders.append(
+                f"{set_lid} (no enabled bounce and complaint destination to the topic)"
+            )
         for lid, function in resources_of(template, *FUNCTION_TYPES).items():
             props = properties_of(function)
             variables = props.get("Environment", {}).get("Variables", {})
@@ -517,7 +554,9 @@ def _break_trust(t: Template) -> str:
     statements = _props(t, "IndexBackfillStateMachineRole")["AssumeRolePolicyDocument"]["Statement"]
     arns = statements[0]["Condition"]["ArnLike"]["aws:SourceArn"]
     statements[0]["Condition"]["ArnLike"]["aws:SourceArn"] = [
-        a for a in arns if not _sub_text(a).endswith("/*")  # type: ignore[union-attr]
+        a
+        for a in arns
+        if not _sub_text(a).endswith("/*")  # type: ignore[union-attr]
     ]
     return "IndexBackfillStateMachineRole"
 
@@ -535,7 +574,9 @@ def _break_dashboard(t: Template) -> str:
 def _break_key(t: Template) -> str:
     for statement in _props(t, "NotificationsKey")["KeyPolicy"]["Statement"]:
         if statement.get("Sid") == "EventBridgePublishes":
-            statement["Condition"] = {"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}}
+            statement["Condition"] = {
+                "StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}
+            }
     return "EventBridgePublishes"
 
 
@@ -635,8 +676,7 @@ def _closure(direct: dict[str, set[str]]) -> dict[str, str]:
             requirement = Requirement(line)
             marker = requirement.marker
             wanted = marker is None or any(
-                marker.evaluate({**LAMBDA_MARKERS, "extra": extra})
-                for extra in found[key] | {""}
+                marker.evaluate({**LAMBDA_MARKERS, "extra": extra}) for extra in found[key] | {""}
             )
             if wanted:
                 todo.append((requirement.name, set(requirement.extras)))
