@@ -12,6 +12,7 @@ import json
 import logging
 import signal
 import sys
+import threading
 from pathlib import Path
 
 from lethe.localcloud.cloud import (
@@ -21,6 +22,7 @@ from lethe.localcloud.cloud import (
     parse_parameter_overrides,
     raise_keyboard_interrupt,
 )
+from lethe.localcloud.memory_report import start_from_environment
 
 logger = logging.getLogger("lethe.localcloud")
 
@@ -70,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         state_dir=args.state_dir,
     )
     signal.signal(signal.SIGTERM, raise_keyboard_interrupt)  # a stop request while starting
+    start_from_environment(threading.Event())  # LETHE_LOCAL_TRACEMALLOC: an opt-in diagnostic
     try:
         state = cloud.start()
     except KeyboardInterrupt:
