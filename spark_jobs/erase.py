@@ -26,6 +26,7 @@ import boto3
 
 from lethe_jobs.erase_core import authorise, run
 from lethe_jobs.erase_settings import ErasePorts, parse_args
+from lethe_jobs.errors import scrubbed_exit
 from lethe_jobs.session import configure_logging, job_session
 from lethe_shared.aws.s3 import S3ObjectStore
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
@@ -55,4 +56,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(scrubbed_exit(main))

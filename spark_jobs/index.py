@@ -26,6 +26,7 @@ from collections.abc import Sequence
 
 import boto3
 
+from lethe_jobs.errors import scrubbed_exit
 from lethe_jobs.index_core import IndexPorts, parse_args, run_index
 from lethe_jobs.session import configure_logging, job_session
 from lethe_shared.aws.s3 import S3ObjectStore
@@ -53,4 +54,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(scrubbed_exit(main))

@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 import boto3
 
 from lethe_jobs.emf import emf_line
+from lethe_jobs.errors import scrubbed_exit
 from lethe_jobs.ingest_core import parse_args, run_ingest
 from lethe_jobs.ingest_outcomes import AwsPorts
 from lethe_jobs.session import configure_logging, job_session
@@ -71,4 +72,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(scrubbed_exit(main))

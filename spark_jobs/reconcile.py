@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 
 import boto3
 
+from lethe_jobs.errors import scrubbed_exit
 from lethe_jobs.reconcile_core import ReconcilePorts, parse_args, run_reconcile
 from lethe_jobs.session import configure_logging, job_session
 from lethe_shared.aws.s3 import S3ObjectStore
@@ -50,4 +51,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(scrubbed_exit(main))

@@ -103,6 +103,7 @@ from lethe_shared.aws.s3 import (
     s3_url,
     split_s3_url,
 )
+from lethe_shared.aws.scrub import scrub_text
 from lethe_shared.erasure.authority import EraseNotAuthorisedError, check_erasable
 from lethe_shared.erasure.report import (
     EraseResults,
@@ -208,7 +209,8 @@ def _erase_current(
         # version kept (its older ones purged) and named as not searched (not_searched.py)
         LOG.warning(
             "%s (added to the report as %s): its current version cannot be read (%s): named "
-            "as not searched", item.object_url, item.widened_from, unreadable_reason(exc),
+            "as not searched", ctx.shown(item.object_url), item.widened_from,
+            unreadable_reason(exc),
         )  # fmt: skip
         erased = unreadable(item, current.version_id, exc)
     if erased.rows_removed == 0:
@@ -286,7 +288,7 @@ def erase_object(
                 store, item, current, ctx, Path(tmp), after_rewrite=after_rewrite
             )
         if outcome is None:
-            LOG.warning("%s changed while erasing it: reading it again", item.object_url)
+            LOG.warning("%s changed while erasing it: reading it again", ctx.shown(item.object_url))
             continue
         erased, after, read = outcome
         if erased.rows_removed == 0 and current.version_id not in counted:
@@ -301,7 +303,9 @@ def erase_object(
         count, settled = _purge(store, item, after.version_id if after else None, versions)
         purged += count
         if not settled:
-            LOG.warning("%s got a new version while erasing it: erasing it too", item.object_url)
+            LOG.warning(
+                "%s got a new version while erasing it: erasing it too", ctx.shown(item.object_url)
+            )
             if after is not None and erased.written:
                 removed += erased.rows_removed  # our version stood; the next read builds on it
             continue
@@ -313,7 +317,7 @@ def erase_object(
             after=after, purged=purged, attempts=attempt, removed_before=removed, gaps=gaps,
         )  # fmt: skip
     raise ConcurrentWritesError(
-        f"{item.object_url} changed {MAX_ATTEMPTS} times while it was being erased"
+        f"{ctx.shown(item.object_url)} changed {MAX_ATTEMPTS} times while it was being erased"
     )
 
 
@@ -379,7 +383,7 @@ def _erase_partition(items: Iterable[str], ctx: EraseSettings) -> Iterator[str]:
         result = erase_object(store, item, ctx, after_rewrite, ledger)
         LOG.info(
             "%s: %s, %d of %d rows removed, %d versions purged",
-            item.object_url, result.action, result.rows_removed, result.rows_before,
+            ctx.shown(item.object_url), result.action, result.rows_removed, result.rows_before,
             result.versions_purged,
         )  # fmt: skip
         yield result.model_dump_json()
@@ -470,7 +474,7 @@ def run_verify(
     if failed:
         raise VerificationFailedError(
             f"{len(failed)} of {len(checks)} objects did not verify (see {url}); first: "
-            f"{failed[0].object_url}: {failed[0].problem}"
+            f"{ctx.shown(failed[0].object_url)}: {scrub_text(failed[0].problem, ctx.namer())}"
         )
     LOG.info("verified %d objects: no matching row, no older version", len(checks))
     return {"verification": url, "objects_verified": len(checks), "matching_rows_found": 0}
