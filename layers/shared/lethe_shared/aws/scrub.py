@@ -105,8 +105,8 @@ def _chain(exc: BaseException) -> list[BaseException]:
 
 def scrub_exception(exc: BaseException, namer: UrlNamer | None = None) -> BaseException:
     """`exc` with its text (and its chain's) scrubbed in place; when its text does not follow
-    its arguments (a custom `__str__`), a plain exception of the same name with the scrubbed
-    text instead, chained to nothing. Raise what it returns."""
+    its arguments (a custom `__str__`), an exception of the same name and nearest built-in base
+    with the scrubbed text instead, chained to nothing. Raise what it returns."""
     for link in _chain(exc):
         try:
             text = str(link)
@@ -115,7 +115,9 @@ def scrub_exception(exc: BaseException, namer: UrlNamer | None = None) -> BaseEx
         scrubbed = scrub_text(text, namer)
         link.args = (scrubbed,)
         if link is exc and str(exc) != scrubbed:
-            replacement = type(type(exc).__name__, (Exception,), {"__module__": __name__})
+            # the same name, and the nearest built-in base (a ValidationError stays a ValueError)
+            base = next(c for c in type(exc).__mro__ if c.__module__ == "builtins")
+            replacement = type(type(exc).__name__, (base,), {"__module__": __name__})
             return replacement(scrubbed)
     return exc
 

@@ -1,0 +1,165 @@
+"""Issue 19, item 6: no raw subject id in what names an object where people see it. A lake key of
+a dataset partitioned by a subject column holds the id (`visits/user_id=u-4711/part-....parquet`);
+its shown key (lethe_shared.subject_hashing.shown_keys) holds a keyed hash instead, keeps the
+other partitions, and is the same for the same key, so an operator holding the hash key can match
+it. Error texts are scrubbed of keys and quoted values at the boundaries (lethe_shared.aws.scrub),
+the type kept (the state machine catches errors by name)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from lethe_shared.aws.scrub import scrub_cause, scrub_exception, scrub_text, scrubbed_errors
+from lethe_shared.datasets.document import parse_dataset
+from lethe_shared.errors import DatasetNotFoundError
+from lethe_shared.subject_hashing.shown_keys import KeyNamer, RedactingNamer, key_digest
+
+pytestmark = pytest.mark.unit
+
+HASH_KEY = b"k" * 32
+SUBJECT = "u-4711"
+VISITS = parse_dataset(
+    {
+        "dataset_id": "visits",
+        "format": "csv",
+        "subject_columns": ["user_id"],
+        "partition_by": ["visit_date", "user_id"],
+        "schema": [
+            {"name": "user_id", "type": "string"},
+            {"name": "visit_date", "type": "date"},
+            {"name": "page", "type": "string"},
+        ],
+    }
+)
+PART = "part-0123456789abcdef.parquet"
+LAKE_KEY = f"visits/visit_date=2026-11-20/user_id={SUBJECT}/{PART}"
+
+
+def namer(**datasets: Any) -> KeyNamer:
+    return KeyNamer(HASH_KEY, {"visits": VISITS, **datasets}.get)
+
+
+def test_a_partition_key_subject_id_is_shown_as_a_keyed_hash_and_other_partitions_stay() -> None:
+    shown = namer().key(LAKE_KEY)
+
+    assert SUBJECT not in shown
+    digest = key_digest(HASH_KEY, f"user_id={SUBJECT}")
+    assert shown == f"visits/visit_date=2026-11-20/user_id=~{digest}/{PART}"
+    assert namer().url(f"s3://lake/{LAKE_KEY}") == f"s3://lake/{shown}"
+    # the same key is shown the same way (an operator can match it); another subject, not
+    assert namer().key(LAKE_KEY) == shown
+    assert namer().key(LAKE_KEY.replace(SUBJECT, "u-4712")) != shown
+    # another hash key shows it otherwise: whoever lacks the key cannot compute it
+    assert KeyNamer(b"j" * 32, {"visits": VISITS}.get).key(LAKE_KEY) != shown
+
+
+def test_a_raw_key_keeps_its_dataset_and_extension_only() -> None:
+    key = f"visits/2026/11/{SUBJECT}.csv.gz"
+
+    shown = namer().key(key)
+
+    assert shown == f"visits/~{key_digest(HASH_KEY, key)}.csv.gz"
+    # a name whose last part is not a data extension shows no extension
+    assert namer().key(f"visits/2026/john.{SUBJECT}") == (
+        f"visits/~{key_digest(HASH_KEY, f'visits/2026/john.{SUBJECT}')}"
+    )
+
+
+def test_keys_that_are_not_the_datasets_layout_are_shown_whole_hashed() -> None:
+    # a partition column the dataset does not have, or a file Lethe does not name so
+    odd = f"visits/country={SUBJECT}/{PART}"
+    assert namer().key(odd) == f"visits/~{key_digest(HASH_KEY, odd)}.parquet"
+    unnamed = f"visits/user_id={SUBJECT}/data.parquet"
+    assert namer().key(unnamed) == f"visits/~{key_digest(HASH_KEY, unnamed)}.parquet"
+
+
+def test_an_unregistered_datasets_partitions_are_all_hashed_and_quarantine_names_stay() -> None:
+    gone = f"old/region=eu/user={SUBJECT}/{PART}"
+    shown = namer().key(gone)
+    assert shown.startswith("old/region=~")
+    assert SUBJECT not in shown
+    assert "eu/" not in shown
+    # a registry that cannot be read hashes them too
+    broken = KeyNamer(HASH_KEY, lambda _: (_ for _ in ()).throw(DatasetNotFoundError("x")))
+    assert SUBJECT not in broken.key(LAKE_KEY)
+    assert "visit_date=~" in broken.key(LAKE_KEY)
+    # quarantine files and a dataset's prefix name no subject
+    assert namer().key("visits/_quarantine/0123456789abcdef.jsonl") == (
+        "visits/_quarantine/0123456789abcdef.jsonl"
+    )
+    assert namer().key("visits/") == "visits/"
+
+
+def test_without_a_hash_key_only_the_dataset_is_shown() -> None:
+    assert RedactingNamer().key(LAKE_KEY) == "visits/~"
+    assert RedactingNamer().url(f"s3://lake/{LAKE_KEY}") == "s3://lake/visits/~"
+
+
+def test_scrubbed_text_keeps_no_key_partition_value_or_quoted_value() -> None:
+    text = (
+        f"s3://lake/{LAKE_KEY} changed 5 times; read visits/user_id={SUBJECT}/x.parquet: "
+        f"invalid literal for int() with base 10: '{SUBJECT}' (\"{SUBJECT}\")"
+    )
+
+    scrubbed = scrub_text(text)
+    shown = scrub_text(text, namer())
+
+    assert SUBJECT not in scrubbed
+    assert SUBJECT not in shown
+    assert scrubbed.startswith("s3://lake/visits/… changed 5 times; read visits/user_id=…/")
+    assert scrubbed.endswith("base 10: '…' (\"…\")")
+    assert shown.startswith(f"s3://lake/{namer().key(LAKE_KEY)} changed 5 times")
+
+
+def test_a_step_functions_cause_keeps_its_json_shape() -> None:
+    cause = json.dumps(
+        {
+            "errorMessage": f"no object s3://lake/{LAKE_KEY}",
+            "errorType": "ConcurrentWritesError",
+            "stackTrace": [f"  File \"x.py\", line 3, in f: '{SUBJECT}'"],
+        }
+    )
+
+    scrubbed = json.loads(scrub_cause(cause))
+
+    assert SUBJECT not in json.dumps(scrubbed)
+    assert scrubbed["errorType"] == "ConcurrentWritesError"
+    assert scrubbed["errorMessage"] == "no object s3://lake/visits/…"
+    assert SUBJECT not in scrub_cause(f"Glue: s3://lake/{LAKE_KEY} failed")
+
+
+class _Refused(Exception):
+    pass
+
+
+class _Formatted(Exception):
+    def __str__(self) -> str:
+        return f"formatted: s3://lake/{LAKE_KEY}"
+
+
+def test_an_exception_and_its_chain_leave_scrubbed_with_their_type() -> None:
+    @scrubbed_errors
+    def handler(event: dict[str, Any], context: Any) -> None:
+        try:
+            int(event["id"])  # a real ValueError quoting the value
+        except ValueError as exc:
+            raise _Refused(f"cannot read s3://lake/{LAKE_KEY}") from exc
+
+    with pytest.raises(_Refused) as raised:
+        handler({"id": SUBJECT}, None)
+
+    assert SUBJECT not in str(raised.value)
+    assert str(raised.value) == "cannot read s3://lake/visits/…"
+    cause = raised.value.__cause__
+    assert isinstance(cause, ValueError)
+    assert SUBJECT not in str(cause)
+
+
+def test_an_exception_whose_text_is_not_its_arguments_is_replaced_under_its_name() -> None:
+    scrubbed = scrub_exception(_Formatted(SUBJECT))
+
+    assert type(scrubbed).__name__ == "_Formatted"
+    assert SUBJECT not in str(scrubbed)
