@@ -171,3 +171,45 @@ class Namer(Protocol):
     def key(self, key: str) -> str: ...
 
     def url(self, url: str) -> str: ...
+
+
+@dataclass
+class PartitionRedactor:
+    """Shown keys without a hash key, for the object events function (which never reads it): a
+    lake key's subject-column partition values become `~` (`visits/user_id=~/part-....parquet`);
+    every other key is shown as it is (a raw key is the producer's: docs/SECURITY.md). The
+    object is found again by its version id in the catalog."""
+
+    dataset: Callable[[str], _Partitioned | None]
+    _seen: dict[str, frozenset[str]] = field(default_factory=dict, repr=False)
+
+    def _subject_partitions(self, dataset_id: str) -> frozenset[str]:
+        if dataset_id not in self._seen:
+            try:
+                found = self.dataset(dataset_id)
+            except Exception:
+                found = None
+            self._seen[dataset_id] = (
+                frozenset(found.partition_by) & frozenset(found.subject_columns)
+                if found is not None
+                else frozenset({"*"})
+            )
+        return self._seen[dataset_id]
+
+    def key(self, key: str) -> str:
+        head, _, rest = key.partition("/")
+        if "=" not in rest:
+            return key
+        subjects = self._subject_partitions(head)
+        segments = rest.split("/")
+        for index, segment in enumerate(segments[:-1]):
+            name, sep, _ = segment.partition("=")
+            if sep and (name in subjects or "*" in subjects):
+                segments[index] = f"{name}={MARK}"
+        return "/".join([head, *segments])
+
+    def url(self, url: str) -> str:
+        if not url.startswith("s3://"):
+            return self.key(url)
+        bucket, _, key = url.removeprefix("s3://").partition("/")
+        return f"s3://{bucket}/{self.key(key)}"
