@@ -16,6 +16,7 @@ from lethe_shared.aws.scrub import scrub_cause, scrub_exception, scrub_text, scr
 from lethe_shared.datasets.document import parse_dataset
 from lethe_shared.errors import DatasetNotFoundError
 from lethe_shared.subject_hashing.shown_keys import KeyNamer, RedactingNamer, key_digest
+from tests.conftest import REPO_ROOT
 
 pytestmark = pytest.mark.unit
 
@@ -163,3 +164,23 @@ def test_an_exception_whose_text_is_not_its_arguments_is_replaced_under_its_name
 
     assert type(scrubbed).__name__ == "_Formatted"
     assert SUBJECT not in str(scrubbed)
+
+
+def test_a_spark_jobs_failure_text_is_scrubbed_at_its_entry_point(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Glue's and EMR's failure text is the last line of the traceback the job's `__main__`
+    prints; every job script runs `main` through `scrubbed_exit`."""
+    from lethe_jobs.errors import JobError, scrubbed_exit  # noqa: PLC0415
+
+    def main() -> int:
+        raise JobError(f"cannot erase s3://lake/{LAKE_KEY}: bad value '{SUBJECT}'")
+
+    with pytest.raises(JobError) as raised:
+        scrubbed_exit(main)
+
+    assert str(raised.value) == "cannot erase s3://lake/visits/…: bad value '…'"
+    assert scrubbed_exit(lambda: 0) == 0
+    for job in ("erase", "ingest", "index", "reconcile"):
+        script = (REPO_ROOT / "spark_jobs" / f"{job}.py").read_text(encoding="utf-8")
+        assert "sys.exit(scrubbed_exit(main))" in script, job

@@ -40,10 +40,14 @@ class UrlNamer(Protocol):
 
 def _url(match: re.Match[str], namer: UrlNamer | None) -> str:
     bucket, key = match.group(1), match.group(2)
+    stripped = key.rstrip(".,;:)]")  # the sentence's punctuation, not the key's
+    tail = key[len(stripped) :]
+    key = stripped
     if namer is not None:
-        return namer.url(f"s3://{bucket}/{key}")
+        return namer.url(f"s3://{bucket}/{key}") + tail
     head, sep, rest = key.partition("/")
-    return f"s3://{bucket}/{head}/{REDACTED}" if sep and rest else f"s3://{bucket}/{REDACTED}"
+    shown = f"s3://{bucket}/{head}/{REDACTED}" if sep and rest else f"s3://{bucket}/{REDACTED}"
+    return shown + tail
 
 
 def _emptied(match: re.Match[str]) -> str:
