@@ -89,7 +89,7 @@ from lethe_jobs.not_searched import (
     unreadable,
     unreadable_reason,
 )
-from lethe_jobs.session import configure_logging
+from lethe_jobs.session import logging_shown_keys
 from lethe_jobs.tasks import task_groups
 from lethe_shared.aws.s3 import (
     ERASED_ROWS_METADATA,
@@ -371,7 +371,8 @@ def _test_kill_hook() -> Callable[[], None] | None:
 
 
 def _erase_partition(items: Iterable[str], ctx: EraseSettings) -> Iterator[str]:
-    configure_logging(ctx.correlation_id)  # an executor's Python worker logs on its own
+    # an executor's Python worker logs on its own
+    logging_shown_keys(ctx.correlation_id, ctx.hash_key, ctx.datasets)
     # every rewrite recorded in the writes ledger (the request id as its run id): how the
     # object events path, verification and a re-run know the versions erasure wrote, never by
     # their metadata (lethe_jobs.erase_ledger)

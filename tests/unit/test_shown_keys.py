@@ -184,3 +184,33 @@ def test_a_spark_jobs_failure_text_is_scrubbed_at_its_entry_point(
     for job in ("erase", "ingest", "index", "reconcile"):
         script = (REPO_ROOT / "spark_jobs" / f"{job}.py").read_text(encoding="utf-8")
         assert "sys.exit(scrubbed_exit(main))" in script, job
+
+
+def test_the_spark_logging_backstop_hashes_subject_partitions_and_keeps_the_rest(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Spark jobs log through `logging_shown_keys`: a line's URLs show a subject column's
+    partition value keyed-hashed; report URLs, raw keys and other partitions stay readable."""
+    import logging  # noqa: PLC0415
+
+    from lethe_jobs.session import logging_shown_keys  # noqa: PLC0415
+
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    logging_shown_keys("run-1", HASH_KEY, {"visits": VISITS})
+    raw = f"s3://raw/visits/2026/11/{SUBJECT}.csv"
+    try:
+        logging.getLogger("lethe.test").info(
+            "wrote %d rows to s3://lake/%s; from %s; report s3://reports/erasure/er-1/results.json.",
+            2, LAKE_KEY, raw,
+        )  # fmt: skip
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    digest = key_digest(HASH_KEY, f"user_id={SUBJECT}")
+    assert f"s3://lake/visits/visit_date=2026-11-20/user_id=~{digest}/{PART};" in line
+    assert f"from {raw};" in line  # a raw key is the producer's: kept (docs/SECURITY.md)
+    assert "report s3://reports/erasure/er-1/results.json." in line
+    assert "[run-1]" in line

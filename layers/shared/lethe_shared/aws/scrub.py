@@ -50,6 +50,11 @@ def _url(match: re.Match[str], namer: UrlNamer | None) -> str:
     return shown + tail
 
 
+def shown_urls(text: str, namer: UrlNamer) -> str:
+    """`text` with every `s3://` URL in its shown form, and nothing else changed (a log line)."""
+    return _URL.sub(lambda m: _url(m, namer), text)
+
+
 def _emptied(match: re.Match[str]) -> str:
     quoted = match.group(0)
     if re.fullmatch(r"\0\d+\0", quoted[1:-1]):

@@ -86,6 +86,10 @@ class KeyNamer:
 
     hash_key: bytes
     dataset: Callable[[str], _Partitioned | None]
+    # False: only a subject column's partition segments are hashed, wherever they are, and the
+    # rest of every key is kept (the Spark jobs' logging backstop: ingestion's records keep raw
+    # keys, docs/SECURITY.md)
+    whole_keys: bool = True
     _seen: dict[str, _Partitioned | None] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -107,6 +111,8 @@ class KeyNamer:
         if not sep:
             return f"{MARK}{key_digest(self.hash_key, key)}{_extension(key)}"
         *folders, name = rest.split("/")
+        if not self.whole_keys:
+            return "/".join([head, *self._subject_segments(head, folders), name])
         if folders == [QUARANTINE_SEGMENT] and _QUARANTINE_FILE.fullmatch(name):
             return key
         if _LAKE_FILE.fullmatch(name) and all("=" in f for f in folders):
@@ -114,6 +120,18 @@ class KeyNamer:
             if shown is not None:
                 return "/".join([head, *shown, name])
         return f"{head}/{MARK}{key_digest(self.hash_key, key)}{_extension(name)}"
+
+    def _subject_segments(self, dataset_id: str, folders: list[str]) -> list[str]:
+        dataset = self._lookup(dataset_id)
+        subjects = (
+            set(dataset.subject_columns) & set(dataset.partition_by) if dataset else None
+        )  # None: not known, every partition value hashed
+        shown = []
+        for folder in folders:
+            name, sep, _ = folder.partition("=")
+            hashed = sep and (subjects is None or name in subjects)
+            shown.append(f"{name}={MARK}{key_digest(self.hash_key, folder)}" if hashed else folder)
+        return shown
 
     def _partitions(self, dataset_id: str, folders: list[str]) -> list[str] | None:
         dataset = self._lookup(dataset_id)
