@@ -127,7 +127,8 @@ def scrub_exception(exc: BaseException, namer: UrlNamer | None = None) -> BaseEx
             # the same name, and the nearest built-in base (a ValidationError stays a ValueError)
             base = next(c for c in type(exc).__mro__ if c.__module__ == "builtins")
             replacement = type(type(exc).__name__, (base,), {"__module__": __name__})
-            return replacement(scrubbed)
+            made: BaseException = replacement(scrubbed)
+            return made
     return exc
 
 

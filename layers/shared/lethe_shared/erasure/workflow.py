@@ -322,9 +322,15 @@ def certify(
     verification = Verification.model_validate_json(
         _document(documents, request_id, "verification.json")
     )
+    at = now or datetime.now(UTC)
+    if namer is None:  # the certificate's default: the dataset prefix only (completion)
+        return complete(
+            record, results, verification, requests=requests, documents=documents,
+            signer=signer, at=at,
+        )  # fmt: skip
     return complete(
         record, results, verification, requests=requests, documents=documents, signer=signer,
-        at=now or datetime.now(UTC), **({"namer": namer} if namer else {}),
+        at=at, namer=namer,
     )  # fmt: skip
 
 
