@@ -31,6 +31,7 @@ from lethe_jobs.ingest_core import parse_args, run_ingest
 from lethe_jobs.ingest_outcomes import AwsPorts
 from lethe_jobs.session import configure_logging, job_session, logging_shown_keys
 from lethe_shared.aws.s3 import S3ObjectStore
+from lethe_shared.aws.scrub import shown_urls
 from lethe_shared.catalog.object_catalog import DynamoObjectCatalog
 from lethe_shared.catalog.writes_ledger import DynamoWritesLedger, Writer
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
@@ -62,10 +63,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         index=DynamoSubjectIndex(dynamodb.Table(args.index_table)),
         hash_key=hash_key,
     )
-    logging_shown_keys(args.correlation_id, hash_key, aws.datasets)
+    shown = logging_shown_keys(args.correlation_id, hash_key, aws.datasets)
     with job_session("lethe-ingest") as spark:
         result = run_ingest(spark, args, aws, datetime.now(UTC))
-    sys.stdout.write(json.dumps(result.summary(), sort_keys=True) + "\n")
+    sys.stdout.write(shown_urls(json.dumps(result.summary(), sort_keys=True), shown) + "\n")
     sys.stdout.flush()
     sys.stderr.write(emf_line(result.metric_counts(), datetime.now(UTC)) + "\n")
     sys.stderr.flush()

@@ -54,12 +54,15 @@ def configure_logging(
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
-def logging_shown_keys(correlation_id: str, hash_key: bytes, datasets: Any) -> None:
+def logging_shown_keys(correlation_id: str, hash_key: bytes, datasets: Any) -> KeyNamer:
     """configure_logging with the backstop: URLs of lines shown with every subject column's
     partition value keyed-hashed (`datasets`: a dataset by id, a function or a mapping; the rest
-    of a key is kept: report URLs, raw keys)."""
+    of a key is kept: report URLs, raw keys). Returns the namer, for the job's summary line
+    (`shown_urls`), which goes to the same log."""
     lookup = datasets.get if hasattr(datasets, "get") else datasets
-    configure_logging(correlation_id, namer=KeyNamer(hash_key, lookup, whole_keys=False))
+    namer = KeyNamer(hash_key, lookup, whole_keys=False)
+    configure_logging(correlation_id, namer=namer)
+    return namer
 
 
 class _ShownKeysFilter(logging.Filter):
