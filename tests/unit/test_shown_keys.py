@@ -214,3 +214,17 @@ def test_the_spark_logging_backstop_hashes_subject_partitions_and_keeps_the_rest
     assert f"from {raw};" in line  # a raw key is the producer's: kept (docs/SECURITY.md)
     assert "report s3://reports/erasure/er-1/results.json." in line
     assert "[run-1]" in line
+
+
+def test_the_object_events_function_shows_a_lake_keys_subject_partition_without_the_key() -> None:
+    """The object events function never reads the hash key: its log lines show a lake key's
+    subject partition value as `~`, other partitions and raw keys as they are."""
+    from lethe_shared.subject_hashing.shown_keys import PartitionRedactor  # noqa: PLC0415
+
+    shown = PartitionRedactor({"visits": VISITS}.get)
+
+    assert shown.url(f"s3://lake/{LAKE_KEY}") == (
+        f"s3://lake/visits/visit_date=2026-11-20/user_id=~/{PART}"
+    )
+    assert shown.key("visits/2026/11/batch.csv") == "visits/2026/11/batch.csv"
+    assert SUBJECT not in PartitionRedactor(lambda _: None).key(f"gone/user={SUBJECT}/{PART}")
