@@ -107,7 +107,7 @@ mypy: venv ## mypy: strict on lethe_shared, the Spark jobs and the test fakes; t
 	$(BIN)/mypy layers/shared/lethe_shared spark_jobs src/lethe
 	MYPYPATH=layers/shared:spark_jobs:src $(BIN)/mypy --strict tests/fakes.py
 	MYPYPATH=layers/shared:spark_jobs:src $(BIN)/mypy tests/unit
-	MYPYPATH=layers/shared:spark_jobs:src:bench $(BIN)/mypy bench/erasure_bench.py bench/generate_lake.py bench/report.py bench/ingest_profile.py
+	MYPYPATH=layers/shared:spark_jobs:src:bench $(BIN)/mypy bench/erasure_bench.py bench/generate_lake.py bench/report.py bench/ingest_profile.py bench/cost_model.py bench/segment_bench.py
 	@for dir in $(FUNCTION_DIRS); do \
 	  echo "mypy $$dir"; MYPYPATH=layers/shared $(BIN)/mypy $$dir/app.py || exit 1; \
 	done
@@ -131,6 +131,7 @@ checkov: $(CHECKOV_VENV)/.installed ## checkov on template.yaml (skips are justi
 sam-build: $(SAM_VENV)/.installed lambda-python ## sam build (no container), with the Lambda runtime's Python
 	PATH="$(dir $(LAMBDA_PYTHON)):$$PATH" $(SAM_VENV)/bin/sam build --template template.yaml --build-dir .aws-sam/build --cached --cache-dir .aws-sam/cache
 	PYTHONPATH=src $(LAMBDA_PYTHON) -m lethe.lambda_build .aws-sam/build --python $(LAMBDA_PYTHON_VERSION) --arch $(LAMBDA_MACHINE)
+	PYTHONPATH=src $(LAMBDA_PYTHON) -m lethe.build_stamp .aws-sam/build
 
 # ------------------------------------------------------------------ tests
 .PHONY: test unit integration lambda-tests spark sfn e2e
@@ -167,6 +168,7 @@ ERASURE_BENCH_ARGS ?=
 bench: venv system-deps lambda-python ## Subject index, erasure, ingestion and Lambda footprint benchmarks; results in docs/BENCHMARKS.md (BENCH_ARGS="--spark ...", ERASURE_BENCH_ARGS="--full ...", INGEST_BENCH_ARGS="--full ...", LAMBDA_BENCH_ARGS="--rounds 30")
 	$(BIN)/python bench/report.py --record-machine
 	$(BIN)/python bench/index_bench.py $(BENCH_ARGS)
+	$(BIN)/python bench/segment_bench.py
 	$(BIN)/python bench/erasure_bench.py $(ERASURE_BENCH_ARGS)
 	$(BIN)/python bench/ingest_bench.py $(INGEST_BENCH_ARGS)
 	$(MAKE) sam-build

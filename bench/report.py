@@ -9,6 +9,12 @@ bench/results/ (the prose outside the markers is written by hand). A section who
 missing is left as it is; a missing marker is an error. Rendering is a pure function of the
 JSON files and the document (`render`), so running it twice changes nothing the second time.
 The plots (docs/benchmarks/*.png) are drawn again from the same JSON (`--no-plots`: not).
+
+Then the documents the benchmarks feed besides BENCHMARKS.md (`--no-cost`: not):
+docs/INDEX_SEGMENTS.md's measurement section (markers `segments`, from
+results/segment_latest.json, bench/segment_bench.py) and docs/COST.md, generated whole by
+bench/cost_model.py from results/*.json. Either is left as it is when a JSON it needs is
+missing.
 """
 
 from __future__ import annotations
@@ -326,6 +332,47 @@ def render(doc: str, results: Path, sections: tuple[Section, ...] = SECTIONS) ->
     return doc
 
 
+# ------------------------------------------------------------ the other documents
+
+SEGMENTS_DOC = REPO / "docs" / "INDEX_SEGMENTS.md"
+SEGMENTS_JSON = "segment_latest.json"
+
+
+def render_segments(results: Path) -> str | None:
+    segment_bench = _bench_module("segment_bench")
+
+    result = _load(results, SEGMENTS_JSON)
+    if result is None:
+        return None
+    return f"{_provenance(result, SEGMENTS_JSON)}\n\n{segment_bench.markdown(result)}"
+
+
+def other_documents(
+    results: Path, segments_doc: Path = SEGMENTS_DOC, cost_doc: Path | None = None
+) -> list[str]:
+    """docs/INDEX_SEGMENTS.md's generated section and docs/COST.md, regenerated; what was done,
+    one line each."""
+    done = []
+    body = render_segments(results) if segments_doc.exists() else None
+    if body is None:
+        done.append(f"no {SEGMENTS_JSON} or {segments_doc.name}: left as it is")
+    else:
+        before = segments_doc.read_text(encoding="utf-8")
+        after = replace_section(before, "segments", SEGMENTS_JSON, body)
+        if after != before:
+            segments_doc.write_text(after, encoding="utf-8")
+        done.append(f"{segments_doc}: {'regenerated' if after != before else 'unchanged'}")
+    cost_model = _bench_module("cost_model")
+    cost_doc = cost_doc or cost_model.DOC
+    try:
+        changed = cost_model.write_docs(results, cost_doc)
+    except FileNotFoundError as missing:
+        done.append(f"{cost_doc.name} left as it is: {missing}")
+    else:
+        done.append(f"{cost_doc}: {'regenerated' if changed else 'unchanged'}")
+    return done
+
+
 # ---------------------------------------------------------------------------- plots
 
 
@@ -459,6 +506,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plots", type=Path, default=PLOTS)
     parser.add_argument("--no-plots", action="store_true")
     parser.add_argument(
+        "--no-cost", action="store_true", help="leave docs/COST.md and INDEX_SEGMENTS.md alone"
+    )
+    parser.add_argument(
         "--record-machine", action="store_true", help="record the machine facts and start time"
     )
     parser.add_argument(
@@ -477,6 +527,9 @@ def main(argv: list[str] | None = None) -> int:
     if after != before:
         args.doc.write_text(after, encoding="utf-8")
     print(f"{args.doc}: {'regenerated' if after != before else 'unchanged'}")
+    if not args.no_cost:
+        for line in other_documents(args.results):
+            print(line)
     if not args.no_plots:
         for path in draw_plots(args.results, args.plots):
             print(f"plot: {path}")

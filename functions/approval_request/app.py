@@ -4,9 +4,10 @@ Keeps the task token on the request record, sealed with the task token key (TASK
 lethe_shared.erasure.task_tokens), creates one signed link
 per configured approver (never the requester, by address or by the IAM principal that filed
 the request: APPROVER_PRINCIPALS) and emails each approver their own link through
-SES (lethe_shared.erasure.approval_flow.request_approval). The task then waits until an approver
-decides on the approval page, the request is cancelled, or the deadline passes (the task's
-TimeoutSeconds, from ApprovalTimeoutHours).
+SES (lethe_shared.erasure.approval_flow.request_approval), with the configuration set
+SES_CONFIGURATION_SET when given, whose bounces and complaints reach the notifications topic.
+The task then waits until an approver decides on the approval page, the request is cancelled,
+or the deadline passes (the task's TimeoutSeconds, from ApprovalTimeoutHours).
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ class ApprovalRequestSettings(ApproversSettingsBase):
     requests_table: str = Field(alias="ERASURE_REQUESTS_TABLE", min_length=1)
     approvals_table: str = Field(alias="APPROVALS_TABLE", min_length=1)
     sender: str = Field(alias="SENDER_EMAIL", min_length=3)
+    # SES configuration set for bounces and complaints (template.yaml); empty: none
+    configuration_set: str = Field(default="", alias="SES_CONFIGURATION_SET")
     signing_key_secret_arn: str = Field(alias="APPROVAL_SIGNING_KEY_SECRET_ARN", min_length=1)
     api_url: str = Field(alias="API_URL", pattern=r"^https?://")
     timeout_hours: float = Field(alias="APPROVAL_TIMEOUT_HOURS", gt=0)
@@ -71,7 +74,7 @@ def _build(settings: ApprovalRequestSettings, aws: Aws) -> _Dependencies:
         settings=settings,
         requests=DynamoErasureRequests(aws.table(settings.requests_table)),
         approvals=DynamoApprovals(aws.table(settings.approvals_table)),
-        mailer=SesMailer(aws.client("ses"), settings.sender),
+        mailer=SesMailer(aws.client("ses"), settings.sender, settings.configuration_set),
         tokens=KmsTaskTokens(aws.client("kms"), settings.task_token_key_arn),
     )
 

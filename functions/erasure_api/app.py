@@ -4,6 +4,10 @@
     GET  /erasure-requests[?status=S]       list requests, newest first
     GET  /erasure-requests/{id}             one request: status, history, report, result
     POST /erasure-requests/{id}/cancel      stop a request that has not started erasing
+    POST /erasure-requests/{id}/resume      run a FAILED request's approved report again, while
+                                            its approval is valid (Idempotency-Key honoured):
+                                            202; 409 with the reason (and "file a new request"
+                                            when a new approval is needed)
 
 The same function takes EventBridge events (`source: lethe.requests`, detail-type `Erasure
 Requested`, detail = the POST body plus an optional `idempotency_key`; the event id is the key
@@ -17,9 +21,9 @@ on the request (`requester_principal`); a request filed by event records the eve
 account and source instead (`event:<account>:<source>`: EventBridge passes no caller). A
 `requested_by` naming an approver of APPROVER_PRINCIPALS is accepted only from that approver's
 principal (403 otherwise; an event, unless the approver is mapped to its sender, is refused).
-A cancel is accepted from the request's requester principal or an approver's principal when
-either is known (403 otherwise). A GET of a request whose approver's decision is recorded but
-did not reach the workflow hands it over again
+A cancel, and a resume (lethe_shared.erasure.resume), is accepted from the request's requester
+principal or an approver's principal when either is known (403 otherwise). A GET of a request
+whose approver's decision is recorded but did not reach the workflow hands it over again
 (lethe_shared.erasure.decision_delivery.deliver_decision).
 """
 
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
@@ -39,6 +44,7 @@ from pydantic import Field
 from lethe_shared.aws.wiring import Aws, wiring
 from lethe_shared.config import Settings
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
+from lethe_shared.erasure.authority import DEFAULT_APPROVAL_VALIDITY_HOURS
 from lethe_shared.erasure.decision_delivery import deliver_decision, pending_delivery
 from lethe_shared.erasure.intake import StepFunctionsStarter, cancel_request, file_request
 from lethe_shared.erasure.principals import (
@@ -56,6 +62,7 @@ from lethe_shared.erasure.requests import (
     RequestNotFoundError,
     parse_request_body,
 )
+from lethe_shared.erasure.resume import ResumeRefusedError, StepFunctionsResumer, resume_request
 from lethe_shared.erasure.task_callbacks import StepFunctionsCallbacks, TaskGoneError
 from lethe_shared.erasure.task_tokens import KmsTaskTokens
 from lethe_shared.subject_hashing.keys import key_from_secret
@@ -86,6 +93,10 @@ class ErasureApiSettings(Settings):
     approver_principals: ApproverPrincipalsSetting = Field(alias="APPROVER_PRINCIPALS")
     # the task token key: the record holds the token sealed (lethe_shared.erasure.task_tokens)
     task_token_key_arn: str = Field(alias="TASK_TOKEN_KEY_ARN", min_length=1)
+    # how long an approval lets a FAILED request be resumed (the template's bounds)
+    approval_validity_hours: float = Field(
+        default=DEFAULT_APPROVAL_VALIDITY_HOURS, alias="APPROVAL_VALIDITY_HOURS", ge=1, le=720
+    )
 
 
 @dataclass(frozen=True)
@@ -95,6 +106,7 @@ class _Dependencies:
     registry: DynamoDatasetRegistry
     starter: StepFunctionsStarter
     callbacks: StepFunctionsCallbacks
+    resumer: StepFunctionsResumer
 
 
 def _build(settings: ErasureApiSettings, aws: Aws) -> _Dependencies:
@@ -107,6 +119,7 @@ def _build(settings: ErasureApiSettings, aws: Aws) -> _Dependencies:
             aws.client("stepfunctions"),
             KmsTaskTokens(aws.client("kms"), settings.task_token_key_arn),
         ),
+        resumer=StepFunctionsResumer(aws.client("stepfunctions"), settings.state_machine_arn),
     )
 
 
@@ -243,6 +256,55 @@ def cancel(request_id: str) -> Response[str]:
     metrics.add_metric(name="ErasureRequestsCancelled", unit=MetricUnit.Count, value=1)
     logger.info("erasure request cancelled", extra={"request_id": request_id})
     return _json(200, record.public())
+
+
+@app.post("/erasure-requests/<request_id>/resume")
+@tracer.capture_method
+def resume(request_id: str) -> Response[str]:
+    caller_arn = app.current_event.request_context.identity.user_arn
+    caller = caller_arn or "unknown caller"
+    headers = {k.lower(): v for k, v in (app.current_event.headers or {}).items()}
+    key = headers.get("idempotency-key")
+    if key is not None and not 1 <= len(key) <= 256:
+        raise BadRequestError("Idempotency-Key must have 1 to 256 characters")
+    deps = _dependencies()
+    found = deps.requests.get(request_id)
+    if found is None:
+        raise RequestNotFoundError(f"no erasure request {request_id}")
+    try:
+        deps.settings.approver_principals.check_canceller(found.requester_principal, caller_arn)
+    except CancelNotAllowedError:
+        raise CancelNotAllowedError(
+            "only the IAM principal that filed this request or an approver's may resume it"
+        ) from None
+    resumed = resume_request(
+        request_id,
+        caller=caller,
+        requests=deps.requests,
+        starter=deps.resumer,
+        validity=timedelta(hours=deps.settings.approval_validity_hours),
+        idempotency_key=key,
+    )
+    if not resumed.repeated:
+        metrics.add_metric(name="ErasureRequestsResumed", unit=MetricUnit.Count, value=1)
+    logger.info("erasure request resumed", extra={"request_id": request_id, "run": resumed.run})
+    record = deps.requests.get(request_id) or resumed.request
+    return _json(
+        202,
+        {
+            **record.public(),
+            "resumed": {
+                "run": resumed.run,
+                "execution_arn": resumed.execution_arn,
+                "repeated": resumed.repeated,
+            },
+        },
+    )
+
+
+@app.exception_handler(ResumeRefusedError)
+def _not_resumable(exc: ResumeRefusedError) -> Response[str]:
+    return _json(409, {"message": str(exc)})
 
 
 @app.exception_handler(ErasureRequestError)

@@ -6,14 +6,21 @@
                                                             indexed with another hash key than the
                                                             request's): {settled}
     {"step": "report", "request_id"}                        build and freeze the report
-    {"step": "mark", "request_id", "status", "detail"?, "error"?}   ERASING (only an approved
-                                                            request), EXPIRED, FAILED
+    {"step": "mark", "request_id", "status", "detail"?, "error"?, "resume_execution"?,
+     "approval_validity_seconds"?}                          ERASING (only an approved request;
+                                                            with resume_execution: a FAILED one
+                                                            whose resume started this run, with
+                                                            an approval younger than the
+                                                            validity), EXPIRED, FAILED
     {"step": "notification", "request_id"}                  what to publish about the request now
     {"step": "update_index", "request_id"}                  remove the entries erasure made untrue;
                                                             look the subjects up again and list
                                                             what the index still holds for them
                                                             (index_update.json)
-    {"step": "certify", "request_id"}                       audit record, signed certificate;
+    {"step": "certify_failure", "request_id", "error",     a FAILED run's audit record and
+     "job_runs"}                                            signed partial certificate (what
+                                                            was done; lethe_shared.erasure.failure)
+    {"step": "certify", "request_id", "job_runs"?}          audit record, signed certificate;
                                                             COMPLETED, or FAILED with outcome
                                                             INCOMPLETE (a place not fully
                                                             searched: the erase job's, the frozen
@@ -32,6 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
@@ -46,7 +54,8 @@ from lethe_shared.catalog.object_catalog import DynamoObjectCatalog
 from lethe_shared.config import Settings
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
 from lethe_shared.erasure import scope
-from lethe_shared.erasure.report import Manifest
+from lethe_shared.erasure.evidence import EvidenceLock
+from lethe_shared.erasure.report import Manifest, report_key, sha256_hex
 from lethe_shared.erasure.requests import (
     DynamoErasureRequests,
     ErasureRequest,
@@ -54,6 +63,7 @@ from lethe_shared.erasure.requests import (
     RequestNotFoundError,
 )
 from lethe_shared.erasure.workflow import (
+    Resume,
     S3Documents,
     build_report,
     certify,
@@ -68,6 +78,7 @@ from lethe_shared.subject_hashing.shown_keys import KeyNamer
 
 if TYPE_CHECKING:
     from lethe_shared.erasure.certificate import KmsSigner
+    from lethe_shared.erasure.certificate_statement import JobRun
 
 logger = Logger()
 tracer = Tracer()
@@ -92,6 +103,14 @@ class StepError(Model):
     Cause: str = ""
 
 
+class JobRunEvent(Model):
+    """A Spark run of the workflow, as the state machine passes it (from the .sync output)."""
+
+    mode: str = ""
+    engine: str = ""
+    run_id: str = ""
+
+
 class StepEvent(Model):
     step: Literal[
         "watch_ingestion",
@@ -100,6 +119,7 @@ class StepEvent(Model):
         "notification",
         "update_index",
         "certify",
+        "certify_failure",
     ]
     request_id: str = Field(min_length=1)
     status: ErasureStatus | None = None
@@ -109,6 +129,11 @@ class StepEvent(Model):
     waited_seconds: int = Field(default=0, ge=0)
     max_wait_seconds: int = Field(default=0, ge=0)
     settle_seconds: int = Field(default=0, ge=0)
+    # mark ERASING of a resumed run: the execution the resume recorded, the approval's validity
+    resume_execution: str = ""
+    approval_validity_seconds: int = Field(default=0, ge=0)
+    # certify, certify_failure: the Spark runs of this workflow run (engine and run ids)
+    job_runs: tuple[JobRunEvent, ...] = ()
 
 
 _WAITING = (
@@ -166,7 +191,10 @@ def _build(settings: ErasureStepsSettings, aws: Aws) -> _Dependencies:
         catalog=DynamoObjectCatalog(aws.table(settings.catalog_table)),
         registry=DynamoDatasetRegistry(aws.table(settings.datasets_table)),
         objects=S3ObjectStore(aws.client("s3")),
-        documents=S3Documents(aws.client("s3"), settings.reports_bucket),
+        # every erasure/ document locked as written (EVIDENCE_RETENTION_DAYS, EVIDENCE_LOCK_MODE)
+        documents=S3Documents(
+            aws.client("s3"), settings.reports_bucket, lock=EvidenceLock.from_environ()
+        ),
         kms=aws.client("kms"),
         certificate_key_arn=settings.certificate_key_arn,
         sqs=aws.client("sqs"),
@@ -208,10 +236,54 @@ def _watch_ingestion(step: StepEvent, deps: _Dependencies) -> dict[str, Any]:
     return {"request_id": step.request_id, "settled": wait.settled, "in_flight": wait.pending}
 
 
+def _job_runs(step: StepEvent) -> tuple[JobRun, ...]:
+    from lethe_shared.erasure.certificate_statement import JobRun  # noqa: PLC0415
+
+    return tuple(
+        JobRun(mode=r.mode, engine=r.engine, run_id=r.run_id) for r in step.job_runs if r.run_id
+    )
+
+
+def _resume(step: StepEvent, deps: _Dependencies) -> Resume | None:
+    """A resumed run's Mark Erasing: the stored report's SHA-256 read now (a changed report is
+    refused; lethe_shared.erasure.workflow.start_erasing)."""
+    if step.status is not ErasureStatus.ERASING or not step.resume_execution:
+        return None
+    stored = deps.documents.get(report_key(step.request_id, "manifest.json"))
+    return Resume(
+        execution=step.resume_execution,
+        validity=timedelta(seconds=step.approval_validity_seconds),
+        now=datetime.now(UTC),
+        stored_manifest_sha256=sha256_hex(stored) if stored is not None else "",
+    )
+
+
+def _certify_failure(step: StepEvent, deps: _Dependencies) -> dict[str, Any]:
+    """A FAILED run's audit record and partial certificate (lethe_shared.erasure.failure)."""
+    from lethe_shared.erasure.failure import certify_failure  # noqa: PLC0415
+
+    error = step.error or StepError()
+    result = certify_failure(
+        step.request_id, requests=deps.requests, documents=deps.documents, signer=deps.signer(),
+        error=error.Error, cause=error.Cause, job_runs=_job_runs(step), at=datetime.now(UTC),
+        namer=deps.namer(),
+    )  # fmt: skip
+    if result.get("partial_certificate"):
+        metrics.add_metric(name="ErasurePartialCertificates", unit=MetricUnit.Count, value=1)
+    return result
+
+
+_OWN_STEPS: dict[str, Callable[[StepEvent, _Dependencies], dict[str, Any]]] = {
+    "watch_ingestion": _watch_ingestion,
+    "certify_failure": _certify_failure,
+}
+
+
 def _run(step: StepEvent, deps: _Dependencies) -> dict[str, Any]:
     rid = step.request_id
-    if step.step == "watch_ingestion":
-        return _watch_ingestion(step, deps)
+    own = _OWN_STEPS.get(step.step)
+    if own is not None:
+        return own(step, deps)
     if step.step == "report":
         summary = build_report(
             rid,
@@ -230,7 +302,10 @@ def _run(step: StepEvent, deps: _Dependencies) -> dict[str, Any]:
         if step.status is None:
             raise ValueError("a mark step names the status")
         error = {"error": step.error.Error, "cause": step.error.Cause} if step.error else None
-        return mark(rid, step.status, requests=deps.requests, detail=step.detail, error=error)
+        return mark(
+            rid, step.status, requests=deps.requests, detail=step.detail, error=error,
+            resume=_resume(step, deps),
+        )  # fmt: skip
     if step.step == "notification":
         record = deps.requests.get(rid)
         if record is None:
@@ -246,7 +321,7 @@ def _run(step: StepEvent, deps: _Dependencies) -> dict[str, Any]:
         return {"request_id": rid, **updated}
     certified = certify(
         rid, requests=deps.requests, documents=deps.documents, signer=deps.signer(),
-        namer=deps.namer(),
+        namer=deps.namer(), job_runs=_job_runs(step),
     )  # fmt: skip
     if certified.complete:
         metrics.add_metric(name="ErasuresCompleted", unit=MetricUnit.Count, value=1)

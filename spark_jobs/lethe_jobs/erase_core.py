@@ -25,7 +25,9 @@ Erase (one Spark task per group of objects, `tasks.task_groups`: small objects s
 4. every older version and delete marker of that exact key is deleted: the subjects' rows in
    overwritten versions go too (an object whose current version never held them still loses
    the older versions that might). A key hidden by a delete marker loses every version;
-5. the driver collects one small result per object and writes `results.json`. A result names
+5. right after each object, its task records its result (its progress document, one small PUT:
+   lethe_jobs.erase_progress), so a run that dies leaves a record of every object it finished;
+   the driver collects one small result per object and writes `results.json`. A result names
    what of the object could not be searched (`not_searched`, lethe_jobs.not_searched: records
    that could not be parsed, a subject column missing or ambiguous, rows that differ from the
    index's count for the version it described, the unreadable current version of a raw key the
@@ -43,12 +45,18 @@ the registry's consistent `registration()`.
 
 Verify (lethe_jobs.erase_verify) reads every object of the results again: no version but the
 one erasure left, no row of the subjects in it, and the expected number of rows (a widened
-key's version named unreadable is accepted unread). It writes `verification.json` and fails
-the run when any object does not verify, so the request ends FAILED, never COMPLETED. A refused
-object is accepted unread (`pins.accepts_refused`): the request ends INCOMPLETE naming it.
+key's version named unreadable is accepted unread). An object that fails in a way erasing again
+can fix (a producer wrote it after the erase run, the subjects' rows or older versions still
+there) is erased again, at most `erase_again.MAX_ERASE_AGAIN` times, and checked again; its new
+result replaces its old in `results.json` and its progress (lethe_jobs.erase_again). The run
+writes `verification.json` and fails when any object still does not verify, so the request ends
+FAILED, never COMPLETED. A refused object is accepted unread (`pins.accepts_refused`): the
+request ends INCOMPLETE naming it.
 
-Failures worth a retry raise. A re-run converges: an object already erased has nothing left to
-remove, and its older versions are already gone.
+Failures worth a retry raise. A re-run converges and starts from the record: an object its
+progress shows as left by an earlier run of this report is that result, untouched; one changed
+since is erased again and both results merged (lethe_jobs.erase_progress); one without progress
+(its task died on it) has nothing left to remove and its older versions go.
 """
 
 from __future__ import annotations
@@ -68,7 +76,16 @@ import boto3
 from pyspark import TaskContext
 from pyspark.sql import SparkSession
 
+from lethe_jobs.erase_again import Rechecked, verify_partition
 from lethe_jobs.erase_ledger import LedgerReader, erased_by, job_ledger, job_writes
+from lethe_jobs.erase_progress import (
+    EraseTask,
+    as_recorded,
+    put_document,
+    recorded_results,
+    recorder,
+    resumed,
+)
 from lethe_jobs.erase_rows import EraseResult, erase_rows
 from lethe_jobs.erase_settings import (
     EraseArgs,
@@ -77,7 +94,6 @@ from lethe_jobs.erase_settings import (
     job_settings,
     refused_results,
 )
-from lethe_jobs.erase_verify import verify_partition
 from lethe_jobs.errors import JobError
 from lethe_jobs.not_searched import (
     UNREADABLE,
@@ -100,7 +116,6 @@ from lethe_shared.aws.s3 import (
     ObjectVersion,
     S3ObjectStore,
     key_state,
-    s3_url,
     split_s3_url,
 )
 from lethe_shared.aws.scrub import scrub_text
@@ -111,11 +126,9 @@ from lethe_shared.erasure.report import (
     ManifestObject,
     NotSearched,
     ObjectAction,
-    ObjectCheck,
     ObjectResult,
     Verification,
     VersionRef,
-    canonical_json,
     report_key,
     results_totals,
     sha256_hex,
@@ -259,18 +272,43 @@ def erase_object(
     ctx: EraseSettings,
     after_rewrite: Callable[[], None] | None = None,
     ledger: LedgerReader | None = None,
+    *,
+    earlier: ObjectResult | None = None,
+    trust_recorded: bool = True,
 ) -> ObjectResult:
     """Erase the subjects from one key and all its versions (module docstring, 2-4).
     `after_rewrite` runs right after each conditional write of a new version (tests' faults).
     `ledger`: the writes ledger, which alone says a version is this request's own (None: no
-    version is)."""
+    version is). `earlier`: what a run under the same report recorded of the object (its
+    progress, or results.json in the verify run): the key as it left it is that result (unless
+    not `trust_recorded`: the verify run erases again what its check found wrong); else the
+    object is erased again and both are merged (lethe_jobs.erase_progress)."""
+    trusted = earlier if trust_recorded else None
+    now = _erase_object(store, item, ctx, after_rewrite, ledger, earlier=earlier, trusted=trusted)
+    return now if earlier is None or now is earlier else resumed(earlier, now)
+
+
+def _erase_object(
+    store: S3ObjectStore,
+    item: ManifestObject,
+    ctx: EraseSettings,
+    after_rewrite: Callable[[], None] | None,
+    ledger: LedgerReader | None,
+    *,
+    earlier: ObjectResult | None,
+    trusted: ObjectResult | None,
+) -> ObjectResult:
     first: list[VersionRef] | None = None
     purged = 0
     removed = 0  # rows this erasure removed in versions it wrote that another one then replaced
-    counted: set[str] = set()  # versions whose removed rows are counted: this run's, credited
+    # versions whose removed rows are counted: this run's, credited, and the one an earlier
+    # run recorded (its rows are in `earlier`)
+    counted = {earlier.version_after.version_id} if earlier and earlier.version_after else set()
     inherited: list[NotSearched] = []  # an index difference an earlier run of it found
     for attempt in range(1, MAX_ATTEMPTS + 1):
         versions = store.versions_of(item.bucket, item.key)
+        if attempt == 1 and trusted is not None and as_recorded(trusted, versions):
+            return trusted  # as the earlier run left it: nothing to do
         first = _data_versions(versions) if first is None else first
         state = key_state(versions)
         if state is not KeyState.CURRENT:  # hidden by a marker, or only markers: all go
@@ -295,8 +333,8 @@ def erase_object(
             # a version this request wrote in an earlier run (one that died before its results):
             # its rows are this request's too (once, however often it is read)
             removed += _erased_earlier(ledger, item, read, ctx.request_id)
-            earlier = earlier_difference(item, read.metadata, ctx.request_id)
-            inherited = [earlier] if earlier else inherited
+            difference = earlier_difference(item, read.metadata, ctx.request_id)
+            inherited = [difference] if difference else inherited
             counted.add(current.version_id)
         if erased.written and after is not None:
             counted.add(after.version_id)
@@ -370,18 +408,22 @@ def _test_kill_hook() -> Callable[[], None] | None:
     return after_rewrite
 
 
-def _erase_partition(items: Iterable[str], ctx: EraseSettings) -> Iterator[str]:
+def _erase_partition(tasks: Iterable[str], ctx: EraseSettings) -> Iterator[str]:
     # an executor's Python worker logs on its own
     logging_shown_keys(ctx.correlation_id, ctx.hash_key, ctx.datasets)
     # every rewrite recorded in the writes ledger (the request id as its run id): how the
     # object events path, verification and a re-run know the versions erasure wrote, never by
     # their metadata (lethe_jobs.erase_ledger)
     ledger = job_ledger(ctx.catalog_table)
-    store = S3ObjectStore(boto3.client("s3"), writes=job_writes(ledger, ctx.request_id))
+    client = boto3.client("s3")
+    store = S3ObjectStore(client, writes=job_writes(ledger, ctx.request_id))
+    record = recorder(S3ObjectStore(client), ctx)  # each object's progress, as it is done
     after_rewrite = _test_kill_hook()
-    for text in items:
-        item = ManifestObject.model_validate_json(text)
-        result = erase_object(store, item, ctx, after_rewrite, ledger)
+    for text in tasks:
+        task = EraseTask.model_validate_json(text)
+        item = task.item
+        result = erase_object(store, item, ctx, after_rewrite, ledger, earlier=task.earlier)
+        record(result)  # before the next object: a run that dies keeps what it finished
         LOG.info(
             "%s: %s, %d of %d rows removed, %d versions purged",
             ctx.shown(item.object_url), result.action, result.rows_removed, result.rows_before,
@@ -419,9 +461,18 @@ def run_erase(
     manifest = load_manifest(ports.reports, args)
     ctx = job_settings(args, manifest, ports)
     by_url = refused_results(manifest, ctx)
+    record = recorder(ports.reports, ctx)
+    for refused in by_url.values():
+        record(refused)
     items = [o for o in manifest.objects if o.object_url not in by_url]
-    LOG.info("erasing %d subject hashes from %d objects", len(ctx.hashes), len(items))
-    groups = [[items[i].model_dump_json() for i in g] for g in task_groups([i.size for i in items])]
+    # what an earlier run of this report recorded (a re-run starts from it, erase_progress)
+    earlier = recorded_results(ports.reports, args.reports_bucket, manifest, args.manifest_sha256)
+    LOG.info(
+        "erasing %d subject hashes from %d objects (%d recorded by an earlier run)",
+        len(ctx.hashes), len(items), sum(o.object_url in earlier for o in items),
+    )  # fmt: skip
+    tasks = [EraseTask(item=o, earlier=earlier.get(o.object_url)).model_dump_json() for o in items]
+    groups = [[tasks[i] for i in g] for g in task_groups([i.size for i in items])]
     by_url.update(
         (r.object_url, r)
         for r in map(
@@ -459,11 +510,29 @@ def run_verify(
     if body is None:
         raise VerificationFailedError("the erase run wrote no results.json to verify")
     results = EraseResults.model_validate_json(body)
-    texts = [r.model_dump_json() for r in results.objects]
-    checks = [
-        ObjectCheck.model_validate_json(t)
-        for t in _distribute(spark, [[t] for t in texts], lambda p: verify_partition(p, ctx))
+    items = {o.object_url: o for o in manifest.objects}
+    if any(r.object_url not in items for r in results.objects):
+        raise VerificationFailedError("results.json names an object the report does not")
+    tasks = [
+        EraseTask(item=items[r.object_url], earlier=r).model_dump_json() for r in results.objects
     ]
+    rechecked = [
+        Rechecked.model_validate_json(t)
+        for t in _distribute(
+            spark, [[t] for t in tasks], lambda p: verify_partition(p, ctx, erase_object)
+        )
+    ]
+    checks = [r.check for r in rechecked]
+    again = [c for c in checks if c.erased_again]
+    if again:  # the objects erased again: their new results (erase_again)
+        by_url = {r.result.object_url: r.result for r in rechecked}
+        objects = tuple(by_url[r.object_url] for r in results.objects)
+        results = results.model_copy(update={"objects": objects, "finished_at": now.isoformat()})
+        _write(ports.reports, args, "results.json", results.model_dump(mode="json"))
+        LOG.warning(
+            "%d object(s) erased again by the verify run (written after the erase run, or not "
+            "as it left them)", len(again),
+        )  # fmt: skip
     verification = Verification(
         request_id=args.request_id,
         correlation_id=args.correlation_id,
@@ -478,15 +547,13 @@ def run_verify(
             f"{ctx.shown(failed[0].object_url)}: {scrub_text(failed[0].problem, ctx.namer())}"
         )
     LOG.info("verified %d objects: no matching row, no older version", len(checks))
-    return {"verification": url, "objects_verified": len(checks), "matching_rows_found": 0}
+    summary = {"verification": url, "objects_verified": len(checks), "matching_rows_found": 0}
+    return {**summary, "objects_erased_again": len(again)} if again else summary
 
 
 def _write(reports: S3ObjectStore, args: EraseArgs, name: str, document: Any) -> str:
     key = report_key(args.request_id, name)
-    reports.put_bytes(
-        args.reports_bucket, key, canonical_json(document), content_type="application/json"
-    )
-    return s3_url(args.reports_bucket, key)
+    return put_document(reports, args.reports_bucket, key, document, lock=args.evidence)
 
 
 def authorise(args: EraseArgs, ports: ErasePorts) -> None:

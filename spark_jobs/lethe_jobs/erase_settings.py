@@ -21,6 +21,7 @@ from lethe_shared.catalog.object_catalog import Buckets
 from lethe_shared.datasets.document import Dataset
 from lethe_shared.datasets.registry import Registration
 from lethe_shared.erasure.authority import RequestView
+from lethe_shared.erasure.evidence import MODE_ARG, RETENTION_ARG, EvidenceLock
 from lethe_shared.erasure.pins import PinRegistry, refusals, refused_result
 from lethe_shared.erasure.report import Manifest, ManifestObject, NotSearched, ObjectResult
 from lethe_shared.errors import DatasetNotFoundError
@@ -47,19 +48,32 @@ class EraseArgs:
     hash_key_secret: str
     correlation_id: str
     mode: str
+    # every version of the documents it writes to erasure/ is locked this long, in this mode
+    # (lethe_shared.erasure.evidence; "": not locked, a run without the stack)
+    evidence_retention_days: str = ""
+    evidence_lock_mode: str = ""
 
     @property
     def buckets(self) -> Buckets:
         return Buckets(raw=self.raw_bucket, lake=self.lake_bucket)
 
+    @property
+    def evidence(self) -> EvidenceLock | None:
+        return EvidenceLock.from_values(self.evidence_retention_days, self.evidence_lock_mode)
+
 
 def parse_args(argv: Sequence[str] | None) -> tuple[EraseArgs, list[str]]:
     """`--key value` arguments; unknown ones (Glue's own) are returned apart and ignored."""
     parser = argparse.ArgumentParser(prog="erase", description="Lethe erase job")
-    add_required(parser, [f for f in EraseArgs.__dataclass_fields__ if f != "mode"])
+    optional = {"mode", "evidence_retention_days", "evidence_lock_mode"}
+    add_required(parser, [f for f in EraseArgs.__dataclass_fields__ if f not in optional])
     parser.add_argument("--mode", choices=MODES, default="erase")
+    parser.add_argument(RETENTION_ARG, dest="evidence_retention_days", default="")
+    parser.add_argument(MODE_ARG, dest="evidence_lock_mode", default="")
     known, unknown = parser.parse_known_args(argv)
-    return EraseArgs(**vars(known)), unknown
+    args = EraseArgs(**vars(known))
+    _ = args.evidence  # malformed lock settings fail here, before anything is read or erased
+    return args, unknown
 
 
 @dataclass(frozen=True)
@@ -82,6 +96,13 @@ class EraseSettings:
     # the objects refused because the report's pins do not hold (by URL, with the gap naming
     # each): never read or touched (lethe_shared.erasure.pins)
     refused: dict[str, NotSearched] = field(default_factory=dict)
+    # where each finished object's progress is recorded as the job goes, and under which report
+    # (lethe_jobs.erase_progress; "": none is written)
+    reports_bucket: str = ""
+    manifest_sha256: str = ""
+    # how a task locks the documents it writes under erasure/ (its per-object progress):
+    # lethe_shared.erasure.evidence.put_arguments(key, evidence); None: not locked
+    evidence: EvidenceLock | None = None
 
     def matcher(self, dataset_id: str) -> SubjectMatcher:
         hashes = self.dataset_hashes.get(dataset_id, self.hashes)
@@ -136,6 +157,9 @@ def job_settings(args: EraseArgs, manifest: Manifest, ports: ErasePorts) -> Eras
         refused=refusals(
             manifest, key_fingerprint=key_fingerprint(ports.hash_key), registrations=registrations
         ),
+        reports_bucket=args.reports_bucket,
+        manifest_sha256=args.manifest_sha256,
+        evidence=args.evidence,
     )
 
 

@@ -16,24 +16,25 @@ ends INCOMPLETE naming it.
 A version newer than the one erasure left is accepted only when the writes ledger records it as
 written by the erase job for another request (lethe_jobs.erase_ledger). A version whose metadata
 claims an erasure (`lethe-producer: erase`, `lethe-erasure: <another request>`) but that the
-ledger does not know is a producer's, and fails verification like any producer's version.
+ledger does not know is a producer's, and fails the check like any producer's version.
+
+A failed check is not yet a failed verification: the verify run's tasks (lethe_jobs.erase_again)
+erase again, a bounded number of times, an object whose versions are not as erasure may leave
+them (`versions_as_left`) or that holds the subjects' rows, then check it again.
 """
 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
-import boto3
-
-from lethe_jobs.erase_ledger import LedgerReader, erased_by, job_ledger
+from lethe_jobs.erase_ledger import LedgerReader, erased_by
 from lethe_jobs.erase_rows import SubjectMatcher, match_rows
 from lethe_jobs.not_searched import UNREADABLE, accepts_unreadable
 from lethe_jobs.objects import object_kind
-from lethe_jobs.session import configure_logging
-from lethe_shared.aws.s3 import ObjectStore, ObjectVersion, S3ObjectStore, split_s3_url
+from lethe_shared.aws.s3 import ObjectStore, ObjectVersion, split_s3_url
 from lethe_shared.catalog.object_catalog import Buckets
 from lethe_shared.erasure.pins import accepts_refused
 from lethe_shared.erasure.report import ObjectCheck, ObjectResult
@@ -88,22 +89,15 @@ def verify_object(
             versions_left=len(versions),
         )  # fmt: skip
     if result.version_after is None:
-        ok = not versions
+        ok = versions_as_left(result, versions, ledger, ctx.request_id)
         problem = "" if ok else f"{len(versions)} version(s) left of a key erasure deleted"
         return ObjectCheck(
             object_url=result.object_url, ok=ok, matching_rows=0, rows=None,
             versions_left=len(versions), problem=problem,
         )  # fmt: skip
     ours = result.version_after.version_id
-    ids = [v.version_id for v in versions]
-    newer = versions[: ids.index(ours)] if ours in ids else versions
-    older = versions[ids.index(ours) + 1 :] if ours in ids else []
-    if (
-        older
-        or not left
-        or len(left) != len(versions)
-        or not _later_erasures(ledger, bucket, key, newer, ctx.request_id)
-    ):
+    newer = _newer(result, versions)
+    if not versions_as_left(result, versions, ledger, ctx.request_id):
         listed = ", ".join(v.version_id for v in versions)
         return ObjectCheck(
             object_url=result.object_url, ok=False, matching_rows=0, rows=None,
@@ -146,6 +140,39 @@ def verify_object(
     )  # fmt: skip
 
 
+def _newer(result: ObjectResult, versions: Sequence[ObjectVersion]) -> Sequence[ObjectVersion]:
+    """The versions above the one erasure left (all of them when it is not there)."""
+    ours = result.version_after.version_id if result.version_after else None
+    ids = [v.version_id for v in versions]
+    return versions[: ids.index(ours)] if ours in ids else versions
+
+
+def versions_as_left(
+    result: ObjectResult,
+    versions: Sequence[ObjectVersion],
+    ledger: LedgerReader | None,
+    request_id: str,
+) -> bool:
+    """The key's versions are what the erasure may leave: none for a key it deleted; else the
+    version it left (or none of it, purged by a later erasure) under only versions another
+    request's erasure wrote (`verify_object`): no older version, no delete marker, no
+    producer's version. What erasing the object again can fix when it is not so
+    (lethe_jobs.erase_again)."""
+    if result.version_after is None:
+        return not versions
+    ours = result.version_after.version_id
+    ids = [v.version_id for v in versions]
+    older = versions[ids.index(ours) + 1 :] if ours in ids else []
+    data = [v for v in versions if not v.delete_marker]
+    bucket, key = split_s3_url(result.object_url)
+    return (
+        not older
+        and bool(data)
+        and len(data) == len(versions)
+        and _later_erasures(ledger, bucket, key, _newer(result, versions), request_id)
+    )
+
+
 def _later_erasures(
     ledger: LedgerReader | None,
     bucket: str,
@@ -160,13 +187,3 @@ def _later_erasures(
         if by is None or by == request_id:
             return False
     return True
-
-
-def verify_partition(items: Iterable[str], ctx: VerifyContext) -> Iterator[str]:
-    """A Spark task of the verify run: one ObjectCheck (JSON) per ObjectResult (JSON)."""
-    configure_logging(ctx.correlation_id)
-    store = S3ObjectStore(boto3.client("s3"))
-    ledger = job_ledger(ctx.catalog_table)
-    for text in items:
-        check = verify_object(store, ObjectResult.model_validate_json(text), ctx, ledger)
-        yield check.model_dump_json()

@@ -25,6 +25,7 @@ from lethe_shared.catalog.object_catalog import (
 )
 from lethe_shared.datasets.document import parse_dataset
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
+from lethe_shared.erasure.authority import ErasureNotApprovedError
 from lethe_shared.erasure.requests import (
     DynamoErasureRequests,
     ErasureStatus,
@@ -55,7 +56,8 @@ RAW_KEY = "reviews/2026/11/01/upload.jsonl"
 def requests(lethe_tables: dict[str, Any], lethe_buckets: Callable[..., None]) -> Any:
     lethe_buckets()
     s3 = boto3.client("s3")
-    s3.create_bucket(Bucket=REPORTS)
+    # as template.yaml's ReportsBucket: versioned, with Object Lock (erasure/ is written locked)
+    s3.create_bucket(Bucket=REPORTS, ObjectLockEnabledForBucket=True)
     s3.put_bucket_versioning(Bucket=REPORTS, VersioningConfiguration={"Status": "Enabled"})
     table = create_table_from_template("ErasureRequestsTable", "lethe-local-erasure-requests")
     requests = DynamoErasureRequests(table)
@@ -134,6 +136,9 @@ def test_the_report_step_freezes_the_report_of_the_indexed_objects(
     # Then the manifest in the reports bucket names both objects and all three versions, and
     # the step returns its hash
     manifest_body = s3.get_object(Bucket=REPORTS, Key=f"erasure/{RID}/manifest.json")["Body"].read()
+    # locked as env.json's EVIDENCE_* settings say (lethe_shared.erasure.evidence)
+    locked = s3.head_object(Bucket=REPORTS, Key=f"erasure/{RID}/manifest.json")
+    assert locked["ObjectLockMode"] == "GOVERNANCE"
     assert result == {
         "request_id": RID,
         "objects": 2,
@@ -720,3 +725,57 @@ def test_a_look_up_again_step_is_no_step(app: Any, requests: Any) -> None:
     # (its validation error quotes the step's value: scrubbed, as every quoted value)
     with pytest.raises(ValueError, match="validation error for StepEvent"):
         app.handler({"step": "look_up_again", "request_id": RID}, FakeLambdaContext())
+
+
+def test_a_failed_run_is_certified_partially_then_resumed_by_its_execution_only(
+    app: Any, requests: Any, load_event: Event, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a frozen, approved report whose erase run failed (Mark Failed recorded it)
+    app.handler(load_event("erasure_steps_report.json"), FakeLambdaContext())
+    decided = datetime.now(UTC).isoformat()
+    approval = {"approvers": ["dpo@example.com"], "decision": "approve",
+                "decided_by": "dpo@example.com", "decided_at": decided}  # fmt: skip
+    for status in ("AWAITING_APPROVAL", "APPROVED", "ERASING"):
+        requests.transition(
+            RID, ErasureStatus(status), by="test",
+            updates={"approval": approval} if status == "APPROVED" else None,
+        )  # fmt: skip
+    failure = {"Error": "States.TaskFailed", "Cause": '{"Id": "jr_1", "JobRunState": "FAILED"}'}
+    app.handler(
+        {"step": "mark", "request_id": RID, "status": "FAILED", "error": failure},
+        FakeLambdaContext(),
+    )
+    key = boto3.client("kms").create_key(KeySpec="ECC_NIST_P256", KeyUsage="SIGN_VERIFY")
+    monkeypatch.setenv("CERTIFICATE_KEY_ARN", key["KeyMetadata"]["Arn"])
+    app = load_function_module("erasure_steps")
+
+    # When Record Failure runs, with the Spark runs the workflow saw
+    note = app.handler(
+        {"step": "certify_failure", "request_id": RID, "error": failure,
+         "job_runs": [{"mode": "erase", "engine": "GLUE", "run_id": "jr_1"}]},
+        FakeLambdaContext(),
+    )  # fmt: skip
+
+    # Then the request is FAILED with a partial certificate naming the run
+    assert (note["status"], note["partial_certificate"]) == (
+        "FAILED", f"s3://{REPORTS}/erasure/{RID}/failed-run-1/certificate.json",
+    )  # fmt: skip
+    body = (
+        boto3.client("s3")
+        .get_object(Bucket=REPORTS, Key=f"erasure/{RID}/failed-run-1/certificate.json")["Body"]
+        .read()
+    )
+    certificate = json.loads(body)["certificate"]
+    assert certificate["partial"]["cause"] == "States.TaskFailed: Spark job run jr_1 ended FAILED"
+    assert certificate["statement"]["tool"]["job_runs"] == [
+        {"mode": "erase", "engine": "GLUE", "run_id": "jr_1"}
+    ]
+    # and Mark Erasing of a run no resume recorded leaves it FAILED
+    with pytest.raises(ErasureNotApprovedError):
+        app.handler(
+            {"step": "mark", "request_id": RID, "status": "ERASING",
+             "resume_execution": f"erasure-{RID}-resume-1",
+             "approval_validity_seconds": 3600},
+            FakeLambdaContext(),
+        )  # fmt: skip
+    assert requests.get(RID).status is ErasureStatus.FAILED

@@ -265,6 +265,24 @@ def test_concurrent_invocations_get_separate_workers(runtime: LambdaRuntime) -> 
     assert results[0]["pid"] != results[1]["pid"]
 
 
+def test_functions_behind_the_rest_api_get_more_execution_environments(
+    deployment: Deployment,
+) -> None:
+    """API Gateway does not queue a burst: a function behind the REST API may run up to
+    `max_api_workers` environments at once, every other function `max_workers_per_function`."""
+    from dataclasses import replace  # noqa: PLC0415
+
+    from lethe.localcloud.deployment import ApiRoute  # noqa: PLC0415
+
+    routed = replace(deployment, api_routes=[ApiRoute("POST", "/echo", "Echo", "AWS_IAM")])
+    runtime = LambdaRuntime(routed, max_workers_per_function=3, max_api_workers=7)
+    try:
+        assert runtime.max_workers(routed.functions["Echo"]) == 7
+        assert runtime.max_workers(routed.functions["Shout"]) == 3
+    finally:
+        runtime.shutdown()
+
+
 def test_function_output_goes_to_its_log_file_not_to_the_protocol(
     runtime: LambdaRuntime, deployment: Deployment
 ) -> None:

@@ -95,6 +95,9 @@ def glue_deployment(endpoints: Endpoints, tmp_path_factory: pytest.TempPathFacto
     )
 
 
+GLUE_LOG_GROUPS = ("GlueOutputLogGroup", "GlueErrorLogGroup")
+
+
 def translated_resources(stage: str, engine: str) -> dict[str, Any]:
     return dict(translate(load_template(), parameters(stage, engine))["Resources"])
 
@@ -302,18 +305,47 @@ def test_every_log_group_keeps_log_retention_days(
 ) -> None:
     result: Deployment = request.getfixturevalue(fixture)
     logs = endpoints.client("logs")
-    names = [
-        result.physical_ids[lid]
+    groups = [
+        lid
         for lid, resource in translated_resources(stage, result.parameters["SparkEngine"]).items()
         if resource["Type"] == "AWS::Logs::LogGroup"
     ]
+    # the Glue jobs' log groups exist only on Glue (condition UseGlue); no other is conditional
+    skipped = {lid: result.not_created[lid] for lid in groups if lid in result.not_created}
+    glue = result.parameters["SparkEngine"] == "GLUE"
+    assert skipped == ({} if glue else dict.fromkeys(GLUE_LOG_GROUPS, "condition UseGlue is false"))
+    names = [result.physical_ids[lid] for lid in groups if lid not in skipped]
     assert f"/lethe/{stage}/lambda/object-events" in names
     assert f"lethe-{stage}-spark" in names
+    if glue:
+        assert f"/aws-glue/jobs/lethe-{stage}/output" in names
+        assert f"/aws-glue/jobs/lethe-{stage}/error" in names
     api = result.physical_ids["LetheApi"]
     assert f"API-Gateway-Execution-Logs_{api}/{stage}" in names
     for name in names:
         (group,) = logs.describe_log_groups(logGroupNamePrefix=name)["logGroups"]
         assert group["retentionInDays"] == days, name
+
+
+def test_approval_emails_go_out_with_a_configuration_set_whose_bounces_reach_the_topic(
+    endpoints: Endpoints, deployment: Deployment
+) -> None:
+    ses = endpoints.client("ses")
+    name = deployment.physical_ids["SesConfigurationSet"]
+    assert name == f"lethe-{STAGE}"
+    described = ses.describe_configuration_set(
+        ConfigurationSetName=name, ConfigurationSetAttributeNames=["eventDestinations"]
+    )
+    (destination,) = described["EventDestinations"]
+    assert destination["Enabled"] is True
+    assert {"bounce", "complaint"} <= set(destination["MatchingEventTypes"])
+    assert destination["SNSDestination"]["TopicARN"] == deployment.outputs["NotificationsTopicArn"]
+    lam = endpoints.client("lambda")
+    config = lam.get_function_configuration(FunctionName=f"lethe-{STAGE}-approval-request")
+    assert config["Environment"]["Variables"]["SES_CONFIGURATION_SET"] == name
+    # the identity is created on a fresh account (CreateSenderIdentity defaults to true)
+    assert "SenderIdentity" in deployment.physical_ids
+    assert deployment.not_created["MonthlyBudget"] == "condition HasBudget is false"
 
 
 def test_topic_is_encrypted_with_the_stack_key_and_admits_alarms(
@@ -364,9 +396,11 @@ def test_state_machines_run_as_roles_that_trust_only_them(
     (statement,) = role["AssumeRolePolicyDocument"]["Statement"]
     arn = f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:lethe-{STAGE}-{name}"
     assert statement["Principal"] == {"Service": "states.amazonaws.com"}
+    # the index backfill's Distributed Map children assume it as stateMachine:<name>/<label>
+    children = [f"{arn}/*"] if machine == "IndexBackfillStateMachine" else []
     assert statement["Condition"] == {
         "StringEquals": {"aws:SourceAccount": ACCOUNT},
-        "ArnLike": {"aws:SourceArn": [arn, f"{arn}:*"]},
+        "ArnLike": {"aws:SourceArn": [arn, f"{arn}:*", *children]},
     }
     assert described["stateMachineArn"] == arn
     policies = iam.list_role_policies(RoleName=role["RoleName"])["PolicyNames"]
@@ -605,4 +639,48 @@ def test_substitution_is_textual_and_leaves_unknown_names() -> None:
     text = '{"T": "${Table}", "N": ${Count}, "B": ${Flag}, "Keep": "${Other}"}'
     assert substitute_definition(text, {"Table": "t1", "Count": 3, "Flag": True}) == (
         '{"T": "t1", "N": 3, "B": true, "Keep": "${Other}"}'
+    )
+
+
+def test_reports_bucket_locks_erasure_documents_and_expires_the_rest(
+    endpoints: Endpoints, deployment: Deployment
+) -> None:
+    """ReportsBucket as provisioned: Object Lock on with no default retention; an erasure/
+    document written by the functions' store is locked (a rewrite is a new version, the old one
+    cannot be deleted); manifests/ stays unlocked; no expiry rule reaches erasure/."""
+    from lethe_shared.erasure.evidence import EvidenceLock  # noqa: PLC0415
+    from lethe_shared.erasure.workflow import S3Documents  # noqa: PLC0415
+
+    s3 = endpoints.client("s3")
+    bucket = f"lethe-{STAGE}-reports-{ACCOUNT}-{REGION}"
+    lock = s3.get_object_lock_configuration(Bucket=bucket)["ObjectLockConfiguration"]
+    assert lock == {"ObjectLockEnabled": "Enabled"}
+    rules = s3.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]
+    expiring = {r["ID"]: r["Filter"] for r in rules if "AbortIncompleteMultipartUpload" not in r}
+    assert expiring == {
+        "ExpireRunManifests": {"Prefix": "manifests/"},
+        "ExpireNoncurrentRunManifests": {"Prefix": "manifests/"},
+        "ExpireNoncurrentReconcileReports": {"Prefix": "reconcile/"},
+    }
+
+    documents = S3Documents(s3, bucket, lock=EvidenceLock(days=1))
+    key = "erasure/er-provision/results.json"
+    documents.put(key, b'{"run":1}', "application/json")
+    documents.put(key, b'{"run":2}', "application/json")
+    versions = s3.list_object_versions(Bucket=bucket, Prefix=key)["Versions"]
+    assert len(versions) == 2
+    older = next(v for v in versions if not v["IsLatest"])
+    head = s3.head_object(Bucket=bucket, Key=key, VersionId=older["VersionId"])
+    assert head["ObjectLockMode"] == "GOVERNANCE"
+    with pytest.raises(s3.exceptions.ClientError, match="AccessDenied"):
+        s3.delete_object(Bucket=bucket, Key=key, VersionId=older["VersionId"])
+    assert s3.get_object(Bucket=bucket, Key=key, VersionId=older["VersionId"])["Body"].read() == (
+        b'{"run":1}'
+    )
+
+    documents.put("manifests/ingest/run.json", b"{}", "application/json")
+    manifest = s3.head_object(Bucket=bucket, Key="manifests/ingest/run.json")
+    assert "ObjectLockMode" not in manifest
+    s3.delete_object(
+        Bucket=bucket, Key="manifests/ingest/run.json", VersionId=manifest["VersionId"]
     )

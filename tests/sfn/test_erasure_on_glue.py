@@ -4,6 +4,7 @@ engines; their other paths are tested with EMR Serverless in test_erasure_workfl
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -37,3 +38,13 @@ def test_an_approved_request_is_erased_on_glue(cloud: Cloud) -> None:
     record = driver.record(request_id)
     assert (record["status"], record["result"]["rows_removed"]) == ("COMPLETED", 2)
     assert b"u-1002" not in driver.raw_bytes()
+    # and the certificate names the Glue runs that did the work (their JobRunIds), in order
+    bucket, key = record["certificate"]["url"].removeprefix("s3://").split("/", 1)
+    envelope = json.loads(cloud.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read())
+    tool = envelope["certificate"]["statement"]["tool"]
+    by_id = {r["Id"]: r["Arguments"]["--mode"] for r in runs}
+    assert [(r["mode"], r["engine"]) for r in tool["job_runs"]] == [
+        ("erase", "GLUE"), ("verify", "GLUE"),
+    ]  # fmt: skip
+    assert {r["run_id"]: r["mode"] for r in tool["job_runs"]} == by_id
+    assert tool["engine"] == "GLUE"

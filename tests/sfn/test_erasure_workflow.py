@@ -169,11 +169,18 @@ def test_a_spark_failure_is_retried_then_failed_and_published(
     ended = driver.execution(request_id, timeout=400)
     assert ended["execution"]["status"] == "FAILED"
     assert ended["execution"]["error"] == "ErasureFailed"
-    assert states_entered(ended["history"])[-6:] == [
-        "Run Erase Job On EMR Serverless", "Mark Failed", "Publish Outcome", "Announce Outcome",
-        "Which Outcome", "Erasure Failed",
+    # the partial certificate cannot be written either (the report it would certify is not the
+    # approved one): the request stays FAILED and its notification says the certificate is
+    # missing
+    assert states_entered(ended["history"])[-9:] == [
+        "Run Erase Job On EMR Serverless", "Mark Failed", "Was Erasing", "Record Failure",
+        "Partial Certificate Missing", "Publish Outcome", "Announce Outcome", "Which Outcome",
+        "Erasure Failed",
     ]  # fmt: skip
-    failed = [e for e in ended["history"] if e["type"] == "TaskFailed"]
+    failed = [
+        e for e in ended["history"]
+        if e["type"] == "TaskFailed" and e["taskFailedEventDetails"]["error"] == "States.TaskFailed"
+    ]  # fmt: skip
     assert len(failed) == 3  # the first attempt and two retries
     record = driver.record(request_id)
     assert record["status"] == "FAILED"
@@ -182,6 +189,7 @@ def test_a_spark_failure_is_retried_then_failed_and_published(
     assert driver.raw_bytes() == before
     (message,) = published(cloud, outcomes["sns"], request_id)
     assert (message["status"], message["error"]) == ("FAILED", "States.TaskFailed")
+    assert message["partial_certificate"] == "missing"
 
 
 def test_an_approval_that_expires_erases_nothing(
@@ -286,6 +294,7 @@ NOT_APPROVED_PATH = [
     "Wait For Approval",
     "Mark Erasing",
     "Mark Failed",
+    "Was Erasing",  # not erasing: no partial certificate
     "Publish Outcome",
     "Announce Outcome",
     "Which Outcome",

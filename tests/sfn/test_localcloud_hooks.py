@@ -739,6 +739,31 @@ def test_definitions_parse_in_parallel(cloud: LocalCloud) -> None:
     assert failures == []
 
 
+def test_a_definition_is_parsed_by_antlr_once_and_each_execution_gets_its_own_program(
+    cloud: LocalCloud,
+) -> None:
+    """P9: the parse tree is kept per definition; the preprocessor still builds new program
+    components for each parse (they hold evaluation state), and a definition with a syntax error
+    is refused every time, never kept."""
+    from moto.stepfunctions.parser.asl.parse.asl_parser import (  # noqa: PLC0415
+        AmazonStateLanguageParser,
+        ASLParserException,
+    )
+
+    definition = (REPO_ROOT / "statemachines" / "erasure.asl.json").read_text()
+    first_program, first_tree = AmazonStateLanguageParser.parse(definition)
+    second_program, second_tree = AmazonStateLanguageParser.parse(definition)
+    assert second_tree is first_tree
+    assert second_program is not first_program
+    assert second_program.states is not first_program.states
+    assert list(second_program.states.states) == list(first_program.states.states)
+
+    broken = definition.replace('"StartAt"', '"StartsAt"', 1)
+    for _ in range(2):
+        with pytest.raises(ASLParserException):
+            AmazonStateLanguageParser.parse(broken)
+
+
 WARM_PROBE = """
 import json, os, sys
 import probe_helper

@@ -5,7 +5,9 @@ version must be ingested exactly once: catalogued INGESTED, its rows in the lake
 (count and checksum of every lake row against what was uploaded, one version of each lake file),
 and named by exactly one ingestion execution and one Spark ingest run.
 
-Phase 2: 50 erasure requests filed at once (50 `lethe erasure request` processes), whose subjects
+Phase 2: 50 erasure requests filed at once (50 `lethe erasure request` processes; one in five
+through a connection that loses every second answer after the API has filed the request, with
+no --idempotency-key given: each must be filed exactly once), whose subjects
 share objects: ten "hot" objects each hold eight of the erased subjects, so 8 to 17 requests
 rewrite each of them, and ten requests name a subject an earlier request names too.
 All are approved through the approval page over HTTP (GET the link, read the code and the CSRF
@@ -33,7 +35,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +52,7 @@ from tests.localcloud_support import (
     wait_for,
 )
 from tests.soak.conftest import FIGURES
+from tests.soak.flaky_proxy import FlakyProxy
 
 pytestmark = pytest.mark.soak
 
@@ -58,6 +61,7 @@ HEADER = ["user_id", "review_date", "stars", "text"]
 INGEST_TERMINAL = {"INGESTED", "QUARANTINED", "SUPERSEDED", "FAILED"}
 ERASURE_TERMINAL = {"COMPLETED", "REJECTED", "EXPIRED", "FAILED"}
 UPLOAD_THREADS = 16
+FLAKY_SHARE = 5  # one filing in five goes through a connection that loses answers
 Row = tuple[str, str, int, str]
 
 
@@ -402,10 +406,11 @@ def _approve(link: str) -> str:
     return found.group(1) if found else f"HTTP {answer.status_code}"
 
 
-def _records(target: Target, ids: set[str]) -> dict[str, dict[str, Any]]:
+def _records(target: Target, ids: set[str] | None) -> dict[str, dict[str, Any]]:
+    """The listed requests (all of them when `ids` is None)."""
     status, answer = target.call_api("GET", "/erasure-requests")
     assert status == 200, answer
-    return {r["request_id"]: r for r in answer["requests"] if r["request_id"] in ids}
+    return {r["request_id"]: r for r in answer["requests"] if ids is None or r["request_id"] in ids}
 
 
 @pytest.fixture(scope="module")
@@ -418,19 +423,40 @@ def erased(ingested: dict[str, Any], plan: Plan) -> dict[str, Any]:
         "catalog": {(i["object_url"], i["version_id"]) for i in ingested["catalog"]},
     }
 
-    def file(subjects: list[str]) -> str:
+    # every FLAKY_SHARE-th filing goes through a connection that loses every second POST's
+    # answer after the API has filed it; the CLI is given no --idempotency-key (it makes one)
+    proxy = FlakyProxy(cloud.state["api_url"], drop_every=2).start()
+    flaky_state = cloud.state_file.with_name("flaky.json")
+    flaky_state.write_text(json.dumps({**cloud.state, "api_url": proxy.url}))
+    flaky = replace(cloud, state_file=flaky_state)
+
+    def file(numbered: tuple[int, list[str]]) -> str:
+        number, subjects = numbered
         args = [a for s in subjects for a in ("--subject", s)]
-        filed = cli(cloud, "erasure", "request", *args, "--requested-by", "soak@example.com",
+        via = flaky if number % FLAKY_SHARE == 0 else cloud
+        filed = cli(via, "erasure", "request", *args, "--requested-by", "soak@example.com",
                     "--reason", "soak test", timeout=CLI_TIMEOUT)  # fmt: skip
         assert filed.returncode == 0, filed.stderr
         return filed.stdout.strip()
 
     done = clock.phase("2 filing (50 at once)")
-    with ThreadPoolExecutor(len(plan.requests)) as pool:
-        ids = list(pool.map(file, plan.requests))
+    try:
+        with ThreadPoolExecutor(len(plan.requests)) as pool:
+            ids = list(pool.map(file, enumerate(plan.requests)))
+    finally:
+        proxy.stop()
     done()
     assert len(set(ids)) == len(plan.requests)
     wanted = set(ids)
+    # exactly one request per filing, the ones whose answer was lost included
+    filed = [r for r in _records(target, None).values() if r.get("reason") == "soak test"]
+    FIGURES["phase2_filing"] = {
+        "through_flaky_connection": len(plan.requests[::FLAKY_SHARE]),
+        "answers_lost": proxy.dropped,
+        "requests_recorded": len(filed),
+    }
+    assert proxy.dropped >= 1
+    assert sorted(r["request_id"] for r in filed) == sorted(wanted)
 
     done = clock.phase("2 reports to awaiting approval")
 

@@ -10,12 +10,19 @@ same manifest is erased again and verified. Checked against a plain computation 
 erasure (each object's rows without u1's): every object holds exactly those rows, the re-run
 wrote a new version only for the objects the killed run had not rewritten (one new version per
 object in all), no row of another subject is lost anywhere, and verification passes.
+
+What the killed run recorded (lethe_jobs.erase_progress): a progress document for each object
+it finished before the kill, none for the object it was erasing when it died nor for those after
+it. The re-run starts from that record: its results.json is the one a single clean run gives
+(each object's action, rows and versions purged), and every object's progress document ends as
+its result there.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,6 +33,7 @@ from pyspark.sql import SparkSession
 
 from ingest import main as ingest_main
 from lethe_jobs.erase_core import TEST_KILL_AFTER_REWRITES
+from lethe_shared.erasure.progress import PROGRESS_DIR, progress_key
 from lethe_shared.erasure.report import report_key
 from tests.spark.cloud import GLUE_ARGS, LAKE, RAW, REPORTS, Cloud, JobRunner, batch_args
 from tests.spark.test_erase_job import REQUEST, REVIEWS, Eraser
@@ -78,6 +86,20 @@ def _versions(cloud: Cloud, bucket: str, key: str) -> list[str]:
     return [v["VersionId"] for v in found if v["Key"] == key]
 
 
+def _progress(cloud: Cloud) -> dict[str, dict[str, Any]]:
+    """The request's progress documents by the URL of their object, each checked to be filed
+    under that URL's name and this request."""
+    listing = cloud.s3.list_objects_v2(Bucket=REPORTS, Prefix=report_key(REQUEST, PROGRESS_DIR))
+    found = {}
+    for item in listing.get("Contents", []):
+        document = json.loads(cloud.s3.get_object(Bucket=REPORTS, Key=item["Key"])["Body"].read())
+        url = document["result"]["object_url"]
+        assert item["Key"] == progress_key(REQUEST, url)
+        assert document["request_id"] == REQUEST
+        found[url] = document
+    return found
+
+
 def _every_object(cloud: Cloud) -> list[tuple[str, str]]:
     return [(RAW, k) for k in cloud.keys(RAW)] + [(LAKE, k) for k in cloud.keys(LAKE)]
 
@@ -118,6 +140,19 @@ def test_a_job_killed_after_some_rewrites_converges_when_run_again(
     assert all(len(new) <= 1 for new in written_by_kill.values())
     results_key = report_key(REQUEST, "results.json")
     assert "Contents" not in cloud.s3.list_objects_v2(Bucket=REPORTS, Prefix=results_key)
+    # and it recorded each object it finished (in manifest order, one task), and only those:
+    # not the one it was erasing when it died (its new version written, the older not purged)
+    urls = [f"s3://{bucket}/{key}" for bucket, key in targets]
+    dying = max(n for n, obj in enumerate(targets) if written_by_kill[obj])
+    recorded = _progress(cloud)
+    assert set(recorded) == set(urls[:dying])
+    for url, document in recorded.items():
+        obj = targets[urls.index(url)]
+        assert document["manifest_sha256"] == eraser.sha256
+        assert (document["result"]["action"], document["result"]["rows_removed"]) == (
+            "deleted" if not expected[obj] else "rewritten",
+            sum(r["user_id"] == ERASED for r in before[obj]),
+        )
 
     # When the same manifest is erased again, then verified
     summary = eraser("erase")
@@ -141,15 +176,20 @@ def test_a_job_killed_after_some_rewrites_converges_when_run_again(
     for bucket, key in targets:
         result = results[f"s3://{bucket}/{key}"]
         final = set(_versions(cloud, bucket, key))
+        # what a single clean run gives: the rows it held, removed and left, and each version
+        # it had before purged (the killed run's purge counted where it did it)
+        held = sum(r["user_id"] == ERASED for r in before[(bucket, key)])
+        clean = (len(before[(bucket, key)]), held, len(expected[(bucket, key)]))
+        assert (result["rows_before"], result["rows_removed"], result["rows_after"]) == clean
+        assert result["versions_purged"] == len(versions_before[(bucket, key)]), key
         if not expected[(bucket, key)]:  # deleted by the killed run or by the re-run
-            deleted_by_kill = not after_kill[(bucket, key)]
-            assert (final, result["action"]) == (set(), "gone" if deleted_by_kill else "deleted")
+            # "deleted" either way: the re-run takes the killed run's record of it
+            assert (final, result["action"]) == (set(), "deleted")
             continue
         assert len(final) == 1
         assert not final & versions_before[(bucket, key)]
         # the rows of u1 the object held count as this request's removal either way: the
-        # killed run's version says how many it removed (its lethe-erased-rows metadata)
-        held = sum(r["user_id"] == ERASED for r in before[(bucket, key)])
+        # killed run's record, or its version's lethe-erased-rows (the object it died on)
         assert (result["action"], result["rows_removed"]) == ("rewritten", held), key
         if written_by_kill[(bucket, key)]:
             assert final == written_by_kill[(bucket, key)]
@@ -167,6 +207,25 @@ def test_a_job_killed_after_some_rewrites_converges_when_run_again(
         (r["user_id"], r["comment"]) for obj in _every_object(cloud) for r in _rows(cloud, *obj)
     )
     assert others_after == others_before
-    assert summary["objects"] == REWRITES + DELETED
-    assert verified["objects_verified"] == REWRITES + DELETED
-    assert verified["matching_rows_found"] == 0
+    # and the totals are a clean run's: 8 rows of u1, the one version each object had
+    assert summary == {
+        "results": f"s3://{REPORTS}/{results_key}", "objects": REWRITES + DELETED,
+        "rewritten": REWRITES, "deleted": DELETED, "rows_removed": 8,
+        "versions_purged": sum(len(v) for v in versions_before.values()),
+    }  # fmt: skip
+    # and every object's progress document is now its result in results.json
+    recorded = _progress(cloud)
+    assert {url: d["result"] for url, d in recorded.items()} == results
+    assert {d["manifest_sha256"] for d in recorded.values()} == {eraser.sha256}
+    # and the verify run found every object as a clean run leaves it, erasing nothing again
+    assert verified == {
+        "verification": f"s3://{REPORTS}/{report_key(REQUEST, 'verification.json')}",
+        "objects_verified": REWRITES + DELETED, "matching_rows_found": 0,
+    }  # fmt: skip
+    checks = {c["object_url"]: c for c in eraser.document("verification.json")["objects"]}
+    for bucket, key in targets:
+        check = checks[f"s3://{bucket}/{key}"]
+        left = expected[(bucket, key)]
+        assert (check["ok"], check["erased_again"], check["rows"]) == (
+            True, 0, len(left) if left else None,
+        )  # fmt: skip

@@ -12,12 +12,15 @@ from typing import Any
 
 import pytest
 from erase import main as erase_main
+from pyspark.sql import SparkSession
 
 from ingest import main as ingest_main
+from lethe_jobs.erase_again import MAX_ERASE_AGAIN, TEST_WRITE_BEFORE_CHECK
 from lethe_jobs.erase_core import ManifestMismatchError, VerificationFailedError
 from lethe_shared.aws.s3 import S3ObjectStore
 from lethe_shared.catalog.writes_ledger import DynamoWritesLedger, Writer, Written
 from lethe_shared.erasure.authority import EraseNotAuthorisedError
+from lethe_shared.erasure.progress import progress_name
 from lethe_shared.erasure.report import Manifest, build_manifest, report_key, sha256_hex
 from lethe_shared.erasure.requests import ErasureStatus
 from lethe_shared.erasure.workflow import S3Documents, certify, update_index
@@ -287,14 +290,16 @@ def test_a_rerun_converges_and_verifies(
     cloud.register(REVIEWS)
     _ingest(cloud, capsys, CSV, "1")
     eraser.freeze("u1")
-    eraser("erase")
+    first = eraser("erase")
     after_first = cloud.current(RAW, KEY)
 
     again = eraser("erase")  # the job died after its writes and Step Functions retries it
 
-    # the raw object's row counts again, from its version's lethe-erased-rows; the lake file
-    # that held only u1 is gone, and a key that is gone says nothing of what it held
-    assert (again["rows_removed"], again["rewritten"]) == (1, 1)
+    # the re-run starts from what the first run recorded of each object (its progress,
+    # lethe_jobs.erase_progress): the raw object's row and the lake file that held only u1,
+    # deleted with its row, count as they did
+    assert again == first
+    assert (again["rows_removed"], again["rewritten"], again["deleted"]) == (2, 1, 1)
     assert cloud.current(RAW, KEY) == after_first  # nothing rewritten twice
     assert eraser("verify")["objects_verified"] == 2
 
@@ -312,19 +317,76 @@ def test_a_manifest_that_is_not_the_approved_one_is_refused(
     assert cloud.current(RAW, KEY) == before
 
 
-def test_verification_fails_when_a_subject_came_back(
+def test_a_subject_written_back_before_verify_is_erased_again(
     cloud: Cloud, eraser: Eraser, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """A producer uploads u1's row again between the erase run and the verify run: the request
+    covers u1 in that object, so the verify run erases it again (lethe_jobs.erase_again), checks
+    it again and passes; results.json, the object's progress and verification.json say so."""
+    # Given u1 erased
     cloud.register(REVIEWS)
     _ingest(cloud, capsys, CSV, "1")
     eraser.freeze("u1")
     eraser("erase")
-    cloud.s3.put_object(Bucket=RAW, Key=KEY, Body=CSV)  # a producer uploads u1's row again
+    first = eraser.document("results.json")
+    erased = first["objects"][1]
+    # and a producer uploading u1's row again before the verify run
+    produced = cloud.s3.put_object(Bucket=RAW, Key=KEY, Body=CSV)["VersionId"]
 
-    with pytest.raises(VerificationFailedError, match="did not verify"):
-        eraser("verify")
+    # When the erasure is verified
+    verified = eraser("verify")
+
+    # Then the raw object was erased again: u1's row is gone from every version
+    assert (verified["objects_verified"], verified["objects_erased_again"]) == (2, 1)
+    assert cloud.s3.get_object(Bucket=RAW, Key=KEY)["Body"].read() == CSV_WITHOUT_U1
+    assert len(_versions(cloud, RAW, KEY)) == 1
+    # and its result shows the second erasure: both runs' rows and purges, both runs' reads
+    results = eraser.document("results.json")
+    raw = results["objects"][1]
+    assert (raw["action"], raw["rows_removed"], raw["attempts"]) == ("rewritten", 2, 2)
+    assert raw["versions_purged"] == erased["versions_purged"] + 2  # erasure's and the producer's
+    seen = [v["version_id"] for v in raw["versions_before"]]
+    ours = erased["version_after"]["version_id"]
+    assert seen == [erased["versions_before"][0]["version_id"], produced, ours]
+    assert raw["deviations"][-1].startswith("erased again by the verify run (round 1): expected")
+    assert results["objects"][0] == first["objects"][0]  # the lake file's: as the erase run's
+    # and its progress document is that result
+    progress = eraser.document(progress_name(raw["object_url"]))
+    assert (progress["result"], progress["manifest_sha256"]) == (raw, eraser.sha256)
+    # and verification.json records the second erasure and why
+    checks = eraser.document("verification.json")["objects"]
+    assert [(c["ok"], c["erased_again"]) for c in checks] == [(True, 0), (True, 1)]
+    assert checks[1]["erased_again_because"] == [
+        f"expected only the erased version, found {produced}, {ours}"
+    ]
+
+
+def test_a_producer_that_keeps_writing_still_fails_verification(
+    cloud: Cloud, eraser: Eraser, capsys: pytest.CaptureFixture[str], spark: SparkSession
+) -> None:
+    """The bound: a producer that writes the object again before every check (the test fault
+    TEST_WRITE_BEFORE_CHECK) is erased again MAX_ERASE_AGAIN times, then verification fails and
+    the request ends FAILED, as it always did (fail closed)."""
+    cloud.register(REVIEWS)
+    _ingest(cloud, capsys, CSV, "1")
+    eraser.freeze("u1")
+    eraser("erase")
+    url = f"s3://{RAW}/{KEY}"
+
+    spark.sparkContext.setLocalProperty(TEST_WRITE_BEFORE_CHECK, url)
+    try:
+        with pytest.raises(VerificationFailedError, match="did not verify"):
+            eraser("verify")
+    finally:
+        spark.sparkContext.setLocalProperty(TEST_WRITE_BEFORE_CHECK, None)  # type: ignore[arg-type]
+
     checks = eraser.document("verification.json")["objects"]
     assert [c["ok"] for c in checks] == [True, False]  # the lake file (first) is still gone
+    assert checks[1]["erased_again"] == MAX_ERASE_AGAIN
+    assert checks[1]["problem"].startswith("expected only the erased version, found")
+    raw = eraser.document("results.json")["objects"][1]
+    assert raw["attempts"] == 1 + MAX_ERASE_AGAIN
+    assert b"u1," not in cloud.s3.get_object(Bucket=RAW, Key=KEY)["Body"].read()
 
 
 def test_verification_accepts_a_later_erasure_of_the_same_object(
@@ -351,15 +413,24 @@ def test_verification_accepts_a_later_erasure_of_the_same_object(
 
     assert eraser("verify")["objects_verified"] == 2
 
+    # the same claims, no ledger record: a producer's version, not accepted as a later
+    # erasure: the verify run erases the object again (nothing of u1 in it: only the versions
+    # under it go, the genuine later erasure's too)
     forged = cloud.s3.put_object(Bucket=RAW, Key=KEY, Body=later, Metadata=metadata)
-    with pytest.raises(VerificationFailedError, match="did not verify"):
-        eraser("verify")  # the same claims, no ledger record: a producer's version
-    cloud.s3.delete_object(Bucket=RAW, Key=KEY, VersionId=forged["VersionId"])
+    assert eraser("verify")["objects_erased_again"] == 1
+    check = eraser.document("verification.json")["objects"][1]
+    assert check["erased_again_because"] == [
+        f"expected only the erased version, found {forged['VersionId']}, {written['VersionId']}"
+    ]
+    assert _versions(cloud, RAW, KEY) == [forged["VersionId"]]
 
-    metadata["lethe-producer"] = "someone"  # a producer's version: not accepted
-    cloud.s3.put_object(Bucket=RAW, Key=KEY, Body=later, Metadata=metadata)
-    with pytest.raises(VerificationFailedError, match="did not verify"):
-        eraser("verify")
+    metadata["lethe-producer"] = "someone"  # a producer's version: not accepted either
+    producer = cloud.s3.put_object(Bucket=RAW, Key=KEY, Body=later, Metadata=metadata)
+    assert eraser("verify")["objects_erased_again"] == 1
+    check = eraser.document("verification.json")["objects"][1]
+    assert check["erased_again_because"] == [
+        f"expected only the erased version, found {producer['VersionId']}, {forged['VersionId']}"
+    ]
 
 
 def test_the_job_refuses_what_the_request_record_does_not_approve(

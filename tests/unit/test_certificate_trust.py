@@ -329,6 +329,8 @@ def _deployed(
     record = requests.get(RID)
     assert record is not None
     fake.routes[("GET", f"/erasure-requests/{RID}")] = [(200, record.public())]
+    # --verify-chain holds the chain against every request record (its tail)
+    fake.routes[("GET", "/erasure-requests")] = [(200, {"requests": [record.public()]})]
     fake.clients["s3"] = FakeS3({(documents.bucket, k): v for k, v in documents.bodies.items()})
     kms = FakeKms(signer)
     fake.clients["kms"] = kms

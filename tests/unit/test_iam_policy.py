@@ -59,6 +59,8 @@ ALLOWED_WILDCARD_ACTIONS: dict[tuple[str, str, str], str] = {
     ("TaskTokenKey", "AccountAdministers", "kms:*"): _KEY_ADMINISTRATION,
     ("NotificationsKey", "CloudWatchAlarmsPublish", "kms:GenerateDataKey*"): _SNS_PUBLISHER_KEY,
     ("NotificationsKey", "EventBridgePublishes", "kms:GenerateDataKey*"): _SNS_PUBLISHER_KEY,
+    ("NotificationsKey", "SesEventsPublish", "kms:GenerateDataKey*"): _SNS_PUBLISHER_KEY,
+    ("NotificationsKey", "BudgetsPublish", "kms:GenerateDataKey*"): _SNS_PUBLISHER_KEY,
     **{
         (f"{machine}Role", "NotifyEncrypted", "kms:GenerateDataKey*"): _SNS_PUBLISHER_KEY
         for machine in (
@@ -77,6 +79,25 @@ ALLOWED_WILDCARD_ACTIONS: dict[tuple[str, str, str], str] = {
 # be attached to a function only with iam:PassRole in the same account: the confused deputy the
 # condition guards against (another account's function using this role) cannot arise.
 LAMBDA_EXEMPT_PRINCIPALS = frozenset({"lambda.amazonaws.com"})
+
+# Trust policies AWS documents without a condition (issue 21): API Gateway's account-wide
+# CloudWatch role (API Gateway developer guide, "Set up CloudWatch logging") and Glue's service
+# role (Glue developer guide, "Create an IAM role for AWS Glue"). A condition AWS's own examples
+# do not use may not hold for every assumption, and a role that cannot be assumed stops API
+# logging or every Glue run; the roles are passed only with iam:PassRole in this account.
+DOCUMENTED_UNCONDITIONED_TRUST = frozenset({"apigateway.amazonaws.com", "glue.amazonaws.com"})
+
+# Key policy statements for services that publish to the encrypted notifications topic through
+# SNS (SNS calls KMS for them): AWS's key policies for these publishers carry no source
+# condition, and one the call does not meet drops the message (issue 21: Spark-failure notices
+# from EventBridge). The topic policy binds each of them to this account or stack.
+TOPIC_KEY_PUBLISHERS = frozenset(
+    {
+        ("NotificationsKey", "EventBridgePublishes"),
+        ("NotificationsKey", "SesEventsPublish"),
+        ("NotificationsKey", "BudgetsPublish"),
+    }
+)
 
 # Every checkov skip in template.yaml, by (logical id, check id): a new skip fails
 # checkov_skips_unreviewed until it is added here, with its comment in the template and its row
@@ -101,6 +122,8 @@ _LOG_GROUPS = (
     "IndexReconcileLogGroup",
     "IngestionLogGroup",
     "SparkLogGroup",
+    "GlueOutputLogGroup",
+    "GlueErrorLogGroup",
     *(f"{function}LogGroup" for function in _FUNCTIONS),
 )
 EXPECTED_CHECKOV_SKIPS: frozenset[tuple[str, str]] = frozenset(
@@ -313,8 +336,9 @@ def pass_role_unscoped(sam: Template, translated: Template) -> list[str]:
 def service_principals_unbound(sam: Template, translated: Template) -> list[str]:
     """Every trust policy and resource-policy statement that allows an AWS service principal
     has aws:SourceAccount or aws:SourceArn naming this account or this stack's resources
-    (Lambda execution roles excepted: LAMBDA_EXEMPT_PRINCIPALS); every AWS::Lambda::Permission
-    for a service has SourceArn or SourceAccount."""
+    (Lambda execution roles excepted: LAMBDA_EXEMPT_PRINCIPALS; the trusts AWS documents without
+    a condition: DOCUMENTED_UNCONDITIONED_TRUST; the topic key's publishers: TOPIC_KEY_PUBLISHERS);
+    every AWS::Lambda::Permission for a service has SourceArn or SourceAccount."""
     offenders = []
     found = [(lid, s, "trust") for lid, s in trust_statements(translated)]
     found += [(lid, s, "policy") for lid, s in resource_statements(translated)]
@@ -323,6 +347,10 @@ def service_principals_unbound(sam: Template, translated: Template) -> list[str]
         if statement.get("Effect") != "Allow" or not services:
             continue
         if kind == "trust" and services <= LAMBDA_EXEMPT_PRINCIPALS:
+            continue
+        if kind == "trust" and services <= DOCUMENTED_UNCONDITIONED_TRUST:
+            continue
+        if kind == "policy" and (lid, statement.get("Sid")) in TOPIC_KEY_PUBLISHERS:
             continue
         if not _source_bound(statement, set(translated["Resources"])):
             sid = statement.get("Sid", "(no Sid)")
@@ -368,7 +396,9 @@ def state_machine_roles_not_their_own(sam: Template, translated: Template) -> li
                 offenders.append(
                     f"{role_id}: trusts {sorted(_services(statement))}, not Step Functions"
                 )
-            if name is None or not subs or not subs <= {expected, f"{expected}:*"}:
+            # itself, its versions and aliases (:*), its Distributed Map children (/<label>)
+            allowed = {expected, f"{expected}:*", f"{expected}/*"}
+            if name is None or not subs or not subs <= allowed:
                 offenders.append(
                     f"{role_id}: aws:SourceArn {sorted(map(str, subs))} is not {lid}'s"
                 )
@@ -540,9 +570,11 @@ def test_unbound_resource_policies_and_permissions_are_named(template: Template)
     broken["Resources"]["ObjectEventsQueuePolicy"]["Properties"]["PolicyDocument"]["Statement"][
         0
     ].pop("Condition")
-    broken["Resources"]["SparkJobRole"]["Properties"]["AssumeRolePolicyDocument"]["Statement"][0][
-        "Condition"
-    ] = {"StringEquals": {"aws:SourceAccount": "*"}}
+    spark_trust = broken["Resources"]["SparkJobRole"]["Properties"]["AssumeRolePolicyDocument"]
+    emr = next(  # Glue's statement has no condition (DOCUMENTED_UNCONDITIONED_TRUST)
+        s for s in spark_trust["Statement"] if "emr-serverless" in str(s["Principal"])
+    )
+    emr["Condition"] = {"StringEquals": {"aws:SourceAccount": "*"}}
     broken["Resources"]["UploadPermission"] = {
         "Type": "AWS::Lambda::Permission",
         "Properties": {

@@ -122,13 +122,19 @@ def _key_serves_publishers(key: dict[str, Any]) -> bool:
     if not _is_true(props.get("EnableKeyRotation")):
         return False
     statements = props.get("KeyPolicy", {}).get("Statement", [])
-    for service in ("cloudwatch.amazonaws.com", "events.amazonaws.com"):
+    # CloudWatch alarms under aws:SourceAccount; EventBridge without any source condition, as
+    # AWS documents it for encrypted SNS targets (a condition it does not meet drops the
+    # message: issue 21, tests/unit/test_deploy_defects.py::topic_key_problems).
+    for service, account_condition in (
+        ("cloudwatch.amazonaws.com", True),
+        ("events.amazonaws.com", False),
+    ):
         granted = [
             s
             for s in statements
             if s.get("Effect") == "Allow"
             and service in _as_list(s.get("Principal", {}).get("Service"))
-            and "aws:SourceAccount" in str(s.get("Condition", {}))
+            and ("aws:SourceAccount" in str(s.get("Condition", {}))) == account_condition
             and {"kms:GenerateDataKey*", "kms:Decrypt"} <= set(_as_list(s.get("Action")))
         ]
         if not granted:
@@ -171,6 +177,8 @@ def mappings_above_reserved_concurrency(template: Template) -> list[str]:
         maximum = properties_of(resource).get("ScalingConfig", {}).get("MaximumConcurrency")
         if maximum is None:
             continue
+        if isinstance(maximum, dict) and "Ref" in maximum:  # a parameter: the most it allows
+            maximum = template["Parameters"].get(maximum["Ref"], {}).get("MaxValue", 10**6)
         if not reservable or int(maximum) >= min(reservable):
             offenders.append(f"{lid} (MaximumConcurrency {maximum}, reservable {reservable})")
     return offenders

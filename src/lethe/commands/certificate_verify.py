@@ -14,7 +14,11 @@ Trust nothing the certificate says about itself:
   for complete, FAILED with outcome INCOMPLETE for incomplete), the approved report's SHA-256,
   the certificate's SHA-256 and key (format_version 2: each must be recorded);
 - `--verify-chain`: every link of the deployment's certificate chain
-  (lethe_shared.erasure.certificate_chain.walk_chain), and this request's certificate in it.
+  (lethe_shared.erasure.certificate_chain.walk_chain), and this request's certificate in it;
+  and the chain against every request record (`GET /erasure-requests`, the requests table,
+  outside the bucket): a certified request whose link is past the chain's end (the newest
+  links deleted and head.json rewound) or is another certificate fails, naming the request
+  (certificate_chain.check_tail). Records that cannot be listed fail the check (closed).
 
 Every failure is a CommandError (exit 1) whose message says what differs.
 """
@@ -116,7 +120,10 @@ def check_documents(
     if read is None:
         return ["documents        not checked (offline without --documents DIR)"]
     named = {d.name for d in certificate.documents}
-    missing = [n for n in CERTIFIED_DOCUMENTS if n not in named]
+    wanted: tuple[str, ...] = CERTIFIED_DOCUMENTS
+    if certificate.partial is not None:  # a failed run's: the report and its own audit record
+        wanted = ("manifest.json", f"failed-run-{certificate.partial.run}/audit.json")
+    missing = [n for n in wanted if n not in named]
     if missing:
         raise _fail("document-missing", f"the certificate names no digest of {', '.join(missing)}")
     for digest in certificate.documents:
@@ -171,13 +178,14 @@ def check_record(
     wanted = (
         (ErasureStatus.COMPLETED.value, "")
         if certificate.complete
-        else (ErasureStatus.FAILED.value, INCOMPLETE)
+        else (ErasureStatus.FAILED.value, "" if certificate.partial else INCOMPLETE)
     )
     if strict and (status, outcome or "") != wanted:
         raise _fail(
             "record-mismatch",
-            f"the certificate says complete: {str(certificate.complete).lower()}, the request "
-            f"record is {status}{f' ({outcome})' if outcome else ''}",
+            f"the certificate says complete: {str(certificate.complete).lower()}"
+            f"{' (partial)' if certificate.partial else ''}, the request record is {status}"
+            f"{f' ({outcome})' if outcome else ''}",
         )
     approved = str((record.get("report") or {}).get("manifest_sha256", ""))
     if (strict or approved) and approved != certificate.report_sha256:
@@ -208,14 +216,43 @@ def local_reader(directory: Path) -> Callable[[str], bytes | None]:
     return read
 
 
+def request_records(target: Target) -> list[dict[str, Any]]:
+    """Every erasure request record (the API's list), for the chain's tail check."""
+    try:
+        status, answer = target.call_api("GET", "/erasure-requests")
+    except Exception as exc:  # TargetError, a transport error: the tail cannot be checked
+        raise CommandError(
+            f"the certificate chain's end cannot be checked: cannot list the requests: {exc}"
+        ) from None
+    records = answer.get("requests") if isinstance(answer, dict) else None
+    if status >= 400 or not isinstance(records, list):
+        raise CommandError(
+            "the certificate chain's end cannot be checked: listing the requests answered "
+            f"HTTP {status}"
+        )
+    return [r for r in records if isinstance(r, dict)]
+
+
 def check_chain(
-    get: Callable[[str], bytes | None], verifier: Any, certificate: Any, raw: bytes
+    get: Callable[[str], bytes | None],
+    verifier: Any,
+    certificate: Any,
+    raw: bytes,
+    records: list[dict[str, Any]] | None = None,
 ) -> list[str]:
-    """Walk the whole chain with the pinned key; this certificate must be its link."""
-    from lethe_shared.erasure.certificate_chain import link_key, walk_chain  # noqa: PLC0415
+    """Walk the whole chain with the pinned key; this certificate must be its link; every
+    certified request record (`records`; None: not checked) must find its link in it."""
+    from lethe_shared.erasure.certificate_chain import (  # noqa: PLC0415
+        CertifiedRecord,
+        check_tail,
+        link_key,
+        walk_chain,
+    )
 
     walk = walk_chain(get, verifier)
     problems = list(walk.problems)
+    certified = [c for c in map(CertifiedRecord.of, records or []) if c is not None]
+    problems += check_tail(get, walk.last, certified)
     if certificate.chain is None:
         problems.append("this certificate is not in the chain (format_version 1)")
     elif get(link_key(certificate.chain.sequence)) != raw:
@@ -227,4 +264,7 @@ def check_chain(
             f"the certificate chain does not verify ({walk.links} link(s) read): "
             + "; ".join(problems)
         )
-    return [f"chain verifies: {walk.links} link(s), each signed and naming the one before"]
+    lines = [f"chain verifies: {walk.links} link(s), each signed and naming the one before"]
+    if records is not None:
+        lines.append(f"chain end        matches the {len(certified)} certified request record(s)")
+    return lines

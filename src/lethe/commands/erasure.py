@@ -1,5 +1,5 @@
-"""`lethe erasure request | status | list | cancel | certificate`: erasure requests through the
-REST API (docs/ERASURE.md).
+"""`lethe erasure request | status | list | cancel | resume | certificate`: erasure requests
+through the REST API (docs/ERASURE.md); `resume` is lethe.commands.erasure_resume.
 
 This module holds the group's parser and its handlers, and follows a request with --wait; what
 is shown of a record (and the exit status it ends with) is `lethe.commands.erasure_records`,
@@ -52,6 +52,7 @@ from lethe.commands.erasure_records import (
     status_lines,
     status_text,
 )
+from lethe.commands.erasure_resume import add_resume_parser
 from lethe.progress import Waiting, waiting
 from lethe.target import Target, add_target_arguments, resolve
 from lethe_shared.erasure.requests import ErasureStatus
@@ -76,7 +77,7 @@ SUBJECT_KEY_HELP: Final = (
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
-        "erasure", help="erasure requests: file, follow, cancel, certificates"
+        "erasure", help="erasure requests: file, follow, cancel, resume, certificates"
     )
     commands = parser.add_subparsers(dest="erasure_command", metavar="COMMAND", required=True)
     wait_epilog = (
@@ -171,6 +172,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     _requested_by_argument(cancel)
     add_target_arguments(cancel)
     cancel.set_defaults(func=cancel_request)
+    add_resume_parser(commands)
 
     certificate = commands.add_parser(
         "certificate",

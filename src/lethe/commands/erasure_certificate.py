@@ -54,7 +54,8 @@ def show_certificate(
     certifies an incomplete erasure."""
     pointer = record.get("certificate") or {}
     certified = record.get("status") == ErasureStatus.COMPLETED or (
-        record.get("status") == ErasureStatus.FAILED and record.get("outcome") == INCOMPLETE
+        record.get("status") == ErasureStatus.FAILED
+        and (record.get("outcome") == INCOMPLETE or pointer.get("partial") is True)
     )
     if not certified or not pointer.get("url"):
         raise CommandError(
@@ -82,12 +83,25 @@ def show_certificate(
         )  # fmt: skip
         for line in lines:
             print(line, file=sys.stderr if as_json else sys.stdout)
+        _refuse_partial(envelope, request_id)
         if places is not None:
             raise IncompleteErasureError(
                 f"the signature is valid, but the erasure of request {request_id} is "
                 f"{INCOMPLETE}: {places} place(s) were not fully searched (the certificate lists "
                 "them); the request did not complete"
             )
+
+
+def _refuse_partial(envelope: dict[str, Any], request_id: str) -> None:
+    """--verify of a failed run's partial certificate: valid, but no completed erasure."""
+    partial = _mapping(_mapping(envelope.get("certificate")).get("partial"))
+    if partial:
+        raise IncompleteErasureError(
+            f"the signature is valid, but it is the PARTIAL certificate of request "
+            f"{request_id}'s failed run {partial.get('run', '?')}: it certifies what was done "
+            "before the failure, not a completed erasure (resume it: `lethe erasure resume "
+            f"{request_id}`, while its approval is valid)"
+        )
 
 
 def _read_s3(target: Target, url: str) -> bytes:
@@ -109,6 +123,8 @@ def certificate_lines(envelope: dict[str, Any], url: str) -> list[str]:
     signature = _mapping(envelope.get("signature"))
     totals = _mapping(cert.get("totals"))
     verification = _mapping(cert.get("verification"))
+    if not verification:
+        verification = {"objects_verified": 0, "verified_at": "never (the run failed)"}
     lines = [
         f"certificate      {cert.get('certificate_id', '')}",
         f"request          {cert.get('request_id', '')}",
@@ -131,6 +147,13 @@ def certificate_lines(envelope: dict[str, Any], url: str) -> list[str]:
 
 
 def _completeness(cert: dict[str, Any]) -> str:
+    partial = _mapping(cert.get("partial"))
+    if partial:
+        return (
+            f"NO: PARTIAL, run {partial.get('run', '?')} FAILED ({partial.get('cause', '')}); "
+            f"{partial.get('objects_done', 0)} of {partial.get('objects_in_report', 0)} "
+            "object(s) done, the rest not erased (below)"
+        )
     if "complete" not in cert:
         return "not recorded (an older certificate)"
     if cert.get("complete") is True:
@@ -238,7 +261,8 @@ def _verify(
         read = lambda name: get(report_key(cert.request_id, name))  # noqa: E731
     lines = checks.check_documents(cert, envelope, read)
     if options.chain:
-        lines += checks.check_chain(get, verifier, cert, raw)
+        records = checks.request_records(target)  # outside the bucket: a cut tail shows
+        lines += checks.check_chain(get, verifier, cert, raw, records)
     line = f"certificate verifies: signed by {key_id}, digest {verified.digest_sha256}"
     if cert.complete:
         return [*lines, line], None

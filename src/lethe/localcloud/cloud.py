@@ -78,6 +78,9 @@ MAX_BATCH_WINDOW_ENV: Final = "LETHE_LOCAL_MAX_BATCH_WINDOW"
 SQS_RETRY_SECONDS_ENV: Final = "LETHE_LOCAL_SQS_RETRY_SECONDS"
 DEFAULT_MAX_BATCH_WINDOW: Final = 2.0
 DEFAULT_SQS_RETRY_SECONDS: Final = 1
+#: How many execution environments a function behind the REST API may run at once (others: 4).
+API_WORKERS_ENV: Final = "LETHE_LOCAL_API_WORKERS"
+DEFAULT_API_WORKERS: Final = 8
 
 
 def _env_number(name: str, default: float, *, integer: bool = False) -> float | None:
@@ -438,7 +441,10 @@ class LocalCloud:
             sqs,
         )
 
-        runtime = lambdas.LambdaRuntime(deployment)
+        api_workers = _env_number(API_WORKERS_ENV, DEFAULT_API_WORKERS, integer=True)
+        runtime = lambdas.LambdaRuntime(  # "none": as on AWS, one environment per request
+            deployment, max_api_workers=max(1, int(api_workers)) if api_workers else 1000
+        )
         self._undo.append(("Lambda workers", runtime.shutdown))
         self._undo.append(("Lambda invoke hook", lambdas.install(runtime)))
         sources = sqs.SqsEventSources(

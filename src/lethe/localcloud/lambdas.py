@@ -24,7 +24,10 @@ START/END/REPORT lines, tracebacks) are appended to ``deployment.logs_dir / "<na
 
 Concurrency: each worker runs one invocation at a time. Concurrent invocations of the same
 function start more workers, up to ``max_workers_per_function`` (default 4) like Lambda scales
-out environments; beyond that, invocations queue for the next free worker. Idle workers are
+out environments; beyond that, invocations queue for the next free worker. A function behind the
+REST API may start up to ``max_api_workers`` (default 8): API Gateway does not queue, Lambda
+gives a burst of requests an environment each, and with 4 a burst of 50 erasure filings waited
+for a free worker most of its time (bench/filing_burst.py; docs/RELIABILITY.md). Idle workers are
 reused most-recently-used first, so a steady sequential load stays on one warm worker.
 
 Timeouts: an invocation that runs longer than ``spec.timeout_seconds`` gets its worker (and the
@@ -133,10 +136,13 @@ class LambdaRuntime:
         deployment: Deployment,
         *,
         max_workers_per_function: int = 4,
+        max_api_workers: int = 8,
         retry_delays: tuple[float, ...] = ASYNC_RETRY_DELAYS_SECONDS,
     ) -> None:
         self.deployment = deployment
         self._max_workers = max_workers_per_function
+        self._max_api_workers = max_api_workers
+        self._api_functions = {route.function_logical_id for route in deployment.api_routes}
         self._retry_delays = retry_delays or (0.0,)
         self._lock = threading.Lock()
         self._pools: dict[str, Pool] = {}
@@ -235,9 +241,15 @@ class LambdaRuntime:
             if pool is None:
                 env = self.worker_environment(spec)
                 log_path = self._log_path(spec)
-                pool = Pool(lambda: Worker(spec, env, log_path), self._max_workers)
+                pool = Pool(lambda: Worker(spec, env, log_path), self.max_workers(spec))
                 self._pools[spec.logical_id] = pool
             return pool
+
+    def max_workers(self, spec: FunctionSpec) -> int:
+        """How many execution environments `spec` may run at once (module docstring)."""
+        if spec.logical_id in self._api_functions:
+            return max(self._max_workers, self._max_api_workers)
+        return self._max_workers
 
     def worker_environment(self, spec: FunctionSpec) -> dict[str, str]:
         """The environment a worker of `spec` runs with (see the module docstring)."""

@@ -343,8 +343,11 @@ class S3ObjectStore:
         *,
         content_type: str,
         metadata: Mapping[str, str] | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> ObjectHead:
-        """Write a small document (a report, a manifest) as a new version."""
+        """Write a small document (a report, a manifest) as a new version. `extra`: more
+        PutObject arguments (an erasure document's Object Lock retention:
+        lethe_shared.erasure.evidence.put_arguments)."""
 
         def put() -> dict[str, Any]:
             return dict(
@@ -354,6 +357,7 @@ class S3ObjectStore:
                     Body=body,
                     ContentType=content_type,
                     Metadata=dict(metadata or {}),
+                    **dict(extra or {}),
                 )
             )
 

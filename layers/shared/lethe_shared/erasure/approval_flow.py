@@ -127,10 +127,13 @@ class Mailer(Protocol):
 @dataclass(frozen=True)
 class SesMailer:
     """Mailer on SES: one multipart/alternative message (text and HTML) per approver, sent raw
-    so that both parts reach the approver (and the local cloud's capture) as written."""
+    so that both parts reach the approver (and the local cloud's capture) as written. With a
+    configuration set (template.yaml SesConfigurationSet), SES publishes the message's bounces
+    and complaints to the notifications topic."""
 
     client: Any  # a boto3 SES client
     sender: str
+    configuration_set: str = ""
 
     def send(self, to: str, subject: str, text: str, html: str) -> None:
         message = EmailMessage()
@@ -139,10 +142,12 @@ class SesMailer:
         message["Subject"] = subject
         message.set_content(text)
         message.add_alternative(html, subtype="html")
+        extra = {"ConfigurationSetName": self.configuration_set} if self.configuration_set else {}
         self.client.send_raw_email(
             Source=self.sender,
             Destinations=[to],
             RawMessage={"Data": message.as_bytes()},
+            **extra,
         )
 
 
@@ -410,6 +415,8 @@ class ApprovalPage:
                         "decided_by": link.approver,
                         "decided_at": at.isoformat(),
                         "approval_id": link.approval_id,
+                        # the report decided on: a resume runs only this one (erasure.resume)
+                        "report_sha256": str(record.report.get("manifest_sha256", "")),
                     }
                 },
             )

@@ -13,7 +13,9 @@ Two places hold to it, so that neither the task token alone nor the erase job al
   conditional write that pins the decision it checked; anything else raises
   ErasureNotApprovedError, which the state machine routes to the end without a Spark run. A
   task token answered with SendTaskSuccess for a rejected, cancelled, expired or undecided
-  request therefore erases nothing;
+  request therefore erases nothing. A resumed run (lethe_shared.erasure.resume) moves a FAILED
+  request to ERASING only with that same valid approval, of the same frozen report, younger than
+  the approval validity (`why_not_resumable`), for the execution the resume recorded;
 - the erase job (spark_jobs/erase.py, both modes) reads the request (GetItem, read-only) and
   refuses, before it reads anything of the lake, unless it is ERASING with a valid recorded
   approval and its recorded report is the manifest (URL and SHA-256) the job was handed
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from lethe_shared.erasure.requests import ErasureStatus
@@ -32,6 +35,14 @@ from lethe_shared.errors import LetheError
 
 # What Mark Erasing moves to ERASING from (ERASING itself: a retried step).
 ERASABLE_FROM = frozenset({ErasureStatus.APPROVED, ErasureStatus.ERASING})
+# ... and in a resumed run (`lethe erasure resume`): a FAILED request, with a valid approval.
+RESUMABLE_FROM = frozenset({ErasureStatus.FAILED, ErasureStatus.ERASING})
+# How long an approval lets a FAILED request be resumed, counted from the decision (the
+# template's ApprovalValidityHours; its bounds: MIN/MAX_APPROVAL_VALIDITY_HOURS).
+DEFAULT_APPROVAL_VALIDITY_HOURS = 168
+MIN_APPROVAL_VALIDITY_HOURS = 1
+MAX_APPROVAL_VALIDITY_HOURS = 720
+NEW_REQUEST = "file a new request (it gets a new report and a new approval)"
 
 
 class ErasureNotApprovedError(LetheError):
@@ -129,6 +140,77 @@ def why_not_approved(record: RequestState) -> str:
         return (
             f"request {record.request_id} is {record.status.value} without a recorded approval "
             "by an approver other than the requester: nothing is erased"
+        )
+    return ""
+
+
+def approval_expires(record: RequestState, validity: timedelta) -> datetime | None:
+    """When the request's recorded approval stops letting it be resumed (None: no valid
+    recorded approval, or its decision time is not a time)."""
+    approval = recorded_approval(record)
+    if approval is None:
+        return None
+    try:
+        decided = datetime.fromisoformat(approval.decided_at)
+    except ValueError:
+        return None
+    return decided + validity if decided.tzinfo else None
+
+
+def _resumable_state(record: RequestState, execution: str) -> str:
+    rid = record.request_id
+    resume = getattr(record, "resume", None)
+    retried = (
+        record.status is ErasureStatus.ERASING
+        and bool(execution)
+        and isinstance(resume, Mapping)
+        and resume.get("execution") == execution
+    )
+    if record.status is not ErasureStatus.FAILED and not retried:
+        state = record.status.value + (f" ({record.outcome})" if record.outcome else "")
+        return f"request {rid} is {state}, not FAILED: only a failed erasure is resumed"
+    if record.status is ErasureStatus.FAILED and record.outcome:
+        return (
+            f"request {rid} ended FAILED ({record.outcome}): its erasure ran to its end and was "
+            f"certified; it is not resumed: {NEW_REQUEST}"
+        )
+    return ""
+
+
+def why_not_resumable(
+    record: RequestState,
+    *,
+    now: datetime,
+    validity: timedelta,
+    execution: str = "",
+) -> str:
+    """Why a FAILED request may not be resumed ("" when it may): it must be FAILED (or, for the
+    run `execution` its resume recorded, already ERASING: a retried Mark Erasing), not certified
+    INCOMPLETE (that run went to its end), have a valid recorded approval of its frozen report
+    (the approval names the report's SHA-256 when it was recorded with one), and that approval
+    must be younger than `validity`. The erase job checks the report's pins itself."""
+    rid = record.request_id
+    refusal = _resumable_state(record, execution)
+    if refusal:
+        return refusal
+    approval = recorded_approval(record)
+    if approval is None:
+        return f"request {rid} has no recorded approval of its report: {NEW_REQUEST}"
+    frozen = str(record.report.get("manifest_sha256") or "")
+    approved = str(record.approval.get("report_sha256") or frozen)
+    if not frozen or approved != frozen:
+        return (
+            f"request {rid}: its report ({frozen or 'none'}) is not the one approved "
+            f"({approved or 'none'}): {NEW_REQUEST}"
+        )
+    expires = approval_expires(record, validity)
+    if expires is None:
+        return f"request {rid}: its approval's decision time is not a time: {NEW_REQUEST}"
+    if now >= expires:
+        return (
+            f"request {rid}: its approval of {approval.decided_at} expired at "
+            f"{expires.isoformat()} (ApprovalValidityHours {validity.total_seconds() / 3600:g}): "
+            f"{NEW_REQUEST}"
         )
     return ""
 

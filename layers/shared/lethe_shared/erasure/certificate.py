@@ -36,7 +36,9 @@ Version 2 adds (lethe_shared.erasure.certificate_statement): `documents` (the SH
 manifest.json, results.json, verification.json, index_update.json and of the audit record's
 content), `chain` (its sequence in the deployment's certificate chain and the previous
 certificate's digest) and `statement` (NIST SP 800-88 style: method, tool, verification, scope,
-residual copies). Numbers in a certificate are integers.
+residual copies; `statement.tool.job_runs`: the Spark runs). A failed run's *partial*
+certificate (lethe_shared.erasure.failure) has `partial` set, `complete: false` and no
+verification (`verification: null`). Numbers in a certificate are integers.
 """
 
 from __future__ import annotations
@@ -56,8 +58,12 @@ from pydantic import AwareDatetime, ConfigDict, Field, ValidationError, model_va
 
 from lethe_shared.catalog.zones import Zone
 from lethe_shared.erasure.certificate_statement import (
+    PARTIAL_GAP as PARTIAL_GAP,  # noqa: PLC0414 - re-exported
+)
+from lethe_shared.erasure.certificate_statement import (
     ChainLink,
     DocumentDigest,
+    PartialRun,
     SanitizationStatement,
     statement_html,
 )
@@ -167,7 +173,7 @@ class ErasureCertificate(_Frozen):
     subject_hashes: tuple[str, ...] = Field(min_length=1)  # keyed hashes (HMAC-SHA256 hex)
     objects: tuple[ErasedObject, ...]
     totals: CertificateTotals
-    verification: CertificateVerification
+    verification: CertificateVerification | None  # None: a partial certificate only
     # Absent from certificates signed before they existed (read as complete, no gap).
     complete: bool = True
     not_searched: tuple[NotSearchedPlace, ...] = ()
@@ -175,6 +181,7 @@ class ErasureCertificate(_Frozen):
     documents: tuple[DocumentDigest, ...] = ()
     chain: ChainLink | None = None
     statement: SanitizationStatement | None = None
+    partial: PartialRun | None = None  # a FAILED run's partial certificate (PartialRun)
 
     def document_digest(self, name: str) -> DocumentDigest | None:
         return next((d for d in self.documents if d.name == name), None)
@@ -185,6 +192,12 @@ class ErasureCertificate(_Frozen):
             raise ValueError("subject_hashes holds keyed hashes only (64 hex digits each)")
         if self.totals != CertificateTotals.of(self.objects):
             raise ValueError("totals do not add up over objects")
+        if self.partial is not None:
+            if self.complete or self.verification is not None:
+                raise ValueError("a partial certificate is not complete and holds no verification")
+            return self
+        if self.verification is None:
+            raise ValueError("a certificate of completion names its verification")
         if self.verification.objects_verified != len(self.objects):
             raise ValueError("the verification must cover every object")
         if self.complete == bool(self.not_searched):
@@ -470,6 +483,19 @@ def _completeness(cert: ErasureCertificate, recorded: bool) -> tuple[str, str, s
     if cert.complete:
         return '<dd id="complete" data-complete="true">yes: every place was searched</dd>', "", ""
     count = len(cert.not_searched)
+    if cert.partial is not None:
+        p = cert.partial
+        line = (
+            f'<dd id="complete" data-complete="false" class="warning">NO: PARTIAL, the run '
+            f"FAILED; {p.objects_done} of {p.objects_in_report} object(s) done</dd>"
+        )
+        warning = (
+            '<p id="partial" class="warning">PARTIAL certificate of a FAILED erasure run (run '
+            f"{p.run}): it is not a certificate of completion. It certifies only what was done "
+            f"before the failure ({_e(p.error)}: {_e(p.cause)}); nothing was verified, and every "
+            "place listed below was not (fully) erased.</p>\n"
+        )
+        return line, warning, _gaps_table(cert)
     line = (
         f'<dd id="complete" data-complete="false" class="warning">NO: {count} place(s) not '
         "fully searched (below)</dd>"
@@ -479,14 +505,26 @@ def _completeness(cert: ErasureCertificate, recorded: bool) -> tuple[str, str, s
         f"(outcome INCOMPLETE). {count} place(s) were not fully searched for the subjects, who "
         "may still be there; this certificate certifies only what is listed as erased.</p>\n"
     )
+    return line, warning, _gaps_table(cert)
+
+
+def _gaps_table(cert: ErasureCertificate) -> str:
     rows = "\n".join(_gap_row(g) for g in cert.not_searched)
-    table = (
+    return (
         "<h2>Not fully searched</h2>\n"
         '<table id="not-searched">\n<thead><tr><th>Dataset</th><th>Object</th><th>Version</th>'
         "<th>Reason</th><th>Count</th><th>Detail</th></tr></thead>\n"
         f"<tbody>\n{rows}\n</tbody>\n</table>\n"
     )
-    return line, warning, table
+
+
+def _verification(v: CertificateVerification | None) -> str:
+    if v is None:
+        return '<span class="warning">none: the run failed before a verification</span>'
+    return (
+        f"{v.objects_verified} objects scanned at {_e(_when(v.verified_at))}: "
+        f"{v.matching_rows_found} matching rows found"
+    )
 
 
 def render_certificate_html(envelope: Mapping[str, Any]) -> str:
@@ -525,9 +563,7 @@ def render_certificate_html(envelope: Mapping[str, Any]) -> str:
         f"<dt>Objects</dt><dd>{cert.totals.objects}</dd>\n"
         f"<dt>Rows removed</dt><dd>{cert.totals.rows_removed}</dd>\n"
         f"<dt>Versions purged</dt><dd>{cert.totals.versions_purged}</dd>\n"
-        f"<dt>Verification</dt><dd>{cert.verification.objects_verified} objects scanned at "
-        f"{_e(_when(cert.verification.verified_at))}: "
-        f"{cert.verification.matching_rows_found} matching rows found</dd>\n"
+        f"<dt>Verification</dt><dd>{_verification(cert.verification)}</dd>\n"
         f"<dt>Complete</dt>{complete}\n"
         "</dl>\n"
         "<h2>Objects</h2>\n"

@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import datetime as dt
 import html
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pydantic import ConfigDict, Field
@@ -68,13 +70,43 @@ class ChainLink(_Frozen):
     previous_certificate_id: str = ""
 
 
+class JobRun(_Frozen):
+    """One Spark job run of the erasure: its mode (erase, verify), engine and the engine's own
+    run id (Glue JobRunId, EMR Serverless JobRunId), from the workflow's .sync task output."""
+
+    mode: str
+    engine: str
+    run_id: str
+
+
 class ToolIdentity(_Frozen):
     name: str = "Lethe"
     version: str
-    git_revision: str  # "" when the build did not record it
+    git_revision: str  # "unknown" (or "", older certificates) when the build did not record it
     engine: str  # GLUE | EMR_SERVERLESS | "" (not recorded)
     workflow_execution: str  # the Step Functions execution ARN
     job_correlation_id: str  # the erase job's run correlation id (results.json)
+    job_runs: tuple[JobRun, ...] = ()  # the Spark runs of this workflow run, in order
+
+
+PARTIAL_GAP = "not_done_run_failed"  # a report object the failed run did not finish
+
+
+class PartialRun(_Frozen):
+    """A *partial* certificate (`partial` set): the request's erase run FAILED; it certifies
+    what was done before the failure and nothing more. It is no certificate of completion: its
+    `complete` is false, it holds no verification (none ran to its end), and every object of
+    the report the run did not finish is in `not_searched` (reason `not_done_run_failed`).
+    `cause` is scrubbed: an error name and job run states, never an object key or a value."""
+
+    status: str = Field(default="FAILED", pattern=r"^FAILED$")
+    kind: str = Field(default="partial", pattern=r"^partial$")
+    run: int = Field(ge=1)  # 1: the request's first erase run, 2: its first resume, ...
+    error: str
+    cause: str
+    objects_in_report: int = Field(ge=0)
+    objects_done: int = Field(ge=0)
+    objects_not_done: int = Field(ge=0)
 
 
 class VerificationStatement(_Frozen):
@@ -128,12 +160,27 @@ NEVER_SEARCHED = (
 )
 
 
+UNKNOWN_REVISION = "unknown"
+BUILD_INFO = Path(__file__).resolve().parent.parent / "build_info.json"
+
+
+def build_revision(path: Path = BUILD_INFO) -> str:
+    """The git revision `make sam-build` stamped into the built layer (lethe.build_stamp writes
+    lethe_shared/build_info.json), or "unknown": a layer run from the source tree (the local
+    cloud, tests) or built without the stamp records none, and the certificate says so."""
+    try:
+        revision = json.loads(path.read_text(encoding="utf-8")).get("git_revision")
+    except (OSError, ValueError, AttributeError):
+        return UNKNOWN_REVISION
+    return str(revision) if isinstance(revision, str) and revision else UNKNOWN_REVISION
+
+
 @dataclass(frozen=True)
 class DeploymentFacts:
     """What the certify step knows of its deployment (template parameters via environment)."""
 
     version: str = "0.1.0"
-    git_revision: str = ""
+    git_revision: str = UNKNOWN_REVISION
     engine: str = ""
     pitr_days: int = 35  # DynamoDB point-in-time recovery: 35 days unless RecoveryPeriodInDays
     log_retention_days: int = 0  # 0: not known
@@ -144,7 +191,7 @@ class DeploymentFacts:
         env = os.environ if env is None else env
         return cls(
             version=env.get("LETHE_VERSION", cls.version) or cls.version,
-            git_revision=env.get("LETHE_GIT_REVISION", ""),
+            git_revision=env.get("LETHE_GIT_REVISION", "") or build_revision(),
             engine=env.get("SPARK_ENGINE", ""),
             pitr_days=_days(env.get("PITR_RECOVERY_PERIOD_DAYS"), 35),
             log_retention_days=_days(env.get("LOG_RETENTION_DAYS"), 0),
@@ -202,21 +249,28 @@ def statement(
     not_looked_up: int,
     ingestion_wait: Mapping[str, Any],
     places_not_searched: int,
+    job_runs: tuple[JobRun, ...] = (),
+    verified: bool = True,  # False: a partial certificate (the run failed before verifying)
 ) -> SanitizationStatement:
     return SanitizationStatement(
         method=METHOD,
         tool=ToolIdentity(
             version=facts.version,
             git_revision=facts.git_revision,
-            engine=facts.engine,
+            engine=next((r.engine for r in job_runs if r.engine), facts.engine),
             workflow_execution=execution_arn,
             job_correlation_id=correlation_id,
+            job_runs=job_runs,
         ),
         verification=VerificationStatement(
             method=VERIFICATION_METHOD,
-            result="passed: no matching row found"
-            if matching_rows == 0
-            else f"failed: {matching_rows} matching row(s)",
+            result=(
+                "not run: the erase run failed before its verification"
+                if not verified
+                else "passed: no matching row found"
+                if matching_rows == 0
+                else f"failed: {matching_rows} matching row(s)"
+            ),
             objects_verified=objects_verified,
             matching_rows_found=matching_rows,
         ),
@@ -283,7 +337,12 @@ def statement_html(
             f"</dd><dt>Tool</dt><dd>{_e(st.tool.name)} {_e(st.tool.version)} (git "
             f"{_e(st.tool.git_revision or 'not recorded')}), engine {_e(st.tool.engine or '?')}, "
             f'execution <span class="mono">{_e(st.tool.workflow_execution)}</span>, job '
-            f'<span class="mono">{_e(st.tool.job_correlation_id)}</span></dd>'
+            f'<span class="mono">{_e(st.tool.job_correlation_id)}</span>'
+            + "".join(
+                f', {_e(r.mode)} run <span class="mono">{_e(r.run_id)}</span> ({_e(r.engine)})'
+                for r in st.tool.job_runs
+            )
+            + "</dd>"
             f"<dt>Verification</dt><dd>{_e(st.verification.method)}: "
             f"{_e(st.verification.result)}</dd><dt>Scope</dt><dd>datasets "
             f"{_e(', '.join(st.scope.datasets) or 'every registered dataset')}; "

@@ -88,7 +88,7 @@ from lethe_shared.erasure.workflow import WORKFLOW, VerificationMissingError, no
 
 if TYPE_CHECKING:
     from lethe_shared.erasure.certificate import ErasureCertificate, Signer
-    from lethe_shared.erasure.certificate_statement import ChainLink, DocumentDigest
+    from lethe_shared.erasure.certificate_statement import ChainLink, DocumentDigest, JobRun
     from lethe_shared.erasure.workflow import DocumentStore
     from lethe_shared.subject_hashing.shown_keys import Namer
 
@@ -138,6 +138,7 @@ def complete(
     at: datetime,
     facts: DeploymentFacts | None = None,
     namer: Namer = KEYLESS,
+    job_runs: tuple[JobRun, ...] = (),
 ) -> Certified:
     """Certify a request whose documents were read (module docstring): signed certificate (the
     chain's next link), audit record, then COMPLETED, or FAILED with outcome INCOMPLETE when a
@@ -166,6 +167,7 @@ def complete(
         return _certificate(
             record, results, verification, gaps, at,
             documents=(*digests, audit_digest(audit)), chain=link, facts=deployment, namer=namer,
+            job_runs=job_runs,
         )  # fmt: skip
 
     envelope, envelope_bytes = sign_chained(documents, request_id, build, signer)
@@ -385,6 +387,7 @@ def _certificate(
     chain: ChainLink,
     facts: DeploymentFacts,
     namer: Namer,
+    job_runs: tuple[JobRun, ...] = (),
 ) -> ErasureCertificate:
     """The certificate: what was erased, the verification, and whether it was complete (every
     place that was not fully searched); the documents' digests, its chain link and statement."""
@@ -466,6 +469,7 @@ def _certificate(
             not_looked_up=len(record.not_looked_up),
             ingestion_wait=wait if isinstance(wait, Mapping) else {},
             places_not_searched=len(gaps),
+            job_runs=job_runs,
         ),
     )
 

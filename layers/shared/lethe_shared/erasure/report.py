@@ -520,6 +520,11 @@ class ObjectCheck(Model):
     rows: int | None  # rows of the version left (None: no version left)
     versions_left: int
     problem: str = ""
+    # the verify run erased the object again this many times before this check (a producer
+    # wrote it after the erase run, or the subjects' rows or older versions were still there),
+    # and what each check before a round found; 0 and (): checked once (lethe_jobs.erase_again)
+    erased_again: int = 0
+    erased_again_because: tuple[str, ...] = ()
 
 
 class Verification(Model):

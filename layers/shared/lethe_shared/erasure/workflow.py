@@ -13,17 +13,20 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from lethe_shared.aws.s3 import ObjectStore, s3_url
 from lethe_shared.aws.scrub import scrub_cause
 from lethe_shared.erasure.authority import (
     ERASABLE_FROM,
+    RESUMABLE_FROM,
     ErasureNotApprovedError,
     recorded_approval,
     why_not_approved,
+    why_not_resumable,
 )
+from lethe_shared.erasure.evidence import EvidenceLock, put_arguments
 from lethe_shared.erasure.index_update import DOCUMENT as INDEX_UPDATE_DOCUMENT
 from lethe_shared.erasure.index_update import settle_index
 from lethe_shared.erasure.pins import PinRegistry, pin_manifest
@@ -57,6 +60,7 @@ if TYPE_CHECKING:
     # lethe_shared.erasure.certificate (its pydantic models) and .completion are imported by
     # the certify step only, at its first call: the other steps never load them.
     from lethe_shared.erasure.certificate import Signer
+    from lethe_shared.erasure.certificate_statement import JobRun
     from lethe_shared.erasure.completion import Certified
     from lethe_shared.subject_hashing.shown_keys import Namer
 
@@ -181,13 +185,16 @@ def mark(
     requests: ErasureRequests,
     detail: str = "",
     error: Mapping[str, str] | None = None,
+    resume: Resume | None = None,
 ) -> dict[str, Any]:
     """A status change the workflow makes (ERASING, EXPIRED, FAILED, with `error` as
     {"error": name, "cause": text}); returns the notification of the new state. A terminal
     request is left as it is (its notification is returned): a cancel or a decision got there
-    first. ERASING is the exception: see start_erasing."""
+    first. ERASING is the exception: see start_erasing (and `resume`: a resumed run's)."""
     if status is ErasureStatus.ERASING:
-        return notification(start_erasing(request_id, requests=requests, detail=detail))
+        return notification(
+            start_erasing(request_id, requests=requests, detail=detail, resume=resume)
+        )
     updates: dict[str, Any] = {}
     if error:
         # the cause Step Functions caught (a Lambda's or a job's error text): scrubbed of keys
@@ -207,8 +214,20 @@ def mark(
     return notification(record)
 
 
+@dataclass(frozen=True)
+class Resume:
+    """A resumed run's Mark Erasing (lethe_shared.erasure.resume): the execution the resume
+    recorded on the request, how long an approval is valid, now, and the SHA-256 of the frozen
+    report as stored now (None: not read)."""
+
+    execution: str
+    validity: timedelta
+    now: datetime
+    stored_manifest_sha256: str | None = None
+
+
 def start_erasing(
-    request_id: str, *, requests: ErasureRequests, detail: str = ""
+    request_id: str, *, requests: ErasureRequests, detail: str = "", resume: Resume | None = None
 ) -> ErasureRequest:
     """Move the request to ERASING, the last step before data is destroyed: only from APPROVED
     (or ERASING: a retry) with a valid recorded approval (lethe_shared.erasure.authority), in
@@ -219,6 +238,8 @@ def start_erasing(
     current = requests.get(request_id)
     if current is None:
         raise RequestNotFoundError(f"no erasure request {request_id}")
+    if resume is not None:
+        return _resume_erasing(current, requests=requests, detail=detail, resume=resume)
     refusal = why_not_approved(current)
     approval = recorded_approval(current)
     if refusal or approval is None:
@@ -243,6 +264,51 @@ def start_erasing(
         raise ErasureNotApprovedError(
             (why_not_approved(now) if now is not None else "") or str(exc)
         ) from None
+
+
+def _resume_erasing(
+    current: ErasureRequest, *, requests: ErasureRequests, detail: str, resume: Resume
+) -> ErasureRequest:
+    """FAILED -> ERASING for the run a resume started: only with a valid recorded approval of
+    the frozen report, younger than the validity (authority.why_not_resumable), the stored
+    report unchanged, and the request's recorded resume naming this execution; in one
+    conditional write that pins the status, the approval and the resume it checked."""
+    request_id = current.request_id
+    refusal = why_not_resumable(
+        current, now=resume.now, validity=resume.validity, execution=resume.execution
+    )
+    frozen = str(current.report.get("manifest_sha256") or "")
+    if not refusal and resume.stored_manifest_sha256 not in {None, frozen}:
+        refusal = f"request {request_id}: its stored report changed since it was approved"
+    recorded = (current.model_extra or {}).get("resume")
+    named = recorded.get("execution") if isinstance(recorded, Mapping) else None
+    if not refusal and named != resume.execution:
+        refusal = f"request {request_id}: no resume of it started this run ({resume.execution})"
+    approval = recorded_approval(current)
+    if refusal or approval is None:
+        LOG.warning("request %s: not resumed: %s", request_id, refusal)
+        raise ErasureNotApprovedError(refusal or "no recorded approval")
+    recorded = recorded if isinstance(recorded, Mapping) else {}
+    by = str(recorded.get("by") or WORKFLOW)
+    try:
+        return requests.transition(
+            request_id,
+            ErasureStatus.ERASING,
+            by=WORKFLOW,
+            detail=f"resumed (run {recorded.get('run', '?')}) at the request of {by}: "
+            f"{detail or 'erasing'}",
+            allowed_from=RESUMABLE_FROM,
+            remove=("error",),
+            require={
+                "approval.decision": "approve",
+                "approval.decided_by": approval.decided_by,
+                "approval.decided_at": approval.decided_at,
+                "requested_by": current.requested_by,
+                "resume.execution": resume.execution,
+            },
+        )
+    except InvalidTransitionError as exc:
+        raise ErasureNotApprovedError(str(exc)) from None
 
 
 def notification(record: ErasureRequest) -> dict[str, Any]:
@@ -309,6 +375,7 @@ def certify(
     signer: Signer,
     now: datetime | None = None,
     namer: Namer | None = None,
+    job_runs: tuple[JobRun, ...] = (),
 ) -> Certified:
     """Write the audit record (once) and the signed certificate; the request becomes COMPLETED,
     or FAILED with outcome INCOMPLETE when a place was not fully searched (the erase job's gaps,
@@ -326,23 +393,29 @@ def certify(
     if namer is None:  # the certificate's default: the dataset prefix only (completion)
         return complete(
             record, results, verification, requests=requests, documents=documents,
-            signer=signer, at=at,
+            signer=signer, at=at, job_runs=job_runs,
         )  # fmt: skip
     return complete(
         record, results, verification, requests=requests, documents=documents, signer=signer,
-        at=at, namer=namer,
+        at=at, namer=namer, job_runs=job_runs,
     )  # fmt: skip
 
 
 @dataclass(frozen=True)
 class S3Documents:
-    """DocumentStore on the reports bucket."""
+    """DocumentStore on the reports bucket. With `lock` (lethe_shared.erasure.evidence, the
+    deployed functions' EVIDENCE_* settings) every `erasure/` document version is written
+    locked: a later PUT of the same key is a new version, the old one stays."""
 
     client: Any
     bucket: str
+    lock: EvidenceLock | None = None
 
     def put(self, key: str, body: bytes, content_type: str) -> str:
-        self.client.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType=content_type)
+        self.client.put_object(
+            Bucket=self.bucket, Key=key, Body=body, ContentType=content_type,
+            **put_arguments(key, self.lock),
+        )  # fmt: skip
         return s3_url(self.bucket, key)
 
     def put_once(self, key: str, body: bytes, content_type: str) -> bool:
@@ -350,8 +423,9 @@ class S3Documents:
 
         try:
             self.client.put_object(
-                Bucket=self.bucket, Key=key, Body=body, ContentType=content_type, IfNoneMatch="*"
-            )
+                Bucket=self.bucket, Key=key, Body=body, ContentType=content_type, IfNoneMatch="*",
+                **put_arguments(key, self.lock),
+            )  # fmt: skip
         except self.client.exceptions.ClientError as exc:
             if is_s3_condition_failed(exc):
                 return False

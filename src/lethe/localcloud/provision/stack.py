@@ -54,6 +54,10 @@ NOT_EMULATED: Final[dict[str, str]] = {
         "already follows DependsOn, and nothing signals a handle locally"
     ),
     "AWS::XRay::Group": "X-Ray is not emulated: tracing is off locally",
+    "AWS::Budgets::Budget": (
+        "AWS Budgets tracks the account's bill, and the local cloud has none (MonthlyBudgetUsd "
+        "is 0 by default, so the budget's condition is false anyway)"
+    ),
     "AWS::XRay::SamplingRule": "X-Ray is not emulated: tracing is off locally",
 }
 

@@ -18,6 +18,7 @@ one is written down (where in moto, why, what it does):
            the engine's parse, Map run and item counts                  distributed_map
     P7     ItemReader arn:aws:states:::s3:listObjectsV2                 item_reader
     P8     one parse at a time                                          distributed_map
+    P9     one ANTLR parse per definition (the tree kept)               parse_cache
     install / uninstall, the version pin                                install
     what the hooks share (install context, Spark runtime, failures)     context
 """

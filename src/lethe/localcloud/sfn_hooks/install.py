@@ -1,4 +1,4 @@
-"""`install()`: apply every patch (P1-P8) to moto's Step Functions interpreter, after
+"""`install()`: apply every patch (P1-P9) to moto's Step Functions interpreter, after
 checking that moto is the version they are pinned to, and return the callable that
 reverts them.
 
@@ -55,6 +55,7 @@ from lethe.localcloud.sfn_hooks.jsonata_eval import (
     make_declarations_filter,
     make_string_jsonata_eval_body,
 )
+from lethe.localcloud.sfn_hooks.parse_cache import ParseTrees
 from lethe.localcloud.sfn_hooks.state_tasks import make_state_task_for
 from lethe.localcloud.spark_runner import DEFAULT_MASTER
 from lethe.localcloud.spark_slots import RunSlots
@@ -212,7 +213,7 @@ def install(context: HookContextLike) -> Callable[[], None]:
             _Patch(
                 _AmazonStateLanguageParser,
                 "parse",
-                make_parse(_AmazonStateLanguageParser.parse),
+                make_parse(ParseTrees().parse),  # P9 under P6/P8
             ),
             _Patch(
                 _DistributedIterationComponent,
