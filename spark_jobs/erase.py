@@ -26,8 +26,10 @@ import boto3
 
 from lethe_jobs.erase_core import authorise, run
 from lethe_jobs.erase_settings import ErasePorts, parse_args
-from lethe_jobs.session import configure_logging, job_session
+from lethe_jobs.errors import scrubbed_exit
+from lethe_jobs.session import configure_logging, job_session, logging_shown_keys
 from lethe_shared.aws.s3 import S3ObjectStore
+from lethe_shared.aws.scrub import shown_urls
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
 from lethe_shared.erasure.authority import DynamoRequestView
 from lethe_shared.subject_hashing.keys import load_hash_key
@@ -46,13 +48,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         hash_key=load_hash_key(boto3.client("secretsmanager"), args.hash_key_secret),
         requests=DynamoRequestView(boto3.resource("dynamodb").Table(args.requests_table)),
     )
+    shown = logging_shown_keys(args.correlation_id, ports.hash_key, ports.datasets)
     authorise(args, ports)  # before a Spark session is started, or anything read
     with job_session(f"lethe-erase-{args.mode}") as spark:
         summary = run(spark, args, ports)
-    sys.stdout.write(json.dumps(summary) + "\n")
+    sys.stdout.write(shown_urls(json.dumps(summary), shown) + "\n")
     sys.stdout.flush()
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(scrubbed_exit(main))

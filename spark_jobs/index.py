@@ -26,9 +26,11 @@ from collections.abc import Sequence
 
 import boto3
 
+from lethe_jobs.errors import scrubbed_exit
 from lethe_jobs.index_core import IndexPorts, parse_args, run_index
-from lethe_jobs.session import configure_logging, job_session
+from lethe_jobs.session import configure_logging, job_session, logging_shown_keys
 from lethe_shared.aws.s3 import S3ObjectStore
+from lethe_shared.aws.scrub import shown_urls
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
 from lethe_shared.subject_hashing.keys import load_hash_key
 
@@ -45,12 +47,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         datasets=DynamoDatasetRegistry(boto3.resource("dynamodb").Table(args.datasets_table)),
         hash_key=load_hash_key(boto3.client("secretsmanager"), args.hash_key_secret),
     )
+    shown = logging_shown_keys(args.correlation_id, ports.hash_key, ports.datasets)
     with job_session("lethe-index") as spark:
         summary = run_index(spark, args, ports)
-    sys.stdout.write(json.dumps(summary) + "\n")
+    sys.stdout.write(shown_urls(json.dumps(summary), shown) + "\n")
     sys.stdout.flush()
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(scrubbed_exit(main))

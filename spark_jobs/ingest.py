@@ -26,10 +26,12 @@ from datetime import UTC, datetime
 import boto3
 
 from lethe_jobs.emf import emf_line
+from lethe_jobs.errors import scrubbed_exit
 from lethe_jobs.ingest_core import parse_args, run_ingest
 from lethe_jobs.ingest_outcomes import AwsPorts
-from lethe_jobs.session import configure_logging, job_session
+from lethe_jobs.session import configure_logging, job_session, logging_shown_keys
 from lethe_shared.aws.s3 import S3ObjectStore
+from lethe_shared.aws.scrub import shown_urls
 from lethe_shared.catalog.object_catalog import DynamoObjectCatalog
 from lethe_shared.catalog.writes_ledger import DynamoWritesLedger, Writer
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
@@ -61,9 +63,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         index=DynamoSubjectIndex(dynamodb.Table(args.index_table)),
         hash_key=hash_key,
     )
+    shown = logging_shown_keys(args.correlation_id, hash_key, aws.datasets)
     with job_session("lethe-ingest") as spark:
         result = run_ingest(spark, args, aws, datetime.now(UTC))
-    sys.stdout.write(json.dumps(result.summary(), sort_keys=True) + "\n")
+    sys.stdout.write(shown_urls(json.dumps(result.summary(), sort_keys=True), shown) + "\n")
     sys.stdout.flush()
     sys.stderr.write(emf_line(result.metric_counts(), datetime.now(UTC)) + "\n")
     sys.stderr.flush()
@@ -71,4 +74,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(scrubbed_exit(main))

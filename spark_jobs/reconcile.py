@@ -20,9 +20,11 @@ from datetime import UTC, datetime
 
 import boto3
 
+from lethe_jobs.errors import scrubbed_exit
 from lethe_jobs.reconcile_core import ReconcilePorts, parse_args, run_reconcile
-from lethe_jobs.session import configure_logging, job_session
+from lethe_jobs.session import configure_logging, job_session, logging_shown_keys
 from lethe_shared.aws.s3 import S3ObjectStore
+from lethe_shared.aws.scrub import shown_urls
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
 from lethe_shared.index.subject_index import DynamoSubjectIndex
 from lethe_shared.subject_hashing.keys import load_hash_key
@@ -42,12 +44,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         index=DynamoSubjectIndex(dynamodb.Table(args.index_table)),
         hash_key=load_hash_key(boto3.client("secretsmanager"), args.hash_key_secret),
     )
+    shown = logging_shown_keys(args.correlation_id, ports.hash_key, ports.datasets)
     with job_session("lethe-reconcile") as spark:
         result = run_reconcile(spark, args, ports, datetime.now(UTC))
-    sys.stdout.write(json.dumps(result) + "\n")
+    sys.stdout.write(shown_urls(json.dumps(result), shown) + "\n")
     sys.stdout.flush()
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(scrubbed_exit(main))

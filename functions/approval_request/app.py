@@ -21,6 +21,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import Field
 
+from lethe_shared.aws.scrub import scrubbed_errors
 from lethe_shared.aws.wiring import Aws, wiring
 from lethe_shared.erasure.approval_flow import ApproversSettingsBase, SesMailer, request_approval
 from lethe_shared.erasure.requests import DynamoApprovals, DynamoErasureRequests
@@ -84,6 +85,7 @@ _dependencies = wiring(ApprovalRequestSettings, _build)
 @logger.inject_lambda_context(correlation_id_path="request_id", log_event=False)
 @tracer.capture_lambda_handler
 @metrics.log_metrics
+@scrubbed_errors  # Step Functions keeps the error text in the execution history
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     task = ApprovalTask.model_validate(event)
     deps = _dependencies()

@@ -27,6 +27,8 @@
                                                             report's or the index update's): its
                                                             notification either way
 
+Errors leave the handler scrubbed of object keys and quoted values (lethe_shared.aws.scrub):
+Step Functions keeps them in the execution history and Mark Failed in the request record.
 Errors are typed (lethe_shared.errors): the state machine catches `RequestClosedError` (the
 request was cancelled meanwhile) and `ErasureNotApprovedError` (mark ERASING of a request that
 is not APPROVED with a valid recorded approval, lethe_shared.erasure.authority: never retried,
@@ -46,6 +48,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import Field
 
 from lethe_shared.aws.s3 import S3ObjectStore
+from lethe_shared.aws.scrub import scrubbed_errors
 from lethe_shared.aws.wiring import Aws, wiring
 from lethe_shared.catalog.object_catalog import DynamoObjectCatalog
 from lethe_shared.config import Settings
@@ -71,6 +74,7 @@ from lethe_shared.erasure.workflow import (
 from lethe_shared.index.subject_index import DynamoSubjectIndex
 from lethe_shared.models import Model
 from lethe_shared.subject_hashing.keys import key_fingerprint, load_hash_key
+from lethe_shared.subject_hashing.shown_keys import KeyNamer
 
 if TYPE_CHECKING:
     from lethe_shared.erasure.certificate import KmsSigner
@@ -159,6 +163,11 @@ class _Dependencies:
         """The subject hash key's fingerprint as its secret holds it now: read at each call,
         never cached (a rotation must be seen at once; the key itself is never kept)."""
         return key_fingerprint(load_hash_key(self.secrets, self.hash_key_secret_arn))
+
+    def namer(self) -> KeyNamer:
+        """Shown keys for the certificate and the audit record: under the current key, with the
+        registered datasets' subject and partition columns (lethe_shared.erasure.shown)."""
+        return KeyNamer(load_hash_key(self.secrets, self.hash_key_secret_arn), self.registry.get)
 
     def events_waiting(self) -> int:
         """Object events not yet recorded in the catalog: in the queue, visible or not."""
@@ -257,6 +266,7 @@ def _certify_failure(step: StepEvent, deps: _Dependencies) -> dict[str, Any]:
     result = certify_failure(
         step.request_id, requests=deps.requests, documents=deps.documents, signer=deps.signer(),
         error=error.Error, cause=error.Cause, job_runs=_job_runs(step), at=datetime.now(UTC),
+        namer=deps.namer(),
     )  # fmt: skip
     if result.get("partial_certificate"):
         metrics.add_metric(name="ErasurePartialCertificates", unit=MetricUnit.Count, value=1)
@@ -304,14 +314,14 @@ def _run(step: StepEvent, deps: _Dependencies) -> dict[str, Any]:
     if step.step == "update_index":
         updated = update_index(
             rid, requests=deps.requests, index=deps.index, documents=deps.documents,
-            objects=deps.objects,
+            objects=deps.objects, namer=deps.namer(),
         )  # fmt: skip
         kept = len(updated["kept"]) + int(updated["kept_unlisted"])  # named by the certificate
         metrics.add_metric(name="ErasureEntriesAppearedAfter", unit=MetricUnit.Count, value=kept)
         return {"request_id": rid, **updated}
     certified = certify(
         rid, requests=deps.requests, documents=deps.documents, signer=deps.signer(),
-        job_runs=_job_runs(step),
+        namer=deps.namer(), job_runs=_job_runs(step),
     )  # fmt: skip
     if certified.complete:
         metrics.add_metric(name="ErasuresCompleted", unit=MetricUnit.Count, value=1)
@@ -323,6 +333,7 @@ def _run(step: StepEvent, deps: _Dependencies) -> dict[str, Any]:
 @logger.inject_lambda_context(correlation_id_path="request_id", log_event=False)
 @tracer.capture_lambda_handler
 @metrics.log_metrics
+@scrubbed_errors  # Step Functions copies the error into the execution history and the record
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     step = StepEvent.model_validate(event)
     logger.append_keys(step=step.step)

@@ -20,6 +20,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import Field
 
 from lethe_shared.aws.s3 import NULL_VERSION, S3ObjectStore
+from lethe_shared.aws.scrub import scrubbed_errors
 from lethe_shared.aws.wiring import Aws, wiring
 from lethe_shared.catalog.writes_ledger import DynamoWritesLedger
 from lethe_shared.config import Settings
@@ -29,6 +30,7 @@ from lethe_shared.index.arrow_entries import LakeIndexAction, index_lake_object
 from lethe_shared.index.subject_index import DynamoSubjectIndex
 from lethe_shared.models import Model
 from lethe_shared.subject_hashing.keys import key_from_secret
+from lethe_shared.subject_hashing.shown_keys import KeyNamer
 
 logger = Logger()
 tracer = Tracer()
@@ -84,6 +86,7 @@ _dependencies = wiring(IndexObjectSettings, _build)
 @logger.inject_lambda_context(log_event=False)
 @tracer.capture_lambda_handler
 @metrics.log_metrics
+@scrubbed_errors  # an error's text names no key and quotes no value (lethe_shared.aws.scrub)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     request = IndexObjectRequest.model_validate(event)
     deps = _dependencies()
@@ -104,7 +107,14 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     metrics.add_metric(name="IndexEntriesWritten", unit=MetricUnit.Count, value=outcome.entries)
     logger.info(
         f"lake object {outcome.action.value}",
-        extra={"object_url": outcome.object_url, "entries": outcome.entries, "rows": outcome.rows},
+        # its shown key: a lake key holds a subject id where a subject column is a partition
+        extra={
+            "object_url": KeyNamer(key_from_secret(_secret(secret_arn)), deps.registry.get).url(
+                outcome.object_url
+            ),
+            "entries": outcome.entries,
+            "rows": outcome.rows,
+        },
     )
     result: dict[str, Any] = {
         "object_url": outcome.object_url,

@@ -20,6 +20,7 @@ from aws_lambda_powertools import Logger, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import ConfigDict, Field, TypeAdapter
 
+from lethe_shared.aws.scrub import scrubbed_errors
 from lethe_shared.aws.wiring import Aws, wiring
 from lethe_shared.catalog.ingestion_steps import (
     BatchObject,
@@ -89,6 +90,7 @@ def _run(step: Step, catalog: DynamoObjectCatalog) -> Any:
 
 @logger.inject_lambda_context(correlation_id_path="execution", log_event=False)
 @tracer.capture_lambda_handler
+@scrubbed_errors  # Step Functions keeps the error text in the execution history
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     step = StepEvent.validate_python(event)
     logger.append_keys(step=step.step)

@@ -49,6 +49,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import Field, ValidationError
 
 from lethe_shared.aws.s3 import S3ObjectStore, s3_url
+from lethe_shared.aws.scrub import scrub_exception
 from lethe_shared.aws.wiring import Aws, wiring
 from lethe_shared.catalog.object_catalog import Buckets, DynamoObjectCatalog
 from lethe_shared.catalog.writes_ledger import DynamoWritesLedger
@@ -69,6 +70,7 @@ from lethe_shared.ingestion.starter import (
     StartOutcome,
     StepFunctionsBatchStarter,
 )
+from lethe_shared.subject_hashing.shown_keys import PartitionRedactor
 
 logger = Logger()
 tracer = Tracer()
@@ -206,6 +208,7 @@ class _Batch:
         self.collector = IngestionCollector()
         self.counts: Counter[str] = Counter()
         self.settle_wait = SETTLE_WAIT_SECONDS  # left for this batch
+        self.shown = PartitionRedactor(deps.registry.get)  # keys as the logs show them
 
     def _record(self, event: ObjectEvent, message_id: str) -> Outcome:
         """record_object_event, looked at again for a moment while the version's writer is
@@ -260,13 +263,14 @@ class _Batch:
             raise
         except Exception as exc:
             self.counts["failed"] += 1
+            scrub_exception(exc)  # its text (and the traceback's) names no key, quotes no value
             logger.exception(
                 "object event failed; SQS redelivers it",
                 extra={**context, "error": f"{type(exc).__name__}: {exc}"},
             )
             raise
         self.counts["recorded" if outcome.written else "skipped"] += 1
-        _log_outcome(outcome, context)
+        _log_outcome(outcome, context, self.shown)
 
     def start_ingestion(self, failed_records: set[str]) -> set[str]:
         """Start one execution per group; returns the records of the groups that did not start."""
@@ -278,6 +282,7 @@ class _Batch:
                 outcome = self.deps.starter.start(group)
             except Exception as exc:  # reported per record: SQS redelivers them
                 self.counts["batches_not_started"] += 1
+                scrub_exception(exc)
                 not_started |= group.record_ids
                 logger.exception(
                     "ingestion batch not started; its records are reported failed and redelivered",
@@ -312,7 +317,7 @@ def _group_details(group: IngestionGroup, reports_bucket: str) -> dict[str, Any]
     }
 
 
-def _log_outcome(outcome: Outcome, context: dict[str, Any]) -> None:
+def _log_outcome(outcome: Outcome, context: dict[str, Any], shown: PartitionRedactor) -> None:
     item = outcome.item
     if outcome.gone:
         message = "object version created and deleted before its event was read; not ingested"
@@ -324,7 +329,8 @@ def _log_outcome(outcome: Outcome, context: dict[str, Any]) -> None:
         message,
         extra={
             **context,
-            "object_url": item.object_url,
+            # a lake key's subject partition values redacted (found again by its version id)
+            "object_url": shown.url(item.object_url),
             "version_id": item.version_id,
             "status": item.status.value,
             "dataset_id": item.dataset_id,

@@ -40,8 +40,9 @@ from lethe_jobs.erase_settings import EraseSettings
 from lethe_jobs.erase_verify import verify_object, versions_as_left
 from lethe_jobs.errors import JobError
 from lethe_jobs.not_searched import UNREADABLE
-from lethe_jobs.session import configure_logging
+from lethe_jobs.session import logging_shown_keys
 from lethe_shared.aws.s3 import S3ObjectStore, split_s3_url
+from lethe_shared.aws.scrub import scrub_text
 from lethe_shared.erasure.report import ManifestObject, ObjectCheck, ObjectResult
 from lethe_shared.models import Model
 
@@ -124,7 +125,8 @@ def verify_or_erase_again(
             break
         LOG.warning(
             "%s did not verify (%s): erasing it again (round %d of at most %d)",
-            task.item.object_url, check.problem, len(because) + 1, MAX_ERASE_AGAIN,
+            ctx.shown(task.item.object_url), scrub_text(check.problem, ctx.namer()),
+            len(because) + 1, MAX_ERASE_AGAIN,
         )  # fmt: skip
         try:
             again = erase(store, task.item, ctx, None, ledger, earlier=result, trust_recorded=False)
@@ -166,7 +168,8 @@ def _test_producer_hook(client: Any) -> Callable[[ManifestObject], None] | None:
 
 def verify_partition(tasks: Iterable[str], ctx: EraseSettings, erase: EraseObject) -> Iterator[str]:
     """A Spark task of the verify run: one Rechecked (JSON) per EraseTask (JSON)."""
-    configure_logging(ctx.correlation_id)
+    # an executor's Python worker logs on its own, URLs shown (lethe_jobs.session)
+    logging_shown_keys(ctx.correlation_id, ctx.hash_key, ctx.datasets)
     client = boto3.client("s3")
     ledger = job_ledger(ctx.catalog_table)
     # what it erases again is recorded in the writes ledger as this request's, as in the erase run

@@ -105,7 +105,7 @@ from lethe_jobs.not_searched import (
     unreadable,
     unreadable_reason,
 )
-from lethe_jobs.session import configure_logging
+from lethe_jobs.session import logging_shown_keys
 from lethe_jobs.tasks import task_groups
 from lethe_shared.aws.s3 import (
     ERASED_ROWS_METADATA,
@@ -118,6 +118,7 @@ from lethe_shared.aws.s3 import (
     key_state,
     split_s3_url,
 )
+from lethe_shared.aws.scrub import scrub_text
 from lethe_shared.erasure.authority import EraseNotAuthorisedError, check_erasable
 from lethe_shared.erasure.report import (
     EraseResults,
@@ -221,7 +222,8 @@ def _erase_current(
         # version kept (its older ones purged) and named as not searched (not_searched.py)
         LOG.warning(
             "%s (added to the report as %s): its current version cannot be read (%s): named "
-            "as not searched", item.object_url, item.widened_from, unreadable_reason(exc),
+            "as not searched", ctx.shown(item.object_url), item.widened_from,
+            unreadable_reason(exc),
         )  # fmt: skip
         erased = unreadable(item, current.version_id, exc)
     if erased.rows_removed == 0:
@@ -324,7 +326,7 @@ def _erase_object(
                 store, item, current, ctx, Path(tmp), after_rewrite=after_rewrite
             )
         if outcome is None:
-            LOG.warning("%s changed while erasing it: reading it again", item.object_url)
+            LOG.warning("%s changed while erasing it: reading it again", ctx.shown(item.object_url))
             continue
         erased, after, read = outcome
         if erased.rows_removed == 0 and current.version_id not in counted:
@@ -339,7 +341,9 @@ def _erase_object(
         count, settled = _purge(store, item, after.version_id if after else None, versions)
         purged += count
         if not settled:
-            LOG.warning("%s got a new version while erasing it: erasing it too", item.object_url)
+            LOG.warning(
+                "%s got a new version while erasing it: erasing it too", ctx.shown(item.object_url)
+            )
             if after is not None and erased.written:
                 removed += erased.rows_removed  # our version stood; the next read builds on it
             continue
@@ -351,7 +355,7 @@ def _erase_object(
             after=after, purged=purged, attempts=attempt, removed_before=removed, gaps=gaps,
         )  # fmt: skip
     raise ConcurrentWritesError(
-        f"{item.object_url} changed {MAX_ATTEMPTS} times while it was being erased"
+        f"{ctx.shown(item.object_url)} changed {MAX_ATTEMPTS} times while it was being erased"
     )
 
 
@@ -405,7 +409,8 @@ def _test_kill_hook() -> Callable[[], None] | None:
 
 
 def _erase_partition(tasks: Iterable[str], ctx: EraseSettings) -> Iterator[str]:
-    configure_logging(ctx.correlation_id)  # an executor's Python worker logs on its own
+    # an executor's Python worker logs on its own
+    logging_shown_keys(ctx.correlation_id, ctx.hash_key, ctx.datasets)
     # every rewrite recorded in the writes ledger (the request id as its run id): how the
     # object events path, verification and a re-run know the versions erasure wrote, never by
     # their metadata (lethe_jobs.erase_ledger)
@@ -421,7 +426,7 @@ def _erase_partition(tasks: Iterable[str], ctx: EraseSettings) -> Iterator[str]:
         record(result)  # before the next object: a run that dies keeps what it finished
         LOG.info(
             "%s: %s, %d of %d rows removed, %d versions purged",
-            item.object_url, result.action, result.rows_removed, result.rows_before,
+            ctx.shown(item.object_url), result.action, result.rows_removed, result.rows_before,
             result.versions_purged,
         )  # fmt: skip
         yield result.model_dump_json()
@@ -539,7 +544,7 @@ def run_verify(
     if failed:
         raise VerificationFailedError(
             f"{len(failed)} of {len(checks)} objects did not verify (see {url}); first: "
-            f"{failed[0].object_url}: {failed[0].problem}"
+            f"{ctx.shown(failed[0].object_url)}: {scrub_text(failed[0].problem, ctx.namer())}"
         )
     LOG.info("verified %d objects: no matching row, no older version", len(checks))
     summary = {"verification": url, "objects_verified": len(checks), "matching_rows_found": 0}

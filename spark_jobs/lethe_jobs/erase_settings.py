@@ -26,6 +26,7 @@ from lethe_shared.erasure.pins import PinRegistry, refusals, refused_result
 from lethe_shared.erasure.report import Manifest, ManifestObject, NotSearched, ObjectResult
 from lethe_shared.errors import DatasetNotFoundError
 from lethe_shared.subject_hashing.keys import key_fingerprint
+from lethe_shared.subject_hashing.shown_keys import KeyNamer
 
 LOG = logging.getLogger("lethe.erase")
 MODES = ("erase", "verify")
@@ -109,6 +110,14 @@ class EraseSettings:
 
     def kind(self, item: ManifestObject) -> ObjectKind:
         return object_kind(item.dataset_id, item.bucket, item.key, self.buckets)
+
+    def shown(self, url: str) -> str:
+        """An object's URL as logs and errors name it: its shown key (a subject column's
+        partition value or a producer's key hashed; lethe_shared.subject_hashing.shown_keys)."""
+        return self.namer().url(url)
+
+    def namer(self) -> KeyNamer:
+        return KeyNamer(self.hash_key, self.datasets.get)
 
 
 class RequestReader(Protocol):

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from lethe_shared.aws.scrub import scrub_exception
+
 
 class JobError(Exception):
     """A job cannot do its work; the run fails and Step Functions sees a failed job.
@@ -29,3 +33,17 @@ class InvalidObjectListError(JobError):
 class UnreadableObjectError(Exception):
     """A lake object whose rows cannot be read (not Parquet, not JSON Lines): it cannot be
     indexed, and no entry of it can be trusted either."""
+
+
+def scrubbed_exit(main: Callable[[], int]) -> int:
+    """Run a job's `main`; an exception leaves it scrubbed of object keys and quoted values
+    (lethe_shared.aws.scrub): its last traceback line is the failure text Glue and EMR report,
+    which Step Functions copies into the execution history and Mark Failed into the request
+    record. Every job script's `__main__` runs through it."""
+    try:
+        return main()
+    except Exception as exc:
+        scrubbed = scrub_exception(exc)
+        if scrubbed is exc:
+            raise
+        raise scrubbed from None

@@ -43,7 +43,7 @@ from lethe_jobs.indexing import StoredObject, object_entries
 from lethe_jobs.job_args import DatasetJobArgs, add_flag, add_required
 from lethe_jobs.objects import ObjectKind, list_prefix, object_kind
 from lethe_jobs.reindexing import IndexSettings, ObjectLocation, Outcome, index_objects
-from lethe_jobs.session import configure_logging
+from lethe_jobs.session import logging_shown_keys
 from lethe_jobs.tasks import grouped_items
 from lethe_shared.aws.s3 import NULL_VERSION, ObjectStore, S3ObjectStore, s3_url, split_s3_url
 from lethe_shared.catalog.object_catalog import Buckets
@@ -129,7 +129,8 @@ def _expected_of(
 
 def expected_partition(items: Iterable[str], ctx: ExpectSettings) -> Iterator[tuple[Any, ...]]:
     """A Spark task: the expected (object_url, subject_hash, rows) of its objects."""
-    configure_logging(ctx.correlation_id)  # an executor's Python worker logs on its own
+    # an executor's Python worker logs on its own
+    logging_shown_keys(ctx.correlation_id, ctx.hash_key, {ctx.dataset.dataset_id: ctx.dataset})
     store = S3ObjectStore(boto3.client("s3"))
     for item in items:
         yield from _expected_of(store, ObjectLocation.model_validate_json(item), ctx)

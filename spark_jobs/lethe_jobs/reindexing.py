@@ -45,7 +45,7 @@ from pyspark.sql import SparkSession
 from lethe_jobs.errors import UnreadableObjectError
 from lethe_jobs.indexing import StoredObject, object_subjects_of
 from lethe_jobs.objects import ObjectKind, object_kind
-from lethe_jobs.session import configure_logging
+from lethe_jobs.session import logging_shown_keys
 from lethe_jobs.tasks import grouped_items
 from lethe_shared.aws.s3 import ObjectHead, ObjectStore, S3ObjectStore, s3_url
 from lethe_shared.catalog.object_catalog import Buckets
@@ -252,7 +252,8 @@ def index_group(
 
 def index_partition(items: Iterable[str], ctx: IndexSettings) -> Iterator[dict[str, Any]]:
     """A Spark task: index the objects of one partition (JSON object locations) as a group."""
-    configure_logging(ctx.correlation_id)  # an executor's Python worker logs on its own
+    # an executor's Python worker logs on its own
+    logging_shown_keys(ctx.correlation_id, ctx.hash_key, {ctx.dataset.dataset_id: ctx.dataset})
     aws = _Aws.connect(ctx.index_table, ctx.catalog_table)
     locations = [ObjectLocation.model_validate_json(item) for item in items]
     for outcome in index_group(aws, locations, ctx):

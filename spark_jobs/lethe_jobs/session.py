@@ -7,8 +7,12 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from pyspark.sql import SparkSession
+
+from lethe_shared.aws.scrub import UrlNamer, shown_urls
+from lethe_shared.subject_hashing.shown_keys import KeyNamer
 
 LOG_FORMAT = "%(asctime)s %(levelname)s [%(correlation_id)s] %(name)s: %(message)s"
 _QUIET_LOGGERS = ("py4j", "botocore", "boto3", "urllib3", "s3transfer")
@@ -26,10 +30,14 @@ class _CorrelationFilter(logging.Filter):
         return True
 
 
-def configure_logging(correlation_id: str, level: int = logging.INFO) -> None:
+def configure_logging(
+    correlation_id: str, level: int = logging.INFO, namer: UrlNamer | None = None
+) -> None:
     """Log to stderr (stdout carries the job's one-line JSON summary), correlation id on every
     line. Replaces handlers installed by an earlier call, so a second run in one process logs
-    with its own id."""
+    with its own id. With `namer` (a KeyNamer of the job's hash key and datasets), every
+    `s3://` URL of a line is shown by its shown key: a backstop behind the jobs' own lines, so
+    that a subject column's partition value never reaches the Spark logs."""
     root = logging.getLogger()
     for handler in list(root.handlers):
         if getattr(handler, "lethe_job_handler", False):
@@ -37,11 +45,39 @@ def configure_logging(correlation_id: str, level: int = logging.INFO) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(LOG_FORMAT))
     handler.addFilter(_CorrelationFilter(correlation_id))
+    if namer is not None:
+        handler.addFilter(_ShownKeysFilter(namer))
     handler.lethe_job_handler = True  # type: ignore[attr-defined]
     root.addHandler(handler)
     root.setLevel(level)
     for name in _QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def logging_shown_keys(correlation_id: str, hash_key: bytes, datasets: Any) -> KeyNamer:
+    """configure_logging with the backstop: URLs of lines shown with every subject column's
+    partition value keyed-hashed (`datasets`: a dataset by id, a function or a mapping; the rest
+    of a key is kept: report URLs, raw keys). Returns the namer, for the job's summary line
+    (`shown_urls`), which goes to the same log."""
+    lookup = datasets.get if hasattr(datasets, "get") else datasets
+    namer = KeyNamer(hash_key, lookup, whole_keys=False)
+    configure_logging(correlation_id, namer=namer)
+    return namer
+
+
+class _ShownKeysFilter(logging.Filter):
+    def __init__(self, namer: UrlNamer) -> None:
+        super().__init__()
+        self.namer = namer
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:
+            return True
+        if "s3://" in message:
+            record.msg, record.args = shown_urls(message, self.namer), None
+        return True
 
 
 def build_session(app_name: str, master: str | None) -> SparkSession:

@@ -4,19 +4,22 @@ link in a real browser (Chromium), types the code and approves; then no stored v
 object holds the subjects' rows, every other row is intact, the index forgets them, SNS and
 EventBridge were told, and the certificate verifies. A rejected request changes no byte.
 
-The datasets (`erasure-reviews`, `erasure-orders`: the samples' documents under other ids) and
-the subjects (`ea-*`, `kc-*`) are this module's own, so the other e2e modules' data, lookups
-and reconcile reports are untouched whatever order the modules run in."""
+The datasets (`erasure-reviews`, `erasure-orders`: the samples' documents under other ids;
+`erasure-visits`: the reviews document partitioned by its subject column, so that its lake keys
+hold subject ids) and the subjects (`ea-*`, `kc-*`) are this module's own, so the other e2e
+modules' data, lookups and reconcile reports are untouched whatever order the modules run in."""
 
 from __future__ import annotations
 
 import gzip
 import io
 import json
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow.parquet as pq
 import pytest
@@ -56,6 +59,14 @@ REVIEWS_V2 = (
 REVIEWS_AFTER = (
     b"user_id,review_date,stars,text\r\nkc-3003,2026-11-21,3,ok\r\nkc-3003,2026-11-23,4,new\r\n"
 )
+VISITS = "erasure-visits"  # partitioned by its subject column: lake keys hold the ids
+VISITS_KEY = f"{VISITS}/2026/11/visits-1.csv"
+VISITS_BODY = (
+    b"user_id,review_date,stars,text\r\n"
+    b"ea-1001,2026-11-20,5,first visit\r\n"
+    b"kc-3003,2026-11-21,3,kept visit\r\n"
+    b"ea-2002,2026-11-22,4,second visit\r\n"
+)
 ORDERS = [
     {"order_id": 11, "order_date": "2026-11-20", "customer": {"id": "ea-1001", "country": "NL"},
      "total": "1.00", "items": ["a"]},
@@ -68,19 +79,27 @@ ORDERS = [
 TERMINAL = {"INGESTED", "QUARANTINED", "FAILED"}
 
 
-def _upload_and_ingest(cloud: LocalCloud, key: str, body: bytes) -> str:
+def _upload_and_ingest(cloud: LocalCloud, *uploads: tuple[str, bytes]) -> None:
+    """Upload (key, body) pairs together (ingestion may batch them into one run), then wait
+    until each is ingested."""
     raw = cloud.outputs["RawBucketName"]
-    version = str(cloud.client("s3").put_object(Bucket=raw, Key=key, Body=body)["VersionId"])
+    s3 = cloud.client("s3")
+    versions = {
+        key: str(s3.put_object(Bucket=raw, Key=key, Body=body)["VersionId"])
+        for key, body in uploads
+    }
     catalog = cloud.table("ObjectCatalogTableName")
 
     def ingested() -> bool:
-        item = catalog.get_item(
-            Key={"object_url": f"s3://{raw}/{key}", "version_id": version}, ConsistentRead=True
-        ).get("Item")
-        return item is not None and item["status"] in TERMINAL
+        for key, version in versions.items():
+            item = catalog.get_item(
+                Key={"object_url": f"s3://{raw}/{key}", "version_id": version}, ConsistentRead=True
+            ).get("Item")
+            if item is None or item["status"] not in TERMINAL:
+                return False
+        return True
 
-    wait_for(ingested, timeout=300, what=f"{key} to be ingested")
-    return version
+    wait_for(ingested, timeout=300, what=f"{', '.join(versions)} to be ingested")
 
 
 def _every_version(cloud: LocalCloud) -> dict[tuple[str, str, str], bytes]:
@@ -88,7 +107,7 @@ def _every_version(cloud: LocalCloud) -> dict[tuple[str, str, str], bytes]:
     s3 = cloud.client("s3")
     found: dict[tuple[str, str, str], bytes] = {}
     for bucket in (cloud.outputs["RawBucketName"], cloud.outputs["LakeBucketName"]):
-        for prefix in (f"{REVIEWS}/", f"{ORDERS_DATASET}/"):
+        for prefix in (f"{REVIEWS}/", f"{ORDERS_DATASET}/", f"{VISITS}/"):
             pages = s3.get_paginator("list_object_versions").paginate(Bucket=bucket, Prefix=prefix)
             for page in pages:
                 for v in page.get("Versions", []):
@@ -139,17 +158,24 @@ def _email(cloud: LocalCloud, request_id: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def ingested(local_cloud: LocalCloud, tmp_path_factory: pytest.TempPathFactory) -> LocalCloud:
-    """This module's two datasets registered, their files uploaded and ingested, then the
+    """This module's three datasets registered, their files uploaded and ingested, then the
     reviews file overwritten."""
     registered = local_cloud
     folder = tmp_path_factory.mktemp("erasure-datasets")
     for sample, dataset_id in (("reviews", REVIEWS), ("orders", ORDERS_DATASET)):
         path = sample_dataset_as(sample, dataset_id, folder)
         assert cli(registered, "datasets", "put", str(path)).returncode == 0
-    _upload_and_ingest(registered, REVIEWS_KEY, REVIEWS_V1)
+    visits = sample_dataset_as("reviews", VISITS, folder)
+    visits.write_text(json.dumps({**json.loads(visits.read_text()), "partition_by": ["user_id"]}))
+    assert cli(registered, "datasets", "put", str(visits)).returncode == 0
     orders = "".join(json.dumps(o) + "\n" for o in ORDERS).encode()
-    _upload_and_ingest(registered, ORDERS_KEY, gzip.compress(orders))
-    _upload_and_ingest(registered, REVIEWS_KEY, REVIEWS_V2)
+    _upload_and_ingest(
+        registered,
+        (REVIEWS_KEY, REVIEWS_V1),
+        (ORDERS_KEY, gzip.compress(orders)),
+        (VISITS_KEY, VISITS_BODY),
+    )
+    _upload_and_ingest(registered, (REVIEWS_KEY, REVIEWS_V2))
     return registered
 
 
@@ -237,8 +263,9 @@ def test_the_request_completes_with_every_step_in_its_history(erased: dict[str, 
         "RECEIVED", "REPORTED", "AWAITING_APPROVAL", "APPROVED", "ERASING", "COMPLETED",
     ]  # fmt: skip
     assert record["approval"]["decided_by"] == "approver@example.com"
-    # raw reviews (both versions), raw orders, the lake files holding them
-    assert record["result"]["rows_removed"] == 8
+    # raw reviews (both versions), raw orders, the lake files holding them (8); the raw visits
+    # file's two rows and the two lake files of the erased subjects' partitions (4)
+    assert record["result"]["rows_removed"] == 12
     assert all(raw_id not in json.dumps(record) for raw_id in ERASED)
 
 
@@ -279,7 +306,7 @@ def test_the_index_forgets_the_erased_subjects_only(
     kept = json.loads(cli(ingested, "index", "lookup", "--subject", KEPT, "--json").stdout)
     assert sorted((e["dataset"], e["zone"]) for e in kept) == [
         (ORDERS_DATASET, "lake"), (ORDERS_DATASET, "raw"), (REVIEWS, "lake"), (REVIEWS, "lake"),
-        (REVIEWS, "raw"),
+        (REVIEWS, "raw"), (VISITS, "lake"), (VISITS, "raw"),
     ]  # fmt: skip
 
 
@@ -371,6 +398,16 @@ def test_trace_of_the_request_id_finds_its_execution_and_its_spark_jobs(
     assert not any(subject in t for t in texts for subject in ERASED)
 
 
+def _partition_subjects(key: str, columns: list[str]) -> set[str]:
+    """The subject ids a lake key holds in its partitions (a subject column partitioned by)."""
+    found = set()
+    for segment in key.split("/")[1:-1]:
+        name, _, value = segment.partition("=")
+        if name in columns and len(value) >= 4:
+            found.add(unquote(value))
+    return found
+
+
 def _lake_subjects(cloud: LocalCloud) -> set[str]:
     """Every subject id the lake holds now, read from the subject columns of every dataset's
     current lake Parquet objects (so other e2e modules' subjects are swept too when they ran)."""
@@ -388,6 +425,7 @@ def _lake_subjects(cloud: LocalCloud) -> set[str]:
                     continue
                 body = s3.get_object(Bucket=lake, Key=obj["Key"])["Body"].read()
                 table = pq.read_table(io.BytesIO(body))
+                found |= _partition_subjects(obj["Key"], columns)
                 for column in columns:
                     head, *path = column.split(".")
                     if head not in table.column_names:
@@ -432,14 +470,53 @@ def _swept_texts(cloud: LocalCloud, erased: dict[str, Any]) -> dict[str, str]:
     return texts
 
 
+# Where Lethe keeps real object keys by design (docs/SECURITY.md): the frozen report and the
+# erase job's documents (the jobs and `--verify` need them), the object catalog and the subject
+# index (by key), and the run manifests of ingestion. There a lake key of a dataset partitioned
+# by its subject column holds the id; nowhere else.
+_REAL_KEYS = re.compile(
+    r"^(table lethe-[a-z0-9-]*(catalog|index)[a-z0-9-]*"
+    r"|report erasure/[^/]+/(manifest|results|verification|index_update)\.json"
+    r"|report erasure/[^/]+/progress/.*|report manifests/.*)$"
+)
+_SUBJECT_PARTITION = re.compile(rf"{VISITS}/user_id=[^/\s\"\\]+/")
+
+
+def _outside_keys(where: str, text: str) -> str:
+    """`text`, with the subject partitions of real lake keys blanked where real keys are kept by
+    design (`_REAL_KEYS`): an id anywhere else in those texts is still found."""
+    return (
+        _SUBJECT_PARTITION.sub(f"{VISITS}/user_id=<key>/", text)
+        if _REAL_KEYS.match(where)
+        else text
+    )
+
+
 def test_privacy_sweep_no_raw_subject_id_outside_the_data(
     ingested: LocalCloud, erased: dict[str, Any]
 ) -> None:
     """Issue 11, privacy: after the scenario (uploads, an approved erasure, a rejected one),
     no log line, history, email, report, certificate, audit record, DynamoDB item or published
-    message holds a raw subject id of it; the data buckets are the only place they live."""
+    message holds a raw subject id of it; the data buckets are the only place they live.
+    Issue 19: with a dataset partitioned by its subject column, whose lake keys hold the ids,
+    too: certificates, audit records, request records, summaries, logs, execution histories and
+    messages name its objects by shown keys; real keys stay only where they are kept by design
+    (`_REAL_KEYS`)."""
     subjects = {*ERASED, KEPT, *_lake_subjects(ingested)}
-    texts = _swept_texts(ingested, erased)
+    texts = {
+        where: _outside_keys(where, text) for where, text in _swept_texts(ingested, erased).items()
+    }
+    # the partitioned dataset's keys held the ids, and its objects were certified
+    partition_keys = [
+        t for w, t in texts.items() if w.startswith("table ") and f"{VISITS}/user_id=<key>/" in t
+    ]
+    assert partition_keys
+    (certificate,) = [
+        t
+        for w, t in texts.items()
+        if w == f"report erasure/{erased['request_id']}/certificate.json"
+    ]
+    assert f"{VISITS}/user_id=~" in certificate
 
     assert KEPT in _lake_subjects(ingested)  # the sweep's subject list is real
     assert len(texts) > 20
@@ -448,4 +525,28 @@ def test_privacy_sweep_no_raw_subject_id_outside_the_data(
     leaks = sorted(
         (where, subject) for where, text in texts.items() for subject in subjects if subject in text
     )
-    assert leaks == []
+    seen = {where: texts[where] for where, _ in leaks}  # the first line of each, to look at
+    assert leaks == [], [
+        next(line for line in text.splitlines() if any(s in line for s in subjects))[:300]
+        for text in seen.values()
+    ]
+
+
+def test_an_operator_finds_the_real_key_of_an_object_the_certificate_shows(
+    ingested: LocalCloud, erased: dict[str, Any]
+) -> None:
+    """Issue 19: the certificate names the partitioned dataset's lake objects by shown keys (the
+    subject's partition value keyed-hashed); `lethe objects shown` gives the operator, who may
+    read the hash key, the real key of each."""
+    s3, reports = ingested.client("s3"), ingested.outputs["ReportsBucketName"]
+    body = s3.get_object(Bucket=reports, Key=f"erasure/{erased['request_id']}/certificate.json")
+    objects = json.loads(body["Body"].read())["certificate"]["objects"]
+    shown = sorted(o["key"] for o in objects if o["key"].startswith(f"{VISITS}/user_id="))
+    assert len(shown) == 2  # the two erased subjects' partitions
+    assert not any(subject in key for key in shown for subject in ERASED)
+
+    found = cli(ingested, "objects", "shown", "--dataset", VISITS, *shown, "--json")
+
+    assert found.returncode == 0, found.stderr
+    real = sorted(row["object_url"].split("/", 3)[3] for row in json.loads(found.stdout))
+    assert [key.split("/")[1] for key in real] == [f"user_id={s}" for s in sorted(ERASED)]

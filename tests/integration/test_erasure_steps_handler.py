@@ -36,6 +36,7 @@ from lethe_shared.erasure.requests import (
 )
 from lethe_shared.index.subject_index import DynamoSubjectIndex, IndexEntry
 from lethe_shared.subject_hashing.keys import hash_of_id, key_fingerprint
+from lethe_shared.subject_hashing.shown_keys import KeyNamer
 from tests.conftest import REPO_ROOT, FakeLambdaContext, load_function_module
 from tests.integration.conftest import LAKE, RAW, create_table_from_template
 
@@ -237,6 +238,58 @@ def test_the_mark_failed_step_records_the_caught_error_and_notifies_it(
     assert note["error"] == "States.TaskFailed"
 
 
+# a lake key of a dataset partitioned by its subject column: the subject id is in the key
+PARTITIONED_URL = f"s3://{LAKE}/visits/user_id={SECRET}/part-0123456789abcdef.parquet"
+
+
+def test_the_mark_failed_step_keeps_a_cause_scrubbed_of_keys_and_values(
+    app: Any, requests: Any, load_event: Event
+) -> None:
+    """Issue 19: Step Functions hands Mark Failed the failed task's error text (a Lambda's error
+    document, a job's message) which can name a partition-key subject id: the record (kept
+    forever, shown by the API) keeps it scrubbed."""
+    requests.transition(RID, ErasureStatus.REPORTED, by="workflow")
+    cause = json.dumps(
+        {"errorMessage": f"{PARTITIONED_URL} changed 5 times while it was being erased",
+         "errorType": "ConcurrentWritesError", "stackTrace": [f"  ValueError: '{SECRET}'"]}
+    )  # fmt: skip
+    event = load_event("erasure_steps_mark_failed.json")
+    event["error"] = {"Error": "ConcurrentWritesError", "Cause": cause}
+
+    app.handler(event, FakeLambdaContext())
+
+    record = requests.get(RID)
+    assert record.status is ErasureStatus.FAILED
+    assert SECRET not in json.dumps(record.error)
+    assert json.loads(record.error["cause"])["errorMessage"] == (
+        f"s3://{LAKE}/visits/… changed 5 times while it was being erased"
+    )
+    assert record.error["error"] == "ConcurrentWritesError"
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        {"step": "notification", "request_id": PARTITIONED_URL},  # RequestNotFoundError
+        {"step": SECRET, "request_id": RID},  # pydantic's ValidationError quotes the input
+    ],
+    ids=["a-key-in-the-message", "a-value-in-the-message"],
+)
+def test_an_error_leaves_the_handler_scrubbed_with_its_type(
+    app: Any, requests: Any, event: dict[str, Any]
+) -> None:
+    """Issue 19: what the handler raises is what Step Functions keeps (errorType, errorMessage):
+    a real error naming a partition-key subject id leaves without it, under its own name (the
+    state machine catches errors by name)."""
+    with pytest.raises(Exception) as raised:  # noqa: PT011 - the type is asserted by name
+        app.handler(event, FakeLambdaContext())
+
+    assert SECRET not in str(raised.value)
+    assert SECRET not in repr(raised.value.args)
+    expected = "RequestNotFoundError" if event["step"] == "notification" else "ValidationError"
+    assert type(raised.value).__name__ == expected
+
+
 def test_the_notification_step_reads_the_request_as_it_is(
     app: Any, requests: Any, load_event: Event
 ) -> None:
@@ -318,15 +371,18 @@ def test_the_update_index_step_keeps_a_later_version_s_entries_and_records_them(
     # both times, on the step's result and on the request
     kept = [{"object_url": lake_url, "version_id": later["VersionId"], "dataset_id": "reviews",
              "rows": 2, "reason": "later_version"}]  # fmt: skip
-    assert (first["entries_removed"], first["entries_kept"], first["kept"]) == (2, 1, kept)
-    assert (second["entries_removed"], second["entries_kept"], second["kept"]) == (0, 1, kept)
+    # the result (execution history) and the record name it by its shown key (no dataset is
+    # registered here: the whole key hashed), the document by the real one
+    shown = [{**kept[0], "object_url": KeyNamer(HASH_KEY, lambda _: None).url(lake_url)}]
+    assert (first["entries_removed"], first["entries_kept"], first["kept"]) == (2, 1, shown)
+    assert (second["entries_removed"], second["entries_kept"], second["kept"]) == (0, 1, shown)
     assert [(e.object_url, e.version_id) for e in index.lookup(subject)] == [
         (lake_url, later["VersionId"])
     ]
     assert index.subjects_of(raw_url) == set()
     record = requests.get(RID)
     assert record.status is ErasureStatus.ERASING
-    assert (record.model_extra or {})["index"]["kept"] == kept
+    assert (record.model_extra or {})["index"]["kept"] == shown
     document = s3.get_object(Bucket=REPORTS, Key=f"erasure/{RID}/index_update.json")
     text = document["Body"].read().decode()
     assert json.loads(text)["kept"] == kept
@@ -642,8 +698,11 @@ def test_an_entry_indexed_after_the_report_is_named_by_the_certify_step(
 
     # Then the index update kept the later object's entry, and the certificate names it: the
     # request is FAILED, outcome INCOMPLETE
+    # (by its shown key, in the step's result and the certificate: `part-0.parquet` is not
+    # the lake layout, so the whole key is hashed)
+    shown = KeyNamer(HASH_KEY, lambda _: None).url(later)
     assert [(k["object_url"], k["reason"]) for k in updated["kept"]] == [
-        (later, "object_not_erased")
+        (shown, "object_not_erased")
     ]
     assert (note["status"], note["outcome"], note["error"]) == (
         "FAILED", "INCOMPLETE", "ErasureIncomplete",
@@ -654,7 +713,7 @@ def test_an_entry_indexed_after_the_report_is_named_by_the_certify_step(
     assert [
         (f"s3://{g['bucket']}/{g['key']}", g["version_id"], g["reason"], g["count"])
         for g in certificate["not_searched"]
-    ] == [(later, "v7", "appeared_after_erase", 2)]
+    ] == [(shown, "v7", "appeared_after_erase", 2)]
     record = requests.get(RID)
     assert (record.status, record.outcome) == (ErasureStatus.FAILED, "INCOMPLETE")
     listed = s3.list_objects_v2(Bucket=REPORTS, Prefix=f"erasure/{RID}/")["Contents"]
@@ -663,7 +722,8 @@ def test_an_entry_indexed_after_the_report_is_named_by_the_certify_step(
 
 def test_a_look_up_again_step_is_no_step(app: Any, requests: Any) -> None:
     """The re-lookup is the index update's final look-up: the handler has no step of its own."""
-    with pytest.raises(ValueError, match="look_up_again"):
+    # (its validation error quotes the step's value: scrubbed, as every quoted value)
+    with pytest.raises(ValueError, match="validation error for StepEvent"):
         app.handler({"step": "look_up_again", "request_id": RID}, FakeLambdaContext())
 
 

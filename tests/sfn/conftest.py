@@ -3,11 +3,19 @@ template.yaml with their DefinitionSubstitutions, executed by moto's interpreter
 (the Spark tasks run the real spark_jobs scripts).
 
 Only one local cloud can live in a process at a time (its moto hooks are process-wide), so each
-test module that needs one starts its own module-scoped cloud with `start_cloud`."""
+test module that needs one starts its own module-scoped cloud with `start_cloud`.
+
+Every such cloud's erasure workflow takes the object catalog to have caught up at once
+(`IngestionSettleSeconds` 0, where template.yaml puts the batch window + 30 s): the tests wait
+until their own uploads are catalogued before they file a request, and with the deployed value
+every request would wait a 30 s poll before its report. The watermark's own tests hold reports
+with uploads still INGESTING (test_erasure_watermark.py); the deployed value is checked by
+tests/unit/test_erasure_settle_substitution.py."""
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,9 +25,13 @@ import pytest
 
 from lethe.localcloud.cloud import LocalCloud
 from lethe.localcloud.deployment import Endpoints
+from lethe.localcloud.provision.stepfunctions import OVERRIDES_ENV
 from tests.conftest import REPO_ROOT
 
 SAMPLES = REPO_ROOT / "samples"
+# The tests' clouds' definition substitutions (module docstring; lethe.localcloud.provision.
+# stepfunctions).
+TEST_SUBSTITUTIONS = {"IngestionSettleSeconds": 0}
 REVIEWS_KEY = "reviews/2026/11/21/batch-001.csv"
 
 
@@ -106,7 +118,15 @@ def entered_states(history: list[dict[str, Any]]) -> list[str]:
 def start_cloud(tmp_path_factory: pytest.TempPathFactory, **parameters: str) -> Iterator[Cloud]:
     state_file = tmp_path_factory.mktemp("sfn-cloud") / "local.json"
     local = LocalCloud(repo_root=REPO_ROOT, state_file=state_file, parameters=parameters)
-    local.start()
+    before = os.environ.get(OVERRIDES_ENV)
+    os.environ[OVERRIDES_ENV] = json.dumps(TEST_SUBSTITUTIONS)
+    try:
+        local.start()  # provisions the state machines, with the overrides
+    finally:
+        if before is None:
+            del os.environ[OVERRIDES_ENV]
+        else:
+            os.environ[OVERRIDES_ENV] = before
     try:
         yield Cloud(local)
     finally:

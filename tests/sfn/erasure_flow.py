@@ -62,7 +62,7 @@ class ErasureDriver:
                     return version
             except KeyError:
                 pass
-            time.sleep(1)
+            time.sleep(0.25)
         raise AssertionError("the reviews sample was not ingested")
 
     def raw_bytes(self) -> bytes:
@@ -91,7 +91,7 @@ class ErasureDriver:
             record = self.record(request_id)
             if record["status"] in wanted:
                 return record
-            time.sleep(1)
+            time.sleep(0.5)
         raise AssertionError(f"{request_id} did not reach {statuses} in {timeout} s")
 
     def execution(self, request_id: str, timeout: float = 300) -> dict[str, Any]:
@@ -106,7 +106,7 @@ class ErasureDriver:
             if described["status"] != "RUNNING":
                 history = sfn.get_execution_history(executionArn=arn, maxResults=1000)["events"]
                 return {"execution": described, "history": history}
-            time.sleep(1)
+            time.sleep(0.25)
         raise AssertionError(f"{arn} is still running")
 
     def stored_request(self, *subjects: str) -> str:

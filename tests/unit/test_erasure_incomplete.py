@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import functools
 import json
 from datetime import timedelta
 from html.parser import HTMLParser
@@ -31,7 +32,9 @@ from lethe_shared.erasure.report import (
     sha256_hex,
 )
 from lethe_shared.erasure.requests import ErasureStatus, RequestClosedError
-from lethe_shared.erasure.workflow import VerificationMissingError, certify, mark
+from lethe_shared.erasure.workflow import VerificationMissingError, mark
+from lethe_shared.erasure.workflow import certify as certify_with
+from lethe_shared.subject_hashing.shown_keys import KeyNamer
 from tests.fakes import MemoryErasureRequests
 from tests.unit.test_certificate import MemorySigner, make_certificate
 from tests.unit.test_erasure_workflow import (
@@ -58,6 +61,12 @@ from tests.unit.test_erasure_workflow import (
     frozen_and_indexed,
     no_raw_id,
 )
+
+# certificates and audit records name objects by their shown keys (no dataset is registered
+# here: every object is shown `<dataset>/~<keyed hash>`), which these tests compare with
+NAMER = KeyNamer(b"n" * 32, lambda _: None)
+certify = functools.partial(certify_with, namer=NAMER)
+shown = NAMER.key
 
 pytestmark = pytest.mark.lambda_runtime
 
@@ -174,9 +183,9 @@ def test_a_request_with_places_not_fully_searched_fails_incomplete_with_a_signed
     assert [
         (g.bucket, g.key, g.version_id, g.reason, g.count) for g in certificate.not_searched
     ] == [
-        (LAKE, LAKE_KEY, "v2", "missing_subject_column", 5),
-        (LAKE, LAKE_KEY, "v2", "rows_differ_from_index", 2),
-        (RAW, RAW_KEY, "v4", "unparseable_records", 1),
+        (LAKE, shown(LAKE_KEY), "v2", "missing_subject_column", 5),
+        (LAKE, shown(LAKE_KEY), "v2", "rows_differ_from_index", 2),
+        (RAW, shown(RAW_KEY), "v4", "unparseable_records", 1),
     ]
     assert certificate.not_searched[2].detail == UNPARSEABLE.detail
     assert certificate.not_searched[2].dataset_id == "reviews"
@@ -346,7 +355,7 @@ def test_what_the_frozen_report_could_not_search_makes_the_request_incomplete(
     # Then the request is INCOMPLETE and the certificate names that version
     assert _state(requests) == (ErasureStatus.FAILED, "INCOMPLETE")
     assert _gaps(documents, signer) == [
-        (RAW, "reviews/2026/11/22/last.csv", "r7", "ingestion_in_flight")
+        (RAW, shown("reviews/2026/11/22/last.csv"), "r7", "ingestion_in_flight")
     ]
     cert = cf.verify_envelope(documents.json("certificate.json"), signer).certificate
     assert (cert.report_sha256, cert.not_searched[0].detail) == (sha, IN_FLIGHT.detail)
@@ -370,7 +379,12 @@ def test_an_entry_the_index_update_kept_makes_the_request_incomplete(
     assert _state(requests) == (ErasureStatus.FAILED, "INCOMPLETE")
     assert not certified.complete
     assert _gaps(documents, signer) == [
-        (LAKE, "reviews/review_date=2026-11-30/later.parquet", "v-later", "appeared_after_erase")
+        (
+            LAKE,
+            shown("reviews/review_date=2026-11-30/later.parquet"),
+            "v-later",
+            "appeared_after_erase",
+        )
     ]
     cert = cf.verify_envelope(documents.json("certificate.json"), signer).certificate
     assert cert.not_searched[0].count == 3
@@ -397,7 +411,7 @@ def test_every_kept_entry_is_named_not_only_those_the_record_lists(
     named = _gaps(documents, signer)
     assert len(named) == 105
     assert {key for _, key, _, _ in named} == {
-        f"reviews/later/part-{n:03}.parquet" for n in range(105)
+        shown(f"reviews/later/part-{n:03}.parquet") for n in range(105)
     }
     assert all(reason == "appeared_after_erase" for *_, reason in named)
 
@@ -418,12 +432,17 @@ def test_gaps_of_every_source_are_gathered_and_one_found_twice_is_listed_once(
     certify(RID, requests=requests, documents=documents, signer=signer)
 
     assert _gaps(documents, signer) == [
-        (LAKE, LAKE_KEY, "v2", "missing_subject_column"),
-        (LAKE, LAKE_KEY, "v2", "rows_differ_from_index"),
-        (RAW, RAW_KEY, "v4", "unparseable_records"),
-        (RAW, "reviews/2026/11/22/last.csv", "r7", "ingestion_in_flight"),
-        (LAKE, "reviews/review_date=2026-11-30/later.parquet", "v-later", "appeared_after_erase"),
-        (RAW, RAW_KEY, "v4", "appeared_after_erase"),  # same version, another reason
+        (LAKE, shown(LAKE_KEY), "v2", "missing_subject_column"),
+        (LAKE, shown(LAKE_KEY), "v2", "rows_differ_from_index"),
+        (RAW, shown(RAW_KEY), "v4", "unparseable_records"),
+        (RAW, shown("reviews/2026/11/22/last.csv"), "r7", "ingestion_in_flight"),
+        (
+            LAKE,
+            shown("reviews/review_date=2026-11-30/later.parquet"),
+            "v-later",
+            "appeared_after_erase",
+        ),
+        (RAW, shown(RAW_KEY), "v4", "appeared_after_erase"),  # same version, another reason
     ]
     audit = documents.json("audit.json")
     assert len(audit["not_searched"]) == 6

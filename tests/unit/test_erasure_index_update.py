@@ -43,6 +43,7 @@ from lethe_shared.erasure.workflow import update_index
 from lethe_shared.index.entry_removal import EntryState, Removal
 from lethe_shared.index.subject_index import IndexEntry
 from lethe_shared.subject_hashing.keys import hash_of_id
+from lethe_shared.subject_hashing.shown_keys import KeyNamer
 from tests.fakes import MemoryDocuments, MemoryErasureRequests, MemoryIndex, MemoryObjectStore
 
 pytestmark = pytest.mark.lambda_runtime
@@ -140,7 +141,18 @@ def run(
     documents: MemoryDocuments,
     objects: MemoryObjectStore,
 ) -> dict[str, Any]:
-    return update_index(RID, requests=requests, index=index, documents=documents, objects=objects)
+    return update_index(
+        RID, requests=requests, index=index, documents=documents, objects=objects, namer=NAMER
+    )
+
+
+# the step's result and the request record name kept objects by their shown keys; the
+# document (index_update.json) by their real ones
+NAMER = KeyNamer(b"n" * 32, lambda _: None)
+
+
+def shown(kept: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{**k, "object_url": NAMER.url(k["object_url"])} for k in kept]
 
 
 def test_a_producer_version_indexed_between_the_erase_and_the_update_keeps_its_entries(
@@ -164,7 +176,7 @@ def test_a_producer_version_indexed_between_the_erase_and_the_update_keeps_its_e
              "reason": "later_version"}]  # fmt: skip
     assert index.entries[(H_SECRET, LAKE_URL)].version_id == "v10"
     assert index.entries[(H_OTHER, LAKE_URL)].version_id == "v10"
-    assert counts["kept"] == kept
+    assert counts["kept"] == shown(kept)
     assert [counts[k] for k in ("entries_removed", "flagged_pruned", "entries_kept")] == [0, 0, 1]
     assert counts["kept_reasons"]["later_version"] == 1
     record = requests.get(RID)
@@ -176,7 +188,7 @@ def test_a_producer_version_indexed_between_the_erase_and_the_update_keeps_its_e
     # and the certificate step can name it as not searched, without any id or hash
     assert recorded_not_searched(record) == (
         NotSearched(
-            object_url=LAKE_URL, version_id="v10", dataset_id="reviews",
+            object_url=NAMER.url(LAKE_URL), version_id="v10", dataset_id="reviews",
             reason="appeared_after_erase", count=2,
             detail="the index names this version for 2 row(s) of the request's subjects: a "
             "version the erasure never read or wrote (written after it read the key)",
@@ -274,8 +286,9 @@ def test_a_key_erasure_deleted_keeps_the_entries_of_a_version_written_since(
     assert sorted(index.entries) == sorted([(H_SECRET, RAW_URL), (H_OTHER, RAW_URL)])
     assert counts["entries_removed"] == 1
     assert counts["kept_reasons"]["later_version"] == 2
-    assert counts["kept"] == [{"object_url": RAW_URL, "version_id": "v4", "dataset_id": "reviews",
-                               "rows": 1, "reason": "later_version"}]  # fmt: skip
+    assert counts["kept"] == shown([{"object_url": RAW_URL, "version_id": "v4",
+                                     "dataset_id": "reviews", "rows": 1,
+                                     "reason": "later_version"}])  # fmt: skip
 
 
 def test_a_flag_a_later_version_set_on_the_erasure_s_own_version_is_not_pruned(
@@ -340,7 +353,7 @@ def test_the_null_version_of_an_unversioned_key_is_told_apart_by_its_etag(
     # Then the entry of the erased content (null/e2) goes, the producer's (null/e10) stays
     assert list(index.entries) == [(H_SECRET, LAKE_URL)]
     assert [(k["object_url"], k["version_id"]) for k in counts["kept"]] == [
-        (LAKE_URL, NULL_VERSION)
+        (NAMER.url(LAKE_URL), NULL_VERSION)
     ]
 
 
@@ -353,8 +366,9 @@ def test_an_object_indexed_after_the_report_is_named(requests: MemoryErasureRequ
     counts = run(requests, index, documents, stored((LAKE, LAKE_KEY, "v9")))
 
     assert list(index.entries) == [(H_SECRET, NEW_URL)]
-    assert counts["kept"] == [{"object_url": NEW_URL, "version_id": "v7", "dataset_id": "reviews",
-                               "rows": 3, "reason": "object_not_erased"}]  # fmt: skip
+    assert counts["kept"] == shown([{"object_url": NEW_URL, "version_id": "v7",
+                                     "dataset_id": "reviews", "rows": 3,
+                                     "reason": "object_not_erased"}])  # fmt: skip
     assert "report did not list" in not_searched(counts)[0].detail
 
 

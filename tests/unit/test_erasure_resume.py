@@ -31,6 +31,7 @@ from lethe_shared.erasure.workflow import (
     mark,
     start_erasing,
 )
+from lethe_shared.subject_hashing.shown_keys import KeyNamer
 from tests.fakes import MemoryErasureRequests
 from tests.unit.test_erasure_workflow import (
     CLEAN,
@@ -55,6 +56,7 @@ pytestmark = pytest.mark.lambda_runtime
 
 DECIDED = T0 + timedelta(hours=1)
 WEEK = timedelta(hours=168)
+NAMER = KeyNamer(b"n" * 32, lambda _: None)  # shown keys: a fixed key, no dataset layout known
 CALLER = "arn:aws:iam::123456789012:user/dpo"
 SPARK_CAUSE = (
     '{"Id": "jr_0123abcd", "JobRunState": "FAILED", "ErrorMessage": "cannot read '
@@ -313,7 +315,7 @@ def test_a_failed_run_gets_an_audit_record_and_a_signed_partial_certificate(
     result = certify_failure(
         RID, requests=requests, documents=failed_halfway, signer=signer,
         error="States.TaskFailed", cause=SPARK_CAUSE, job_runs=runs,
-        at=T0 + timedelta(hours=3),
+        at=T0 + timedelta(hours=3), namer=NAMER,
     )  # fmt: skip
 
     envelope = failed_halfway.json(partial_name(1, "certificate.json"))
@@ -324,12 +326,15 @@ def test_a_failed_run_gets_an_audit_record_and_a_signed_partial_certificate(
     assert (cert.partial.status, cert.partial.kind, cert.partial.run) == ("FAILED", "partial", 1)
     assert (cert.partial.objects_done, cert.partial.objects_not_done) == (1, 1)
     # what was done: the rewritten lake object, its rows and purged versions
-    assert [o.key for o in cert.objects] == [LAKE_KEY]
+    # (objects named by their shown keys, as a full certificate names them)
+    assert [o.key for o in cert.objects] == [NAMER.key(LAKE_KEY)]
     assert (cert.totals.rows_removed, cert.totals.versions_purged) == (2, 2)
     # everything else: not done
     (gap,) = cert.not_searched
     assert (gap.reason, gap.count) == ("not_done_run_failed", 1)
-    assert f"s3://{gap.bucket}/{gap.key}" == RAW_URL
+    assert f"s3://{gap.bucket}/{gap.key}" == NAMER.url(RAW_URL)
+    done = failed_halfway.json(partial_name(1, "audit.json"))["objects_done"]
+    assert [o["object_url"] for o in done] == [NAMER.url(LAKE_URL)]
     # the cause is scrubbed: the run's id and state, no key, no value
     assert cert.partial.cause == "States.TaskFailed: Spark job run jr_0123abcd ended FAILED"
     assert LAKE_KEY not in envelope["certificate"]["partial"]["cause"]

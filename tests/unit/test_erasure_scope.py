@@ -7,6 +7,7 @@ SECRET is the raw id of the request's subject: it may reach no record, document 
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Iterator
@@ -42,11 +43,14 @@ from lethe_shared.erasure.requests import (
 from lethe_shared.erasure.workflow import (
     VerificationMissingError,
     build_report,
-    certify,
     update_index,
+)
+from lethe_shared.erasure.workflow import (
+    certify as certify_with,
 )
 from lethe_shared.index.subject_index import IndexEntry
 from lethe_shared.subject_hashing.keys import hash_of_id
+from lethe_shared.subject_hashing.shown_keys import KeyNamer
 from tests.conftest import REPO_ROOT
 from tests.fakes import (
     MemoryCatalog,
@@ -57,6 +61,12 @@ from tests.fakes import (
     MemoryRegistry,
 )
 from tests.unit.test_certificate import MemorySigner
+
+# certificates and audit records name objects by their shown keys (no dataset is registered
+# here: every object is shown `<dataset>/~<keyed hash>`), which these tests compare with
+NAMER = KeyNamer(b"n" * 32, lambda _: None)
+certify = functools.partial(certify_with, namer=NAMER)
+shown = NAMER.key
 
 pytestmark = pytest.mark.lambda_runtime
 
@@ -677,10 +687,18 @@ def test_an_entry_indexed_after_the_manifest_is_named_in_the_certificate() -> No
     assert [
         (g["bucket"], g["key"], g["version_id"], g["reason"], g["count"])
         for g in certificate["not_searched"]
-    ] == [(LAKE, "reviews/review_date=2026-11-23/part-0.parquet", "v9", "appeared_after_erase", 2)]
+    ] == [
+        (
+            LAKE,
+            shown("reviews/review_date=2026-11-23/part-0.parquet"),
+            "v9",
+            "appeared_after_erase",
+            2,
+        )
+    ]
     audit = json.loads(world.documents.bodies[report_key(RID, "audit.json")])
     assert [(g["object_url"], g["reason"]) for g in audit["not_searched"]] == [
-        (later, "appeared_after_erase")
+        (NAMER.url(later), "appeared_after_erase")
     ]
     assert other not in json.dumps(audit)
     assert report_key(RID, "after.json") not in world.documents.bodies  # one mechanism only
@@ -703,7 +721,7 @@ def test_an_entry_of_a_version_the_erasure_handled_is_not_named_but_a_later_one_
     certificate = _erased_and_certified(world)["certificate"]
 
     gaps = [(g["key"], g["version_id"], g["reason"]) for g in certificate["not_searched"]]
-    assert gaps == ([(LAKE_KEY, "lv3", "appeared_after_erase")] if named else [])
+    assert gaps == ([(shown(LAKE_KEY), "lv3", "appeared_after_erase")] if named else [])
     assert world.record.status is (ErasureStatus.FAILED if named else ErasureStatus.COMPLETED)
 
 

@@ -39,7 +39,7 @@ from lethe_jobs.readers import (
     iter_raw,
     read_parquet_batches,
 )
-from lethe_jobs.session import configure_logging
+from lethe_jobs.session import logging_shown_keys
 from lethe_jobs.subject_rows import raw_subject_rows
 from lethe_jobs.validate import NAMED, POSITION, RECORD
 from lethe_shared.aws.s3 import S3ObjectStore
@@ -53,7 +53,9 @@ def read_pieces(
 ) -> Iterator[pa.RecordBatch]:
     """A read task: each input row holds the JSON list of a group's piece specs; yields their
     records, their partial index entries, and one summary per piece."""
-    configure_logging(settings.correlation_id)
+    logging_shown_keys(
+        settings.correlation_id, settings.hash_key, {settings.dataset.dataset_id: settings.dataset}
+    )
     client = boto3.client("s3")
     target = arrow_schema(schema)
     for batch in batches:

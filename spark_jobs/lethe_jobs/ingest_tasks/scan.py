@@ -11,7 +11,7 @@ import boto3
 from lethe_jobs import pieces
 from lethe_jobs.ingest_tasks.frame import LOG, TaskSettings
 from lethe_jobs.readers import Slice
-from lethe_jobs.session import configure_logging
+from lethe_jobs.session import logging_shown_keys
 from lethe_shared.aws.s3 import get_version
 from lethe_shared.datasets.document import DataFormat
 
@@ -52,7 +52,9 @@ def scan_object(index: int, settings: TaskSettings) -> str:
     """A scan task: the pieces of one large text object (JSON list of piece specs). The object
     is streamed once; memory is one scan chunk. An object that may not be cut (gzip, a CSV
     escape the parity scan cannot follow) is one piece, which its reader streams."""
-    configure_logging(settings.correlation_id)
+    logging_shown_keys(
+        settings.correlation_id, settings.hash_key, {settings.dataset.dataset_id: settings.dataset}
+    )
     obj = settings.objects[index]
     dataset = settings.dataset
     client: Any = boto3.client("s3")

@@ -34,7 +34,7 @@ from lethe_jobs.ingest_tasks.frame import (
     TaskSettings,
     ingest_metadata,
 )
-from lethe_jobs.session import configure_logging
+from lethe_jobs.session import logging_shown_keys
 from lethe_jobs.subject_rows import quarantine_subject_rows
 from lethe_jobs.validate import POSITION, REASONS, RECORD, schema_of
 from lethe_shared.aws.s3 import S3ObjectStore, s3_url
@@ -90,7 +90,9 @@ def _connect(settings: TaskSettings) -> tuple[S3ObjectStore, DynamoSubjectIndex]
     """The task's store records every lake and quarantine file it writes in the writes ledger
     (an intent before the PUT, the version after): how the object events path knows they are
     this job's, which indexed them (lethe_shared.catalog.writes_ledger)."""
-    configure_logging(settings.correlation_id)
+    logging_shown_keys(
+        settings.correlation_id, settings.hash_key, {settings.dataset.dataset_id: settings.dataset}
+    )
     dynamodb = boto3.resource("dynamodb")
     writes = (
         DynamoWritesLedger(dynamodb.Table(settings.catalog_table)).writer(

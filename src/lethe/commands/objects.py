@@ -1,4 +1,5 @@
-"""`lethe objects list | reingest`: the raw and lake objects of a dataset, and re-ingestion.
+"""`lethe objects list | reingest | shown`: the raw and lake objects of a dataset, re-ingestion,
+and the real key of an object shown by a certificate, an audit record or a log (`shown`).
 
 `reingest --dataset ID (--key KEY [--version-id V] | --status S)` re-runs ingestion of raw
 object versions (after fixing what made them FAILED, say) the way the object events function
@@ -85,6 +86,20 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     reingest.add_argument("--json", action="store_true", help="print the plan/outcome as JSON")
     add_target_arguments(reingest)
     reingest.set_defaults(func=reingest_objects)
+
+    shown = commands.add_parser(
+        "shown",
+        help="the real key of an object a certificate, an audit record or a log shows",
+        description="Certificates, audit records, erasure logs and errors name objects by "
+        "their shown keys (a subject column's partition value, or a producer's key, replaced by "
+        "a keyed hash: docs/SECURITY.md). Lists the dataset's catalogued objects with their "
+        "shown keys under the current subject hash key; with SHOWN, only the objects shown so.",
+    )
+    shown.add_argument("--dataset", required=True, help="dataset id")
+    shown.add_argument("shown", nargs="*", help="shown keys or s3:// URLs to find")
+    shown.add_argument("--json", action="store_true", help="print a JSON list")
+    add_target_arguments(shown)
+    shown.set_defaults(func=shown_objects)
 
 
 def _lake_rows(target: Target, item: CatalogItem) -> int | None:
@@ -269,3 +284,35 @@ def _print_reingest(
             print(f"would start {execution['name']} ({execution['objects']} objects)")
         else:
             print(f"{execution['outcome']}: {execution['execution_arn']}")
+
+
+def shown_objects(args: argparse.Namespace) -> int:
+    """Every catalogued object of the dataset (every key, in both zones) with its shown URL
+    (lethe_shared.subject_hashing.shown_keys, the current hash key), or those matching SHOWN
+    (a shown key or URL). The real keys printed are the catalog's: the operator's own view."""
+    from lethe_shared.datasets.registry import DynamoDatasetRegistry  # noqa: PLC0415
+    from lethe_shared.subject_hashing.keys import load_hash_key  # noqa: PLC0415
+    from lethe_shared.subject_hashing.shown_keys import KeyNamer  # noqa: PLC0415
+
+    target = resolve(args)
+    require_dataset(target, args.dataset)
+    key = load_hash_key(target.client("secretsmanager"), target.output("SubjectHashKeySecretArn"))
+    registry = DynamoDatasetRegistry(
+        target.resource("dynamodb").Table(target.output("DatasetsTableName"))
+    )
+    namer = KeyNamer(key, registry.get)
+    urls = sorted({item.object_url for item in object_catalog(target).by_dataset(args.dataset)})
+    rows = [{"object_url": url, "shown": namer.url(url)} for url in urls]
+    wanted = set(args.shown)
+    if wanted:
+        rows = [r for r in rows if r["shown"] in wanted or r["shown"].split("/", 3)[3] in wanted]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        for row in rows:
+            print(f"{row['shown']}  {row['object_url']}")
+    if wanted and not rows:
+        raise NotFoundError(
+            "no catalogued object of the dataset is shown so (under the current key)"
+        )
+    return 0

@@ -43,12 +43,14 @@ class RunSlots:
     (1,000 uploads, 50 erasure requests) would start one JVM each at the same moment, on a
     machine with a couple of cores: every run slows down, memory runs out, none finishes
     sooner. On AWS each run has its own workers; here they take turns. With `warm`, each slot
-    keeps a `WarmDriver` between runs."""
+    keeps a `WarmDriver` between runs, and a run takes the slot freed last (its driver is the
+    one most likely started): runs one after another share one driver, and a second driver
+    (another JVM start) is started only when runs overlap."""
 
     def __init__(self, limit: int | None, *, warm: bool = False) -> None:
         self.limit = limit  # None: no limit
         self.warm = warm and bool(limit)
-        self._free: queue.Queue[int] = queue.Queue()
+        self._free: queue.Queue[int] = queue.LifoQueue()  # the warm slot first
         for slot in range(limit or 0):
             self._free.put(slot)
         self._drivers: dict[int, WarmDriver] = {}

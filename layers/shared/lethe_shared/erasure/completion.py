@@ -45,7 +45,9 @@ sanitization statement (lethe_shared.erasure.certificate_statement, facts from t
 Every document holds keyed hashes of the subjects only; a gap's detail holds counts, line
 numbers and declared column names, never a value. The request's record (which the API shows)
 names the gaps by count and reason only: object keys stay in the documents of the reports
-bucket, as the manifest's do.
+bucket, as the manifest's do. The certificate and the audit record name objects by their shown
+keys only (a subject column's partition value or a producer's key hashed with the subject hash
+key: lethe_shared.erasure.shown), and scrub gaps' details and deviations.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from lethe_shared.aws.s3 import s3_url, split_s3_url
+from lethe_shared.aws.scrub import scrub_text
 from lethe_shared.erasure.certificate_chain import sign_chained
 from lethe_shared.erasure.certificate_statement import (
     AUDIT_SIGNATURE_MEMBER,
@@ -80,12 +83,14 @@ from lethe_shared.erasure.report import (
     sha256_hex,
 )
 from lethe_shared.erasure.requests import ErasureRequest, ErasureRequests, ErasureStatus
+from lethe_shared.erasure.shown import KEYLESS, shown_gap, shown_result
 from lethe_shared.erasure.workflow import WORKFLOW, VerificationMissingError, notification
 
 if TYPE_CHECKING:
     from lethe_shared.erasure.certificate import ErasureCertificate, Signer
     from lethe_shared.erasure.certificate_statement import ChainLink, DocumentDigest, JobRun
     from lethe_shared.erasure.workflow import DocumentStore
+    from lethe_shared.subject_hashing.shown_keys import Namer
 
 INCOMPLETE = "INCOMPLETE"  # the outcome of a FAILED request that was not fully searched
 INCOMPLETE_ERROR = "ErasureIncomplete"
@@ -132,11 +137,14 @@ def complete(
     signer: Signer,
     at: datetime,
     facts: DeploymentFacts | None = None,
+    namer: Namer = KEYLESS,
     job_runs: tuple[JobRun, ...] = (),
 ) -> Certified:
     """Certify a request whose documents were read (module docstring): signed certificate (the
     chain's next link), audit record, then COMPLETED, or FAILED with outcome INCOMPLETE when a
-    place was not fully searched. `facts`: the deployment's (default: from the environment)."""
+    place was not fully searched. `facts`: the deployment's (default: from the environment).
+    `namer` names objects in the certificate and the audit record by their shown keys
+    (lethe_shared.erasure.shown; default: the dataset prefix only)."""
     from lethe_shared.erasure.certificate import render_certificate_html  # noqa: PLC0415
 
     request_id = record.request_id
@@ -155,10 +163,10 @@ def complete(
     deployment = facts or DeploymentFacts.from_environment()
 
     def build(link: ChainLink) -> ErasureCertificate:
-        audit = _audit(record, results, verification, gaps=gaps, at=at)
+        audit = _audit(record, results, verification, gaps=gaps, at=at, namer=namer)
         return _certificate(
             record, results, verification, gaps, at,
-            documents=(*digests, audit_digest(audit)), chain=link, facts=deployment,
+            documents=(*digests, audit_digest(audit)), chain=link, facts=deployment, namer=namer,
             job_runs=job_runs,
         )  # fmt: skip
 
@@ -170,7 +178,7 @@ def complete(
         render_certificate_html(envelope).encode(),
         _HTML,
     )
-    audit = _audit(record, results, verification, gaps=gaps, at=issued)
+    audit = _audit(record, results, verification, gaps=gaps, at=issued, namer=namer)
     audit[AUDIT_SIGNATURE_MEMBER] = dict(envelope["signature"])
     documents.put_once(report_key(request_id, "audit.json"), canonical_json(audit), _JSON)
     totals = results_totals(results.objects)
@@ -378,6 +386,7 @@ def _certificate(
     documents: tuple[DocumentDigest, ...],
     chain: ChainLink,
     facts: DeploymentFacts,
+    namer: Namer,
     job_runs: tuple[JobRun, ...] = (),
 ) -> ErasureCertificate:
     """The certificate: what was erased, the verification, and whether it was complete (every
@@ -397,7 +406,7 @@ def _certificate(
             dataset_id=r.dataset_id,
             zone=r.zone,
             bucket=split_s3_url(r.object_url)[0],
-            key=split_s3_url(r.object_url)[1],
+            key=namer.key(split_s3_url(r.object_url)[1]),
             versions_before=tuple(
                 ObjectVersion(version_id=v.version_id, etag=v.etag) for v in r.versions_before
             ),
@@ -438,11 +447,11 @@ def _certificate(
             NotSearchedPlace(
                 dataset_id=g.dataset_id,
                 bucket=split_s3_url(g.object_url)[0],
-                key=split_s3_url(g.object_url)[1],
+                key=namer.key(split_s3_url(g.object_url)[1]),
                 version_id=g.version_id,
                 reason=g.reason,
                 count=g.count,
-                detail=g.detail,
+                detail=scrub_text(g.detail, namer, quoted=False),
             )
             for g in gaps
         ),
@@ -472,6 +481,7 @@ def _audit(
     *,
     gaps: tuple[NotSearched, ...],
     at: datetime,
+    namer: Namer,
 ) -> dict[str, Any]:
     """The append-only audit record: who asked, who decided, when, what the report was, and
     per object its versions before and after and the row counts; whether the erasure was
@@ -488,10 +498,10 @@ def _audit(
         "approved_at": approved_at.isoformat(),
         "report_sha256": record.report.get("manifest_sha256", ""),
         "history": [h.model_dump(mode="json") for h in record.history],
-        "objects": [json.loads(r.model_dump_json()) for r in results.objects],
+        "objects": [shown_result(r, namer) for r in results.objects],
         "verification": {"ok": verification.ok, "verified_at": verification.verified_at},
         "complete": not gaps,
         "outcome": INCOMPLETE if gaps else ErasureStatus.COMPLETED.value,
-        "not_searched": [g.model_dump(mode="json") for g in gaps],
+        "not_searched": [shown_gap(g, namer) for g in gaps],
         "completed_at": at.isoformat(),
     }

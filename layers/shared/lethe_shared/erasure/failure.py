@@ -33,6 +33,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from lethe_shared.aws.s3 import split_s3_url
+from lethe_shared.aws.scrub import scrub_text
 from lethe_shared.erasure.certificate_chain import sign_chained
 from lethe_shared.erasure.certificate_statement import (
     AUDIT_SIGNATURE_MEMBER,
@@ -59,12 +60,14 @@ from lethe_shared.erasure.report import (
     sha256_hex,
 )
 from lethe_shared.erasure.requests import ErasureRequest, ErasureRequests, ErasureStatus
+from lethe_shared.erasure.shown import KEYLESS, shown_gap, shown_result
 from lethe_shared.erasure.workflow import notification
 
 if TYPE_CHECKING:
     from lethe_shared.erasure.certificate import ErasureCertificate, Signer
     from lethe_shared.erasure.certificate_statement import ChainLink
     from lethe_shared.erasure.workflow import DocumentStore
+    from lethe_shared.subject_hashing.shown_keys import Namer
 
 NOT_DONE = "not_done_run_failed"  # certificate.PARTIAL_GAP
 _JSON, _HTML = "application/json", "text/html; charset=utf-8"
@@ -159,12 +162,15 @@ def certify_failure(
     job_runs: Sequence[JobRun] = (),
     at: datetime,
     facts: DeploymentFacts | None = None,
+    namer: Namer = KEYLESS,
 ) -> dict[str, Any]:
     """Write the failed run's audit record and partial certificate (module docstring); returns
     the request's notification with `partial_certificate` (its URL). A request that is not
     FAILED, or that ended FAILED with a full certificate (outcome INCOMPLETE), is left as it
     is. Raises (VerificationMissingError and kin) when the frozen report is missing or is not
-    the approved one, or the request has no recorded approval: then nothing is signed."""
+    the approved one, or the request has no recorded approval: then nothing is signed.
+    `namer` names objects in the certificate and the audit record by their shown keys
+    (lethe_shared.erasure.shown; default: the dataset prefix only), as a full certificate does."""
     from lethe_shared.erasure.certificate import render_certificate_html  # noqa: PLC0415
 
     record = requests.get(request_id)
@@ -187,11 +193,13 @@ def certify_failure(
     manifest_sha = str(record.report.get("manifest_sha256", ""))  # frozen_report checked it
 
     def build(link: ChainLink) -> ErasureCertificate:
-        audit = _audit(record, done, gaps, run=run, error=error, cause=scrubbed, at=at, runs=runs)
+        audit = _audit(
+            record, done, gaps, run=run, error=error, cause=scrubbed, at=at, runs=runs, namer=namer
+        )
         return _certificate(
             record, done, gaps, manifest, at, run=run, error=error, cause=scrubbed,
             manifest_sha=manifest_sha, audit=audit, chain=link, facts=deployment, runs=runs,
-            failed_run=failed_id,
+            failed_run=failed_id, namer=namer,
         )  # fmt: skip
 
     envelope, body = sign_chained(
@@ -203,7 +211,9 @@ def certify_failure(
         render_certificate_html(envelope).encode(),
         _HTML,
     )
-    audit = _audit(record, done, gaps, run=run, error=error, cause=scrubbed, at=issued, runs=runs)
+    audit = _audit(
+        record, done, gaps, run=run, error=error, cause=scrubbed, at=issued, runs=runs, namer=namer
+    )
     audit[AUDIT_SIGNATURE_MEMBER] = dict(envelope["signature"])
     audit_key = report_key(request_id, partial_name(run, "audit.json"))
     documents.put_once(audit_key, canonical_json(audit), _JSON)
@@ -243,6 +253,7 @@ def _audit(
     cause: str,
     at: datetime,
     runs: Sequence[JobRun],
+    namer: Namer,
 ) -> dict[str, Any]:
     """The failed run's append-only audit record: who asked and decided, the report, what was
     done per object, what was not, the scrubbed cause. Hashed ids only."""
@@ -260,8 +271,8 @@ def _audit(
         "approved_at": approved_at.isoformat(),
         "report_sha256": record.report.get("manifest_sha256", ""),
         "history": [h.model_dump(mode="json") for h in record.history],
-        "objects_done": [json.loads(r.model_dump_json()) for r in done],
-        "not_done": [g.model_dump(mode="json") for g in gaps],
+        "objects_done": [shown_result(r, namer) for r in done],
+        "not_done": [shown_gap(g, namer) for g in gaps],
         "error": error[:120],
         "cause": cause,
         "job_runs": [r.model_dump(mode="json") for r in runs],
@@ -286,6 +297,7 @@ def _certificate(
     facts: DeploymentFacts,
     runs: tuple[JobRun, ...],
     failed_run: str,
+    namer: Namer,
 ) -> ErasureCertificate:
     from lethe_shared.erasure.certificate import (  # noqa: PLC0415
         FORMAT_VERSION,
@@ -305,7 +317,7 @@ def _certificate(
             dataset_id=r.dataset_id,
             zone=r.zone,
             bucket=split_s3_url(r.object_url)[0],
-            key=split_s3_url(r.object_url)[1],
+            key=namer.key(split_s3_url(r.object_url)[1]),
             versions_before=tuple(
                 ObjectVersion(version_id=v.version_id, etag=v.etag) for v in r.versions_before
             ),
@@ -343,11 +355,11 @@ def _certificate(
             NotSearchedPlace(
                 dataset_id=g.dataset_id,
                 bucket=split_s3_url(g.object_url)[0],
-                key=split_s3_url(g.object_url)[1],
+                key=namer.key(split_s3_url(g.object_url)[1]),
                 version_id=g.version_id,
                 reason=g.reason,
                 count=g.count,
-                detail=g.detail,
+                detail=scrub_text(g.detail, namer, quoted=False),
             )
             for g in gaps
         ),

@@ -52,8 +52,10 @@ from lethe_shared.erasure.report import EraseResults, NotSearched, ObjectResult,
 from lethe_shared.erasure.requests import ErasureRequest
 from lethe_shared.index.entry_removal import EntryState
 from lethe_shared.index.subject_index import SubjectIndex
+from lethe_shared.subject_hashing.shown_keys import Namer, RedactingNamer
 
 LOG = logging.getLogger("lethe.erasure")
+_KEYLESS: Namer = RedactingNamer()  # where no hash key is given: the dataset prefix only
 
 DOCUMENT = "index_update.json"  # the whole update, kept items all listed, in the reports bucket
 KEPT_LISTED = 100  # kept items the request record and the step's output list (the rest: counted)
@@ -111,12 +113,16 @@ class IndexUpdate:
         """Everything, every kept item listed (the reports bucket's index_update.json)."""
         return {**self._counts(), "kept": list(self.kept)}
 
-    def summary(self, document_url: str = "") -> dict[str, Any]:
+    def summary(self, document_url: str = "", namer: Namer = _KEYLESS) -> dict[str, Any]:
         """What the request record and the step's output keep: the first KEPT_LISTED kept
-        items, and how many more the document lists."""
+        items, each object named by its shown key (the record is shown and kept forever, the
+        output goes into the execution history), and how many more the document lists."""
         return {
             **self._counts(),
-            "kept": self.kept[:KEPT_LISTED],
+            "kept": [
+                {**item, "object_url": namer.url(str(item["object_url"]))}
+                for item in self.kept[:KEPT_LISTED]
+            ],
             "kept_unlisted": max(len(self.kept) - KEPT_LISTED, 0),
             "document": document_url,
         }
@@ -138,6 +144,7 @@ def settle_index(
     index: SubjectIndex,
     objects: ObjectStore,
     hashes_for: Callable[[str], Iterable[str]] | None = None,
+    namer: Namer = _KEYLESS,
 ) -> IndexUpdate:
     """Remove the entries the erasure made untrue, keep the others (module docstring).
     `hashes_for(dataset_id)`: the request's hashes in that dataset (an id canonicalised per
@@ -163,7 +170,7 @@ def settle_index(
     for item in update.kept[:KEPT_LISTED]:
         LOG.warning(
             "still indexed for the request's subjects: %s version %s (%s, %d rows)",
-            item["object_url"], item["version_id"], item["reason"], item["rows"],
+            namer.url(str(item["object_url"])), item["version_id"], item["reason"], item["rows"],
         )  # fmt: skip
     return update
 
@@ -350,5 +357,6 @@ def not_searched(index_update: Mapping[str, Any]) -> tuple[NotSearched, ...]:
 
 def recorded_not_searched(record: ErasureRequest) -> tuple[NotSearched, ...]:
     """`not_searched` of the index update recorded on an erasure request (its `index` field,
-    absent before the Update Index step ran)."""
+    absent before the Update Index step ran); objects by their shown keys, as the record
+    names them (the certificate step reads index_update.json, which has the real ones)."""
     return not_searched((record.model_extra or {}).get("index") or {})

@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from lethe_shared.aws.s3 import ObjectStore, s3_url
+from lethe_shared.aws.scrub import scrub_cause
 from lethe_shared.erasure.authority import (
     ERASABLE_FROM,
     RESUMABLE_FROM,
@@ -61,6 +62,7 @@ if TYPE_CHECKING:
     from lethe_shared.erasure.certificate import Signer
     from lethe_shared.erasure.certificate_statement import JobRun
     from lethe_shared.erasure.completion import Certified
+    from lethe_shared.subject_hashing.shown_keys import Namer
 
 LOG = logging.getLogger("lethe.erasure")
 WORKFLOW = "workflow"  # who the history names for the state machine's own steps
@@ -195,7 +197,9 @@ def mark(
         )
     updates: dict[str, Any] = {}
     if error:
-        updates["error"] = {k: str(v)[:2000] for k, v in error.items()}
+        # the cause Step Functions caught (a Lambda's or a job's error text): scrubbed of keys
+        # and quoted values before it is kept (lethe_shared.aws.scrub)
+        updates["error"] = {k: scrub_cause(str(v))[:2000] for k, v in error.items()}
     current = requests.get(request_id)
     if current is None:
         raise RequestNotFoundError(f"no erasure request {request_id}")
@@ -342,6 +346,7 @@ def update_index(
     index: SubjectIndex,
     documents: DocumentStore,
     objects: ObjectStore,
+    namer: Namer | None = None,
 ) -> dict[str, Any]:
     """Remove the index entries the erasure made untrue and keep those of versions it never
     saw (lethe_shared.erasure.index_update: the rules, and what is kept). The whole update is
@@ -349,13 +354,15 @@ def update_index(
     is recorded on the request (`index`) for the certificate step, and returned."""
     record = _open_request(requests, request_id)
     results = EraseResults.model_validate_json(_document(documents, request_id, "results.json"))
+    shown = {"namer": namer} if namer else {}  # objects by their shown keys (index_update)
     update = settle_index(
-        results, record.subject_hashes, index=index, objects=objects, hashes_for=record.hashes_for
-    )
+        results, record.subject_hashes, index=index, objects=objects,
+        hashes_for=record.hashes_for, **shown,
+    )  # fmt: skip
     url = documents.put(
         report_key(request_id, INDEX_UPDATE_DOCUMENT), canonical_json(update.document()), _JSON
     )
-    summary = update.summary(url)
+    summary = update.summary(url, **shown)
     requests.update(request_id, {"index": summary})
     return summary
 
@@ -367,6 +374,7 @@ def certify(
     documents: DocumentStore,
     signer: Signer,
     now: datetime | None = None,
+    namer: Namer | None = None,
     job_runs: tuple[JobRun, ...] = (),
 ) -> Certified:
     """Write the audit record (once) and the signed certificate; the request becomes COMPLETED,
@@ -381,9 +389,15 @@ def certify(
     verification = Verification.model_validate_json(
         _document(documents, request_id, "verification.json")
     )
+    at = now or datetime.now(UTC)
+    if namer is None:  # the certificate's default: the dataset prefix only (completion)
+        return complete(
+            record, results, verification, requests=requests, documents=documents,
+            signer=signer, at=at, job_runs=job_runs,
+        )  # fmt: skip
     return complete(
         record, results, verification, requests=requests, documents=documents, signer=signer,
-        at=now or datetime.now(UTC), job_runs=job_runs,
+        at=at, namer=namer, job_runs=job_runs,
     )  # fmt: skip
 
 
