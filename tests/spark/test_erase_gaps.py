@@ -36,7 +36,7 @@ from tests.spark.cloud import (
     h,
     ingest_args,
 )
-from tests.spark.test_erase_job import CSV, CSV_WITHOUT_U1, REQUEST, REVIEWS, Eraser
+from tests.spark.test_erase_job import CSV, CSV_WITHOUT_U1, NAMER, REQUEST, REVIEWS, Eraser
 
 EVENTS = {
     "dataset_id": "events",
@@ -231,7 +231,7 @@ def test_a_widened_upload_that_cannot_be_read_is_named_and_the_rest_is_erased(
     certificate = eraser.certify_incomplete(requests)
     # in the manifest's order (by object URL)
     assert [(g["key"], g["reason"]) for g in certificate["not_searched"]] == [
-        (FAILED_JSONL, "ingestion_failed"), (FAILED_CSV, "ingestion_failed"),
+        (NAMER.key(FAILED_JSONL), "ingestion_failed"), (NAMER.key(FAILED_CSV), "ingestion_failed"),
     ]  # fmt: skip
 
 

@@ -25,6 +25,7 @@ from lethe_shared.erasure.report import Manifest, build_manifest, report_key, sh
 from lethe_shared.erasure.requests import ErasureStatus
 from lethe_shared.erasure.workflow import S3Documents, certify, update_index
 from lethe_shared.index.subject_index import DynamoSubjectIndex
+from lethe_shared.subject_hashing.shown_keys import KeyNamer
 from tests.spark.cloud import (
     CATALOG,
     DATASETS,
@@ -56,6 +57,9 @@ CSV_WITHOUT_U1 = (
     b'u3,4,2026-11-23,7.25,"two\nlines"\n'
 )
 REQUEST = "er-20261123T120000Z-0a1b2c3d"
+# certificates name objects by their shown keys (lethe_shared.subject_hashing.shown_keys): a
+# fixed key; no dataset layout known, so a key keeps its first segment and extension
+NAMER = KeyNamer(b"n" * 32, lambda _: None)
 
 
 class Eraser:
@@ -136,7 +140,9 @@ class Eraser:
             REQUEST, requests=requests, index=DynamoSubjectIndex(self.cloud.index),
             documents=documents, objects=S3ObjectStore(self.cloud.s3),
         )  # fmt: skip
-        certified = certify(REQUEST, requests=requests, documents=documents, signer=MemorySigner())
+        certified = certify(
+            REQUEST, requests=requests, documents=documents, signer=MemorySigner(), namer=NAMER
+        )
         assert (certified.notification["status"], certified.notification["outcome"]) == (
             "FAILED", "INCOMPLETE",
         )  # fmt: skip
