@@ -49,6 +49,7 @@ from lethe.artifacts import upload_spark_artifacts
 from lethe.localcloud.common import PINNED_MOTO_VERSION, CloudError
 from lethe.localcloud.deployment import Deployment, Endpoints
 from lethe.localcloud.dynamodb_partitions import patch_dynamodb_partitions
+from lethe.localcloud.dynamodb_transactions import patch_transaction_copies
 from lethe.localcloud.intrinsics import ACCOUNT_ID
 
 # The CLI imports this module for the state-file helpers, so it imports nothing heavy at the
@@ -129,8 +130,10 @@ def configure_moto() -> Callable[[], None]:
     unpatch = patch_policy_conditions()
     unatomic = make_dynamodb_atomic()
     unpartition = patch_dynamodb_partitions(DYNAMODB_LOCK)
+    uncopied = patch_transaction_copies()  # one backup per transaction (dynamodb_transactions)
 
     def restore() -> None:
+        uncopied()
         unpartition()
         unatomic()
         unpatch()
