@@ -1,4 +1,6 @@
-"""One backup copy of a table per TransactWriteItems in the local cloud, not one per item.
+"""DynamoDB requests in the local cloud: each one atomic (`make_dynamodb_atomic`, one lock around
+the backend's item methods), and one backup copy of a table per TransactWriteItems, not one per
+item (`patch_transaction_copies`).
 
 Where: ``moto/dynamodb/models/__init__.py``, ``DynamoDBBackend.transact_write_items`` (moto
 5.2.5). Before it writes anything it keeps a backup to roll back to, by looping over the
@@ -8,7 +10,7 @@ of 25 items on the subject index copies the entire index table 25 times, and the
 table are identical (nothing is written during that loop) and all but the last are garbage at
 once. Why it matters: the index and catalog writes of ``make soak`` are transactions, so every
 one of them copied those tables over and over, under the lock that serialises DynamoDB requests
-(``cloud.make_dynamodb_atomic``): the CPU that took, and the churn of short-lived objects it
+(``make_dynamodb_atomic``): the CPU that took, and the churn of short-lived objects it
 left, grew with the tables. A full soak's local cloud process grew to 18.6 GB and was killed.
 
 What: while a thread runs ``transact_write_items``, the first deep copy of a table is kept for
@@ -24,11 +26,60 @@ from __future__ import annotations
 import copy
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from lethe.localcloud.common import PINNED_MOTO_VERSION, CloudError
 
 _local = threading.local()
+
+
+# DynamoDB backend methods that read or write items (BatchWriteItem and the PartiQL batch go
+# through put_item / delete_item / execute_statement).
+_DYNAMODB_ITEM_METHODS: Final = (
+    "put_item",
+    "get_item",
+    "query",
+    "scan",
+    "update_item",
+    "delete_item",
+    "transact_write_items",
+    "execute_statement",
+)
+
+
+# Serialises the DynamoDB backend's item methods (make_dynamodb_atomic) and the partition maps
+# (lethe.localcloud.dynamodb_partitions) in this process.
+DYNAMODB_LOCK: Final = threading.RLock()
+
+
+def make_dynamodb_atomic() -> Callable[[], None]:
+    """Make each DynamoDB request atomic with respect to the others, as DynamoDB is per item.
+
+    moto 5.2.5's UpdateItem on a missing item inserts the key first and then applies each SET in
+    place, so a concurrent Query (the server answers requests on threads) can read a half-built
+    item: seen as catalog items without `status` or `sequencer`. One re-entrant lock around the
+    backend's item methods serialises them in this process; throughput is not a concern locally.
+    """
+    from moto.dynamodb.models import DynamoDBBackend  # noqa: PLC0415 - heavy, see the top
+
+    lock = DYNAMODB_LOCK
+    originals = {name: getattr(DynamoDBBackend, name) for name in _DYNAMODB_ITEM_METHODS}
+
+    def locked(method: Callable[..., Any]) -> Callable[..., Any]:
+        def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+            with lock:
+                return method(self, *args, **kwargs)
+
+        return call
+
+    for name, method in originals.items():
+        setattr(DynamoDBBackend, name, locked(method))
+
+    def undo() -> None:
+        for name, method in originals.items():
+            setattr(DynamoDBBackend, name, method)
+
+    return undo
 
 
 def _transaction_copies() -> dict[int, Any] | None:
