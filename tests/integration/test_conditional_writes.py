@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from lethe.localcloud.cloud import make_dynamodb_atomic
+from lethe.localcloud.dynamodb_transactions import make_dynamodb_atomic
 from lethe_shared.catalog.object_catalog import (
     CatalogItem,
     DynamoObjectCatalog,

@@ -764,6 +764,27 @@ def test_a_definition_is_parsed_by_antlr_once_and_each_execution_gets_its_own_pr
             AmazonStateLanguageParser.parse(broken)
 
 
+def test_the_kept_parse_tree_holds_no_program(cloud: LocalCloud) -> None:
+    """P9 keeps one tree per definition and nothing of the programs made from it: a program an
+    execution no longer holds is freed (a tree that held its programs would keep every
+    execution's components alive for as long as the local cloud runs)."""
+    import gc  # noqa: PLC0415
+    import weakref  # noqa: PLC0415
+
+    from moto.stepfunctions.parser.asl.parse.asl_parser import (  # noqa: PLC0415
+        AmazonStateLanguageParser,
+    )
+
+    definition = (REPO_ROOT / "statemachines" / "erasure.asl.json").read_text()
+    programs = []
+    for _ in range(50):
+        program, _tree = AmazonStateLanguageParser.parse(definition)
+        programs.append(weakref.ref(program))
+        del program
+    gc.collect()
+    assert [p for p in programs if p() is not None] == []
+
+
 WARM_PROBE = """
 import json, os, sys
 import probe_helper

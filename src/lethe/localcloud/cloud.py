@@ -49,6 +49,11 @@ from lethe.artifacts import upload_spark_artifacts
 from lethe.localcloud.common import PINNED_MOTO_VERSION, CloudError
 from lethe.localcloud.deployment import Deployment, Endpoints
 from lethe.localcloud.dynamodb_partitions import patch_dynamodb_partitions
+from lethe.localcloud.dynamodb_transactions import (
+    DYNAMODB_LOCK,
+    make_dynamodb_atomic,
+    patch_transaction_copies,
+)
 from lethe.localcloud.intrinsics import ACCOUNT_ID
 
 # The CLI imports this module for the state-file helpers, so it imports nothing heavy at the
@@ -129,8 +134,10 @@ def configure_moto() -> Callable[[], None]:
     unpatch = patch_policy_conditions()
     unatomic = make_dynamodb_atomic()
     unpartition = patch_dynamodb_partitions(DYNAMODB_LOCK)
+    uncopied = patch_transaction_copies()  # one backup per transaction (dynamodb_transactions)
 
     def restore() -> None:
+        uncopied()
         unpartition()
         unatomic()
         unpatch()
@@ -138,55 +145,6 @@ def configure_moto() -> Callable[[], None]:
         target.update(saved)
 
     return restore
-
-
-# DynamoDB backend methods that read or write items (BatchWriteItem and the PartiQL batch go
-# through put_item / delete_item / execute_statement).
-_DYNAMODB_ITEM_METHODS: Final = (
-    "put_item",
-    "get_item",
-    "query",
-    "scan",
-    "update_item",
-    "delete_item",
-    "transact_write_items",
-    "execute_statement",
-)
-
-
-# Serialises the DynamoDB backend's item methods (make_dynamodb_atomic) and the partition maps
-# (lethe.localcloud.dynamodb_partitions) in this process.
-DYNAMODB_LOCK: Final = threading.RLock()
-
-
-def make_dynamodb_atomic() -> Callable[[], None]:
-    """Make each DynamoDB request atomic with respect to the others, as DynamoDB is per item.
-
-    moto 5.2.5's UpdateItem on a missing item inserts the key first and then applies each SET in
-    place, so a concurrent Query (the server answers requests on threads) can read a half-built
-    item: seen as catalog items without `status` or `sequencer`. One re-entrant lock around the
-    backend's item methods serialises them in this process; throughput is not a concern locally.
-    """
-    from moto.dynamodb.models import DynamoDBBackend  # noqa: PLC0415 - heavy, see the top
-
-    lock = DYNAMODB_LOCK
-    originals = {name: getattr(DynamoDBBackend, name) for name in _DYNAMODB_ITEM_METHODS}
-
-    def locked(method: Callable[..., Any]) -> Callable[..., Any]:
-        def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-            with lock:
-                return method(self, *args, **kwargs)
-
-        return call
-
-    for name, method in originals.items():
-        setattr(DynamoDBBackend, name, locked(method))
-
-    def undo() -> None:
-        for name, method in originals.items():
-            setattr(DynamoDBBackend, name, method)
-
-    return undo
 
 
 def patch_policy_conditions() -> Callable[[], None]:

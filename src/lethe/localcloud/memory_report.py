@@ -1,8 +1,9 @@
 """Where the local cloud's memory goes: an opt-in diagnostic (docs/LOCAL_CLOUD.md).
 
 With `LETHE_LOCAL_TRACEMALLOC=<seconds>` in its environment, the local cloud process starts
-`tracemalloc` and logs, every that many seconds, its resident size and the 15 source lines
-holding the most memory allocated since the start, with their growth since the last report
+`tracemalloc` and logs, every that many seconds, its resident size, the 15 source lines
+holding the most memory allocated since the start, with their growth since the last report, and
+the 4 allocation stacks holding the most
 (logger `lethe.localcloud.memory`, in logs/localcloud.log). Tracing slows Python down; it is for
 finding a leak, never on by default.
 """
@@ -17,6 +18,7 @@ from typing import Final
 
 ENV: Final = "LETHE_LOCAL_TRACEMALLOC"
 TOP: Final = 15
+STACKS: Final = 4  # the allocation stacks holding the most, each with its frames
 logger = logging.getLogger("lethe.localcloud.memory")
 
 
@@ -37,7 +39,7 @@ def start_from_environment(stop: threading.Event) -> bool:
     if not text:
         return False
     interval = max(5.0, float(text))
-    tracemalloc.start(8)
+    tracemalloc.start(12)
     previous: list[tracemalloc.Snapshot] = []
 
     def report() -> None:
@@ -57,10 +59,15 @@ def start_from_environment(stop: threading.Event) -> bool:
                     f"{s.size / 2**20:8.1f} MiB {s.count:8d} blocks {s.traceback}"
                     for s in snapshot.statistics("lineno")[:TOP]
                 ]
+            stacks = [
+                f"{s.size / 2**20:8.1f} MiB {s.count:8d} blocks, allocated at:\n"
+                + "\n".join(f"        {frame}" for frame in s.traceback.format())
+                for s in snapshot.statistics("traceback")[:STACKS]
+            ]
             traced, _ = tracemalloc.get_traced_memory()
             logger.info(
-                "rss %d MiB, traced %.1f MiB; top lines:\n%s",
-                _rss_mib(), traced / 2**20, "\n".join(lines),
+                "rss %d MiB, traced %.1f MiB; top lines:\n%s\ntop stacks:\n%s",
+                _rss_mib(), traced / 2**20, "\n".join(lines), "\n".join(stacks),
             )  # fmt: skip
             previous[:] = [snapshot]
 
