@@ -76,6 +76,7 @@ from lethe_shared.erasure.report import (
     EraseResults,
     Manifest,
     NotSearched,
+    ObjectResult,
     Verification,
     canonical_json,
     report_key,
@@ -87,7 +88,12 @@ from lethe_shared.erasure.shown import KEYLESS, shown_gap, shown_result
 from lethe_shared.erasure.workflow import WORKFLOW, VerificationMissingError, notification
 
 if TYPE_CHECKING:
-    from lethe_shared.erasure.certificate import ErasureCertificate, Signer
+    from lethe_shared.erasure.certificate import (
+        ErasedObject,
+        ErasureCertificate,
+        NotSearchedPlace,
+        Signer,
+    )
     from lethe_shared.erasure.certificate_statement import ChainLink, DocumentDigest, JobRun
     from lethe_shared.erasure.workflow import DocumentStore
     from lethe_shared.subject_hashing.shown_keys import Namer
@@ -395,34 +401,10 @@ def _certificate(
         FORMAT_VERSION,
         CertificateTotals,
         CertificateVerification,
-        ErasedObject,
         ErasureCertificate,
-        NotSearchedPlace,
-        ObjectVersion,
     )
 
-    erased = tuple(
-        ErasedObject(
-            dataset_id=r.dataset_id,
-            zone=r.zone,
-            bucket=split_s3_url(r.object_url)[0],
-            key=namer.key(split_s3_url(r.object_url)[1]),
-            versions_before=tuple(
-                ObjectVersion(version_id=v.version_id, etag=v.etag) for v in r.versions_before
-            ),
-            version_after=(
-                ObjectVersion(version_id=r.version_after.version_id, etag=r.version_after.etag)
-                if r.version_after
-                else None
-            ),
-            rows_before=r.rows_before,
-            rows_removed=r.rows_removed,
-            rows_after=r.rows_after,
-            versions_purged=r.versions_purged,
-        )
-        for r in results.objects
-        if r.versions_before
-    )
+    erased = erased_objects(results.objects, namer)
     approved_by, approved_at = require_approval(record)
     wait = (record.model_extra or {}).get("ingestion_wait")
     return ErasureCertificate(
@@ -443,18 +425,7 @@ def _certificate(
             verified_at=datetime.fromisoformat(verification.verified_at),
         ),
         complete=not gaps,
-        not_searched=tuple(
-            NotSearchedPlace(
-                dataset_id=g.dataset_id,
-                bucket=split_s3_url(g.object_url)[0],
-                key=namer.key(split_s3_url(g.object_url)[1]),
-                version_id=g.version_id,
-                reason=g.reason,
-                count=g.count,
-                detail=scrub_text(g.detail, namer, quoted=False),
-            )
-            for g in gaps
-        ),
+        not_searched=not_searched_places(gaps, namer),
         documents=documents,
         chain=chain,
         statement=statement(
@@ -471,6 +442,53 @@ def _certificate(
             places_not_searched=len(gaps),
             job_runs=job_runs,
         ),
+    )
+
+
+def erased_objects(results: Iterable[ObjectResult], namer: Namer) -> tuple[ErasedObject, ...]:
+    """The certificate's objects: each result that had versions, named by its shown key (a full
+    certificate's and a failed run's partial one alike)."""
+    from lethe_shared.erasure.certificate import ErasedObject, ObjectVersion  # noqa: PLC0415
+
+    return tuple(
+        ErasedObject(
+            dataset_id=r.dataset_id,
+            zone=r.zone,
+            bucket=split_s3_url(r.object_url)[0],
+            key=namer.key(split_s3_url(r.object_url)[1]),
+            versions_before=tuple(
+                ObjectVersion(version_id=v.version_id, etag=v.etag) for v in r.versions_before
+            ),
+            version_after=(
+                ObjectVersion(version_id=r.version_after.version_id, etag=r.version_after.etag)
+                if r.version_after
+                else None
+            ),
+            rows_before=r.rows_before,
+            rows_removed=r.rows_removed,
+            rows_after=r.rows_after,
+            versions_purged=r.versions_purged,
+        )
+        for r in results
+        if r.versions_before
+    )
+
+
+def not_searched_places(gaps: Iterable[NotSearched], namer: Namer) -> tuple[NotSearchedPlace, ...]:
+    """The certificate's places not searched, named by their shown keys, details scrubbed."""
+    from lethe_shared.erasure.certificate import NotSearchedPlace  # noqa: PLC0415
+
+    return tuple(
+        NotSearchedPlace(
+            dataset_id=g.dataset_id,
+            bucket=split_s3_url(g.object_url)[0],
+            key=namer.key(split_s3_url(g.object_url)[1]),
+            version_id=g.version_id,
+            reason=g.reason,
+            count=g.count,
+            detail=scrub_text(g.detail, namer, quoted=False),
+        )
+        for g in gaps
     )
 
 

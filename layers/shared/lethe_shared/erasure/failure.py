@@ -32,8 +32,6 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from lethe_shared.aws.s3 import split_s3_url
-from lethe_shared.aws.scrub import scrub_text
 from lethe_shared.erasure.certificate_chain import sign_chained
 from lethe_shared.erasure.certificate_statement import (
     AUDIT_SIGNATURE_MEMBER,
@@ -44,8 +42,10 @@ from lethe_shared.erasure.certificate_statement import (
 from lethe_shared.erasure.completion import (
     INCOMPLETE,
     audit_digest,
+    erased_objects,
     frozen_report,
     gathered_gaps,
+    not_searched_places,
     require_approval,
 )
 from lethe_shared.erasure.progress import done_so_far
@@ -302,38 +302,14 @@ def _certificate(
     from lethe_shared.erasure.certificate import (  # noqa: PLC0415
         FORMAT_VERSION,
         CertificateTotals,
-        ErasedObject,
         ErasureCertificate,
-        NotSearchedPlace,
-        ObjectVersion,
     )
     from lethe_shared.erasure.certificate_statement import (  # noqa: PLC0415
         DocumentDigest,
         PartialRun,
     )
 
-    erased = tuple(
-        ErasedObject(
-            dataset_id=r.dataset_id,
-            zone=r.zone,
-            bucket=split_s3_url(r.object_url)[0],
-            key=namer.key(split_s3_url(r.object_url)[1]),
-            versions_before=tuple(
-                ObjectVersion(version_id=v.version_id, etag=v.etag) for v in r.versions_before
-            ),
-            version_after=(
-                ObjectVersion(version_id=r.version_after.version_id, etag=r.version_after.etag)
-                if r.version_after
-                else None
-            ),
-            rows_before=r.rows_before,
-            rows_removed=r.rows_removed,
-            rows_after=r.rows_after,
-            versions_purged=r.versions_purged,
-        )
-        for r in done
-        if r.versions_before and not r.refused
-    )
+    erased = erased_objects((r for r in done if not r.refused), namer)
     approved_by, approved_at = require_approval(record)
     wait = (record.model_extra or {}).get("ingestion_wait")
     finished = {r.object_url for r in done if not r.refused}
@@ -351,18 +327,7 @@ def _certificate(
         totals=CertificateTotals.of(erased),
         verification=None,
         complete=False,
-        not_searched=tuple(
-            NotSearchedPlace(
-                dataset_id=g.dataset_id,
-                bucket=split_s3_url(g.object_url)[0],
-                key=namer.key(split_s3_url(g.object_url)[1]),
-                version_id=g.version_id,
-                reason=g.reason,
-                count=g.count,
-                detail=scrub_text(g.detail, namer, quoted=False),
-            )
-            for g in gaps
-        ),
+        not_searched=not_searched_places(gaps, namer),
         documents=(
             DocumentDigest(name="manifest.json", sha256=manifest_sha),
             audit_digest(audit).model_copy(update={"name": partial_name(run, "audit.json")}),
