@@ -28,7 +28,7 @@ pytestmark = pytest.mark.lambda_runtime
 Event = Callable[[str], dict[str, Any]]
 SHA = "b" * 64
 OTHER_USER = "arn:aws:iam::123456789012:user/someone-else"
-OFFICER = "arn:aws:iam::123456789012:user/privacy-officer"  # events/erasure_api_cancel.json's
+OFFICER = "arn:aws:iam::123456789012:user/privacy-officer"  # events/erasure_api_resume.json's
 RESUME_REFUSED = "only the IAM principal that filed this request or an approver's may resume it"
 # the erasure API's fixtures (moto tables, the handler, no raw id in any log)
 app = handler_tests.app
@@ -37,12 +37,7 @@ _logs_hold_no_raw_id = handler_tests._logs_hold_no_raw_id
 
 
 def resume_event(load_event: Event, rid: str, key: str | None = "r-1") -> dict[str, Any]:
-    event = at(load_event("erasure_api_cancel.json"), rid)
-    for part in (event, event["requestContext"]):
-        part["path"] = part["path"].replace("/cancel", "/resume")
-    event["resource"] = event["resource"].replace("/cancel", "/resume")
-    event["requestContext"]["resourcePath"] = event["resource"]
-    event["body"] = "{}"
+    event = at(load_event("erasure_api_resume.json"), rid)
     return with_key(event, key) if key else event
 
 

@@ -59,6 +59,7 @@ EVENT_FUNCTIONS: dict[str, str] = {
     "erasure_api_get.json": "ErasureApiFunction",
     "erasure_api_list.json": "ErasureApiFunction",
     "erasure_api_cancel.json": "ErasureApiFunction",
+    "erasure_api_resume.json": "ErasureApiFunction",
     "erasure_requested_event.json": "ErasureApiFunction",
     "erasure_steps_report.json": "ErasureStepsFunction",
     "erasure_steps_mark_failed.json": "ErasureStepsFunction",
@@ -339,6 +340,14 @@ def check_erasure_api_cancel(name: str) -> None:
     assert app.canceller_of(event.body, caller)
 
 
+def check_erasure_api_resume(name: str) -> None:
+    event = _api_event(name)
+    assert event.path_parameters == {"request_id": RID}
+    assert event.path.endswith(f"/{RID}/resume")
+    assert event.http_method == "POST"
+    assert event.request_context.identity.user_arn  # the IAM caller a resume is checked against
+
+
 def check_erasure_requested_event(name: str) -> None:
     app = handler_module("ErasureApiFunction")
     event = load(name)
@@ -453,6 +462,7 @@ CHECKS: dict[str, Callable[[str], None]] = {
     "erasure_api_get.json": check_erasure_api_get,
     "erasure_api_list.json": check_erasure_api_list,
     "erasure_api_cancel.json": check_erasure_api_cancel,
+    "erasure_api_resume.json": check_erasure_api_resume,
     "erasure_requested_event.json": check_erasure_requested_event,
     "erasure_steps_report.json": check_erasure_steps_report,
     "erasure_steps_mark_failed.json": check_erasure_steps_mark_failed,
