@@ -26,12 +26,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help=f"a development size ({QUICK['objects']} objects, {QUICK['requests']} requests) "
         f"instead of the full one ({FULL['objects']}, {FULL['requests']})",
     )
+    group.addoption(
+        "--soak-size",
+        default="",
+        metavar="OBJECTS,REQUESTS",
+        help="any other size, e.g. 400,25 (to see how the local cloud grows between the two)",
+    )
     group.addoption("--soak-report", default="", help="write the run's figures here (JSON)")
 
 
 @pytest.fixture(scope="session")
 def sizes(request: pytest.FixtureRequest) -> dict[str, int]:
     chosen = dict(QUICK if request.config.getoption("--quick") else FULL)
+    size = request.config.getoption("--soak-size")
+    if size:
+        objects, requests = (int(n) for n in size.split(","))
+        chosen = {"objects": objects, "requests": requests}
     FIGURES["sizes"] = chosen
     return chosen
 
