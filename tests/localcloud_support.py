@@ -88,8 +88,10 @@ def running_local_cloud(
     environment = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     for name, value in (env or {}).items():
         environment.setdefault(name, value)
+    up_command = [LETHE, "local", "up", "--detach", "--state-file", str(state_file)]
     started = subprocess.run(
-        [LETHE, "local", "up", "--detach", "--state-file", str(state_file)],
+        # the CLI's own wait a little shorter than ours, so that its message is what we see
+        [*up_command, "--timeout", str(max(30, int(up_timeout) - 10))],
         capture_output=True,
         text=True,
         timeout=up_timeout,
