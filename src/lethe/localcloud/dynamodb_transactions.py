@@ -1,24 +1,27 @@
 """DynamoDB requests in the local cloud: each one atomic (`make_dynamodb_atomic`, one lock around
-the backend's item methods), and one backup copy of a table per TransactWriteItems, not one per
-item (`patch_transaction_copies`).
+the backend's item methods), and TransactWriteItems rolled back from a journal of the items it
+touches instead of from copies of whole tables (`patch_transaction_copies`).
 
 Where: ``moto/dynamodb/models/__init__.py``, ``DynamoDBBackend.transact_write_items`` (moto
 5.2.5). Before it writes anything it keeps a backup to roll back to, by looping over the
 transaction's items and deep-copying, for each item, the whole table the item names
-(``original_table_state[table_name] = copy.deepcopy(self.tables[table_name])``): a transaction
-of 25 items on the subject index copies the entire index table 25 times, and the copies of one
-table are identical (nothing is written during that loop) and all but the last are garbage at
-once. Why it matters: the index and catalog writes of ``make soak`` are transactions, so every
-one of them copied those tables over and over, under the lock that serialises DynamoDB requests
-(``make_dynamodb_atomic``): the CPU that took, and the churn of short-lived objects it
-left, grew with the tables. A full soak's local cloud process grew to 18.6 GB and was killed.
+(``original_table_state[table_name] = copy.deepcopy(self.tables[table_name])``), and on a
+failure it puts the copies in place of the tables. Why it matters: the index, catalog and
+request writes of ``make soak`` are transactions, so every one of them copied the subject index
+or the catalog whole (first once per item; since the previous version of this patch, once per
+transaction), under the lock that serialises DynamoDB requests (``make_dynamodb_atomic``): CPU
+and a churn of millions of short-lived objects per minute, growing with the tables. A full
+soak's local cloud process grew to 18.6 GB and was killed; a soak of 400 objects and 25
+requests grew by about 100 MB per erasure request.
 
-What: while a thread runs ``transact_write_items``, the first deep copy of a table is kept for
-the rest of that call, and every further deep copy of the same table in it returns that copy.
-The copy is made as ``copy.deepcopy`` makes it for an object without ``__deepcopy__`` (a new
-instance of the class, its ``__dict__`` deep-copied with the same memo); outside a transaction
-a table deep-copies exactly as before. The rollback moto performs is unchanged: it puts back
-the one backup, which is what each of its copies held.
+What: while a thread runs ``transact_write_items``, a table deep-copies to itself (no copy is
+made, so moto's rollback puts each table back in its own place), and the patch records, before
+moto's call, each item the transaction names as it is (a deep copy of that one item, or its
+absence). When moto's call raises (a condition failed, a validation error), the journal is
+replayed backwards: every touched key gets back its recorded item, or is deleted if it had
+none. All DynamoDB requests hold the lock of ``make_dynamodb_atomic``, so nothing else writes
+between the journal and the rollback. Outside a transaction a table deep-copies exactly as
+before.
 """
 
 from __future__ import annotations
@@ -82,21 +85,58 @@ def make_dynamodb_atomic() -> Callable[[], None]:
     return undo
 
 
-def _transaction_copies() -> dict[int, Any] | None:
-    copies: dict[int, Any] | None = getattr(_local, "copies", None)
-    return copies
+def _in_transaction() -> bool:
+    return bool(getattr(_local, "in_transaction", False))
 
 
 def _deepcopy_table(self: Any, memo: dict[int, Any]) -> Any:
-    copies = _transaction_copies()
-    if copies is not None and id(self) in copies:
-        return copies[id(self)]
+    if _in_transaction():
+        return self  # moto's backup: the journal below is the backup instead
     clone = self.__class__.__new__(self.__class__)
     memo[id(self)] = clone
     clone.__dict__.update(copy.deepcopy(self.__dict__, memo))
-    if copies is not None:
-        copies[id(self)] = clone
     return clone
+
+
+# (table, hash key, range key or None, the item before the transaction or None)
+_Entry = tuple[Any, Any, Any, Any]
+
+
+def _journal(backend: Any, transact_items: Any) -> list[_Entry]:
+    """The items `transact_items` names, as they are now (deep copies), in order."""
+    from moto.dynamodb.models.dynamo_type import DynamoType  # noqa: PLC0415 - heavy
+
+    entries: list[_Entry] = []
+    for action in transact_items if isinstance(transact_items, list) else []:
+        if not isinstance(action, dict) or len(action) != 1:
+            continue  # moto refuses it before writing anything
+        op_type, op = next(iter(action.items()))
+        table = backend.tables.get(op.get("TableName", "")) if isinstance(op, dict) else None
+        if table is None:
+            continue
+        source = op.get("Item") if op_type == "Put" else op.get("Key")
+        if not isinstance(source, dict) or table.hash_key_attr not in source:
+            continue
+        hash_value = DynamoType(source[table.hash_key_attr])
+        range_value = None
+        if table.range_key_attr is not None:
+            if table.range_key_attr not in source:
+                continue
+            range_value = DynamoType(source[table.range_key_attr])
+        before = table.get_item(hash_value, range_value)
+        entries.append((table, hash_value, range_value, copy.deepcopy(before)))
+    return entries
+
+
+def _roll_back(entries: list[_Entry]) -> None:
+    for table, hash_value, range_value, before in reversed(entries):
+        table.delete_item(hash_value, range_value)
+        if before is None:
+            continue
+        if range_value is not None:
+            table.items[hash_value][range_value] = before
+        else:
+            table.items[hash_value] = before
 
 
 def patch_transaction_copies() -> Callable[[], None]:
@@ -114,11 +154,16 @@ def patch_transaction_copies() -> Callable[[], None]:
     original = DynamoDBBackend.transact_write_items
 
     def transact_write_items(self: Any, transact_items: Any) -> Any:
-        _local.copies = {}
-        try:
-            return original(self, transact_items)
-        finally:
-            _local.copies = None
+        with DYNAMODB_LOCK:  # held by the atomic wrapper too: nothing writes in between
+            entries = _journal(self, transact_items)
+            _local.in_transaction = True
+            try:
+                return original(self, transact_items)
+            except BaseException:
+                _roll_back(entries)
+                raise
+            finally:
+                _local.in_transaction = False
 
     DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]
     Table.__deepcopy__ = _deepcopy_table  # type: ignore[attr-defined]
