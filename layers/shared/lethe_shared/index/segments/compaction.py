@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lethe_shared.errors import LetheError
 from lethe_shared.index.segments.format import (
     WIDE_SCHEMA,
     empty_wide,
@@ -53,7 +54,6 @@ from lethe_shared.index.segments.manifest import (
 from lethe_shared.index.segments.reader import SegmentReader
 from lethe_shared.index.segments.rules import Pointer
 from lethe_shared.index.segments.store import SegmentWriter
-from lethe_shared.errors import LetheError
 
 MAX_INPUTS = 98  # level-0 inputs per commit: 100 actions per transaction, 2 for level 1
 PARTITION_ATTEMPTS = 8
@@ -158,7 +158,14 @@ class Compactor:
             if not inputs:
                 return
             try:
-                if self._round(dataset_id, p, top, inputs, (low, high), report):
+                if self._round(
+                    dataset_id=dataset_id,
+                    p=p,
+                    top=top,
+                    inputs=inputs,
+                    bounds=(low, high),
+                    report=report,
+                ):
                     return
             except TransactionCancelled:
                 pass
@@ -168,6 +175,7 @@ class Compactor:
 
     def _round(
         self,
+        *,
         dataset_id: str,
         p: int,
         top: SegmentItem | None,

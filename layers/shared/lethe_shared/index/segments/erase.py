@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lethe_shared.errors import LetheError
 from lethe_shared.index.entry_removal import EntryState
 from lethe_shared.index.segments.format import hash_bytes, partition_of, widen
 from lethe_shared.index.segments.lookup import SegmentLookup
@@ -46,7 +47,6 @@ from lethe_shared.index.segments.reader import SegmentReader
 from lethe_shared.index.segments.rules import LiveEntry, RowStatus, row_status
 from lethe_shared.index.segments.s3_ranges import SegmentGoneError
 from lethe_shared.index.segments.store import SegmentWriter
-from lethe_shared.errors import LetheError
 
 SCRUB_PASSES = 8
 
@@ -292,4 +292,4 @@ def hashes_of(targets: Mapping[str, Iterable[str]]) -> list[str]:
     return sorted({h for hs in targets.values() for h in hs})
 
 
-__all__ = ["ErasureNotSettledError", "Eraser", "SegmentErasure", "SegmentRewrite", "hash_bytes"]
+__all__ = ["Eraser", "ErasureNotSettledError", "SegmentErasure", "SegmentRewrite", "hash_bytes"]

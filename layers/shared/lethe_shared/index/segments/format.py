@@ -142,9 +142,7 @@ def empty_wide() -> pa.Table:
     return WIDE_SCHEMA.empty_table()
 
 
-def wide_rows(
-    hashes: Sequence[str], rows: Sequence[int], fields: dict[str, str]
-) -> pa.Table:
+def wide_rows(hashes: Sequence[str], rows: Sequence[int], fields: dict[str, str]) -> pa.Table:
     """The wide rows of one object version: its hashes and row counts, its shared fields."""
     n = len(hashes)
     columns: dict[str, pa.Array] = {
@@ -156,7 +154,9 @@ def wide_rows(
     return pa.Table.from_pydict(columns, schema=WIDE_SCHEMA)
 
 
-def build_segment(wide: pa.Table, objects_only: pa.Table | None = None) -> tuple[pa.Table, pa.Table]:
+def build_segment(
+    wide: pa.Table, objects_only: pa.Table | None = None
+) -> tuple[pa.Table, pa.Table]:
     """Split wide rows into (entries, object table). Object ids follow (object_url, origin_seq)
     order; entries are sorted by (subject_hash, object_id). `objects_only` (OBJECTS_SCHEMA
     without object_id) lists object versions that have no entry (an object written empty) and
@@ -164,21 +164,24 @@ def build_segment(wide: pa.Table, objects_only: pa.Table | None = None) -> tuple
     wide = wide.cast(WIDE_SCHEMA)
     objects = wide.select(list(OBJECT_FIELDS))
     if objects_only is not None and objects_only.num_rows:
-        objects = pa.concat_tables([objects, objects_only.select(list(OBJECT_FIELDS))])
+        objects = pa.concat_tables(
+            [objects, objects_only.select(list(OBJECT_FIELDS)).cast(objects.schema)]
+        )
     distinct = objects.group_by(list(OBJECT_FIELDS), use_threads=False).aggregate([])
     distinct = distinct.select(list(OBJECT_FIELDS)).sort_by(
         [("object_url", "ascending"), ("origin_seq", "ascending")]
     )
-    keys = [f"{u}\x00{o}" for u, o in zip(
-        distinct["object_url"].to_pylist(), distinct["origin_seq"].to_pylist(), strict=True
-    )]
+    keys = [
+        f"{u}\x00{o}"
+        for u, o in zip(
+            distinct["object_url"].to_pylist(), distinct["origin_seq"].to_pylist(), strict=True
+        )
+    ]
     if len(set(keys)) != len(keys):
         raise ValueError("one object version (url, origin) has two sets of fields")
     ids = pa.array(range(len(keys)), pa.int32())
     table = distinct.add_column(0, "object_id", ids).cast(OBJECTS_SCHEMA)
-    wide_keys = pc.binary_join_element_wise(
-        wide["object_url"], wide["origin_seq"], "\x00"
-    )
+    wide_keys = pc.binary_join_element_wise(wide["object_url"], wide["origin_seq"], "\x00")
     object_ids = pc.index_in(wide_keys, value_set=pa.array(keys, pa.string())).cast(pa.int32())
     entries = pa.Table.from_arrays(
         [wide["subject_hash"], object_ids, wide["rows"]], schema=ENTRIES_SCHEMA

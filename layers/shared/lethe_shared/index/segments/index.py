@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+import pyarrow as pa
 from botocore.exceptions import ClientError
 
 from lethe_shared.aws.errors import is_condition_failed
@@ -46,8 +47,6 @@ from lethe_shared.index.segments.s3_ranges import FooterCache, ReadCounter, Segm
 from lethe_shared.index.segments.store import ObjectWrite, SegmentWriter, no_objects
 from lethe_shared.index.subject_index import EntryBatch, FoundEntry, IndexEntry
 
-import pyarrow as pa
-
 POINTER_ATTEMPTS = 8
 
 
@@ -59,13 +58,15 @@ def dataset_of_url(object_url: str) -> str | None:
     return dataset_of_key(key)
 
 
-def object_write(object_url: str, entries: Iterable[IndexEntry] | EntryBatch) -> tuple[dict[str, str], str | None, list[str], list[int]]:
+def object_write(
+    object_url: str, entries: Iterable[IndexEntry] | EntryBatch
+) -> tuple[dict[str, str], str | None, list[str], list[int]]:
     """An object's entries as (shared fields, dataset, hashes, rows). Raises ValueError for an
     entry of another object, a flagged entry, or entries that disagree on a shared field."""
     if isinstance(entries, EntryBatch):
         if entries.object_url != object_url:
             raise ValueError("every entry must belong to the object being replaced")
-        first = entries._template  # noqa: SLF001 - the batch's validated shared fields
+        first = entries._template
         fields = _fields(first)
         return fields, entries.dataset_id, list(entries.subject_hashes), entries.rows
     wanted = list(entries)
@@ -102,8 +103,17 @@ def _fields(entry: IndexEntry) -> dict[str, str]:
 
 def _empty_fields() -> dict[str, str]:
     return dict.fromkeys(
-        ("object_url", "version_id", "etag", "zone", "format", "origin_seq",
-         "matching_fingerprint", "key_fingerprint", "updated_at"),
+        (
+            "object_url",
+            "version_id",
+            "etag",
+            "zone",
+            "format",
+            "origin_seq",
+            "matching_fingerprint",
+            "key_fingerprint",
+            "updated_at",
+        ),
         "",
     ) | {"version_id": NULL_VERSION, "updated_at": now_iso()}
 
@@ -239,7 +249,9 @@ class SegmentSubjectIndex:
                 return len(entries)
         raise RuntimeError(f"the pointer of {object_url} kept changing")
 
-    def _raise_floor(self, dataset_id: str, object_url: str, floor: str, clear_current: str = "") -> None:
+    def _raise_floor(
+        self, dataset_id: str, object_url: str, floor: str, clear_current: str = ""
+    ) -> None:
         """floor := max(floor, `floor`); and current := "" while it is still `clear_current`."""
         if clear_current and self._update_pointer(
             dataset_id,
@@ -313,9 +325,7 @@ class SegmentSubjectIndex:
     ) -> SegmentErasure:
         """Remove these entries (each only while it describes the state given) and their
         hashes' dead rows from every segment of the dataset (lethe_shared.index.segments.erase)."""
-        targets = {
-            url: {s.subject_hash: s for s in states} for url, states in removals.items()
-        }
+        targets = {url: {s.subject_hash: s for s in states} for url, states in removals.items()}
         return self.eraser.erase(dataset_id, targets, drop_pointers)
 
     def compact(self, dataset_id: str) -> CompactionReport:
@@ -328,13 +338,17 @@ class SegmentSubjectIndex:
             found += self.reads.lookup_in(dataset, [subject_hash])[subject_hash]
         return sorted(found, key=lambda e: e.object_url)
 
-    def lookup_in(self, dataset_id: str, subject_hashes: Iterable[str]) -> dict[str, list[IndexEntry]]:
+    def lookup_in(
+        self, dataset_id: str, subject_hashes: Iterable[str]
+    ) -> dict[str, list[IndexEntry]]:
         return self.reads.lookup_in(dataset_id, subject_hashes)
 
     def subjects_of(self, object_url: str) -> set[str]:
         return set(self.reads.object_entries(self.dataset(object_url), object_url)[1])
 
-    def entry_states(self, object_url: str, subjects: Iterable[str] | None = None) -> list[EntryState]:
+    def entry_states(
+        self, object_url: str, subjects: Iterable[str] | None = None
+    ) -> list[EntryState]:
         wanted = None if subjects is None else list(subjects)
         entries = self.reads.object_entries(self.dataset(object_url), object_url, wanted)[1]
         return sorted((state_of(e) for e in entries.values()), key=lambda s: s.subject_hash)

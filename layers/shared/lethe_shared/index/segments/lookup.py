@@ -17,11 +17,10 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from lethe_shared.catalog.zones import Zone
-from lethe_shared.index.segments.format import hash_bytes, partition_of
+from lethe_shared.index.segments.format import hash_bytes, partition_of, widen
 from lethe_shared.index.segments.manifest import ACTIVE, Manifest, SegmentItem
 from lethe_shared.index.segments.reader import SegmentReader, rows_of
 from lethe_shared.index.segments.rules import LiveEntry, Pointer, Row, live_entries
-from lethe_shared.index.segments.format import widen
 from lethe_shared.index.segments.s3_ranges import SegmentGoneError
 from lethe_shared.index.subject_index import IndexEntry
 

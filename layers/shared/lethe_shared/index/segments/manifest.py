@@ -5,9 +5,13 @@ and each dataset's partition configuration. No subject hash ever appears in an i
 |---|---|---|---|
 | dataset | `datasets` | `<dataset_id>` | `bits` |
 | partitions | `cfg#<dataset_id>` | `partitions` | `bits` (partitions = 2**bits) |
-| level-0 segment | `seg#<dataset_id>#L0` | `<seq>` | key, etag, objects_key, objects_etag, bytes, entries, objects, state, created_at, writer, origin_seq |
-| level-1 segment | `seg#<dataset_id>#L1#<pppp>` | `<seq>` | the same and absorbed_through |
-| object pointer | `obj#<dataset_id>` | `<object_url>` | current, version_id, etag, floor, deleted, entries, updated_at |
+| level-0 segment | `seg#<dataset_id>#L0` | `<seq>` | SEGMENT, origin_seq |
+| level-1 segment | `seg#<dataset_id>#L1#<pppp>` | `<seq>` | SEGMENT, absorbed_through |
+| object pointer | `obj#<dataset_id>` | `<object_url>` | POINTER |
+
+SEGMENT: key, etag, objects_key, objects_etag, bytes, entries, objects, state, created_at,
+writer (and dataset_id, level, partition). POINTER: current, version_id, etag, floor, deleted,
+entries, updated_at.
 
 `state` is `pending` (written first, before the files), `active` (committed) or `retired`
 (superseded; its files are deleted, then the item). A segment rewritten by erasure gets a new
@@ -161,7 +165,7 @@ class SegmentItem:
         }
 
 
-class TransactionCancelled(Exception):  # noqa: N818 - a control-flow signal
+class TransactionCancelled(Exception):
     """A manifest transaction was cancelled; `reasons` per action, in order."""
 
     def __init__(self, reasons: list[dict[str, Any]]) -> None:
@@ -189,8 +193,10 @@ class Manifest:
             Key={"pk": f"cfg#{dataset_id}", "sk": "partitions"}, ConsistentRead=True
         ).get("Item")
         if found is None:
-            for key in ({"pk": f"cfg#{dataset_id}", "sk": "partitions"},
-                        {"pk": DATASETS_PK, "sk": dataset_id}):
+            for key in (
+                {"pk": f"cfg#{dataset_id}", "sk": "partitions"},
+                {"pk": DATASETS_PK, "sk": dataset_id},
+            ):
                 try:
                     self.table.put_item(
                         Item={**key, "bits": bits},
@@ -240,7 +246,9 @@ class Manifest:
             kwargs["ExpressionAttributeValues"] = {":p": pk}
         return [SegmentItem.of_item(i) for i in query_all(self.table, **kwargs)]
 
-    def all_segments(self, dataset_id: str, partitions: Iterable[int] | None = None) -> list[SegmentItem]:
+    def all_segments(
+        self, dataset_id: str, partitions: Iterable[int] | None = None
+    ) -> list[SegmentItem]:
         """Every segment of the dataset, any state: level 0, then level 1 of `partitions` (all
         when None)."""
         bits = self.partition_bits(dataset_id)
@@ -257,9 +265,7 @@ class Manifest:
         return SegmentItem.of_item(item) if item else None
 
     def put_pending(self, segment: SegmentItem) -> None:
-        self.table.put_item(
-            Item=segment.to_item(), ConditionExpression="attribute_not_exists(pk)"
-        )
+        self.table.put_item(Item=segment.to_item(), ConditionExpression="attribute_not_exists(pk)")
 
     def delete_segment(self, segment: SegmentItem) -> bool:
         """Delete the item while it is still in the state and ETag read; False when not."""

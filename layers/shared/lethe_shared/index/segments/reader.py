@@ -159,7 +159,9 @@ class SegmentReader:
         entries = self._read(entries_file, groups, ENTRY_COLUMNS).cast(ENTRIES_SCHEMA)
         keep = pc.is_in(entries["object_id"], value_set=pa.array(ids, pa.int32()))
         if hashes is not None:
-            keep = pc.and_(keep, pc.is_in(entries["subject_hash"], value_set=pa.array(wanted, pa.binary(32))))
+            keep = pc.and_(
+                keep, pc.is_in(entries["subject_hash"], value_set=pa.array(wanted, pa.binary(32)))
+            )
         return rows_of(widen(entries.filter(keep), objects))
 
     def object_urls(self, segment: SegmentItem) -> set[str]:

@@ -108,7 +108,9 @@ class RangeFile(io.RawIOBase):
         self._pos = 0
 
     def _fetch_tail(self) -> None:
-        answer = _get(self._s3, self._bucket, self._key, self._counter, Range=f"bytes=-{TAIL_BYTES}")
+        answer = _get(
+            self._s3, self._bucket, self._key, self._counter, Range=f"bytes=-{TAIL_BYTES}"
+        )
         data = answer["Body"].read()
         self._counter.add(self._key, len(data))
         content_range = str(answer.get("ContentRange", ""))
@@ -153,7 +155,9 @@ class RangeFile(io.RawIOBase):
     def _read_range(self, start: int, end: int) -> bytes:
         if self._tail and start >= self._tail_start:
             return self._tail[start - self._tail_start : end - self._tail_start]
-        answer = _get(self._s3, self._bucket, self._key, self._counter, Range=f"bytes={start}-{end - 1}")
+        answer = _get(
+            self._s3, self._bucket, self._key, self._counter, Range=f"bytes={start}-{end - 1}"
+        )
         data: bytes = answer["Body"].read()
         self._counter.add(self._key, len(data))
         return data
@@ -175,7 +179,9 @@ class SegmentFiles:
         if cached is not None:
             size, metadata = cached
             source = RangeFile(self.s3, self.bucket, key, self.counter, size)
-            return pq.ParquetFile(pa.PythonFile(source, mode="r"), metadata=metadata, pre_buffer=True)
+            return pq.ParquetFile(
+                pa.PythonFile(source, mode="r"), metadata=metadata, pre_buffer=True
+            )
         source = RangeFile(self.s3, self.bucket, key, self.counter)
         parquet = pq.ParquetFile(pa.PythonFile(source, mode="r"), pre_buffer=True)
         self.footers.put(key, etag, source.size, parquet.metadata)

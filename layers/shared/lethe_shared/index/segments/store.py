@@ -170,7 +170,9 @@ class SegmentWriter:
             self.manifest.transact([self.activate_action(segment), pointer])
         except Cancelled as exc:
             if is_action_condition_failed(exc.reasons[0]):
-                raise SegmentCommitError(f"segment {segment.seq} was replaced before its commit") from exc
+                raise SegmentCommitError(
+                    f"segment {segment.seq} was replaced before its commit"
+                ) from exc
             if not is_action_condition_failed(exc.reasons[1]):
                 raise
             self._activate(segment)
@@ -183,7 +185,9 @@ class SegmentWriter:
         won: set[str] = set()
         for write in writes:
             try:
-                self.manifest.table.update_item(**self.pointer_update(segment.dataset_id, segment.seq, write))
+                self.manifest.table.update_item(
+                    **self.pointer_update(segment.dataset_id, segment.seq, write)
+                )
             except ClientError as exc:
                 if not is_condition_failed(exc):
                     raise
@@ -196,7 +200,9 @@ class SegmentWriter:
         try:
             self.manifest.transact([self.activate_action(segment)])
         except Cancelled as exc:
-            raise SegmentCommitError(f"segment {segment.seq} was replaced before its commit") from exc
+            raise SegmentCommitError(
+                f"segment {segment.seq} was replaced before its commit"
+            ) from exc
 
     def discard(self, segment: SegmentItem) -> None:
         """Remove a segment whose commit was cancelled: both files, then its item if still
