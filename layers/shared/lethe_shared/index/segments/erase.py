@@ -69,6 +69,7 @@ class SegmentRewrite:
     old_objects_etag: str
     old_keys: tuple[str, str]
     new_seq: str
+    new_key: str
     new_etag: str
     new_objects_etag: str
     rows_dropped: int  # -1: a pending segment dropped whole without being read
@@ -149,17 +150,23 @@ class Eraser:
         bits = self.manifest.partition_bits(dataset_id) or 0
         partitions = {partition_of(h, bits) for h in digests}
         done: list[SegmentRewrite] = []
+        clean: set[tuple[str, str, str]] = set()  # (key, etag, state) checked or written clean
         for _ in range(SCRUB_PASSES):
             settled = True
             for segment in self.manifest.all_segments(dataset_id, partitions):
+                if (segment.key, segment.etag, segment.state) in clean:
+                    continue
                 try:
                     outcome = self._rewrite(segment, digests, pairs)
                 except (SegmentGoneError, TransactionCancelled):
                     settled = False  # replaced meanwhile: list again
                     continue
-                if outcome is not None:
-                    done.append(outcome)
-                    settled = False
+                if outcome is None:
+                    clean.add((segment.key, segment.etag, segment.state))
+                    continue
+                done.append(outcome)
+                clean.add((outcome.new_key, outcome.new_etag, outcome.state))
+                settled = False  # a last pass checks that nothing else holds them
             if settled:
                 return done
         raise ErasureNotSettledError(
@@ -217,6 +224,7 @@ class Eraser:
             old_objects_etag=segment.objects_etag,
             old_keys=old_keys,
             new_seq=new.seq,
+            new_key=new.key,
             new_etag=new.etag,
             new_objects_etag=new.objects_etag,
             rows_dropped=dropped,
@@ -244,6 +252,7 @@ class Eraser:
             old_objects_etag=segment.objects_etag,
             old_keys=old_keys,
             new_seq="",
+            new_key="",
             new_etag="",
             new_objects_etag="",
             rows_dropped=-1,
