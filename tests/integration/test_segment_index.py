@@ -162,7 +162,7 @@ def test_a_random_sequence_of_operations_means_the_same_on_both_indexes(
     dynamo = DynamoSubjectIndex(
         create_table_from_template("SubjectIndexTable", TABLES["SubjectIndexTable"])
     )
-    segments = make_index(s3, manifest, partition_bits=2, row_group=3)
+    segments = make_index(s3, manifest, partition_bits=1, row_group=3)
     hashes = [subject(i) for i in range(10)]
     urls = [url("ds", i) for i in range(3)] + [url("dt", 0)]
     ops = ["replace"] * 4 + ["flag", "prune", "remove", "subjects", "unchanged", "compact"]
