@@ -68,7 +68,11 @@ class SegmentLookup:
 
     # -- which segments
     def consulted(self, dataset_id: str, partitions: Iterable[int]) -> dict[int, list[SegmentItem]]:
-        """Per partition, the segments a reader of its hashes consults (module docstring)."""
+        """Per partition, the segments a reader of its hashes consults (module docstring).
+        Level 0 is listed before level 1, on purpose: a compaction committing in between
+        leaves either the old level-1 (and the level-0 segments it had not absorbed, still
+        listed) or the new one (which absorbed them); listing level 1 first could pair an old
+        level-1 with a level-0 list from which the retired inputs are already gone."""
         level0 = [s for s in self.manifest.segments(dataset_id, 0) if s.state == ACTIVE]
         out: dict[int, list[SegmentItem]] = {}
         for p in sorted(set(partitions)):
