@@ -208,12 +208,17 @@ class SegmentSubjectIndex:
     def _known(self, dataset_id: str) -> bool:
         return self.manifest.partition_bits(dataset_id) is not None
 
-    def _update_pointer(self, dataset_id: str, object_url: str, **update: Any) -> bool:
+    def _update_pointer(
+        self,
+        dataset_id: str,
+        object_url: str,
+        update: dict[str, Any],
+        condition: tuple[str, dict[str, str], dict[str, Any]] | None = None,
+    ) -> bool:
+        """SET the pointer's attributes in `update` while `condition` (expression, names,
+        values) holds; False when it did not."""
         names = {f"#{k}": k for k in update}
         values = {f":{k}": v for k, v in update.items()}
-        condition = update.pop("_condition", None)
-        names.pop("#_condition", None)
-        values.pop(":_condition", None)
         kwargs: dict[str, Any] = {
             "Key": {"pk": pointer_pk(dataset_id), "sk": object_url},
             "UpdateExpression": "SET " + ", ".join(f"#{k} = :{k}" for k in update),
@@ -242,9 +247,8 @@ class SegmentSubjectIndex:
             if self._update_pointer(
                 dataset,
                 object_url,
-                deleted=deleted,
-                updated_at=now_iso(),
-                _condition=("#c = :c", {"#c": "current"}, {":c": pointer.current}),
+                {"deleted": deleted, "updated_at": now_iso()},
+                ("#c = :c", {"#c": "current"}, {":c": pointer.current}),
             ):
                 return len(entries)
         raise RuntimeError(f"the pointer of {object_url} kept changing")
@@ -256,18 +260,15 @@ class SegmentSubjectIndex:
         if clear_current and self._update_pointer(
             dataset_id,
             object_url,
-            current="",
-            floor=floor,
-            updated_at=now_iso(),
-            _condition=("#c = :c", {"#c": "current"}, {":c": clear_current}),
+            {"current": "", "floor": floor, "updated_at": now_iso()},
+            ("#c = :c", {"#c": "current"}, {":c": clear_current}),
         ):
             return
         self._update_pointer(
             dataset_id,
             object_url,
-            floor=floor,
-            updated_at=now_iso(),
-            _condition=(
+            {"floor": floor, "updated_at": now_iso()},
+            (
                 "attribute_exists(pk) AND (attribute_not_exists(#fl) OR #fl < :fl)",
                 {"#fl": "floor"},
                 {":fl": floor},
