@@ -71,3 +71,49 @@ def test_the_live_row_with_the_highest_origin_gives_the_entry() -> None:
     assert all(e.deleted for e in flagged.values())
     pruned = live_entries(rows, {URL: pointer(floor=S2)})
     assert set(pruned) == {(h, URL)}
+
+
+def test_compaction_drops_exactly_the_rows_the_rule_calls_dead() -> None:
+    import random  # noqa: PLC0415
+
+    import pyarrow as pa  # noqa: PLC0415
+
+    from lethe_shared.index.segments.compaction import dead_mask, merge  # noqa: PLC0415
+    from lethe_shared.index.segments.format import wide_rows  # noqa: PLC0415
+
+    rng = random.Random(3)
+    seqs = [S1, S2, S3]
+    urls = [f"s3://lake/ds/{i}" for i in range(5)]
+    pointers: dict[str, Pointer | None] = {
+        u: Pointer(
+            u,
+            current=rng.choice(["", *seqs]),
+            floor=rng.choice(["", *seqs, S2 + "~"]),
+            deleted=rng.random() < 0.3,
+        )
+        for u in urls[:4]
+    }  # the last URL has no pointer
+    parts = []
+    for u in urls:
+        for origin in seqs:
+            fields = dict.fromkeys(
+                (
+                    "version_id",
+                    "etag",
+                    "zone",
+                    "format",
+                    "matching_fingerprint",
+                    "key_fingerprint",
+                    "updated_at",
+                ),
+                "x",
+            ) | {"object_url": u, "origin_seq": origin}
+            parts.append(wide_rows([f"{i:064x}" for i in range(3)], [1, 2, 3], fields))
+    merged = merge([*parts, parts[0]])  # a row read twice is one row
+    assert merged.num_rows == sum(p.num_rows for p in parts)
+    dead = dead_mask(merged, pointers).to_pylist()
+    for i, (u, origin) in enumerate(
+        zip(merged["object_url"].to_pylist(), merged["origin_seq"].to_pylist(), strict=True)
+    ):
+        assert dead[i] == (row_status(origin, pointers.get(u)) is RowStatus.DEAD)
+    assert isinstance(merged, pa.Table)
