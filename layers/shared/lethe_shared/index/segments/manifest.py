@@ -193,9 +193,12 @@ class Manifest:
             Key={"pk": f"cfg#{dataset_id}", "sk": "partitions"}, ConsistentRead=True
         ).get("Item")
         if found is None:
+            # the listing first: a writer that dies in between leaves a listed dataset without
+            # partitions (read as empty; the next write records them), never the reverse (a
+            # dataset with segments that `lookup` does not list)
             for key in (
-                {"pk": f"cfg#{dataset_id}", "sk": "partitions"},
                 {"pk": DATASETS_PK, "sk": dataset_id},
+                {"pk": f"cfg#{dataset_id}", "sk": "partitions"},
             ):
                 try:
                     self.table.put_item(
