@@ -104,6 +104,14 @@ def measure(
         cold.counter.reset()
         cold.lookup_in(dataset_id, wanted)
         warm_reads = {"gets": cold.counter.gets, "bytes": cold.counter.bytes}
+        one = batches[len(batches) // 2]
+        cold.counter.reset()
+        subjects = cold.subjects_of(one.object_url)  # an object's entries: the by-object path
+        object_reads = {
+            "gets": cold.counter.gets,
+            "bytes": cold.counter.bytes,
+            "complete": subjects == set(one.subject_hashes),
+        }
     total = sum(level1.values())
     return {
         "partition_bits": bits,
@@ -131,6 +139,7 @@ def measure(
         "lookup_complete": got == truth,
         "lookup_cold": cold_reads,
         "lookup_warm": warm_reads,
+        "subjects_of_one_object": object_reads,
     }
 
 
@@ -173,8 +182,9 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         "| partitions | level-0 bytes per entry | level-0 / data | level-1 segments | index bytes "
         "| object tables | bytes per entry | index / data | manifest items "
-        "| lookup GETs cold / warm | lookup bytes cold / warm | complete |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| lookup GETs cold / warm | lookup bytes cold / warm | complete "
+        "| subjects_of GETs / bytes |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
     for c in result["configurations"]:
         lines.append(
@@ -184,7 +194,9 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {c['index_to_data'] * 100:.1f} % | {c['manifest_items']} "
             f"| {c['lookup_cold']['gets']} / {c['lookup_warm']['gets']} "
             f"| {c['lookup_cold']['bytes']:,} / {c['lookup_warm']['bytes']:,} "
-            f"| {'yes' if c['lookup_complete'] else 'NO'} |"
+            f"| {'yes' if c['lookup_complete'] else 'NO'} "
+            f"| {c['subjects_of_one_object']['gets']} / "
+            f"{c['subjects_of_one_object']['bytes']:,} |"
         )
     return "\n".join(lines) + "\n"
 
