@@ -29,6 +29,7 @@ from botocore.exceptions import ClientError
 from lethe_shared.aws.errors import is_condition_failed
 from lethe_shared.aws.s3 import NULL_VERSION
 from lethe_shared.datasets.registry import dataset_of_key
+from lethe_shared.errors import LetheError
 from lethe_shared.index.entry_removal import EntryState, Removal
 from lethe_shared.index.segments.compaction import CompactionReport, Compactor
 from lethe_shared.index.segments.erase import Eraser, SegmentErasure, state_of
@@ -48,6 +49,11 @@ from lethe_shared.index.segments.store import ObjectWrite, SegmentWriter, no_obj
 from lethe_shared.index.subject_index import EntryBatch, FoundEntry, IndexEntry
 
 POINTER_ATTEMPTS = 8
+
+
+class PointerKeptChangingError(LetheError):
+    """Other writers kept moving an object's pointer (POINTER_ATTEMPTS conditional updates
+    failed). Error texts name no object URL: a key can hold a raw subject id."""
 
 
 def dataset_of_url(object_url: str) -> str | None:
@@ -158,7 +164,7 @@ class SegmentSubjectIndex:
     def dataset(self, object_url: str) -> str:
         found = self._dataset_of(object_url)
         if not found:
-            raise ValueError(f"{object_url} is under no dataset")
+            raise ValueError("the object URL is under no dataset (s3://<bucket>/<dataset_id>/...)")
         return found
 
     # -- writes
@@ -179,7 +185,7 @@ class SegmentSubjectIndex:
         for batch in batches:
             url, entries = (batch.object_url, batch) if isinstance(batch, EntryBatch) else batch
             if url in flagged:
-                raise ValueError(f"{url} is written twice in one segment")
+                raise ValueError("an object is written twice in one segment")
             fields, of_entries, hashes, rows = object_write(url, entries)
             owner = self.dataset(url)
             if of_entries not in (None, owner) or dataset not in (None, owner):
@@ -251,7 +257,7 @@ class SegmentSubjectIndex:
                 ("#c = :c", {"#c": "current"}, {":c": pointer.current}),
             ):
                 return len(entries)
-        raise RuntimeError(f"the pointer of {object_url} kept changing")
+        raise PointerKeptChangingError("an object's pointer kept changing under flag_deleted")
 
     def _raise_floor(
         self, dataset_id: str, object_url: str, floor: str, clear_current: str = ""
