@@ -1,0 +1,176 @@
+"""Reading entries: a lookup of hashes, one object's entries, a dataset's entries.
+
+Which segments a lookup consults, per partition of the hashes: the partition's `active`
+level-1 segment and every `active` level-0 segment whose `origin_seq` is above the level-1's
+`absorbed_through` (one Query per partition and one for level 0). `pending` and `retired`
+segments are not read: a pending write is not committed, a retired segment's rows are in its
+successor. Then the rule (`rules.live_entries`) over the rows read and the pointers of their
+objects (BatchGetItem, consistent). When a segment file named by the manifest is gone
+(compaction or an erasure replaced it meanwhile), the whole read starts again from the
+manifest, up to READ_ATTEMPTS times.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from lethe_shared.catalog.zones import Zone
+from lethe_shared.index.segments.format import hash_bytes, partition_of, widen
+from lethe_shared.index.segments.manifest import ACTIVE, Manifest, SegmentItem
+from lethe_shared.index.segments.reader import SegmentReader, rows_of
+from lethe_shared.index.segments.rules import LiveEntry, Pointer, Row, live_entries
+from lethe_shared.index.segments.s3_ranges import SegmentGoneError
+from lethe_shared.index.subject_index import IndexEntry
+
+READ_ATTEMPTS = 5
+T = TypeVar("T")
+
+
+def to_entry(dataset_id: str, found: LiveEntry) -> IndexEntry:
+    row = found.row
+    return IndexEntry(
+        subject_hash=row.subject_hash,
+        object_url=row.object_url,
+        dataset_id=dataset_id,
+        zone=Zone(row.zone),
+        format=row.format,
+        rows=row.rows,
+        row_hints=(),
+        version_id=row.version_id,
+        etag=row.etag,
+        deleted=found.deleted,
+        updated_at=row.updated_at,
+        matching_fingerprint=row.matching_fingerprint,
+        key_fingerprint=row.key_fingerprint,
+    )
+
+
+def active_level1(items: Iterable[SegmentItem]) -> SegmentItem | None:
+    active = [s for s in items if s.state == ACTIVE]
+    return max(active, key=lambda s: s.seq) if active else None
+
+
+@dataclass
+class SegmentLookup:
+    manifest: Manifest
+    reader: SegmentReader
+
+    def retrying(self, read: Callable[[], T]) -> T:
+        for attempt in range(READ_ATTEMPTS):
+            try:
+                return read()
+            except SegmentGoneError:
+                if attempt == READ_ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    # -- which segments
+    def consulted(self, dataset_id: str, partitions: Iterable[int]) -> dict[int, list[SegmentItem]]:
+        """Per partition, the segments a reader of its hashes consults (module docstring).
+        Level 0 is listed before level 1, on purpose: a compaction committing in between
+        leaves either the old level-1 (and the level-0 segments it had not absorbed, still
+        listed) or the new one (which absorbed them); listing level 1 first could pair an old
+        level-1 with a level-0 list from which the retired inputs are already gone."""
+        level0 = [s for s in self.manifest.segments(dataset_id, 0) if s.state == ACTIVE]
+        out: dict[int, list[SegmentItem]] = {}
+        for p in sorted(set(partitions)):
+            top = active_level1(self.manifest.segments(dataset_id, 1, p))
+            through = top.absorbed_through if top else ""
+            out[p] = ([top] if top else []) + [s for s in level0 if s.origin_seq > through]
+        return out
+
+    # -- by hash
+    def rows_for_hashes(self, dataset_id: str, hashes: Iterable[str]) -> list[Row]:
+        bits = self.manifest.partition_bits(dataset_id)
+        wanted = sorted(set(hashes))
+        if bits is None or not wanted:
+            return []
+        by_partition: dict[int, list[str]] = {}
+        for h in wanted:
+            by_partition.setdefault(partition_of(h, bits), []).append(h)
+        per_segment: dict[str, tuple[SegmentItem, set[bytes]]] = {}
+        for p, segments in self.consulted(dataset_id, by_partition).items():
+            digests = set(hash_bytes(by_partition[p]).to_pylist())
+            for segment in segments:
+                held = per_segment.setdefault(segment.key, (segment, set()))
+                held[1].update(digests)
+        rows: list[Row] = []
+        for segment, digests in per_segment.values():
+            rows += self.reader.by_hashes(segment, digests)
+        return rows
+
+    def lookup_in(self, dataset_id: str, hashes: Iterable[str]) -> dict[str, list[IndexEntry]]:
+        """Every entry (flagged ones included) of each hash in the dataset."""
+        wanted = sorted(set(hashes))
+
+        def read() -> dict[str, list[IndexEntry]]:
+            rows = self.rows_for_hashes(dataset_id, wanted)
+            pointers = self.manifest.pointers(dataset_id, {r.object_url for r in rows})
+            found: dict[str, list[IndexEntry]] = {h: [] for h in wanted}
+            for (h, _), entry in sorted(live_entries(rows, pointers).items()):
+                found[h].append(to_entry(dataset_id, entry))
+            return found
+
+        return self.retrying(read)
+
+    # -- by object
+    def object_segments(
+        self, dataset_id: str, pointer: Pointer, partitions: Iterable[int] | None
+    ) -> list[SegmentItem]:
+        """The active segments that can hold the object's live rows: level 0 whose origin lies
+        between the pointer's floor and current; level 1 of `partitions` (every one: None)."""
+        bits = self.manifest.partition_bits(dataset_id) or 0
+        wanted = range(1 << bits) if partitions is None else sorted(set(partitions))
+        found = [
+            s
+            for s in self.manifest.segments(dataset_id, 0)
+            if s.state == ACTIVE and pointer.floor <= s.origin_seq <= pointer.current
+        ]
+        for p in wanted:
+            top = active_level1(self.manifest.segments(dataset_id, 1, p))
+            if top is not None:
+                found.append(top)
+        return found
+
+    def object_entries(
+        self, dataset_id: str, object_url: str, hashes: Iterable[str] | None = None
+    ) -> tuple[Pointer | None, dict[str, LiveEntry]]:
+        """The object's pointer and its entries by subject hash (of `hashes` only, when given).
+        Cost: the object tables of the dataset's active segments (footers cached) and, in each
+        segment listing the object, the row groups whose object id range holds it."""
+        wanted = None if hashes is None else sorted(set(hashes))
+
+        def read() -> tuple[Pointer | None, dict[str, LiveEntry]]:
+            pointer = self.manifest.pointer(dataset_id, object_url)
+            if pointer is None or not pointer.live or (wanted is not None and not wanted):
+                return pointer, {}
+            bits = self.manifest.partition_bits(dataset_id) or 0
+            digests = None if wanted is None else hash_bytes(wanted).to_pylist()
+            partitions = None if wanted is None else {partition_of(h, bits) for h in wanted}
+            rows: list[Row] = []
+            for segment in self.object_segments(dataset_id, pointer, partitions):
+                rows += self.reader.by_object(segment, object_url, digests)
+            entries = live_entries(rows, {object_url: pointer})
+            return pointer, {h: e for (h, _), e in entries.items()}
+
+        return self.retrying(read)
+
+    # -- a dataset
+    def dataset_entries(self, dataset_id: str) -> dict[tuple[str, str], LiveEntry]:
+        """Every entry of the dataset: every consulted segment read whole, every pointer."""
+
+        def read() -> dict[tuple[str, str], LiveEntry]:
+            bits = self.manifest.partition_bits(dataset_id)
+            if bits is None:
+                return {}
+            segments: dict[str, SegmentItem] = {}
+            for group in self.consulted(dataset_id, range(1 << bits)).values():
+                segments.update((s.key, s) for s in group)
+            rows: list[Row] = []
+            for segment in segments.values():
+                rows += rows_of(widen(*self.reader.whole(segment)))
+            return live_entries(rows, self.manifest.all_pointers(dataset_id))
+
+        return self.retrying(read)

@@ -1,0 +1,321 @@
+"""The manifest: a DynamoDB table (`pk` S HASH, `sk` S RANGE) listing segments, object pointers
+and each dataset's partition configuration. No subject hash ever appears in an item.
+
+| item | pk | sk | attributes |
+|---|---|---|---|
+| dataset | `datasets` | `<dataset_id>` | `bits` |
+| partitions | `cfg#<dataset_id>` | `partitions` | `bits` (partitions = 2**bits) |
+| level-0 segment | `seg#<dataset_id>#L0` | `<seq>` | SEGMENT, origin_seq |
+| level-1 segment | `seg#<dataset_id>#L1#<pppp>` | `<seq>` | SEGMENT, absorbed_through |
+| object pointer | `obj#<dataset_id>` | `<object_url>` | POINTER |
+
+SEGMENT: key, etag, objects_key, objects_etag, bytes, entries, objects, state, created_at,
+writer (and dataset_id, level, partition). POINTER: current, version_id, etag, floor, deleted,
+entries, updated_at.
+
+`state` is `pending` (written first, before the files), `active` (committed) or `retired`
+(superseded; its files are deleted, then the item). A segment rewritten by erasure gets a new
+seq (sk) and keeps `origin_seq` (level 0: the seq its rows were written with), so readers order
+level-0 segments by `origin_seq`, never by sk.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from lethe_shared.aws.dynamo import batch_get_all, query_all
+from lethe_shared.aws.errors import cancellation_reasons, is_condition_failed
+from lethe_shared.index.segments.format import (
+    DEFAULT_PARTITION_BITS,
+    MAX_PARTITION_BITS,
+    check_dataset_id,
+    partition_name,
+)
+from lethe_shared.index.segments.rules import Pointer
+
+PENDING, ACTIVE, RETIRED = "pending", "active", "retired"
+DATASETS_PK = "datasets"
+
+
+def manifest_table_definition(table_name: str) -> dict[str, Any]:
+    """The manifest table's CreateTable arguments (template.yaml: the same keys, on demand)."""
+    return {
+        "TableName": table_name,
+        "KeySchema": [
+            {"AttributeName": "pk", "KeyType": "HASH"},
+            {"AttributeName": "sk", "KeyType": "RANGE"},
+        ],
+        "AttributeDefinitions": [
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": "S"},
+        ],
+        "BillingMode": "PAY_PER_REQUEST",
+    }
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.UTC).isoformat()
+
+
+def segment_pk(dataset_id: str, level: int, partition: int | None) -> str:
+    if level == 0:
+        return f"seg#{dataset_id}#L0"
+    assert partition is not None
+    return f"seg#{dataset_id}#L1#{partition_name(partition)}"
+
+
+def pointer_pk(dataset_id: str) -> str:
+    return f"obj#{dataset_id}"
+
+
+@dataclass(frozen=True)
+class SegmentItem:
+    """One segment's manifest item."""
+
+    dataset_id: str
+    level: int
+    partition: int | None  # level 1 only
+    seq: str
+    key: str
+    objects_key: str
+    state: str
+    etag: str = ""
+    objects_etag: str = ""
+    bytes: int = 0
+    entries: int = 0
+    objects: int = 0
+    created_at: str = field(default_factory=now_iso)
+    writer: str = ""
+    origin_seq: str = ""  # level 0: the seq its rows were written with
+    absorbed_through: str = ""  # level 1: the highest level-0 origin whose rows it holds
+
+    @property
+    def pk(self) -> str:
+        return segment_pk(self.dataset_id, self.level, self.partition)
+
+    def to_item(self) -> dict[str, Any]:
+        item: dict[str, Any] = {
+            "pk": self.pk,
+            "sk": self.seq,
+            "dataset_id": self.dataset_id,
+            "level": self.level,
+            "key": self.key,
+            "objects_key": self.objects_key,
+            "state": self.state,
+            "etag": self.etag,
+            "objects_etag": self.objects_etag,
+            "bytes": self.bytes,
+            "entries": self.entries,
+            "objects": self.objects,
+            "created_at": self.created_at,
+            "writer": self.writer,
+        }
+        if self.level == 0:
+            item["origin_seq"] = self.origin_seq
+        else:
+            item["partition"] = self.partition
+            item["absorbed_through"] = self.absorbed_through
+        return item
+
+    @classmethod
+    def of_item(cls, item: dict[str, Any]) -> SegmentItem:
+        level = int(item["level"])
+        return cls(
+            dataset_id=str(item["dataset_id"]),
+            level=level,
+            partition=int(item["partition"]) if level == 1 else None,
+            seq=str(item["sk"]),
+            key=str(item["key"]),
+            objects_key=str(item["objects_key"]),
+            state=str(item["state"]),
+            etag=str(item.get("etag", "")),
+            objects_etag=str(item.get("objects_etag", "")),
+            bytes=int(item.get("bytes", 0)),
+            entries=int(item.get("entries", 0)),
+            objects=int(item.get("objects", 0)),
+            created_at=str(item.get("created_at", "")),
+            writer=str(item.get("writer", "")),
+            origin_seq=str(item.get("origin_seq", "")),
+            absorbed_through=str(item.get("absorbed_through", "")),
+        )
+
+    def primary(self) -> dict[str, str]:
+        return {"pk": self.pk, "sk": self.seq}
+
+    def unchanged(self, table_name: str) -> dict[str, Any]:
+        """A ConditionCheck action: the item still exists in this state with this ETag."""
+        return {
+            "ConditionCheck": {
+                "TableName": table_name,
+                "Key": self.primary(),
+                **self.unchanged_condition(),
+            }
+        }
+
+    def unchanged_condition(self) -> dict[str, Any]:
+        return {
+            "ConditionExpression": "attribute_exists(pk) AND #s = :s AND etag = :e",
+            "ExpressionAttributeNames": {"#s": "state"},
+            "ExpressionAttributeValues": {":s": self.state, ":e": self.etag},
+        }
+
+
+class TransactionCancelled(Exception):
+    """A manifest transaction was cancelled; `reasons` per action, in order."""
+
+    def __init__(self, reasons: list[dict[str, Any]]) -> None:
+        super().__init__("transaction cancelled")
+        self.reasons = reasons
+
+
+class Manifest:
+    """Reads and writes the manifest table (a boto3 Table resource)."""
+
+    def __init__(self, table: Any) -> None:
+        self.table = table
+        self._bits: dict[str, int] = {}
+
+    # -- datasets and partitions
+    def ensure_dataset(self, dataset_id: str, bits: int = DEFAULT_PARTITION_BITS) -> int:
+        """The dataset's partition bits, recorded on its first write (an existing dataset keeps
+        its own)."""
+        check_dataset_id(dataset_id)
+        if dataset_id in self._bits:
+            return self._bits[dataset_id]
+        if not 0 <= bits <= MAX_PARTITION_BITS:
+            raise ValueError(f"partition bits must be 0..{MAX_PARTITION_BITS}")
+        found = self.table.get_item(
+            Key={"pk": f"cfg#{dataset_id}", "sk": "partitions"}, ConsistentRead=True
+        ).get("Item")
+        if found is None:
+            # the listing first: a writer that dies in between leaves a listed dataset without
+            # partitions (read as empty; the next write records them), never the reverse (a
+            # dataset with segments that `lookup` does not list)
+            for key in (
+                {"pk": DATASETS_PK, "sk": dataset_id},
+                {"pk": f"cfg#{dataset_id}", "sk": "partitions"},
+            ):
+                try:
+                    self.table.put_item(
+                        Item={**key, "bits": bits},
+                        ConditionExpression="attribute_not_exists(pk)",
+                    )
+                except ClientError as exc:
+                    if not is_condition_failed(exc):
+                        raise
+            return self.ensure_dataset(dataset_id, bits)
+        self._bits[dataset_id] = int(found["bits"])
+        return self._bits[dataset_id]
+
+    def partition_bits(self, dataset_id: str) -> int | None:
+        """The dataset's partition bits; None when it has never been written."""
+        if dataset_id not in self._bits:
+            found = self.table.get_item(
+                Key={"pk": f"cfg#{dataset_id}", "sk": "partitions"}, ConsistentRead=True
+            ).get("Item")
+            if found is None:
+                return None
+            self._bits[dataset_id] = int(found["bits"])
+        return self._bits[dataset_id]
+
+    def datasets(self) -> list[str]:
+        return sorted(
+            str(i["sk"])
+            for i in query_all(
+                self.table,
+                KeyConditionExpression="pk = :p",
+                ExpressionAttributeValues={":p": DATASETS_PK},
+                ConsistentRead=True,
+            )
+        )
+
+    # -- segments
+    def segments(
+        self, dataset_id: str, level: int, partition: int | None = None, after: str = ""
+    ) -> list[SegmentItem]:
+        """Every segment item of one level (and partition), any state; sk > `after`."""
+        kwargs: dict[str, Any] = {"ConsistentRead": True}
+        pk = segment_pk(dataset_id, level, partition)
+        if after:
+            kwargs["KeyConditionExpression"] = "pk = :p AND sk > :a"
+            kwargs["ExpressionAttributeValues"] = {":p": pk, ":a": after}
+        else:
+            kwargs["KeyConditionExpression"] = "pk = :p"
+            kwargs["ExpressionAttributeValues"] = {":p": pk}
+        return [SegmentItem.of_item(i) for i in query_all(self.table, **kwargs)]
+
+    def all_segments(
+        self, dataset_id: str, partitions: Iterable[int] | None = None
+    ) -> list[SegmentItem]:
+        """Every segment of the dataset, any state: level 0, then level 1 of `partitions` (all
+        when None)."""
+        bits = self.partition_bits(dataset_id)
+        if bits is None:
+            return []
+        wanted = range(1 << bits) if partitions is None else sorted(set(partitions))
+        found = self.segments(dataset_id, 0)
+        for p in wanted:
+            found += self.segments(dataset_id, 1, p)
+        return found
+
+    def get_segment(self, segment: SegmentItem) -> SegmentItem | None:
+        item = self.table.get_item(Key=segment.primary(), ConsistentRead=True).get("Item")
+        return SegmentItem.of_item(item) if item else None
+
+    def put_pending(self, segment: SegmentItem) -> None:
+        self.table.put_item(Item=segment.to_item(), ConditionExpression="attribute_not_exists(pk)")
+
+    def delete_segment(self, segment: SegmentItem) -> bool:
+        """Delete the item while it is still in the state and ETag read; False when not."""
+        try:
+            self.table.delete_item(Key=segment.primary(), **segment.unchanged_condition())
+        except ClientError as exc:
+            if is_condition_failed(exc):
+                return False
+            raise
+        return True
+
+    # -- pointers
+    def pointer(self, dataset_id: str, object_url: str) -> Pointer | None:
+        item = self.table.get_item(
+            Key={"pk": pointer_pk(dataset_id), "sk": object_url}, ConsistentRead=True
+        ).get("Item")
+        return Pointer.of_item(item) if item else None
+
+    def pointers(self, dataset_id: str, urls: Iterable[str]) -> dict[str, Pointer | None]:
+        wanted = sorted(set(urls))
+        found: dict[str, Pointer | None] = dict.fromkeys(wanted)
+        keys = [{"pk": pointer_pk(dataset_id), "sk": u} for u in wanted]
+        for item in batch_get_all(self.table, keys, ConsistentRead=True):
+            found[str(item["sk"])] = Pointer.of_item(item)
+        return found
+
+    def all_pointers(self, dataset_id: str) -> dict[str, Pointer | None]:
+        return {
+            str(i["sk"]): Pointer.of_item(i)
+            for i in query_all(
+                self.table,
+                KeyConditionExpression="pk = :p",
+                ExpressionAttributeValues={":p": pointer_pk(dataset_id)},
+                ConsistentRead=True,
+            )
+        }
+
+    def delete_pointer(self, dataset_id: str, object_url: str) -> None:
+        self.table.delete_item(Key={"pk": pointer_pk(dataset_id), "sk": object_url})
+
+    # -- transactions
+    def transact(self, actions: Sequence[dict[str, Any]]) -> None:
+        """One TransactWriteItems; TransactionCancelled with the reasons when cancelled."""
+        try:
+            self.table.meta.client.transact_write_items(TransactItems=list(actions))
+        except ClientError as exc:
+            reasons = cancellation_reasons(exc)
+            if reasons is None:
+                raise
+            raise TransactionCancelled(reasons) from exc

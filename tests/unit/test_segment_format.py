@@ -1,0 +1,249 @@
+"""The segment format (lethe_shared.index.segments.format, reader, s3_ranges) without AWS:
+seq ids, partitions, the two Parquet files, sort order, row-group pruning, ranged reads."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import random
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from lethe_shared.index.segments.format import (
+    ENTRIES_SCHEMA,
+    OBJECTS_SCHEMA,
+    build_segment,
+    entries_key,
+    from_parquet,
+    new_seq,
+    objects_key,
+    partition_bounds,
+    partition_of,
+    seq_after,
+    to_parquet,
+    wide_rows,
+    widen,
+)
+from lethe_shared.index.segments.manifest import ACTIVE, SegmentItem
+from lethe_shared.index.segments.reader import SegmentReader, groups_holding, rows_of
+from lethe_shared.index.segments.s3_ranges import (
+    TAIL_BYTES,
+    ReadCounter,
+    SegmentFiles,
+    SegmentGoneError,
+)
+
+
+def subject(i: int) -> str:
+    return hashlib.sha256(f"s{i}".encode()).hexdigest()
+
+
+def fields(url: str, origin: str, version: str = "v1") -> dict[str, str]:
+    return {
+        "object_url": url,
+        "version_id": version,
+        "etag": f"etag-{version}",
+        "zone": "lake",
+        "format": "parquet",
+        "origin_seq": origin,
+        "matching_fingerprint": "m",
+        "key_fingerprint": "k",
+        "updated_at": "2026-11-27T00:00:00+00:00",
+    }
+
+
+def lake(
+    rng: random.Random, objects: int = 12, per_object: int = 200, pool: int = 1000
+) -> pa.Table:
+    hashes = [subject(i) for i in range(pool)]
+    parts = []
+    for i in range(objects):
+        chosen = rng.sample(hashes, per_object)
+        parts.append(
+            wide_rows(
+                chosen,
+                [rng.randint(1, 9) for _ in chosen],
+                fields(f"s3://l/ds/{i:03d}", f"{i % 3:020d}-00000000"),
+            )
+        )
+    return pa.concat_tables(parts)
+
+
+def as_set(wide: pa.Table) -> set[tuple[Any, ...]]:
+    return set(zip(*(wide[c].to_pylist() for c in wide.column_names), strict=True))
+
+
+def test_seq_ids_sort_by_time_and_have_their_format() -> None:
+    seqs = [new_seq(ns) for ns in (5, 10**18, 10**19 - 1, 42)]
+    for seq in seqs:
+        digits, dash, tail = seq.partition("-")
+        assert (len(digits), dash, len(tail)) == (20, "-", 8)
+        int(tail, 16)
+    assert sorted(seqs) == [seqs[0], seqs[3], seqs[1], seqs[2]]
+    a, b = new_seq(), new_seq()
+    assert a[:20] <= b[:20]
+    assert a < seq_after(a) < new_seq(int(a[:20]) + 1)
+
+
+def test_a_hash_partition_is_its_first_bits() -> None:
+    h = "f3" + "0" * 62
+    assert partition_of(h, 0) == 0
+    assert partition_of(h, 4) == 0xF
+    assert partition_of(h, 8) == 0xF3
+    assert partition_of(bytes.fromhex(h), 4) == 0xF
+    rng = random.Random(1)
+    for _ in range(200):
+        digest = rng.randbytes(32)
+        bits = rng.randint(0, 16)
+        p = partition_of(digest, bits)
+        low, high = partition_bounds(p, bits)
+        assert low <= digest <= high
+    with pytest.raises(ValueError, match="partition bits"):
+        partition_of(h, 17)
+
+
+def test_keys_name_the_level_and_partition() -> None:
+    seq = "00000000000000000001-abcdef01"
+    assert entries_key("ds", 0, None, seq) == f"segments/ds/L0/{seq}.parquet"
+    assert entries_key("ds", 1, 10, seq) == f"segments/ds/L1/000a/{seq}.parquet"
+    assert objects_key(entries_key("ds", 0, None, seq)) == f"segments/ds/L0/{seq}.objects.parquet"
+
+
+def test_a_segment_round_trips_sorted_with_its_object_table() -> None:
+    wide = lake(random.Random(2))
+    empty = pa.Table.from_pylist([fields("s3://l/ds/empty", "0" * 20 + "-00000000")])
+    entries, objects = build_segment(wide, empty)
+    assert entries.schema == ENTRIES_SCHEMA
+    assert objects.schema == OBJECTS_SCHEMA
+    keys = list(
+        zip(entries["subject_hash"].to_pylist(), entries["object_id"].to_pylist(), strict=True)
+    )
+    assert keys == sorted(keys)
+    ids = objects["object_id"].to_pylist()
+    assert ids == list(range(len(ids)))
+    order = list(
+        zip(objects["object_url"].to_pylist(), objects["origin_seq"].to_pylist(), strict=True)
+    )
+    assert order == sorted(order)  # ids follow (url, origin): the table is sorted by URL too
+    assert "s3://l/ds/empty" in objects["object_url"].to_pylist()
+    back_entries = from_parquet(to_parquet(entries, 256), ENTRIES_SCHEMA)
+    back_objects = from_parquet(to_parquet(objects, 4), OBJECTS_SCHEMA)
+    assert as_set(widen(back_entries, back_objects)) == as_set(wide)
+    assert len(rows_of(widen(back_entries, back_objects))) == wide.num_rows
+
+
+def test_one_object_version_has_one_set_of_fields() -> None:
+    one = wide_rows([subject(1)], [1], fields("s3://l/ds/a", "1", "v1"))
+    other = wide_rows([subject(2)], [1], fields("s3://l/ds/a", "1", "v2"))
+    with pytest.raises(ValueError, match="two sets of fields"):
+        build_segment(pa.concat_tables([one, other]))
+
+
+def test_row_group_statistics_prune_to_the_groups_holding_a_hash() -> None:
+    wide = lake(random.Random(3))
+    entries, _ = build_segment(wide)
+    data = to_parquet(entries, 128)
+    metadata = pq.ParquetFile(io.BytesIO(data)).metadata
+    assert metadata.num_row_groups == -(-entries.num_rows // 128)
+    table = pq.read_table(io.BytesIO(data))
+    rng = random.Random(4)
+    for h in rng.sample(table["subject_hash"].to_pylist(), 20):
+
+        def holds(lo: Any, hi: Any, h: bytes = h) -> bool:
+            return bool(lo <= h <= hi)
+
+        groups = groups_holding(metadata, "subject_hash", holds)
+        assert 1 <= len(groups) <= 2  # a hash's rows are adjacent: one group, or two at a seam
+        holding = {
+            i
+            for i in range(metadata.num_row_groups)
+            if h in pq.ParquetFile(io.BytesIO(data)).read_row_group(i)["subject_hash"].to_pylist()
+        }
+        assert holding <= set(groups)
+    assert groups_holding(metadata, "subject_hash", lambda lo, hi: False) == []
+
+
+class FakeS3:
+    """get_object with Range (bytes=a-b, bytes=-n), put, delete, head: enough for SegmentFiles."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, bytes] = {}
+
+    def put_object(self, Bucket: str, Key: str, Body: bytes) -> dict[str, Any]:
+        self.objects[Key] = Body
+        return {"ETag": '"' + hashlib.md5(Body).hexdigest() + '"'}
+
+    def get_object(self, Bucket: str, Key: str, Range: str = "") -> dict[str, Any]:
+        if Key not in self.objects:
+            from botocore.exceptions import ClientError  # noqa: PLC0415
+
+            raise ClientError({"Error": {"Code": "NoSuchKey"}}, "GetObject")
+        data = self.objects[Key]
+        if not Range:
+            return {"Body": io.BytesIO(data)}
+        spec = Range.removeprefix("bytes=")
+        if spec.startswith("-"):
+            start, end = max(0, len(data) - int(spec[1:])), len(data)
+        else:
+            a, b = spec.split("-")
+            start, end = int(a), int(b) + 1
+        return {
+            "Body": io.BytesIO(data[start:end]),
+            "ContentRange": f"bytes {start}-{end - 1}/{len(data)}",
+        }
+
+
+def test_a_lookup_reads_the_footer_once_then_only_the_row_groups_holding_the_hashes() -> None:
+    wide = lake(random.Random(5), objects=40, per_object=800, pool=20000)
+    entries, objects = build_segment(wide)
+    s3 = FakeS3()
+    files = SegmentFiles(s3, "b", ReadCounter())
+    data = to_parquet(entries, 512)
+    assert len(data) > 2 * TAIL_BYTES
+    segment = SegmentItem(
+        "ds",
+        1,
+        0,
+        "1",
+        "e.parquet",
+        "e.objects.parquet",
+        ACTIVE,
+        etag=files.put("e.parquet", data),
+        objects_etag=files.put("e.objects.parquet", to_parquet(objects, 8)),
+    )
+    reader = SegmentReader(files)
+    rng = random.Random(6)
+    wanted = rng.sample(wide["subject_hash"].to_pylist(), 10)
+    rows = reader.by_hashes(segment, wanted)
+    expected = {r for r in as_set(wide) if r[0] in set(wanted)}
+    assert {(bytes.fromhex(r.subject_hash), r.object_url) for r in rows} == {
+        (r[0], r[2]) for r in expected
+    }
+    metadata = pq.ParquetFile(io.BytesIO(data)).metadata
+    holding = groups_holding(
+        metadata, "subject_hash", lambda lo, hi: any(lo <= w <= hi for w in wanted)
+    )
+    assert len(holding) < metadata.num_row_groups
+    assert files.counter.by_key["e.parquet"] <= 1 + len(holding)
+    files.counter.reset()
+    reader.by_hashes(segment, wanted)  # footer cached by key and ETag: no suffix GET
+    assert files.counter.by_key["e.parquet"] <= len(holding)
+    assert files.counter.bytes < len(data)
+    url = rows[0].object_url
+    by_object = reader.by_object(segment, url)
+    assert {r.subject_hash for r in by_object} == {r[0].hex() for r in as_set(wide) if r[2] == url}
+    s3.objects.clear()
+    with pytest.raises(SegmentGoneError):
+        reader.whole(segment)
+
+
+def test_the_segment_index_is_a_subject_index() -> None:
+    """mypy checks the assignment: SegmentSubjectIndex has every method of the Protocol."""
+    from lethe_shared.index.segments import SegmentSubjectIndex  # noqa: PLC0415
+    from lethe_shared.index.subject_index import SubjectIndex  # noqa: PLC0415
+
+    index: SubjectIndex = SegmentSubjectIndex(FakeS3(), "bucket", object())
+    assert index.lookup is not None
