@@ -107,7 +107,7 @@ mypy: venv ## mypy: strict on lethe_shared, the Spark jobs and the test fakes; t
 	$(BIN)/mypy layers/shared/lethe_shared spark_jobs src/lethe
 	MYPYPATH=layers/shared:spark_jobs:src $(BIN)/mypy --strict tests/fakes.py
 	MYPYPATH=layers/shared:spark_jobs:src $(BIN)/mypy tests/unit
-	MYPYPATH=layers/shared:spark_jobs:src:bench $(BIN)/mypy bench/erasure_bench.py bench/generate_lake.py bench/report.py bench/ingest_profile.py bench/cost_model.py bench/segment_bench.py
+	MYPYPATH=layers/shared:spark_jobs:src:bench $(BIN)/mypy bench/erasure_bench.py bench/generate_lake.py bench/report.py bench/ingest_profile.py bench/cost_model.py bench/segment_bench.py bench/segment_store_bench.py
 	@for dir in $(FUNCTION_DIRS); do \
 	  echo "mypy $$dir"; MYPYPATH=layers/shared $(BIN)/mypy $$dir/app.py || exit 1; \
 	done
