@@ -1223,3 +1223,26 @@ def test_the_cli_and_the_workflow_name_the_outcome_alike() -> None:
     from lethe_shared.erasure import completion  # noqa: PLC0415
 
     assert INCOMPLETE == completion.INCOMPLETE
+
+
+def test_request_refuses_one_column_per_subject_key_flag(
+    fake: FakeTarget, run: Callable[..., Outcome]
+) -> None:
+    # issue 23: the form `index lookup` once took is refused the same way here, never filed
+    result = run(
+        "request", "--subject-key", f"tenant={SECRET_VALUE}", "--subject-key", "user_id=42"
+    )
+    assert result.code == 2
+    assert fake.calls == []
+    assert "--subject-key is one whole key per flag" in result.err
+    assert "--subject-key tenant=...,user_id=..." in result.err
+    assert SECRET_VALUE not in result.err
+
+    # the same column in two flags is two subjects, not the other form
+    fake.routes[POST] = [ACCEPTED]
+    result = run(
+        "request", "--subject-key", "user_id=1", "--subject-key", "user_id=2",
+        "--requested-by", "dpo@example.com",
+    )  # fmt: skip
+    assert result.code == 0, result.err
+    assert fake.calls[0].body["subject_keys"] == [{"user_id": "1"}, {"user_id": "2"}]
