@@ -55,6 +55,7 @@ from lethe.commands.erasure_records import (
     status_lines,
     status_text,
 )
+from lethe.commands.erasure_resend import add_resend_parser
 from lethe.commands.erasure_resume import add_resume_parser
 from lethe.commands.subject_keys import add_subject_key_argument, check_subject_keys
 from lethe.progress import Waiting, waiting
@@ -164,6 +165,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     cancel.set_defaults(func=cancel_request)
     add_resume_parser(commands)
     add_find_parser(commands)
+    add_resend_parser(commands)
 
     certificate = commands.add_parser(
         "certificate",
