@@ -81,10 +81,16 @@ def hash_keys(target: Target) -> tuple[dict[str, bytes], str]:
     current = load_hash_key(secrets, secret_id)
     keys = {key_fingerprint(current): current}
     try:
-        pages = secrets.get_paginator("list_secret_version_ids").paginate(
-            SecretId=secret_id, IncludeDeprecated=True
-        )
-        versions = [v["VersionId"] for page in pages for v in page.get("Versions", [])]
+        versions: list[str] = []
+        token: dict[str, str] = {}
+        while True:  # not pageable through boto3's paginators: NextToken by hand
+            page = secrets.list_secret_version_ids(
+                SecretId=secret_id, IncludeDeprecated=True, MaxResults=100, **token
+            )
+            versions += [v["VersionId"] for v in page.get("Versions", [])]
+            if not page.get("NextToken"):
+                break
+            token = {"NextToken": page["NextToken"]}
         for version in versions:
             text = secrets.get_secret_value(SecretId=secret_id, VersionId=version).get(
                 "SecretString"
