@@ -248,9 +248,10 @@ def completed(**certificate: Any) -> dict[str, Any]:
     )
 
 
-def make_envelope(signer: MemorySigner, request_id: str = RID) -> dict[str, Any]:
+def make_envelope(signer: MemorySigner, request_id: str = RID, **more: Any) -> dict[str, Any]:
     cert = cf.ErasureCertificate.model_validate(
         {
+            **more,
             "certificate_id": "cert-0001",
             "request_id": request_id,
             "issued_at": T0 + dt.timedelta(hours=2),
@@ -999,6 +1000,27 @@ def test_certificate_of_another_request_fails(
     result = run("certificate", RID, "--verify")
     assert result.code == 1
     assert "request-mismatch" in result.err
+
+
+def test_certificate_names_the_subject_hash_key_it_was_hashed_with(
+    fake: FakeTarget, run: Callable[..., Outcome], signer: MemorySigner
+) -> None:
+    # issue 23: the key version (fingerprint) is stamped on the certificate and checked against
+    # the request record's
+    envelope = make_envelope(signer, key_fingerprint="0123456789abcdef")
+    _with_certificate(fake, signer, envelope)
+    fake.routes[GET] = [(200, completed() | {"key_fingerprint": "0123456789abcdef"})] * 2
+    result = run("certificate", RID, "--verify")
+    assert result.code == 0, result.err
+    assert "subjects         1 (keyed hashes, key 0123456789abcdef)" in result.out
+
+    fake.routes[GET] = [(200, completed() | {"key_fingerprint": "fedcba9876543210"})]
+    result = run("certificate", RID, "--verify")
+    assert result.code == 1
+    assert "record-mismatch" in result.err
+    assert "names key fingerprint 0123456789abcdef, the request record fedcba9876543210" in (
+        result.err
+    )
 
 
 def test_certificate_signed_by_another_key_than_the_record_names(

@@ -182,6 +182,8 @@ class ErasureCertificate(_Frozen):
     chain: ChainLink | None = None
     statement: SanitizationStatement | None = None
     partial: PartialRun | None = None  # a FAILED run's partial certificate (PartialRun)
+    # the request's key_fingerprint: the key subject_hashes were computed with ("" before it)
+    key_fingerprint: str = Field(default="", pattern=r"^([0-9a-f]{16})?$")
 
     def document_digest(self, name: str) -> DocumentDigest | None:
         return next((d for d in self.documents if d.name == name), None)
