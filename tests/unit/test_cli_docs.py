@@ -24,7 +24,7 @@ def _subparsers(
     parser: argparse.ArgumentParser,
 ) -> argparse._SubParsersAction[argparse.ArgumentParser] | None:
     return next(
-        (a for a in parser._actions if isinstance(a, argparse._SubParsersAction)),  # noqa: SLF001
+        (a for a in parser._actions if isinstance(a, argparse._SubParsersAction)),
         None,
     )
 
@@ -38,7 +38,7 @@ def parser_commands() -> dict[str, set[str]]:
         if sub is None:
             found[" ".join(path)] = {
                 option
-                for action in parser._actions  # noqa: SLF001
+                for action in parser._actions
                 for option in action.option_strings
                 if action.help != argparse.SUPPRESS
             }
@@ -100,5 +100,5 @@ def test_the_shared_options_are_documented_once() -> None:
         assert f"`{option}" in _section(text, "Global options")
     for option in ("--state-file", "--stack-name"):
         assert f"`{option}" in _section(text, "Choosing the deployment")
-    top = {o for a in build_parser()._actions for o in a.option_strings}  # noqa: SLF001
+    top = {o for a in build_parser()._actions for o in a.option_strings}
     assert top - {"-h", "--help"} == {"--version", "-q", "--quiet", "--profile", "--region"}
