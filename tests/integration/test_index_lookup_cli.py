@@ -145,7 +145,8 @@ def test_a_composite_key_is_one_flag_as_in_erasure_request(composite: Any) -> No
         "--dataset", "visits",
     )  # fmt: skip
     assert code == 0, err
-    assert "#1" in out and "#2" in out
+    assert "#1" in out
+    assert "#2" in out
     assert out.count("visits/v.parquet") == 2
     assert TENANT not in out + err
 
