@@ -153,3 +153,24 @@ def test_find_refuses_one_column_per_subject_key_flag(find: Any) -> None:
     assert (code, out) == (2, "")
     assert "--subject-key is one whole key per flag" in err
     assert TENANT not in err
+
+
+def test_find_shows_a_failed_request_s_partial_certificates(find: Any) -> None:
+    # the runbook "An erasure that failed halfway": which request and certificate prove what
+    target = erasure_find.resolve(None)  # type: ignore[arg-type]
+    partial = {"url": "s3://reports/erasure/er-b/failed-run-1/certificate.json",
+               "sha256": "cd" * 32, "partial": True, "run": 1}  # fmt: skip
+    target.requests.transition(
+        "er-b", ErasureStatus.FAILED, by="workflow",
+        updates={"certificate": partial, "partial_certificates": [
+            {"run": 1, "url": partial["url"], "sha256": partial["sha256"]}
+        ]},
+    )  # fmt: skip
+    code, out, err = find("--subject", "1001")
+    assert code == 0, err
+    (line,) = [row for row in out.splitlines() if row.startswith("er-b")]
+    assert "FAILED" in line
+    assert line.endswith(f"{partial['url']} (partial, run 1)")
+    code, out, _ = find("--subject", "1001", "--json")
+    (row,) = [r for r in json.loads(out) if r["request_id"] == "er-b"]
+    assert row["partial_certificates"] == [{"run": 1, "url": partial["url"], "sha256": "cd" * 32}]

@@ -20,9 +20,9 @@ needs `secretsmanager:ListSecretVersionIds` and `GetSecretValue` on `SubjectHash
 printed: subjects are numbered in the order given (#1 the first `--subject`, each
 `--subject-key` after the ids).
 
-Limits: the hash of a subject in a dataset depends on its subject column's type today; a
-request filed when that type was another one is matched only through another dataset or not at
-all (say so in the runbook: search with the id as it was typed then).
+Limits: the hash of a subject in a dataset depends on its subject columns and their types
+today; a request filed when they were others is matched only through another dataset it named,
+or not at all.
 """
 
 from __future__ import annotations

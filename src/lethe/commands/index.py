@@ -54,8 +54,10 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     lookup = commands.add_parser(
         "lookup",
         help="objects that hold a subject's rows",
-        description="Hashes the subject ids with the deployment's key and lists the index "
-        "entries of those hashes. Raw ids are never printed.",
+        description="Hashes the subject ids (--subject) and composite keys (--subject-key, one "
+        "whole key per flag, as erasure request takes them) with the deployment's key, as an "
+        "erasure request would, and lists the index entries of those hashes. Raw ids are never "
+        "printed.",
     )
     add_subject_argument(lookup)
     add_subject_key_argument(lookup)
