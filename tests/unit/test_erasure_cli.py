@@ -1013,6 +1013,9 @@ def test_certificate_names_the_subject_hash_key_it_was_hashed_with(
     result = run("certificate", RID, "--verify")
     assert result.code == 0, result.err
     assert "subjects         1 (keyed hashes, key 0123456789abcdef)" in result.out
+    assert "(keyed hashes below, hashed with the key 0123456789abcdef)" in (
+        cf.render_certificate_html(envelope)
+    )
 
     fake.routes[GET] = [(200, completed() | {"key_fingerprint": "fedcba9876543210"})]
     result = run("certificate", RID, "--verify")
