@@ -8,13 +8,19 @@ SES (lethe_shared.erasure.approval_flow.request_approval), with the configuratio
 SES_CONFIGURATION_SET when given, whose bounces and complaints reach the notifications topic.
 The task then waits until an approver decides on the approval page, the request is cancelled,
 or the deadline passes (the task's TimeoutSeconds, from ApprovalTimeoutHours).
+
+`{"action": "resend", "request_id", "approver"?}` (invoked by `lethe erasure resend`) emails
+the approvers of a request AWAITING_APPROVAL the same links again
+(lethe_shared.erasure.approval_flow.resend_approval: no new link, deadline or token); it answers
+`{"request_id", "resent": [addresses]}`, or `{"request_id", "refused": why, "not_found"}`
+without sending anything.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
@@ -23,8 +29,19 @@ from pydantic import Field
 
 from lethe_shared.aws.scrub import scrubbed_errors
 from lethe_shared.aws.wiring import Aws, wiring
-from lethe_shared.erasure.approval_flow import ApproversSettingsBase, SesMailer, request_approval
-from lethe_shared.erasure.requests import DynamoApprovals, DynamoErasureRequests
+from lethe_shared.erasure.approval_flow import (
+    ApproversSettingsBase,
+    ResendRefusedError,
+    SesMailer,
+    request_approval,
+    resend_approval,
+)
+from lethe_shared.erasure.requests import (
+    DynamoApprovals,
+    DynamoErasureRequests,
+    InvalidTransitionError,
+    RequestNotFoundError,
+)
 from lethe_shared.erasure.task_tokens import KmsTaskTokens
 from lethe_shared.models import Model
 
@@ -60,6 +77,12 @@ class ApprovalTask(Model):
     task_token: str = Field(min_length=1)
 
 
+class ResendTask(Model):
+    action: Literal["resend"]
+    request_id: str = Field(min_length=1, max_length=128)
+    approver: str = Field(default="", max_length=320)
+
+
 @dataclass(frozen=True)
 class _Dependencies:
     settings: ApprovalRequestSettings
@@ -87,6 +110,8 @@ _dependencies = wiring(ApprovalRequestSettings, _build)
 @metrics.log_metrics
 @scrubbed_errors  # Step Functions keeps the error text in the execution history
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    if isinstance(event, dict) and event.get("action") == "resend":
+        return _resend(ResendTask.model_validate(event))
     task = ApprovalTask.model_validate(event)
     deps = _dependencies()
     settings = deps.settings
@@ -107,3 +132,29 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     metrics.add_metric(name="ApprovalEmailsSent", unit=MetricUnit.Count, value=len(links))
     logger.info("approval requested", extra={"request_id": task.request_id, "links": len(links)})
     return {"request_id": task.request_id, "approvers": len(links)}
+
+
+def _resend(task: ResendTask) -> dict[str, Any]:
+    """The approval email of a request AWAITING_APPROVAL, sent again (module docstring)."""
+    deps = _dependencies()
+    settings = deps.settings
+    try:
+        sent = resend_approval(
+            task.request_id,
+            requests=deps.requests,
+            mailer=deps.mailer,
+            approvers=settings.approvers,
+            signing_key=_secret(settings.signing_key_secret_arn).encode(),
+            base_url=settings.api_url,
+            principals=settings.approver_principals,
+            only=task.approver,
+        )
+    except RequestNotFoundError:
+        return {"request_id": task.request_id, "refused": "no such request", "not_found": True}
+    except (ResendRefusedError, InvalidTransitionError) as exc:
+        return {"request_id": task.request_id, "refused": str(exc), "not_found": False}
+    metrics.add_metric(name="ApprovalEmailsResent", unit=MetricUnit.Count, value=len(sent))
+    logger.info(
+        "approval email sent again", extra={"request_id": task.request_id, "links": len(sent)}
+    )
+    return {"request_id": task.request_id, "resent": sent}

@@ -110,3 +110,69 @@ def test_a_blank_id_is_refused_without_a_lookup(lookup: Any) -> None:
     assert code != 0
     assert "--subject is empty or whitespace only" in err
     assert out == ""
+
+
+# ------------------------------------------------- one --subject-key syntax (issue 23)
+
+VISITS = parse_dataset(
+    {"dataset_id": "visits", "format": "parquet", "subject_columns": ["tenant", "user_id"],
+     "schema": [{"name": "tenant", "type": "string"}, {"name": "user_id", "type": "bigint"}]}
+)  # fmt: skip
+TENANT = "acme-SECRET-tenant"
+
+
+@pytest.fixture
+def composite(lookup: Any, lethe_tables: dict[str, Any]) -> Any:
+    DynamoDatasetRegistry(lethe_tables["DatasetsTable"]).register(VISITS)
+    url = "s3://lake/visits/v.parquet"
+    ref = ObjectRef(url, Zone.LAKE, "parquet", "v1", "e1")
+    rows = pa.table({"tenant": [TENANT, TENANT, "other"], "user_id": [42, 42, 42]})
+    DynamoSubjectIndex(lethe_tables["SubjectIndexTable"]).replace_object(
+        url, entry_batch(rows, VISITS, ref, key=KEY)
+    )
+    return lookup
+
+
+def test_a_composite_key_is_one_flag_as_in_erasure_request(composite: Any) -> None:
+    # the request form, one whole key per flag; "042" is the bigint 42, as a request hashes it
+    code, out, err = composite("--subject-key", f"tenant={TENANT},user_id=042", "--json")
+    assert code == 0, err
+    assert _found(out) == {("visits", "visits/v.parquet", 2)}
+
+    # scoped to the dataset, and two keys (two subjects) in one lookup
+    code, out, err = composite(
+        "--subject-key", f"tenant={TENANT},user_id=42", "--subject-key", "tenant=other,user_id=42",
+        "--dataset", "visits",
+    )  # fmt: skip
+    assert code == 0, err
+    assert "#1" in out
+    assert "#2" in out
+    assert out.count("visits/v.parquet") == 2
+    assert TENANT not in out + err
+
+
+def test_one_column_per_flag_is_refused_never_hashed(composite: Any) -> None:
+    # the form `index lookup` took before issue 23: exit 2, and a message showing the one form
+    code, out, err = composite(
+        "--subject-key", f"tenant={TENANT}", "--subject-key", "user_id=42", "--dataset", "visits"
+    )
+    assert code == 2
+    assert out == ""
+    assert "--subject-key is one whole key per flag" in err
+    assert "--subject-key tenant=...,user_id=..." in err
+    assert TENANT not in err
+
+
+def test_a_partial_key_is_a_usage_error_naming_columns_only(composite: Any) -> None:
+    code, out, err = composite("--subject-key", f"tenant={TENANT}", "--json")
+    assert code == 2
+    assert "--subject-key: no registered dataset has exactly the subject columns tenant" in err
+    assert TENANT not in out + err
+
+    code, _, err = composite("--subject-key", f"tenant={TENANT}", "--dataset", "visits")
+    assert code == 2
+    assert "subject_keys lacks user_id" in err
+
+    with pytest.raises(SystemExit) as refused:  # not COLUMN=VALUE at all: argparse's exit 2
+        composite("--subject-key", "no-equals-sign")
+    assert refused.value.code == 2

@@ -468,3 +468,59 @@ def test_dlq_redrive_repeated_moves_each_message_once(
     assert (json.loads(first[1])["moved"], json.loads(out)["moved"]) == (2, 0)
     assert _all_bodies(sqs, outputs["ObjectEventsQueueUrl"]) == bodies  # each once
     assert _all_bodies(sqs, outputs["ObjectEventsDeadLetterQueueUrl"]) == []
+
+
+# ---------------------------------------------------------------- objects list: errors (issue 23)
+
+
+def _with_hash_key(deployment: dict[str, Any], endpoints: Endpoints) -> None:
+    """The subject hash key secret in the deployment's outputs (and its state file)."""
+    secret = endpoints.client("secretsmanager").create_secret(
+        Name=f"{deployment['outputs']['DatasetsTableName']}-hash-key",
+        SecretString="objects-list-key-0123456789abcdefghijklmnop",
+    )["ARN"]
+    deployment["outputs"]["SubjectHashKeySecretArn"] = secret
+    state = json.loads(deployment["state_file"].read_text())
+    state["outputs"] = deployment["outputs"]
+    deployment["state_file"].write_text(json.dumps(state))
+
+
+def test_objects_list_shows_why_a_version_failed_scrubbed(
+    catalogued: dict[str, Any], endpoints: Endpoints, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _with_hash_key(catalogued, endpoints)
+    raw = catalogued["outputs"]["RawBucketName"]
+    key = f"reviews/user_id={RAW_ID}/e.csv"
+    _version(catalogued, key, "ve", ObjectStatus.INGESTING, "E1")
+    error = (
+        f"States.TaskFailed: ValueError: cannot cast '{RAW_ID}' to int in s3://{raw}/{key} (row 3)"
+    )
+    assert catalogued["catalog"].fail_ingestion(f"s3://{raw}/{key}", "ve", error)
+
+    code, out, err = run(catalogued, capsys, "objects", "list", "--dataset", "reviews", "--json")
+
+    assert code == 0, err
+    rows = {row["key"]: row for row in json.loads(out)}
+    shown = rows[key]["error"]
+    assert shown.startswith("States.TaskFailed: ValueError: cannot cast '…' to int in s3://")
+    assert "(row 3)" in shown
+    assert RAW_ID not in shown  # neither the quoted value nor the key's partition value
+    assert f"s3://{raw}/reviews/~" in shown  # the key in its shown (keyed-hash) form
+    assert rows["reviews/c.csv"]["error"] is None  # INGESTED: no error
+
+    code, out, _ = run(catalogued, capsys, "objects", "list", "--dataset", "reviews")
+    assert code == 0
+    lines = out.splitlines()
+    failed = next(n for n, line in enumerate(lines) if line.endswith(f"{key} (ve)"))
+    assert lines[failed + 1].strip() == f"error: {shown}"
+    assert out.count("error: ") == 1
+    assert RAW_ID not in out.replace(key, "")  # only the operator's own listing of real keys
+
+
+def test_objects_list_without_errors_needs_no_hash_key(
+    catalogued: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # no SubjectHashKeySecretArn in the outputs: the key is read only when an error is shown
+    code, out, err = run(catalogued, capsys, "objects", "list", "--dataset", "reviews", "--json")
+    assert code == 0, err
+    assert all(row["error"] is None for row in json.loads(out))

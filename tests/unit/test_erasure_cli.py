@@ -248,9 +248,10 @@ def completed(**certificate: Any) -> dict[str, Any]:
     )
 
 
-def make_envelope(signer: MemorySigner, request_id: str = RID) -> dict[str, Any]:
+def make_envelope(signer: MemorySigner, request_id: str = RID, **more: Any) -> dict[str, Any]:
     cert = cf.ErasureCertificate.model_validate(
         {
+            **more,
             "certificate_id": "cert-0001",
             "request_id": request_id,
             "issued_at": T0 + dt.timedelta(hours=2),
@@ -1001,6 +1002,30 @@ def test_certificate_of_another_request_fails(
     assert "request-mismatch" in result.err
 
 
+def test_certificate_names_the_subject_hash_key_it_was_hashed_with(
+    fake: FakeTarget, run: Callable[..., Outcome], signer: MemorySigner
+) -> None:
+    # issue 23: the key version (fingerprint) is stamped on the certificate and checked against
+    # the request record's
+    envelope = make_envelope(signer, key_fingerprint="0123456789abcdef")
+    _with_certificate(fake, signer, envelope)
+    fake.routes[GET] = [(200, completed() | {"key_fingerprint": "0123456789abcdef"})] * 2
+    result = run("certificate", RID, "--verify")
+    assert result.code == 0, result.err
+    assert "subjects         1 (keyed hashes, key 0123456789abcdef)" in result.out
+    assert "(keyed hashes below, hashed with the key 0123456789abcdef)" in (
+        cf.render_certificate_html(envelope)
+    )
+
+    fake.routes[GET] = [(200, completed() | {"key_fingerprint": "fedcba9876543210"})]
+    result = run("certificate", RID, "--verify")
+    assert result.code == 1
+    assert "record-mismatch" in result.err
+    assert "names key fingerprint 0123456789abcdef, the request record fedcba9876543210" in (
+        result.err
+    )
+
+
 def test_certificate_signed_by_another_key_than_the_record_names(
     fake: FakeTarget, run: Callable[..., Outcome], signer: MemorySigner
 ) -> None:
@@ -1223,3 +1248,26 @@ def test_the_cli_and_the_workflow_name_the_outcome_alike() -> None:
     from lethe_shared.erasure import completion  # noqa: PLC0415
 
     assert INCOMPLETE == completion.INCOMPLETE
+
+
+def test_request_refuses_one_column_per_subject_key_flag(
+    fake: FakeTarget, run: Callable[..., Outcome]
+) -> None:
+    # issue 23: the form `index lookup` once took is refused the same way here, never filed
+    result = run(
+        "request", "--subject-key", f"tenant={SECRET_VALUE}", "--subject-key", "user_id=42"
+    )
+    assert result.code == 2
+    assert fake.calls == []
+    assert "--subject-key is one whole key per flag" in result.err
+    assert "--subject-key tenant=...,user_id=..." in result.err
+    assert SECRET_VALUE not in result.err
+
+    # the same column in two flags is two subjects, not the other form
+    fake.routes[POST] = [ACCEPTED]
+    result = run(
+        "request", "--subject-key", "user_id=1", "--subject-key", "user_id=2",
+        "--requested-by", "dpo@example.com",
+    )  # fmt: skip
+    assert result.code == 0, result.err
+    assert fake.calls[0].body["subject_keys"] == [{"user_id": "1"}, {"user_id": "2"}]

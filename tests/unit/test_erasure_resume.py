@@ -465,3 +465,17 @@ def test_the_build_stamp_is_read_and_an_unstamped_layer_says_unknown(tmp_path: A
     assert build_revision(stamp) == "0123abc"
     stamp.write_text("not json")
     assert build_revision(stamp) == "unknown"
+
+
+def test_the_partial_certificate_names_the_key_the_request_was_hashed_with(
+    requests: MemoryErasureRequests, failed_halfway: MemoryDocuments
+) -> None:
+    # issue 23: the key version is stamped on partial certificates too
+    requests.update(RID, {"key_fingerprint": "0123456789abcdef"})
+    signer = EcdsaSigner()
+    certify_failure(
+        RID, requests=requests, documents=failed_halfway, signer=signer,
+        error="States.TaskFailed", cause=SPARK_CAUSE, at=T0 + timedelta(hours=3), namer=NAMER,
+    )  # fmt: skip
+    envelope = failed_halfway.json(partial_name(1, "certificate.json"))
+    assert verify_envelope(envelope, signer).certificate.key_fingerprint == "0123456789abcdef"

@@ -784,3 +784,15 @@ def test_cancel_after_the_approval_task_timed_out_still_answers_cancelled(
 
     assert (record.status, record.outcome) == (ErasureStatus.REJECTED, "CANCELLED")
     assert [f[1] for f in callbacks.failures] == ["ErasureCancelled"]
+
+
+def test_the_certificate_names_the_key_the_request_was_hashed_with(
+    requests: MemoryErasureRequests, erased: MemoryDocuments
+) -> None:
+    # issue 23: the key version is stamped on the certificate (the request's key_fingerprint)
+    requests.update(RID, {"key_fingerprint": "0123456789abcdef"})
+    erased.put(report_key(RID, "verification.json"), _verification(*CLEAN), "application/json")
+    signer = EcdsaSigner()
+    certify(RID, requests=requests, documents=erased, signer=signer, now=T0 + timedelta(hours=4))
+    certificate = verify_envelope(erased.json("certificate.json"), signer).certificate
+    assert certificate.key_fingerprint == "0123456789abcdef"

@@ -39,6 +39,7 @@ GROUPS: Final[tuple[str, ...]] = (
     "objects",
     "index",
     "erasure",
+    "key",
     "dlq",
     "trace",
     "artifacts",

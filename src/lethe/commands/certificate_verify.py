@@ -126,6 +126,7 @@ def check_documents(
     missing = [n for n in wanted if n not in named]
     if missing:
         raise _fail("document-missing", f"the certificate names no digest of {', '.join(missing)}")
+    bodies: dict[str, bytes] = {}
     for digest in certificate.documents:
         body = read(digest.name)
         if body is None:
@@ -139,9 +140,29 @@ def check_documents(
                 "document-mismatch",
                 f"{digest.name} has SHA-256 {actual}, the certificate signed {digest.sha256}",
             )
+        bodies[digest.name] = body
     if certificate.document_digest("manifest.json").sha256 != certificate.report_sha256:
         raise _fail("document-mismatch", "manifest.json is not the report the certificate names")
+    _check_key_fingerprint(certificate, bodies["manifest.json"])
     return [f"documents        {len(certificate.documents)} re-read and match their digests"]
+
+
+def _check_key_fingerprint(certificate: Any, manifest: bytes) -> None:
+    """The key fingerprint the certificate names (when it names one) is the one the report was
+    frozen with (manifest.json's `key_fingerprint`)."""
+    named = getattr(certificate, "key_fingerprint", "")
+    if not named:
+        return
+    try:
+        frozen = str(json.loads(manifest).get("key_fingerprint") or "")
+    except (ValueError, AttributeError):
+        raise _fail("document-mismatch", "manifest.json is not JSON") from None
+    if frozen != named:
+        raise _fail(
+            "document-mismatch",
+            f"the certificate names key fingerprint {named}, its report was frozen with "
+            f"{frozen or 'none'}",
+        )
 
 
 def _audit_digest(name: str, body: bytes, envelope: dict[str, Any]) -> str:
@@ -186,6 +207,13 @@ def check_record(
             f"the certificate says complete: {str(certificate.complete).lower()}"
             f"{' (partial)' if certificate.partial else ''}, the request record is {status}"
             f"{f' ({outcome})' if outcome else ''}",
+        )
+    fingerprint = str(record.get("key_fingerprint") or "")
+    if certificate.key_fingerprint and certificate.key_fingerprint != fingerprint:
+        raise _fail(
+            "record-mismatch",
+            f"the certificate names key fingerprint {certificate.key_fingerprint}, the request "
+            f"record {fingerprint or 'none'}",
         )
     approved = str((record.get("report") or {}).get("manifest_sha256", ""))
     if (strict or approved) and approved != certificate.report_sha256:

@@ -15,8 +15,9 @@ Erasure Requested event carries raw subject ids.
 `redrive` starts an SQS message move task from the object events dead-letter queue back to the
 object events queue (always with DestinationArn: messages EventBridge dead-lettered never came
 from the queue) and prints the task handle; `--wait` follows it with ListMessageMoveTasks. The
-workflow queue has no source queue to move back to: its runbook section says how to replay each
-kind of message.
+workflow queue has no source queue to move back to, so `redrive --queue` takes only
+`object-events`: `--queue workflow` is refused while parsing (exit 2) with a pointer to its
+runbook section, which says how to replay each kind of message.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ QUEUES: Final = {
     "object-events": "ObjectEventsDeadLetterQueueUrl",
     "workflow": "WorkflowDeadLetterQueueUrl",
 }
+REDRIVE_QUEUE: Final = "object-events"  # the only queue with a queue to move messages back to
 LIST_VISIBILITY_SECONDS: Final = 30  # hidden while listed, then made visible again at once
 LIST_DEFAULT_MAX: Final = 100
 SUMMARY_MAX: Final = 160
@@ -78,9 +80,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     redrive.add_argument(
         "--queue",
-        choices=sorted(QUEUES),
-        default="object-events",
-        help="the dead-letter queue (default object-events; workflow has no source queue)",
+        type=_redrive_queue,
+        default=REDRIVE_QUEUE,
+        metavar=REDRIVE_QUEUE,
+        help=f"the dead-letter queue: only {REDRIVE_QUEUE}, the default (the workflow queue "
+        "has no source queue to move messages back to: docs/RUNBOOK.md says how to replay "
+        "each kind of its messages)",
     )
     redrive.add_argument(
         "--max-per-second", type=int, help="MaxNumberOfMessagesPerSecond of the move task"
@@ -234,13 +239,21 @@ def _lambda_record(record: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------------------- redrive
 
 
-def redrive_messages(args: argparse.Namespace) -> int:
-    if args.queue != "object-events":
-        raise UsageError(
+def _redrive_queue(text: str) -> str:
+    """`--queue` of redrive: only the object events queue has a queue to move messages back to;
+    `workflow` is refused while parsing (exit 2), saying how its messages are replayed."""
+    if text == REDRIVE_QUEUE:
+        return text
+    if text == "workflow":
+        raise argparse.ArgumentTypeError(
             "the workflow dead-letter queue has no source queue to move messages back to: "
             "see `lethe dlq list --queue workflow` and docs/RUNBOOK.md (Alarm "
             "lethe-<stage>-workflow-dead-letters) to replay each kind of message"
         )
+    raise argparse.ArgumentTypeError(f"only {REDRIVE_QUEUE} can be redriven")
+
+
+def redrive_messages(args: argparse.Namespace) -> int:
     if args.max_per_second is not None and not 1 <= args.max_per_second <= 500:
         raise UsageError("--max-per-second must be from 1 to 500")
     target = resolve(args)

@@ -1,5 +1,7 @@
-"""`lethe erasure request | status | list | cancel | resume | certificate`: erasure requests
-through the REST API (docs/ERASURE.md); `resume` is lethe.commands.erasure_resume.
+"""`lethe erasure request | status | list | cancel | resume | find | resend | certificate`:
+erasure requests through the REST API (docs/ERASURE.md); `resume` is
+lethe.commands.erasure_resume, `find` lethe.commands.erasure_find, `resend`
+lethe.commands.erasure_resend.
 
 This module holds the group's parser and its handlers, and follows a request with --wait; what
 is shown of a record (and the exit status it ends with) is `lethe.commands.erasure_records`,
@@ -42,6 +44,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from lethe.api_retry import IDEMPOTENCY_HEADER, ApiUnavailableError, Attempt
 from lethe.commands import CommandError, NotFoundError, UsageError, add_subject_argument
 from lethe.commands import erasure_certificate as certificates
+from lethe.commands.erasure_find import add_find_parser
 from lethe.commands.erasure_records import (
     exit_status,
     is_terminal,
@@ -52,7 +55,9 @@ from lethe.commands.erasure_records import (
     status_lines,
     status_text,
 )
+from lethe.commands.erasure_resend import add_resend_parser
 from lethe.commands.erasure_resume import add_resume_parser
+from lethe.commands.subject_keys import add_subject_key_argument, check_subject_keys
 from lethe.progress import Waiting, waiting
 from lethe.target import Target, add_target_arguments, resolve
 from lethe_shared.erasure.requests import ErasureStatus
@@ -66,13 +71,6 @@ STATUSES: Final = tuple(s.value for s in ErasureStatus)
 # Seams for tests: the wait loop's clock and sleep.
 _sleep: Callable[[float], None] = time.sleep
 _clock: Callable[[], float] = time.monotonic
-
-SUBJECT_KEY_HELP: Final = (
-    "one composite subject key: COLUMN=VALUE[,COLUMN=VALUE...], e.g. tenant=acme,user_id=42 "
-    "(repeatable, one key each). Everything after a column's first '=' is its value; write a "
-    "comma or backslash inside a value as \\, or \\\\. Values are sent as strings, also those "
-    "that look like numbers: the API canonicalises them to the dataset's column types"
-)
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -95,14 +93,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         epilog=wait_epilog,
     )
     add_subject_argument(request)
-    request.add_argument(
-        "--subject-key",
-        action="append",
-        default=[],
-        type=_subject_key,
-        metavar="COLUMN=VALUE[,COLUMN=VALUE...]",
-        help=SUBJECT_KEY_HELP,
-    )
+    add_subject_key_argument(request)
     request.add_argument(
         "--dataset",
         action="append",
@@ -173,6 +164,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     add_target_arguments(cancel)
     cancel.set_defaults(func=cancel_request)
     add_resume_parser(commands)
+    add_find_parser(commands)
+    add_resend_parser(commands)
 
     certificate = commands.add_parser(
         "certificate",
@@ -246,44 +239,6 @@ def _timeout_argument(parser: argparse.ArgumentParser) -> None:
 # ------------------------------------------------------------------------------------ request
 
 
-def _subject_key(text: str) -> dict[str, str]:
-    """`tenant=acme,user_id=42` -> {"tenant": "acme", "user_id": "42"}; `\\,` and `\\\\` escape
-    a comma and a backslash. Errors name columns at most, never a value."""
-    key: dict[str, str] = {}
-    for part in _split_unescaped(text):
-        column, sep, value = part.partition("=")
-        column = column.strip()
-        if not sep or not column:
-            raise argparse.ArgumentTypeError(
-                "takes COLUMN=VALUE[,COLUMN=VALUE...]"  # the value is never echoed
-            )
-        if column in key:
-            raise argparse.ArgumentTypeError(f"names column {column} twice")
-        key[column] = value
-    if not key:
-        raise argparse.ArgumentTypeError("takes COLUMN=VALUE[,COLUMN=VALUE...]")
-    return key
-
-
-def _split_unescaped(text: str) -> list[str]:
-    parts: list[str] = []
-    current: list[str] = []
-    chars = iter(text)
-    for char in chars:
-        if char == "\\":
-            following = next(chars, None)
-            if following not in {",", "\\"}:
-                raise argparse.ArgumentTypeError(r"a backslash escapes only \, and \\")
-            current.append(following)
-        elif char == ",":
-            parts.append("".join(current))
-            current = []
-        else:
-            current.append(char)
-    parts.append("".join(current))
-    return parts
-
-
 def file_request(args: argparse.Namespace) -> int:
     if args.stray:  # not echoed: they may be subject ids
         raise UsageError(
@@ -291,6 +246,7 @@ def file_request(args: argparse.Namespace) -> int:
         )
     if not args.subject and not args.subject_key:
         raise UsageError("give --subject ID (repeatable) or --subject-key COLUMN=VALUE,...")
+    check_subject_keys(args.subject_key)
     secrets = [*args.subject, *(v for key in args.subject_key for v in key.values())]
     target = resolve(args)
     body = {

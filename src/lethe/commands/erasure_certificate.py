@@ -131,7 +131,8 @@ def certificate_lines(envelope: dict[str, Any], url: str) -> list[str]:
         f"issued           {cert.get('issued_at', '')}",
         f"requested by     {cert.get('requested_by', '')}",
         f"approved by      {cert.get('approved_by', '')} at {cert.get('approved_at', '')}",
-        f"subjects         {len(cert.get('subject_hashes') or [])} (keyed hashes)",
+        f"subjects         {len(cert.get('subject_hashes') or [])} (keyed hashes"
+        + (f", key {cert['key_fingerprint']})" if cert.get("key_fingerprint") else ")"),
         f"objects          {totals.get('objects', 0)}",
         f"rows removed     {totals.get('rows_removed', 0)}",
         f"versions purged  {totals.get('versions_purged', 0)}",

@@ -15,7 +15,7 @@ import json
 import re
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from lethe.commands import CommandError, UsageError, add_subject_argument
 from lethe.commands.datasets import require_dataset
+from lethe.commands.subject_keys import add_subject_key_argument, check_subject_keys
 from lethe.progress import Waiting, waiting
 from lethe.target import Target, add_target_arguments, resolve
 from lethe_shared.aws.executions import timestamped
@@ -53,17 +54,13 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     lookup = commands.add_parser(
         "lookup",
         help="objects that hold a subject's rows",
-        description="Hashes the subject ids with the deployment's key and lists the index "
-        "entries of those hashes. Raw ids are never printed.",
+        description="Hashes the subject ids (--subject) and composite keys (--subject-key, one "
+        "whole key per flag, as erasure request takes them) with the deployment's key, as an "
+        "erasure request would, and lists the index entries of those hashes. Raw ids are never "
+        "printed.",
     )
     add_subject_argument(lookup)
-    lookup.add_argument(
-        "--subject-key",
-        action="append",
-        default=[],
-        metavar="COLUMN=VALUE",
-        help="one column of a composite subject key; give every subject column (needs --dataset)",
-    )
+    add_subject_key_argument(lookup)
     lookup.add_argument("--dataset", help="only this dataset's objects")
     lookup.add_argument(
         "--all",
@@ -146,17 +143,16 @@ def lookup_subjects(args: argparse.Namespace) -> int:
     "01001" in a string one), and an entry is shown only when its hash is the subject's hash in
     the entry's own dataset: what a request for the same ids would find."""
     if not args.subject and not args.subject_key:
-        raise UsageError("give --subject ID or --subject-key COLUMN=VALUE")
-    if args.subject_key and not args.dataset:
-        raise UsageError("--subject-key needs --dataset (the dataset gives the subject columns)")
-    composite = _subject_key_pairs(args.subject_key)
+        raise UsageError("give --subject ID or --subject-key COLUMN=VALUE[,COLUMN=VALUE...]")
+    composites = check_subject_keys(args.subject_key)
     target = resolve(args)
     key = load_hash_key(target.client("secretsmanager"), target.output("SubjectHashKeySecretArn"))
-    if composite:
-        _check_composite(target, args.dataset, composite)
+    if composites and args.dataset:
+        for composite in composites:
+            _check_composite(target, args.dataset, composite)
     registered = list(_registry(target).list())
     asked: list[dict[str, Any]] = [{"subject_ids": [s]} for s in dict.fromkeys(args.subject)]
-    asked += [{"subject_keys": [composite]}] if composite else []
+    asked += [{"subject_keys": [composite]} for composite in composites]
     subjects = [_hashed(body, args.dataset, key, registered) for body in asked]
     index = DynamoSubjectIndex(
         target.resource("dynamodb").Table(target.output("SubjectIndexTableName"))
@@ -201,15 +197,20 @@ def _hashed(
         return hash_subjects(request, key, registered)
     except ValidationError as exc:
         problems = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
-        raise UsageError(problems.replace("subject_ids[0]", "--subject")) from None
+        raise UsageError(_named(problems)) from None
     except ErasureRequestError as exc:
-        problems = "; ".join(exc.problems)
-        raise UsageError(problems.replace("subject_ids[0]", "--subject")) from None
+        raise UsageError(_named("; ".join(exc.problems))) from None
+
+
+def _named(problems: str) -> str:
+    """The body's field names as the command line's flags."""
+    named = problems.replace("subject_ids[0]", "--subject")
+    return named.replace("subject_keys[0]", "--subject-key")
 
 
 def _print_lookup(rows: list[tuple[int, dict[str, Any]]], subjects: list[SubjectSet]) -> None:
     """A table; subjects are numbered in the order they were given (#1 is the first
-    --subject, the composite --subject-key comes last) and shown by their hashes (one per
+    --subject, each --subject-key after the ids, in order) and shown by their hashes (one per
     subject column type of the datasets looked up in)."""
     for number, subject in enumerate(subjects, start=1):
         shown = ", ".join(subject.hashes) or "none: no dataset's subject column can hold it"
@@ -226,21 +227,9 @@ def _print_lookup(rows: list[tuple[int, dict[str, Any]]], subjects: list[Subject
         )
 
 
-def _subject_key_pairs(items: Sequence[str]) -> dict[str, str]:
-    pairs: dict[str, str] = {}
-    for item in items:
-        column, sep, value = item.partition("=")
-        if not sep or not column:
-            raise UsageError("--subject-key takes COLUMN=VALUE")  # the value is never echoed
-        if column in pairs:
-            raise UsageError(f"--subject-key gives column {column} twice")
-        pairs[column] = value
-    return pairs
-
-
 def _check_composite(target: Target, dataset_id: str, pairs: dict[str, str]) -> None:
-    """Every column of `--subject-key` is a subject column of the dataset, and none is missing
-    (UsageError names columns, never a value)."""
+    """Every column of a `--subject-key` is a subject column of the `--dataset`, and none is
+    missing (UsageError names columns, never a value; an unregistered dataset is exit 3)."""
     dataset = require_dataset(target, dataset_id)
     unknown = sorted(set(pairs) - set(dataset.subject_columns))
     if unknown:

@@ -1,6 +1,11 @@
 """`lethe objects list | reingest | shown`: the raw and lake objects of a dataset, re-ingestion,
 and the real key of an object shown by a certificate, an audit record or a log (`shown`).
 
+`list` shows each version's status and, for a FAILED one, why (`error`, the catalog's
+`ingest_error`): scrubbed as errors are everywhere people see them, its object URLs in their
+shown form (`_shown_errors`). The keys of the listing itself are the catalog's real keys: the
+operator's own view, as before.
+
 `reingest --dataset ID (--key KEY [--version-id V] | --status S)` re-runs ingestion of raw
 object versions (after fixing what made them FAILED, say) the way the object events function
 starts it: groups planned by `lethe_shared.ingestion.starter.plan_groups`, each a manifest in the
@@ -121,7 +126,7 @@ def _lake_rows(target: Target, item: CatalogItem) -> int | None:
         return int(pq.ParquetFile(handle).metadata.num_rows)
 
 
-def _row(target: Target, item: CatalogItem) -> dict[str, Any]:
+def _row(target: Target, item: CatalogItem, error: str | None) -> dict[str, Any]:
     rows = item.rows_written if item.zone is Zone.RAW else _lake_rows(target, item)
     return {
         "zone": item.zone.value,
@@ -132,7 +137,30 @@ def _row(target: Target, item: CatalogItem) -> dict[str, Any]:
         "rows": rows,
         "rows_read": item.rows_read,
         "rows_quarantined": item.rows_quarantined,
+        "error": error,
     }
+
+
+def _shown_errors(target: Target, items: list[CatalogItem]) -> dict[int, str]:
+    """Each item's `ingest_error` (why it is FAILED) as people may see it: scrubbed as errors are
+    at every boundary (lethe_shared.aws.scrub: quoted literals emptied, partition values
+    removed) with every `s3://` URL in its shown form under the current subject hash key
+    (lethe_shared.subject_hashing.shown_keys), so no subject id in a key or a value is printed.
+    The key is read only when an item has an error. By the item's position in `items`."""
+    failed = {n: item.ingest_error for n, item in enumerate(items) if item.ingest_error}
+    if not failed:
+        return {}
+    from lethe_shared.aws.scrub import scrub_text  # noqa: PLC0415
+    from lethe_shared.datasets.registry import DynamoDatasetRegistry  # noqa: PLC0415
+    from lethe_shared.subject_hashing.keys import load_hash_key  # noqa: PLC0415
+    from lethe_shared.subject_hashing.shown_keys import KeyNamer  # noqa: PLC0415
+
+    key = load_hash_key(target.client("secretsmanager"), target.output("SubjectHashKeySecretArn"))
+    registry = DynamoDatasetRegistry(
+        target.resource("dynamodb").Table(target.output("DatasetsTableName"))
+    )
+    namer = KeyNamer(key, registry.get)
+    return {n: scrub_text(text, namer) for n, text in failed.items()}
 
 
 def list_objects(args: argparse.Namespace) -> int:
@@ -146,7 +174,8 @@ def list_objects(args: argparse.Namespace) -> int:
             by_object.setdefault(item.object_url, []).append(item)
         items = [newest for group in by_object.values() if (newest := latest(group))]
     items.sort(key=lambda i: (i.zone is not Zone.RAW, i.key, i.sequencer))
-    rows = [_row(target, item) for item in items]
+    errors = _shown_errors(target, items)
+    rows = [_row(target, item, errors.get(n)) for n, item in enumerate(items)]
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -158,6 +187,8 @@ def list_objects(args: argparse.Namespace) -> int:
             f"{row['zone']:5} {row['status']:12} {rows_text:>7} {quarantined:>5}  "
             f"{row['key']} ({row['version_id']})"
         )
+        if row["error"]:
+            print(f"{'':5} error: {row['error']}")
     return 0
 
 

@@ -251,6 +251,10 @@ def request_approval(
                 "deadline": deadline.isoformat(),
                 "approvers": [link.approver for link in links],
                 "requested_at": at.isoformat(),
+                # what `resend_approval` emails again (never shown: ErasureRequest.public)
+                "links": [
+                    {"approval_id": link.approval_id, "approver": link.approver} for link in links
+                ],
             },
         },
     )
@@ -262,6 +266,101 @@ def request_approval(
         mailer.send(link.approver, email.subject, email.text, email.html)
     LOG.info("approval requested from %d approver(s)", len(links))
     return links
+
+
+class ResendRefusedError(LetheError):
+    """The request has no approval email that may be sent again (the message says why and what
+    to do); nothing was sent or changed."""
+
+
+RESENT_BY = "lethe erasure resend"
+
+
+def resend_approval(
+    request_id: str,
+    *,
+    requests: ErasureRequests,
+    mailer: Mailer,
+    approvers: Sequence[str],
+    signing_key: bytes,
+    base_url: str,
+    principals: ApproverPrincipals | None = None,
+    only: str = "",
+    now: datetime | None = None,
+) -> list[str]:
+    """Email each approver of a request AWAITING_APPROVAL (or `only` that one) the link they were
+    sent, again; the addresses emailed.
+
+    The same link: the approval id recorded when the approval was requested (`approval.links`),
+    signed for the same deadline, so its confirmation code is the same too. Nothing new is
+    created: no new link, no longer deadline, no new task token; a link that is still valid stays
+    the only valid one per approver, and sending it twice (a retried command) is harmless. An
+    approver who is no longer configured, or who filed the request, is never emailed (as
+    `request_approval`). The resend is recorded in the history (a conditional transition
+    AWAITING_APPROVAL -> AWAITING_APPROVAL for the same deadline) before anything is sent.
+    Raises RequestNotFoundError; ResendRefusedError for a request not AWAITING_APPROVAL, past its
+    deadline, whose links were not recorded (emailed by an older Lethe), or when nobody may be
+    emailed."""
+    from lethe_shared.erasure.requests import RequestNotFoundError  # noqa: PLC0415
+
+    at = now or datetime.now(UTC)
+    record = requests.get(request_id)
+    if record is None:
+        raise RequestNotFoundError(f"no erasure request {request_id}")
+    if record.status is not ErasureStatus.AWAITING_APPROVAL:
+        raise ResendRefusedError(
+            f"request {request_id} is {record.status.value}: only a request AWAITING_APPROVAL "
+            "has an approval email to send again"
+        )
+    deadline_text = str(record.approval.get("deadline", ""))
+    deadline = datetime.fromisoformat(deadline_text)
+    if at >= deadline:
+        raise ResendRefusedError(
+            f"request {request_id}'s approval deadline ({deadline_text}) has passed: it expires; "
+            "file a new request"
+        )
+    recorded = [
+        link
+        for link in record.approval.get("links") or []
+        if isinstance(link, Mapping) and link.get("approval_id") and link.get("approver")
+    ]
+    if not recorded:
+        raise ResendRefusedError(
+            f"request {request_id}'s approval links were emailed by an older Lethe that did not "
+            "record them: cancel it (`lethe erasure cancel ID`) and file it again"
+        )
+    known = principals or ApproverPrincipals()
+    chosen = [
+        link
+        for link in recorded
+        if any(_same_person(str(link["approver"]), a) for a in approvers)
+        and not is_requester(str(link["approver"]), record, known)
+        and (not only or _same_person(str(link["approver"]), only))
+    ]
+    if not chosen:
+        raise ResendRefusedError(
+            f"{only} is not an approver of request {request_id}"
+            if only
+            else f"no approver of request {request_id} is still configured"
+        )
+    requests.transition(
+        request_id,
+        ErasureStatus.AWAITING_APPROVAL,
+        by=RESENT_BY,
+        detail=f"approval email sent again to {len(chosen)} approver(s); deadline unchanged",
+        allowed_from=frozenset({ErasureStatus.AWAITING_APPROVAL}),
+        require={"approval.deadline": deadline_text},
+    )
+    epoch = int(deadline.timestamp())
+    for link in chosen:
+        approver = str(link["approver"])
+        email = build_approval_email(
+            _summary(record, approver, deadline),
+            sign_link(signing_key, base_url, str(link["approval_id"]), epoch),
+        )
+        mailer.send(approver, email.subject, email.text, email.html)
+    LOG.info("approval email sent again to %d approver(s)", len(chosen))
+    return [str(link["approver"]) for link in chosen]
 
 
 @dataclass(frozen=True)

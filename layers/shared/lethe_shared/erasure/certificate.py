@@ -182,6 +182,8 @@ class ErasureCertificate(_Frozen):
     chain: ChainLink | None = None
     statement: SanitizationStatement | None = None
     partial: PartialRun | None = None  # a FAILED run's partial certificate (PartialRun)
+    # the request's key_fingerprint: the key subject_hashes were computed with ("" before it)
+    key_fingerprint: str = Field(default="", pattern=r"^([0-9a-f]{16})?$")
 
     def document_digest(self, name: str) -> DocumentDigest | None:
         return next((d for d in self.documents if d.name == name), None)
@@ -545,6 +547,7 @@ def render_certificate_html(envelope: Mapping[str, Any]) -> str:
         "this certificate: it was altered after signing.</p>\n"
     )
     hashes = "".join(f'<li class="mono">{_e(h)}</li>' for h in cert.subject_hashes)
+    under = f", hashed with the key {_e(cert.key_fingerprint)}" if cert.key_fingerprint else ""
     rows = "\n".join(_object_row(o) for o in cert.objects)
     complete, incomplete, gaps = _completeness(cert, "complete" in document)
     if cert.format_version >= 2:
@@ -559,7 +562,7 @@ def render_certificate_html(envelope: Mapping[str, Any]) -> str:
         f"<dt>Requested by</dt><dd>{_e(cert.requested_by)}</dd>\n"
         f"<dt>Approved by</dt><dd>{_e(cert.approved_by)} at {_e(_when(cert.approved_at))}</dd>\n"
         f'<dt>Report SHA-256</dt><dd class="mono">{_e(cert.report_sha256)}</dd>\n'
-        f"<dt>Data subjects</dt><dd>{len(cert.subject_hashes)} (keyed hashes below)</dd>\n"
+        f"<dt>Data subjects</dt><dd>{len(cert.subject_hashes)} (keyed hashes below{under})</dd>\n"
         f"<dt>Objects</dt><dd>{cert.totals.objects}</dd>\n"
         f"<dt>Rows removed</dt><dd>{cert.totals.rows_removed}</dd>\n"
         f"<dt>Versions purged</dt><dd>{cert.totals.versions_purged}</dd>\n"

@@ -417,6 +417,7 @@ def _certificate(
         approved_at=approved_at,
         report_sha256=str(record.report.get("manifest_sha256", "")),
         subject_hashes=record.subject_hashes,
+        key_fingerprint=record.key_fingerprint,
         objects=erased,
         totals=CertificateTotals.of(erased),
         verification=CertificateVerification(
