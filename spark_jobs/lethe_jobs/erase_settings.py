@@ -2,7 +2,8 @@
 settings every task gets, among them the objects refused because the frozen report's pins do not
 hold (lethe_shared.erasure.pins): the datasets are read with the registry's consistent
 `registration()` (the document with its matching generation and fingerprint), the key's
-fingerprint from the key the job loaded.
+fingerprint from the key the job loaded; and the objects a legal hold added after the report
+keeps (lethe_shared.erasure.legal_holds.hold_refusals, the holds read when the job starts).
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ from lethe_jobs.objects import ObjectKind, object_kind
 from lethe_shared.aws.s3 import S3ObjectStore
 from lethe_shared.catalog.object_catalog import Buckets
 from lethe_shared.datasets.document import Dataset
+from lethe_shared.datasets.holds import HoldReader, HoldView
 from lethe_shared.datasets.registry import Registration
 from lethe_shared.erasure.authority import RequestView
 from lethe_shared.erasure.evidence import MODE_ARG, RETENTION_ARG, EvidenceLock
+from lethe_shared.erasure.legal_holds import hold_refusals
 from lethe_shared.erasure.pins import PinRegistry, refusals, refused_result
 from lethe_shared.erasure.report import Manifest, ManifestObject, NotSearched, ObjectResult
 from lethe_shared.errors import DatasetNotFoundError
@@ -132,6 +135,9 @@ class ErasePorts:
     datasets: PinRegistry  # read with `registration()`: the document with its generations
     hash_key: bytes = field(repr=False)
     requests: RequestReader | None = None  # None: every run is refused (no request to check)
+    # the legal holds as the DatasetsTable holds them when the job starts (a hold added after
+    # the report still wins: lethe_shared.erasure.legal_holds); None: not checked (unit tests)
+    holds: HoldReader | None = None
 
 
 def _registration(ports: ErasePorts, dataset_id: str) -> Registration:
@@ -139,6 +145,13 @@ def _registration(ports: ErasePorts, dataset_id: str) -> Registration:
     if found is None:
         raise DatasetNotFoundError(f"dataset {dataset_id!r} is not registered")
     return found
+
+
+def _held(manifest: Manifest, ports: ErasePorts) -> dict[str, NotSearched]:
+    """The objects a legal hold keeps now (a broken pin, checked after, names its own reason)."""
+    if ports.holds is None:
+        return {}
+    return hold_refusals(manifest, HoldView.of(ports.holds.active(), manifest.key_fingerprint))
 
 
 def job_settings(args: EraseArgs, manifest: Manifest, ports: ErasePorts) -> EraseSettings:
@@ -154,7 +167,8 @@ def job_settings(args: EraseArgs, manifest: Manifest, ports: ErasePorts) -> Eras
         catalog_table=args.catalog_table,
         dataset_hashes={d: frozenset(manifest.hashes_for(d)) for d in ids},
         widened=frozenset(o.object_url for o in manifest.objects if o.widened_from),
-        refused=refusals(
+        refused=_held(manifest, ports)
+        | refusals(
             manifest, key_fingerprint=key_fingerprint(ports.hash_key), registrations=registrations
         ),
         reports_bucket=args.reports_bucket,

@@ -39,6 +39,7 @@ GROUPS: Final[tuple[str, ...]] = (
     "objects",
     "index",
     "erasure",
+    "hold",
     "dlq",
     "trace",
     "artifacts",
