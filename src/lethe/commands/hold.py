@@ -96,6 +96,7 @@ def _who(target: Target, given: str | None) -> str:
 
 
 METRIC_NAMESPACE = "Lethe"  # the functions' Powertools namespace and dimension: one dashboard
+HOLD_METRICS = ("LegalHoldsAdded", "LegalHoldsReleased")  # the dashboard's "Legal holds" widget
 
 
 def count_change(target: Target, metric: str) -> None:
@@ -201,7 +202,7 @@ def add_hold(args: argparse.Namespace) -> int:
         DynamoHolds(table).add(hold)
     except HoldError as exc:
         raise CommandError(str(exc)) from None
-    count_change(target, "LegalHoldsAdded")
+    count_change(target, HOLD_METRICS[0])
     if args.json:
         print(json.dumps(hold.shown(), indent=2, sort_keys=True))
     else:
@@ -218,7 +219,7 @@ def remove_hold(args: argparse.Namespace) -> int:
         )
     except HoldError as exc:
         raise CommandError(str(exc)) from None
-    count_change(target, "LegalHoldsReleased")
+    count_change(target, HOLD_METRICS[1])
     print(f"released: {hold_line(released)}")
     return 0
 
