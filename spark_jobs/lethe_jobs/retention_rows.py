@@ -19,6 +19,11 @@ the only new part):
   in an object (a subject column missing or ambiguous), nothing of it expires (fail closed) and
   the gap says why.
 
+`RetentionMatcher` is this rule as an `erase_rows.RowPredicate`: given to the erase job's
+per-object machinery (lethe_jobs.erase_core.erase_object, erase_verify) in place of a subject
+matcher, the expired rows are removed with the same conditional write, writes ledger and purge
+of every older version as an erasure, and verified the same way.
+
 `expire_rows` returns an `erase_rows.EraseResult`: `written` when some rows were removed and
 some remain (the target holds the rewrite), `rows_after == 0` when every row expired (the caller
 deletes the key), nothing removed otherwise. `verify_expired` checks an object after the run.
@@ -30,12 +35,18 @@ import json
 import re
 import tempfile
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
-from lethe_jobs.erase_rows import EraseResult, ErasureVerificationError, RowMatches, match_rows
+from lethe_jobs.erase_rows import (
+    EraseResult,
+    ErasureVerificationError,
+    RowMatches,
+    RowPredicate,
+    match_rows,
+)
 from lethe_jobs.erase_rows.gzip_members import gzip_file, unwrapped_parquet
 from lethe_jobs.erase_rows.match import open_parquet
 from lethe_jobs.erase_rows.model import Gap, SubjectMatcher
@@ -311,3 +322,40 @@ def verify_expired(
             f"{object_key}: holds {matches.rows} row(s), expected {expected_rows}"
         )
     return matches
+
+
+@dataclass(frozen=True)
+class RetentionMatcher(RowPredicate):
+    """The retention rule of one dataset as the erase job's matcher: `rule` selects the expired
+    rows, `held_hashes` (keyed subject hashes under `key`) keeps the held subjects' rows. Its
+    own `hashes` stay empty: no subject is erased by it."""
+
+    rule: RetentionRule = field(kw_only=True)
+    held_hashes: frozenset[str] = field(default=frozenset(), kw_only=True)
+
+    def _held(self) -> SubjectMatcher | None:
+        if not self.held_hashes:
+            return None
+        return SubjectMatcher(self.dataset, self.held_hashes, self.key)
+
+    def match(self, kind: ObjectKind, path: Path, object_key: str, *, workdir: Path) -> RowMatches:
+        return expired_rows(
+            kind, path, object_key, self.dataset, self.rule, held=self._held(), workdir=workdir
+        )
+
+    def erase(
+        self, kind: ObjectKind, source: Path, target: Path, object_key: str, *, workdir: Path
+    ) -> EraseResult:
+        return expire_rows(
+            kind, source, target, object_key, self.dataset, rule=self.rule, held=self._held(),
+            workdir=workdir,
+        )  # fmt: skip
+
+
+def retention_matcher(
+    dataset: Dataset, rule: RetentionRule, key: bytes, held_hashes: Iterable[str] = ()
+) -> RetentionMatcher:
+    """The erase job's matcher for a retention run of `dataset`."""
+    return RetentionMatcher(
+        dataset, frozenset(), key, rule=rule, held_hashes=frozenset(held_hashes)
+    )
