@@ -20,6 +20,7 @@ from lethe_shared.datasets.holds import DynamoHolds, HoldView
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
 from lethe_shared.subject_hashing.keys import hash_of_id, key_fingerprint, subject_hash
 from tests.conftest import FakeLambdaContext, load_function_module
+from tests.integration.conftest import LAKE, RAW
 
 SECRET = "k" * 64
 KEY = key_fingerprint(SECRET.encode())
@@ -289,3 +290,39 @@ def test_the_api_stores_the_record_fields_and_refuses_bad_ones_with_400(
     assert json.loads(answer["body"])["errors"] == [
         "retention.column: 'nope' is not a column of the schema"
     ]
+
+
+# ------------------------------------------------------------------ lethe datasets retention
+
+
+def test_retention_prints_the_plan_and_a_held_dataset_plans_nothing(
+    run: Callable[..., tuple[int, str, str]],
+    table: Any,
+    lethe_buckets: Callable[..., None],
+) -> None:
+    lethe_buckets()
+    target = datasets_records.resolve(None)  # the MotoTarget of `run`
+    target.outputs.update({"RawBucketName": RAW, "LakeBucketName": LAKE})
+    registry = DynamoDatasetRegistry(table)
+    registry.register(
+        parse_dataset({**REVIEWS, "partition_by": ["review_date"]}), key_fingerprint=KEY
+    )
+    s3 = boto3.client("s3", region_name="us-east-1")
+    s3.put_object(Bucket=RAW, Key="reviews/2026/11/upload.csv", Body=b"x")
+    s3.put_object(Bucket=LAKE, Key="reviews/review_date=2020-01-01/part-a.parquet", Body=b"x")
+    s3.put_object(Bucket=LAKE, Key="reviews/review_date=2099-01-01/part-b.parquet", Body=b"x")
+    s3.put_object(Bucket=LAKE, Key="accounts/review_date=2020-01-01/part-c.parquet", Body=b"x")
+
+    code, out, _ = run("datasets", "retention", "reviews", "--json")
+    text = run("datasets", "retention", "reviews")
+    run("hold", "add", "--dataset", "reviews", "--reason", "audit", "--by", "a@x.eu")
+    held = run("datasets", "retention", "reviews", "--json")
+
+    assert code == 0
+    plan = json.loads(out)
+    assert plan["expired"] == [f"s3://{LAKE}/reviews/review_date=2020-01-01/part-a.parquet"]
+    assert plan["scanned"] == [f"s3://{RAW}/reviews/2026/11/upload.csv"]
+    assert (plan["left_objects"], plan["column"], plan["held_by"]) == (1, "review_date", None)
+    assert "  objects expired whole:   1" in text[1]
+    assert json.loads(held[1])["held_by"] is not None
+    assert json.loads(held[1])["expired"] == []

@@ -46,6 +46,7 @@ def _certificate(cloud: Cloud, record: dict[str, Any]) -> dict[str, Any]:
     return dict(json.loads(body)["certificate"])
 
 
+@pytest.mark.timeout(900)  # the cloud's start and the sample's ingestion, then two Spark runs
 def test_a_held_subject_survives_its_erasure_and_the_certificate_says_why(
     cloud: Cloud, driver: ErasureDriver
 ) -> None:
@@ -56,12 +57,18 @@ def test_a_held_subject_survives_its_erasure_and_the_certificate_says_why(
         subject_hashes={"reviews": hash_of_id(key, "u-1001")}, key_fingerprint=key_fingerprint(key),
     )  # fmt: skip
     _holds(cloud, driver).add(hold)
+    try:
+        _held_subject_survives(cloud, driver, hold.hold_id)
+    finally:
+        _holds(cloud, driver).release(hold.hold_id, by="dpo@example.com", reason="case closed")
 
+
+def _held_subject_survives(cloud: Cloud, driver: ErasureDriver, hold_id: str) -> None:
     # When a request for u-1001 and u-1002 is approved
     request_id = driver.file("u-1001", "u-1002")
     waiting = driver.wait(request_id, "AWAITING_APPROVAL")
     assert (
-        f"Legal hold {hold.hold_id}: 1 subject(s) not erased in dataset reviews"
+        f"Legal hold {hold_id}: 1 subject(s) not erased in dataset reviews"
         in (waiting["report"]["notes"])
     )
     assert driver.decide(driver.link(request_id), "approve") == "approved"
@@ -79,11 +86,11 @@ def test_a_held_subject_survives_its_erasure_and_the_certificate_says_why(
     assert certificate["complete"] is False
     held = [g for g in certificate["not_searched"] if g["reason"] == "legal_hold"]
     assert len(held) == 1
-    assert hold.hold_id in json.dumps(held)
+    assert hold_id in json.dumps(held)
     assert "u-1001" not in json.dumps(certificate)
-    _holds(cloud, driver).release(hold.hold_id, by="dpo@example.com", reason="case closed")
 
 
+@pytest.mark.timeout(900)
 def test_a_dataset_held_after_the_report_is_refused_by_the_erase_job(
     cloud: Cloud, driver: ErasureDriver
 ) -> None:
@@ -96,8 +103,14 @@ def test_a_dataset_held_after_the_report_is_refused_by_the_erase_job(
     # When the dataset is put under a hold, then the request is approved
     hold = new_hold(dataset_id="reviews", reason="tax audit", held_by="dpo@example.com")
     _holds(cloud, driver).add(hold)
-    assert driver.decide(driver.link(request_id), "approve") == "approved"
+    try:
+        assert driver.decide(driver.link(request_id), "approve") == "approved"
+        _refused_whole(cloud, driver, request_id, before)
+    finally:
+        _holds(cloud, driver).release(hold.hold_id, by="dpo@example.com", reason="audit closed")
 
+
+def _refused_whole(cloud: Cloud, driver: ErasureDriver, request_id: str, before: bytes) -> None:
     # Then the erase job touched nothing of reviews, and the certificate names the hold
     ended = driver.execution(request_id)
     assert ended["execution"]["status"] == "FAILED"
@@ -109,4 +122,3 @@ def test_a_dataset_held_after_the_report_is_refused_by_the_erase_job(
     assert certificate["complete"] is False
     reasons = {g["reason"] for g in certificate["not_searched"]}
     assert reasons == {"legal_hold"}
-    _holds(cloud, driver).release(hold.hold_id, by="dpo@example.com", reason="audit closed")
