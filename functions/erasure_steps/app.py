@@ -219,7 +219,8 @@ def _widen(deps: _Dependencies) -> Callable[[Manifest, ErasureRequest], Manifest
             raw_bucket=deps.raw_bucket, current_key=deps.current_key(),
         )  # fmt: skip
         # legal holds: what they keep is left out and named (lethe_shared.erasure.legal_holds)
-        holds = HoldView.of(deps.holds.active(), record.key_fingerprint)
+        datasets = set(widened.looked_up) | {o.dataset_id for o in widened.objects}
+        holds = HoldView.of(deps.holds.active_for(datasets), record.key_fingerprint)
         return apply_holds(widened, holds, deps.raw_bucket)
 
     return widen

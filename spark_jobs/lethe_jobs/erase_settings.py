@@ -151,7 +151,8 @@ def _held(manifest: Manifest, ports: ErasePorts) -> dict[str, NotSearched]:
     """The objects a legal hold keeps now (a broken pin, checked after, names its own reason)."""
     if ports.holds is None:
         return {}
-    return hold_refusals(manifest, HoldView.of(ports.holds.active(), manifest.key_fingerprint))
+    holds = ports.holds.active_for({o.dataset_id for o in manifest.objects})  # GetItem each
+    return hold_refusals(manifest, HoldView.of(holds, manifest.key_fingerprint))
 
 
 def job_settings(args: EraseArgs, manifest: Manifest, ports: ErasePorts) -> EraseSettings:

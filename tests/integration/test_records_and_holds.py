@@ -135,6 +135,11 @@ def test_a_subject_hold_stores_only_its_keyed_hash_per_dataset_and_show_lists_it
     assert (found.key_fingerprint, found.held_by, found.reason) == (
         KEY, "dpo@example.com", "litigation 2026-17",
     )  # fmt: skip
+    # stored per dataset it reaches, read with one GetItem each (the erase job has no Scan)
+    keys = sorted(str(i["dataset_id"]) for i in table.scan()["Items"])
+    assert [k for k in keys if k.startswith("holds#")] == ["holds#reviews"]
+    assert [h.hold_id for h in DynamoHolds(table).active_for(["reviews", "accounts"])] == [hold_id]
+    assert DynamoHolds(table).active_for(["accounts", "tenants"]) == []
     shown = run("datasets", "show", "reviews", "--json")
     assert [h["hold_id"] for h in json.loads(shown[1])["legal_holds"]] == [hold_id]
     assert json.loads(run("datasets", "show", "accounts", "--json")[1])["legal_holds"] == []
@@ -157,6 +162,8 @@ def test_ids_are_hashed_per_column_type_and_composite_keys_whole(
     assert (numeric[0], composite[0]) == (0, 0)
     holds = {h.hold_id: h for h in DynamoHolds(table).active()}
     number = holds[numeric[1].strip()]
+    # one hold in two datasets: written to both items at once, read from either
+    assert [h.hold_id for h in DynamoHolds(table).active_for(["accounts"])] == [number.hold_id]
     assert number.subject_hashes == {
         "accounts": subject_hash(SECRET.encode(), ["account"], ["1001"]),  # an int: 01001 = 1001
         "reviews": hash_of_id(SECRET.encode(), "01001"),  # a string stays as written

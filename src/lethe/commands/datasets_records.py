@@ -88,7 +88,7 @@ def shown_dataset(target: Target, dataset_id: str) -> dict[str, Any]:
         raise NotFoundError(
             f"dataset {dataset_id} is not registered: list them with `lethe datasets list`"
         )
-    holds = [h for h in DynamoHolds(table).active() if dataset_id in h.datasets()]
+    holds = DynamoHolds(table).active_for([dataset_id])
     return {
         "dataset": registration.dataset.document(),
         **registration.summary(),
@@ -144,7 +144,7 @@ def retention_plan(target: Target, dataset_id: str, now: datetime) -> RetentionP
     except HashKeyError as exc:
         key = ""
         print(f"lethe: {exc}: subject holds hold their datasets whole", file=sys.stderr)
-    holds = HoldView.of(DynamoHolds(table).active(), key)
+    holds = HoldView.of(DynamoHolds(table).active_for([dataset_id]), key)
     return plan_retention(registration.dataset, _stored(target, dataset_id), now, holds)
 
 

@@ -10,10 +10,14 @@ Each hold records its `reason`, who added it (`held_by`) and when (`held_at`); r
 records `released_by`, `released_at` and `release_reason`, and keeps the item: a hold's history
 is evidence too. Only holds without `released_at` are active.
 
-Storage: items of `DatasetsTable` (the registry's table; one owner per table: this module owns
-the hold items, lethe_shared.datasets.registry the dataset items, which it tells apart by their
-`document`), keyed `dataset_id = "hold#<hold_id>"` (`#` is never in a dataset id), with
-`kind = "legal_hold"` and the hold as JSON in `hold`.
+Storage: items of `DatasetsTable` (the registry's table; this module owns the hold items,
+lethe_shared.datasets.registry the dataset items, which it tells apart by their `document`), one
+per dataset that has holds, keyed `dataset_id = "holds#<dataset_id>"` (`#` is never in a dataset
+id), with `kind = "legal_holds"`, the dataset's holds (active and released) as a JSON list in
+`holds`, and a `version` every change is conditional on. A hold that reaches several datasets is
+written to each of their items in one transaction (all or nothing). So whoever applies holds
+reads them with one GetItem per dataset (`active_for`: the erase job's role has no Scan);
+listing every hold is a Scan (`all`, the CLI).
 
 What a hold does (`HoldView`): erasure (lethe_shared.erasure.legal_holds) leaves the held rows
 in place and names them as not erased, reason `legal_hold` (the request ends INCOMPLETE, never
@@ -27,7 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -36,12 +40,12 @@ from botocore.exceptions import ClientError
 from pydantic import ConfigDict, Field
 
 from lethe_shared.aws.dynamo import scan_all
-from lethe_shared.aws.errors import is_condition_failed
+from lethe_shared.aws.errors import error_code
 from lethe_shared.errors import LetheError
 from lethe_shared.models import Model
 
-HOLD_PREFIX = "hold#"
-HOLD_KIND = "legal_hold"
+HOLD_PREFIX = "holds#"
+HOLD_KIND = "legal_holds"
 EVERY_DATASET = "*"
 
 
@@ -107,7 +111,8 @@ def new_hold(
 
 
 class HoldReader(Protocol):
-    def active(self) -> list[LegalHold]: ...
+    def active_for(self, dataset_ids: Iterable[str]) -> list[LegalHold]:
+        """The active holds that reach any of these datasets (GetItem only)."""
 
 
 class Holds(HoldReader, Protocol):
@@ -117,36 +122,89 @@ class Holds(HoldReader, Protocol):
 
     def all(self) -> list[LegalHold]: ...
 
+    def active(self) -> list[LegalHold]: ...
+
 
 def _same_scope(a: LegalHold, b: LegalHold) -> bool:
     return a.dataset_id == b.dataset_id and a.subject_hashes == b.subject_hashes
 
 
+MAX_DATASETS_PER_HOLD = 100  # one DynamoDB transaction writes every dataset's item at once
+
+
 class DynamoHolds:
-    """Hold items of DatasetsTable (module docstring)."""
+    """Hold items of DatasetsTable, one per dataset that has holds (module docstring)."""
 
     def __init__(self, table: Any) -> None:
         self._table = table
 
-    def add(self, hold: LegalHold) -> LegalHold:
-        """Store a new hold; HoldError when an active hold already holds the same thing."""
-        for found in self.active():
-            if _same_scope(found, hold) and found.key_fingerprint == hold.key_fingerprint:
-                raise HoldError(f"already held by hold {found.hold_id} (since {found.held_at})")
+    def _read(self, dataset_id: str) -> tuple[list[LegalHold], int | None]:
+        """The dataset's holds (active and released) and its item's version (None: no item)."""
+        item = self._table.get_item(
+            Key={"dataset_id": HOLD_PREFIX + dataset_id}, ConsistentRead=True
+        ).get("Item")
+        if not item:
+            return [], None
+        holds = [LegalHold.model_validate(h) for h in json.loads(str(item["holds"]))]
+        return holds, int(item["version"])
+
+    def _write(self, changes: Mapping[str, tuple[list[LegalHold], int | None]]) -> None:
+        """Every dataset's new list at once, each conditional on the version read; HoldError
+        when another change came between (nothing written)."""
+        items = []
+        for dataset_id, (holds, version) in sorted(changes.items()):
+            # the resource's client: plain Python values, typed by boto3's transformation
+            put: dict[str, Any] = {
+                "TableName": self._table.name,
+                "Item": {
+                    "dataset_id": HOLD_PREFIX + dataset_id,
+                    "kind": HOLD_KIND,
+                    "holds": json.dumps([h.model_dump(mode="json") for h in holds], sort_keys=True),
+                    "version": (version or 0) + 1,
+                },
+            }
+            if version is None:
+                put["ConditionExpression"] = "attribute_not_exists(dataset_id)"
+            else:
+                put["ConditionExpression"] = "#v = :v"
+                put["ExpressionAttributeNames"] = {"#v": "version"}
+                put["ExpressionAttributeValues"] = {":v": version}
+            items.append({"Put": put})
         try:
-            self._table.put_item(
-                Item=self._item(hold), ConditionExpression="attribute_not_exists(dataset_id)"
-            )
+            self._table.meta.client.transact_write_items(TransactItems=items)
         except ClientError as exc:
-            if is_condition_failed(exc):
-                raise HoldError(f"hold {hold.hold_id} exists already") from exc
+            if error_code(exc) in {
+                "TransactionCanceledException",
+                "ConditionalCheckFailedException",
+            }:
+                raise HoldError("the holds changed meanwhile: nothing written, try again") from exc
             raise
+
+    def add(self, hold: LegalHold) -> LegalHold:
+        """Store a new hold on every dataset it reaches, at once; HoldError when an active
+        hold already holds the same thing."""
+        datasets = hold.datasets()
+        if len(datasets) > MAX_DATASETS_PER_HOLD:
+            raise HoldError(
+                f"a hold reaches at most {MAX_DATASETS_PER_HOLD} datasets: name one (--dataset)"
+            )
+        read = {d: self._read(d) for d in datasets}
+        for holds, _ in read.values():
+            for found in holds:
+                if (
+                    found.active
+                    and _same_scope(found, hold)
+                    and (found.key_fingerprint == hold.key_fingerprint)
+                ):
+                    raise HoldError(f"already held by hold {found.hold_id} (since {found.held_at})")
+        self._write({d: ([*holds, hold], version) for d, (holds, version) in read.items()})
         return hold
 
     def release(
         self, hold_id: str, *, by: str, reason: str, now: datetime | None = None
     ) -> LegalHold:
-        """Record the release of an active hold (the item stays, with who, when and why)."""
+        """Record the release of an active hold on every dataset it reaches (the hold stays,
+        with who, when and why)."""
         found = self.get(hold_id)
         if found is None:
             raise HoldError(f"no hold {hold_id}: list them with `lethe hold list`")
@@ -159,50 +217,45 @@ class DynamoHolds:
                 "release_reason": reason.strip(),
             }
         )
-        try:
-            self._table.put_item(
-                Item=self._item(released),
-                ConditionExpression="#h = :was",
-                ExpressionAttributeNames={"#h": "hold"},
-                ExpressionAttributeValues={":was": self._json(found)},
+        changes = {}
+        for dataset_id in found.datasets():
+            holds, version = self._read(dataset_id)
+            changes[dataset_id] = (
+                [released if h.hold_id == hold_id else h for h in holds],
+                version,
             )
-        except ClientError as exc:
-            if is_condition_failed(exc):
-                raise HoldError(f"hold {hold_id} changed meanwhile: try again") from exc
-            raise
+        self._write(changes)
         return released
 
     def get(self, hold_id: str) -> LegalHold | None:
-        item = self._table.get_item(
-            Key={"dataset_id": HOLD_PREFIX + hold_id}, ConsistentRead=True
-        ).get("Item")
-        return LegalHold.model_validate_json(str(item["hold"])) if item else None
+        return next((h for h in self.all() if h.hold_id == hold_id), None)
 
     def all(self) -> list[LegalHold]:
-        return sorted(self._scan(), key=lambda h: (h.held_at, h.hold_id))
+        """Every hold, active or released (a Scan: the CLI's)."""
+        found: dict[str, LegalHold] = {}
+        for item in scan_all(self._table):
+            if item.get("kind") == HOLD_KIND:
+                for raw in json.loads(str(item["holds"])):
+                    hold = LegalHold.model_validate(raw)
+                    found.setdefault(hold.hold_id, hold)
+        return sorted(found.values(), key=lambda h: (h.held_at, h.hold_id))
 
     def active(self) -> list[LegalHold]:
         return [h for h in self.all() if h.active]
 
-    def _scan(self) -> Iterator[LegalHold]:
-        for item in scan_all(self._table):
-            if item.get("kind") == HOLD_KIND:
-                yield LegalHold.model_validate_json(str(item["hold"]))
-
-    @staticmethod
-    def _json(hold: LegalHold) -> str:
-        return json.dumps(hold.model_dump(mode="json"), sort_keys=True)
-
-    def _item(self, hold: LegalHold) -> dict[str, Any]:
-        return {
-            "dataset_id": HOLD_PREFIX + hold.hold_id,
-            "kind": HOLD_KIND,
-            "hold": self._json(hold),
-        }
+    def active_for(self, dataset_ids: Iterable[str]) -> list[LegalHold]:
+        """The active holds reaching these datasets: one consistent GetItem per dataset, so
+        the erase job and the report step need no Scan."""
+        found: dict[str, LegalHold] = {}
+        for dataset_id in sorted(set(dataset_ids)):
+            for hold in self._read(dataset_id)[0]:
+                if hold.active:
+                    found.setdefault(hold.hold_id, hold)
+        return sorted(found.values(), key=lambda h: (h.held_at, h.hold_id))
 
 
 def is_hold_item(item: Mapping[str, Any]) -> bool:
-    """Whether a DatasetsTable item is a hold (the registry skips them)."""
+    """Whether a DatasetsTable item holds legal holds (the registry skips them)."""
     return item.get("kind") == HOLD_KIND or str(item.get("dataset_id", "")).startswith(HOLD_PREFIX)
 
 
