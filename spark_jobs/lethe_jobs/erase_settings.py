@@ -17,11 +17,13 @@ from typing import Protocol
 from lethe_jobs.erase_rows import SubjectMatcher
 from lethe_jobs.job_args import add_required
 from lethe_jobs.objects import ObjectKind, object_kind
+from lethe_jobs.retention_rows import retention_matcher
 from lethe_shared.aws.s3 import S3ObjectStore
 from lethe_shared.catalog.object_catalog import Buckets
 from lethe_shared.datasets.document import Dataset
 from lethe_shared.datasets.holds import HoldReader, HoldView
 from lethe_shared.datasets.registry import Registration
+from lethe_shared.datasets.retention import RetentionSpec
 from lethe_shared.erasure.authority import RequestView
 from lethe_shared.erasure.evidence import MODE_ARG, RETENTION_ARG, EvidenceLock
 from lethe_shared.erasure.legal_holds import hold_refusals
@@ -106,8 +108,15 @@ class EraseSettings:
     # how a task locks the documents it writes under erasure/ (its per-object progress):
     # lethe_shared.erasure.evidence.put_arguments(key, evidence); None: not locked
     evidence: EvidenceLock | None = None
+    # a retention run's rules per dataset (Manifest.retention): its objects are matched by
+    # lethe_jobs.retention_rows.RetentionMatcher (expired rows, held subjects kept), not hashes
+    retention: dict[str, RetentionSpec] = field(default_factory=dict)
 
     def matcher(self, dataset_id: str) -> SubjectMatcher:
+        spec = self.retention.get(dataset_id)
+        if spec is not None:
+            dataset = self.datasets[dataset_id]
+            return retention_matcher(dataset, spec.rule(), self.hash_key, spec.held_hashes)
         hashes = self.dataset_hashes.get(dataset_id, self.hashes)
         return SubjectMatcher(self.datasets[dataset_id], hashes, self.hash_key)
 
@@ -147,17 +156,30 @@ def _registration(ports: ErasePorts, dataset_id: str) -> Registration:
     return found
 
 
-def _held(manifest: Manifest, ports: ErasePorts) -> dict[str, NotSearched]:
-    """The objects a legal hold keeps now (a broken pin, checked after, names its own reason)."""
+def _hold_view(manifest: Manifest, ports: ErasePorts) -> HoldView | None:
+    """The legal holds of the manifest's datasets now (None: not checked)."""
     if ports.holds is None:
-        return {}
-    holds = ports.holds.active_for({o.dataset_id for o in manifest.objects})  # GetItem each
-    return hold_refusals(manifest, HoldView.of(holds, manifest.key_fingerprint))
+        return None
+    datasets = {o.dataset_id for o in manifest.objects} | {s.dataset_id for s in manifest.retention}
+    holds = ports.holds.active_for(datasets)  # one GetItem per dataset
+    return HoldView.of(holds, manifest.key_fingerprint)
+
+
+def _retention(manifest: Manifest, view: HoldView | None) -> dict[str, RetentionSpec]:
+    """A retention run's rules, each with the subjects held now added to those held when it
+    was planned (a hold added since still wins)."""
+    found = {}
+    for spec in manifest.retention:
+        late = set(view.subject_holds(spec.dataset_id)) if view is not None else set()
+        held = tuple(sorted(set(spec.held_hashes) | late))
+        found[spec.dataset_id] = spec.model_copy(update={"held_hashes": held})
+    return found
 
 
 def job_settings(args: EraseArgs, manifest: Manifest, ports: ErasePorts) -> EraseSettings:
     ids = sorted({o.dataset_id for o in manifest.objects})
     registrations = {d: _registration(ports, d) for d in ids}
+    view = _hold_view(manifest, ports)
     return EraseSettings(
         request_id=args.request_id,
         correlation_id=args.correlation_id,
@@ -168,13 +190,15 @@ def job_settings(args: EraseArgs, manifest: Manifest, ports: ErasePorts) -> Eras
         catalog_table=args.catalog_table,
         dataset_hashes={d: frozenset(manifest.hashes_for(d)) for d in ids},
         widened=frozenset(o.object_url for o in manifest.objects if o.widened_from),
-        refused=_held(manifest, ports)
+        # a legal hold now (a broken pin, checked after, names its own reason)
+        refused=(hold_refusals(manifest, view) if view is not None else {})
         | refusals(
             manifest, key_fingerprint=key_fingerprint(ports.hash_key), registrations=registrations
         ),
         reports_bucket=args.reports_bucket,
         manifest_sha256=args.manifest_sha256,
         evidence=args.evidence,
+        retention=_retention(manifest, view),
     )
 
 

@@ -32,8 +32,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 
+from pydantic import ConfigDict
+
 from lethe_shared.datasets.document import Dataset, hive_partition_values
 from lethe_shared.datasets.holds import HoldView
+from lethe_shared.models import Model
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,22 @@ class RetentionRule:
         return value < self.cutoff.date()
 
 
+class RetentionSpec(Model):
+    """A dataset's retention rule as a run's frozen report records it
+    (lethe_shared.erasure.retention_run; the erase job's RetentionMatcher): the column (None: by
+    object age), the cutoff, and the held subjects' keyed hashes whose rows are kept."""
+
+    model_config = ConfigDict(frozen=True)
+
+    dataset_id: str
+    column: str | None
+    cutoff: str  # ISO 8601, UTC
+    held_hashes: tuple[str, ...] = ()
+
+    def rule(self) -> RetentionRule:
+        return RetentionRule(self.column, datetime.fromisoformat(self.cutoff))
+
+
 @dataclass(frozen=True)
 class RetentionPlan:
     dataset_id: str
@@ -83,6 +102,15 @@ class RetentionPlan:
     def objects(self) -> tuple[StoredObject, ...]:
         """What the run rewrites or deletes: expired and scanned objects."""
         return (*self.expired, *self.scanned)
+
+    def spec(self) -> RetentionSpec | None:
+        """The rule as a run's report records it (None: nothing to apply)."""
+        if self.rule is None or self.held_by is not None:
+            return None
+        return RetentionSpec(
+            dataset_id=self.dataset_id, column=self.rule.column,
+            cutoff=self.rule.cutoff.isoformat(), held_hashes=tuple(sorted(self.held_hashes)),
+        )  # fmt: skip
 
     def summary(self) -> dict[str, object]:
         """Counts, the rule and the hold: what `lethe datasets show` and the run's record say."""

@@ -39,6 +39,7 @@ from pydantic import ConfigDict, Field
 
 from lethe_shared.aws.s3 import KeyState, ObjectStore, ObjectVersion, key_state, split_s3_url
 from lethe_shared.catalog.zones import Zone
+from lethe_shared.datasets.retention import RetentionSpec
 from lethe_shared.erasure.subjects import HashGroup, NotLookedUp, hashes_in
 from lethe_shared.index.subject_index import IndexEntry, SubjectIndex
 from lethe_shared.models import Model
@@ -160,6 +161,9 @@ class Manifest(Model):
     dataset_pins: tuple[DatasetPin, ...] = ()
     # what legal holds kept out of this report (named in not_searched as `legal_hold` too)
     legal_holds: tuple[HeldPlace, ...] = ()
+    # a retention run's report (lethe_shared.erasure.retention_run): per dataset, the rule the
+    # erase job applies instead of subject hashes; () in an erasure's
+    retention: tuple[RetentionSpec, ...] = ()
 
     def bytes(self) -> bytes:
         return canonical_json(self.model_dump(mode="json"))
