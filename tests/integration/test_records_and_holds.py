@@ -16,7 +16,7 @@ from aws_lambda_powertools.utilities import parameters
 from lethe import cli
 from lethe.commands import datasets_records, hold
 from lethe_shared.datasets.document import parse_dataset
-from lethe_shared.datasets.holds import DynamoHolds, HoldView
+from lethe_shared.datasets.holds import DynamoHolds, HoldError, HoldView, new_hold
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
 from lethe_shared.subject_hashing.keys import hash_of_id, key_fingerprint, subject_hash
 from tests.conftest import FakeLambdaContext, load_function_module
@@ -333,3 +333,30 @@ def test_retention_prints_the_plan_and_a_held_dataset_plans_nothing(
     assert "  objects expired whole:   1" in text[1]
     assert json.loads(held[1])["held_by"] is not None
     assert json.loads(held[1])["expired"] == []
+
+
+def test_a_hold_written_meanwhile_makes_the_other_write_fail_whole(table: Any) -> None:
+    """Each dataset's item is written conditionally on the version read, all in one
+    transaction: a concurrent change wins and the loser writes nothing, on any dataset."""
+    DynamoDatasetRegistry(table).register(parse_dataset(REVIEWS), key_fingerprint=KEY)
+    other = new_hold(dataset_id="reviews", reason="first", held_by="a@x.eu")
+    late = new_hold(
+        dataset_id="*", reason="second", held_by="b@x.eu", key_fingerprint=KEY,
+        subject_hashes={"accounts": "a" * 64, "reviews": "b" * 64},
+    )  # fmt: skip
+
+    class Racing(DynamoHolds):
+        raced = False
+
+        def _read(self, dataset_id: str) -> Any:
+            found = super()._read(dataset_id)
+            if dataset_id == "reviews" and not Racing.raced:
+                Racing.raced = True
+                DynamoHolds(table).add(other)  # between this read and the write
+            return found
+
+    with pytest.raises(HoldError, match="changed meanwhile"):
+        Racing(table).add(late)
+
+    assert [h.hold_id for h in DynamoHolds(table).all()] == [other.hold_id]
+    assert DynamoHolds(table).active_for(["accounts"]) == []  # nothing of it on accounts either

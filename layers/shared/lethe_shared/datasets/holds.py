@@ -40,7 +40,7 @@ from botocore.exceptions import ClientError
 from pydantic import ConfigDict, Field
 
 from lethe_shared.aws.dynamo import scan_all
-from lethe_shared.aws.errors import error_code
+from lethe_shared.aws.errors import cancellation_reasons, is_action_condition_failed
 from lethe_shared.errors import LetheError
 from lethe_shared.models import Model
 
@@ -173,10 +173,8 @@ class DynamoHolds:
         try:
             self._table.meta.client.transact_write_items(TransactItems=items)
         except ClientError as exc:
-            if error_code(exc) in {
-                "TransactionCanceledException",
-                "ConditionalCheckFailedException",
-            }:
+            reasons = cancellation_reasons(exc)
+            if reasons and any(is_action_condition_failed(r) for r in reasons):
                 raise HoldError("the holds changed meanwhile: nothing written, try again") from exc
             raise
 
