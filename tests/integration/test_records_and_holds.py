@@ -143,6 +143,11 @@ def test_a_subject_hold_stores_only_its_keyed_hash_per_dataset_and_show_lists_it
     shown = run("datasets", "show", "reviews", "--json")
     assert [h["hold_id"] for h in json.loads(shown[1])["legal_holds"]] == [hold_id]
     assert json.loads(run("datasets", "show", "accounts", "--json")[1])["legal_holds"] == []
+    text = run("datasets", "show", "reviews")[1].splitlines()
+    assert "  legal basis:      consent (Art. 6(1)(a))" in text
+    assert "  legal holds:      1" in text
+    assert text[-1].strip().startswith(f"{hold_id}  subject ")
+    assert "litigation 2026-17 [active]" in text[-1]
     # the registry's scans skip the hold item
     assert sorted(d.dataset_id for d in DynamoDatasetRegistry(table).list()) == [
         "accounts", "reviews", "tenants",
@@ -219,6 +224,10 @@ def test_a_dataset_hold_is_listed_released_with_who_and_why_and_kept(
         (["--dataset", "ghost", "--reason", "r", "--by", "a@x.eu"], "dataset ghost is not"),
         (["--subject", "abc", "--dataset", "accounts", "--reason", "r", "--by", "a@x.eu"],
          "no dataset of the scope can hold this subject"),
+        (["--dataset", "reviews", "--reason", " ", "--by", "a@x.eu"],
+         "the hold is refused: reason: String should have at least 1 character"),
+        (["--dataset", "reviews", "--reason", "r", "--by", "x" * 300],
+         "the hold is refused: held_by: String should have at most 256 characters"),
     ],
 )  # fmt: skip
 def test_bad_holds_are_refused_with_a_message_and_store_nothing(

@@ -24,6 +24,7 @@ import sys
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
+from pydantic import ValidationError
 
 from lethe.commands import CommandError, UsageError, add_subject_argument
 from lethe.target import Target, add_target_arguments, resolve
@@ -191,13 +192,19 @@ def add_hold(args: argparse.Namespace) -> int:
     scope = _scope(DynamoDatasetRegistry(table), args.dataset)
     who = _who(target, args.by)
     hashes, fingerprint = _held_subject(args, target, scope) if subjects else ({}, "")
-    hold = new_hold(
-        dataset_id=args.dataset or EVERY_DATASET,
-        reason=args.reason,
-        held_by=who,
-        subject_hashes=hashes,
-        key_fingerprint=fingerprint,
-    )
+    try:
+        hold = new_hold(
+            dataset_id=args.dataset or EVERY_DATASET,
+            reason=args.reason,
+            held_by=who,
+            subject_hashes=hashes,
+            key_fingerprint=fingerprint,
+        )
+    except ValidationError as exc:  # the fields' names and limits, never their values
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+        )
+        raise UsageError(f"the hold is refused: {problems}") from None
     try:
         DynamoHolds(table).add(hold)
     except HoldError as exc:
