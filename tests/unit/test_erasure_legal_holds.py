@@ -294,3 +294,15 @@ def test_the_update_index_step_reads_the_holds_from_the_frozen_report() -> None:
 
     assert (H_SECRET, ALONE_URL) in index.entries
     assert summary["kept"] == []
+
+
+def test_a_request_from_before_hashes_per_dataset_gets_groups_without_the_held_hash() -> None:
+    # a manifest without hash_groups matches every hash in every dataset: holding SECRET in
+    # reviews must still keep it out of reviews only
+    old = manifest().model_copy(update={"hash_groups": ()})
+    assert set(old.hashes_for("reviews")) == {H_SECRET, H_OTHER}
+
+    held = apply_holds(old, view(subject_hold()), RAW)
+
+    assert held.hashes_for("reviews") == (H_OTHER,)
+    assert set(held.hashes_for("orders")) == {H_SECRET, H_OTHER}
