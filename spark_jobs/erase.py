@@ -30,6 +30,7 @@ from lethe_jobs.errors import scrubbed_exit
 from lethe_jobs.session import configure_logging, job_session, logging_shown_keys
 from lethe_shared.aws.s3 import S3ObjectStore
 from lethe_shared.aws.scrub import shown_urls
+from lethe_shared.datasets.holds import DynamoHolds
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
 from lethe_shared.erasure.authority import DynamoRequestView
 from lethe_shared.subject_hashing.keys import load_hash_key
@@ -47,6 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         datasets=DynamoDatasetRegistry(boto3.resource("dynamodb").Table(args.datasets_table)),
         hash_key=load_hash_key(boto3.client("secretsmanager"), args.hash_key_secret),
         requests=DynamoRequestView(boto3.resource("dynamodb").Table(args.requests_table)),
+        holds=DynamoHolds(boto3.resource("dynamodb").Table(args.datasets_table)),
     )
     shown = logging_shown_keys(args.correlation_id, ports.hash_key, ports.datasets)
     authorise(args, ports)  # before a Spark session is started, or anything read

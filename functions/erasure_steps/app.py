@@ -52,9 +52,11 @@ from lethe_shared.aws.scrub import scrubbed_errors
 from lethe_shared.aws.wiring import Aws, wiring
 from lethe_shared.catalog.object_catalog import DynamoObjectCatalog
 from lethe_shared.config import Settings
+from lethe_shared.datasets.holds import DynamoHolds, HoldView
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
 from lethe_shared.erasure import scope
 from lethe_shared.erasure.evidence import EvidenceLock
+from lethe_shared.erasure.legal_holds import apply_holds
 from lethe_shared.erasure.report import Manifest, report_key, sha256_hex
 from lethe_shared.erasure.requests import (
     DynamoErasureRequests,
@@ -149,6 +151,7 @@ class _Dependencies:
     index: DynamoSubjectIndex
     catalog: DynamoObjectCatalog
     registry: DynamoDatasetRegistry
+    holds: DynamoHolds  # legal holds: items of the same DatasetsTable
     objects: S3ObjectStore
     documents: S3Documents
     kms: Any  # the boto3 KMS client of the certificate key
@@ -190,6 +193,7 @@ def _build(settings: ErasureStepsSettings, aws: Aws) -> _Dependencies:
         index=DynamoSubjectIndex(aws.table(settings.index_table)),
         catalog=DynamoObjectCatalog(aws.table(settings.catalog_table)),
         registry=DynamoDatasetRegistry(aws.table(settings.datasets_table)),
+        holds=DynamoHolds(aws.table(settings.datasets_table)),
         objects=S3ObjectStore(aws.client("s3")),
         # every erasure/ document locked as written (EVIDENCE_RETENTION_DAYS, EVIDENCE_LOCK_MODE)
         documents=S3Documents(
@@ -210,10 +214,14 @@ _dependencies = wiring(ErasureStepsSettings, _build)
 
 def _widen(deps: _Dependencies) -> Callable[[Manifest, ErasureRequest], Manifest]:
     def widen(manifest: Manifest, record: ErasureRequest) -> Manifest:
-        return scope.widen(
+        widened = scope.widen(
             manifest, record, catalog=deps.catalog, registry=deps.registry, objects=deps.objects,
             raw_bucket=deps.raw_bucket, current_key=deps.current_key(),
         )  # fmt: skip
+        # legal holds: what they keep is left out and named (lethe_shared.erasure.legal_holds)
+        datasets = set(widened.looked_up) | {o.dataset_id for o in widened.objects}
+        holds = HoldView.of(deps.holds.active_for(datasets), record.key_fingerprint)
+        return apply_holds(widened, holds, deps.raw_bucket)
 
     return widen
 

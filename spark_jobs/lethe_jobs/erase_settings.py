@@ -2,7 +2,8 @@
 settings every task gets, among them the objects refused because the frozen report's pins do not
 hold (lethe_shared.erasure.pins): the datasets are read with the registry's consistent
 `registration()` (the document with its matching generation and fingerprint), the key's
-fingerprint from the key the job loaded.
+fingerprint from the key the job loaded; and the objects a legal hold added after the report
+keeps (lethe_shared.erasure.legal_holds.hold_refusals, the holds read when the job starts).
 """
 
 from __future__ import annotations
@@ -16,12 +17,16 @@ from typing import Protocol
 from lethe_jobs.erase_rows import SubjectMatcher
 from lethe_jobs.job_args import add_required
 from lethe_jobs.objects import ObjectKind, object_kind
+from lethe_jobs.retention_rows import retention_matcher
 from lethe_shared.aws.s3 import S3ObjectStore
 from lethe_shared.catalog.object_catalog import Buckets
 from lethe_shared.datasets.document import Dataset
+from lethe_shared.datasets.holds import HoldReader, HoldView
 from lethe_shared.datasets.registry import Registration
+from lethe_shared.datasets.retention import RetentionSpec
 from lethe_shared.erasure.authority import RequestView
 from lethe_shared.erasure.evidence import MODE_ARG, RETENTION_ARG, EvidenceLock
+from lethe_shared.erasure.legal_holds import hold_refusals
 from lethe_shared.erasure.pins import PinRegistry, refusals, refused_result
 from lethe_shared.erasure.report import Manifest, ManifestObject, NotSearched, ObjectResult
 from lethe_shared.errors import DatasetNotFoundError
@@ -103,8 +108,15 @@ class EraseSettings:
     # how a task locks the documents it writes under erasure/ (its per-object progress):
     # lethe_shared.erasure.evidence.put_arguments(key, evidence); None: not locked
     evidence: EvidenceLock | None = None
+    # a retention run's rules per dataset (Manifest.retention): its objects are matched by
+    # lethe_jobs.retention_rows.RetentionMatcher (expired rows, held subjects kept), not hashes
+    retention: dict[str, RetentionSpec] = field(default_factory=dict)
 
     def matcher(self, dataset_id: str) -> SubjectMatcher:
+        spec = self.retention.get(dataset_id)
+        if spec is not None:
+            dataset = self.datasets[dataset_id]
+            return retention_matcher(dataset, spec.rule(), self.hash_key, spec.held_hashes)
         hashes = self.dataset_hashes.get(dataset_id, self.hashes)
         return SubjectMatcher(self.datasets[dataset_id], hashes, self.hash_key)
 
@@ -132,6 +144,9 @@ class ErasePorts:
     datasets: PinRegistry  # read with `registration()`: the document with its generations
     hash_key: bytes = field(repr=False)
     requests: RequestReader | None = None  # None: every run is refused (no request to check)
+    # the legal holds as the DatasetsTable holds them when the job starts (a hold added after
+    # the report still wins: lethe_shared.erasure.legal_holds); None: not checked (unit tests)
+    holds: HoldReader | None = None
 
 
 def _registration(ports: ErasePorts, dataset_id: str) -> Registration:
@@ -141,9 +156,30 @@ def _registration(ports: ErasePorts, dataset_id: str) -> Registration:
     return found
 
 
+def _hold_view(manifest: Manifest, ports: ErasePorts) -> HoldView | None:
+    """The legal holds of the manifest's datasets now (None: not checked)."""
+    if ports.holds is None:
+        return None
+    datasets = {o.dataset_id for o in manifest.objects} | {s.dataset_id for s in manifest.retention}
+    holds = ports.holds.active_for(datasets)  # one GetItem per dataset
+    return HoldView.of(holds, manifest.key_fingerprint)
+
+
+def _retention(manifest: Manifest, view: HoldView | None) -> dict[str, RetentionSpec]:
+    """A retention run's rules, each with the subjects held now added to those held when it
+    was planned (a hold added since still wins)."""
+    found = {}
+    for spec in manifest.retention:
+        late = set(view.subject_holds(spec.dataset_id)) if view is not None else set()
+        held = tuple(sorted(set(spec.held_hashes) | late))
+        found[spec.dataset_id] = spec.model_copy(update={"held_hashes": held})
+    return found
+
+
 def job_settings(args: EraseArgs, manifest: Manifest, ports: ErasePorts) -> EraseSettings:
     ids = sorted({o.dataset_id for o in manifest.objects})
     registrations = {d: _registration(ports, d) for d in ids}
+    view = _hold_view(manifest, ports)
     return EraseSettings(
         request_id=args.request_id,
         correlation_id=args.correlation_id,
@@ -154,12 +190,15 @@ def job_settings(args: EraseArgs, manifest: Manifest, ports: ErasePorts) -> Eras
         catalog_table=args.catalog_table,
         dataset_hashes={d: frozenset(manifest.hashes_for(d)) for d in ids},
         widened=frozenset(o.object_url for o in manifest.objects if o.widened_from),
-        refused=refusals(
+        # a legal hold now (a broken pin, checked after, names its own reason)
+        refused=(hold_refusals(manifest, view) if view is not None else {})
+        | refusals(
             manifest, key_fingerprint=key_fingerprint(ports.hash_key), registrations=registrations
         ),
         reports_bucket=args.reports_bucket,
         manifest_sha256=args.manifest_sha256,
         evidence=args.evidence,
+        retention=_retention(manifest, view),
     )
 
 

@@ -4,7 +4,8 @@ to show that it can fail (as in test_template_policy).
 
 Which metrics the code emits is read from the code: the literal names inside Powertools
 `add_metric(...)` calls and `_COUNT_METRICS` tables of functions/*/app.py, the names
-lethe_shared.erasure.request_ages publishes, and the keys of the ingest job's `metric_counts` (EMF).
+lethe_shared.erasure.request_ages publishes, the keys of the ingest job's `metric_counts` (EMF),
+and the counts `lethe hold` publishes (lethe.commands.hold.HOLD_METRICS).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from lethe.commands.hold import HOLD_METRICS
 from lethe.localcloud.template import REPO_ROOT, TEMPLATE_PATH, load_template
 from lethe_shared.erasure.request_ages import OPEN_STATUSES, RequestAges
 from lethe_shared.erasure.requests import ErasureStatus
@@ -92,6 +94,7 @@ def emitted_lethe_metrics() -> frozenset[str]:
         for table in re.findall(r"_COUNT_METRICS = \{(.*?)\n\}", text, flags=re.DOTALL):
             names |= set(re.findall(r':\s*"([A-Z][A-Za-z_]+)"', table))
     names |= set(RequestAges().metrics())
+    names |= set(HOLD_METRICS)  # `lethe hold add | remove` publish one count each
     ingest = (REPO_ROOT / "spark_jobs/lethe_jobs/ingest_core.py").read_text()
     body = ingest.split("def metric_counts", 1)[1].split("\n\n", 1)[0]
     names |= set(re.findall(r'"([A-Z][A-Za-z]+)":', body))

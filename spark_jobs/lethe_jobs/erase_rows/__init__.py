@@ -15,14 +15,16 @@ Split by format, as each handler has its own rules:
 - `gaps`: what of an object could not be searched (records that could not be parsed, a subject
   column missing or ambiguous), returned with the matches and the result (`Gap`), never
   folded into "nothing found";
-- `model`: the matcher and the results.
+- `model`: the matcher and the results;
+- `predicate`: a matcher that selects rows by something else than their subject hash
+  (`RowPredicate`, e.g. retention's expired rows: lethe_jobs.retention_rows), dispatched here.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from lethe_jobs.erase_rows.match import match_rows
+from lethe_jobs.erase_rows.match import match_rows as match_subject_rows
 from lethe_jobs.erase_rows.model import (
     EraseResult,
     ErasureVerificationError,
@@ -30,6 +32,7 @@ from lethe_jobs.erase_rows.model import (
     SubjectMatcher,
 )
 from lethe_jobs.erase_rows.parquet import erase_parquet
+from lethe_jobs.erase_rows.predicate import RowPredicate
 from lethe_jobs.erase_rows.text import erase_text
 from lethe_jobs.errors import UnreadableObjectError
 from lethe_jobs.objects import ObjectKind
@@ -39,6 +42,7 @@ __all__ = [
     "EraseResult",
     "ErasureVerificationError",
     "RowMatches",
+    "RowPredicate",
     "SubjectMatcher",
     "UnreadableObjectError",
     "erase_rows",
@@ -63,9 +67,21 @@ def erase_rows(
         raise ValueError("the target must be another file than the source")
     if kind is ObjectKind.NO_ROWS:
         return EraseResult(0, (), written=False)
+    if isinstance(matcher, RowPredicate):  # rows selected otherwise than by subject
+        return matcher.erase(kind, source, target, object_key, workdir=workdir)
     if kind is ObjectKind.LAKE_PARQUET or matcher.dataset.format is DataFormat.PARQUET:
         return erase_parquet(kind, source, target, object_key, matcher, workdir=workdir)
     return erase_text(kind, source, target, object_key, matcher, workdir=workdir)
+
+
+def match_rows(
+    kind: ObjectKind, path: Path, object_key: str, matcher: SubjectMatcher, *, workdir: Path
+) -> RowMatches:
+    """The rows of the object at `path` that `matcher` selects (erase_rows.match; a
+    `RowPredicate` selects by its own rule). Raises UnreadableObjectError."""
+    if isinstance(matcher, RowPredicate):
+        return matcher.match(kind, path, object_key, workdir=workdir)
+    return match_subject_rows(kind, path, object_key, matcher, workdir=workdir)
 
 
 def verify_erased(

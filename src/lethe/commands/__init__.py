@@ -40,6 +40,7 @@ GROUPS: Final[tuple[str, ...]] = (
     "index",
     "erasure",
     "key",
+    "hold",
     "dlq",
     "trace",
     "artifacts",

@@ -1,5 +1,6 @@
 """`lethe datasets put | get | list | reindex`: register and read dataset documents
-(docs/DATASETS.md), and follow each dataset's matching generation (lethe_shared.datasets.matching).
+(docs/DATASETS.md; `records` and `show` live in datasets_records.py), and follow each
+dataset's matching generation (lethe_shared.datasets.matching).
 
 A PUT that changes how a dataset's rows match its subjects (its matching fingerprint) starts a
 re-index of the dataset (the index backfill state machine, forced); until it completes, erasure
@@ -74,6 +75,10 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     add_target_arguments(reindex)
     reindex.set_defaults(func=reindex_dataset)
+
+    from lethe.commands import datasets_records  # noqa: PLC0415
+
+    datasets_records.add_parsers(commands)  # `records`, `show`
 
 
 def put_dataset(args: argparse.Namespace) -> int:

@@ -16,6 +16,7 @@ from urllib.parse import unquote
 
 from pydantic import ConfigDict, Field, ValidationError, field_validator
 
+from lethe_shared.datasets.processing import LegalBasis, Retention, retention_problems
 from lethe_shared.errors import DatasetValidationError
 from lethe_shared.models import Model
 
@@ -219,6 +220,19 @@ class Dataset(Model):
     schema_: list[Column] = Field(alias="schema", min_length=1)
     csv: CsvOptions = Field(default_factory=CsvOptions)
     description: str = ""
+    # the record of processing, all optional (lethe_shared.datasets.processing; Art. 30)
+    purpose: str | None = Field(default=None, min_length=1, max_length=2000)
+    legal_basis: LegalBasis | None = None
+    data_categories: list[str] | None = Field(default=None, max_length=50)
+    recipients: list[str] | None = Field(default=None, max_length=50)
+    retention: Retention | None = None
+
+    @field_validator("data_categories", "recipients")
+    @classmethod
+    def _texts(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and any(not t.strip() or len(t) > 200 for t in value):
+            raise ValueError("each item must be a non-empty text of at most 200 characters")
+        return value
 
     @field_validator("subject_columns", "partition_by")
     @classmethod
@@ -241,8 +255,18 @@ class Dataset(Model):
         return current
 
     def document(self) -> dict[str, Any]:
-        """The JSON document, as the contract spells it."""
-        return self.model_dump(mode="json", by_alias=True)
+        """The JSON document, as the contract spells it (the optional record-of-processing
+        fields only where declared)."""
+        found = self.model_dump(mode="json", by_alias=True)
+        for name in _OPTIONAL_RECORD_FIELDS:
+            if getattr(self, name) is None:
+                found.pop(name, None)
+        if self.retention is not None:
+            found["retention"] = self.retention.document()
+        return found
+
+
+_OPTIONAL_RECORD_FIELDS = ("purpose", "legal_basis", "data_categories", "recipients", "retention")
 
 
 @dataclass
@@ -297,6 +321,7 @@ def _check_semantics(dataset: Dataset) -> list[str]:
         return problems.items  # the checks below need parseable types
     _check_subject_columns(dataset, problems)
     _check_partitions(dataset, problems)
+    problems.items += retention_problems(dataset)
     if dataset.format is DataFormat.PARQUET and dataset.compression is Compression.GZIP:
         problems.add("compression", "parquet files carry their own codec; use 'auto' or 'none'")
     return problems.items

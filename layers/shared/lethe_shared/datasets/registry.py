@@ -20,6 +20,9 @@ Table `DatasetsTable`, one item per dataset, keyed by `dataset_id` (HASH):
   item without it (written before Lethe recorded it) is *unknown*: a key re-index is pending
   until the dataset is re-indexed once (`lethe datasets reindex --all`).
 
+The table also holds legal holds (lethe_shared.datasets.holds, their owner), items without a
+`document` keyed `hold#<id>`: `list` and `registrations` skip them.
+
 A PUT is a read and a write conditional on the version it read (`register`): two concurrent
 PUTs cannot both write from the same state, so neither loses the other's generation bump; the
 loser reads again and applies its document on top. A PUT never writes `indexed_generation` or
@@ -167,7 +170,7 @@ class DynamoDatasetRegistry:
 
     def _item(self, dataset_id: str) -> dict[str, Any] | None:
         item = self._table.get_item(Key={"dataset_id": dataset_id}, ConsistentRead=True).get("Item")
-        return dict(item) if item else None
+        return dict(item) if item and "document" in item else None  # a hold's item is no dataset
 
     def get(self, dataset_id: str) -> Dataset | None:
         item = self._item(dataset_id)
@@ -271,9 +274,11 @@ class DynamoDatasetRegistry:
 
     def list(self) -> Iterator[Dataset]:
         for item in scan_all(self._table):
-            yield parse_dataset(json.loads(item["document"]))
+            if "document" in item:  # not a legal hold's item (lethe_shared.datasets.holds)
+                yield parse_dataset(json.loads(item["document"]))
 
     def registrations(self) -> Iterator[Registration]:
         """Every dataset with its version and generations (eventually consistent)."""
         for item in scan_all(self._table):
-            yield registration_of_item(item)
+            if "document" in item:  # not a legal hold's item (lethe_shared.datasets.holds)
+                yield registration_of_item(item)

@@ -61,7 +61,8 @@ from lethe_shared.erasure.report import (
 )
 
 REFUSAL_REASONS: frozenset[GapReason] = frozenset(
-    {"report_unpinned", "hash_key_changed", "definition_changed", "index_stale"}
+    # legal_hold: a hold added after the report (lethe_shared.erasure.legal_holds)
+    {"report_unpinned", "hash_key_changed", "definition_changed", "index_stale", "legal_hold"}
 )
 _THEN = "then file a new request for these subjects"
 

@@ -39,6 +39,7 @@ from pydantic import ConfigDict, Field
 
 from lethe_shared.aws.s3 import KeyState, ObjectStore, ObjectVersion, key_state, split_s3_url
 from lethe_shared.catalog.zones import Zone
+from lethe_shared.datasets.retention import RetentionSpec
 from lethe_shared.erasure.subjects import HashGroup, NotLookedUp, hashes_in
 from lethe_shared.index.subject_index import IndexEntry, SubjectIndex
 from lethe_shared.models import Model
@@ -126,6 +127,18 @@ class ManifestObject(Model):
         return max((v.size for v in self.versions if v.is_latest), default=0)
 
 
+class HeldPlace(Model):
+    """What a legal hold kept out of the report when it was frozen (lethe_shared.erasure.
+    legal_holds): a whole dataset (`subject_hashes` empty), or these of the request's subject
+    hashes in the dataset."""
+
+    model_config = ConfigDict(frozen=True)
+
+    hold_id: str
+    dataset_id: str
+    subject_hashes: tuple[str, ...] = ()
+
+
 class Manifest(Model):
     model_config = ConfigDict(frozen=True)
 
@@ -146,6 +159,11 @@ class Manifest(Model):
     # the pins (module docstring; "" and (): a manifest made before pins, refused by the job)
     key_fingerprint: str = ""
     dataset_pins: tuple[DatasetPin, ...] = ()
+    # what legal holds kept out of this report (named in not_searched as `legal_hold` too)
+    legal_holds: tuple[HeldPlace, ...] = ()
+    # a retention run's report (lethe_shared.erasure.retention_run): per dataset, the rule the
+    # erase job applies instead of subject hashes; () in an erasure's
+    retention: tuple[RetentionSpec, ...] = ()
 
     def bytes(self) -> bytes:
         return canonical_json(self.model_dump(mode="json"))
@@ -292,6 +310,13 @@ def report_notes(manifest: Manifest) -> list[str]:
             f"({', '.join(looked_up)})"
         )
     notes += [m.line() for m in manifest.not_looked_up]
+    for place in manifest.legal_holds:  # lethe_shared.erasure.legal_holds
+        held = (
+            f"{len(place.subject_hashes)} subject(s) not erased in dataset {place.dataset_id}"
+            if place.subject_hashes
+            else f"dataset {place.dataset_id} not erased"
+        )
+        notes.append(f"Legal hold {place.hold_id}: {held}")
     return notes
 
 
@@ -439,6 +464,12 @@ GapReason = Literal[
     "hash_key_changed",
     "index_stale",
     "report_unpinned",
+    # held (lethe_shared.datasets.holds, Art. 17(3)): a dataset, or subjects of the request in
+    # a dataset, under a legal hold: their rows were deliberately not erased
+    # (lethe_shared.erasure.legal_holds: left out of the report when it was frozen, the dataset
+    # named by its raw prefix; or, for a hold added after the report, the object refused by
+    # the erase job, untouched)
+    "legal_hold",
 ]
 
 

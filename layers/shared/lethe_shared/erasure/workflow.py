@@ -339,6 +339,19 @@ def _document(documents: DocumentStore, request_id: str, name: str) -> bytes:
     return body
 
 
+def _unheld(record: ErasureRequest, documents: DocumentStore) -> Callable[[str], Any]:
+    """The request's hashes per dataset without what the frozen report's legal holds kept
+    (their entries stay true: lethe_shared.erasure.legal_holds); the certificate step checks the
+    manifest's SHA-256, this only reads which holds it records."""
+    body = documents.get(report_key(record.request_id, "manifest.json"))
+    manifest = Manifest.model_validate_json(body) if body is not None else None
+    if manifest is None or not manifest.legal_holds:
+        return record.hashes_for
+    from lethe_shared.erasure.legal_holds import without_held  # noqa: PLC0415
+
+    return without_held(manifest, record.hashes_for)
+
+
 def update_index(
     request_id: str,
     *,
@@ -357,7 +370,7 @@ def update_index(
     shown = {"namer": namer} if namer else {}  # objects by their shown keys (index_update)
     update = settle_index(
         results, record.subject_hashes, index=index, objects=objects,
-        hashes_for=record.hashes_for, **shown,
+        hashes_for=_unheld(record, documents), **shown,
     )  # fmt: skip
     url = documents.put(
         report_key(request_id, INDEX_UPDATE_DOCUMENT), canonical_json(update.document()), _JSON
