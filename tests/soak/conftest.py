@@ -52,7 +52,7 @@ def soak_cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCloud]
     # Lambda's own batching (the template's 60 s window for batches of 100 object events), not
     # the local 2 s cap: a burst makes batches of 100, as on AWS, not dozens of small ones
     env = {"LETHE_LOCAL_MAX_BATCH_WINDOW": "none"}
-    with running_local_cloud(state_file, env=env, up_timeout=300, down_timeout=120) as cloud:
+    with running_local_cloud(state_file, env=env, up_timeout=600, down_timeout=120) as cloud:
         FIGURES["logs_dir"] = cloud.state["logs_dir"]
         yield cloud
 
