@@ -133,6 +133,22 @@ def start_cloud(tmp_path_factory: pytest.TempPathFactory, **parameters: str) -> 
         local.stop()
 
 
+@contextmanager
+def artifacts_missing(cloud: Cloud, *names: str) -> Iterator[list[str]]:
+    """Take `names` (files under spark_jobs/ in the artifacts bucket) away, as before a first
+    `lethe deploy` uploaded them; yields their s3:// URLs and puts them back afterwards."""
+    s3, bucket = cloud.client("s3"), cloud.outputs["ArtifactsBucketName"]
+    keys = [f"spark_jobs/{name}" for name in names]
+    bodies = {key: s3.get_object(Bucket=bucket, Key=key)["Body"].read() for key in keys}
+    for key in keys:
+        s3.delete_object(Bucket=bucket, Key=key)  # a delete marker: the key is gone
+    try:
+        yield [f"s3://{bucket}/{key}" for key in keys]
+    finally:
+        for key, body in bodies.items():
+            s3.put_object(Bucket=bucket, Key=key, Body=body)
+
+
 def wait_catalogued(cloud: Cloud, key: str, version: str) -> dict[str, Any]:
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
@@ -208,6 +224,8 @@ def check_ingests_a_batch_and_announces_each_version(cloud: Cloud) -> None:
         "Mark Ingesting",
         "Anything To Ingest",
         "Select Spark Engine",
+        "Check Spark Artifacts",  # the pre-flight: the job's artifacts are in S3
+        "Spark Artifacts Found",
         "Which Spark Engine",
         engine_state,
         "Read Outcomes",

@@ -39,10 +39,10 @@ FAILED_RUN_TAIL = [
 ]  # fmt: skip
 RESUMED_PATH = [
     "Read Input", "Is Input Valid", "Is Resume Valid", "Resume Erasing", "Mark Erasing",
-    "Select Spark Engine", "Which Spark Engine", "Run Erase Job On EMR Serverless",
-    "Erased Or Verified", "Verify", "Which Spark Engine", "Run Erase Job On EMR Serverless",
-    "Erased Or Verified", "Update Index", "Certify", "Publish Outcome", "Announce Outcome",
-    "Which Outcome", "Done",
+    "Select Spark Engine", "Check Spark Artifacts", "Spark Artifacts Found", "Which Spark Engine",
+    "Run Erase Job On EMR Serverless", "Erased Or Verified", "Verify", "Which Spark Engine",
+    "Run Erase Job On EMR Serverless", "Erased Or Verified", "Update Index", "Certify",
+    "Publish Outcome", "Announce Outcome", "Which Outcome", "Done",
 ]  # fmt: skip
 
 
