@@ -133,6 +133,15 @@ def start_cloud(tmp_path_factory: pytest.TempPathFactory, **parameters: str) -> 
         local.stop()
 
 
+def spark_tasks(history: list[dict[str, Any]]) -> list[str]:
+    """The Spark integrations (Glue, EMR Serverless) an execution scheduled."""
+    return [
+        e["taskScheduledEventDetails"]["resource"]
+        for e in history
+        if e.get("taskScheduledEventDetails", {}).get("resourceType") in {"glue", "emr-serverless"}
+    ]
+
+
 @contextmanager
 def artifacts_missing(cloud: Cloud, *names: str) -> Iterator[list[str]]:
     """Take `names` (files under spark_jobs/ in the artifacts bucket) away, as before a first

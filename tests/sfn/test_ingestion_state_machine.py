@@ -18,6 +18,7 @@ from tests.sfn.conftest import (
     entered_states,
     execution_input,
     register_reviews,
+    spark_tasks,
     start_cloud,
     wait_catalogued,
 )
@@ -132,7 +133,7 @@ def test_missing_spark_artifacts_fail_the_batch_before_spark_naming_each_one(
         "Notify Batch Failed",
         "Ingestion Failed",
     ]
-    assert not [e for e in result["history"] if e["type"] == "TaskSubmitted"]  # no Spark run
+    assert spark_tasks(result["history"]) == []  # no Spark run was started
     cause = f"Spark artifacts missing: {', '.join(missing)}; run lethe deploy (docs/DEPLOY.md)"
     item = cloud.catalog_item(raw, key, version)
     assert (item["status"], item["ingest_error"]) == ("FAILED", f"SparkArtifactsMissing: {cause}")

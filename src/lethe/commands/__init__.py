@@ -42,6 +42,7 @@ GROUPS: Final[tuple[str, ...]] = (
     "dlq",
     "trace",
     "artifacts",
+    "deploy",
     "demo",
 )
 
