@@ -143,16 +143,21 @@ def spark_tasks(history: list[dict[str, Any]]) -> list[str]:
 
 
 @contextmanager
-def artifacts_missing(cloud: Cloud, *names: str) -> Iterator[list[str]]:
+def artifacts_missing(cloud: Cloud, *names: str) -> Iterator[str]:
     """Take `names` (files under spark_jobs/ in the artifacts bucket) away, as before a first
-    `lethe deploy` uploaded them; yields their s3:// URLs and puts them back afterwards."""
+    `lethe deploy` uploaded them; yields the cause the pre-flight gives (the file names and
+    the bucket, no s3:// URL: the erasure record scrubs object keys out of URLs) and puts them
+    back afterwards."""
     s3, bucket = cloud.client("s3"), cloud.outputs["ArtifactsBucketName"]
     keys = [f"spark_jobs/{name}" for name in names]
     bodies = {key: s3.get_object(Bucket=bucket, Key=key)["Body"].read() for key in keys}
     for key in keys:
         s3.delete_object(Bucket=bucket, Key=key)  # a delete marker: the key is gone
     try:
-        yield [f"s3://{bucket}/{key}" for key in keys]
+        yield (
+            f"Spark artifacts missing: {', '.join(names)} (bucket {bucket}, prefix "
+            "spark_jobs/); run lethe deploy (docs/DEPLOY.md)"
+        )
     finally:
         for key, body in bodies.items():
             s3.put_object(Bucket=bucket, Key=key, Body=body)

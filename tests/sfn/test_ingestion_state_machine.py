@@ -119,7 +119,7 @@ def test_missing_spark_artifacts_fail_the_batch_before_spark_naming_each_one(
     wait_catalogued(cloud, key, version)
 
     # as on a stack deployed without its artifacts: the entry script and the EMR environment
-    with artifacts_missing(cloud, "ingest.py", "pyspark_env.tar.gz") as missing:
+    with artifacts_missing(cloud, "ingest.py", "pyspark_env.tar.gz") as cause:
         name = "artifacts-missing"
         result = cloud.run(name, execution_input(cloud, name, [("reviews", key, version)]))
 
@@ -134,7 +134,6 @@ def test_missing_spark_artifacts_fail_the_batch_before_spark_naming_each_one(
         "Ingestion Failed",
     ]
     assert spark_tasks(result["history"]) == []  # no Spark run was started
-    cause = f"Spark artifacts missing: {', '.join(missing)}; run lethe deploy (docs/DEPLOY.md)"
     item = cloud.catalog_item(raw, key, version)
     assert (item["status"], item["ingest_error"]) == ("FAILED", f"SparkArtifactsMissing: {cause}")
     (message,) = cloud.messages(notified, timeout=15)

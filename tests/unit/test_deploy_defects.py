@@ -608,7 +608,7 @@ def spark_preflight_problems(template: Template) -> list[str]:
             for m in [re.search(r"/spark_jobs/(\w+\.py)", json.dumps(s.get("Arguments", {})))]
             if m and str(s.get("Resource", "")).startswith(SPARK_RESOURCES)
         }
-        named = set(re.findall(r"spark_jobs/([\w.]+)'", expression))
+        named = set(re.findall(r"'([\w.]+\.(?:py|zip|txt|tar\.gz))'", expression))
         for engine in ENGINE_DEPENDENCIES:
             wanted = scripts | set(ENGINE_DEPENDENCIES[engine])
             if not wanted <= named or f"'${{SparkEngine}}' = '{engine}'" not in expression:
@@ -803,7 +803,7 @@ def test_a_preflight_that_forgets_the_emr_environment_is_named(template: Templat
     broken = copy.deepcopy(template)
     props = _props(broken, "IndexReconcileStateMachine")
     text = (REPO_ROOT / props.pop("DefinitionUri")).read_text()
-    props["Definition"] = json.loads(text.replace("spark_jobs/pyspark_env.tar.gz", "spark_jobs/x"))
+    props["Definition"] = json.loads(text.replace("'pyspark_env.tar.gz'", "'x'"))
     offenders = spark_preflight_problems(broken)
     assert any("['pyspark_env.tar.gz'] on EMR_SERVERLESS" in o for o in offenders), offenders
 
