@@ -30,6 +30,7 @@ from lethe.artifacts import (
     S3_PREFIX,
     ArtifactError,
 )
+from lethe_shared.aws.errors import is_s3_not_found
 from lethe_shared.aws.s3 import s3_url
 
 SHA256_METADATA: Final = "sha256"  # x-amz-meta-sha256
@@ -81,7 +82,7 @@ def _head(s3: Any, bucket: str, key: str) -> dict[str, Any] | None:
         head: dict[str, Any] = s3.head_object(Bucket=bucket, Key=key)
         return head
     except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") in {"404", "NoSuchKey", "NotFound"}:
+        if is_s3_not_found(exc):
             return None
         raise
 

@@ -59,22 +59,25 @@ def probe(read: Callable[[], T | None]) -> Probe[T]:
 
 
 def _template_defaults(template: Path) -> dict[str, str]:
-    import yaml  # noqa: PLC0415 - only the dry run reads the template
-
-    class _Loader(yaml.SafeLoader):  # type: ignore[misc]
-        pass
-
-    def _tag(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Any:
-        return None  # CloudFormation's short-form functions: never a parameter default
-
-    _Loader.add_multi_constructor("!", _tag)
-    document = yaml.load(template.read_text(encoding="utf-8"), Loader=_Loader)  # noqa: S506
-    parameters = document.get("Parameters", {})
-    return {
-        name: str(spec["Default"])
-        for name, spec in parameters.items()
-        if isinstance(spec, dict) and "Default" in spec
-    }
+    """Each parameter's Default, read from template.yaml's ``Parameters:`` block line by line (a
+    parameter at two spaces, its ``Default:`` at four; the CLI does not depend on a YAML
+    library). tests/unit/test_deploy_checks.py compares the result with the YAML parse."""
+    defaults: dict[str, str] = {}
+    inside, name = False, ""
+    for line in template.read_text(encoding="utf-8").splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        if not line.startswith(" "):
+            inside = line.rstrip() == "Parameters:"
+            continue
+        if not inside:
+            continue
+        if line.startswith("  ") and not line.startswith("   ") and line.rstrip().endswith(":"):
+            name = line.strip()[:-1]
+        elif line.startswith("    Default:") and name:
+            value = line.split(":", 1)[1].split(" #", 1)[0].strip()
+            defaults[name] = value[1:-1] if value[:1] in "\"'" and len(value) > 1 else value
+    return defaults
 
 
 def parse_overrides(value: str | Sequence[str]) -> dict[str, str]:

@@ -250,6 +250,16 @@ def test_parameters_come_from_the_template_then_samconfig_then_the_command_line(
     assert parse_overrides(["A=1", "B=x y"]) == {"A": "1", "B": "x y"}
 
 
+def test_the_template_defaults_are_read_as_yaml_reads_them() -> None:
+    from lethe.deploy_facts import _template_defaults  # noqa: PLC0415
+    from lethe.localcloud.template import load_template  # noqa: PLC0415
+
+    declared = load_template()["Parameters"]
+    expected = {name: str(p["Default"]) for name, p in declared.items() if "Default" in p}
+    assert _template_defaults(REPO_ROOT / "template.yaml") == expected
+    assert expected["CreateSenderIdentity"] == "true"  # quoted in the YAML
+
+
 def test_the_preflight_list_per_engine() -> None:
     scripts = ["erase.py", "index.py", "ingest.py", "reconcile.py"]
     assert required_artifacts("GLUE") == [*scripts, "lethe_shared.zip", "requirements.txt"]
