@@ -444,8 +444,10 @@ def decide(parameters: Mapping[str, str], facts: Facts) -> list[Check]:
 def render(checks: list[Check]) -> str:
     lines: list[str] = []
     for check in checks:
-        optional = "" if check.required or check.status == OK else " (optional)"
-        lines.append(f"{check.status:<8} {check.name}{optional}: {check.detail}")
+        shown = check.status in (MISSING, CONFLICT) and not check.required
+        lines.append(
+            f"{check.status:<8} {check.name}{' (not blocking)' if shown else ''}: {check.detail}"
+        )
         if check.action and check.status != OK:
             lines.append(f"         -> {check.action}")
     blocking = [c for c in checks if c.blocks]
