@@ -270,3 +270,19 @@ def test_the_preflight_list_per_engine() -> None:
     ]
     with pytest.raises(ArtifactError, match="unknown SparkEngine"):
         required_artifacts("SPARK")
+
+
+def test_the_local_clouds_stand_in_archive_is_refused_for_a_real_upload(tmp_path: Path) -> None:
+    from lethe.artifacts import (  # noqa: PLC0415
+        PYTHON_ENV_ARCHIVE,
+        build_spark_artifacts,
+        built_spark_artifacts,
+        read_python_env_manifest,
+        write_python_env_stand_in,
+    )
+
+    build_spark_artifacts(REPO_ROOT, tmp_path, python_env=False)
+    write_python_env_stand_in(tmp_path / PYTHON_ENV_ARCHIVE)
+    assert read_python_env_manifest(tmp_path / PYTHON_ENV_ARCHIVE)["local_stand_in"] is True
+    with pytest.raises(ArtifactError, match="was built from other pins"):
+        built_spark_artifacts(REPO_ROOT, tmp_path, python_env=True)
