@@ -182,7 +182,7 @@ soak: venv system-deps ## Load on the local cloud: 1,000 uploads in a burst, 50 
 	$(PYTEST) tests/soak -m soak -q --timeout 3600 --soak-report .lethe/soak.json $(SOAK_ARGS)
 
 # ------------------------------------------------------------------ running it
-.PHONY: demo local-up local-down build deploy-artifacts diagram clean
+.PHONY: demo local-up local-down build deploy deploy-check deploy-artifacts diagram clean
 demo: venv system-deps ## The end-to-end scenario on the local cloud
 	$(BIN)/lethe demo
 
@@ -201,6 +201,16 @@ SPARK_ARTIFACTS := $(BUILD)/spark-artifacts
 .PHONY: artifacts
 artifacts: venv ## Build the Spark artifacts and the EMR Serverless Python environment into .build/spark-artifacts
 	$(BIN)/lethe artifacts build --out $(SPARK_ARTIFACTS)
+
+# `lethe deploy`: make build, sam deploy (everything in DEPLOY_ARGS goes to it as is) and the
+# Spark artifacts' upload, as one command with one exit status (docs/DEPLOY.md).
+DEPLOY_ARGS ?=
+AWS_TARGET = $(if $(REGION),--region $(REGION)) $(if $(PROFILE),--profile $(PROFILE))
+deploy: venv artifacts ## Deploy: make build, sam deploy (DEPLOY_ARGS="--guided", "--config-env prod") and the Spark artifacts upload, one command (REGION=, PROFILE=)
+	$(BIN)/lethe deploy $(AWS_TARGET) --artifacts $(SPARK_ARTIFACTS) -- $(DEPLOY_ARGS)
+
+deploy-check: venv ## Dry run of the first deploy: every prerequisite and quota of docs/DEPLOY.md's checklist for an account and region, OK / MISSING / CONFLICT / UNKNOWN (REGION=, PROFILE=, DEPLOY_ARGS=)
+	$(BIN)/lethe deploy --dry-run $(AWS_TARGET) --artifacts $(SPARK_ARTIFACTS) -- $(DEPLOY_ARGS)
 
 deploy-artifacts: venv ## Build the Spark artifacts, then upload them to a deployed stack's artifacts bucket (BUCKET=...)
 	@test -n "$(BUCKET)" || (echo "usage: make deploy-artifacts BUCKET=<ArtifactsBucketName output>" && exit 2)

@@ -502,6 +502,23 @@ def upload_artifacts(
     return uris
 
 
+def write_python_env_stand_in(target: Path) -> Path:
+    """The local cloud's ``pyspark_env.tar.gz``: only a manifest saying it is a stand-in.
+
+    The local cloud's EMR Serverless runs use the local venv, not the archive, but the state
+    machines' pre-flight (``Check Spark Artifacts``) asks for the archive as on AWS, so the local
+    cloud uploads this in its place. Its manifest has no ``requirements_sha256``, so
+    `built_spark_artifacts` refuses it: it never reaches a real deployment."""
+    with tempfile.TemporaryDirectory(prefix="lethe-python-env-stand-in-") as tmp:
+        root = Path(tmp)
+        manifest = {"format": 1, "local_stand_in": True, "note": "local cloud only: no Python"}
+        (root / PYTHON_ENV_MANIFEST).write_text(
+            json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8"
+        )
+        target.parent.mkdir(parents=True, exist_ok=True)
+        return write_reproducible_tar_gz(root, target, first=(PYTHON_ENV_MANIFEST,))
+
+
 def upload_spark_artifacts(
     s3_client: Any,
     bucket: str,
@@ -511,12 +528,16 @@ def upload_spark_artifacts(
     python_env: bool = False,
     arch: str = "x86_64",
     wheels_dir: Path | None = None,
+    python_env_stand_in: bool = False,
 ) -> list[str]:
     """Build the artifacts in a temporary folder and upload them under `prefix` in `bucket`;
-    returns their s3:// URIs. The local cloud leaves `python_env` off: its Spark runs use the
-    local venv (docs/LOCAL_CLOUD.md) and the archive needs the wheels of another platform."""
+    returns their s3:// URIs. The local cloud leaves `python_env` off (its Spark runs use the
+    local venv, docs/LOCAL_CLOUD.md, and the archive needs the wheels of another platform) and
+    asks for `python_env_stand_in` instead (`write_python_env_stand_in`)."""
     with tempfile.TemporaryDirectory(prefix="lethe-artifacts-") as tmp:
         built = build_spark_artifacts(
             repo_root, Path(tmp), python_env=python_env, arch=arch, wheels_dir=wheels_dir
         )
+        if python_env_stand_in and not python_env:
+            built.append(write_python_env_stand_in(Path(tmp) / PYTHON_ENV_ARCHIVE))
         return upload_artifacts(s3_client, bucket, built, prefix)

@@ -8,11 +8,13 @@ bounded.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import signal
 import subprocess
 import sys
+import tarfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -125,7 +127,13 @@ def test_spark_artifacts_were_uploaded(cloud: dict[str, Any], state_file: Path) 
     # all but the EMR Serverless Python environment: the local Spark runs use the local venv
     expected = {*scripts, "spark_jobs/lethe_shared.zip", "spark_jobs/requirements.txt"}
     keys = {o["Key"] for o in aws(cloud, "s3").list_objects_v2(Bucket=bucket)["Contents"]}
-    assert keys == expected
+    # ... whose stand-in is there for the state machines' pre-flight (Check Spark Artifacts)
+    assert keys == {*expected, "spark_jobs/pyspark_env.tar.gz"}
+    stand_in = aws(cloud, "s3").get_object(Bucket=bucket, Key="spark_jobs/pyspark_env.tar.gz")
+    with tarfile.open(fileobj=io.BytesIO(stand_in["Body"].read()), mode="r:gz") as archive:
+        assert archive.getnames() == ["lethe-python-env.json"]
+        manifest = json.loads(archive.extractfile("lethe-python-env.json").read())  # type: ignore[union-attr]
+    assert manifest["local_stand_in"] is True
     # the same code path a real deployment uses after `sam deploy` (which adds the archive)
     uploaded = lethe("artifacts", "upload", "--no-python-env", "--state-file", str(state_file))
     assert uploaded.returncode == 0, uploaded.stderr

@@ -133,6 +133,36 @@ def start_cloud(tmp_path_factory: pytest.TempPathFactory, **parameters: str) -> 
         local.stop()
 
 
+def spark_tasks(history: list[dict[str, Any]]) -> list[str]:
+    """The Spark integrations (Glue, EMR Serverless) an execution scheduled."""
+    return [
+        e["taskScheduledEventDetails"]["resource"]
+        for e in history
+        if e.get("taskScheduledEventDetails", {}).get("resourceType") in {"glue", "emr-serverless"}
+    ]
+
+
+@contextmanager
+def artifacts_missing(cloud: Cloud, *names: str) -> Iterator[str]:
+    """Take `names` (files under spark_jobs/ in the artifacts bucket) away, as before a first
+    `lethe deploy` uploaded them; yields the cause the pre-flight gives (the file names and
+    the bucket, no s3:// URL: the erasure record scrubs object keys out of URLs) and puts them
+    back afterwards."""
+    s3, bucket = cloud.client("s3"), cloud.outputs["ArtifactsBucketName"]
+    keys = [f"spark_jobs/{name}" for name in names]
+    bodies = {key: s3.get_object(Bucket=bucket, Key=key)["Body"].read() for key in keys}
+    for key in keys:
+        s3.delete_object(Bucket=bucket, Key=key)  # a delete marker: the key is gone
+    try:
+        yield (
+            f"Spark artifacts missing: {', '.join(names)} (bucket {bucket}, prefix "
+            "spark_jobs/); run lethe deploy (docs/DEPLOY.md)"
+        )
+    finally:
+        for key, body in bodies.items():
+            s3.put_object(Bucket=bucket, Key=key, Body=body)
+
+
 def wait_catalogued(cloud: Cloud, key: str, version: str) -> dict[str, Any]:
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
@@ -208,6 +238,8 @@ def check_ingests_a_batch_and_announces_each_version(cloud: Cloud) -> None:
         "Mark Ingesting",
         "Anything To Ingest",
         "Select Spark Engine",
+        "Check Spark Artifacts",  # the pre-flight: the job's artifacts are in S3
+        "Spark Artifacts Found",
         "Which Spark Engine",
         engine_state,
         "Read Outcomes",

@@ -7,11 +7,15 @@ statemachines/erasure.asl.json as deployed by the local cloud, SparkEngine=EMR_S
   and a signed *partial* certificate of what was done, which verifies and joins the chain;
 - `POST /erasure-requests/{id}/resume` runs the approved report again without a new approval:
   COMPLETED, with a full certificate naming the Spark run ids, after the partial one in the chain;
-- a resume of a request whose approval is older than ApprovalValidityHours is refused (409).
+- a resume of a request whose approval is older than ApprovalValidityHours is refused (409);
+- an approved request on a stack whose Spark artifacts are missing (deployed without them)
+  fails at the pre-flight before any Spark run, FAILED with the missing objects named and a
+  partial certificate of nothing erased, and is resumed to completion once they are uploaded.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Iterator
@@ -30,7 +34,7 @@ from lethe_shared.erasure.certificate_chain import walk_chain
 from lethe_shared.erasure.progress import ObjectProgress, progress_key
 from lethe_shared.erasure.report import Manifest, ObjectResult, VersionRef
 from lethe_shared.erasure.requests import DynamoErasureRequests, ErasureStatus
-from tests.sfn.conftest import Cloud, start_cloud
+from tests.sfn.conftest import Cloud, artifacts_missing, spark_tasks, start_cloud
 from tests.sfn.erasure_flow import ErasureDriver, states_entered
 
 FAILED_RUN_TAIL = [
@@ -39,10 +43,10 @@ FAILED_RUN_TAIL = [
 ]  # fmt: skip
 RESUMED_PATH = [
     "Read Input", "Is Input Valid", "Is Resume Valid", "Resume Erasing", "Mark Erasing",
-    "Select Spark Engine", "Which Spark Engine", "Run Erase Job On EMR Serverless",
-    "Erased Or Verified", "Verify", "Which Spark Engine", "Run Erase Job On EMR Serverless",
-    "Erased Or Verified", "Update Index", "Certify", "Publish Outcome", "Announce Outcome",
-    "Which Outcome", "Done",
+    "Select Spark Engine", "Check Spark Artifacts", "Spark Artifacts Found", "Which Spark Engine",
+    "Run Erase Job On EMR Serverless", "Erased Or Verified", "Verify", "Which Spark Engine",
+    "Run Erase Job On EMR Serverless", "Erased Or Verified", "Update Index", "Certify",
+    "Publish Outcome", "Announce Outcome", "Which Outcome", "Done",
 ]  # fmt: skip
 
 
@@ -253,3 +257,57 @@ def test_a_resume_after_the_approval_expired_is_refused(
     time.sleep(0.1)
     assert driver.record(request_id)["status"] == "FAILED"
     assert "resume" not in driver.record(request_id)
+
+
+PREFLIGHT_FAILED_TAIL = [
+    "Mark Erasing", "Select Spark Engine", "Check Spark Artifacts", "Spark Artifacts Found",
+    "Mark Failed", "Was Erasing", "Record Failure", "Publish Outcome", "Announce Outcome",
+    "Which Outcome", "Erasure Failed",
+]  # fmt: skip
+
+
+@pytest.mark.timeout(900)  # the resumed run's two Spark runs
+def test_an_erasure_without_its_spark_artifacts_fails_before_spark_then_resumes(
+    cloud: Cloud, driver: ErasureDriver
+) -> None:
+    # Given an approved request on a stack whose erase script was never uploaded
+    request_id = driver.file("u-1001")
+    driver.wait(request_id, "AWAITING_APPROVAL")
+    with artifacts_missing(cloud, "erase.py") as cause:
+        assert driver.decide(driver.link(request_id), "approve") == "approved"
+        ended = driver.execution(request_id, timeout=300)
+
+    # Then it fails at the pre-flight, before any Spark run, and says what is missing
+    assert ended["execution"]["status"] == "FAILED"
+    assert ended["execution"]["error"] == "ErasureFailed"
+    assert states_entered(ended["history"])[-11:] == PREFLIGHT_FAILED_TAIL
+    assert spark_tasks(ended["history"]) == []  # no Spark run was started
+    failed = driver.record(request_id)
+    assert failed["status"] == "FAILED"
+    assert failed["error"] == {"error": "SparkArtifactsMissing", "cause": cause}
+    assert b"u-1001" in driver.raw_bytes()  # nothing erased
+    # failing closed: a signed partial certificate of nothing done, every object not done
+    assert (failed["certificate"]["partial"], failed["certificate"]["run"]) == (True, 1)
+    envelope = _s3_json(cloud, failed["certificate"]["url"])
+    partial = verify_envelope(envelope, _signer(cloud)).certificate
+    assert partial.complete is False
+    assert partial.partial is not None
+    assert (partial.partial.objects_done, partial.partial.status) == (0, "FAILED")
+    assert partial.objects == ()
+    assert partial.partial.cause.startswith("SparkArtifactsMissing")
+    assert "u-1001" not in json.dumps(envelope)
+
+    # When the artifacts are back (lethe deploy) and the request is resumed, it completes
+    status, answer = driver.target.call_api(
+        "POST", f"/erasure-requests/{request_id}/resume", {}, headers={"Idempotency-Key": "r-4"}
+    )
+    assert status == 202, answer
+    resumed = driver.wait_execution(answer["resumed"]["execution_arn"], timeout=400)
+    assert resumed["execution"]["status"] == "SUCCEEDED"
+    assert states_entered(resumed["history"]) == RESUMED_PATH
+    assert len(spark_tasks(resumed["history"])) == 2  # erase, verify
+    assert driver.record(request_id)["status"] == "COMPLETED"
+    s3 = cloud.client("s3")
+    # the object is rewritten without u-1001's rows, or deleted when none was left
+    with contextlib.suppress(s3.exceptions.NoSuchKey):
+        assert b"u-1001" not in driver.raw_bytes()

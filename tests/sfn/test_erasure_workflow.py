@@ -28,6 +28,8 @@ APPROVED_PATH = [
     "Wait For Approval",
     "Mark Erasing",
     "Select Spark Engine",
+    "Check Spark Artifacts",  # the pre-flight: the erase job's artifacts are in S3
+    "Spark Artifacts Found",
     "Which Spark Engine",
     "Run Erase Job On EMR Serverless",  # --mode erase
     "Erased Or Verified",

@@ -339,6 +339,8 @@ def test_objects_mode_indexes_exactly_the_given_objects(
         assert entered_states(result["history"]) == [
             "Normalise Input",
             "Is Input Valid",
+            "Check Spark Artifacts",  # the pre-flight: the index job's artifacts are in S3
+            "Spark Artifacts Found",
             "Select Spark Engine",
             "Which Spark Engine",
             "Index Objects On EMR Serverless",

@@ -13,10 +13,12 @@ from tests.sfn.conftest import (
     ITERATION_STATES,
     SAMPLES,
     Cloud,
+    artifacts_missing,
     check_ingests_a_batch_and_announces_each_version,
     entered_states,
     execution_input,
     register_reviews,
+    spark_tasks,
     start_cloud,
     wait_catalogued,
 )
@@ -105,6 +107,39 @@ def test_a_job_that_fails_is_retried_then_the_batch_is_failed_and_notified(
     assert message["event"] == "IngestionFailed"
     assert message["objects"] == [f"s3://{raw}/{key}"]
     assert message["error"] == "States.TaskFailed"
+
+
+def test_missing_spark_artifacts_fail_the_batch_before_spark_naming_each_one(
+    cloud: Cloud,
+) -> None:
+    raw = cloud.outputs["RawBucketName"]
+    notified = cloud.capture("artifacts-missing", topic=cloud.outputs["NotificationsTopicArn"])
+    key = "manual/artifacts/missing.csv"
+    version = cloud.upload(key, (SAMPLES / "reviews-2026-11-21.csv").read_bytes())
+    wait_catalogued(cloud, key, version)
+
+    # as on a stack deployed without its artifacts: the entry script and the EMR environment
+    with artifacts_missing(cloud, "ingest.py", "pyspark_env.tar.gz") as cause:
+        name = "artifacts-missing"
+        result = cloud.run(name, execution_input(cloud, name, [("reviews", key, version)]))
+
+    assert result["execution"]["status"] == "FAILED"
+    assert result["execution"]["error"] == "IngestionFailed"
+    assert entered_states(result["history"])[-6:] == [
+        "Select Spark Engine",
+        "Check Spark Artifacts",
+        "Spark Artifacts Found",
+        "Mark Batch Failed",
+        "Notify Batch Failed",
+        "Ingestion Failed",
+    ]
+    assert spark_tasks(result["history"]) == []  # no Spark run was started
+    item = cloud.catalog_item(raw, key, version)
+    assert (item["status"], item["ingest_error"]) == ("FAILED", f"SparkArtifactsMissing: {cause}")
+    (message,) = cloud.messages(notified, timeout=15)
+    assert message["event"] == "IngestionFailed"
+    assert (message["error"], message["cause"]) == ("SparkArtifactsMissing", cause)
+    assert message["objects"] == [f"s3://{raw}/{key}"]
 
 
 def test_versions_that_are_gone_are_not_ingested(cloud: Cloud) -> None:

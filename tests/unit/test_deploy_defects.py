@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from packaging.requirements import Requirement
 
+from lethe.artifact_sync import ENGINE_DEPENDENCIES
 from lethe.localcloud.template import REPO_ROOT, TEMPLATE_PATH, load_template
 from lethe_shared.erasure.approval_flow import SesMailer
 from tests.unit.template_rules import (
@@ -512,6 +513,125 @@ def ses_feedback_problems(template: Template) -> list[str]:
     return offenders
 
 
+# The Spark artifacts' pre-flight (statemachines/*.asl.json "Check Spark Artifacts"): a Spark run
+# is reached only through one listing of spark_jobs/ whose required list is
+# lethe.artifact_sync's, a missing artifact goes to the failure handling of the Spark tasks, and
+# the role may list exactly that prefix (Step Functions' AWS SDK integrations: "Learning to use
+# AWS service SDK integrations", arn:aws:states:::aws-sdk:s3:listObjectsV2; S3's ListBucket
+# with the s3:prefix condition key).
+PREFLIGHT = "Check Spark Artifacts"
+PREFLIGHT_CHOICE = "Spark Artifacts Found"
+SPARK_RESOURCES = (
+    "arn:aws:states:::glue:startJobRun",
+    "arn:aws:states:::emr-serverless:startJobRun",
+)
+
+
+def _definition(template: Template, lid: str) -> dict[str, Any] | None:
+    props = properties_of(template["Resources"][lid])
+    if isinstance(props.get("Definition"), dict):
+        return dict(props["Definition"])
+    uri = props.get("DefinitionUri")
+    return json.loads((REPO_ROOT / uri).read_text()) if isinstance(uri, str) else None
+
+
+def _spark_states(states: dict[str, Any]) -> set[str]:
+    """Top-level states that run Spark: a Spark task, or a Map whose iterations run one."""
+    found = set()
+    for name, state in states.items():
+        inner = (state.get("ItemProcessor") or state.get("Iterator") or {}).get("States", {})
+        if str(state.get("Resource", "")).startswith(SPARK_RESOURCES) or _spark_states(inner):
+            found.add(name)
+    return found
+
+
+def _next_states(state: dict[str, Any]) -> list[str]:
+    targets = [state.get("Next"), state.get("Default")]
+    targets += [c.get("Next") for c in state.get("Choices", []) + state.get("Catch", [])]
+    return [t for t in targets if isinstance(t, str)]
+
+
+def _reachable(states: dict[str, Any], start: str, avoid: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        name = todo.pop()
+        if name in seen or name == avoid or name not in states:
+            continue
+        seen.add(name)
+        todo.extend(_next_states(states[name]))
+    return seen
+
+
+def _grants_artifact_listing(template: Template, role: Any) -> bool:
+    att = role.get("Fn::GetAtt") if isinstance(role, dict) else None
+    lid = (att[0] if isinstance(att, list) else str(att).split(".")[0]) if att else None
+    if lid not in template["Resources"]:
+        return False
+    for policy in properties_of(template["Resources"][lid]).get("Policies", []):
+        for statement in _statements((policy or {}).get("PolicyDocument")):
+            if (
+                statement.get("Effect") == "Allow"
+                and _as_list(statement.get("Action")) == ["s3:ListBucket"]
+                and _as_list(statement.get("Resource"))
+                == [{"Fn::GetAtt": ["ArtifactsBucket", "Arn"]}]
+                and statement.get("Condition") == {"StringEquals": {"s3:prefix": "spark_jobs/"}}
+            ):
+                return True
+    return False
+
+
+def spark_preflight_problems(template: Template) -> list[str]:
+    offenders = []
+    for lid in sorted(resources_of(template, *STATE_MACHINE_TYPES)):
+        definition = _definition(template, lid)
+        states = (definition or {}).get("States", {})
+        spark = _spark_states(states)
+        if not spark:
+            continue
+        if PREFLIGHT not in states:
+            offenders.append(f"{lid} (no {PREFLIGHT!r} state)")
+            continue
+        unchecked = spark & _reachable(states, definition["StartAt"], avoid=PREFLIGHT)  # type: ignore[index]
+        if unchecked:
+            offenders.append(
+                f"{lid} ({', '.join(sorted(unchecked))} reachable without {PREFLIGHT})"
+            )
+        check = states[PREFLIGHT]
+        if check.get("Resource") != "arn:aws:states:::aws-sdk:s3:listObjectsV2" or check.get(
+            "Arguments"
+        ) != {"Bucket": "${ArtifactsBucket}", "Prefix": "spark_jobs/"}:
+            offenders.append(f"{lid} ({PREFLIGHT} is not one listing of spark_jobs/)")
+        expression = json.dumps(check.get("Assign", {}))
+        scripts = {
+            m.group(1)
+            for s in states.values()
+            for m in [re.search(r"/spark_jobs/(\w+\.py)", json.dumps(s.get("Arguments", {})))]
+            if m and str(s.get("Resource", "")).startswith(SPARK_RESOURCES)
+        }
+        named = set(re.findall(r"'([\w.]+\.(?:py|zip|txt|tar\.gz))'", expression))
+        for engine in ENGINE_DEPENDENCIES:
+            wanted = scripts | set(ENGINE_DEPENDENCIES[engine])
+            if not wanted <= named or f"'${{SparkEngine}}' = '{engine}'" not in expression:
+                offenders.append(
+                    f"{lid} ({PREFLIGHT} does not ask for {sorted(wanted - named)} on {engine})"
+                )
+        failure = {c["Next"] for s in spark & set(states) for c in states[s].get("Catch", [])}
+        choice = states.get(PREFLIGHT_CHOICE, {})
+        on_missing = [
+            c.get("Next") for c in choice.get("Choices", []) if "missing_artifacts" in str(c)
+        ]
+        on_error = [c.get("Next") for c in check.get("Catch", [])]
+        if not on_missing or not on_error or not set(on_missing + on_error) <= failure:
+            offenders.append(
+                f"{lid} (a missing artifact does not reach the failure handling {sorted(failure)})"
+            )
+        if not _grants_artifact_listing(
+            template, properties_of(template["Resources"][lid]).get("Role")
+        ):
+            offenders.append(f"{lid} (its role may not list s3://<ArtifactsBucket>/spark_jobs/)")
+    return offenders
+
+
 CHECKS: dict[str, Callable[[Template], list[str]]] = {
     "sender_identity_problems": sender_identity_problems,
     "trust_policy_problems": trust_policy_problems,
@@ -522,6 +642,7 @@ CHECKS: dict[str, Callable[[Template], list[str]]] = {
     "cost_guard_problems": cost_guard_problems,
     "glue_logs_kept_forever": glue_logs_kept_forever,
     "ses_feedback_problems": ses_feedback_problems,
+    "spark_preflight_problems": spark_preflight_problems,
 }
 
 
@@ -604,6 +725,15 @@ def _break_ses(t: Template) -> str:
     return "ApprovalRequestFunction"
 
 
+def _break_preflight(t: Template) -> str:
+    props = _props(t, "IngestionStateMachine")
+    definition = json.loads((REPO_ROOT / props.pop("DefinitionUri")).read_text())
+    definition["States"]["Select Spark Engine"]["Next"] = "Which Spark Engine"
+    del definition["States"][PREFLIGHT], definition["States"][PREFLIGHT_CHOICE]
+    props["Definition"] = definition
+    return "IngestionStateMachine"
+
+
 BREAKERS: dict[str, Callable[[Template], str]] = {
     "sender_identity_problems": _break_identity,
     "trust_policy_problems": _break_trust,
@@ -614,6 +744,7 @@ BREAKERS: dict[str, Callable[[Template], str]] = {
     "cost_guard_problems": _break_cost,
     "glue_logs_kept_forever": _break_glue_logs,
     "ses_feedback_problems": _break_ses,
+    "spark_preflight_problems": _break_preflight,
 }
 
 
@@ -656,6 +787,36 @@ def test_an_alarm_over_ten_metrics_is_named(template: Template) -> None:
         metrics.insert(0, {**copy.deepcopy(extra), "Id": f"extra{n}"})
     offenders = missing_error_alarms(broken)
     assert any("LambdaThrottlesAlarm (reads" in o for o in offenders), offenders
+
+
+def test_a_spark_run_that_bypasses_the_preflight_is_named(template: Template) -> None:
+    broken = copy.deepcopy(template)
+    props = _props(broken, "ErasureStateMachine")
+    definition = json.loads((REPO_ROOT / props.pop("DefinitionUri")).read_text())
+    definition["States"]["Select Spark Engine"]["Next"] = "Which Spark Engine"  # skips the check
+    props["Definition"] = definition
+    offenders = spark_preflight_problems(broken)
+    assert any("ErasureStateMachine (Run Erase Job On" in o for o in offenders), offenders
+
+
+def test_a_preflight_that_forgets_the_emr_environment_is_named(template: Template) -> None:
+    broken = copy.deepcopy(template)
+    props = _props(broken, "IndexReconcileStateMachine")
+    text = (REPO_ROOT / props.pop("DefinitionUri")).read_text()
+    props["Definition"] = json.loads(text.replace("'pyspark_env.tar.gz'", "'x'"))
+    offenders = spark_preflight_problems(broken)
+    assert any("['pyspark_env.tar.gz'] on EMR_SERVERLESS" in o for o in offenders), offenders
+
+
+def test_a_role_without_the_artifact_listing_is_named(template: Template) -> None:
+    broken = copy.deepcopy(template)
+    for policy in _props(broken, "IndexBackfillStateMachineRole")["Policies"]:
+        document = (policy or {}).get("PolicyDocument", {})
+        document["Statement"] = [
+            s for s in _statements(document) if s.get("Sid") != "CheckSparkArtifacts"
+        ]
+    offenders = spark_preflight_problems(broken)
+    assert any("IndexBackfillStateMachine (its role" in o for o in offenders), offenders
 
 
 # ------------------------------------------------------------------ the shared layer's pins

@@ -44,6 +44,7 @@ GROUPS: Final[tuple[str, ...]] = (
     "dlq",
     "trace",
     "artifacts",
+    "deploy",
     "demo",
 )
 

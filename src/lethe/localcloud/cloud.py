@@ -427,7 +427,10 @@ class LocalCloud:
         if not bucket:
             logger.warning("no ArtifactsBucketName output: Spark artifacts not uploaded")
             return
-        uris = upload_spark_artifacts(deployment.endpoints.client("s3"), bucket, self.repo_root)
+        # the archive's stand-in: the pre-flight asks for it as on AWS (lethe.artifacts)
+        uris = upload_spark_artifacts(
+            deployment.endpoints.client("s3"), bucket, self.repo_root, python_env_stand_in=True
+        )
         logger.info("Spark artifacts: %s", ", ".join(uris))
 
     def _start_api(self, deployment: Deployment, runtime: Any) -> None:
