@@ -20,6 +20,7 @@ Split by format, as each handler has its own rules:
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from lethe_jobs.erase_rows.match import match_rows
@@ -59,13 +60,21 @@ def erase_rows(
     """Write to `target` the object at `source` without the rows `matcher` selects, when some
     are removed and some remain (see the module docstring for what the rewrite keeps).
     Raises UnreadableObjectError when the object cannot be read."""
-    if source.resolve() == target.resolve():
+    if _same_file(source, target):
         raise ValueError("the target must be another file than the source")
     if kind is ObjectKind.NO_ROWS:
         return EraseResult(0, (), written=False)
     if kind is ObjectKind.LAKE_PARQUET or matcher.dataset.format is DataFormat.PARQUET:
         return erase_parquet(kind, source, target, object_key, matcher, workdir=workdir)
     return erase_text(kind, source, target, object_key, matcher, workdir=workdir)
+
+
+def _same_file(source: Path, target: Path) -> bool:
+    """Whether `target` names the file `source` names (a link to it included); compared as
+    paths when either is missing."""
+    if os.path.exists(source) and os.path.exists(target):
+        return os.path.samefile(source, target)
+    return source.resolve() == target.resolve() if not os.path.exists(source) else False
 
 
 def verify_erased(

@@ -83,26 +83,37 @@ def group_match(group: Any, ref: ObjectRef, matcher: SubjectMatcher) -> GroupMat
 
 
 def _distinct_match(values: Any, codes: Any, ref: ObjectRef, matcher: SubjectMatcher) -> GroupMatch:
-    """`group_match` through the distinct values of the subject column (`_distinct_subjects`)."""
+    """`group_match` through the distinct values of the subject column (`_distinct_subjects`):
+    `values`, a table of them, and `codes`, each row's index into it (null: nobody's)."""
     dataset, key = matcher.dataset, matcher.key
     if not values.num_rows:
         return NO_MATCH
     constants = {} if ref.zone is Zone.RAW else ref.constants
     subjects = table_subjects(_subject_table(values, ref, dataset), dataset, constants, key)
     texts = subjects.texts.to_pylist()  # the canonical text of each subject, UTF-8 (None: nobody)
-    digests = iter(_hmac(key)([t for t in texts if t is not None]))
+    if subjects.texts.null_count:
+        hashed = iter(_hmac(key)([t for t in texts if t is not None]))
+        digests = [None if t is None else next(hashed) for t in texts]
+    else:
+        digests = _hmac(key)(texts)
     wanted = _wanted(matcher.hashes)
-    hashes: list[str | None] = []
-    for text in texts:
-        digest = None if text is None else next(digests)
-        hashes.append(digest.hex() if digest is not None and digest in wanted else None)
-    if not any(hashes):
+    erased = {i: d.hex() for i, d in enumerate(digests) if d in wanted}  # text -> its hash
+    if not erased:
         return NO_MATCH
-    found = pa.array(hashes, pa.string())  # of each text; null: not erased (or nobody's)
-    if subjects.codes is not None:  # each distinct value's text
-        found = pc.take(found, subjects.codes)
-    mask = pc.fill_null(pc.take(pc.is_valid(found), codes), False)
-    return GroupMatch(mask, _counts(pc.take(found, codes.filter(mask))))
+    chosen = pa.array(list(erased), pa.int32())  # the erased texts
+    if subjects.codes is not None:  # the values whose text is erased
+        chosen = pc.indices_nonzero(
+            pc.fill_null(pc.is_in(subjects.codes, value_set=chosen), False)
+        ).cast(pa.int32())
+    mask = pc.fill_null(pc.is_in(codes, value_set=chosen.cast(codes.type)), False)
+    counted = pc.value_counts(codes.filter(mask))  # rows per matched value
+    matched = counted.field("values")
+    if subjects.codes is not None:
+        matched = pc.take(subjects.codes, matched)
+    counts: Counter[str] = Counter()
+    for text, rows in zip(matched.to_pylist(), counted.field("counts").to_pylist(), strict=True):
+        counts[erased[text]] += rows
+    return GroupMatch(mask, counts)
 
 
 def _subject_table(values: Any, ref: ObjectRef, dataset: Dataset) -> Any:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from functools import lru_cache
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -305,13 +306,20 @@ def scan_parquet(path: Path, object_key: str, matcher: SubjectMatcher, *, raw: b
     ref = ObjectRef(object_key, Zone.RAW if raw else Zone.LAKE, "parquet", constants=constants)
     try:
         if raw:  # the reader refuses a file with a column Spark cannot hold: no rows indexed
-            to_spark_compatible(parquet.schema_arrow.empty_table())
+            _spark_holds(parquet.schema_arrow)
         rows = int(parquet.metadata.num_rows)
         fields, gaps = parquet_fields(parquet.schema_arrow, dataset, rows, constants)
     except PARQUET_ERRORS as exc:
         raise UnreadableObjectError(f"not a readable Parquet file: {exc}") from exc
     declared = {column: head for head, column in fields.items()}
     return ParquetScan(parquet, ref, declared, rows, gaps)
+
+
+@lru_cache(maxsize=64)
+def _spark_holds(schema: Any) -> None:
+    """Raises pyarrow's error when a column of `schema` cannot be cast to what Spark holds
+    (`to_spark_compatible`); checked once per schema in a process (the types decide)."""
+    to_spark_compatible(schema.empty_table())
 
 
 def parquet_matches(

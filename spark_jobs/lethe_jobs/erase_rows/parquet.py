@@ -56,6 +56,7 @@ from lethe_jobs.erase_rows.model import (
 from lethe_jobs.errors import UnreadableObjectError
 from lethe_jobs.objects import ObjectKind
 from lethe_jobs.readers.payload import is_gzip
+from lethe_shared.datasets.document import Compression
 
 
 def erase_parquet(
@@ -72,7 +73,8 @@ def erase_parquet(
     wrapped = raw and is_gzip(source)
     with tempfile.TemporaryDirectory(dir=workdir) if wrapped else nullcontext(None) as scratch:
         local, header = (source, None)
-        if raw:
+        if wrapped or (raw and matcher.dataset.compression is Compression.GZIP):
+            # unwrapped, or refused: declared gzip, it is not
             local, header = unwrapped_parquet(source, matcher.dataset, Path(scratch or workdir))
         out = target if header is None else Path(scratch or workdir) / "erased.parquet"
         result = _erase_in_one_read(local, out, object_key, matcher, raw=raw)
