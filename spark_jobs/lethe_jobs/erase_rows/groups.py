@@ -102,10 +102,8 @@ def _distinct_match(values: Any, codes: Any, ref: ObjectRef, matcher: SubjectMat
         return NO_MATCH
     chosen = pa.array(list(erased), pa.int32())  # the erased texts
     if subjects.codes is not None:  # the values whose text is erased
-        chosen = pc.indices_nonzero(
-            pc.fill_null(pc.is_in(subjects.codes, value_set=chosen), False)
-        ).cast(pa.int32())
-    mask = pc.fill_null(pc.is_in(codes, value_set=chosen.cast(codes.type)), False)
+        chosen = pc.indices_nonzero(pc.is_in(subjects.codes, value_set=chosen)).cast(pa.int32())
+    mask = pc.is_in(codes, value_set=chosen.cast(codes.type))  # false for a null: no null
     counted = pc.value_counts(codes.filter(mask))  # rows per matched value
     matched = counted.field("values")
     if subjects.codes is not None:

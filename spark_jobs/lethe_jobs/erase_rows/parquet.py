@@ -159,6 +159,7 @@ class _Rewrite:
     def __init__(self, parquet: Any, out: Path, plan: _ParquetPlan) -> None:
         self.parquet, self.out, self.plan = parquet, out, plan
         self.writer: Any = None
+        self.written: list[Any] = []  # the footer of the file written, once closed
 
     def add(self, index: int, group: Any, drop: Any) -> None:
         """Row group `index`, without the rows `drop` selects (None: none)."""
@@ -166,9 +167,14 @@ class _Rewrite:
             if drop is None:
                 return  # copied when a later row group has a match, or never
             schema = self.parquet.schema_arrow.remove_metadata()
-            # store_schema=False: the key-value metadata, ARROW:schema included, is the source's
+            # store_schema=False: the key-value metadata, ARROW:schema included, is the source's;
+            # the footer written is collected as the writer closes
             self.writer = pq.ParquetWriter(
-                str(self.out), schema, store_schema=False, **self.plan.options
+                str(self.out),
+                schema,
+                store_schema=False,
+                metadata_collector=self.written,
+                **self.plan.options,
             )
             for earlier in range(index):
                 self._write(self.parquet.read_row_group(earlier))
@@ -183,7 +189,7 @@ class _Rewrite:
             self.writer.add_key_value_metadata(self.parquet.metadata.metadata)
         self.writer.close()
         self.writer = None
-        return tuple(_deviations(self.parquet.metadata, pq.ParquetFile(self.out).metadata))
+        return tuple(_deviations(self.parquet.metadata, self.written[-1]))
 
     def abandon(self) -> None:
         """No file: the writer closed and what it wrote removed."""
