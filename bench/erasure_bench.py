@@ -506,26 +506,29 @@ def efficiency(
 
 PROFILED = {
     "erase_rows": "erase_rows",
-    "_parquet_matches": "match: subject column read, hashed, matched",
-    "_plan": "plan: writer options probed (empty files under each candidate)",
-    "read_row_group": "read row groups (match and rewrite)",
-    "write_table": "write the kept rows",
-    "_deviations": "check what the rewrite kept (footers compared)",
+    "scan_parquet": "open: footer read, subject columns found",
+    "_plan": "plan: the writer options that keep the file's layout",
+    "read_row_group": "read each row group whole, once",
+    "group_match": "match: distinct subject values hashed, rows selected",
+    "digests": "(of which HMAC-SHA256 of the distinct values)",
+    "add": "filter and write the kept rows (writer opened)",
+    "finish": "close the file, check what the rewrite kept",
 }
 
 
 def profile(run: Callable[[], int]) -> dict[str, float]:
-    """Where `erase_rows` spends its time: cumulative seconds of its parts, from one profiled
-    run (the profiler's overhead inflates the whole; read the shares)."""
+    """Where `erase_rows` spends its time: cumulative seconds of its parts, from three profiled
+    rounds (the profiler's overhead inflates the whole; read the shares)."""
     profiler = cProfile.Profile()
     profiler.enable()
-    run()
+    for _ in range(3):  # a few rounds: shares steadier than one round's on a loaded machine
+        run()
     profiler.disable()
     stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
     found: dict[str, float] = {}
     for (filename, _, name), (_, _, _, cumulative, _) in stats.items():
-        if name in PROFILED and (
-            "erase_rows" in filename or "pyarrow" in filename or "<" in filename
+        if name in PROFILED and any(
+            part in filename for part in ("erase_rows", "pyarrow", "subject_hashing", "<")
         ):
             found[name] = max(found.get(name, 0.0), cumulative)
     total = found.get("erase_rows", 0.0) or 1.0
@@ -1170,8 +1173,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds after one warm-up")
     parser.add_argument("--anchor-mib", type=int, default=32, help="size of the large object")
     parser.add_argument("--lake", type=Path, help="keep the generated lakes here and reuse them")
-    parser.add_argument(
-        "--out-json", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--out-json", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--plots", type=Path, default=PLOTS, help="directory of the PNG plots")
     parser.add_argument(
         "--update-docs",

@@ -30,10 +30,10 @@ hash, which the job compares with the index's own count (lethe_jobs.erase_core).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from functools import lru_cache
 import tempfile
 from collections import Counter
+from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 

@@ -1,5 +1,12 @@
 """The rewrite of Parquet objects (lake files, raw Parquet) without the erased rows.
 
+- Each row group is read once, whole: its subject columns are matched on it
+  (`groups.group_match`, the same rows `match.parquet_matches` finds) and it is written
+  without the matching rows. The file is written from the first row group with a match on
+  (the row groups before it are read again to be copied), so an object with no match is
+  never written; when no row remains, what was written is removed. A file whose row groups
+  cannot be read whole, or whose INT96 timestamps must be read at microseconds, is matched
+  on its subject columns first and rewritten after (two reads), as before.
 - Parquet is rewritten one row group at a time (memory bounded by a row group): each row group
   filtered and written as one row group, an emptied one dropped; per column the same codec,
   dictionary encoding, non-dictionary encoding (DELTA_*, BYTE_STREAM_SPLIT), statistics, page
@@ -98,11 +105,6 @@ class _ParquetPlan:
     options: Mapping[str, Any]
 
 
-class _SecondReadNeeded(Exception):
-    """A row group cannot be read whole: match on the subject columns alone, then rewrite (the
-    rewrite then fails as it always has, and an object with no match is not rewritten)."""
-
-
 def _erase_in_one_read(
     source: Path, out: Path, object_key: str, matcher: SubjectMatcher, *, raw: bool
 ) -> EraseResult | None:
@@ -112,7 +114,9 @@ def _erase_in_one_read(
     an object with no match is never written. The same rows, counts and output bytes as
     matching (`parquet_matches`) and then rewriting (`_rewrite_parquet`); None when the file
     needs those two reads: INT96 timestamps read at microseconds (the match reads them at
-    nanoseconds), or a row group that cannot be read whole."""
+    nanoseconds), or a row group that cannot be read whole. Row groups are decoded in the
+    calling thread: the erase job runs a Spark task per core, where decoding threads only add
+    CPU time."""
     scan = scan_parquet(source, object_key, matcher, raw=raw)
     if scan.gaps:
         return EraseResult.of(RowMatches(scan.rows, (), gaps=scan.gaps), written=False)
@@ -130,7 +134,7 @@ def _erase_in_one_read(
     try:
         for index in range(parquet.num_row_groups):
             try:
-                group = parquet.read_row_group(index)
+                group = parquet.read_row_group(index, use_threads=False)
             except PARQUET_ERRORS:
                 rewrite.abandon()
                 return None
@@ -177,7 +181,7 @@ class _Rewrite:
                 **self.plan.options,
             )
             for earlier in range(index):
-                self._write(self.parquet.read_row_group(earlier))
+                self._write(self.parquet.read_row_group(earlier, use_threads=False))
         self._write(group if drop is None else group.filter(pc.invert(drop)))
 
     def _write(self, kept: Any) -> None:
