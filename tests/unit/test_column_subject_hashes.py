@@ -5,6 +5,7 @@ row-by-row path (`raw_subject_rows` then `subject_hashes_of_rows`) it replaced."
 from __future__ import annotations
 
 import random
+from collections import Counter
 from typing import Any
 
 import pyarrow as pa
@@ -122,3 +123,5 @@ def test_erase_matches_distinct_values_as_rows(
     expected = [7 + i for i, h in enumerate(every_row) if h in chosen]
     assert erase_groups._distinct_subjects(group, ds) is not None
     assert erase_match._group_matches(group, 7, ref, matcher) == expected
+    counted = Counter(h for h in every_row if h in chosen)
+    assert erase_groups.group_match(group, ref, matcher).counts == counted

@@ -10,7 +10,9 @@ Split by format, as each handler has its own rules:
   `UnreadableObjectError`;
 - `text`: CSV, JSON Lines and quarantine files rewritten line by line, byte for byte identical
   apart from the erased records' lines;
-- `parquet`: Parquet rewritten one row group at a time, keeping the file's layout;
+- `parquet`: Parquet rewritten one row group at a time, keeping the file's layout, each row
+  group read once and matched as it is rewritten;
+- `groups`: which rows of a Parquet row group match (each distinct subject value hashed once);
 - `gzip_members`: gzip written back as it was (first member header verbatim, same level);
 - `gaps`: what of an object could not be searched (records that could not be parsed, a subject
   column missing or ambiguous), returned with the matches and the result (`Gap`), never
