@@ -73,7 +73,6 @@ sys.path.insert(0, str(REPO / "spark_jobs"))  # lethe_jobs is not an installed p
 from index_bench import machine_facts  # noqa: E402
 
 from lethe_jobs.erase_rows import SubjectMatcher, erase_rows  # noqa: E402
-from lethe_jobs.erase_rows.groups import forget_jobs  # noqa: E402
 from lethe_jobs.objects import ObjectKind  # noqa: E402
 from lethe_shared.catalog.object_catalog import Zone  # noqa: E402
 from lethe_shared.datasets.document import Dataset, parse_dataset  # noqa: E402
@@ -322,7 +321,6 @@ def rewrite(setup: Setup, number: int, matcher: SubjectMatcher, out: Path) -> tu
 
 
 def erase_lethe(setup: Setup, ids: Sequence[str], out: Path) -> Erased:
-    forget_jobs()  # one erasure job: it starts knowing no subject text
     hashes = [hash_of(i) for i in ids]
     matcher = SubjectMatcher(setup.dataset, frozenset(hashes), KEY)
     numbers = sorted({n for h in hashes for n in setup.index.get(h, {})})
@@ -335,7 +333,6 @@ def erase_lethe(setup: Setup, ids: Sequence[str], out: Path) -> Erased:
 
 
 def erase_scan(setup: Setup, ids: Sequence[str], out: Path) -> Erased:
-    forget_jobs()
     column = setup.dataset.subject_columns[0]
     wanted = pa.array(sorted(ids), pa.string())
     matching, scanned, least = [], 0, 0
@@ -456,12 +453,6 @@ def job_rewrite(obj: Obj, matcher: SubjectMatcher, out: Path, work: Path) -> int
     return erase_rows(obj.kind, obj.path, out, obj.key, matcher, workdir=work).rows_removed
 
 
-def fresh_job_rewrite(obj: Obj, matcher: SubjectMatcher, out: Path, work: Path) -> int:
-    """`job_rewrite` as the first object of an erasure job (no subject text known yet)."""
-    forget_jobs()
-    return job_rewrite(obj, matcher, out, work)
-
-
 def efficiency(
     objects: Sequence[Obj], dataset: Dataset, ids: Sequence[str], repeats: int, scratch: Path
 ) -> dict[str, Any]:
@@ -470,8 +461,7 @@ def efficiency(
     matcher = SubjectMatcher(dataset, frozenset(hash_of(i) for i in ids), KEY)
     out = scratch / "efficiency.parquet"
 
-    def job() -> int:  # one erasure job's rewrites: it starts knowing no subject text
-        forget_jobs()
+    def job() -> int:
         return sum(job_rewrite(o, matcher, out, scratch) for o in objects)
 
     def bare() -> int:
@@ -576,7 +566,7 @@ def anchor(dataset: Dataset, mib: int, seed: int, repeats: int, scratch: Path) -
     out = scratch / "anchor-out.parquet"
     runs = {
         **{
-            f"erase_rows_{z}": (lambda o=o: fresh_job_rewrite(o, matcher, out, scratch))
+            f"erase_rows_{z}": (lambda o=o: job_rewrite(o, matcher, out, scratch))
             for z, o in objs.items()
         },
         **{

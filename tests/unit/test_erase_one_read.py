@@ -23,7 +23,6 @@ from lethe_jobs.erase_rows import (
     erase_rows,
     match_rows,
 )
-from lethe_jobs.erase_rows import groups as erase_groups
 from lethe_jobs.erase_rows import parquet as erase_parquet
 from lethe_jobs.erase_rows.match import parquet_matches
 from lethe_jobs.errors import UnreadableObjectError
@@ -303,31 +302,3 @@ def test_a_column_that_cannot_be_read_behaves_as_with_two_reads(
         erase_rows(LAKE, source, target, "ds/obj.parquet", matcher, workdir=tmp_path)
     assert not isinstance(raised.value, UnreadableObjectError)  # as the rewrite always failed
     assert not target.exists()
-
-
-@pytest.mark.parametrize("seed", range(4))
-def test_a_jobs_known_texts_give_the_verdicts_of_hashing_each_time(
-    seed: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Texts a job has hashed are remembered (a bounded number, then forgotten all at once):
-    every verdict is the one hashing the text again gives."""
-    rng = random.Random(seed)
-    monkeypatch.setattr(erase_groups, "KNOWN_TEXTS", rng.choice([3, 10, 1000]))
-    erase_groups.forget_jobs()
-    pool = [f"subject-{i}".encode() for i in range(40)]
-    erased = {subject_hash(KEY, ["user_id"], [t.decode()]) for t in rng.sample(pool, 6)}
-    job = erase_groups._job(KEY, frozenset(erased))
-    for _ in range(30):
-        texts: list[bytes | None] = [
-            None if rng.random() < 0.1 else rng.choice(pool) for _ in range(rng.randint(0, 25))
-        ]
-        expected = [
-            None if t is None or (h := subject_hash(KEY, ["user_id"], [t.decode()])) not in erased
-            else h
-            for t in texts
-        ]  # fmt: skip
-        assert job.erased(texts) == expected
-        assert len(job.known) <= erase_groups.KNOWN_TEXTS
-    assert erase_groups._job(KEY, frozenset(erased)) is job  # one job's state, reused
-    erase_groups.forget_jobs()
-    assert erase_groups._job(KEY, frozenset(erased)) is not job

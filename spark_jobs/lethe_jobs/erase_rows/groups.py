@@ -91,8 +91,13 @@ def _distinct_match(values: Any, codes: Any, ref: ObjectRef, matcher: SubjectMat
     constants = {} if ref.zone is Zone.RAW else ref.constants
     subjects = table_subjects(_subject_table(values, ref, dataset), dataset, constants, key)
     texts = subjects.texts.to_pylist()  # the canonical text of each subject, UTF-8 (None: nobody)
-    found = _job(key, matcher.hashes).erased(texts)
-    erased = {i: h for i, h in enumerate(found) if h is not None}  # text -> its subject hash
+    if subjects.texts.null_count:
+        hashed = iter(_hmac(key)([t for t in texts if t is not None]))
+        digests = [None if t is None else next(hashed) for t in texts]
+    else:
+        digests = _hmac(key)(texts)
+    wanted = _wanted(matcher.hashes)
+    erased = {i: d.hex() for i, d in enumerate(digests) if d in wanted}  # text -> its hash
     if not erased:
         return NO_MATCH
     chosen = pa.array(list(erased), pa.int32())  # the erased texts
@@ -124,54 +129,16 @@ def _located(table: Any) -> Any:
     return pa.table([positions, *table.columns], names=[POSITION, *table.column_names])
 
 
-KNOWN_TEXTS = 1 << 16  # texts a job remembers the verdict of (then it forgets them all)
+@lru_cache(maxsize=8)
+def _hmac(key: bytes) -> Any:
+    """The index's HMAC under `key`, its pads hashed once per process and key."""
+    return hmac_sha256(key)
 
 
-class _Job:
-    """What matching keeps from one object to the next while the key and the erased hashes
-    stay the same (one erasure job's objects): the index's HMAC under the key, its pads hashed
-    once; the erased hashes as digests; and, for up to KNOWN_TEXTS subject texts, whether
-    their hash is an erased one (objects of one job share subjects: consecutive uploads, a raw
-    object and its lake files), so that a text is HMAC'd once per job, not once per object.
-    Held in memory only, never written or logged."""
-
-    def __init__(self, key: bytes, hashes: frozenset[str]) -> None:
-        self.digests = hmac_sha256(key)
-        self.wanted = frozenset(bytes.fromhex(h) for h in hashes)  # checked: 64 hex digits
-        self.known: dict[bytes, str | None] = {}
-
-    def erased(self, texts: list[bytes | None]) -> list[str | None]:
-        """The subject hash of each text whose hash is erased, else None (None: nobody's)."""
-        known, wanted, missing = self.known, self.wanted, _MISSING
-        found = [None if t is None else known.get(t, missing) for t in texts]
-        new: list[bytes] = list(
-            dict.fromkeys(
-                t for t, f in zip(texts, found, strict=True) if f is missing and t is not None
-            )
-        )
-        fresh = {
-            t: d.hex() if d in wanted else None for t, d in zip(new, self.digests(new), strict=True)
-        }
-        if len(known) + len(fresh) > KNOWN_TEXTS:
-            known.clear()
-        if len(fresh) <= KNOWN_TEXTS:
-            known.update(fresh)
-        pairs = zip(texts, found, strict=True)
-        return [fresh[t] if f is missing and t is not None else f for t, f in pairs]
-
-
-_MISSING: Any = object()
-
-
-@lru_cache(maxsize=2)
-def _job(key: bytes, hashes: frozenset[str]) -> _Job:
-    """The matching state of the job erasing `hashes` under `key` (one per process)."""
-    return _Job(key, hashes)
-
-
-def forget_jobs() -> None:
-    """Forget every job's state (a new job starts from nothing: benchmarks, tests)."""
-    _job.cache_clear()
+@lru_cache(maxsize=64)
+def _wanted(hashes: frozenset[str]) -> frozenset[bytes]:
+    """The erased subject hashes as digests (SubjectMatcher checks they are 64 hex digits)."""
+    return frozenset(bytes.fromhex(h) for h in hashes)
 
 
 def _counts(hashes: Any) -> Counter[str]:
