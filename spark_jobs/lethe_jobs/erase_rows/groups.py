@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -57,7 +58,8 @@ class GroupMatch:
         """The matching rows' coordinates, ascending, for a row group starting at `offset`."""
         if self.mask is None:
             return []
-        return [offset + row for row in pc.indices_nonzero(self.mask).to_pylist()]
+        rows = pc.indices_nonzero(self.mask)
+        return (pc.add(rows, offset) if offset else rows).to_pylist()  # type: ignore[no-any-return]
 
 
 NO_MATCH = GroupMatch(None, Counter())
@@ -125,7 +127,7 @@ def _subject_table(values: Any, ref: ObjectRef, dataset: Dataset) -> Any:
 
 
 def _located(table: Any) -> Any:
-    positions = pa.array(range(int(table.num_rows)), pa.int64())
+    positions = pa.array(np.arange(int(table.num_rows), dtype=np.int64))
     return pa.table([positions, *table.columns], names=[POSITION, *table.column_names])
 
 
