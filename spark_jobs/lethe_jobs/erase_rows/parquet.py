@@ -114,9 +114,7 @@ def _erase_in_one_read(
     an object with no match is never written. The same rows, counts and output bytes as
     matching (`parquet_matches`) and then rewriting (`_rewrite_parquet`); None when the file
     needs those two reads: INT96 timestamps read at microseconds (the match reads them at
-    nanoseconds), or a row group that cannot be read whole. Row groups are decoded in the
-    calling thread: the erase job runs a Spark task per core, where decoding threads only add
-    CPU time."""
+    nanoseconds), or a row group that cannot be read whole."""
     scan = scan_parquet(source, object_key, matcher, raw=raw)
     if scan.gaps:
         return EraseResult.of(RowMatches(scan.rows, (), gaps=scan.gaps), written=False)
@@ -134,7 +132,7 @@ def _erase_in_one_read(
     try:
         for index in range(parquet.num_row_groups):
             try:
-                group = parquet.read_row_group(index, use_threads=False)
+                group = parquet.read_row_group(index)
             except PARQUET_ERRORS:
                 rewrite.abandon()
                 return None
@@ -181,7 +179,7 @@ class _Rewrite:
                 **self.plan.options,
             )
             for earlier in range(index):
-                self._write(self.parquet.read_row_group(earlier, use_threads=False))
+                self._write(self.parquet.read_row_group(earlier))
         self._write(group if drop is None else group.filter(pc.invert(drop)))
 
     def _write(self, kept: Any) -> None:
