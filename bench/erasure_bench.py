@@ -92,6 +92,7 @@ MIB = 1024 * 1024
 DOCS = REPO / "docs"
 PLOTS = DOCS / "benchmarks"
 OUT_NAME = "erasure_latest.json"
+DEFAULT_OUT = BENCH_DIR / "results" / OUT_NAME
 INDEX_GROUP = 64  # objects per entry_batches call, as a Spark task of the index job holds
 # Find and Forget's published cost overview (docs/COST_OVERVIEW.md of awslabs/amazon-s3-find-
 # and-forget): 10 TB, 11,000 objects modified, 100 tasks x 150 min; 50 TB, 45,300 objects,
@@ -505,26 +506,29 @@ def efficiency(
 
 PROFILED = {
     "erase_rows": "erase_rows",
-    "_parquet_matches": "match: subject column read, hashed, matched",
-    "_plan": "plan: writer options probed (empty files under each candidate)",
-    "read_row_group": "read row groups (match and rewrite)",
-    "write_table": "write the kept rows",
-    "_deviations": "check what the rewrite kept (footers compared)",
+    "scan_parquet": "open: footer read, subject columns found",
+    "_plan": "plan: the writer options that keep the file's layout",
+    "read_row_group": "read each row group whole, once",
+    "group_match": "match: distinct subject values hashed, rows selected",
+    "digests": "(of which HMAC-SHA256 of the distinct values)",
+    "add": "filter and write the kept rows (writer opened)",
+    "finish": "close the file, check what the rewrite kept",
 }
 
 
 def profile(run: Callable[[], int]) -> dict[str, float]:
-    """Where `erase_rows` spends its time: cumulative seconds of its parts, from one profiled
-    run (the profiler's overhead inflates the whole; read the shares)."""
+    """Where `erase_rows` spends its time: cumulative seconds of its parts, from three profiled
+    rounds (the profiler's overhead inflates the whole; read the shares)."""
     profiler = cProfile.Profile()
     profiler.enable()
-    run()
+    for _ in range(3):  # a few rounds: shares steadier than one round's on a loaded machine
+        run()
     profiler.disable()
     stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
     found: dict[str, float] = {}
     for (filename, _, name), (_, _, _, cumulative, _) in stats.items():
-        if name in PROFILED and (
-            "erase_rows" in filename or "pyarrow" in filename or "<" in filename
+        if name in PROFILED and any(
+            part in filename for part in ("erase_rows", "pyarrow", "subject_hashing", "<")
         ):
             found[name] = max(found.get(name, 0.0), cumulative)
     total = found.get("erase_rows", 0.0) or 1.0
@@ -610,6 +614,58 @@ def anchor(dataset: Dataset, mib: int, seed: int, repeats: int, scratch: Path) -
 # ------------------------------------------------------------------------------ the run
 
 
+def rewrite_efficiency(
+    setup: Setup, ids: Sequence[str], repeats: int, scratch: Path
+) -> dict[str, Any]:
+    """Part 2 on the objects the erasure of `ids` rewrites, by zone."""
+    hashes = [hash_of(i) for i in ids]
+    touched = sorted({n for h in hashes for n in setup.index.get(h, {})})
+    eff = {}
+    for zone in (Zone.RAW, Zone.LAKE):
+        chosen = [setup.objects[n] for n in touched if setup.objects[n].zone is zone]
+        eff[zone.value] = efficiency(chosen, setup.dataset, ids, repeats, scratch)
+        eff[zone.value]["rounds"] = repeats
+        e = eff[zone.value]
+        print(
+            f"efficiency, {zone.value}: {e['ratio_cpu']['median']:.2f}x of bare pyarrow (CPU; "
+            f"min {e['ratio_cpu']['min']:.2f}, max {e['ratio_cpu']['max']:.2f}; "
+            f"{e['erase_rows']['cpu_ms_per_object']:.2f} ms against "
+            f"{e['bare_pyarrow']['cpu_ms_per_object']:.2f} ms per object)",
+            flush=True,
+        )
+    return eff
+
+
+EFFICIENCY_ROUNDS = 9  # at least: a round takes about half a second
+
+
+def efficiency_rounds(args: argparse.Namespace) -> int:
+    """Part 2's timed rounds: a round is short, so more of them than --repeats, for a median
+    that moves less with other processes' load (per-round ratios, the order alternating)."""
+    return max(int(args.repeats), EFFICIENCY_ROUNDS)
+
+
+def run_efficiency(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
+    """`--efficiency-only`: part 2 alone, on the default lake, K = --scale-k."""
+    load_start = round(os.getloadavg()[0], 2)
+    started = time.perf_counter()
+    lakes_dir = args.lake or scratch / "lakes"
+    default = make_lake(Path(lakes_dir) / "default", lake_args(args.objects, args))
+    ids = draw_subjects(default, args.scale_k, args.seed)
+    eff = rewrite_efficiency(default, ids, efficiency_rounds(args), scratch)
+    facts = machine_facts() | {"load_average_1m_at_start": load_start}
+    return {
+        "benchmark": "erasure-efficiency",
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": "python bench/erasure_bench.py " + " ".join(sys.argv[1:]),
+        "machine": facts,
+        "runtime_s": time.perf_counter() - started,
+        "k": len(ids),
+        "repeats": args.repeats,
+        "efficiency": eff,
+    }
+
+
 def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     load_start = round(os.getloadavg()[0], 2)
     started = time.perf_counter()
@@ -638,19 +694,7 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         print(f"uniform lake: {_md_k_row(uniform)}", flush=True)
         del flat
         gc.collect()
-    hashes = [hash_of(i) for i in ids[: k10["k"]]]
-    touched = sorted({n for h in hashes for n in default.index.get(h, {})})
-    eff = {}
-    for zone in (Zone.RAW, Zone.LAKE):
-        chosen = [default.objects[n] for n in touched if default.objects[n].zone is zone]
-        eff[zone.value] = efficiency(
-            chosen, default.dataset, ids[: k10["k"]], args.repeats, scratch
-        )
-        print(
-            f"efficiency, {zone.value}: "
-            f"{eff[zone.value]['ratio_cpu']['median']:.2f}x of bare pyarrow (CPU)",
-            flush=True,
-        )
+    eff = rewrite_efficiency(default, ids[: k10["k"]], efficiency_rounds(args), scratch)
     big = anchor(default.dataset, args.anchor_mib, args.seed, max(2, args.repeats - 1), scratch)
     print(f"anchor: {big['vcpu_s_per_gb']}", flush=True)
     sizes = []
@@ -983,9 +1027,12 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         *_md_uniform(result),
     ]
+    rounds = [e.get("rounds", result["repeats"]) for e in result["efficiency"].values()]
+    rounds = rounds[0] if rounds else result["repeats"]
     lines += [
         "**2. Rewrite efficiency** (the objects the K = 10 erasure rewrites, by zone; one "
-        "process, per CPU second; `erase_rows` / bare is the ratio of throughputs)",
+        f"process, per CPU second, {rounds} rounds after a warm-up, the order alternating; "
+        "`erase_rows` / bare is the ratio of throughputs, median of the rounds' ratios)",
         "",
         *_table(
             "zone",
@@ -1139,9 +1186,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds after one warm-up")
     parser.add_argument("--anchor-mib", type=int, default=32, help="size of the large object")
     parser.add_argument("--lake", type=Path, help="keep the generated lakes here and reuse them")
-    parser.add_argument(
-        "--out-json", type=Path, default=BENCH_DIR / "results" / "erasure_latest.json"
-    )
+    parser.add_argument("--out-json", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--plots", type=Path, default=PLOTS, help="directory of the PNG plots")
     parser.add_argument(
         "--update-docs",
@@ -1154,7 +1199,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="also a 4x lake in the scaling curve and a 256 MiB large object",
     )
     parser.add_argument("--from-json", type=Path, help="render this results file; run nothing")
+    parser.add_argument(
+        "--efficiency-only",
+        action="store_true",
+        help="part 2 alone (the rewrite efficiency at K = --scale-k, with its profile) on the "
+        "default lake; writes --out-json (default bench/results/erasure_efficiency.json), no "
+        "plots, no docs",
+    )
     args = parser.parse_args(argv)
+    if args.efficiency_only and args.out_json == DEFAULT_OUT:
+        args.out_json = BENCH_DIR / "results" / "erasure_efficiency.json"
     if args.full:
         args.scale_sizes = sorted({*args.scale_sizes, 4.0})
         args.anchor_mib = max(args.anchor_mib, 256)
@@ -1163,6 +1217,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.efficiency_only:
+        with tempfile.TemporaryDirectory(prefix="lethe-erasure-bench-") as scratch:
+            result = run_efficiency(args, Path(scratch))
+        result["machine"]["load_average_1m_at_end"] = round(os.getloadavg()[0], 2)
+        args.out_json.parent.mkdir(parents=True, exist_ok=True)
+        args.out_json.write_text(json.dumps(result, indent=2, default=str) + "\n", "utf-8")
+        for zone, e in result["efficiency"].items():
+            print(f"profile, {zone}: {json.dumps(e['profile'])}")
+        return 0
     if args.from_json:  # render a run again (plots, tables, the docs block), without measuring
         result = json.loads(args.from_json.read_text(encoding="utf-8"))
         args.out_json = args.from_json

@@ -5,6 +5,7 @@ row-by-row path (`raw_subject_rows` then `subject_hashes_of_rows`) it replaced."
 from __future__ import annotations
 
 import random
+from collections import Counter
 from typing import Any
 
 import pyarrow as pa
@@ -12,6 +13,7 @@ import pytest
 
 from lethe_jobs.arrow_bridge import to_spark_compatible
 from lethe_jobs.erase_rows import SubjectMatcher
+from lethe_jobs.erase_rows import groups as erase_groups
 from lethe_jobs.erase_rows import match as erase_match
 from lethe_jobs.readers import RawRecords
 from lethe_jobs.subject_rows import raw_subject_rows
@@ -112,12 +114,14 @@ def test_erase_matches_distinct_values_as_rows(
     every_row = (
         column_subject_hashes(to_spark_compatible(group), ds, key=KEY)
         if zone == "raw"
-        else erase_match._subject_hashes(group, ref, SubjectMatcher(ds, frozenset(), KEY))
+        else erase_groups._subject_hashes(group, ref, SubjectMatcher(ds, frozenset(), KEY))
     ).to_pylist()
     chosen = frozenset(
         rng.sample(sorted({h for h in every_row if h}), k=min(3, len(set(every_row) - {None})))
     )
     matcher = SubjectMatcher(ds, chosen, KEY)
     expected = [7 + i for i, h in enumerate(every_row) if h in chosen]
-    assert erase_match._distinct_subjects(group, ds) is not None
+    assert erase_groups._distinct_subjects(group, ds) is not None
     assert erase_match._group_matches(group, 7, ref, matcher) == expected
+    counted = Counter(h for h in every_row if h in chosen)
+    assert erase_groups.group_match(group, ref, matcher).counts == counted

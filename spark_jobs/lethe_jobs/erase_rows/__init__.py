@@ -10,7 +10,9 @@ Split by format, as each handler has its own rules:
   `UnreadableObjectError`;
 - `text`: CSV, JSON Lines and quarantine files rewritten line by line, byte for byte identical
   apart from the erased records' lines;
-- `parquet`: Parquet rewritten one row group at a time, keeping the file's layout;
+- `parquet`: Parquet rewritten one row group at a time, keeping the file's layout, each row
+  group read once and matched as it is rewritten;
+- `groups`: which rows of a Parquet row group match (each distinct subject value hashed once);
 - `gzip_members`: gzip written back as it was (first member header verbatim, same level);
 - `gaps`: what of an object could not be searched (records that could not be parsed, a subject
   column missing or ambiguous), returned with the matches and the result (`Gap`), never
@@ -22,6 +24,7 @@ Split by format, as each handler has its own rules:
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from lethe_jobs.erase_rows.match import match_rows as match_subject_rows
@@ -63,7 +66,7 @@ def erase_rows(
     """Write to `target` the object at `source` without the rows `matcher` selects, when some
     are removed and some remain (see the module docstring for what the rewrite keeps).
     Raises UnreadableObjectError when the object cannot be read."""
-    if source.resolve() == target.resolve():
+    if _same_file(source, target):
         raise ValueError("the target must be another file than the source")
     if kind is ObjectKind.NO_ROWS:
         return EraseResult(0, (), written=False)
@@ -82,6 +85,14 @@ def match_rows(
     if isinstance(matcher, RowPredicate):
         return matcher.match(kind, path, object_key, workdir=workdir)
     return match_subject_rows(kind, path, object_key, matcher, workdir=workdir)
+
+
+def _same_file(source: Path, target: Path) -> bool:
+    """Whether `target` names the file `source` names (a link to it included); compared as
+    paths when either is missing."""
+    if os.path.exists(source) and os.path.exists(target):
+        return os.path.samefile(source, target)
+    return source.resolve() == target.resolve() if not os.path.exists(source) else False
 
 
 def verify_erased(

@@ -32,6 +32,8 @@ from __future__ import annotations
 import dataclasses
 import tempfile
 from collections import Counter
+from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -49,22 +51,20 @@ from lethe_jobs.erase_rows.gaps import (
     subject_heads,
     unparseable,
 )
+from lethe_jobs.erase_rows.groups import group_match
 from lethe_jobs.erase_rows.gzip_members import unwrapped_parquet
 from lethe_jobs.erase_rows.model import Gap, RowMatches, SubjectMatcher, subject_counts
 from lethe_jobs.errors import UnreadableFileError, UnreadableObjectError
 from lethe_jobs.objects import ObjectKind
 from lethe_jobs.readers import RawRecords, read_raw
 from lethe_jobs.subject_rows import quarantine_subject_rows, raw_subject_rows
-from lethe_jobs.validate import POSITION, RECORD
+from lethe_jobs.validate import RECORD
 from lethe_shared.catalog.object_catalog import Zone
 from lethe_shared.datasets.document import DataFormat, Dataset, hive_partition_values
 from lethe_shared.datasets.field_names import AmbiguousFieldError
 from lethe_shared.index.arrow_entries import ObjectRef
-from lethe_shared.subject_hashing.arrow import row_subject_hashes
 from lethe_shared.subject_hashing.records import (
     SubjectRows,
-    column_subject_hashes,
-    distinct_safe,
     json_object,
     subject_hashes_of_rows,
 )
@@ -277,34 +277,70 @@ def open_parquet(path: Path, int96_unit: str | None = None) -> Any:
         raise UnreadableObjectError(f"not a readable Parquet file: {exc}") from exc
 
 
+@dataclass(frozen=True)
+class ParquetScan:
+    """A Parquet object opened for matching: the file, its reference (zone, partition values),
+    the columns holding subject heads (column name -> declared head), its rows, and the gaps
+    of subject columns it lacks or holds ambiguously (then no row is matched)."""
+
+    parquet: Any
+    ref: ObjectRef
+    declared: dict[str, str]
+    rows: int
+    gaps: tuple[Gap, ...]
+
+    def subject_columns(self, group: Any) -> Any:
+        """The subject columns of a row group (read whole, or only them), under the declared
+        names."""
+        held = [i for i, name in enumerate(group.column_names) if name in self.declared]
+        if len(held) < group.num_columns:
+            group = group.select(held)
+        return group.rename_columns([self.declared.get(n, n) for n in group.column_names])
+
+
+def scan_parquet(path: Path, object_key: str, matcher: SubjectMatcher, *, raw: bool) -> ParquetScan:
+    """Open a Parquet object for matching. Raises UnreadableObjectError."""
+    dataset = matcher.dataset
+    parquet = open_parquet(path)
+    constants = {} if raw else hive_partition_values(object_key, dataset)
+    ref = ObjectRef(object_key, Zone.RAW if raw else Zone.LAKE, "parquet", constants=constants)
+    try:
+        if raw:  # the reader refuses a file with a column Spark cannot hold: no rows indexed
+            _spark_holds(parquet.schema_arrow)
+        rows = int(parquet.metadata.num_rows)
+        fields, gaps = parquet_fields(parquet.schema_arrow, dataset, rows, constants)
+    except PARQUET_ERRORS as exc:
+        raise UnreadableObjectError(f"not a readable Parquet file: {exc}") from exc
+    declared = {column: head for head, column in fields.items()}
+    return ParquetScan(parquet, ref, declared, rows, gaps)
+
+
+@lru_cache(maxsize=64)
+def _spark_holds(schema: Any) -> None:
+    """Raises pyarrow's error when a column of `schema` cannot be cast to what Spark holds
+    (`to_spark_compatible`); checked once per schema in a process (the types decide)."""
+    to_spark_compatible(schema.empty_table())
+
+
 def parquet_matches(
     path: Path, object_key: str, matcher: SubjectMatcher, *, raw: bool
 ) -> RowMatches:
     """Matches one row group at a time, reading only the subject columns (a case variant under
     the declared name). A subject column the file lacks or holds ambiguously: no row matches,
     and the gap says why."""
-    dataset = matcher.dataset
-    parquet = open_parquet(path)
-    constants = {} if raw else hive_partition_values(object_key, dataset)
-    zone = Zone.RAW if raw else Zone.LAKE
-    ref = ObjectRef(object_key, zone, "parquet", constants=constants)
+    scan = scan_parquet(path, object_key, matcher, raw=raw)
+    if scan.gaps:
+        return RowMatches(scan.rows, (), gaps=scan.gaps)
+    parquet = scan.parquet
     found: list[int] = []
     counts: Counter[str] = Counter()
     offset = 0
     try:
-        if raw:  # the reader refuses a file with a column Spark cannot hold: no rows indexed
-            to_spark_compatible(parquet.schema_arrow.empty_table())
-        rows = int(parquet.metadata.num_rows)
-        fields, gaps = parquet_fields(parquet.schema_arrow, dataset, rows, constants)
-        if gaps:
-            return RowMatches(rows, (), gaps=gaps)
-        declared = {column: head for head, column in fields.items()}
         for index in range(parquet.num_row_groups):
-            group = parquet.read_row_group(index, columns=sorted(declared))
-            group = group.rename_columns([declared.get(n, n) for n in group.column_names])
-            positions, matched = _group_found(group, offset, ref, matcher)
-            found += positions
-            counts.update(matched)
+            group = parquet.read_row_group(index, columns=sorted(scan.declared))
+            matched = group_match(scan.subject_columns(group), scan.ref, matcher)
+            found += matched.positions(offset)
+            counts.update(matched.counts)
             offset += int(parquet.metadata.row_group(index).num_rows)
     except PARQUET_ERRORS as exc:
         raise UnreadableObjectError(f"not a readable Parquet file: {exc}") from exc
@@ -313,65 +349,4 @@ def parquet_matches(
 
 def _group_matches(group: Any, offset: int, ref: ObjectRef, matcher: SubjectMatcher) -> list[int]:
     """The rows of a row group starting at row `offset` that `matcher` selects."""
-    return _group_found(group, offset, ref, matcher)[0]
-
-
-def _group_found(
-    group: Any, offset: int, ref: ObjectRef, matcher: SubjectMatcher
-) -> tuple[list[int], Counter[str]]:
-    """`_group_matches`, with how many rows each selected subject hash matched."""
-    dataset = matcher.dataset
-    if ref.zone is Zone.RAW:  # as readers.parquet.read_parquet gives the rows to raw_subject_rows
-        group = to_spark_compatible(group)
-    distinct = _distinct_subjects(group, dataset)
-    if distinct is not None:  # each distinct value hashed once, rows selected by its code
-        values, codes = distinct
-        hashes = _subject_hashes(values, ref, matcher)
-        chosen = _selected(hashes, matcher.hashes)
-        if not len(chosen):
-            return [], Counter()
-        mask = pc.fill_null(pc.is_in(codes, value_set=chosen), False)
-        rows = pc.indices_nonzero(mask)
-        picked = pc.take(hashes, codes.filter(mask))
-        return [offset + row for row in rows.to_pylist()], _counts(picked)
-    coordinates = range(offset, offset + int(group.num_rows))
-    hashes = _subject_hashes(group, ref, matcher)
-    return _matched(coordinates, hashes, matcher.hashes)
-
-
-def _subject_hashes(table: Any, ref: ObjectRef, matcher: SubjectMatcher) -> Any:
-    """The subject hash of each row of `table` (a row group, or its distinct subject values):
-    raw rows typed as `raw_subject_rows` types them, lake rows as `lake_object_entries` reads
-    them (POSITION keeps the row count without columns)."""
-    dataset, key = matcher.dataset, matcher.key
-    if ref.zone is Zone.RAW:
-        return column_subject_hashes(table, dataset, key=key)
-    positions = pa.array(range(int(table.num_rows)), pa.int64())
-    located = pa.table([positions, *table.columns], names=[POSITION, *table.column_names])
-    return row_subject_hashes(located, dataset, ref.constants, key=key)
-
-
-def _distinct_subjects(table: Any, dataset: Dataset) -> tuple[Any, Any] | None:
-    """For a dataset with one flat subject column of strings or integers in `table`: a table of
-    its distinct values and each row's code into it (null for a null value: nobody's). A row's
-    subject hash depends on its value alone, so hashing the distinct values selects the same
-    rows. None for any other shape (composite keys, nested paths, other types)."""
-    if len(dataset.subject_columns) != 1:
-        return None
-    path = dataset.subject_columns[0]
-    if "." in path or path not in table.column_names:
-        return None
-    column = table.column(path)
-    if not distinct_safe(column.type):
-        return None
-    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    encoded = pc.dictionary_encode(array)
-    return pa.table({path: encoded.dictionary}), encoded.indices
-
-
-def _selected(hashes: Any, selected: frozenset[str]) -> Any:
-    """The indexes (int32) of the `hashes` (a string array; null: nobody's) that are selected."""
-    if not selected or len(hashes) == 0:
-        return pa.array([], pa.int32())
-    chosen = pc.is_in(hashes, value_set=pa.array(sorted(selected), pa.string()))
-    return pc.indices_nonzero(pc.fill_null(chosen, False)).cast(pa.int32())
+    return group_match(group, ref, matcher).positions(offset)

@@ -1,5 +1,12 @@
 """The rewrite of Parquet objects (lake files, raw Parquet) without the erased rows.
 
+- Each row group is read once, whole: its subject columns are matched on it
+  (`groups.group_match`, the same rows `match.parquet_matches` finds) and it is written
+  without the matching rows. The file is written from the first row group with a match on
+  (the row groups before it are read again to be copied), so an object with no match is
+  never written; when no row remains, what was written is removed. A file whose row groups
+  cannot be read whole, or whose INT96 timestamps must be read at microseconds, is matched
+  on its subject columns first and rewritten after (two reads), as before.
 - Parquet is rewritten one row group at a time (memory bounded by a row group): each row group
   filtered and written as one row group, an emptied one dropped; per column the same codec,
   dictionary encoding, non-dictionary encoding (DELTA_*, BYTE_STREAM_SPLIT), statistics, page
@@ -26,7 +33,9 @@ from __future__ import annotations
 import bisect
 import json
 import tempfile
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,10 +45,25 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from lethe_jobs.erase_rows.groups import group_match
 from lethe_jobs.erase_rows.gzip_members import gzip_file, unwrapped_parquet
-from lethe_jobs.erase_rows.match import open_parquet, parquet_matches
-from lethe_jobs.erase_rows.model import EraseResult, SubjectMatcher, rewrite_needed
+from lethe_jobs.erase_rows.match import (
+    PARQUET_ERRORS,
+    open_parquet,
+    parquet_matches,
+    scan_parquet,
+)
+from lethe_jobs.erase_rows.model import (
+    EraseResult,
+    RowMatches,
+    SubjectMatcher,
+    rewrite_needed,
+    subject_counts,
+)
+from lethe_jobs.errors import UnreadableObjectError
 from lethe_jobs.objects import ObjectKind
+from lethe_jobs.readers.payload import is_gzip
+from lethe_shared.datasets.document import Compression
 
 
 def erase_parquet(
@@ -52,22 +76,25 @@ def erase_parquet(
     workdir: Path,
 ) -> EraseResult:
     raw = kind is ObjectKind.RAW
-    with tempfile.TemporaryDirectory(dir=workdir) as scratch:
+    # a scratch directory only for a raw object wrapped in gzip (unwrapped there)
+    wrapped = raw and is_gzip(source)
+    with tempfile.TemporaryDirectory(dir=workdir) if wrapped else nullcontext(None) as scratch:
         local, header = (source, None)
-        if raw:
-            local, header = unwrapped_parquet(source, matcher.dataset, Path(scratch))
-        matches = parquet_matches(local, object_key, matcher, raw=raw)
-        if not rewrite_needed(matches):
-            return EraseResult.of(matches, written=False)
-        out = target if header is None else Path(scratch) / "erased.parquet"
-        try:
-            deviations = _rewrite_parquet(local, out, matches.positions)
-        except BaseException:
-            out.unlink(missing_ok=True)
-            raise
-        if header is not None:
+        if wrapped or (raw and matcher.dataset.compression is Compression.GZIP):
+            # unwrapped, or refused: declared gzip, it is not
+            local, header = unwrapped_parquet(source, matcher.dataset, Path(scratch or workdir))
+        out = target if header is None else Path(scratch or workdir) / "erased.parquet"
+        result = _erase_in_one_read(local, out, object_key, matcher, raw=raw)
+        if result is None:  # the two reads: match the subject columns, then rewrite
+            matches = parquet_matches(local, object_key, matcher, raw=raw)
+            if not rewrite_needed(matches):
+                return EraseResult.of(matches, written=False)
+            result = EraseResult.of(
+                matches, written=True, deviations=_rewrite_parquet(local, out, matches.positions)
+            )
+        if result.written and header is not None:
             gzip_file(out, target, header)
-    return EraseResult.of(matches, written=True, deviations=deviations)
+    return result
 
 
 @dataclass(frozen=True)
@@ -78,22 +105,122 @@ class _ParquetPlan:
     options: Mapping[str, Any]
 
 
-def _rewrite_parquet(source: Path, out: Path, drop: Sequence[int]) -> tuple[str, ...]:
-    plan = _plan(source)
-    parquet = open_parquet(source, plan.int96_unit)
-    schema = parquet.schema_arrow.remove_metadata()
+def _erase_in_one_read(
+    source: Path, out: Path, object_key: str, matcher: SubjectMatcher, *, raw: bool
+) -> EraseResult | None:
+    """Match and rewrite reading each row group once, whole: the subject columns are matched
+    on the row group the rewrite reads anyway. The writer is opened at the first row group
+    with a match (the row groups before it, which have none, are read again to be copied), so
+    an object with no match is never written. The same rows, counts and output bytes as
+    matching (`parquet_matches`) and then rewriting (`_rewrite_parquet`); None when the file
+    needs those two reads: INT96 timestamps read at microseconds (the match reads them at
+    nanoseconds), or a row group that cannot be read whole."""
+    scan = scan_parquet(source, object_key, matcher, raw=raw)
+    if scan.gaps:
+        return EraseResult.of(RowMatches(scan.rows, (), gaps=scan.gaps), written=False)
+    try:  # what the rewrite needs: read here before the match, when it is needed
+        plan = _plan(source, scan.parquet)
+    except PARQUET_ERRORS:
+        return None
+    if plan.int96_unit not in (None, "ns"):
+        return None
+    parquet = scan.parquet if plan.int96_unit is None else open_parquet(source, plan.int96_unit)
+    rewrite = _Rewrite(parquet, out, plan)
+    found: list[int] = []
+    counts: Counter[str] = Counter()
     offset = 0
-    # store_schema=False: the key-value metadata, ARROW:schema included, is the source's own
-    with pq.ParquetWriter(str(out), schema, store_schema=False, **plan.options) as writer:
+    try:
         for index in range(parquet.num_row_groups):
-            group = parquet.read_row_group(index)
-            kept = group.filter(_keep_mask(offset, int(group.num_rows), drop))
+            try:
+                group = parquet.read_row_group(index)
+            except PARQUET_ERRORS:
+                rewrite.abandon()
+                return None
+            try:
+                matched = group_match(scan.subject_columns(group), scan.ref, matcher)
+            except PARQUET_ERRORS as exc:
+                raise UnreadableObjectError(f"not a readable Parquet file: {exc}") from exc
+            found += matched.positions(offset)
+            counts.update(matched.counts)
             offset += int(group.num_rows)
-            if kept.num_rows:
-                writer.write_table(kept, row_group_size=kept.num_rows)
-        if parquet.metadata.metadata:
-            writer.add_key_value_metadata(parquet.metadata.metadata)
-    return tuple(_deviations(parquet.metadata, pq.ParquetFile(out).metadata))
+            rewrite.add(index, group, matched.mask)
+        matches = RowMatches(offset, tuple(found), subject_counts(counts))
+        if not rewrite_needed(matches):
+            rewrite.abandon()
+            return EraseResult.of(matches, written=False)
+        return EraseResult.of(matches, written=True, deviations=rewrite.finish())
+    except BaseException:
+        rewrite.abandon()
+        raise
+
+
+class _Rewrite:
+    """The rewritten file, written from the first row group with a match on (module docstring
+    of `_rewrite_parquet` for what it keeps)."""
+
+    def __init__(self, parquet: Any, out: Path, plan: _ParquetPlan) -> None:
+        self.parquet, self.out, self.plan = parquet, out, plan
+        self.writer: Any = None
+        self.written: list[Any] = []  # the footer of the file written, once closed
+
+    def add(self, index: int, group: Any, drop: Any) -> None:
+        """Row group `index`, without the rows `drop` selects (None: none)."""
+        if self.writer is None:
+            if drop is None:
+                return  # copied when a later row group has a match, or never
+            schema = self.parquet.schema_arrow.remove_metadata()
+            # store_schema=False: the key-value metadata, ARROW:schema included, is the source's;
+            # the footer written is collected as the writer closes
+            self.writer = pq.ParquetWriter(
+                str(self.out),
+                schema,
+                store_schema=False,
+                metadata_collector=self.written,
+                **self.plan.options,
+            )
+            for earlier in range(index):
+                self._write(self.parquet.read_row_group(earlier))
+        self._write(group if drop is None else group.filter(pc.invert(drop)))
+
+    def _write(self, kept: Any) -> None:
+        if kept.num_rows:
+            self.writer.write_table(kept, row_group_size=kept.num_rows)
+
+    def finish(self) -> tuple[str, ...]:
+        if self.parquet.metadata.metadata:
+            self.writer.add_key_value_metadata(self.parquet.metadata.metadata)
+        self.writer.close()
+        self.writer = None
+        return tuple(_deviations(self.parquet.metadata, self.written[-1]))
+
+    def abandon(self) -> None:
+        """No file: the writer closed and what it wrote removed."""
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+            self.out.unlink(missing_ok=True)
+
+
+def _rewrite_parquet(source: Path, out: Path, drop: Sequence[int]) -> tuple[str, ...]:
+    try:
+        plan = _plan(source, open_parquet(source))
+        parquet = open_parquet(source, plan.int96_unit)
+        schema = parquet.schema_arrow.remove_metadata()
+        offset = 0
+        # store_schema=False: the key-value metadata, ARROW:schema included, is the source's own
+        with pq.ParquetWriter(str(out), schema, store_schema=False, **plan.options) as writer:
+            for index in range(parquet.num_row_groups):
+                group = parquet.read_row_group(index)
+                kept = group.filter(_keep_mask(offset, int(group.num_rows), drop))
+                offset += int(group.num_rows)
+                if kept.num_rows:
+                    writer.write_table(kept, row_group_size=kept.num_rows)
+            if parquet.metadata.metadata:
+                writer.add_key_value_metadata(parquet.metadata.metadata)
+        return tuple(_deviations(parquet.metadata, pq.ParquetFile(out).metadata))
+    except BaseException:
+        out.unlink(missing_ok=True)
+        raise
 
 
 def _keep_mask(offset: int, count: int, drop: Sequence[int]) -> Any:
@@ -104,10 +231,11 @@ def _keep_mask(offset: int, count: int, drop: Sequence[int]) -> Any:
     return pa.array(keep)
 
 
-def _plan(source: Path) -> _ParquetPlan:
-    parquet = open_parquet(source)
+def _plan(source: Path, parquet: Any) -> _ParquetPlan:
+    """The plan of `source`, opened as `parquet` (INT96 timestamps at the default unit)."""
     unit = _int96_unit(source, parquet.schema)
-    schema = open_parquet(source, unit).schema_arrow.remove_metadata()
+    opened = parquet if unit is None else open_parquet(source, unit)
+    schema = opened.schema_arrow.remove_metadata()
     layout = _schema_options(schema, parquet.schema, parquet.metadata.format_version)
     return _ParquetPlan(unit, {**layout, **_column_options(parquet.metadata)})
 
