@@ -158,7 +158,8 @@ def test_rows_are_placed_as_row_by_row_placing_placed_them() -> None:
     reasons: list[list[str] | None] = [[], [], [], [], [], ["bad"], ["bad"], None]
     placed = next(place_rows(iter([conformed(dates, reasons)]), settings(ds)))
     parts, found = placed.column(PART).to_pylist(), placed.column(REASONS).to_pylist()
-    expected_parts, expected_reasons = [], []
+    expected_parts: list[str | None] = []
+    expected_reasons: list[list[str] | None] = []
     for date, given in zip(dates, reasons, strict=True):
         if given:
             expected_parts.append(None)
@@ -172,7 +173,8 @@ def test_rows_are_placed_as_row_by_row_placing_placed_them() -> None:
     assert found == expected_reasons
     assert parts[1] == parts[2] == "event_date=__HIVE_DEFAULT_PARTITION__"  # null and "" alike
     assert parts[3] == "event_date=a%2Fb"
-    assert found[4] is not None and "bytes" in found[4][0]  # its lake key is too long
+    assert found[4] is not None
+    assert "bytes" in found[4][0]  # its lake key is too long
     # a batch without a problem takes the fast path and gives the same paths
     fast = next(place_rows(iter([conformed(dates[:4], reasons[:4])]), settings(ds)))
     assert fast.column(PART).to_pylist() == expected_parts[:4]

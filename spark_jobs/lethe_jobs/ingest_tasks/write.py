@@ -396,7 +396,7 @@ class _QuarantineFile:
         """Each row's record as read (JSON text): RECORD, or, where the read task left it null
         (`frame.record_columns`), rebuilt from the text columns, as the read task would have
         built it (`jackson_json`)."""
-        records = table.column(RECORD).to_pylist()
+        records: list[str] = table.column(RECORD).to_pylist()
         if self.record_columns is None or all(r is not None for r in records):
             return records
         names = [name for name, _ in self.record_columns]
