@@ -162,15 +162,19 @@ e2e: venv system-deps ## End to end on the local cloud, started through the CLI
 
 # ------------------------------------------------------------------ benchmarks (on demand, never part of `make test`)
 .PHONY: bench
+# ingestion against plain Spark: the issue's size (1 GiB; 100 x 10 MiB, 100,000 subjects) takes
+# hours while the index is DynamoDB on moto; `make bench INGEST_SPARK_BENCH_ARGS=` runs it
+INGEST_SPARK_BENCH_ARGS ?= --quick --subjects 1000
 BENCH_ARGS ?=
 INGEST_BENCH_ARGS ?=
 ERASURE_BENCH_ARGS ?=
-bench: venv system-deps lambda-python ## Subject index, erasure, ingestion and Lambda footprint benchmarks; results in docs/BENCHMARKS.md (BENCH_ARGS="--spark ...", ERASURE_BENCH_ARGS="--full ...", INGEST_BENCH_ARGS="--full ...", LAMBDA_BENCH_ARGS="--rounds 30")
+bench: venv system-deps lambda-python ## Subject index, erasure, ingestion and Lambda footprint benchmarks; results in docs/BENCHMARKS.md (BENCH_ARGS="--spark ...", ERASURE_BENCH_ARGS="--full ...", INGEST_BENCH_ARGS="--full ...", INGEST_SPARK_BENCH_ARGS="" for the full size, LAMBDA_BENCH_ARGS="--rounds 30")
 	$(BIN)/python bench/report.py --record-machine
 	$(BIN)/python bench/index_bench.py $(BENCH_ARGS)
 	$(BIN)/python bench/segment_bench.py
 	$(BIN)/python bench/erasure_bench.py $(ERASURE_BENCH_ARGS)
 	$(BIN)/python bench/ingest_bench.py $(INGEST_BENCH_ARGS)
+	$(BIN)/python bench/ingest_vs_spark.py $(INGEST_SPARK_BENCH_ARGS)
 	$(MAKE) sam-build
 	$(BIN)/python bench/lambda_footprint.py --python $(LAMBDA_PYTHON) $(LAMBDA_BENCH_ARGS)
 	$(BIN)/python bench/report.py --finish-machine

@@ -48,6 +48,10 @@ DRIVER_PHASES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         "validate and conform (Spark SQL), lake Parquet files to S3, their index entries",
         (("lethe_jobs/ingest_pipeline.py", "_write_lake"),),
     ),
+    (  # since the lake and quarantine files are written in one pass (ingest_pipeline)
+        "validate and conform (Spark SQL), lake and quarantine files to S3, their index entries",
+        (("lethe_jobs/ingest_pipeline.py", "_write_files"),),
+    ),
     ("quarantine files", (("lethe_jobs/ingest_pipeline.py", "_write_quarantine"),)),
     (
         "outcomes, stale lake files, catalog records (driver, DynamoDB)",

@@ -41,6 +41,8 @@ DOC = REPO / "docs" / "BENCHMARKS.md"
 PLOTS = REPO / "docs" / "benchmarks"
 MACHINE_JSON = "machine_latest.json"
 INGEST_PROFILE_PNG = "ingest_profile.png"
+INGEST_SPARK_JSON = "ingest_spark_latest.json"
+INGEST_SPARK_PNG = "ingest_vs_spark.png"
 
 
 def begin_marker(name: str, source: str) -> str:
@@ -118,6 +120,18 @@ def render_ingest(results: Path) -> str | None:
         )
         text += "\n".join(ingest_bench._md_memory(memory["memory"])) + "\n"
     return text
+
+
+def render_ingest_spark(results: Path) -> str | None:
+    ingest_vs_spark = _bench_module("ingest_vs_spark")
+
+    result = _load(results, INGEST_SPARK_JSON)
+    if result is None:
+        return None
+    return (
+        f"{_provenance(result, INGEST_SPARK_JSON)}\n\n{ingest_vs_spark.markdown(result)}\n"
+        f"![Lethe's ingest job against plain Spark](benchmarks/{INGEST_SPARK_PNG})\n"
+    )
 
 
 def render_lambda(results: Path) -> str | None:
@@ -274,6 +288,9 @@ def render_targets(results: Path) -> str | None:
         rows += erasure_bench.targets(loaded["erasure_latest.json"])
     if loaded["ingest_latest.json"]:
         rows += _ingest_targets(loaded["ingest_latest.json"])
+    ingest_spark = _load(results, INGEST_SPARK_JSON)
+    if ingest_spark:
+        rows += _bench_module("ingest_vs_spark").targets(ingest_spark)
     if loaded["latest.json"]:
         rows += _index_targets(loaded["latest.json"])
     if loaded["lambda_latest.json"]:
@@ -298,6 +315,7 @@ SECTIONS = (
     Section("index-bench", "latest.json", render_index),
     Section("erasure-bench", "erasure_latest.json", render_erasure),
     Section("ingest-bench", "ingest_latest.json", render_ingest),
+    Section("ingest-spark", INGEST_SPARK_JSON, render_ingest_spark),
     Section("lambda-bench", "lambda_latest.json", render_lambda),
 )
 
@@ -387,6 +405,10 @@ def draw_plots(results: Path, out: Path) -> list[Path]:
     ingest = _load(results, "ingest_latest.json")
     if ingest is not None and ingest.get("profile"):
         written.append(ingest_profile.plot(ingest["profile"], out / INGEST_PROFILE_PNG))
+    ingest_spark = _load(results, INGEST_SPARK_JSON)
+    if ingest_spark is not None:
+        ingest_vs_spark = _bench_module("ingest_vs_spark")
+        written.append(ingest_vs_spark.plot(ingest_spark, out / INGEST_SPARK_PNG))
     return written
 
 

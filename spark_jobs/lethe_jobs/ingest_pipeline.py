@@ -74,22 +74,23 @@ def run_pipeline(
         context.parallelize([(s,) for s in specs], len(specs)), "pieces string"
     )
     reader = partial(tasks.read_pieces, settings=settings, schema=schema)
-    # Both reads of the batch are kept on the executors' local disk, never in their heap: a
-    # partition holds a task's pieces (up to 256 MiB of input, several times that as rows), and
-    # caching it in memory ran 1.5 GB executors out of heap on a 1 GB object (docs/BENCHMARKS.md,
+    # The batch's read is kept on the executors' local disk, never in their heap: a partition
+    # holds a task's pieces (up to 256 MiB of input, several times that as rows), and caching
+    # it in memory ran 1.5 GB executors out of heap on a 1 GB object (docs/BENCHMARKS.md,
     # "Ingestion"); written and read back as a stream, it needs one cached batch at a time.
+    # The conformed rows are not kept: one pass writes the lake and quarantine files.
     frame = source.mapInArrow(reader, schema).persist(StorageLevel.DISK_ONLY)
     shuffle = max(context.defaultParallelism, len(groups))
     try:
         totals = _piece_totals(frame, settings)
         readable = sorted(i for i, t in totals.items() if t.unreadable is None)
         raw_entries = _write_raw_entries(frame, settings, readable, shuffle)
-        conformed = _conformed(frame, settings, schema, readable).persist(StorageLevel.DISK_ONLY)
-        try:
-            lake = _write_lake(conformed, settings, shuffle)
-            quarantine = _write_quarantine(conformed, settings, shuffle)
-        finally:
-            conformed.unpersist()
+        records = {i: tasks.record_columns(totals[i].columns, settings.dataset) for i in readable}
+        texts = any(pairs is not None for pairs in records.values())
+        conformed = _conformed(frame, settings, schema, readable, texts=texts)
+        written = _write_files(conformed, settings, shuffle, records)
+        lake = [row for row in written if row["kind"] == "lake"]
+        quarantine = [row for row in written if row["kind"] == "quarantine"]
     finally:
         frame.unpersist()
     return _outcomes(
@@ -135,10 +136,17 @@ def _write_raw_entries(
 
 
 def _conformed(
-    frame: DataFrame, settings: TaskSettings, schema: T.StructType, readable: list[int]
+    frame: DataFrame,
+    settings: TaskSettings,
+    schema: T.StructType,
+    readable: list[int],
+    *,
+    texts: bool = False,
 ) -> DataFrame:
     """Every record of the readable objects conformed (`validate.conform`): OBJECT, POSITION,
-    the schema's columns, REASONS (the reader's, when it rejected the record) and RECORD."""
+    the schema's columns, REASONS (the reader's, when it rejected the record) and RECORD; with
+    `texts` (CSV), also each schema column's text as read (`tasks.text_column`), from which the
+    quarantine writer rebuilds the RECORD the read task left null (`tasks.record_columns`)."""
     dataset = settings.dataset
     rows = frame.where((col(KIND) == ROW) & col(OBJECT).isin(readable))
     keep = [OBJECT, PREREASONS]
@@ -146,7 +154,14 @@ def _conformed(
     if dataset.format is DataFormat.JSONL:
         source = rows.transform(extract_json_fields(dataset, keep=keep))
     elif dataset.format is DataFormat.CSV:
-        source = rows.select(*[col(c) for c in (*keep, POSITION, RECORD, *data)])
+        carried = []
+        if texts:
+            index = {c.name: i for i, c in enumerate(dataset.schema_)}
+            carried = [col(c).alias(tasks.text_column(index[c])) for c in data]
+            keep = [*keep, *[tasks.text_column(index[c]) for c in data]]
+        source = rows.select(
+            *[col(c) for c in (OBJECT, PREREASONS, POSITION, RECORD, *data)], *carried
+        )
     else:
         record = F.to_json(F.struct(*[col(c) for c in data])) if data else F.lit("{}")
         source = rows.select(
@@ -160,27 +175,32 @@ def _conformed(
     return conformed.mapInArrow(partial(tasks.place_rows, settings=settings), placed)
 
 
-def _write_lake(conformed: DataFrame, settings: TaskSettings, shuffle: int) -> list[Any]:
+def _write_files(
+    conformed: DataFrame,
+    settings: TaskSettings,
+    shuffle: int,
+    records: dict[int, list[tuple[str, str]] | None],
+) -> list[Any]:
+    """The lake files and the quarantine files in one pass over the conformed rows: shuffled by
+    (object, partition path; null for a rejected row), so that one task writes each lake file
+    and each object's quarantine file, sorted by source position (`tasks.write_files`). What
+    only one kind needs is null in the other's rows (the shuffle does not carry it)."""
     dataset = settings.dataset
-    valid = conformed.where(F.size(col(REASONS)) == 0).select(
-        col(OBJECT), col(POSITION), *[col(c.name) for c in dataset.schema_], col(PART)
+    valid = F.size(col(REASONS)) == 0
+    texts = [c for c in conformed.columns if c.startswith(tasks.TEXT_PREFIX)]
+    rows = conformed.where(col(REASONS).isNotNull()).select(
+        col(OBJECT),
+        col(POSITION),
+        *[F.when(valid, col(c.name)).alias(c.name) for c in dataset.schema_],
+        col(PART),
+        col(REASONS),
+        *[F.when(~valid, col(c)).alias(c) for c in (RECORD, *texts)],
     )
+    writer = partial(tasks.write_files, settings=settings, records=records)
     return (
-        valid.repartition(shuffle, col(OBJECT), col(PART))
-        .sortWithinPartitions(col(OBJECT), col(PART), col(POSITION))
-        .mapInArrow(partial(tasks.write_lake_files, settings=settings), tasks.LAKE_SUMMARY)
-        .collect()
-    )
-
-
-def _write_quarantine(conformed: DataFrame, settings: TaskSettings, shuffle: int) -> list[Any]:
-    rejected = conformed.where(F.size(col(REASONS)) > 0).select(
-        col(OBJECT), col(POSITION), col(REASONS), col(RECORD)
-    )
-    return (
-        rejected.repartition(shuffle, col(OBJECT))
-        .sortWithinPartitions(col(OBJECT), col(POSITION))
-        .mapInArrow(partial(tasks.write_quarantine, settings=settings), tasks.FILE_SUMMARY)
+        rows.repartition(shuffle, col(OBJECT), col(PART))
+        .sortWithinPartitions(col(OBJECT), col(PART).asc_nulls_first(), col(POSITION))
+        .mapInArrow(writer, tasks.WRITE_SUMMARY)
         .collect()
     )
 

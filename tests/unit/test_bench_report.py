@@ -67,6 +67,9 @@ def test_every_section_regenerated_prose_and_markers_kept() -> None:
         "![Where the ingest job's time goes](benchmarks/ingest_profile.png)",
         "Section 3 (driver memory) is not in the default run",  # from ingest_memory.json
         "vs `import boto3` (CPU)",  # the Lambda footprint
+        "**Lethe's ingest job against plain Spark**",  # ingestion against plain Spark
+        "| 5 ingestion throughput / plain Spark, 1 object of 138 MiB | >= 0.5x | 0.33x",
+        "![Lethe's ingest job against plain Spark](benchmarks/ingest_vs_spark.png)",
     ):
         assert expected in out, expected
 

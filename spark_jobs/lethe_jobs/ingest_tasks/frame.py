@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from pyspark.sql import types as T
 
 from lethe_jobs import layout, pieces
-from lethe_jobs.readers import BATCH_ROWS
+from lethe_jobs.errors import UnreadableFileError
+from lethe_jobs.readers import BATCH_ROWS, RESERVED_PREFIX, JsonNames, declared_names
 from lethe_jobs.validate import NAMED, POSITION, RECORD
 from lethe_shared.aws.s3 import CORRELATION_METADATA, PRODUCER_METADATA
 from lethe_shared.datasets.document import DataFormat, Dataset
@@ -89,6 +90,11 @@ LAKE_SUMMARY = T.StructType(_SUMMARY_FIELDS)  # one row per lake file written
 FILE_SUMMARY = T.StructType(_SUMMARY_FIELDS)  # one row per quarantine file written
 
 
+WRITE_SUMMARY = T.StructType(  # one row per lake or quarantine file written (write_files)
+    [*_SUMMARY_FIELDS, T.StructField("kind", T.StringType())]
+)
+
+
 RAW_SUMMARY = T.StructType(
     [T.StructField("object", T.IntegerType()), T.StructField("entries", T.LongType())]
 )
@@ -148,6 +154,41 @@ def jackson_json(names: Sequence[str], values: Sequence[str]) -> str:
         for n, v in zip(names, values, strict=True)
     )
     return "{" + ",".join(pairs) + "}"
+
+
+TEXT_PREFIX = "_lethe_text_"
+
+
+def text_column(index: int) -> str:
+    """The frame column that carries schema column `index`'s CSV text through validation, for
+    the quarantine records rebuilt from it (`record_columns`)."""
+    return f"{TEXT_PREFIX}{index}"
+
+
+def record_columns(columns: Sequence[str], dataset: Dataset) -> list[tuple[str, str]] | None:
+    """For a CSV file whose header holds `columns`: when a record's JSON text (RECORD, kept in
+    quarantine) can be rebuilt from the frame's text columns, the (header name, text column)
+    pairs, in header order, to rebuild it with (`jackson_json`); else None. It can when every
+    column the readers keep (not RESERVED_PREFIX) is a schema column by the field-name rule and
+    none of them holds JSON text the reader conforms (a struct): the text columns then hold
+    each record's values exactly as read. The read task leaves RECORD null for such a file's
+    records (building it for every row cost a Python call per row; only rejected rows need it),
+    and the quarantine writer rebuilds it, byte for byte the same."""
+    if dataset.format is not DataFormat.CSV:
+        return None
+    kept = [c for c in columns if not c.startswith(RESERVED_PREFIX)]
+    try:
+        found = declared_names(kept, dataset, "header")
+    except UnreadableFileError:
+        return None
+    by_file = {file_name: declared for declared, file_name in found.items()}
+    if len(by_file) != len(kept) or any(c not in by_file for c in kept):
+        return None
+    names = JsonNames(dataset)
+    if any(names.nested(by_file[c]) for c in kept):
+        return None
+    index = {column.name: i for i, column in enumerate(dataset.schema_)}
+    return [(c, text_column(index[by_file[c]])) for c in kept]
 
 
 def frame_schema(dataset: Dataset, parquet_fields: Sequence[T.StructField] = ()) -> T.StructType:

@@ -16,7 +16,7 @@ from pyspark.sql import types as T
 from lethe_jobs import pieces
 from lethe_jobs.arrow_bridge import arrow_schema
 from lethe_jobs.errors import UnreadableFileError
-from lethe_jobs.indexing import entries_of_rows
+from lethe_jobs.indexing import batch_of_rows
 from lethe_jobs.ingest_tasks.frame import (
     ENTRY,
     HINTS_KEPT,
@@ -30,8 +30,10 @@ from lethe_jobs.ingest_tasks.frame import (
     BatchObject,
     TaskSettings,
     jackson_json,
+    record_columns,
 )
 from lethe_jobs.ingest_tasks.scan import piece_from_spec
+from lethe_jobs.ingest_tasks.write import EntryAccumulator
 from lethe_jobs.readers import (
     JsonNames,
     RawRecords,
@@ -95,17 +97,20 @@ def _read_piece(
     obj = settings.objects[piece.object_index]
     rows_read, without_subject, unreadable = 0, 0, None
     columns: list[str] = []
+    # the piece's partial index entries, added up over its batches and sent once: one ENTRY
+    # row per subject of the piece, not one per subject of every batch
+    found = EntryAccumulator()
     with tempfile.TemporaryDirectory(prefix="lethe-ingest-") as tmp:
         try:
             for records in _records(client, piece, settings, Path(tmp)):
                 rows_read += records.rows_read
                 columns = columns or list(records.columns)
                 yield from _row_batches(records, obj, settings.dataset, target)
-                entries, nobody = _entry_batch(records, obj, settings, target)
-                without_subject += nobody
-                yield entries
+                without_subject += _add_entries(found, records, obj, settings)
         except UnreadableFileError as exc:
             unreadable = exc.reason
+    if unreadable is None and found.rows:
+        yield _entry_batch(found, obj, target)
     info = {
         "rows_read": rows_read,
         "rows_without_subject": without_subject,
@@ -151,8 +156,12 @@ def _row_batches(
         elif dataset.format is DataFormat.CSV:
             names = [n for n in table.column_names if n != POSITION]
             values = [table.column(n).to_pylist() for n in names]
-            records_json = [jackson_json(names, row) for row in zip(*values, strict=True)]
-            columns[RECORD] = pa.array(records_json if names else ["{}"] * count, pa.string())
+            if not names:
+                columns[RECORD] = pa.array(["{}"] * count, pa.string())
+            elif record_columns(records.columns, dataset) is None:
+                records_json = [jackson_json(names, row) for row in zip(*values, strict=True)]
+                columns[RECORD] = pa.array(records_json, pa.string())
+            # else RECORD stays null: the quarantine writer rebuilds it for the rejected rows
             _csv_columns(columns, dataset, dict(zip(names, values, strict=True)), data)
         else:
             for name in data:
@@ -207,19 +216,26 @@ def _rejected_batch(records: RawRecords, obj: BatchObject, target: Any) -> pa.Re
     return _batch(columns, target)
 
 
-def _entry_batch(
-    records: RawRecords, obj: BatchObject, settings: TaskSettings, target: Any
-) -> tuple[pa.RecordBatch, int]:
-    """The raw object's index entries over this batch of its records (every record, valid or
-    rejected, typed as the index job types them): per subject, rows and its first hints; and
-    the number of records that name no subject (a subject column null, empty or whitespace
-    only: `subject_hashing.canonical.is_no_subject`), which are not indexed."""
+def _add_entries(
+    found: EntryAccumulator, records: RawRecords, obj: BatchObject, settings: TaskSettings
+) -> int:
+    """Add the raw object's index entries over this batch of its records (every record, valid
+    or rejected, typed as the index job types them: per subject, rows and its first hints) to
+    `found`; returns the number of records that name no subject (a subject column null, empty
+    or whitespace only: `subject_hashing.canonical.is_no_subject`), which are not indexed."""
     ref = ObjectRef(obj.url, Zone.RAW, settings.dataset.format.value, obj.version_id, obj.etag)
     rows = raw_subject_rows(records, settings.dataset)
-    entries = entries_of_rows(rows, settings.dataset, ref, key=settings.hash_key)
+    if not rows.coordinates:
+        return 0
+    batch = batch_of_rows(rows, settings.dataset, ref, key=settings.hash_key)
+    found.add_batch(batch)
+    return len(rows.coordinates) - batch.total_rows
+
+
+def _entry_batch(found: EntryAccumulator, obj: BatchObject, target: Any) -> pa.RecordBatch:
+    """The piece's partial entries, one ENTRY row per subject: rows and the first hints."""
     infos = [
-        json.dumps({"s": e.subject_hash, "r": e.rows, "h": list(e.row_hints[:HINTS_KEPT])})
-        for e in entries
+        json.dumps({"s": subject, "r": rows, "h": sorted(found.hints[subject])[:HINTS_KEPT]})
+        for subject, rows in found.rows.items()
     ]
-    nobody = len(rows.coordinates) - sum(e.rows for e in entries)
-    return _info_batch(ENTRY, obj.index, infos, target), nobody
+    return _info_batch(ENTRY, obj.index, infos, target)

@@ -12,6 +12,7 @@ from typing import Any
 
 import boto3
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import types as T
 
@@ -30,9 +31,11 @@ from lethe_jobs.ingest_tasks.frame import (
     PART,
     RAW_SUMMARY,
     ROW_GROUP_ROWS,
+    WRITE_SUMMARY,
     BatchObject,
     TaskSettings,
     ingest_metadata,
+    jackson_json,
 )
 from lethe_jobs.session import logging_shown_keys
 from lethe_jobs.subject_rows import quarantine_subject_rows
@@ -43,7 +46,7 @@ from lethe_shared.catalog.writes_ledger import DynamoWritesLedger, Writer
 from lethe_shared.datasets.document import DataFormat, Dataset, hive_partition_values
 from lethe_shared.index.arrow_entries import ObjectRef, entries_from_table, entry_pin
 from lethe_shared.index.maintenance import replace_entries
-from lethe_shared.index.subject_index import DynamoSubjectIndex, IndexEntry
+from lethe_shared.index.subject_index import DynamoSubjectIndex, EntryBatch, IndexEntry
 
 
 class EntryAccumulator:
@@ -63,6 +66,23 @@ class EntryAccumulator:
     def add_entries(self, entries: Iterable[IndexEntry], offset: int = 0) -> None:
         for entry in entries:
             self.add(entry.subject_hash, entry.rows, (h + offset for h in entry.row_hints))
+
+    def add_batch(self, batch: EntryBatch, offset: int = 0) -> None:
+        """`add_entries` of an EntryBatch, from its columns (no model per entry)."""
+        hints, start = batch.row_hints, 0
+        for subject, end in zip(batch.subject_hashes, batch.ends, strict=True):
+            kept = self.hints.get(subject)
+            if kept is None:
+                self.rows[subject] = end - start
+                self.hints[subject] = [
+                    h + offset for h in hints[start : min(end, start + HINTS_KEPT)]
+                ]
+            else:
+                self.rows[subject] += end - start
+                if len(kept) < HINTS_KEPT:
+                    room = start + HINTS_KEPT - len(kept)
+                    kept.extend(h + offset for h in hints[start : min(end, room)])
+            start = end
 
     def entries(self, ref: ObjectRef, dataset: Dataset, key: bytes) -> list[IndexEntry]:
         """The object's entries, pinned to the dataset definition and the key they were computed
@@ -111,13 +131,35 @@ def partition_paths(
     """Add PART, each row's Hive partition path as layout renders it ("" unpartitioned): rows
     whose values render alike (null and "") share a file, as they always did."""
     for batch in batches:
-        values = [batch.column(batch.schema.get_field_index(n)).to_pylist() for n in partition_by]
-        paths = (
-            [layout.partition_path(partition_by, v) for v in zip(*values, strict=True)]
-            if partition_by
-            else [""] * batch.num_rows
-        )
-        yield batch.append_column(PART, pa.array(paths, pa.string()))
+        yield batch.append_column(PART, _rendered_paths(batch, partition_by))
+
+
+def _rendered_paths(batch: pa.RecordBatch, partition_by: Sequence[str]) -> pa.Array:
+    """Each row's partition path, rendered once per distinct value (a batch holds few)."""
+    if not partition_by:
+        return pa.array([""] * batch.num_rows, pa.string())
+    if len(partition_by) == 1:
+        column = batch.column(batch.schema.get_field_index(partition_by[0]))
+        try:
+            encoded = pc.dictionary_encode(column)
+        except pa.ArrowNotImplementedError:
+            encoded = None
+        if encoded is not None:
+            rendered = [
+                layout.partition_path(partition_by, (value,))
+                for value in [*encoded.dictionary.to_pylist(), None]
+            ]
+            nulls = len(rendered) - 1  # a null value's index: the last path, None's
+            return pa.array(rendered, pa.string()).take(encoded.indices.fill_null(nulls))
+    values = [batch.column(batch.schema.get_field_index(n)).to_pylist() for n in partition_by]
+    cache: dict[tuple[Any, ...], str] = {}
+    paths = []
+    for row in zip(*values, strict=True):
+        path = cache.get(row)
+        if path is None:
+            path = cache[row] = layout.partition_path(partition_by, row)
+        paths.append(path)
+    return pa.array(paths, pa.string())
 
 
 def key_problem(bucket: str, key: str) -> str | None:
@@ -151,41 +193,71 @@ def place_rows(
     values would give a lake key that cannot be written or indexed (`key_problem`: its URL or
     key longer than MAX_KEY_BYTES, not UTF-8) gets that reason instead, and goes to quarantine
     alone: the object's other rows are written, and the job does not fail on S3's
-    KeyTooLongError or DynamoDB's ValidationException."""
+    KeyTooLongError or DynamoDB's ValidationException. A lake key's length does not depend on
+    the object (its digest has a fixed length), so each distinct path is judged once."""
     dataset = settings.dataset
     partition_by = list(dataset.partition_by)
+    problems: dict[str, str | None] = {}
     for rendered in partition_paths(batches, partition_by):
-        parts = rendered.column(PART).to_pylist()
-        reasons = rendered.column(REASONS).to_pylist()
-        objects = rendered.column(OBJECT).to_pylist()
-        changed = False
-        for row, (part, found) in enumerate(zip(parts, reasons, strict=True)):
-            if found:
-                parts[row] = None
-                continue
-            if not partition_by:
-                continue  # <dataset id>/part-<h>.parquet: under 100 bytes
-            key = layout.lake_key(dataset.dataset_id, part, settings.digest(objects[row]))
-            problem = key_problem(settings.lake_bucket, key)
-            if problem is not None:
-                reasons[row], parts[row], changed = [problem], None, True
         index = rendered.schema.get_field_index(PART)
-        placed = rendered.set_column(index, PART, pa.array(parts, pa.string()))
-        if changed:
-            index = placed.schema.get_field_index(REASONS)
-            field = placed.schema.field(index)
-            placed = placed.set_column(index, field, pa.array(reasons, field.type))
-        yield placed
+        reasons = rendered.column(REASONS)
+        valid = pc.fill_null(pc.equal(pc.list_value_length(reasons), 0), True)
+        paths = rendered.column(PART)
+        troubled = False
+        if partition_by and len(paths):
+            for path in pc.unique(pc.filter(paths, valid)).to_pylist():
+                if path not in problems:
+                    digest = settings.digest(next(iter(settings.objects)))
+                    key = layout.lake_key(dataset.dataset_id, path, digest)
+                    problems[path] = key_problem(settings.lake_bucket, key)
+                troubled = troubled or problems[path] is not None
+        if not troubled:
+            parts = pc.if_else(valid, paths, pa.scalar(None, pa.string()))
+            yield rendered.set_column(index, PART, parts)
+            continue
+        yield _placed_one_by_one(rendered, settings, problems)
+
+
+def _placed_one_by_one(
+    rendered: pa.RecordBatch, settings: TaskSettings, problems: dict[str, str | None]
+) -> pa.RecordBatch:
+    """`place_rows` of a batch where some path has a key problem: row by row."""
+    parts = rendered.column(PART).to_pylist()
+    reasons = rendered.column(REASONS).to_pylist()
+    for row, (part, found) in enumerate(zip(parts, reasons, strict=True)):
+        if found:
+            parts[row] = None
+            continue
+        problem = problems[part]
+        if problem is not None:
+            reasons[row], parts[row] = [problem], None
+    index = rendered.schema.get_field_index(PART)
+    placed = rendered.set_column(index, PART, pa.array(parts, pa.string()))
+    index = placed.schema.get_field_index(REASONS)
+    field = placed.schema.field(index)
+    return placed.set_column(index, field, pa.array(reasons, field.type))
 
 
 def _runs(table: Any, keys: Sequence[str]) -> Iterator[tuple[tuple[Any, ...], int, int]]:
-    """Runs of equal `keys` in a sorted table: (key values, start, length)."""
-    columns = [table.column(k).to_pylist() for k in keys]
-    start = 0
-    for row in range(1, table.num_rows + 1):
-        if row == table.num_rows or any(c[row] != c[start] for c in columns):
-            yield tuple(c[start] for c in columns), start, row - start
-            start = row
+    """Runs of equal `keys` in a sorted table: (key values, start, length). The run ends are
+    found with Arrow (where a key differs from the row before), not row by row."""
+    count = table.num_rows
+    if count == 0:
+        return
+    changed = None
+    for key in keys:
+        column = table.column(key)
+        before, after = column.slice(0, count - 1), column.slice(1)
+        differs = pc.fill_null(pc.not_equal(before, after), False)
+        # null and a value differ; two nulls do not
+        differs = pc.or_(differs, pc.xor(pc.is_null(before), pc.is_null(after)))
+        changed = differs if changed is None else pc.or_(changed, differs)
+    ends = [int(i) + 1 for i in pc.indices_nonzero(changed).to_pylist()] if count > 1 else []
+    starts = [0, *ends]
+    ends.append(count)
+    columns = [table.column(k) for k in keys]
+    for start, end in zip(starts, ends, strict=True):
+        yield tuple(c[start].as_py() for c in columns), start, end - start
 
 
 def _summary(values: dict[str, Any], schema: T.StructType) -> pa.RecordBatch:
@@ -286,8 +358,15 @@ def quarantine_line(
 class _QuarantineFile:
     """One object's quarantine file being written, line by line, entries accumulated."""
 
-    def __init__(self, settings: TaskSettings, index: int, workdir: Path) -> None:
+    def __init__(
+        self,
+        settings: TaskSettings,
+        index: int,
+        workdir: Path,
+        record_columns: list[tuple[str, str]] | None = None,
+    ) -> None:
         self.settings, self.index = settings, index
+        self.record_columns = record_columns
         self.key = layout.quarantine_rows_key(settings.dataset.dataset_id, settings.digest(index))
         self.path = workdir / "quarantine.jsonl"
         self.out = self.path.open("w", encoding="utf-8")
@@ -301,7 +380,7 @@ class _QuarantineFile:
             for position, reasons, record in zip(
                 table.column(POSITION).to_pylist(),
                 table.column(REASONS).to_pylist(),
-                table.column(RECORD).to_pylist(),
+                self._records(table),
                 strict=True,
             )
         ]
@@ -312,6 +391,20 @@ class _QuarantineFile:
         found = entries_of_rows(rows, dataset, ref, key=self.settings.hash_key)
         self.entries.add_entries(found, offset=self.lines)
         self.lines += len(written)
+
+    def _records(self, table: Any) -> list[str]:
+        """Each row's record as read (JSON text): RECORD, or, where the read task left it null
+        (`frame.record_columns`), rebuilt from the text columns, as the read task would have
+        built it (`jackson_json`)."""
+        records: list[str] = table.column(RECORD).to_pylist()
+        if self.record_columns is None or all(r is not None for r in records):
+            return records
+        names = [name for name, _ in self.record_columns]
+        texts = [table.column(column).to_pylist() for _, column in self.record_columns]
+        for row, record in enumerate(records):
+            if record is None:
+                records[row] = jackson_json(names, [values[row] for values in texts])
+        return records
 
     def finish(self, store: S3ObjectStore, index: DynamoSubjectIndex) -> dict[str, Any]:
         self.out.close()
@@ -336,10 +429,13 @@ class _QuarantineFile:
 
 
 def write_quarantine(
-    batches: Iterable[pa.RecordBatch], settings: TaskSettings
+    batches: Iterable[pa.RecordBatch],
+    settings: TaskSettings,
+    records: dict[int, list[tuple[str, str]] | None] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """A write task over rejected rows sorted by (object, position): one quarantine file of
-    JSON Lines per object, streamed; yields one summary row per file."""
+    JSON Lines per object, streamed; yields one summary row per file. `records`: per object,
+    how its rows' RECORD is rebuilt where the read task left it null (`frame.record_columns`)."""
     store, index = _connect(settings)
     current: _QuarantineFile | None = None
     with tempfile.TemporaryDirectory(prefix="lethe-quarantine-") as tmp:
@@ -349,10 +445,50 @@ def write_quarantine(
                 if current is None or current.index != obj:
                     if current is not None:
                         yield _summary(current.finish(store, index), FILE_SUMMARY)
-                    current = _QuarantineFile(settings, obj, Path(tmp))
+                    rebuild = (records or {}).get(obj)
+                    current = _QuarantineFile(settings, obj, Path(tmp), rebuild)
                 current.add(table.slice(start, length))
         if current is not None:
             yield _summary(current.finish(store, index), FILE_SUMMARY)
+
+
+def write_files(
+    batches: Iterable[pa.RecordBatch],
+    settings: TaskSettings,
+    records: dict[int, list[tuple[str, str]] | None] | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """A write task over conformed rows sorted by (object, partition path, position), where a
+    rejected row's path is null (so it sorts first): one quarantine file per object of its
+    rejected rows and one lake file per (object, partition) of its valid rows, each streamed;
+    yields one summary row per file (`WRITE_SUMMARY`: its kind, "lake" or "quarantine").
+    `write_lake_files` and `write_quarantine` in one pass over the rows, so that the job
+    neither keeps the conformed rows nor reads them twice."""
+    store, index = _connect(settings)
+    current: _LakeFile | _QuarantineFile | None = None
+    at: tuple[int, str | None] | None = None
+    with tempfile.TemporaryDirectory(prefix="lethe-files-") as tmp:
+        for batch in batches:
+            table = pa.Table.from_batches([batch])
+            for (obj, part), start, length in _runs(table, [OBJECT, PART]):
+                if current is None or at != (obj, part):
+                    if current is not None:
+                        yield _written(current, store, index)
+                    at = (obj, part)
+                    current = (
+                        _QuarantineFile(settings, obj, Path(tmp), (records or {}).get(obj))
+                        if part is None
+                        else _LakeFile(settings, obj, part, Path(tmp))
+                    )
+                current.add(table.slice(start, length))
+        if current is not None:
+            yield _written(current, store, index)
+
+
+def _written(
+    current: _LakeFile | _QuarantineFile, store: S3ObjectStore, index: DynamoSubjectIndex
+) -> pa.RecordBatch:
+    kind = "lake" if isinstance(current, _LakeFile) else "quarantine"
+    return _summary({**current.finish(store, index), "kind": kind}, WRITE_SUMMARY)
 
 
 def write_raw_entries(

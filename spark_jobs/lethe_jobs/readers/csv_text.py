@@ -5,6 +5,7 @@ the one case variant); a header that makes a schema column's name ambiguous is u
 
 from __future__ import annotations
 
+import codecs
 import csv
 import io
 import json
@@ -53,17 +54,42 @@ def _csv_record(names: list[str], values: list[str]) -> str:
     return json.dumps(record, ensure_ascii=False)
 
 
+# Undecodable bytes become surrogates through this error handler, which also counts them: a
+# reader that has seen none since it started knows that no row holds one, and skips looking.
+_UNDECODED_SEEN = [0]
+_SURROGATEESCAPE = codecs.lookup_error("surrogateescape")
+
+
+def _counting_surrogateescape(error: UnicodeError) -> tuple[str | bytes, int]:
+    _UNDECODED_SEEN[0] += 1
+    return _SURROGATEESCAPE(error)
+
+
+COUNTING_SURROGATEESCAPE = "lethe-counting-surrogateescape"
+codecs.register_error(COUNTING_SURROGATEESCAPE, _counting_surrogateescape)
+
+
 class _CsvCollector:
-    def __init__(self, names: list[str]) -> None:
+    def __init__(self, names: list[str], undecoded_before: int | None = None) -> None:
         self.names = names
+        self.width = len(names)
         self.positions: list[int] = []
-        self.values: list[list[str]] = [[] for _ in names]
+        self.rows: list[list[str]] = []
         self.rejected: list[RejectedRecord] = []
+        # None: look for undecodable bytes in every row; n: only once the counter moved past n
+        self.undecoded_before = undecoded_before
 
     def __len__(self) -> int:
         return len(self.positions) + len(self.rejected)
 
     def add(self, line: int, row: list[str]) -> None:
+        if len(row) == self.width and (
+            self.undecoded_before == _UNDECODED_SEEN[0]
+            or not any(UNDECODED.search(value) for value in row)
+        ):
+            self.positions.append(line)
+            self.rows.append(row)
+            return
         reasons = []
         if len(row) != len(self.names):
             reasons.append(f"expected {len(self.names)} fields, found {len(row)}")
@@ -78,13 +104,13 @@ class _CsvCollector:
             self.rejected.append(RejectedRecord(line, tuple(reasons), record))
             return
         self.positions.append(line)
-        for column, value in zip(self.values, row, strict=True):
-            column.append(value)
+        self.rows.append(row)
 
     def records(self) -> RawRecords:
         kept = [i for i, name in enumerate(self.names) if not name.startswith(RESERVED_PREFIX)]
+        values = list(zip(*self.rows, strict=True)) if self.rows else [() for _ in self.names]
         arrays = [pa.array(self.positions, pa.int64())]
-        arrays += [pa.array(self.values[i], pa.string()) for i in kept]
+        arrays += [pa.array(values[i], pa.string()) for i in kept]
         table = pa.table(arrays, names=[POSITION, *[self.names[i] for i in kept]])
         return RawRecords(table, "line", list(self.names), self.rejected)
 
@@ -144,7 +170,8 @@ def read_csv(
 ) -> Iterator[RawRecords]:
     encoding = "utf-8-sig" if part.first_line == 1 else "utf-8"
     # undecodable bytes become surrogates, and reject only the record that holds them
-    text = io.TextIOWrapper(payload, encoding=encoding, errors="surrogateescape", newline="")
+    undecoded_before = _UNDECODED_SEEN[0]
+    text = io.TextIOWrapper(payload, encoding=encoding, errors=COUNTING_SURROGATEESCAPE, newline="")
     # a stream that may be cut: each record's text is kept, and the last one held back
     tap = RecordLines(text) if is_salvaging(payload) else None
     reader = csv_reader(cast(IO[str], text if tap is None else tap), dataset.csv)
@@ -156,7 +183,7 @@ def read_csv(
             yield _CsvCollector([c.name for c in dataset.schema_]).records()
             return
         declared_names(names, dataset, "header")
-        collector = _CsvCollector(names)
+        collector = _CsvCollector(names, undecoded_before)
         last = HeldBack()
         rows = _csv_rows(reader, tap, offset)
         for line, row, _ in rows if tap is None else last.held_back(rows):
@@ -164,7 +191,7 @@ def read_csv(
                 collector.add(line, row)
             if len(collector) >= batch_rows:
                 yield collector.records()
-                collector = _CsvCollector(names)
+                collector = _CsvCollector(names, undecoded_before)
     except csv.Error as exc:
         line = reader.line_num + offset
         raise UnreadableFileError(f"not valid CSV (line {line}): {exc}") from exc
