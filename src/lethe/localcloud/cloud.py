@@ -11,6 +11,8 @@
 3. installs the hooks: Lambda runtime (lambdas), EventBridge delivery (eventbridge), AWS-shaped
    S3 events (s3events), SQS event source mappings and message move tasks (sqs), Step Functions
    JSONata / Spark tasks (sfn_hooks);
+   then switches the IAM check on (lethe.localcloud.iam: each role's own credentials, every
+   call authorised against the template's policies; LETHE_LOCAL_IAM=enforce|off);
 4. uploads the Spark artifacts to the artifacts bucket (lethe.artifacts, as a real deploy does);
 5. serves the REST API (api) and a small control endpoint (captured mail, health);
 6. writes the state file atomically (JSON, see `state_document`).
@@ -334,6 +336,10 @@ class LocalCloud:
             endpoints, self.repo_root, self.state_dir, self.parameters, self.stack_name
         )
         self.deployment = deployment
+        from lethe.localcloud import iam  # noqa: PLC0415 - heavy, see the top
+
+        # each role its own credentials, every call checked (LETHE_LOCAL_IAM, default enforce)
+        self._undo.append(("IAM check", iam.install(deployment)))
         runtime = self._install_hooks(deployment)
         self._upload_artifacts(deployment)
         self._start_api(deployment, runtime)
