@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from lethe.localcloud import iam_log
 from tests.localcloud_support import SAMPLES, LocalCloud, running_local_cloud
 
 
@@ -16,6 +17,22 @@ def local_cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCloud
     state_file = tmp_path_factory.mktemp("localcloud") / "local.json"
     with running_local_cloud(state_file, up_timeout=240, down_timeout=60) as cloud:
         yield cloud
+
+
+@pytest.fixture(autouse=True)
+def every_call_allowed_by_the_template(local_cloud: LocalCloud) -> Iterator[None]:
+    """The tier runs with the IAM check on (LETHE_LOCAL_IAM=enforce, lethe.localcloud.iam): a
+    call of a function, state machine or Spark job that the template's policies do not allow
+    fails the test during which it was made, naming role, action and resource."""
+    assert local_cloud.state.get("iam") == "enforce", (
+        "the e2e tier runs with LETHE_LOCAL_IAM=enforce"
+    )
+    logs_dir = local_cloud.state["logs_dir"]
+    _, offset = iam_log.read_decisions(logs_dir, 0)
+    yield
+    decisions, _ = iam_log.read_decisions(logs_dir, offset)
+    denied = iam_log.distinct_denials(decisions)
+    assert not denied, "calls the template's IAM policies do not allow:\n" + "\n".join(denied)
 
 
 @pytest.fixture(scope="session")

@@ -24,24 +24,33 @@ def test_allow_needs_action_and_resource_to_match() -> None:
     assert evaluate(policies, Request("S3:getobjectVERSION", "arn:aws:s3:::b/x/k")).allowed
     assert not evaluate(policies, Request("s3:PutObject", "arn:aws:s3:::b/x/k")).allowed
     denied = evaluate(policies, Request("s3:GetObject", "arn:aws:s3:::b/y/k"))
-    assert not denied.allowed and denied.reason == "no identity-based policy allows it"
+    assert not denied.allowed
+    assert denied.reason == "no identity-based policy allows it"
 
 
 def test_explicit_deny_wins_and_is_named() -> None:
     policies = policy(
         {"Effect": "Allow", "Action": "dynamodb:*", "Resource": TABLE},
-        {"Sid": "NoLedger", "Effect": "Deny", "Action": "dynamodb:PutItem", "Resource": TABLE,
-         "Condition": {"ForAnyValue:StringLike": {"dynamodb:LeadingKeys": ["ledger#*"]}}},
+        {
+            "Sid": "NoLedger",
+            "Effect": "Deny",
+            "Action": "dynamodb:PutItem",
+            "Resource": TABLE,
+            "Condition": {"ForAnyValue:StringLike": {"dynamodb:LeadingKeys": ["ledger#*"]}},
+        },
     )
     ledger = Request("dynamodb:PutItem", TABLE, {"dynamodb:leadingkeys": ["ledger#1"]}, DDB)
     other = Request("dynamodb:PutItem", TABLE, {"dynamodb:leadingkeys": ["object#1"]}, DDB)
     decision = evaluate(policies, ledger)
-    assert not decision.allowed and decision.reason == "explicitly denied by p/NoLedger"
+    assert not decision.allowed
+    assert decision.reason == "explicitly denied by p/NoLedger"
     assert evaluate(policies, other).allowed
 
 
 def test_not_action_and_not_resource() -> None:
-    policies = policy({"Effect": "Allow", "NotAction": "s3:Delete*", "NotResource": "arn:aws:s3:::locked/*"})
+    policies = policy(
+        {"Effect": "Allow", "NotAction": "s3:Delete*", "NotResource": "arn:aws:s3:::locked/*"}
+    )
     assert evaluate(policies, Request("s3:GetObject", "arn:aws:s3:::open/k")).allowed
     assert not evaluate(policies, Request("s3:DeleteObject", "arn:aws:s3:::open/k")).allowed
     assert not evaluate(policies, Request("s3:GetObject", "arn:aws:s3:::locked/k")).allowed
@@ -49,39 +58,72 @@ def test_not_action_and_not_resource() -> None:
 
 def test_condition_semantics_for_absent_keys_and_sets() -> None:
     allow_ledger_only = policy(
-        {"Effect": "Allow", "Action": "dynamodb:GetItem", "Resource": TABLE,
-         "Condition": {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["ledger#*"]},
-                       "StringEqualsIfExists": {"dynamodb:Select": "SPECIFIC_ATTRIBUTES"}}}
+        {
+            "Effect": "Allow",
+            "Action": "dynamodb:GetItem",
+            "Resource": TABLE,
+            "Condition": {
+                "ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["ledger#*"]},
+                "StringEqualsIfExists": {"dynamodb:Select": "SPECIFIC_ATTRIBUTES"},
+            },
+        }
     )
     ok = Request("dynamodb:GetItem", TABLE, {"dynamodb:leadingkeys": ["ledger#a"]}, DDB)
     wrong = Request("dynamodb:GetItem", TABLE, {"dynamodb:leadingkeys": ["object#a"]}, DDB)
     select_all = Request(
-        "dynamodb:GetItem", TABLE,
-        {"dynamodb:leadingkeys": ["ledger#a"], "dynamodb:select": ["ALL_ATTRIBUTES"]}, DDB,
+        "dynamodb:GetItem",
+        TABLE,
+        {"dynamodb:leadingkeys": ["ledger#a"], "dynamodb:select": ["ALL_ATTRIBUTES"]},
+        DDB,
     )
     assert evaluate(allow_ledger_only, ok).allowed
     assert not evaluate(allow_ledger_only, wrong).allowed
     assert not evaluate(allow_ledger_only, select_all).allowed
-    kms = policy({"Effect": "Allow", "Action": "kms:Decrypt", "Resource": "*",
-                  "Condition": {"StringEquals": {"kms:EncryptionContext:lethe:purpose": "t"}}})
+    kms = policy(
+        {
+            "Effect": "Allow",
+            "Action": "kms:Decrypt",
+            "Resource": "*",
+            "Condition": {"StringEquals": {"kms:EncryptionContext:lethe:purpose": "t"}},
+        }
+    )
     modelled = frozenset({"kms:encryptioncontext:lethe:purpose"})
-    assert evaluate(kms, Request("kms:Decrypt", "k", {"kms:encryptioncontext:lethe:purpose": ["t"]}, modelled)).allowed
+    assert evaluate(
+        kms, Request("kms:Decrypt", "k", {"kms:encryptioncontext:lethe:purpose": ["t"]}, modelled)
+    ).allowed
     assert not evaluate(kms, Request("kms:Decrypt", "k", {}, modelled)).allowed  # absent: false
 
 
 def test_unmodelled_condition_keys_and_operators_refuse_to_guess() -> None:
-    deny = policy({"Effect": "Deny", "Action": "s3:*", "Resource": "*",
-                   "Condition": {"StringEquals": {"s3:x-amz-acl": "public-read"}}})
+    deny = policy(
+        {
+            "Effect": "Deny",
+            "Action": "s3:*",
+            "Resource": "*",
+            "Condition": {"StringEquals": {"s3:x-amz-acl": "public-read"}},
+        }
+    )
     with pytest.raises(Unevaluable, match="s3:x-amz-acl"):
         evaluate(deny, Request("s3:PutObject", "arn:aws:s3:::b/k"))
-    dates = policy({"Effect": "Allow", "Action": "s3:*", "Resource": "*",
-                    "Condition": {"DateLessThan": {"aws:CurrentTime": "2030-01-01"}}})
+    dates = policy(
+        {
+            "Effect": "Allow",
+            "Action": "s3:*",
+            "Resource": "*",
+            "Condition": {"DateLessThan": {"aws:CurrentTime": "2030-01-01"}},
+        }
+    )
     with pytest.raises(Unevaluable):
         evaluate(dates, Request("s3:GetObject", "arn:aws:s3:::b/k"))
 
 
-def _call(method: str, path: str, query: dict | None = None, headers: dict | None = None,
-          body: bytes = b"") -> Call:
+def _call(
+    method: str,
+    path: str,
+    query: dict | None = None,
+    headers: dict | None = None,
+    body: bytes = b"",
+) -> Call:
     return Call("AKIA", "s3", "us-east-1", method, path, query or {}, headers or {}, body=body)
 
 
@@ -92,18 +134,38 @@ def test_s3_calls_map_to_the_actions_aws_authorises() -> None:
         return [(r.action, r.resource) for r in result]
 
     assert actions(_call("HEAD", "/b/k")) == [("s3:GetObject", "arn:aws:s3:::b/k")]
-    assert actions(_call("GET", "/b/k", {"versionId": ["v1"]})) == [("s3:GetObjectVersion", "arn:aws:s3:::b/k")]
-    assert actions(_call("DELETE", "/b/k", {"versionId": ["v1"]})) == [("s3:DeleteObjectVersion", "arn:aws:s3:::b/k")]
-    assert actions(_call("GET", "/b", {"list-type": ["2"], "prefix": ["p/"]})) == [("s3:ListBucket", "arn:aws:s3:::b")]
-    assert actions(_call("GET", "/b", {"versions": [""]})) == [("s3:ListBucketVersions", "arn:aws:s3:::b")]
-    assert actions(_call("PUT", "/b/k", headers={"x-amz-copy-source": "/src/a?versionId=v2",
-                                                 "x-amz-object-lock-mode": "GOVERNANCE"})) == [
+    assert actions(_call("GET", "/b/k", {"versionId": ["v1"]})) == [
+        ("s3:GetObjectVersion", "arn:aws:s3:::b/k")
+    ]
+    assert actions(_call("DELETE", "/b/k", {"versionId": ["v1"]})) == [
+        ("s3:DeleteObjectVersion", "arn:aws:s3:::b/k")
+    ]
+    assert actions(_call("GET", "/b", {"list-type": ["2"], "prefix": ["p/"]})) == [
+        ("s3:ListBucket", "arn:aws:s3:::b")
+    ]
+    assert actions(_call("GET", "/b", {"versions": [""]})) == [
+        ("s3:ListBucketVersions", "arn:aws:s3:::b")
+    ]
+    assert actions(
+        _call(
+            "PUT",
+            "/b/k",
+            headers={
+                "x-amz-copy-source": "/src/a?versionId=v2",
+                "x-amz-object-lock-mode": "GOVERNANCE",
+            },
+        )
+    ) == [
         ("s3:PutObject", "arn:aws:s3:::b/k"),
         ("s3:GetObjectVersion", "arn:aws:s3:::src/a"),
         ("s3:PutObjectRetention", "arn:aws:s3:::b/k"),
     ]
-    body = b"<Delete><Object><Key>a</Key></Object><Object><Key>b</Key><VersionId>1</VersionId></Object></Delete>"
+    body = (
+        b"<Delete><Object><Key>a</Key></Object>"
+        b"<Object><Key>b</Key><VersionId>1</VersionId></Object></Delete>"
+    )
     assert actions(_call("POST", "/b", {"delete": [""]}, body=body)) == [
-        ("s3:DeleteObject", "arn:aws:s3:::b/a"), ("s3:DeleteObjectVersion", "arn:aws:s3:::b/b"),
+        ("s3:DeleteObject", "arn:aws:s3:::b/a"),
+        ("s3:DeleteObjectVersion", "arn:aws:s3:::b/b"),
     ]
     assert isinstance(s3_requests(_call("GET", "/b/k", {"torrent": [""]})), str)  # unknown: refused

@@ -24,7 +24,8 @@ State file (JSON): endpoint_url, region, account_id, api_url (the REST API, with
 control_url (GET /mail, GET /health), outputs (the stack Outputs; ApiUrl is the local API),
 pid, state_dir, logs_dir, stack_name, parameters (effective, Defaults included), not_created
 (logical id -> reason), sqs_event_sources (the local batching window cap and retry delay),
-ready (true; false with stopped_at once stopped), started_at.
+iam (enforce | off: the IAM check's mode), ready (true; false with stopped_at once stopped),
+started_at.
 
 Layout: ``<state_file>.d/`` is the state directory; ``logs/`` in it holds ``moto.log`` (every
 request to the emulated AWS APIs), ``<function name>.log`` per Lambda function, Spark run logs,
@@ -292,6 +293,7 @@ class LocalCloud:
         self.api_url = ""
         self.control_url = ""
         self.state: dict[str, Any] = {}
+        self.iam_mode = "off"  # set when the IAM check is installed (lethe.localcloud.iam)
         self._undo: list[tuple[str, Callable[[], None]]] = []
         self._lock = threading.Lock()
         self.max_batching_window: float | None = (
@@ -339,7 +341,8 @@ class LocalCloud:
         from lethe.localcloud import iam  # noqa: PLC0415 - heavy, see the top
 
         # each role its own credentials, every call checked (LETHE_LOCAL_IAM, default enforce)
-        self._undo.append(("IAM check", iam.install(deployment)))
+        self.iam_mode = iam.mode_from_environment()
+        self._undo.append(("IAM check", iam.install(deployment, self.iam_mode)))
         runtime = self._install_hooks(deployment)
         self._upload_artifacts(deployment)
         self._start_api(deployment, runtime)
@@ -485,6 +488,7 @@ class LocalCloud:
                 "max_batching_window_seconds": self.max_batching_window,
                 "retry_seconds": self.sqs_retry_seconds,
             },
+            "iam": self.iam_mode,  # enforce | off (LETHE_LOCAL_IAM)
             "ready": True,
             "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
         }

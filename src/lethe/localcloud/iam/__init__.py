@@ -101,7 +101,8 @@ def template_roles(deployment: Deployment) -> dict[str, str]:
     return {
         logical_id: deployment.attributes[logical_id]["Arn"]
         for logical_id, resource in resources.items()
-        if resource.get("Type") == "AWS::IAM::Role" and "Arn" in deployment.attributes.get(logical_id, {})
+        if resource.get("Type") == "AWS::IAM::Role"
+        and "Arn" in deployment.attributes.get(logical_id, {})
     }
 
 
@@ -109,7 +110,9 @@ def install(deployment: Deployment, mode: str | None = None) -> Callable[[], Non
     """Switch the check on (see the module docstring); returns the undo callable."""
     mode = mode or mode_from_environment()
     if mode == "off":
-        logger.warning("%s=off: every principal uses the local cloud's own credentials", IAM_MODE_ENV)
+        logger.warning(
+            "%s=off: every principal uses the local cloud's own credentials", IAM_MODE_ENV
+        )
         return lambda: None
     principals = Principals(deployment.endpoints)
     for logical_id, arn in sorted(template_roles(deployment).items()):
@@ -169,14 +172,17 @@ def _patch_sfn_clients(principals: Principals) -> Callable[[], None]:
         role_arn = getattr(state_credentials, "role_arn", None)
         if role_arn:
             principal = principals.issue(str(role_arn))
-            client._request_signer._credentials = Credentials(  # noqa: SLF001 - pinned moto
+            client._request_signer._credentials = Credentials(
                 principal.access_key, principal.secret_key, principal.session_token
             )
         return client
 
     patched = []
     for name, module in list(sys.modules.items()):
-        if name.startswith("moto.stepfunctions.parser") and getattr(module, "boto_client_for", None) is original:
+        if (
+            name.startswith("moto.stepfunctions.parser")
+            and getattr(module, "boto_client_for", None) is original
+        ):
             module.boto_client_for = boto_client_for  # type: ignore[attr-defined]
             patched.append(module)
     if not patched:

@@ -78,13 +78,19 @@ class Enforcer:
         requests = self._requests(call)
         if isinstance(requests, str):
             decision = Decision(False, requests)
-            self._record(principal, Request(f"{call.service}:{call.operation or '?'}", "?"), decision, call)
-            return self._response(call, principal, f"{call.service}:{call.operation or '?'}", "?", requests)
+            self._record(
+                principal, Request(f"{call.service}:{call.operation or '?'}", "?"), decision, call
+            )
+            return self._response(
+                call, principal, f"{call.service}:{call.operation or '?'}", "?", requests
+            )
         for request in requests:
             decision = self.decide(principal, request)
             self._record(principal, request, decision, call)
             if not decision.allowed and self.mode == "enforce":
-                return self._response(call, principal, request.action, request.resource, decision.reason)
+                return self._response(
+                    call, principal, request.action, request.resource, decision.reason
+                )
         return None
 
     def _requests(self, call: Call) -> list[Request] | str:
@@ -116,11 +122,17 @@ class Enforcer:
             decision = self.decide(principal, request)
             self._record(principal, request, decision, None, caller=caller)
             if not decision.allowed and self.mode == "enforce":
-                raise AccessDenied(denial_message(principal, request.action, request.resource, decision.reason))
+                raise AccessDenied(
+                    denial_message(principal, request.action, request.resource, decision.reason)
+                )
 
     def _record(
-        self, principal: Principal | None, request: Request, decision: Decision,
-        call: Call | None, caller: str = "",
+        self,
+        principal: Principal | None,
+        request: Request,
+        decision: Decision,
+        call: Call | None,
+        caller: str = "",
     ) -> None:
         entry = {
             "time": round(time.time(), 3),
@@ -131,9 +143,14 @@ class Enforcer:
             "allowed": decision.allowed,
             "reason": decision.reason,
         }
+        if not decision.allowed and request.context:
+            entry["context"] = _loggable(request.context)
         if call is not None:
             entry["service"] = call.service
-            entry["operation"] = call.operation or f"{call.method} {call.path.split('/', 2)[1] if '/' in call.path else ''}"
+            entry["operation"] = (
+                call.operation
+                or f"{call.method} {call.path.split('/', 2)[1] if '/' in call.path else ''}"
+            )
         if caller:
             entry["caller"] = caller
         line = json.dumps(entry, sort_keys=True)
@@ -147,10 +164,15 @@ class Enforcer:
 
     def _deny_unknown(self, call: Call, reason: str) -> tuple[int, dict[str, str], bytes] | None:
         decision = Decision(False, reason)
-        self._record(None, Request(f"{call.service}:{call.operation or '?'}", call.path), decision, call)
+        self._record(
+            None, Request(f"{call.service}:{call.operation or '?'}", call.path), decision, call
+        )
         if self.mode != "enforce":
             return None
-        return _error_response(call, f"{reason}: {call.method} {call.path} ({call.service}) refused by the local IAM check")
+        return _error_response(
+            call,
+            f"{reason}: {call.method} {call.path} ({call.service}) refused by the local IAM check",
+        )
 
     def _response(
         self, call: Call, principal: Principal, action: str, resource: str, reason: str
@@ -158,6 +180,18 @@ class Enforcer:
         if self.mode != "enforce":
             return None
         return _error_response(call, denial_message(principal, action, resource, reason))
+
+
+def _loggable(context: Any) -> dict[str, list[str]]:
+    """The request context of a denial, for the log; partition key values only up to their
+    first `#` (a subject index key is a keyed hash, but no key value needs to be kept)."""
+    shown = {}
+    for key, values in context.items():
+        if key == "dynamodb:leadingkeys":
+            shown[key] = [v.split("#", 1)[0] + "#..." if "#" in v else "..." for v in values]
+        else:
+            shown[key] = list(values)
+    return shown
 
 
 def denial_message(principal: Principal, action: str, resource: str, reason: str) -> str:
@@ -181,8 +215,14 @@ def _error_response(call: Call, message: str) -> tuple[int, dict[str, str], byte
         return 403, {"Content-Type": "application/xml"}, body.encode()
     if call.headers.get("x-amz-target"):
         document = {"__type": "AccessDeniedException", "message": message, "Message": message}
-        return 400, {"Content-Type": "application/x-amz-json-1.0",
-                     "x-amzn-query-error": "AccessDenied;Sender"}, json.dumps(document).encode()
+        return (
+            400,
+            {
+                "Content-Type": "application/x-amz-json-1.0",
+                "x-amzn-query-error": "AccessDenied;Sender",
+            },
+            json.dumps(document).encode(),
+        )
     if "Action" in call.params or call.service in {"sns", "ses", "email", "sts", "monitoring"}:
         body = (
             "<ErrorResponse><Error><Type>Sender</Type><Code>AccessDenied</Code>"
@@ -191,4 +231,8 @@ def _error_response(call: Call, message: str) -> tuple[int, dict[str, str], byte
         )
         return 403, {"Content-Type": "text/xml"}, body.encode()
     document = {"Message": message, "message": message}
-    return 403, {"Content-Type": "application/json", "x-amzn-ErrorType": "AccessDeniedException"}, json.dumps(document).encode()
+    return (
+        403,
+        {"Content-Type": "application/json", "x-amzn-ErrorType": "AccessDeniedException"},
+        json.dumps(document).encode(),
+    )

@@ -133,9 +133,7 @@ def _resource_matches(pattern: str, resource: str) -> bool:
 @lru_cache(maxsize=4096)
 def _compiled(pattern: str, fold: bool) -> re.Pattern[str]:
     # IAM wildcards are * and ? only: everything else is literal.
-    regex = "".join(
-        ".*" if ch == "*" else "." if ch == "?" else re.escape(ch) for ch in pattern
-    )
+    regex = "".join(".*" if ch == "*" else "." if ch == "?" else re.escape(ch) for ch in pattern)
     return re.compile(f"^{regex}$", re.IGNORECASE | re.DOTALL if fold else re.DOTALL)
 
 
@@ -167,9 +165,9 @@ def _condition_holds(operator: str, key: str, expected: Any, request: Request) -
     if if_exists:
         base_lower = base_lower[: -len("ifexists")]
     if lowered_key not in GLOBAL_KEYS and lowered_key not in request.modelled:
-        raise Unevaluable(
-            f"condition key {key} is not modelled locally for {request.action}"
-        )
+        raise Unevaluable(f"condition key {key} is not modelled locally for {request.action}")
+    if prefix not in {"", "forallvalues", "foranyvalue"}:
+        raise Unevaluable(f"condition set operator {prefix} is not known")
     policy_values = [str(v) for v in _as_list(expected)]
     for value in policy_values:
         _no_variables(value)
@@ -180,21 +178,11 @@ def _condition_holds(operator: str, key: str, expected: Any, request: Request) -
         return wants_absent != (present and bool(values))
     negated = base_lower in _NEGATED
     if not present:
-        if prefix == "forallvalues":
-            return True
-        if prefix == "foranyvalue":
-            return False
-        return if_exists or negated
+        return {"forallvalues": True, "foranyvalue": False}.get(prefix, if_exists or negated)
     test = _operator(base_lower)
-    if prefix == "forallvalues":
-        return all(test(value, policy_values) for value in values)
-    if prefix == "foranyvalue":
-        return any(test(value, policy_values) for value in values)
-    if prefix:
-        raise Unevaluable(f"condition set operator {prefix} is not known")
-    if negated:  # every value of the request must pass (none matches a policy value)
-        return all(test(value, policy_values) for value in values)
-    return any(test(value, policy_values) for value in values)
+    results = [test(value, policy_values) for value in values]
+    # ForAllValues, and a negated operator (no value may match): every value must pass
+    return all(results) if prefix == "forallvalues" or (negated and not prefix) else any(results)
 
 
 def _operator(name: str) -> Any:

@@ -73,7 +73,9 @@ def read_call(environ: dict[str, Any]) -> Call:
     scope = _CREDENTIAL.search(headers.get("authorization", ""))
     if scope is None and "X-Amz-Credential" in query:
         scope = _CREDENTIAL.search("Credential=" + query["X-Amz-Credential"][0])
-    access_key, region, service = (scope.group(1), scope.group(3), scope.group(4)) if scope else ("", "", "")
+    access_key, region, service = (
+        (scope.group(1), scope.group(3), scope.group(4)) if scope else ("", "", "")
+    )
     call = Call(
         access_key=access_key,
         service=service,
@@ -130,7 +132,9 @@ def _rest_routes(service: str) -> list[tuple[str, re.Pattern[str], str, int]]:
             lambda m: f"(?P<{m.group(1)}>{'.+' if m.group(2) else '[^/]+'})",
             re.escape(uri),
         )
-        routes.append((http.get("method", "POST").upper(), re.compile(f"^{regex}/?$"), name, literal))
+        routes.append(
+            (http.get("method", "POST").upper(), re.compile(f"^{regex}/?$"), name, literal)
+        )
     routes.sort(key=lambda route: -route[3])  # most literal first
     return routes
 

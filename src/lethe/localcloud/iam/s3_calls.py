@@ -80,15 +80,31 @@ _OBJECT_DELETE: Final = {
     "tagging": ("DeleteObjectTagging", "DeleteObjectVersionTagging"),
     "uploadId": ("AbortMultipartUpload", "AbortMultipartUpload"),
 }
-_IGNORED_QUERY: Final = {"versionId", "partNumber", "x-id", "list-type", "prefix", "delimiter",
-                         "max-keys", "continuation-token", "start-after", "encoding-type",
-                         "fetch-owner", "key-marker", "version-id-marker", "marker",
-                         "response-content-type", "response-content-disposition"}
+_IGNORED_QUERY: Final = {
+    "versionId",
+    "partNumber",
+    "x-id",
+    "list-type",
+    "prefix",
+    "delimiter",
+    "max-keys",
+    "continuation-token",
+    "start-after",
+    "encoding-type",
+    "fetch-owner",
+    "key-marker",
+    "version-id-marker",
+    "marker",
+    "response-content-type",
+    "response-content-disposition",
+}
 S3_KEYS: Final = frozenset({"s3:prefix", "s3:delimiter", "s3:versionid"})
 
 
 def _subresource(call: Call) -> str | None:
-    names = [name for name in call.query if not name.startswith("X-Amz-") and name not in _IGNORED_QUERY]
+    names = [
+        name for name in call.query if not name.startswith("X-Amz-") and name not in _IGNORED_QUERY
+    ]
     return names[0] if names else None
 
 
@@ -101,37 +117,42 @@ def s3_requests(call: Call) -> list[Request] | str:
         return [_req("ListAllMyBuckets", "*")] if call.method == "GET" else "unknown S3 call on /"
     bucket_arn = f"arn:aws:s3:::{bucket}"
     sub = _subresource(call)
-    version = (call.query.get("versionId") or [""])[0]
     if not key:
         return _bucket_requests(call, bucket_arn, sub)
-    object_arn = f"{bucket_arn}/{key}"
+    return _object_requests(call, f"{bucket_arn}/{key}", sub)
+
+
+_OBJECT_TABLES: Final = {
+    "GET": (_OBJECT_GET, ("GetObject", "GetObjectVersion")),
+    "HEAD": (_OBJECT_GET, ("GetObject", "GetObjectVersion")),
+    "PUT": (_OBJECT_PUT, ("PutObject", "PutObject")),
+    "DELETE": (_OBJECT_DELETE, ("DeleteObject", "DeleteObjectVersion")),
+}
+
+
+def _object_requests(call: Call, object_arn: str, sub: str | None) -> list[Request] | str:
+    version = (call.query.get("versionId") or [""])[0]
     context = {"s3:versionid": [version]} if version else {}
-    if call.method in {"GET", "HEAD"}:
-        table = _OBJECT_GET
-        default = ("GetObject", "GetObjectVersion")
-    elif call.method == "PUT":
-        table = _OBJECT_PUT
-        default = ("PutObject", "PutObject")
-    elif call.method == "DELETE":
-        table = _OBJECT_DELETE
-        default = ("DeleteObject", "DeleteObjectVersion")
-    elif call.method == "POST":
+    if call.method == "POST":
         if sub in {"uploads", "uploadId"}:
             return [_req("PutObject", object_arn)]
-        if sub == "restore":
-            return [_req("RestoreObject", object_arn)]
-        return f"unknown S3 object POST ?{sub}"
-    else:
+        return (
+            [_req("RestoreObject", object_arn)]
+            if sub == "restore"
+            else f"unknown S3 object POST ?{sub}"
+        )
+    if call.method not in _OBJECT_TABLES:
         return f"unknown S3 method {call.method}"
+    table, default = _OBJECT_TABLES[call.method]
     if sub is not None and sub not in table:
         return f"unknown S3 object sub-resource {call.method} ?{sub}"
     names = table[sub] if sub else default
     requests = [_req(names[1] if version else names[0], object_arn, context)]
     if call.method == "PUT" and sub in {None, "uploadId"}:
         requests += _put_extras(call, object_arn)
-    if call.method == "PUT" and sub == "retention" or call.method == "DELETE" and sub is None:
-        if call.headers.get("x-amz-bypass-governance-retention", "").lower() == "true":
-            requests.append(_req("BypassGovernanceRetention", object_arn))
+    bypass = call.headers.get("x-amz-bypass-governance-retention", "").lower() == "true"
+    if bypass and (call.method, sub) in {("PUT", "retention"), ("DELETE", None)}:
+        requests.append(_req("BypassGovernanceRetention", object_arn))
     return requests
 
 
@@ -141,7 +162,10 @@ def _put_extras(call: Call, object_arn: str) -> list[Request]:
     if source:
         path, _, query = unquote(source).lstrip("/").partition("?versionId=")
         extras.append(_req("GetObjectVersion" if query else "GetObject", f"arn:aws:s3:::{path}"))
-    if "x-amz-object-lock-mode" in call.headers or "x-amz-object-lock-retain-until-date" in call.headers:
+    if (
+        "x-amz-object-lock-mode" in call.headers
+        or "x-amz-object-lock-retain-until-date" in call.headers
+    ):
         extras.append(_req("PutObjectRetention", object_arn))
     if "x-amz-object-lock-legal-hold" in call.headers:
         extras.append(_req("PutObjectLegalHold", object_arn))

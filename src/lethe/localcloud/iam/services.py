@@ -59,9 +59,25 @@ def _ddb_value(value: Mapping[str, Any]) -> str:
 
 _NAME_TOKEN = re.compile(r"#[A-Za-z0-9_]+|[A-Za-z_][A-Za-z0-9_]*")
 _RESERVED_WORDS: Final = frozenset(
-    {"and", "or", "not", "between", "in", "set", "remove", "add", "delete", "if_not_exists",
-     "attribute_exists", "attribute_not_exists", "attribute_type", "begins_with", "contains",
-     "size", "list_append"}
+    {
+        "and",
+        "or",
+        "not",
+        "between",
+        "in",
+        "set",
+        "remove",
+        "add",
+        "delete",
+        "if_not_exists",
+        "attribute_exists",
+        "attribute_not_exists",
+        "attribute_type",
+        "begins_with",
+        "contains",
+        "size",
+        "list_append",
+    }
 )
 
 
@@ -80,7 +96,11 @@ def _item_request(
     action: str, call: Call, account: str, table_name: str, params: Mapping[str, Any]
 ) -> Request:
     table = _table(call, account, table_name)
-    arn = table.table_arn if table is not None else _arn("dynamodb", call, account, f"table/{table_name}")
+    arn = (
+        table.table_arn
+        if table is not None
+        else _arn("dynamodb", call, account, f"table/{table_name}")
+    )
     key = params.get("Key") or params.get("Item") or {}
     context: dict[str, list[str]] = {}
     names = params.get("ExpressionAttributeNames") or {}
@@ -90,7 +110,9 @@ def _item_request(
     read = action in {"dynamodb:GetItem", "dynamodb:BatchGetItem"}
     projection = params.get("ProjectionExpression") or ""
     if projection or params.get("AttributesToGet"):
-        attributes |= _expression_names(projection, names) | set(params.get("AttributesToGet") or [])
+        attributes |= _expression_names(projection, names) | set(
+            params.get("AttributesToGet") or []
+        )
     elif read:
         attributes.add("*")
     if params.get("UpdateExpression"):
@@ -101,45 +123,76 @@ def _item_request(
     return Request(action, arn, context, DYNAMODB_KEYS)
 
 
+_TRANSACT_ACTIONS: Final = {
+    "Put": "PutItem",
+    "Update": "UpdateItem",
+    "Delete": "DeleteItem",
+    "ConditionCheck": "ConditionCheckItem",
+    "Get": "GetItem",
+}
+_TABLE_OPERATIONS: Final = frozenset(
+    {
+        "DescribeTable",
+        "DescribeTimeToLive",
+        "DescribeContinuousBackups",
+        "CreateTable",
+        "DeleteTable",
+        "UpdateTable",
+        "UpdateTimeToLive",
+        "ListTagsOfResource",
+        "TagResource",
+    }
+)
+
+
 def dynamodb_requests(call: Call, account: str) -> Requests:
     op, params = call.operation, call.params
     if op in {"GetItem", "PutItem", "UpdateItem", "DeleteItem"}:
         return [_item_request(f"dynamodb:{op}", call, account, params.get("TableName", ""), params)]
-    if op in {"BatchGetItem", "BatchWriteItem"}:
-        requests = []
-        for table_name, entries in (params.get("RequestItems") or {}).items():
-            items: Iterable[Mapping[str, Any]]
-            if op == "BatchGetItem":
-                items = [{**entries, "Key": key} for key in entries.get("Keys", [])] or [entries]
-            else:
-                items = [e.get("PutRequest") or e.get("DeleteRequest") or {} for e in entries]
-            requests += [_item_request(f"dynamodb:{op}", call, account, table_name, i) for i in items]
-        return requests
-    if op in {"TransactWriteItems", "TransactGetItems"}:
-        kinds = {"Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem",
-                 "ConditionCheck": "ConditionCheckItem", "Get": "GetItem"}
-        requests = []
-        for entry in params.get("TransactItems") or []:
-            for kind, body in entry.items():
-                action = f"dynamodb:{kinds.get(kind, kind)}"
-                requests.append(_item_request(action, call, account, body.get("TableName", ""), body))
-        return requests
+    if op in {"BatchGetItem", "BatchWriteItem", "TransactWriteItems", "TransactGetItems"}:
+        return _multi_item_requests(call, account)
     if op in {"Query", "Scan"}:
         return [_query_request(call, account, op, params)]
-    if op in {"DescribeTable", "DescribeTimeToLive", "DescribeContinuousBackups", "CreateTable",
-              "DeleteTable", "UpdateTable", "UpdateTimeToLive", "ListTagsOfResource",
-              "TagResource"}:
+    if op in _TABLE_OPERATIONS:
         name = params.get("TableName") or str(params.get("ResourceArn", "")).rsplit("/", 1)[-1]
         return [Request(f"dynamodb:{op}", _arn("dynamodb", call, account, f"table/{name}"))]
-    if op in {"ListTables", "DescribeLimits", "DescribeEndpoints"}:
-        return [Request(f"dynamodb:{op}", "*")]
-    return f"DynamoDB {op} is not mapped to IAM locally"
+    if op not in {"ListTables", "DescribeLimits", "DescribeEndpoints"}:
+        return f"DynamoDB {op} is not mapped to IAM locally"
+    return [Request(f"dynamodb:{op}", "*")]
+
+
+def _multi_item_requests(call: Call, account: str) -> list[Request]:
+    """Batch: the batch's action on each item; a transaction: each item's own action."""
+    op = call.operation
+    if op.startswith("Transact"):
+        return [
+            _item_request(
+                f"dynamodb:{_TRANSACT_ACTIONS.get(kind, kind)}",
+                call,
+                account,
+                body.get("TableName", ""),
+                body,
+            )
+            for entry in call.params.get("TransactItems") or []
+            for kind, body in entry.items()
+        ]
+    requests = []
+    for table_name, entries in (call.params.get("RequestItems") or {}).items():
+        items: Iterable[Mapping[str, Any]]
+        if op == "BatchGetItem":
+            items = [{**entries, "Key": key} for key in entries.get("Keys", [])] or [entries]
+        else:
+            items = [e.get("PutRequest") or e.get("DeleteRequest") or {} for e in entries]
+        requests += [_item_request(f"dynamodb:{op}", call, account, table_name, i) for i in items]
+    return requests
 
 
 def _query_request(call: Call, account: str, op: str, params: Mapping[str, Any]) -> Request:
     name = params.get("TableName", "")
     table = _table(call, account, name)
-    base = table.table_arn if table is not None else _arn("dynamodb", call, account, f"table/{name}")
+    base = (
+        table.table_arn if table is not None else _arn("dynamodb", call, account, f"table/{name}")
+    )
     index = params.get("IndexName")
     arn = f"{base}/index/{index}" if index else base
     names = params.get("ExpressionAttributeNames") or {}
@@ -187,7 +240,12 @@ def states_requests(call: Call, account: str) -> Requests:
     if op in {"SendTaskSuccess", "SendTaskFailure", "SendTaskHeartbeat"}:
         machine = _machine_waiting_on(str(params.get("taskToken", "")))
         return [Request(action, machine)] if machine else []  # unknown token: moto says so
-    if op in {"ListStateMachines", "ListActivities", "CreateStateMachine", "ValidateStateMachineDefinition"}:
+    if op in {
+        "ListStateMachines",
+        "ListActivities",
+        "CreateStateMachine",
+        "ValidateStateMachineDefinition",
+    }:
         return [Request(action, "*")]
     return f"Step Functions {op} is not mapped to IAM locally"
 
@@ -235,7 +293,11 @@ def kms_requests(call: Call, account: str) -> Requests:
     if params.get("SigningAlgorithm"):
         context["kms:signingalgorithm"] = [params["SigningAlgorithm"]]
     modelled = KMS_KEYS | {f"kms:encryptioncontext:{n.lower()}" for n in encryption_context}
-    return [Request(f"kms:{call.operation}", arn, context, _with_prefix(modelled, "kms:encryptioncontext:"))]
+    return [
+        Request(
+            f"kms:{call.operation}", arn, context, _with_prefix(modelled, "kms:encryptioncontext:")
+        )
+    ]
 
 
 class _PrefixKeys(frozenset[str]):
@@ -287,7 +349,11 @@ def sqs_requests(call: Call, account: str) -> Requests:
 
 
 def sns_requests(call: Call, account: str) -> Requests:
-    arn = call.params.get("TopicArn") or call.params.get("TargetArn") or call.params.get("ResourceArn")
+    arn = (
+        call.params.get("TopicArn")
+        or call.params.get("TargetArn")
+        or call.params.get("ResourceArn")
+    )
     if call.operation == "PublishBatch":
         return [Request("sns:Publish", str(arn))]
     if call.operation in {"ListTopics", "ListSubscriptions", "CreateTopic"}:
@@ -301,12 +367,16 @@ def events_requests(call: Call, account: str) -> Requests:
     if call.operation != "PutEvents":
         bus = str(call.params.get("EventBusName") or "default")
         name = call.params.get("Name") or call.params.get("Rule")
-        resource = _arn("events", call, account, f"rule/{name}") if name else _bus_arn(call, account, bus)
+        resource = (
+            _arn("events", call, account, f"rule/{name}") if name else _bus_arn(call, account, bus)
+        )
         return [Request(f"events:{call.operation}", resource)]
     requests = []
     for entry in call.params.get("Entries") or []:
-        context = {"events:source": [str(entry.get("Source", ""))],
-                   "events:detail-type": [str(entry.get("DetailType", ""))]}
+        context = {
+            "events:source": [str(entry.get("Source", ""))],
+            "events:detail-type": [str(entry.get("DetailType", ""))],
+        }
         bus = _bus_arn(call, account, str(entry.get("EventBusName") or "default"))
         requests.append(Request("events:PutEvents", bus, context, EVENTS_KEYS))
     return requests
@@ -326,7 +396,12 @@ def ses_requests(call: Call, account: str) -> Requests:
         requests = [Request(f"ses:{op}", _ses_identity(call, account, address))]
         configuration_set = params.get("ConfigurationSetName")
         if configuration_set:
-            requests.append(Request(f"ses:{op}", _arn("ses", call, account, f"configuration-set/{configuration_set}")))
+            requests.append(
+                Request(
+                    f"ses:{op}",
+                    _arn("ses", call, account, f"configuration-set/{configuration_set}"),
+                )
+            )
         return requests
     if op in {"GetSendQuota", "ListIdentities", "GetAccount", "ListVerifiedEmailAddresses"}:
         return [Request(f"ses:{op}", "*")]
@@ -338,7 +413,9 @@ def _ses_identity(call: Call, account: str, address: str) -> str:
     from moto.ses.models import ses_backends  # noqa: PLC0415
 
     backend = ses_backends[account][call.region]
-    verified = set(getattr(backend, "addresses", [])) | set(getattr(backend, "email_identities", {}))
+    verified = set(getattr(backend, "addresses", [])) | set(
+        getattr(backend, "email_identities", {})
+    )
     identity = address if address in verified else address.rsplit("@", 1)[-1]
     return _arn("ses", call, account, f"identity/{identity}")
 

@@ -281,7 +281,10 @@ class EmrServerlessStartJobRunSync(SparkStartJobRunSync[EmrServerlessJobRun]):
             f"arn:aws:emr-serverless:{part.region}:{part.account}:/applications/"
             f"{parameters.get('ApplicationId')}"
         )
-        rule = f"arn:aws:events:{part.region}:{part.account}:rule/StepFunctionsGetEventsForEMRServerlessJobRule"
+        rule = (
+            f"arn:aws:events:{part.region}:{part.account}:rule/"
+            "StepFunctionsGetEventsForEMRServerlessJobRule"
+        )
         passed = {"iam:passedtoservice": ["emr-serverless.amazonaws.com"]}
         return [
             iam.Request("emr-serverless:StartJobRun", application),
@@ -289,7 +292,9 @@ class EmrServerlessStartJobRunSync(SparkStartJobRunSync[EmrServerlessJobRun]):
             iam.Request("emr-serverless:CancelJobRun", f"{application}/jobruns/local"),
             *(iam.Request(f"events:{a}", rule) for a in ("PutTargets", "PutRule", "DescribeRule")),
             iam.Request(
-                "iam:PassRole", str(parameters.get("ExecutionRoleArn") or ""), passed,
+                "iam:PassRole",
+                str(parameters.get("ExecutionRoleArn") or ""),
+                passed,
                 frozenset({"iam:passedtoservice"}),
             ),
         ]
