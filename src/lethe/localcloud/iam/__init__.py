@@ -168,10 +168,11 @@ def _patch_sfn_clients(principals: Principals) -> Callable[[], None]:
     original = boto_client_module.boto_client_for
 
     def boto_client_for(region: str, service: str, state_credentials: Any = None) -> Any:
-        client = original(region, service, state_credentials)
+        client: Any = original(region, service, state_credentials)
         role_arn = getattr(state_credentials, "role_arn", None)
         if role_arn:
             principal = principals.issue(str(role_arn))
+            # botocore's signer signs every request with these (moto pinned, see the docstring)
             client._request_signer._credentials = Credentials(
                 principal.access_key, principal.secret_key, principal.session_token
             )

@@ -203,7 +203,7 @@ def _query_request(call: Call, account: str, op: str, params: Mapping[str, Any])
     for part in re.split(r"(?i)\s+and\s+", params.get("KeyConditionExpression") or ""):
         match = re.match(r"\s*\(?\s*([#A-Za-z0-9_]+)\s*=\s*(:[A-Za-z0-9_]+)", part)
         if match:
-            attribute = names.get(match.group(1), match.group(1))
+            attribute = str(names.get(match.group(1), match.group(1)))
             attributes.add(attribute)
             if attribute == hash_key and match.group(2) in values:
                 context["dynamodb:leadingkeys"] = [_ddb_value(values[match.group(2)])]
