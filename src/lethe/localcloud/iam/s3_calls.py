@@ -175,15 +175,15 @@ def _put_extras(call: Call, object_arn: str) -> list[Request]:
 
 
 def _bucket_requests(call: Call, bucket_arn: str, sub: str | None) -> list[Request] | str:
+    if call.method in {"GET", "HEAD"} and sub in {None, "versions"}:
+        context = {
+            f"s3:{name}": [call.query[name][0]]
+            for name in ("prefix", "delimiter")
+            if name in call.query
+        }
+        return [_req("ListBucket" if sub is None else "ListBucketVersions", bucket_arn, context)]
     if call.method in {"GET", "HEAD"}:
-        if sub is None:
-            context = {
-                f"s3:{name}": [call.query[name][0]]
-                for name in ("prefix", "delimiter")
-                if name in call.query
-            }
-            return [_req("ListBucket", bucket_arn, context)]
-        action = _BUCKET_GET.get(sub)
+        action = _BUCKET_GET.get(sub or "")
     elif call.method == "PUT":
         action = "CreateBucket" if sub is None else _BUCKET_PUT.get(sub)
     elif call.method == "DELETE":
