@@ -12,7 +12,8 @@ that does what Lambda's pollers do, through the SQS and Lambda APIs of the local
   (Enabled, BatchSize, window) applies and a deleted mapping stops its poller;
 - long-polls the queue (`ReceiveMessage`, up to 10 messages per call, the queue's visibility
   timeout; receives and deletes are signed with the function's role, as Lambda's pollers use
-  it, so the IAM check of lethe.localcloud.iam sees them) and gathers up to `BatchSize` messages, until the batching window
+  it, so the IAM check of lethe.localcloud.iam sees them) and gathers up to `BatchSize`
+  messages, until the batching window
   (`MaximumBatchingWindowInSeconds`, counted from the first message, capped locally by
   `max_batching_window`) ends or the payload nears Lambda's 6 MB limit; with no window it
   invokes as soon as it has messages;
