@@ -143,6 +143,8 @@ class Enforcer:
             "allowed": decision.allowed,
             "reason": decision.reason,
         }
+        if len(decision.allowed_by) > 1:  # more than one statement allows it (coverage)
+            entry["allowed_by"] = list(decision.allowed_by)
         if not decision.allowed and request.context:
             entry["context"] = _loggable(request.context)
         if call is not None:

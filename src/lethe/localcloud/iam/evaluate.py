@@ -62,11 +62,12 @@ class Decision:
     reason: str  # "allowed by <policy>/<sid>", "explicitly denied by ...", "no policy allows"
     policy: str = ""
     sid: str = ""
+    allowed_by: tuple[str, ...] = ()  # every allowing statement, "<policy>/<sid>"
 
 
 def evaluate(policies: Mapping[str, Any], request: Request) -> Decision:
     """Decide `request` against `policies` (name -> policy document, dict or JSON text)."""
-    allow: tuple[str, str] | None = None
+    allows: list[tuple[str, str]] = []
     for name, document in policies.items():
         for index, statement in enumerate(_statements(document)):
             if not _applies(statement, request):
@@ -74,10 +75,12 @@ def evaluate(policies: Mapping[str, Any], request: Request) -> Decision:
             sid = str(statement.get("Sid") or f"#{index}")
             if statement.get("Effect") == "Deny":
                 return Decision(False, f"explicitly denied by {name}/{sid}", name, sid)
-            if allow is None:
-                allow = (name, sid)
-    if allow:
-        return Decision(True, f"allowed by {allow[0]}/{allow[1]}", *allow)
+            allows.append((name, sid))
+    if allows:
+        name, sid = allows[0]
+        return Decision(
+            True, f"allowed by {name}/{sid}", name, sid, tuple(f"{n}/{s}" for n, s in allows)
+        )
     return Decision(False, "no identity-based policy allows it")
 
 
