@@ -169,3 +169,39 @@ def test_s3_calls_map_to_the_actions_aws_authorises() -> None:
         ("s3:DeleteObjectVersion", "arn:aws:s3:::b/b"),
     ]
     assert isinstance(s3_requests(_call("GET", "/b/k", {"torrent": [""]})), str)  # unknown: refused
+
+
+def test_statement_coverage_tells_sole_shared_unused_and_deny() -> None:
+    from lethe.localcloud.iam_log import statement_coverage
+
+    template = {
+        "Resources": {
+            "FnRole": {
+                "Type": "AWS::IAM::Role",
+                "Properties": {
+                    "Policies": [
+                        {
+                            "PolicyName": "P0",
+                            "PolicyDocument": {
+                                "Statement": [
+                                    {"Sid": "A", "Effect": "Allow"},
+                                    {"Sid": "B", "Effect": "Allow"},
+                                    {"Effect": "Allow"},
+                                    {"Sid": "D", "Effect": "Deny"},
+                                ]
+                            },
+                        },
+                        {"Fn::If": ["Cond", {}, {"Ref": "AWS::NoValue"}]},
+                    ]
+                },
+            }
+        }
+    }
+    decisions = [
+        {"allowed": True, "reason": "allowed by P0/A"},
+        {"allowed": True, "reason": "allowed by P0/B", "allowed_by": ["P0/B", "P0/#2"]},
+        {"allowed": False, "reason": "no identity-based policy allows it"},
+    ]
+    assert statement_coverage(decisions, template) == {
+        "FnRole": {"P0/A": "sole", "P0/B": "shared", "P0/#2": "shared", "P0/D": "deny"}
+    }

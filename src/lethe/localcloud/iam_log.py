@@ -47,3 +47,43 @@ def describe(decision: dict[str, Any]) -> str:
 def distinct_denials(decisions: list[dict[str, Any]]) -> list[str]:
     """Each denied (role, action, resource, reason) once, described."""
     return sorted({describe(decision) for decision in denials(decisions)})
+
+
+def statement_coverage(
+    decisions: list[dict[str, Any]], translated_template: dict[str, Any]
+) -> dict[str, dict[str, str]]:
+    """For each role (logical id) of the translated template, each statement of its inline
+    policies (`<policy>/<Sid>`, `#n` without a Sid): "sole" (the only statement allowing some
+    call: removing it fails that call), "shared" (it allowed calls, each also allowed by another
+    statement) or "unused" (no call of the run needed it; a condition-false `Fn::If` branch is
+    left out). A Deny statement is "deny" (it never allows)."""
+    sole: set[str] = set()
+    shared: set[str] = set()
+    for decision in decisions:
+        if not decision.get("allowed"):
+            continue
+        allowed_by = decision.get("allowed_by") or [
+            str(decision.get("reason", "")).removeprefix("allowed by ")
+        ]
+        (sole if len(allowed_by) == 1 else shared).update(allowed_by)
+    coverage: dict[str, dict[str, str]] = {}
+    for logical_id, resource in translated_template.get("Resources", {}).items():
+        if resource.get("Type") != "AWS::IAM::Role":
+            continue
+        statements: dict[str, str] = {}
+        for policy in resource.get("Properties", {}).get("Policies", []):
+            if not isinstance(policy, dict) or "PolicyName" not in policy:
+                continue  # an Fn::If whose branch the run did not take is not counted
+            document = policy.get("PolicyDocument", {})
+            for index, statement in enumerate(document.get("Statement", [])):
+                if not isinstance(statement, dict):
+                    continue
+                name = f"{policy['PolicyName']}/{statement.get('Sid') or f'#{index}'}"
+                if statement.get("Effect") == "Deny":
+                    statements[name] = "deny"
+                else:
+                    statements[name] = (
+                        "sole" if name in sole else "shared" if name in shared else "unused"
+                    )
+        coverage[logical_id] = statements
+    return coverage
