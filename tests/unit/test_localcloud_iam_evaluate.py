@@ -9,6 +9,7 @@ import pytest
 from lethe.localcloud.iam.evaluate import Request, Unevaluable, evaluate
 from lethe.localcloud.iam.http_calls import Call
 from lethe.localcloud.iam.s3_calls import s3_requests
+from lethe.localcloud.iam_log import statement_coverage
 
 TABLE = "arn:aws:dynamodb:us-east-1:123456789012:table/catalog"
 DDB = frozenset({"dynamodb:leadingkeys", "dynamodb:attributes", "dynamodb:select"})
@@ -172,8 +173,6 @@ def test_s3_calls_map_to_the_actions_aws_authorises() -> None:
 
 
 def test_statement_coverage_tells_sole_shared_unused_and_deny() -> None:
-    from lethe.localcloud.iam_log import statement_coverage
-
     template = {
         "Resources": {
             "FnRole": {
