@@ -8,8 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from lethe.localcloud import iam_log
-from tests.localcloud_support import SAMPLES, LocalCloud, running_local_cloud
+from tests.localcloud_support import SAMPLES, LocalCloud, every_call_allowed, running_local_cloud
 
 
 @pytest.fixture(scope="session")
@@ -24,15 +23,8 @@ def every_call_allowed_by_the_template(local_cloud: LocalCloud) -> Iterator[None
     """The tier runs with the IAM check on (LETHE_LOCAL_IAM=enforce, lethe.localcloud.iam): a
     call of a function, state machine or Spark job that the template's policies do not allow
     fails the test during which it was made, naming role, action and resource."""
-    assert local_cloud.state.get("iam") == "enforce", (
-        "the e2e tier runs with LETHE_LOCAL_IAM=enforce"
-    )
-    logs_dir = local_cloud.state["logs_dir"]
-    _, offset = iam_log.read_decisions(logs_dir, 0)
-    yield
-    decisions, _ = iam_log.read_decisions(logs_dir, offset)
-    denied = iam_log.distinct_denials(decisions)
-    assert not denied, "calls the template's IAM policies do not allow:\n" + "\n".join(denied)
+    with every_call_allowed(local_cloud):
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -32,6 +32,19 @@ def read_decisions(logs_dir: Path | str, offset: int = 0) -> tuple[list[dict[str
     return [json.loads(line) for line in lines if line.strip()], offset + len(complete)
 
 
+def end_offset(logs_dir: Path | str) -> int:
+    """Where the next decision will start (after the last complete line), without parsing."""
+    path = decisions_path(logs_dir)
+    try:
+        with path.open("rb") as handle:
+            size = handle.seek(0, 2)
+            handle.seek(max(0, size - 65536))
+            tail = handle.read()
+    except FileNotFoundError:
+        return 0
+    return size - len(tail) + tail.rfind(b"\n") + 1
+
+
 def denials(decisions: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [decision for decision in decisions if not decision.get("allowed")]
 
