@@ -60,11 +60,11 @@ def without_statement(cloud: Cloud, logical_id: str, sid: str) -> Iterator[str]:
             break
     else:
         raise AssertionError(f"no statement {sid} in the policies of {role}")
-    iam.put_role_policy(
-        RoleName=role,
-        PolicyName=policy_name,
-        PolicyDocument=json.dumps({**document, "Statement": kept}),
-    )
+    if kept:
+        remaining = json.dumps({**document, "Statement": kept})
+        iam.put_role_policy(RoleName=role, PolicyName=policy_name, PolicyDocument=remaining)
+    else:  # its only statement: IAM takes no empty policy, so the policy goes
+        iam.delete_role_policy(RoleName=role, PolicyName=policy_name)
     try:
         yield role
     finally:
