@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -15,7 +16,7 @@ TABLE = "arn:aws:dynamodb:us-east-1:123456789012:table/catalog"
 DDB = frozenset({"dynamodb:leadingkeys", "dynamodb:attributes", "dynamodb:select"})
 
 
-def policy(*statements: dict) -> dict:
+def policy(*statements: dict[str, Any]) -> dict[str, str]:
     return {"p": json.dumps({"Version": "2012-10-17", "Statement": list(statements)})}
 
 
@@ -121,8 +122,8 @@ def test_unmodelled_condition_keys_and_operators_refuse_to_guess() -> None:
 def _call(
     method: str,
     path: str,
-    query: dict | None = None,
-    headers: dict | None = None,
+    query: dict[str, list[str]] | None = None,
+    headers: dict[str, str] | None = None,
     body: bytes = b"",
 ) -> Call:
     return Call("AKIA", "s3", "us-east-1", method, path, query or {}, headers or {}, body=body)
