@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import boto3
 import requests
 
+from lethe.localcloud import iam_log
 from lethe.localcloud.deployment import Endpoints
 from tests.conftest import REPO_ROOT
 
@@ -108,6 +109,20 @@ def running_local_cloud(
             timeout=down_timeout,
             check=False,
         )
+
+
+@contextmanager
+def every_call_allowed(cloud: LocalCloud) -> Iterator[None]:
+    """The block's calls of functions, state machines and Spark jobs were all allowed by the
+    template's IAM policies (the local cloud runs with LETHE_LOCAL_IAM=enforce,
+    lethe.localcloud.iam); otherwise fail naming role, action, resource and reason."""
+    assert cloud.state.get("iam") == "enforce", "the local cloud runs with LETHE_LOCAL_IAM=enforce"
+    logs_dir = cloud.state["logs_dir"]
+    offset = iam_log.end_offset(logs_dir)
+    yield
+    decisions, _ = iam_log.read_decisions(logs_dir, offset)
+    denied = iam_log.distinct_denials(decisions)
+    assert not denied, "calls the template's IAM policies do not allow:\n" + "\n".join(denied)
 
 
 def wait_for(probe: Callable[[], T | None], *, timeout: float, what: str, every: float = 0.25) -> T:

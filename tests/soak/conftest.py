@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.localcloud_support import LocalCloud, running_local_cloud
+from tests.localcloud_support import LocalCloud, every_call_allowed, running_local_cloud
 
 FULL = {"objects": 1000, "requests": 50}
 QUICK = {"objects": 120, "requests": 12}
@@ -55,6 +55,17 @@ def soak_cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCloud]
     with running_local_cloud(state_file, env=env, up_timeout=600, down_timeout=120) as cloud:
         FIGURES["logs_dir"] = cloud.state["logs_dir"]
         yield cloud
+
+
+@pytest.fixture(autouse=True)
+def every_call_allowed_by_the_template(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A soak test fails when one of its calls was not allowed by the template's IAM policies
+    (lethe.localcloud.iam, LETHE_LOCAL_IAM=enforce), naming role, action and resource."""
+    if "soak_cloud" not in request.fixturenames:
+        yield
+        return
+    with every_call_allowed(request.getfixturevalue("soak_cloud")):
+        yield
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:

@@ -98,13 +98,29 @@ def run_demo(args: argparse.Namespace) -> int:
             )
             return 1
         print("\nevery upload was catalogued and ingested or quarantined.")
-        return _erasure_story(target, state_file)
+        return _erasure_story(target, state_file) or _iam_verdict(state_file)
     finally:
         if args.keep:
             print(f"\nthe local cloud keeps running: lethe local down --state-file {state_file}")
         else:
             _step("stopping the local cloud")
             _cli("local", "down", "--state-file", str(state_file))
+
+
+def _iam_verdict(state_file: Path) -> int:
+    """The local IAM check's verdict (lethe.localcloud.iam): 1 if any call was denied."""
+    from lethe.localcloud import iam_log  # noqa: PLC0415 - only the demo reads it
+
+    decisions, _ = iam_log.read_decisions(Path(f"{state_file}.d") / "logs")
+    denied = iam_log.distinct_denials(decisions)
+    if denied:
+        print("\ncalls the template's IAM policies do not allow:", file=sys.stderr)
+        for line in denied:
+            print(f"  {line}", file=sys.stderr)
+        return 1
+    checked = len(decisions)
+    print(f"\nIAM: {checked} calls checked against the template's policies, none denied.")
+    return 0
 
 
 def _register(target: Target) -> None:

@@ -11,6 +11,8 @@
 3. installs the hooks: Lambda runtime (lambdas), EventBridge delivery (eventbridge), AWS-shaped
    S3 events (s3events), SQS event source mappings and message move tasks (sqs), Step Functions
    JSONata / Spark tasks (sfn_hooks);
+   then switches the IAM check on (lethe.localcloud.iam: each role's own credentials, every
+   call authorised against the template's policies; LETHE_LOCAL_IAM=enforce|off);
 4. uploads the Spark artifacts to the artifacts bucket (lethe.artifacts, as a real deploy does);
 5. serves the REST API (api) and a small control endpoint (captured mail, health);
 6. writes the state file atomically (JSON, see `state_document`).
@@ -22,7 +24,8 @@ State file (JSON): endpoint_url, region, account_id, api_url (the REST API, with
 control_url (GET /mail, GET /health), outputs (the stack Outputs; ApiUrl is the local API),
 pid, state_dir, logs_dir, stack_name, parameters (effective, Defaults included), not_created
 (logical id -> reason), sqs_event_sources (the local batching window cap and retry delay),
-ready (true; false with stopped_at once stopped), started_at.
+iam (enforce | off: the IAM check's mode), ready (true; false with stopped_at once stopped),
+started_at.
 
 Layout: ``<state_file>.d/`` is the state directory; ``logs/`` in it holds ``moto.log`` (every
 request to the emulated AWS APIs), ``<function name>.log`` per Lambda function, Spark run logs,
@@ -290,6 +293,7 @@ class LocalCloud:
         self.api_url = ""
         self.control_url = ""
         self.state: dict[str, Any] = {}
+        self.iam_mode = "off"  # set when the IAM check is installed (lethe.localcloud.iam)
         self._undo: list[tuple[str, Callable[[], None]]] = []
         self._lock = threading.Lock()
         self.max_batching_window: float | None = (
@@ -334,6 +338,11 @@ class LocalCloud:
             endpoints, self.repo_root, self.state_dir, self.parameters, self.stack_name
         )
         self.deployment = deployment
+        from lethe.localcloud import iam  # noqa: PLC0415 - heavy, see the top
+
+        # each role its own credentials, every call checked (LETHE_LOCAL_IAM, default enforce)
+        self.iam_mode = iam.mode_from_environment()
+        self._undo.append(("IAM check", iam.install(deployment, self.iam_mode)))
         runtime = self._install_hooks(deployment)
         self._upload_artifacts(deployment)
         self._start_api(deployment, runtime)
@@ -482,6 +491,7 @@ class LocalCloud:
                 "max_batching_window_seconds": self.max_batching_window,
                 "retry_seconds": self.sqs_retry_seconds,
             },
+            "iam": self.iam_mode,  # enforce | off (LETHE_LOCAL_IAM)
             "ready": True,
             "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
         }

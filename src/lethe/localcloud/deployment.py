@@ -7,6 +7,7 @@ here is a second list of resources: every value comes from the template.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,9 +23,12 @@ class Endpoints:
     region: str
     account_id: str
 
-    def client(self, service: Any, region: str | None = None) -> Any:
-        """A boto3 client for `service` against this endpoint, with the fake credentials."""
-        credentials = self.client_environment()
+    def client(
+        self, service: Any, region: str | None = None, credentials: Mapping[str, str] | None = None
+    ) -> Any:
+        """A boto3 client for `service` against this endpoint, with the fake credentials (or
+        `credentials`: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN of a role)."""
+        credentials = {**self.client_environment(), **(credentials or {})}
         return boto3.client(
             service,
             endpoint_url=self.endpoint_url,

@@ -9,7 +9,9 @@ and its own module-level state (cold-start caches such as `functools.cache`'d se
 Environment of a worker, in order of precedence (later wins):
   1. this process's environment minus every ``AWS_*`` variable (credentials, profiles, endpoints
      of the host never leak into a function) and minus PYTHONPATH/PYTHONHOME;
-  2. ``deployment.endpoints.client_environment()`` (endpoint, region, fake credentials);
+  2. ``deployment.endpoints.client_environment()`` (endpoint, region, fake credentials), then
+     the temporary credentials of the function's own role when the IAM check is on
+     (``lethe.localcloud.iam``);
   3. the function's template environment (``spec.environment``);
   4. Lambda's reserved variables: AWS_LAMBDA_FUNCTION_NAME, AWS_LAMBDA_FUNCTION_VERSION,
      AWS_LAMBDA_FUNCTION_MEMORY_SIZE, AWS_LAMBDA_LOG_GROUP_NAME, AWS_LAMBDA_LOG_STREAM_NAME,
@@ -70,6 +72,7 @@ from typing import Any
 from moto.awslambda_simple.models import LambdaSimpleBackend
 from moto.core.config import default_user_config
 
+from lethe.localcloud import iam
 from lethe.localcloud.deployment import Deployment, FunctionSpec
 from lethe.localcloud.lambda_pool import Pool, Worker, WorkerExited
 
@@ -259,6 +262,7 @@ class LambdaRuntime:
             if not key.startswith(_RESERVED_PREFIX) and key not in _DROPPED_VARIABLES
         }
         env.update(self.deployment.endpoints.client_environment())
+        env.update(iam.function_environment(spec.name))  # its role's own keys (IAM check on)
         env.update(spec.environment)
         day = datetime.now(UTC).strftime("%Y/%m/%d")
         env.update(

@@ -161,10 +161,11 @@ def run_spark_job(
                 f"# args {list(args)}\n# py-files {list(py_files)}\n"
             )
             try:
-                script = _fetch(script_url, workdir, endpoints, base_dir)
+                # as on AWS, the job's execution role reads its files (extra_env's credentials)
+                script = _fetch(script_url, workdir, endpoints, base_dir, extra_env)
                 # One folder per py-file: two `helpers.py` from different prefixes both import.
                 deps = [
-                    _fetch(url, workdir / "py-files" / str(number), endpoints, base_dir)
+                    _fetch(url, workdir / "py-files" / str(number), endpoints, base_dir, extra_env)
                     for number, url in enumerate(py_files)
                 ]
             except Exception as exc:
@@ -385,7 +386,13 @@ def _job_environment(
     return env
 
 
-def _fetch(url: str, target_dir: Path, endpoints: Endpoints, base_dir: Path | None) -> Path:
+def _fetch(
+    url: str,
+    target_dir: Path,
+    endpoints: Endpoints,
+    base_dir: Path | None,
+    credentials: Mapping[str, str] | None = None,
+) -> Path:
     target_dir.mkdir(parents=True, exist_ok=True)
     parsed = urlparse(url)
     if parsed.scheme in {"s3", "s3a", "s3n"}:
@@ -393,7 +400,9 @@ def _fetch(url: str, target_dir: Path, endpoints: Endpoints, base_dir: Path | No
         if not parsed.netloc or not key:
             raise ValueError(f"not an S3 object URL: {url}")
         target = target_dir / Path(key).name
-        endpoints.client("s3").download_file(parsed.netloc, key, str(target))
+        endpoints.client("s3", credentials=credentials).download_file(
+            parsed.netloc, key, str(target)
+        )
         return target
     if parsed.scheme in {"", "file"}:
         source = Path(parsed.path if parsed.scheme == "file" else url)

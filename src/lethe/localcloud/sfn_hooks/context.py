@@ -76,6 +76,7 @@ class Runtime:
         conf: Mapping[str, str],
         run_id: str,
         timeout_seconds: float,
+        extra_env: Mapping[str, str] | None = None,
     ) -> SparkRunResult:
         result = run_spark_job(
             script,
@@ -86,6 +87,7 @@ class Runtime:
             run_id=run_id,
             timeout_seconds=min(timeout_seconds, self.max_run_seconds),
             spark_conf=conf,
+            extra_env=extra_env,  # the job role's credentials (lethe.localcloud.iam)
             master=self.spark_master,
             should_continue=env.is_running,
             base_dir=self.repo_root,

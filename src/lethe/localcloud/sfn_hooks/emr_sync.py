@@ -43,6 +43,7 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.resou
 )
 from moto.stepfunctions.parser.asl.eval.environment import Environment
 
+from lethe.localcloud import iam
 from lethe.localcloud.sfn_hooks.spark_sync import (
     SparkRunPlan,
     SparkStartJobRunSync,
@@ -267,6 +268,36 @@ class EmrServerlessStartJobRunSync(SparkStartJobRunSync[EmrServerlessJobRun]):
 
     def _run_id(self, run: EmrServerlessJobRun) -> str:
         return str(run.id)
+
+    def _execution_role(self, run: EmrServerlessJobRun) -> str:
+        return str(run.execution_role_arn or "")
+
+    def _iam_requests(
+        self, part: ResourceRuntimePart, parameters: Mapping[str, Any]
+    ) -> list[iam.Request]:
+        """AWS's policy for `emr-serverless:startJobRun.sync`: start, get and cancel runs of
+        the application, the managed event rule, and PassRole of the execution role."""
+        application = (
+            f"arn:aws:emr-serverless:{part.region}:{part.account}:/applications/"
+            f"{parameters.get('ApplicationId')}"
+        )
+        rule = (
+            f"arn:aws:events:{part.region}:{part.account}:rule/"
+            "StepFunctionsGetEventsForEMRServerlessJobRule"
+        )
+        passed = {"iam:passedtoservice": ["emr-serverless.amazonaws.com"]}
+        return [
+            iam.Request("emr-serverless:StartJobRun", application),
+            iam.Request("emr-serverless:GetJobRun", f"{application}/jobruns/local"),
+            iam.Request("emr-serverless:CancelJobRun", f"{application}/jobruns/local"),
+            *(iam.Request(f"events:{a}", rule) for a in ("PutTargets", "PutRule", "DescribeRule")),
+            iam.Request(
+                "iam:PassRole",
+                str(parameters.get("ExecutionRoleArn") or ""),
+                passed,
+                frozenset({"iam:passedtoservice"}),
+            ),
+        ]
 
     def _time_limit_seconds(self, run: EmrServerlessJobRun) -> float:
         return float(run.execution_timeout_minutes or _EMR_DEFAULT_TIMEOUT_MINUTES) * 60

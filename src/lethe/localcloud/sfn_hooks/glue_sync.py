@@ -30,6 +30,7 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.resou
 )
 from moto.stepfunctions.parser.asl.eval.environment import Environment
 
+from lethe.localcloud import iam
 from lethe.localcloud.sfn_hooks.spark_sync import (
     SparkRunPlan,
     SparkStartJobRunSync,
@@ -261,6 +262,18 @@ class GlueStartJobRunSync(SparkStartJobRunSync[LocalGlueJobRun]):
 
     def _run_id(self, run: LocalGlueJobRun) -> str:
         return str(run.job_run_id)
+
+    def _execution_role(self, run: LocalGlueJobRun) -> str:
+        return str(run.job.role or "")
+
+    def _iam_requests(
+        self, part: ResourceRuntimePart, parameters: Mapping[str, Any]
+    ) -> list[iam.Request]:
+        """AWS's policy for `glue:startJobRun.sync`: start, get and stop runs of the job (the
+        job's role was passed when the job was created, not here)."""
+        job = f"arn:aws:glue:{part.region}:{part.account}:job/{parameters.get('JobName')}"
+        actions = ("StartJobRun", "GetJobRun", "GetJobRuns", "BatchStopJobRun")
+        return [iam.Request(f"glue:{action}", job) for action in actions]
 
     def _time_limit_seconds(self, run: LocalGlueJobRun) -> float:
         return float(run.timeout or 0) * 60 or math.inf

@@ -48,6 +48,7 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state
 )
 from moto.stepfunctions.parser.asl.eval.environment import Environment
 
+from lethe.localcloud import iam
 from lethe.localcloud.sfn_hooks.context import Runtime, make_event_details
 from lethe.localcloud.spark_runner import SparkRunResult
 
@@ -111,7 +112,26 @@ class SparkStartJobRunSync(StateTaskServiceCallback, Generic[_RunT]):
         normalised_parameters: dict[str, Any],
         state_credentials: StateCredentials,
     ) -> None:
+        self._authorize(env, state_credentials, resource_runtime_part, normalised_parameters)
         env.stack.append(self._submit(env, resource_runtime_part, normalised_parameters))
+
+    def _authorize(
+        self,
+        env: Environment,
+        state_credentials: StateCredentials,
+        part: ResourceRuntimePart,
+        parameters: Mapping[str, Any],
+    ) -> None:
+        """The IAM check (lethe.localcloud.iam): what Step Functions calls as the state's role
+        to start and follow the run (start, poll, the EMR Serverless event rule, PassRole)."""
+        try:
+            iam.authorize(
+                str(state_credentials.role_arn),
+                self._iam_requests(part, parameters),
+                caller=f"{self.SERVICE} .sync task",
+            )
+        except iam.AccessDenied as exc:
+            raise self._error(env, "AccessDeniedException", str(exc)) from exc
 
     def _eval_integration_pattern(
         self,
@@ -122,6 +142,7 @@ class SparkStartJobRunSync(StateTaskServiceCallback, Generic[_RunT]):
     ) -> None:
         run = self._submitted_run(env, resource_runtime_part, env.stack.pop())
         plan = self._plan(env, run, normalised_parameters)
+        role = self._execution_role(run)
         result = self._lethe.run(
             env,
             script=plan.script,
@@ -130,6 +151,7 @@ class SparkStartJobRunSync(StateTaskServiceCallback, Generic[_RunT]):
             conf=plan.conf,
             run_id=self._run_id(run),
             timeout_seconds=min(_state_timeout_seconds(self, env), self._time_limit_seconds(run)),
+            extra_env=iam.role_environment(role),  # the job runs as its execution role
         )
         output = self._record(run, result)
         if not result.succeeded:
@@ -181,6 +203,16 @@ class SparkStartJobRunSync(StateTaskServiceCallback, Generic[_RunT]):
 
     @abc.abstractmethod
     def _run_id(self, run: _RunT) -> str: ...
+
+    @abc.abstractmethod
+    def _execution_role(self, run: _RunT) -> str:
+        """The role the job runs as (an ARN or a role name); "" for none."""
+
+    @abc.abstractmethod
+    def _iam_requests(
+        self, part: ResourceRuntimePart, parameters: Mapping[str, Any]
+    ) -> list[iam.Request]:
+        """What the state's role must be allowed for this task (AWS's documented policy)."""
 
     @abc.abstractmethod
     def _time_limit_seconds(self, run: _RunT) -> float:

@@ -11,7 +11,9 @@ that does what Lambda's pollers do, through the SQS and Lambda APIs of the local
 - reads the mapping (`GetEventSourceMapping`) before each batch, so `UpdateEventSourceMapping`
   (Enabled, BatchSize, window) applies and a deleted mapping stops its poller;
 - long-polls the queue (`ReceiveMessage`, up to 10 messages per call, the queue's visibility
-  timeout) and gathers up to `BatchSize` messages, until the batching window
+  timeout; receives and deletes are signed with the function's role, as Lambda's pollers use
+  it, so the IAM check of lethe.localcloud.iam sees them) and gathers up to `BatchSize`
+  messages, until the batching window
   (`MaximumBatchingWindowInSeconds`, counted from the first message, capped locally by
   `max_batching_window`) ends or the payload nears Lambda's 6 MB limit; with no window it
   invokes as soon as it has messages;
@@ -54,6 +56,7 @@ from typing import Any, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from lethe.localcloud import iam
 from lethe.localcloud.lambdas import LambdaRuntime
 from lethe.localcloud.sqs.records import ALL_FAILED, failed_message_ids, sqs_record
 from lethe_shared.aws.errors import is_lambda_not_found
@@ -119,6 +122,11 @@ class Poller:
         endpoints = sources.runtime.deployment.endpoints
         self._lambda = endpoints.client("lambda", region)
         self._sqs = endpoints.client("sqs", region)
+        # receives and deletes as Lambda's pollers make them: with the function's role (its
+        # credentials once the mapping is read; lethe.localcloud.iam checks them)
+        self._poll_sqs = self._sqs
+        self._poll_function = ""
+        self._region = region
         self._queue_urls: dict[str, str] = {}
         self._cond = threading.Condition()
         self._receives_started = 0
@@ -172,6 +180,11 @@ class Poller:
     def _read_config(self) -> MappingConfig:
         config = MappingConfig.from_api(self._lambda.get_event_source_mapping(UUID=self.uuid))
         self.config = config
+        if config.function_arn != self._poll_function:
+            credentials = iam.function_environment(config.function_arn)
+            endpoints = self.sources.runtime.deployment.endpoints
+            self._poll_sqs = endpoints.client("sqs", self._region, credentials=credentials)
+            self._poll_function = config.function_arn
         return config
 
     def _cycle(self, config: MappingConfig) -> None:
@@ -233,7 +246,7 @@ class Poller:
             self._receives_started += 1
         received: list[dict[str, Any]] = []
         try:
-            received = self._sqs.receive_message(
+            received = self._poll_sqs.receive_message(
                 QueueUrl=queue_url,
                 MaxNumberOfMessages=wanted,
                 WaitTimeSeconds=wait,
@@ -295,7 +308,7 @@ class Poller:
 
     def _delete(self, queue_url: str, entries: list[tuple[str, str]]) -> None:
         for chunk in _chunks(entries, 10):
-            response = self._sqs.delete_message_batch(
+            response = self._poll_sqs.delete_message_batch(
                 QueueUrl=queue_url,
                 Entries=[
                     {"Id": str(i), "ReceiptHandle": handle} for i, (_, handle) in enumerate(chunk)
