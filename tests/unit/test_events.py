@@ -64,6 +64,7 @@ EVENT_FUNCTIONS: dict[str, str] = {
     "erasure_steps_report.json": "ErasureStepsFunction",
     "erasure_steps_mark_failed.json": "ErasureStepsFunction",
     "approval_request_task.json": "ApprovalRequestFunction",
+    "approval_request_resend.json": "ApprovalRequestFunction",
     "approval_page_get.json": "ApprovalPageFunction",
     "approval_page_post.json": "ApprovalPageFunction",
     "erasure_metrics_schedule.json": "ErasureMetricsFunction",
@@ -404,6 +405,18 @@ def check_approval_request_task(name: str) -> None:
     assert task.task_token
 
 
+def check_approval_request_resend(name: str) -> None:
+    """`lethe erasure resend` invokes the function with this event (functions/approval_request)."""
+    app = handler_module("ApprovalRequestFunction")
+    task = parse(event=load(name), model=app.ResendTask)
+    assert (task.action, task.request_id, task.approver) == (
+        "resend",
+        RID,
+        "approver@example.com",
+    )
+    assert task.approver in load(ENV_FILE)["ApprovalRequestFunction"]["APPROVER_EMAILS"]
+
+
 def check_erasure_metrics_schedule(name: str) -> None:
     """The handler reads nothing of the event: what matters is that it is the EventBridge
     schedule the template gives the function (Stage=local)."""
@@ -467,6 +480,7 @@ CHECKS: dict[str, Callable[[str], None]] = {
     "erasure_steps_report.json": check_erasure_steps_report,
     "erasure_steps_mark_failed.json": check_erasure_steps_mark_failed,
     "approval_request_task.json": check_approval_request_task,
+    "approval_request_resend.json": check_approval_request_resend,
     "approval_page_get.json": check_approval_page_get,
     "approval_page_post.json": check_approval_page_post,
     "erasure_metrics_schedule.json": check_erasure_metrics_schedule,
