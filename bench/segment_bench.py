@@ -11,7 +11,7 @@ A measurement for the design in docs/INDEX_SEGMENTS.md (issue 20, item 2), no Sp
    (subject, object) pair.
 2. Those entries written with pyarrow as one segment sorted by subject hash (what compaction
    would leave for one hash-range partition), in several encodings of the hash: the full
-   HMAC-SHA256 as 64 hex characters, as 32-byte fixed binary, and its first 8 or 4 bytes as an
+   HMAC-SHA256 as 64 hex characters, as 32-byte fixed binary, and its first 8, 6 or 4 bytes as an
    unsigned integer (DELTA_BINARY_PACKED; a lookup then returns candidates that the erase job's
    own matching confirms). Every variant carries the object as an int32 id into an object
    table (the object URL, version, ETag, zone, format, dataset and the two pins once per object,
@@ -64,7 +64,9 @@ BENCH_DIR = Path(__file__).resolve().parent
 OUT_NAME = "segment_latest.json"
 ROW_GROUPS = (1_024, 4_096, 16_384, 65_536)
 LOOKUP_K = 10
-ENCODINGS = ("hex", "binary32", "prefix8", "prefix4")
+ENCODINGS = ("hex", "binary32", "prefix8", "prefix6", "prefix4")
+# hex digits of the hash a prefix encoding keeps, and its Arrow type
+PREFIXES = {"prefix8": (16, pa.uint64()), "prefix6": (12, pa.uint64()), "prefix4": (8, pa.uint32())}
 
 
 # ------------------------------------------------------------------------------ entries
@@ -123,10 +125,9 @@ def hash_column(hashes: Sequence[str], encoding: str) -> pa.Array:
         return pa.array(hashes, pa.string())
     if encoding == "binary32":
         return pa.array([bytes.fromhex(h) for h in hashes], pa.binary(32))
-    if encoding == "prefix8":
-        return pa.array([int(h[:16], 16) for h in hashes], pa.uint64())
-    if encoding == "prefix4":
-        return pa.array([int(h[:8], 16) for h in hashes], pa.uint32())
+    if encoding in PREFIXES:
+        digits, kind = PREFIXES[encoding]
+        return pa.array([int(h[:digits], 16) for h in hashes], kind)
     raise ValueError(f"unknown encoding {encoding}")
 
 
@@ -135,7 +136,7 @@ def lookup_key(hash_hex: str, encoding: str) -> Any:
         return hash_hex
     if encoding == "binary32":
         return bytes.fromhex(hash_hex)
-    return int(hash_hex[: 16 if encoding == "prefix8" else 8], 16)
+    return int(hash_hex[: PREFIXES[encoding][0]], 16)
 
 
 def segment_table(entries: Entries, encoding: str, *, hints: bool) -> pa.Table:
@@ -385,6 +386,7 @@ NAMES = {
     "hex": "full hash, 64 hex characters",
     "binary32": "full hash, 32-byte fixed binary",
     "prefix8": "first 8 bytes as uint64 (delta-encoded)",
+    "prefix6": "first 6 bytes as uint64 (delta-encoded)",
     "prefix4": "first 4 bytes as uint32 (delta-encoded)",
 }
 
