@@ -23,6 +23,7 @@ from lethe.localcloud.cloud import (
     raise_keyboard_interrupt,
 )
 from lethe.localcloud.memory_report import start_from_environment
+from lethe.localcloud.memory_trim import start_trimming
 
 logger = logging.getLogger("lethe.localcloud")
 
@@ -73,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     signal.signal(signal.SIGTERM, raise_keyboard_interrupt)  # a stop request while starting
     start_from_environment(threading.Event())  # LETHE_LOCAL_TRACEMALLOC: an opt-in diagnostic
+    start_trimming(threading.Event())  # LETHE_LOCAL_MALLOC_TRIM_SECONDS: freed memory given back
     try:
         state = cloud.start()
     except KeyboardInterrupt:
