@@ -129,6 +129,11 @@ def _journal(backend: Any, transact_items: Any) -> list[_Entry]:
 
 
 def _roll_back(entries: list[_Entry]) -> None:
+    """Every journalled key back to its recorded item (or none), and the partition maps of
+    `dynamodb_partitions` brought up to date for those keys (items are put back in place, not
+    through the patched put_item that keeps the maps current)."""
+    from lethe.localcloud.dynamodb_partitions import reindex  # noqa: PLC0415 - a sibling patch
+
     for table, hash_value, range_value, before in reversed(entries):
         table.delete_item(hash_value, range_value)
         if before is None:
@@ -137,6 +142,8 @@ def _roll_back(entries: list[_Entry]) -> None:
             table.items[hash_value][range_value] = before
         else:
             table.items[hash_value] = before
+    for table, hash_value, range_value, _ in entries:
+        reindex(table, [(hash_value, range_value)])
 
 
 def patch_transaction_copies() -> Callable[[], None]:
