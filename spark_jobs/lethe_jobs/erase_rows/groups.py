@@ -81,7 +81,7 @@ def group_match(group: Any, ref: ObjectRef, matcher: SubjectMatcher) -> GroupMat
     )
     if not len(chosen) or not pc.any(chosen).as_py():
         return NO_MATCH
-    return GroupMatch(chosen, _counts(hashes.filter(chosen)))
+    return GroupMatch(chosen, hash_counts(hashes.filter(chosen)))
 
 
 def _distinct_match(values: Any, codes: Any, ref: ObjectRef, matcher: SubjectMatcher) -> GroupMatch:
@@ -143,8 +143,8 @@ def _wanted(hashes: frozenset[str]) -> frozenset[bytes]:
     return frozenset(bytes.fromhex(h) for h in hashes)
 
 
-def _counts(hashes: Any) -> Counter[str]:
-    """How often each hash occurs in an Arrow string array."""
+def hash_counts(hashes: Any) -> Counter[str]:
+    """How often each hash occurs in an Arrow string array (also match.py's)."""
     if len(hashes) == 0:
         return Counter()
     counted = pc.value_counts(hashes)

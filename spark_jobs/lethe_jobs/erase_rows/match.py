@@ -51,7 +51,7 @@ from lethe_jobs.erase_rows.gaps import (
     subject_heads,
     unparseable,
 )
-from lethe_jobs.erase_rows.groups import group_match
+from lethe_jobs.erase_rows.groups import group_match, hash_counts
 from lethe_jobs.erase_rows.gzip_members import unwrapped_parquet
 from lethe_jobs.erase_rows.model import Gap, RowMatches, SubjectMatcher, subject_counts
 from lethe_jobs.errors import UnreadableFileError, UnreadableObjectError
@@ -101,23 +101,7 @@ def _matched(
         pc.is_in(hashes, value_set=pa.array(sorted(selected), pa.string())), False
     )
     located = pa.array(coordinates, pa.int64())
-    return sorted(located.filter(chosen).to_pylist()), _counts(hashes.filter(chosen))
-
-
-def _counts(hashes: Any) -> Counter[str]:
-    """How often each hash occurs in an Arrow string array."""
-    if len(hashes) == 0:
-        return Counter()
-    counted = pc.value_counts(hashes)
-    return Counter(
-        dict(
-            zip(
-                counted.field("values").to_pylist(),
-                counted.field("counts").to_pylist(),
-                strict=True,
-            )
-        )
-    )
+    return sorted(located.filter(chosen).to_pylist()), hash_counts(hashes.filter(chosen))
 
 
 def _lacks_column(gaps: tuple[Gap, ...]) -> bool:
