@@ -215,21 +215,7 @@ class Eraser:
         for key in old_keys:
             self.reader.files.delete(key)
         gone = all(self.reader.files.gone(key) for key in old_keys)
-        return SegmentRewrite(
-            level=segment.level,
-            partition=segment.partition,
-            state=segment.state,
-            old_seq=segment.seq,
-            old_etag=segment.etag,
-            old_objects_etag=segment.objects_etag,
-            old_keys=old_keys,
-            new_seq=new.seq,
-            new_key=new.key,
-            new_etag=new.etag,
-            new_objects_etag=new.objects_etag,
-            rows_dropped=dropped,
-            old_keys_gone=gone,
-        )
+        return _rewrite(segment, old_keys, gone, new, dropped)
 
     def _drop_pending(self, segment: SegmentItem) -> SegmentRewrite | None:
         """A pending segment with a file missing (its writer died between its PUTs, or has not
@@ -243,21 +229,7 @@ class Eraser:
         if not self.manifest.delete_segment(segment):
             raise TransactionCancelled([])
         gone = all(self.reader.files.gone(key) for key in old_keys)
-        return SegmentRewrite(
-            level=segment.level,
-            partition=segment.partition,
-            state=segment.state,
-            old_seq=segment.seq,
-            old_etag=segment.etag,
-            old_objects_etag=segment.objects_etag,
-            old_keys=old_keys,
-            new_seq="",
-            new_key="",
-            new_etag="",
-            new_objects_etag="",
-            rows_dropped=-1,
-            old_keys_gone=gone,
-        )
+        return _rewrite(segment, old_keys, gone)  # dropped whole: no new segment, rows unknown
 
     def _drop_mask(
         self,
@@ -302,3 +274,29 @@ def hashes_of(targets: Mapping[str, Iterable[str]]) -> list[str]:
 
 
 __all__ = ["Eraser", "ErasureNotSettledError", "SegmentErasure", "SegmentRewrite", "hash_bytes"]
+
+
+def _rewrite(
+    segment: SegmentItem,
+    old_keys: tuple[str, str],
+    gone: bool,
+    new: SegmentItem | None = None,
+    dropped: int = -1,
+) -> SegmentRewrite:
+    """What the certificate cites for one segment: the old one, and its replacement (none when
+    it was dropped whole)."""
+    return SegmentRewrite(
+        level=segment.level,
+        partition=segment.partition,
+        state=segment.state,
+        old_seq=segment.seq,
+        old_etag=segment.etag,
+        old_objects_etag=segment.objects_etag,
+        old_keys=old_keys,
+        new_seq=new.seq if new else "",
+        new_key=new.key if new else "",
+        new_etag=new.etag if new else "",
+        new_objects_etag=new.objects_etag if new else "",
+        rows_dropped=dropped,
+        old_keys_gone=gone,
+    )
