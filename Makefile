@@ -140,8 +140,11 @@ test: lint unit integration lambda-tests spark sfn e2e ## Every gate and every t
 unit: venv ## Unit tests (no network)
 	$(PYTEST) tests/unit -m unit -q
 
+# The integration tier is CPU-bound Python in one process: two workers (pytest-xdist), each test
+# file on one worker (its module fixtures, such as a moto server, are set up once).
+INTEGRATION_WORKERS ?= 2
 integration: venv $(SAM_VENV)/.installed browser-deps ## Handlers, adapters and local cloud parts against moto (and SAM CLI's env resolution)
-	$(PYTEST) tests/integration -m integration -q
+	$(PYTEST) tests/integration -m integration -q -n $(INTEGRATION_WORKERS) --dist loadfile
 
 # The test modules marked lambda_runtime (handlers with moto, lethe_shared), run again under the
 # Lambda runtime's Python minor version with the layers' pins. They are found by their marker:
