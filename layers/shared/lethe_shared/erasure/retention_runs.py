@@ -34,6 +34,7 @@ outcome, counts, or why it was skipped). The registry skips items without a `doc
 
 from __future__ import annotations
 
+import re
 import secrets
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -74,9 +75,10 @@ class RunState(Model):
     dataset_id: str
     rule_sha256: str = ""
     rule_since: str = ""  # ISO 8601: when a run first saw this rule
+    applies_from: str = ""  # ISO 8601: rule_since + the notice days as that run read them
     last_run: dict[str, Any] = {}
 
-    def applies_from(self, notice_days: int) -> datetime | None:
+    def applied_after(self, notice_days: int) -> datetime | None:
         if not self.rule_since:
             return None
         return datetime.fromisoformat(self.rule_since) + timedelta(days=notice_days)
@@ -196,7 +198,8 @@ class Planner:
                 dataset_id=dataset.dataset_id, rule_sha256=plan_sha, rule_since=now.isoformat(),
                 last_run=state.last_run,
             )  # fmt: skip
-        return state
+        applies = state.applied_after(self.notice_days)
+        return state.model_copy(update={"applies_from": applies.isoformat() if applies else ""})
 
     def _one(self, registration: Registration, view: HoldView, now: datetime) -> PlannedRun | Skipped:
         dataset = registration.dataset
@@ -208,7 +211,7 @@ class Planner:
             return self._skip(state, now, Skipped(
                 did, "legal_hold", f"legal hold {hold.hold_id}: {hold.reason}", hold.hold_id,
             ))  # fmt: skip
-        applies = state.applies_from(self.notice_days)
+        applies = state.applied_after(self.notice_days)
         if applies is not None and now < applies:
             return self._skip(state, now, Skipped(
                 did, "notice", f"rule {plan.rule_sha256[:12]} first seen {state.rule_since}; "
@@ -274,6 +277,26 @@ class Planner:
             run_id, dataset.dataset_id, manifest_url, sha256_hex(body), report_url,
             tuple((o.bucket, o.key) for o in manifest.objects),
         )  # fmt: skip
+
+
+_CRON_DAILY = re.compile(r"^cron\((\d{1,2}) (\d{1,2}) \* \* \? \*\)$")
+_RATE = re.compile(r"^rate\((\d+) (minute|minutes|hour|hours|day|days)\)$")
+
+
+def next_scheduled(expression: str, now: datetime) -> datetime | None:
+    """The next time a schedule expression fires after `now`, for a daily cron
+    (`cron(M H * * ? *)`) or a rate (from `now`: EventBridge counts a rate from the rule's
+    creation, so this is an upper bound); None for any other expression."""
+    daily = _CRON_DAILY.match(expression.strip())
+    if daily:
+        minute, hour = int(daily.group(1)), int(daily.group(2))
+        at = now.astimezone(UTC).replace(hour=hour, minute=minute, second=0, microsecond=0)
+        return at if at > now else at + timedelta(days=1)
+    rate = _RATE.match(expression.strip())
+    if rate:
+        unit = rate.group(2).rstrip("s")
+        return now + timedelta(**{f"{unit}s": int(rate.group(1))})
+    return None
 
 
 def standing_authorisation(
