@@ -33,7 +33,7 @@ KEY = "notes/2026/batch-001.csv"
 BODY = (
     "user_id,review_date,stars,text\n"
     f"u-1,{OLD},5,old one\n"
-    f"u-2,{OLDER},4,\"old, two\"\n"
+    f'u-2,{OLDER},4,"old, two"\n'
     f"u-1,{RECENT},3,recent one\n"
     f"u-3,{RECENT},2,recent three\n"
 ).encode()
@@ -109,16 +109,21 @@ def test_a_scheduled_run_removes_expired_rows_skips_a_held_dataset_and_certifies
     }]  # fmt: skip
     (run,) = output["runs"]
     assert (run["dataset_id"], run["outcome"], run["complete"]) == ("notes", "COMPLETED", True)
-    ledger_state = json.loads(table.get_item(Key={"dataset_id": "retention#ledger"})["Item"]["state"])
+    ledger_state = json.loads(
+        table.get_item(Key={"dataset_id": "retention#ledger"})["Item"]["state"]
+    )
     assert ledger_state["last_run"]["reason"] == "legal_hold"
 
     # the raw upload keeps its recent rows only, in one version: every older version purged
     current = cloud.client("s3").get_object(Bucket=raw, Key=KEY)["Body"].read()
-    assert current == (
-        "user_id,review_date,stars,text\n"
-        f"u-1,{RECENT},3,recent one\n"
-        f"u-3,{RECENT},2,recent three\n"
-    ).encode()
+    assert (
+        current
+        == (
+            "user_id,review_date,stars,text\n"
+            f"u-1,{RECENT},3,recent one\n"
+            f"u-3,{RECENT},2,recent three\n"
+        ).encode()
+    )
     assert len(_versions(cloud, raw, KEY)) == 1
     # the lake's expired partitions are gone with every version; the recent one stays
     assert _versions(cloud, lake, f"notes/review_date={OLD}/") == []
@@ -130,9 +135,8 @@ def test_a_scheduled_run_removes_expired_rows_skips_a_held_dataset_and_certifies
     index = cloud.client("dynamodb").scan(TableName=cloud.outputs["SubjectIndexTableName"])
     entries = [(i["subject_hash"]["S"], i["object_url"]["S"]) for i in index["Items"]]
     assert not [e for e in entries if e[0] == hash_of_id(key, "u-2")]
-    assert {u for h, u in entries if h == hash_of_id(key, "u-1")} and not [
-        u for h, u in entries if h == hash_of_id(key, "u-1") and OLD in u
-    ]
+    assert {u for h, u in entries if h == hash_of_id(key, "u-1")}
+    assert not [u for h, u in entries if h == hash_of_id(key, "u-1") and OLD in u]
 
     # the record and its certificate: signed, complete, no subject named
     requests = driver.target.resource("dynamodb").Table(cloud.outputs["ErasureRequestsTableName"])
@@ -145,12 +149,15 @@ def test_a_scheduled_run_removes_expired_rows_skips_a_held_dataset_and_certifies
     envelope = json.loads(cloud.client("s3").get_object(Bucket=bucket, Key=cert_key)["Body"].read())
     signer = KmsSigner(cloud.client("kms"), cloud.outputs["ErasureCertificateKeyArn"])
     certificate = verify_retention(envelope, signer)
-    assert certificate.complete and certificate.not_removed == ()
+    assert certificate.complete
+    assert certificate.not_removed == ()
     assert certificate.totals["rows_removed"] == 4  # two raw lines, two lake rows
-    assert certificate.totals["deleted"] == 2 and certificate.totals["rewritten"] == 1
+    assert certificate.totals["deleted"] == 2
+    assert certificate.totals["rewritten"] == 1
     assert certificate.totals["versions_purged"] >= 1
     assert certificate.cutoff.startswith((TODAY - timedelta(days=30)).isoformat())
-    assert certificate.reindexed and certificate.verification["verified"]
+    assert certificate.reindexed
+    assert certificate.verification["verified"]
     text = json.dumps(envelope)
     assert not any(s in text for s in ("u-1", "u-2", "u-3", hash_of_id(key, "u-2")))
     # tampering is detected

@@ -81,7 +81,7 @@ class Setup:
         self.documents = MemoryDocuments()
         self.holds = list(holds)
         self.planner = Planner(
-            objects=self.objects, buckets={"raw": RAW, "lake": LAKE},  # type: ignore[arg-type]
+            objects=self.objects, buckets={"raw": RAW, "lake": LAKE},
             registry=self.registry, states=self.states, requests=self.requests,
             documents=self.documents, key_fingerprint=KEY_FP,
             holds=lambda ids: HoldView.of(
@@ -113,18 +113,28 @@ def test_a_first_run_starts_the_notice_and_a_later_run_freezes_the_report() -> N
     assert [(s.dataset_id, s.reason) for s in skipped] == [("events", "notice")]
     state = setup.states.items["events"]
     assert (state.rule_since, state.applies_from) == (
-        NOW.isoformat(), (NOW + timedelta(days=7)).isoformat()
+        NOW.isoformat(),
+        (NOW + timedelta(days=7)).isoformat(),
     )
-    assert setup.requests.items == {} and setup.documents.bodies == {}
+    assert setup.requests.items == {}
+    assert setup.documents.bodies == {}
 
     later = NOW + timedelta(days=7)
     (run,), skipped = setup.plan(later)
     assert skipped == []
     # the report is written before anything else: manifest, report, then the record
-    assert setup.documents.writes == [report_key("rt-events-1", n) for n in ("manifest.json", "report.json")]
-    manifest = Manifest.model_validate_json(setup.documents.bodies[report_key("rt-events-1", "manifest.json")])
-    assert manifest.subject_hashes == () and manifest.retention[0].rule_sha256 == rule_sha256(_dataset())
-    assert {o.key for o in manifest.objects} == {"events/day=2026-01-01/part-a.parquet", "events/2026/upload.csv"}
+    assert setup.documents.writes == [
+        report_key("rt-events-1", n) for n in ("manifest.json", "report.json")
+    ]
+    manifest = Manifest.model_validate_json(
+        setup.documents.bodies[report_key("rt-events-1", "manifest.json")]
+    )
+    assert manifest.subject_hashes == ()
+    assert manifest.retention[0].rule_sha256 == rule_sha256(_dataset())
+    assert {o.key for o in manifest.objects} == {
+        "events/day=2026-01-01/part-a.parquet",
+        "events/2026/upload.csv",
+    }
     upload = next(o for o in manifest.objects if o.zone == "raw")
     assert len(upload.versions) == 2  # every stored version, purged after the rewrite
     report = json.loads(setup.documents.bodies[report_key("rt-events-1", "report.json")])
@@ -133,8 +143,10 @@ def test_a_first_run_starts_the_notice_and_a_later_run_freezes_the_report() -> N
     assert report["authorisation"]["rule_sha256"] == rule_sha256(_dataset())
     assert report["manifest_sha256"] == run.manifest_sha256
     record = setup.requests.get("rt-events-1")
-    assert record is not None and record.status is ErasureStatus.ERASING
-    assert record.approval["standing"] == "retention" and record.subject_hashes == ()
+    assert record is not None
+    assert record.status is ErasureStatus.ERASING
+    assert record.approval["standing"] == "retention"
+    assert record.subject_hashes == ()
     assert record.report["manifest_sha256"] == run.manifest_sha256
     assert setup.states.items["events"].last_run["outcome"] == "RUNNING"
 
@@ -145,7 +157,8 @@ def test_a_changed_rule_starts_its_notice_again() -> None:
     setup.plan()
     setup.registry.put(_dataset(days=10))  # shortened: a new rule, a new notice
     runs, skipped = setup.plan(NOW + timedelta(days=8))
-    assert runs == [] and skipped[0].reason == "notice"
+    assert runs == []
+    assert skipped[0].reason == "notice"
     assert setup.states.items["events"].rule_sha256 == rule_sha256(_dataset(days=10))
 
 
@@ -165,18 +178,22 @@ def test_a_held_dataset_is_skipped_with_the_hold_and_a_held_subject_is_carried()
     }]  # fmt: skip
     assert setup.states.items["ledger"].last_run["hold_id"] == hold.hold_id
     assert [r.dataset_id for r in runs] == ["events"]
-    manifest = Manifest.model_validate_json(setup.documents.bodies[report_key("rt-events-1", "manifest.json")])
+    manifest = Manifest.model_validate_json(
+        setup.documents.bodies[report_key("rt-events-1", "manifest.json")]
+    )
     assert manifest.retention[0].held_hashes == (hash_of_id(KEY, "u-1"),)
     report = setup.documents.bodies[report_key("rt-events-1", "report.json")]
     assert json.loads(report)["subject_holds"] == [subject.hold_id]
-    assert hash_of_id(KEY, "u-1").encode() not in report and b"u-1" not in report
+    assert hash_of_id(KEY, "u-1").encode() not in report
+    assert b"u-1" not in report
 
 
 def test_nothing_expired_is_recorded_without_a_run_and_a_large_run_defers_the_rest() -> None:
     setup = Setup(_dataset(), notice=0)
     setup.objects.put(LAKE, "events/day=2026-11-26/part-b.parquet", b"new")
     runs, skipped = setup.plan()
-    assert runs == [] and skipped[0].reason == "nothing_expired"
+    assert runs == []
+    assert skipped[0].reason == "nothing_expired"
 
     setup = Setup(_dataset(), notice=0)
     for day in range(1, 4):
@@ -207,9 +224,13 @@ STANDING = {"decision": "approve", "standing": "retention", "rule_sha256": "b" *
 
 
 def test_a_standing_authorisation_is_accepted_for_a_retention_run_only() -> None:
-    check_erasable(_view("rt-events-1", **STANDING), manifest_url="s3://r/m.json", manifest_sha256="a" * 64)
+    check_erasable(
+        _view("rt-events-1", **STANDING), manifest_url="s3://r/m.json", manifest_sha256="a" * 64
+    )
     with pytest.raises(EraseNotAuthorisedError, match="no recorded approval"):
-        check_erasable(_view("er-1", **STANDING), manifest_url="s3://r/m.json", manifest_sha256="a" * 64)
+        check_erasable(
+            _view("er-1", **STANDING), manifest_url="s3://r/m.json", manifest_sha256="a" * 64
+        )
     with pytest.raises(EraseNotAuthorisedError, match="no recorded approval"):
         check_erasable(
             _view("rt-events-1", decision="approve", standing="retention"),
@@ -260,38 +281,52 @@ class Signer:
         return signature == self.sign(digest)
 
 
-def _result(url: str, action: str, removed: int, gaps: tuple[NotSearched, ...] = ()) -> ObjectResult:
+def _result(
+    url: str, action: str, removed: int, gaps: tuple[NotSearched, ...] = ()
+) -> ObjectResult:
     return ObjectResult(
-        object_url=url, dataset_id="events", zone="lake" if "lake" in url else "raw",  # type: ignore[arg-type]
-        action=action, versions_before=(VersionRef(version_id="v1"),),  # type: ignore[arg-type]
+        object_url=url, dataset_id="events", zone="lake" if "lake" in url else "raw",
+        action=action, versions_before=(VersionRef(version_id="v1"),),
         version_after=None if action == "deleted" else VersionRef(version_id="v9"),
         rows_before=removed + 1, rows_removed=removed, rows_after=1, versions_purged=1,
         not_searched=gaps,
     )  # fmt: skip
 
 
-def _write_results(setup: Setup, manifest: Manifest, *, gaps: tuple[NotSearched, ...] = (), ok: bool = True) -> None:
+def _write_results(
+    setup: Setup, manifest: Manifest, *, gaps: tuple[NotSearched, ...] = (), ok: bool = True
+) -> None:
     results = EraseResults(
         request_id="rt-events-1", manifest_sha256="0" * 64, correlation_id="c",
         finished_at=NOW.isoformat(),
         objects=tuple(
-            _result(o.object_url, "deleted" if o.zone == "lake" else "rewritten", 2, gaps if o.zone == "raw" else ())
+            _result(
+                o.object_url, "deleted" if o.zone == "lake" else "rewritten", 2,
+                gaps if o.zone == "raw" else (),
+            )
             for o in manifest.objects
         ),
     )  # fmt: skip
     verification = Verification(
         request_id="rt-events-1", correlation_id="c", verified_at=NOW.isoformat(),
         objects=tuple(
-            ObjectCheck(object_url=o.object_url, ok=ok, matching_rows=0 if ok else 1, rows=1, versions_left=1)
+            ObjectCheck(
+                object_url=o.object_url, ok=ok, matching_rows=0 if ok else 1, rows=1,
+                versions_left=1,
+            )
             for o in manifest.objects
         ),
     )  # fmt: skip
-    setup.documents.put(report_key("rt-events-1", "results.json"), results.model_dump_json().encode(), "")
-    setup.documents.put(report_key("rt-events-1", "verification.json"), verification.model_dump_json().encode(), "")
+    setup.documents.put(
+        report_key("rt-events-1", "results.json"), results.model_dump_json().encode(), ""
+    )
+    setup.documents.put(
+        report_key("rt-events-1", "verification.json"), verification.model_dump_json().encode(), ""
+    )
 
 
 def _certify(setup: Setup, **kw: Any) -> Any:
-    options = {"reindexed": True, "job_runs": [], "error": ""} | kw
+    options: dict[str, Any] = {"reindexed": True, "job_runs": [], "error": ""} | kw
     return certify_run(
         "rt-events-1", documents=setup.documents, requests=setup.requests, signer=Signer(),
         shown=lambda url: url, now=NOW, **options,
@@ -302,14 +337,24 @@ def test_a_clean_run_is_certified_complete_signed_and_names_no_subject() -> None
     setup, manifest = _planned()
     _write_results(setup, manifest)
     certificate = _certify(setup)
-    assert certificate.complete and certificate.not_removed == ()
-    assert certificate.totals == {"objects": 2, "rewritten": 1, "deleted": 1, "rows_removed": 4, "versions_purged": 2}
-    assert certificate.rule_sha256 == rule_sha256(_dataset()) and certificate.cutoff.startswith("2026-10-28")
+    assert certificate.complete
+    assert certificate.not_removed == ()
+    assert certificate.totals == {
+        "objects": 2,
+        "rewritten": 1,
+        "deleted": 1,
+        "rows_removed": 4,
+        "versions_purged": 2,
+    }
+    assert certificate.rule_sha256 == rule_sha256(_dataset())
+    assert certificate.cutoff.startswith("2026-10-28")
     record = setup.requests.get("rt-events-1")
-    assert record is not None and record.status is ErasureStatus.COMPLETED
+    assert record is not None
+    assert record.status is ErasureStatus.COMPLETED
     envelope = json.loads(setup.documents.bodies[report_key("rt-events-1", "certificate.json")])
     assert verify_retention(envelope, Signer()) == certificate
-    assert "u-1" not in json.dumps(envelope) and "subject_hashes" not in json.dumps(envelope)
+    assert "u-1" not in json.dumps(envelope)
+    assert "subject_hashes" not in json.dumps(envelope)
     envelope["certificate"]["totals"]["rows_removed"] = 1
     with pytest.raises(CertificateInvalidError):
         verify_retention(envelope, Signer())
@@ -329,24 +374,40 @@ def test_a_clean_run_is_certified_complete_signed_and_names_no_subject() -> None
         ("failed", "run_failed"),
     ],
 )
-def test_a_run_that_did_less_is_never_completed_and_says_what_and_why(case: str, reason: str) -> None:
+def test_a_run_that_did_less_is_never_completed_and_says_what_and_why(
+    case: str, reason: str
+) -> None:
     setup, manifest = _planned()
-    gap = NotSearched(object_url=manifest.objects[0].object_url, reason="unparseable_records", count=3)
+    gap = NotSearched(
+        object_url=manifest.objects[0].object_url, reason="unparseable_records", count=3
+    )
     _write_results(setup, manifest, gaps=(gap,) if case == "gap" else (), ok=case != "unverified")
     if case == "no_verification":
         del setup.documents.bodies[report_key("rt-events-1", "verification.json")]
     certificate = _certify(
-        setup, reindexed=case != "not_reindexed", error="States.TaskFailed: boom" if case == "failed" else ""
+        setup,
+        reindexed=case != "not_reindexed",
+        error="States.TaskFailed: boom" if case == "failed" else "",
     )
     assert not certificate.complete
     assert reason in {g.reason for g in certificate.not_removed}
     record = setup.requests.get("rt-events-1")
-    assert record is not None and (record.status, record.outcome) == (ErasureStatus.FAILED, "INCOMPLETE")
+    assert record is not None
+    assert (record.status, record.outcome) == (
+        ErasureStatus.FAILED,
+        "INCOMPLETE",
+    )
 
 
 def test_a_run_whose_erase_job_wrote_nothing_names_every_object() -> None:
     setup, manifest = _planned()
     certificate = _certify(setup, reindexed=False, error="States.TaskFailed: refused")
-    assert {g.reason for g in certificate.not_removed} == {"run_failed", "no_results", "not_verified"}
-    assert next(g for g in certificate.not_removed if g.reason == "no_results").count == len(manifest.objects)
+    assert {g.reason for g in certificate.not_removed} == {
+        "run_failed",
+        "no_results",
+        "not_verified",
+    }
+    assert next(g for g in certificate.not_removed if g.reason == "no_results").count == len(
+        manifest.objects
+    )
     assert certificate.totals["rows_removed"] == 0

@@ -30,8 +30,7 @@ from lethe_shared.aws.s3 import S3ObjectStore
 from lethe_shared.datasets.holds import DynamoHolds, HoldView, LegalHold, hold_line
 from lethe_shared.datasets.processing import processing_record, record_lines
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
-from lethe_shared.datasets.retention import RetentionPlan, StoredObject, plan_retention
-from lethe_shared.datasets.retention import rule_sha256
+from lethe_shared.datasets.retention import RetentionPlan, StoredObject, plan_retention, rule_sha256
 from lethe_shared.erasure.retention_runs import DynamoRunStates, next_scheduled
 from lethe_shared.errors import HashKeyError
 from lethe_shared.subject_hashing.keys import key_fingerprint, load_hash_key
@@ -144,7 +143,9 @@ def show_dataset(args: argparse.Namespace) -> int:
     if runs:
         print(f"  retention runs:   {runs['schedule']}; next {runs['next_run'] or 'not scheduled'}")
         if runs["rule_seen"]:
-            print(f"    rule in force since {runs['rule_since']}, applied from {runs['applies_from']}")
+            print(
+                f"    rule in force since {runs['rule_since']}, applied from {runs['applies_from']}"
+            )
         else:
             print("    rule not yet seen by a run: its notice period starts at the next run")
         last = runs["last_run"] or {}

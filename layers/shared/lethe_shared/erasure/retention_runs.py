@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
+from pydantic import Field
+
 from lethe_shared.aws.s3 import ObjectStore, s3_url
 from lethe_shared.datasets.document import Dataset
 from lethe_shared.datasets.holds import HoldView
@@ -76,7 +78,7 @@ class RunState(Model):
     rule_sha256: str = ""
     rule_since: str = ""  # ISO 8601: when a run first saw this rule
     applies_from: str = ""  # ISO 8601: rule_since + the notice days as that run read them
-    last_run: dict[str, Any] = {}
+    last_run: dict[str, Any] = Field(default_factory=dict)
 
     def applied_after(self, notice_days: int) -> datetime | None:
         if not self.rule_since:
@@ -201,7 +203,9 @@ class Planner:
         applies = state.applied_after(self.notice_days)
         return state.model_copy(update={"applies_from": applies.isoformat() if applies else ""})
 
-    def _one(self, registration: Registration, view: HoldView, now: datetime) -> PlannedRun | Skipped:
+    def _one(
+        self, registration: Registration, view: HoldView, now: datetime
+    ) -> PlannedRun | Skipped:
         dataset = registration.dataset
         did = dataset.dataset_id
         hold = view.dataset_hold(did)
@@ -218,9 +222,9 @@ class Planner:
                 f"applied from {applies.isoformat()} (RetentionNoticeDays {self.notice_days})",
             ))  # fmt: skip
         if not plan.objects:
-            return self._skip(state, now, Skipped(
-                did, "nothing_expired", f"no object holds a row before {plan.rule and plan.rule.cutoff.isoformat()}",
-            ))  # fmt: skip
+            cutoff = plan.rule.cutoff.isoformat() if plan.rule else ""
+            detail = f"no object holds a row before {cutoff}"
+            return self._skip(state, now, Skipped(did, "nothing_expired", detail))
         held_by = sorted({h.hold_id for h in view.subject_holds(did).values()})
         return self._freeze(registration, plan, state, now, held_by)
 
@@ -258,7 +262,9 @@ class Planner:
         report = run_report(run_id, registration, bounded, authorisation, now, deferred)
         report["manifest_sha256"] = sha256_hex(body)
         report["subject_holds"] = held_by
-        report_url = self.documents.put(report_key(run_id, "report.json"), canonical_json(report), _JSON)
+        report_url = self.documents.put(
+            report_key(run_id, "report.json"), canonical_json(report), _JSON
+        )
         record = ErasureRequest.model_validate({
             "request_id": run_id, "status": ErasureStatus.ERASING, "created_at": now.isoformat(),
             "updated_at": now.isoformat(), "requested_by": SCHEDULER,
@@ -318,7 +324,7 @@ def standing_authorisation(
     }
 
 
-def run_report(
+def run_report(  # noqa: PLR0917 - one call site
     run_id: str,
     registration: Registration,
     plan: RetentionPlan,
