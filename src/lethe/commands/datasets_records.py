@@ -135,10 +135,6 @@ def show_dataset(args: argparse.Namespace) -> int:
     print(f"  subjects by:      {', '.join(document['subject_columns'])}")
     for line in record_lines([shown["record"]])[1:]:
         print(line)
-    holds = shown["legal_holds"]
-    print(f"  legal holds:      {len(holds) or 'none'}")
-    for hold in holds:
-        print(f"    {hold_line(LegalHold.model_validate(hold))}")
     runs = shown["retention_runs"]
     if runs:
         print(f"  retention runs:   {runs['schedule']}; next {runs['next_run'] or 'not scheduled'}")
@@ -154,9 +150,15 @@ def show_dataset(args: argparse.Namespace) -> int:
                 f"{last.get('rows_removed', 0)} row(s) removed, "
                 f"{last.get('versions_purged', 0)} version(s) purged, cutoff {last.get('cutoff')}"
             )
+            if last.get("not_removed"):  # an INCOMPLETE run: why (its certificate says where)
+                detail += "; not removed: " + ", ".join(sorted(set(last["not_removed"])))
             print(f"    last run {last.get('at')}: {last.get('outcome')} ({detail})")
         else:
             print("    no run yet")
+    holds = shown["legal_holds"]
+    print(f"  legal holds:      {len(holds) or 'none'}")
+    for hold in holds:
+        print(f"    {hold_line(LegalHold.model_validate(hold))}")
     return 0
 
 
