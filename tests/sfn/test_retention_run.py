@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from lethe.commands.erasure_certificate import show_certificate
 from lethe_shared.datasets.holds import DynamoHolds, new_hold
 from lethe_shared.erasure.certificate import KmsSigner
 from lethe_shared.erasure.requests import DynamoErasureRequests
@@ -84,7 +85,7 @@ def _run(cloud: Cloud, driver: ErasureDriver) -> dict[str, Any]:
 
 @pytest.mark.timeout(1200)  # the cloud, one ingestion, then three Spark runs
 def test_a_scheduled_run_removes_expired_rows_skips_a_held_dataset_and_certifies(
-    cloud: Cloud,
+    cloud: Cloud, capsys: pytest.CaptureFixture[str]
 ) -> None:
     driver = ErasureDriver(cloud)
     raw, lake = cloud.outputs["RawBucketName"], cloud.outputs["LakeBucketName"]
@@ -160,6 +161,11 @@ def test_a_scheduled_run_removes_expired_rows_skips_a_held_dataset_and_certifies
     assert certificate.verification["verified"]
     text = json.dumps(envelope)
     assert not any(s in text for s in ("u-1", "u-2", "u-3", hash_of_id(key, "u-2")))
+    # `lethe erasure certificate rt-... --verify` checks it with the stack's pinned key
+    show_certificate(driver.target, run["run_id"], record, as_json=False, html=None, verify=True)
+    printed = capsys.readouterr().out
+    assert "rows removed     4" in printed
+    assert "certificate verifies: signed by" in printed
     # tampering is detected
     envelope["certificate"]["totals"]["rows_removed"] = 5
     with pytest.raises(Exception, match="digest"):

@@ -13,6 +13,14 @@ from typing import Any
 
 import pytest
 
+from lethe.commands import CommandError, certificate_verify
+from lethe.commands.erasure_certificate import VerifyOptions
+from lethe.commands.retention_certificate import (
+    IncompleteRetentionError,
+    is_retention,
+    retention_lines,
+    verify_retention_certificate,
+)
 from lethe_jobs.erase_settings import EraseArgs, ErasePorts, job_settings
 from lethe_shared.datasets.document import Dataset, parse_dataset
 from lethe_shared.datasets.holds import HoldView, LegalHold, new_hold
@@ -411,3 +419,54 @@ def test_a_run_whose_erase_job_wrote_nothing_names_every_object() -> None:
         manifest.objects
     )
     assert certificate.totals["rows_removed"] == 0
+
+
+# ------------------------------------------------------------- lethe erasure certificate
+
+
+def _stored_certificate(complete: bool = True) -> tuple[Setup, dict[str, Any], bytes]:
+    setup, manifest = _planned()
+    _write_results(setup, manifest, ok=complete)
+    _certify(setup)
+    raw = setup.documents.bodies[report_key("rt-events-1", "certificate.json")]
+    record = setup.requests.get("rt-events-1")
+    assert record is not None
+    return setup, record.model_dump(mode="json"), raw
+
+
+def _verify_cli(record: dict[str, Any], raw: bytes, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    monkeypatch.setattr(certificate_verify, "verifier_for", lambda *a, **k: Signer())
+    return verify_retention_certificate(
+        None,  # type: ignore[arg-type]  # the key is given, the verifier patched: no target read
+        json.loads(raw), raw=raw, record=record,
+        options=VerifyOptions(key_id=Signer.key_id),
+    )  # fmt: skip
+
+
+def test_the_cli_summarises_and_verifies_a_retention_certificate(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _, record, raw = _stored_certificate()
+    envelope = json.loads(raw)
+    assert is_retention(envelope)
+    lines = retention_lines(envelope, "s3://r/c.json")
+    assert "rows removed     4" in lines
+    assert "complete         yes" in lines
+    assert _verify_cli(record, raw, monkeypatch)[0].startswith(
+        f"certificate verifies: signed by {Signer.key_id}"
+    )
+    other = {**record, "certificate": {**record["certificate"], "sha256": "0" * 64}}
+    with pytest.raises(CommandError, match="record-mismatch"):
+        _verify_cli(other, raw, monkeypatch)
+    tampered = raw.replace(b'"rows_removed":4', b'"rows_removed":3')
+    assert tampered != raw
+    with pytest.raises(CommandError, match="digest-mismatch"):
+        _verify_cli(record, tampered, monkeypatch)
+
+
+def test_the_cli_fails_verify_for_an_incomplete_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    _, record, raw = _stored_certificate(complete=False)
+    lines = retention_lines(json.loads(raw), "s3://r/c.json")
+    assert any(line.startswith("  verification_failed  1  ") for line in lines)
+    with pytest.raises(IncompleteRetentionError, match="INCOMPLETE"):
+        _verify_cli(record, raw, monkeypatch)
