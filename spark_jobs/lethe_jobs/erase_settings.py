@@ -200,6 +200,8 @@ def check_retention_run(
             f"{request_id}: a retention run's report holds retention rules and no subject, and "
             "only a retention run's does: nothing is erased"
         )
+    if not retention:
+        return  # an erasure's report
     specs = {s.dataset_id: s for s in manifest.retention}
     for item in manifest.objects:
         spec = specs.get(item.dataset_id)

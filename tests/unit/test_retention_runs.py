@@ -267,6 +267,9 @@ def _job(setup: Setup, manifest: Manifest, request_id: str = "rt-events-1") -> A
 def test_the_erase_job_refuses_a_run_whose_rule_changed_or_that_is_not_a_retention_run() -> None:
     setup, manifest = _planned()
     assert set(_job(setup, manifest).retention) == {"events"}
+    # an erasure's report (no retention rule) goes on as before
+    erasure = manifest.model_copy(update={"retention": (), "request_id": "er-1"})
+    assert _job(setup, erasure, request_id="er-1").retention == {}
     with pytest.raises(EraseNotAuthorisedError, match="only a retention run"):
         _job(setup, manifest, request_id="er-1")
     with pytest.raises(EraseNotAuthorisedError, match="no subject"):
