@@ -243,7 +243,7 @@ class Planner:
     ) -> PlannedRun:
         dataset = registration.dataset
         run_id = self.new_id(dataset.dataset_id, now)
-        taken = plan.objects[: self.max_objects]
+        taken = set(plan.objects[: self.max_objects])
         deferred = plan.objects[self.max_objects :]
         bounded = RetentionPlan(
             plan.dataset_id, plan.rule, plan.run_at,
