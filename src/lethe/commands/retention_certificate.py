@@ -10,15 +10,26 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from lethe.commands import CommandError, ExitCode
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from lethe.commands.erasure_certificate import VerifyOptions
     from lethe.target import Target
+
+
+class VerifyOptions(Protocol):
+    """What --verify takes (lethe.commands.erasure_certificate.VerifyOptions)."""
+
+    @property
+    def offline(self) -> bool: ...
+    @property
+    def key_id(self) -> str | None: ...
+    @property
+    def public_key(self) -> Path | None: ...
+
 
 RETENTION_FORMAT = "lethe-retention-certificate/1"
 
