@@ -4,6 +4,12 @@ hold (lethe_shared.erasure.pins): the datasets are read with the registry's cons
 `registration()` (the document with its matching generation and fingerprint), the key's
 fingerprint from the key the job loaded; and the objects a legal hold added after the report
 keeps (lethe_shared.erasure.legal_holds.hold_refusals, the holds read when the job starts).
+
+A scheduled retention run (`rt-` id, authorised by the datasets' declared rules:
+lethe_shared.erasure.authority.standing_retention) is refused whole, before anything is read of
+the lake, unless its manifest is a retention manifest without subject hashes and each dataset's
+rule in force now is the one the run recorded (`check_retention_run`): a rule changed since the
+plan (shortened, lengthened, removed) removes nothing.
 """
 
 from __future__ import annotations
@@ -23,8 +29,12 @@ from lethe_shared.catalog.object_catalog import Buckets
 from lethe_shared.datasets.document import Dataset
 from lethe_shared.datasets.holds import HoldReader, HoldView
 from lethe_shared.datasets.registry import Registration
-from lethe_shared.datasets.retention import RetentionSpec
-from lethe_shared.erasure.authority import RequestView
+from lethe_shared.datasets.retention import RetentionSpec, rule_sha256
+from lethe_shared.erasure.authority import (
+    RETENTION_RUN_PREFIX,
+    EraseNotAuthorisedError,
+    RequestView,
+)
 from lethe_shared.erasure.evidence import MODE_ARG, RETENTION_ARG, EvidenceLock
 from lethe_shared.erasure.legal_holds import hold_refusals
 from lethe_shared.erasure.pins import PinRegistry, refusals, refused_result
@@ -176,9 +186,42 @@ def _retention(manifest: Manifest, view: HoldView | None) -> dict[str, Retention
     return found
 
 
+def check_retention_run(
+    request_id: str, manifest: Manifest, registrations: dict[str, Registration]
+) -> None:
+    """Refuse (EraseNotAuthorisedError) a retention run whose manifest is not a retention
+    manifest, or whose rules are not the ones in force now (module docstring); a manifest with
+    retention rules is only ever a retention run's."""
+    retention = bool(manifest.retention)
+    if request_id.startswith(RETENTION_RUN_PREFIX) != retention or (
+        retention and manifest.subject_hashes
+    ):
+        raise EraseNotAuthorisedError(
+            f"{request_id}: a retention run's report holds retention rules and no subject, and "
+            "only a retention run's does: nothing is erased"
+        )
+    if not retention:
+        return  # an erasure's report
+    specs = {s.dataset_id: s for s in manifest.retention}
+    for item in manifest.objects:
+        spec = specs.get(item.dataset_id)
+        found = registrations.get(item.dataset_id)
+        if spec is None or found is None or not spec.rule_sha256:
+            raise EraseNotAuthorisedError(
+                f"{request_id}: dataset {item.dataset_id} has no recorded retention rule in the "
+                "run's report: nothing is erased"
+            )
+        if rule_sha256(found.dataset) != spec.rule_sha256:
+            raise EraseNotAuthorisedError(
+                f"{request_id}: the retention rule of dataset {item.dataset_id} changed since "
+                "the run was planned: nothing is erased (the next run plans with the new rule)"
+            )
+
+
 def job_settings(args: EraseArgs, manifest: Manifest, ports: ErasePorts) -> EraseSettings:
     ids = sorted({o.dataset_id for o in manifest.objects})
     registrations = {d: _registration(ports, d) for d in ids}
+    check_retention_run(args.request_id, manifest, registrations)
     view = _hold_view(manifest, ports)
     return EraseSettings(
         request_id=args.request_id,

@@ -18,6 +18,8 @@ from lethe.commands import datasets_records, hold
 from lethe_shared.datasets.document import parse_dataset
 from lethe_shared.datasets.holds import DynamoHolds, HoldError, HoldView, new_hold
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
+from lethe_shared.datasets.retention import rule_sha256
+from lethe_shared.erasure.retention_runs import DynamoRunStates, RunState
 from lethe_shared.subject_hashing.keys import hash_of_id, key_fingerprint, subject_hash
 from tests.conftest import FakeLambdaContext, load_function_module
 from tests.integration.conftest import LAKE, RAW
@@ -369,3 +371,38 @@ def test_a_hold_written_meanwhile_makes_the_other_write_fail_whole(table: Any) -
 
     assert [h.hold_id for h in DynamoHolds(table).all()] == [other.hold_id]
     assert DynamoHolds(table).active_for(["accounts"]) == []  # nothing of it on accounts either
+
+
+def test_show_prints_the_scheduled_runs_and_a_run_state_is_no_dataset(
+    run: Callable[..., tuple[int, str, str]], table: Any
+) -> None:
+    # Given the schedule's output and a run state as the retention steps function writes it
+    target = datasets_records.resolve(None)  # the MotoTarget of `run`
+    target.outputs["RetentionSchedule"] = "cron(30 3 * * ? *) (ENABLED)"
+    fresh = json.loads(run("datasets", "show", "reviews", "--json")[1])["retention_runs"]
+    reviews = DynamoDatasetRegistry(table).require("reviews")
+    last = {
+        "at": "2026-11-27T03:30:00+00:00", "outcome": "COMPLETED", "run_id": "rt-reviews-1",
+        "rows_removed": 12, "versions_purged": 3, "cutoff": "2024-11-27T00:00:00+00:00",
+    }  # fmt: skip
+    DynamoRunStates(table).put(RunState(
+        dataset_id="reviews", rule_sha256=rule_sha256(reviews),
+        rule_since="2026-11-01T03:30:00+00:00", applies_from="2026-11-08T03:30:00+00:00",
+        last_run=last,
+    ))  # fmt: skip
+
+    # When show and records run
+    shown = json.loads(run("datasets", "show", "reviews", "--json")[1])["retention_runs"]
+    text = run("datasets", "show", "reviews")[1]
+    records = json.loads(run("datasets", "records", "--json")[1])
+
+    # Then a rule no run saw says so; the stored state is shown; the state item is no dataset
+    assert (fresh["rule_seen"], fresh["last_run"], fresh["applies_from"]) == (False, None, None)
+    assert fresh["next_run"] is not None
+    assert fresh["next_run"].endswith("03:30:00+00:00")
+    assert (shown["rule_seen"], shown["applies_from"]) == (True, "2026-11-08T03:30:00+00:00")
+    assert shown["last_run"] == last
+    assert "retention runs:   cron(30 3 * * ? *) (ENABLED); next " in text
+    assert "last run 2026-11-27T03:30:00+00:00: COMPLETED (12 row(s) removed" in text
+    assert json.loads(run("datasets", "show", "accounts", "--json")[1])["retention_runs"] == {}
+    assert sorted(r["dataset_id"] for r in records) == ["accounts", "reviews", "tenants"]

@@ -68,6 +68,7 @@ EVENT_FUNCTIONS: dict[str, str] = {
     "approval_page_get.json": "ApprovalPageFunction",
     "approval_page_post.json": "ApprovalPageFunction",
     "erasure_metrics_schedule.json": "ErasureMetricsFunction",
+    "retention_steps_plan.json": "RetentionStepsFunction",
 }
 ENV_FILE = "env.json"
 
@@ -136,7 +137,7 @@ def load(name: str) -> dict[str, Any]:
 
 def test_every_function_of_the_template_has_an_event() -> None:
     functions = set(template_functions())
-    assert len(functions) == 9
+    assert len(functions) == 10
     assert set(EVENT_FUNCTIONS.values()) == functions
 
 
@@ -417,6 +418,11 @@ def check_approval_request_resend(name: str) -> None:
     assert task.approver in load(ENV_FILE)["ApprovalRequestFunction"]["APPROVER_EMAILS"]
 
 
+def check_retention_steps_plan(name: str) -> None:
+    step = parse(event=load(name), model=handler_module("RetentionStepsFunction").StepEvent)
+    assert (step.step, step.dataset_ids) == ("plan", ("orders",))
+
+
 def check_erasure_metrics_schedule(name: str) -> None:
     """The handler reads nothing of the event: what matters is that it is the EventBridge
     schedule the template gives the function (Stage=local)."""
@@ -484,6 +490,7 @@ CHECKS: dict[str, Callable[[str], None]] = {
     "approval_page_get.json": check_approval_page_get,
     "approval_page_post.json": check_approval_page_post,
     "erasure_metrics_schedule.json": check_erasure_metrics_schedule,
+    "retention_steps_plan.json": check_retention_steps_plan,
 }
 REJECTED = {
     "object_created_malformed.json",

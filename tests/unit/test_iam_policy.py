@@ -113,6 +113,7 @@ _FUNCTIONS = (
     "IndexObjectFunction",
     "IngestionStepsFunction",
     "ObjectEventsFunction",
+    "RetentionStepsFunction",
 )
 _LOG_GROUPS = (
     "ApiAccessLogGroup",
@@ -121,6 +122,7 @@ _LOG_GROUPS = (
     "IndexBackfillLogGroup",
     "IndexReconcileLogGroup",
     "IngestionLogGroup",
+    "RetentionLogGroup",
     "SparkLogGroup",
     "GlueOutputLogGroup",
     "GlueErrorLogGroup",
@@ -146,6 +148,7 @@ EXPECTED_CHECKOV_SKIPS: frozenset[tuple[str, str]] = frozenset(
                 "ApprovalRequestFunction",
                 "ErasureMetricsFunction",
                 "IngestionStepsFunction",
+                "RetentionStepsFunction",
             )
         ),
         *((group, "CKV_AWS_158") for group in _LOG_GROUPS),

@@ -49,6 +49,7 @@ HANDLER_WINGS = {
     "erasure_api": "erasure",
     "erasure_steps": "erasure",
     "erasure_metrics": "erasure",
+    "retention_steps": "erasure",
     "approval_request": "erasure",
     "approval_page": "erasure",
 }

@@ -107,6 +107,7 @@ def test_every_state_machine_comes_from_a_definition_file(translated: dict[str, 
         "IndexBackfillStateMachine",
         "IndexReconcileStateMachine",
         "ErasureStateMachine",
+        "RetentionStateMachine",
     }
     for lid, properties in machines.items():
         assert _definition_file(properties).is_file(), lid

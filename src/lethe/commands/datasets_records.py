@@ -11,8 +11,9 @@ left its rows. Both read the DatasetsTable directly (like `datasets list`).
 `retention ID [--json]` prints the dataset's retention plan as of now, a dry run that changes
 nothing (lethe_shared.datasets.retention): the cutoff, the objects whose rows all expired
 (decided from their partition key or age), the objects whose rows must be read one by one, and
-the holds that keep rows (a held dataset: nothing is planned). Removing the rows on a schedule
-is not wired yet (see the notes of issue 23).
+the holds that keep rows (a held dataset: nothing is planned). The scheduled runs that remove
+them are statemachines/retention.asl.json; `show` prints the dataset's run state (its last run,
+the rule's notice, the next scheduled run: lethe_shared.erasure.retention_runs).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from lethe_shared.aws.s3 import S3ObjectStore
 from lethe_shared.datasets.holds import DynamoHolds, HoldView, LegalHold, hold_line
 from lethe_shared.datasets.processing import processing_record, record_lines
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
-from lethe_shared.datasets.retention import RetentionPlan, StoredObject, plan_retention
+from lethe_shared.datasets.retention import RetentionPlan, StoredObject, plan_retention, rule_sha256
+from lethe_shared.erasure.retention_runs import DynamoRunStates, next_scheduled
 from lethe_shared.errors import HashKeyError
 from lethe_shared.subject_hashing.keys import key_fingerprint, load_hash_key
 
@@ -94,6 +96,29 @@ def shown_dataset(target: Target, dataset_id: str) -> dict[str, Any]:
         **registration.summary(),
         "record": processing_record(registration.dataset),
         "legal_holds": [h.shown() for h in holds],
+        "retention_runs": retention_runs(target, table, registration.dataset),
+    }
+
+
+def retention_runs(target: Target, table: Any, dataset: Any) -> dict[str, Any]:
+    """The dataset's scheduled retention: the schedule, the next run, the rule's notice and
+    the last run (its state item; {} without a declared retention)."""
+    if dataset.retention is None:
+        return {}
+    state = DynamoRunStates(table).get(dataset.dataset_id)
+    schedule = str(target.outputs.get("RetentionSchedule", ""))  # "": a stack from before
+    expression, _, enabled = schedule.partition(" (")
+    upcoming = next_scheduled(expression, datetime.now(UTC)) if "ENABLED" in enabled else None
+    current = rule_sha256(dataset)
+    return {
+        "schedule": schedule or "not deployed",
+        "next_run": upcoming.isoformat() if upcoming else None,
+        "rule_sha256": current,
+        # a rule no run has seen yet: its notice starts at the next run
+        "rule_seen": state is not None and state.rule_sha256 == current,
+        "rule_since": state.rule_since if state and state.rule_sha256 == current else None,
+        "applies_from": state.applies_from if state and state.rule_sha256 == current else None,
+        "last_run": state.last_run if state else None,
     }
 
 
@@ -110,6 +135,26 @@ def show_dataset(args: argparse.Namespace) -> int:
     print(f"  subjects by:      {', '.join(document['subject_columns'])}")
     for line in record_lines([shown["record"]])[1:]:
         print(line)
+    runs = shown["retention_runs"]
+    if runs:
+        print(f"  retention runs:   {runs['schedule']}; next {runs['next_run'] or 'not scheduled'}")
+        if runs["rule_seen"]:
+            print(
+                f"    rule in force since {runs['rule_since']}, applied from {runs['applies_from']}"
+            )
+        else:
+            print("    rule not yet seen by a run: its notice period starts at the next run")
+        last = runs["last_run"] or {}
+        if last:
+            detail = last.get("detail") or (
+                f"{last.get('rows_removed', 0)} row(s) removed, "
+                f"{last.get('versions_purged', 0)} version(s) purged, cutoff {last.get('cutoff')}"
+            )
+            if last.get("not_removed"):  # an INCOMPLETE run: why (its certificate says where)
+                detail += "; not removed: " + ", ".join(sorted(set(last["not_removed"])))
+            print(f"    last run {last.get('at')}: {last.get('outcome')} ({detail})")
+        else:
+            print("    no run yet")
     holds = shown["legal_holds"]
     print(f"  legal holds:      {len(holds) or 'none'}")
     for hold in holds:

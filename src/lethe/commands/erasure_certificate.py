@@ -23,6 +23,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from lethe.commands import CommandError, ExitCode
+from lethe.commands import retention_certificate as retention
 from lethe.commands.erasure_records import is_terminal, status_text
 from lethe.target import Target
 from lethe_shared.erasure.requests import ErasureStatus
@@ -62,13 +63,13 @@ def show_certificate(
             f"request {request_id} has no certificate: it is {status_text(record)}"
             + (" (certificates come with COMPLETED)" if not is_terminal(record) else "")
         )
-    raw = _read_s3(target, str(pointer["url"]))
-    try:
-        envelope = json.loads(raw)
-    except ValueError as exc:
-        raise CommandError(f"{pointer['url']} is not JSON: {exc}") from None
-    if not isinstance(envelope, dict):
-        raise CommandError(f"{pointer['url']} is not a certificate envelope")
+    raw, envelope = _read_envelope(target, str(pointer["url"]))
+    if retention.is_retention(envelope):  # a scheduled retention run's (rt-...)
+        retention.show_retention(
+            target, envelope, raw=raw, record=record, url=str(pointer["url"]), as_json=as_json,
+            html=html, verify=verify, options=options or VerifyOptions(),
+        )  # fmt: skip
+        return
     if as_json:
         print(json.dumps(envelope, indent=2, sort_keys=True))
     else:
@@ -90,6 +91,17 @@ def show_certificate(
                 f"{INCOMPLETE}: {places} place(s) were not fully searched (the certificate lists "
                 "them); the request did not complete"
             )
+
+
+def _read_envelope(target: Target, url: str) -> tuple[bytes, dict[str, Any]]:
+    raw = _read_s3(target, url)
+    try:
+        envelope = json.loads(raw)
+    except ValueError as exc:
+        raise CommandError(f"{url} is not JSON: {exc}") from None
+    if not isinstance(envelope, dict):
+        raise CommandError(f"{url} is not a certificate envelope")
+    return raw, envelope
 
 
 def _refuse_partial(envelope: dict[str, Any], request_id: str) -> None:

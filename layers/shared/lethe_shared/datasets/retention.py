@@ -28,6 +28,8 @@ Pure: the caller lists the objects (S3) and reads the holds (DatasetsTable).
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
@@ -81,6 +83,10 @@ class RetentionSpec(Model):
     column: str | None
     cutoff: str  # ISO 8601, UTC
     held_hashes: tuple[str, ...] = ()
+    # the SHA-256 of the declared rule the run applies (rule_sha256): the run's standing
+    # authorisation; the erase job refuses the run when the dataset's rule is another now
+    # ("": a report made before it was recorded)
+    rule_sha256: str = ""
 
     def rule(self) -> RetentionRule:
         return RetentionRule(self.column, datetime.fromisoformat(self.cutoff))
@@ -97,6 +103,7 @@ class RetentionPlan:
     undated: int = 0  # lake objects whose partition value of the column is null
     held_by: str | None = None  # a hold of the whole dataset: nothing is planned
     held_hashes: frozenset[str] = field(default_factory=frozenset)
+    rule_sha256: str = ""  # the declared rule's (rule_sha256)
 
     @property
     def objects(self) -> tuple[StoredObject, ...]:
@@ -110,6 +117,7 @@ class RetentionPlan:
         return RetentionSpec(
             dataset_id=self.dataset_id, column=self.rule.column,
             cutoff=self.rule.cutoff.isoformat(), held_hashes=tuple(sorted(self.held_hashes)),
+            rule_sha256=self.rule_sha256,
         )  # fmt: skip
 
     def summary(self) -> dict[str, object]:
@@ -126,6 +134,17 @@ class RetentionPlan:
             "held_by": self.held_by,
             "held_subjects": len(self.held_hashes),
         }
+
+
+def rule_sha256(dataset: Dataset) -> str:
+    """The SHA-256 of the dataset's declared retention (its id and the `retention` field as
+    canonical JSON; "" without one): what a scheduled run records as its standing authorisation
+    and what the erase job compares with the rule in force when it starts."""
+    if dataset.retention is None:
+        return ""
+    document = {"dataset_id": dataset.dataset_id, "retention": dataset.retention.document()}
+    text = json.dumps(document, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def retention_rule(dataset: Dataset, now: datetime) -> RetentionRule | None:
@@ -155,7 +174,9 @@ def plan_retention(
         return RetentionPlan(dataset.dataset_id, None, now)
     hold = holds.dataset_hold(dataset.dataset_id)
     if hold is not None:
-        return RetentionPlan(dataset.dataset_id, rule, now, held_by=hold.hold_id)
+        return RetentionPlan(
+            dataset.dataset_id, rule, now, held_by=hold.hold_id, rule_sha256=rule_sha256(dataset)
+        )
     expired: list[StoredObject] = []
     scanned: list[StoredObject] = []
     left = undated = 0
@@ -182,4 +203,5 @@ def plan_retention(
     return RetentionPlan(
         dataset.dataset_id, rule, now, tuple(expired), tuple(scanned), left, undated,
         held_hashes=frozenset(holds.subject_holds(dataset.dataset_id)),
+        rule_sha256=rule_sha256(dataset),
     )  # fmt: skip

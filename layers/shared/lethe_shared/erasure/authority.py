@@ -21,6 +21,13 @@ Two places hold to it, so that neither the task token alone nor the erase job al
   approval and its recorded report is the manifest (URL and SHA-256) the job was handed
   (`check_erasable`): a hand-made manifest, or a job started for a request not approved,
   erases nothing.
+
+A scheduled retention run (lethe_shared.erasure.retention_runs; id `rt-...`) is the one record
+that runs without an emailed approval: its `approval` is the dataset's declared retention rule
+as a standing authorisation (`standing: retention`, the rule's SHA-256), accepted by
+`check_erasable` for an `rt-` record only; the erase job then refuses such a run unless its
+manifest is a retention manifest without subject hashes whose rules are the ones in force
+(lethe_jobs.erase_settings.check_retention_run).
 """
 
 from __future__ import annotations
@@ -43,6 +50,8 @@ DEFAULT_APPROVAL_VALIDITY_HOURS = 168
 MIN_APPROVAL_VALIDITY_HOURS = 1
 MAX_APPROVAL_VALIDITY_HOURS = 720
 NEW_REQUEST = "file a new request (it gets a new report and a new approval)"
+RETENTION_RUN_PREFIX = "rt-"  # a scheduled retention run's record (retention_runs)
+STANDING_RETENTION = "retention"  # approval.standing of such a record
 
 
 class ErasureNotApprovedError(LetheError):
@@ -129,6 +138,20 @@ def recorded_approval(record: RequestState) -> RecordedApproval | None:
     ):
         return None
     return RecordedApproval(decided_by=decided_by, decided_at=decided_at)
+
+
+def standing_retention(record: RequestState) -> bool:
+    """Whether the record is a retention run authorised by its dataset's declared rule (module
+    docstring): an `rt-` id, approval `standing: retention` with the rule's SHA-256."""
+    approval = record.approval
+    rule = approval.get("rule_sha256")
+    return (
+        record.request_id.startswith(RETENTION_RUN_PREFIX)
+        and approval.get("standing") == STANDING_RETENTION
+        and approval.get("decision") == "approve"
+        and isinstance(rule, str)
+        and len(rule) == 64
+    )
 
 
 def why_not_approved(record: RequestState) -> str:
@@ -225,7 +248,7 @@ def check_erasable(record: RequestState | None, *, manifest_url: str, manifest_s
         raise EraseNotAuthorisedError(
             f"request {rid} is {record.status.value}, not ERASING: nothing is erased"
         )
-    if recorded_approval(record) is None:
+    if recorded_approval(record) is None and not standing_retention(record):
         raise EraseNotAuthorisedError(
             f"request {rid} has no recorded approval by an approver other than the requester: "
             "nothing is erased"

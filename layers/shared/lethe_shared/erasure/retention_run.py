@@ -12,9 +12,10 @@ held subjects' hashes), which makes the erase job match with lethe_jobs.retentio
 dataset whose definition changed after the plan is refused, untouched. A held dataset has no
 rule (its plan has none): it contributes nothing.
 
-Not wired yet (see the notes of issue 23): who files and approves a run (the erase job refuses a
-manifest without an approved request record, lethe_shared.erasure.authority), the index refresh
-of the rewritten objects, the certificate's wording, the schedule.
+Scheduled runs build it through lethe_shared.erasure.retention_runs (the plan, the run record
+with its standing authorisation, the notice period), statemachines/retention.asl.json runs the
+erase job, its verify run and the index job on it, and lethe_shared.erasure.
+retention_certificate certifies it.
 """
 
 from __future__ import annotations
