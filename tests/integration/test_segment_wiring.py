@@ -187,7 +187,8 @@ def test_an_ingest_task_writes_one_segment_for_all_its_files(
     task.flush()
 
     keys = sorted(k for k, _ in stored_objects(s3))
-    assert len(keys) == 2 and keys[0].startswith("segments/reviews/L0/")  # ONE segment
+    assert len(keys) == 2
+    assert keys[0].startswith("segments/reviews/L0/")
     assert task.writes == 1
     # DynamoDB writes: the dataset's two config items (first write only), the pending item,
     # one pointer per object, the commit: 1.0 item write per file, 0.0025 per ingested row here
@@ -264,10 +265,12 @@ def test_an_erasure_removes_the_hashes_from_every_segment_object_and_says_so(
     assert index.lookup(H_SECRET) == []
     assert index.subjects_of(kept_url) == {subject(i) for i in range(6)}  # others untouched
     # the subject's two entries, and the other subject's entry of the key erasure deleted
-    assert summary["entries_removed"] == 3 and summary["kept"] == []
+    assert summary["entries_removed"] == 3
+    assert summary["kept"] == []
     document = json.loads(documents.get(report_key(RID, "index_update.json")) or b"{}")
     evidence = document["segments"]
-    assert evidence["hashes_left_index"] is True and evidence["complete"] is True
+    assert evidence["hashes_left_index"] is True
+    assert evidence["complete"] is True
     assert evidence["segments_rewritten"] >= 3  # level 1 of reviews, its level 0, orders'
     assert evidence["old_files_checked_gone"] == 2 * (
         evidence["segments_rewritten"] + evidence["segments_dropped"]
@@ -275,15 +278,18 @@ def test_an_erasure_removes_the_hashes_from_every_segment_object_and_says_so(
     assert {d["dataset_id"] for d in evidence["datasets"]} == {"reviews", "orders"}
     assert summary["segments"]["hashes_left_index"] is True
     cited = index_erasure_of(document)
-    assert cited is not None and cited.hashes_left_index
+    assert cited is not None
+    assert cited.hashes_left_index
     assert "removed from the subject index" in cited.detail
     # the deleted key keeps no version: its pointer (an object URL) left the manifest too
     pointers = [i["sk"] for i in boto3.resource("dynamodb").Table(MANIFEST).scan()["Items"]]
-    assert gone_url not in pointers and kept_url in pointers
+    assert gone_url not in pointers
+    assert kept_url in pointers
 
     # Run again: nothing more to remove, still proven
     again = update_index(RID, requests=requests, index=index, documents=documents, objects=objects)
-    assert again["entries_removed"] == 0 and again["segments"]["hashes_left_index"] is True
+    assert again["entries_removed"] == 0
+    assert again["segments"]["hashes_left_index"] is True
 
 
 def test_an_erasure_that_cannot_prove_an_old_segment_gone_fails_closed(
@@ -324,10 +330,12 @@ def test_migrate_copies_the_dynamodb_index_verifies_it_and_is_idempotent(
     first = migrate(lethe_tables["SubjectIndexTable"], target)
     second = migrate(lethe_tables["SubjectIndexTable"], target)
 
-    assert first.verified and second.verified
+    assert first.verified
+    assert second.verified
     by_id = {d.dataset_id: d for d in first.datasets}
     assert (by_id["reviews"].dynamodb_entries, by_id["reviews"].segment_entries) == (8, 8)
-    assert by_id["reviews"].objects_written == 3 and by_id["reviews"].objects_removed == 1
+    assert by_id["reviews"].objects_written == 3
+    assert by_id["reviews"].objects_removed == 1
     assert [d.objects_written + d.objects_removed for d in second.datasets] == [0, 0]
     expected = {
         (e.object_url, e.subject_hash, e.deleted): (e.rows, e.version_id)
