@@ -57,8 +57,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Self
 from pydantic import AwareDatetime, ConfigDict, Field, ValidationError, model_validator
 
 from lethe_shared.catalog.zones import Zone
-from lethe_shared.erasure.certificate_index import IndexErasure
-from lethe_shared.erasure.certificate_index import unset_index_erasure as _unset
+from lethe_shared.erasure.certificate_index import INDEX_ERASURE_FIELD, IndexErasure
 from lethe_shared.erasure.certificate_statement import (
     PARTIAL_GAP as PARTIAL_GAP,  # noqa: PLC0414 - re-exported
 )
@@ -186,7 +185,7 @@ class ErasureCertificate(_Frozen):
     partial: PartialRun | None = None  # a FAILED run's partial certificate (PartialRun)
     # the request's key_fingerprint: the key subject_hashes were computed with ("" before it)
     key_fingerprint: str = Field(default="", pattern=r"^([0-9a-f]{16})?$")
-    index_erasure: IndexErasure | None = None  # the segment index (certificate_index)
+    index_erasure: IndexErasure | None = INDEX_ERASURE_FIELD  # segments (certificate_index)
 
     def document_digest(self, name: str) -> DocumentDigest | None:
         return next((d for d in self.documents if d.name == name), None)
@@ -242,8 +241,8 @@ def canonical_bytes(doc: Mapping[str, Any] | Model) -> bytes:
 
 
 def certificate_document(certificate: ErasureCertificate) -> dict[str, Any]:
-    """The JSON document of `certificate` as it is signed (`index_erasure` only when set)."""
-    return certificate.model_dump(mode="json", exclude=_unset(certificate))
+    """The JSON document of `certificate` as it is signed."""
+    return certificate.model_dump(mode="json")
 
 
 def certificate_digest(doc: Mapping[str, Any] | Model) -> bytes:

@@ -31,10 +31,9 @@ class IndexErasure(Model):
     detail: str = ""
 
 
-def unset_index_erasure(certificate: Any) -> set[str] | None:
-    """What a certificate's document leaves out: `index_erasure` when None (a certificate of
-    the DynamoDB store is the document it always was)."""
-    return {"index_erasure"} if getattr(certificate, "index_erasure", None) is None else None
+# Left out of the certificate's document when None: a certificate of the DynamoDB store is the
+# document it always was (its canonical bytes, hence its digest, unchanged).
+INDEX_ERASURE_FIELD: Any = Field(default=None, exclude_if=lambda value: value is None)
 
 
 def index_erasure_of(document: Mapping[str, Any]) -> IndexErasure | None:
