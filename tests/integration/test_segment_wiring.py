@@ -18,7 +18,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lethe.commands.index_migrate import migrate
+from lethe import cli
+from lethe.commands.index_migrate import migrate, open_index
 from lethe_jobs.ingest_tasks.index_writes import TaskIndexWriter
 from lethe_shared.aws.s3 import s3_url
 from lethe_shared.catalog.object_catalog import Zone
@@ -40,6 +41,7 @@ from lethe_shared.subject_hashing.keys import hash_of_id
 from tests.conftest import FakeLambdaContext, load_function_module
 from tests.fakes import MemoryDocuments, MemoryErasureRequests, MemoryObjectStore
 from tests.integration.conftest import LAKE, REGION, TABLES
+from tests.integration.test_datasets_reindex_cli import MotoTarget
 
 pytestmark = pytest.mark.integration
 
@@ -364,3 +366,37 @@ def test_migrate_reports_a_difference_it_cannot_reproduce(
 
     assert not report.verified
     assert report.datasets[0].different == 1  # the older version's entry reads flagged
+
+
+def test_the_migrate_command_prints_the_verified_copy_and_lookup_follows_the_store(
+    segment_store: tuple[Any, Any],
+    lethe_tables: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # the index bucket and manifest exist (segment_store)
+    a = s3_url(LAKE, "reviews/part-0.parquet")
+    DynamoSubjectIndex(lethe_tables["SubjectIndexTable"]).replace_object(
+        a, [entry(a, subject(i), "v1") for i in range(3)]
+    )
+    target = MotoTarget({
+        "SubjectIndexTableName": lethe_tables["SubjectIndexTable"].name,
+        "IndexStore": "segments", "IndexBucketName": INDEX_BUCKET,
+        "IndexManifestTableName": MANIFEST,
+    })  # fmt: skip
+    monkeypatch.setattr("lethe.commands.index_migrate.resolve", lambda args: target)
+
+    code = cli.main(["index", "migrate", "--json", "--state-file", "unused.json"])
+
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert report["verified"] is True
+    assert [(d["dataset_id"], d["segment_entries"]) for d in report["datasets"]] == [("reviews", 3)]
+    assert subject(1) not in json.dumps(report)  # counts only
+    assert [e.object_url for e in open_index(target).lookup(subject(1))] == [a]  # segments
+    assert isinstance(open_index(MotoTarget({"SubjectIndexTableName": "t"})), DynamoSubjectIndex)
+
+    # a difference exits 1
+    lethe_tables["SubjectIndexTable"].put_item(Item=entry(a, subject(7), "v2").to_item())
+    assert cli.main(["index", "migrate", "--state-file", "unused.json"]) == 1
+    assert "DIFFERENT: 0 missing, 0 extra, 3 changed" in capsys.readouterr().out
