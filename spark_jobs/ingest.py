@@ -35,7 +35,7 @@ from lethe_shared.aws.scrub import shown_urls
 from lethe_shared.catalog.object_catalog import DynamoObjectCatalog
 from lethe_shared.catalog.writes_ledger import DynamoWritesLedger, Writer
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
-from lethe_shared.index.subject_index import DynamoSubjectIndex
+from lethe_shared.index.opening import open_subject_index
 from lethe_shared.subject_hashing.keys import load_hash_key
 
 LOG = logging.getLogger("lethe.ingest")
@@ -60,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         s3=S3ObjectStore(boto3.client("s3"), writes=writes),
         datasets=DynamoDatasetRegistry(dynamodb.Table(args.datasets_table)),
         catalog=DynamoObjectCatalog(catalog),
-        index=DynamoSubjectIndex(dynamodb.Table(args.index_table)),
+        index=open_subject_index(args.index_location, s3=boto3.client("s3"), dynamodb=dynamodb),
         hash_key=hash_key,
     )
     shown = logging_shown_keys(args.correlation_id, hash_key, aws.datasets)

@@ -26,7 +26,7 @@ from lethe_jobs.session import configure_logging, job_session, logging_shown_key
 from lethe_shared.aws.s3 import S3ObjectStore
 from lethe_shared.aws.scrub import shown_urls
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
-from lethe_shared.index.subject_index import DynamoSubjectIndex
+from lethe_shared.index.opening import open_subject_index
 from lethe_shared.subject_hashing.keys import load_hash_key
 
 LOG = logging.getLogger("lethe.reconcile")
@@ -38,10 +38,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if ignored:
         LOG.info("ignoring %d argument(s) meant for the engine", len(ignored))
     dynamodb = boto3.resource("dynamodb")
+    s3 = boto3.client("s3")
     ports = ReconcilePorts(
-        objects=S3ObjectStore(boto3.client("s3")),
+        objects=S3ObjectStore(s3),
         datasets=DynamoDatasetRegistry(dynamodb.Table(args.datasets_table)),
-        index=DynamoSubjectIndex(dynamodb.Table(args.index_table)),
+        index=open_subject_index(args.index_location, s3=s3, dynamodb=dynamodb),
         hash_key=load_hash_key(boto3.client("secretsmanager"), args.hash_key_secret),
     )
     shown = logging_shown_keys(args.correlation_id, ports.hash_key, ports.datasets)

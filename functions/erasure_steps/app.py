@@ -51,7 +51,6 @@ from lethe_shared.aws.s3 import S3ObjectStore
 from lethe_shared.aws.scrub import scrubbed_errors
 from lethe_shared.aws.wiring import Aws, wiring
 from lethe_shared.catalog.object_catalog import DynamoObjectCatalog
-from lethe_shared.config import Settings
 from lethe_shared.datasets.holds import DynamoHolds, HoldView
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
 from lethe_shared.erasure import scope
@@ -73,7 +72,9 @@ from lethe_shared.erasure.workflow import (
     notification,
     update_index,
 )
-from lethe_shared.index.subject_index import DynamoSubjectIndex
+from lethe_shared.index.opening import IndexSettings as SettingsWithIndex
+from lethe_shared.index.opening import open_subject_index
+from lethe_shared.index.subject_index import SubjectIndex
 from lethe_shared.models import Model
 from lethe_shared.subject_hashing.keys import key_fingerprint, load_hash_key
 from lethe_shared.subject_hashing.shown_keys import KeyNamer
@@ -87,9 +88,8 @@ tracer = Tracer()
 metrics = Metrics()
 
 
-class ErasureStepsSettings(Settings):
+class ErasureStepsSettings(SettingsWithIndex):
     requests_table: str = Field(alias="ERASURE_REQUESTS_TABLE", min_length=1)
-    index_table: str = Field(alias="INDEX_TABLE", min_length=1)
     catalog_table: str = Field(alias="CATALOG_TABLE", min_length=1)
     datasets_table: str = Field(alias="DATASETS_TABLE", min_length=1)
     object_events_queue_url: str = Field(alias="OBJECT_EVENTS_QUEUE_URL", min_length=1)
@@ -148,7 +148,7 @@ _WAITING = (
 @dataclass(frozen=True)
 class _Dependencies:
     requests: DynamoErasureRequests
-    index: DynamoSubjectIndex
+    index: SubjectIndex
     catalog: DynamoObjectCatalog
     registry: DynamoDatasetRegistry
     holds: DynamoHolds  # legal holds: items of the same DatasetsTable
@@ -190,7 +190,7 @@ class _Dependencies:
 def _build(settings: ErasureStepsSettings, aws: Aws) -> _Dependencies:
     return _Dependencies(
         requests=DynamoErasureRequests(aws.table(settings.requests_table)),
-        index=DynamoSubjectIndex(aws.table(settings.index_table)),
+        index=open_subject_index(settings.index_location, s3=aws.client("s3"), dynamodb=aws.table),
         catalog=DynamoObjectCatalog(aws.table(settings.catalog_table)),
         registry=DynamoDatasetRegistry(aws.table(settings.datasets_table)),
         holds=DynamoHolds(aws.table(settings.datasets_table)),

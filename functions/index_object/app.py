@@ -23,11 +23,12 @@ from lethe_shared.aws.s3 import NULL_VERSION, S3ObjectStore
 from lethe_shared.aws.scrub import scrubbed_errors
 from lethe_shared.aws.wiring import Aws, wiring
 from lethe_shared.catalog.writes_ledger import DynamoWritesLedger
-from lethe_shared.config import Settings
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
 from lethe_shared.errors import MalformedEventError
 from lethe_shared.index.arrow_entries import LakeIndexAction, index_lake_object
-from lethe_shared.index.subject_index import DynamoSubjectIndex
+from lethe_shared.index.opening import IndexSettings as SettingsWithIndex
+from lethe_shared.index.opening import open_subject_index
+from lethe_shared.index.subject_index import SubjectIndex
 from lethe_shared.models import Model
 from lethe_shared.subject_hashing.keys import key_from_secret
 from lethe_shared.subject_hashing.shown_keys import KeyNamer
@@ -46,8 +47,7 @@ def _secret(arn: str) -> str:
     return str(parameters.get_secret(arn, max_age=KEY_CACHE_SECONDS))
 
 
-class IndexObjectSettings(Settings):
-    index_table: str = Field(alias="INDEX_TABLE", min_length=1)
+class IndexObjectSettings(SettingsWithIndex):
     datasets_table: str = Field(alias="DATASETS_TABLE", min_length=1)
     hash_key_secret_arn: str = Field(alias="HASH_KEY_SECRET_ARN", min_length=1)
     lake_bucket: str = Field(alias="LAKE_BUCKET", min_length=3)
@@ -66,7 +66,7 @@ class _Dependencies:
     settings: IndexObjectSettings
     objects: S3ObjectStore
     registry: DynamoDatasetRegistry
-    index: DynamoSubjectIndex
+    index: SubjectIndex
     ledger: DynamoWritesLedger
 
 
@@ -75,7 +75,7 @@ def _build(settings: IndexObjectSettings, aws: Aws) -> _Dependencies:
         settings=settings,
         objects=S3ObjectStore(aws.client("s3")),
         registry=DynamoDatasetRegistry(aws.table(settings.datasets_table)),
-        index=DynamoSubjectIndex(aws.table(settings.index_table)),
+        index=open_subject_index(settings.index_location, s3=aws.client("s3"), dynamodb=aws.table),
         ledger=DynamoWritesLedger(aws.table(settings.catalog_table)),
     )
 

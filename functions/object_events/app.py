@@ -53,11 +53,11 @@ from lethe_shared.aws.scrub import scrub_exception
 from lethe_shared.aws.wiring import Aws, wiring
 from lethe_shared.catalog.object_catalog import Buckets, DynamoObjectCatalog
 from lethe_shared.catalog.writes_ledger import DynamoWritesLedger
-from lethe_shared.config import Settings
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
 from lethe_shared.errors import MalformedEventError, WriteNotSettledError
 from lethe_shared.index.maintenance import AwsIndexRequester, IndexMaintainer
-from lethe_shared.index.subject_index import DynamoSubjectIndex
+from lethe_shared.index.opening import IndexSettings as SettingsWithIndex
+from lethe_shared.index.opening import open_subject_index
 from lethe_shared.ingestion.object_events import (
     EventKind,
     ObjectEvent,
@@ -83,7 +83,7 @@ SETTLE_WAIT_SECONDS = 2.0
 SETTLE_PAUSE_SECONDS = 0.25
 
 
-class ObjectEventsSettings(Settings):
+class ObjectEventsSettings(SettingsWithIndex):
     catalog_table: str = Field(alias="CATALOG_TABLE", min_length=1)
     datasets_table: str = Field(alias="DATASETS_TABLE", min_length=1)
     raw_bucket: str = Field(alias="RAW_BUCKET", min_length=3)
@@ -91,7 +91,6 @@ class ObjectEventsSettings(Settings):
     reports_bucket: str = Field(alias="REPORTS_BUCKET", min_length=3)
     ignored_retention_days: int = Field(alias="IGNORED_RETENTION_DAYS", ge=1)
     ingestion_state_machine_arn: str = Field(alias="INGESTION_STATE_MACHINE_ARN", min_length=20)
-    index_table: str = Field(alias="INDEX_TABLE", min_length=1)
     indexer_function_name: str = Field(alias="INDEXER_FUNCTION_NAME", min_length=1)
     index_backfill_state_machine_arn: str = Field(
         alias="INDEX_BACKFILL_STATE_MACHINE_ARN", min_length=20
@@ -126,7 +125,9 @@ def _build(settings: ObjectEventsSettings, aws: Aws) -> _Dependencies:
             settings.reports_bucket,
         ),
         index=IndexMaintainer(
-            index=DynamoSubjectIndex(aws.table(settings.index_table)),
+            index=open_subject_index(
+                settings.index_location, s3=aws.client("s3"), dynamodb=aws.table
+            ),
             objects=objects,
             requester=AwsIndexRequester(
                 lambda_client=aws.client("lambda"),

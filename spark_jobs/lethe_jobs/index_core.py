@@ -23,7 +23,13 @@ from pydantic import ValidationError
 from pyspark.sql import SparkSession
 
 from lethe_jobs.errors import InvalidObjectListError
-from lethe_jobs.job_args import DATASET_JOB_ARGUMENTS, DatasetJobArgs, add_flag, add_required
+from lethe_jobs.job_args import (
+    DATASET_JOB_ARGUMENTS,
+    DatasetJobArgs,
+    add_flag,
+    add_index,
+    add_required,
+)
 from lethe_jobs.objects import object_list
 from lethe_jobs.reindexing import IndexSettings, ObjectLocation, Outcome, index_objects
 from lethe_shared.aws.s3 import ObjectStore
@@ -48,6 +54,7 @@ def parse_args(argv: Sequence[str] | None) -> tuple[IndexArgs, list[str]]:
     """`--key value` arguments; unknown ones (Glue's own) are returned apart and ignored."""
     parser = argparse.ArgumentParser(prog="index", description="Lethe subject index job")
     add_required(parser, DATASET_JOB_ARGUMENTS)
+    add_index(parser)
     objects = parser.add_mutually_exclusive_group(required=True)
     objects.add_argument("--objects-json", dest="objects_json")
     objects.add_argument("--objects-manifest", dest="objects_manifest")
@@ -65,7 +72,9 @@ def parse_args(argv: Sequence[str] | None) -> tuple[IndexArgs, list[str]]:
     text = values["skip_producers"].strip()
     names = [] if text in ("", NO_PRODUCER) else [n.strip() for n in text.split(",") if n.strip()]
     values["skip_producers"] = frozenset(names)
-    return IndexArgs(**values), unknown
+    args = IndexArgs(**values)
+    _ = args.index_location  # an incomplete index location fails here, before anything is read
+    return args, unknown
 
 
 def parse_objects(document: Any, dataset_id: str, buckets: Buckets) -> list[ObjectLocation]:
@@ -132,7 +141,7 @@ def run_index(spark: SparkSession, args: IndexArgs, ports: IndexPorts) -> dict[s
     settings = IndexSettings(
         dataset=dataset,
         buckets=args.buckets,
-        index_table=args.index_table,
+        index=args.index_location,
         correlation_id=args.correlation_id,
         hash_key=ports.hash_key,
         skip_producers=args.skip_producers,

@@ -59,6 +59,7 @@ from lethe_jobs.ingest_outcomes import AwsPorts, BatchRequest, ObjectResult, Pla
 from lethe_jobs.ingest_pipeline import run_pipeline
 from lethe_jobs.ingest_planning import HEAD_THREADS, plan_pipelines
 from lethe_jobs.ingest_tasks import BatchObject, TaskSettings
+from lethe_jobs.job_args import INDEX_ARGUMENTS, add_index, index_location
 from lethe_jobs.objects import object_list
 from lethe_jobs.readers import BATCH_ROWS
 from lethe_shared.aws.s3 import ObjectStore, S3ObjectStore, s3_url, split_s3_url
@@ -66,6 +67,7 @@ from lethe_shared.catalog.object_catalog import IngestionRecord, ObjectCatalog, 
 from lethe_shared.datasets.document import Dataset
 from lethe_shared.errors import CatalogItemMissingError
 from lethe_shared.index.maintenance import settle_missing_key
+from lethe_shared.index.opening import DEFAULT_STORE, IndexLocation
 
 LOG = logging.getLogger("lethe.ingest")
 
@@ -86,6 +88,15 @@ class IngestArgs:
     objects_manifest: str | None = None
     piece_bytes: int = pieces.PIECE_BYTES  # a larger object is split (docs/INGESTION.md)
     batch_rows: int = BATCH_ROWS  # records a read task holds at a time
+    # where the subject index is (lethe_jobs.job_args.add_index, lethe_shared.index.opening)
+    index_store: str = DEFAULT_STORE.value
+    index_bucket: str = ""
+    manifest_table: str = ""
+
+    @property
+    def index_location(self) -> IndexLocation:
+        return index_location(self.index_store, self.index_table, self.index_bucket,
+                              self.manifest_table)  # fmt: skip
 
 
 def parse_args(argv: Sequence[str] | None) -> tuple[IngestArgs, list[str]]:
@@ -93,7 +104,7 @@ def parse_args(argv: Sequence[str] | None) -> tuple[IngestArgs, list[str]]:
     --job-bookmark-option, ...) are returned apart and ignored."""
     parser = argparse.ArgumentParser(prog="ingest", description="Lethe ingest job")
     for name in IngestArgs.__dataclass_fields__:
-        if name.startswith("objects_") or name in {"piece_bytes", "batch_rows"}:
+        if name.startswith("objects_") or name in {"piece_bytes", "batch_rows", *INDEX_ARGUMENTS}:
             continue
         flag = name.replace("_", "-")
         parser.add_argument(f"--{flag}", f"--{name}", dest=name, required=True)
@@ -104,8 +115,11 @@ def parse_args(argv: Sequence[str] | None) -> tuple[IngestArgs, list[str]]:
         "--piece-bytes", dest="piece_bytes", type=_positive, default=pieces.PIECE_BYTES
     )
     parser.add_argument("--batch-rows", dest="batch_rows", type=_positive, default=BATCH_ROWS)
+    add_index(parser)
     known, unknown = parser.parse_known_args(argv)
-    return IngestArgs(**vars(known)), unknown
+    args = IngestArgs(**vars(known))
+    _ = args.index_location  # an incomplete index location fails here, before anything is read
+    return args, unknown
 
 
 def _positive(text: str) -> int:
@@ -287,7 +301,7 @@ def _ingest_dataset(
         dataset=dataset,
         raw_bucket=args.raw_bucket,
         lake_bucket=args.lake_bucket,
-        index_table=args.index_table,
+        index=args.index_location,
         correlation_id=args.correlation_id,
         now=now.isoformat(),
         objects={p.obj.index: p.obj for p in objects},

@@ -40,7 +40,7 @@ from pyspark.sql import functions as F
 
 from lethe_jobs.errors import UnreadableObjectError
 from lethe_jobs.indexing import StoredObject, object_entries
-from lethe_jobs.job_args import DatasetJobArgs, add_flag, add_required
+from lethe_jobs.job_args import INDEX_ARGUMENTS, DatasetJobArgs, add_flag, add_index, add_required
 from lethe_jobs.objects import ObjectKind, list_prefix, object_kind
 from lethe_jobs.reindexing import IndexSettings, ObjectLocation, Outcome, index_objects
 from lethe_jobs.session import logging_shown_keys
@@ -65,10 +65,16 @@ class ReconcileArgs(DatasetJobArgs):
 
 def parse_args(argv: Sequence[str] | None) -> tuple[ReconcileArgs, list[str]]:
     parser = argparse.ArgumentParser(prog="reconcile", description="Lethe index reconcile job")
-    add_required(parser, [f for f in ReconcileArgs.__dataclass_fields__ if f != "fix"])
+    add_required(
+        parser,
+        [f for f in ReconcileArgs.__dataclass_fields__ if f != "fix" and f not in INDEX_ARGUMENTS],
+    )
+    add_index(parser)
     add_flag(parser, "fix", "re-index every object with drift")
     known, unknown = parser.parse_known_args(argv)
-    return ReconcileArgs(**vars(known)), unknown
+    args = ReconcileArgs(**vars(known))
+    _ = args.index_location  # an incomplete index location fails here, before anything is read
+    return args, unknown
 
 
 @dataclass(frozen=True)
@@ -321,7 +327,7 @@ def run_reconcile(
         settings = IndexSettings(
             dataset=dataset,
             buckets=args.buckets,
-            index_table=args.index_table,
+            index=args.index_location,
             correlation_id=args.correlation_id,
             hash_key=ports.hash_key,
             force=True,

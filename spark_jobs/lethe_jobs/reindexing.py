@@ -58,7 +58,8 @@ from lethe_shared.index.maintenance import (
     replace_entries,
     settle_missing_key,
 )
-from lethe_shared.index.subject_index import DynamoSubjectIndex, SubjectIndex
+from lethe_shared.index.opening import IndexLocation, open_subject_index
+from lethe_shared.index.subject_index import SubjectIndex
 
 LOG = logging.getLogger("lethe.index")
 # Rows whose subjects a task holds before hashing them together: bounds the memory of a group.
@@ -90,7 +91,7 @@ class IndexSettings:
 
     dataset: Dataset
     buckets: Buckets
-    index_table: str
+    index: IndexLocation  # the subject index (lethe_shared.index.opening)
     correlation_id: str
     hash_key: bytes = field(repr=False)
     skip_producers: frozenset[str] = frozenset()  # ledger writers whose versions are skipped
@@ -126,12 +127,13 @@ class _Aws:
     ledger: WritesLedger | None = None  # None: no writer is skipped (IndexSettings)
 
     @classmethod
-    def connect(cls, index_table: str, catalog_table: str | None = None) -> _Aws:
+    def connect(cls, index: IndexLocation, catalog_table: str | None = None) -> _Aws:
         dynamodb = boto3.resource("dynamodb")
         ledger = DynamoWritesLedger(dynamodb.Table(catalog_table)) if catalog_table else None
+        s3 = boto3.client("s3")
         return cls(
-            S3ObjectStore(boto3.client("s3")),
-            DynamoSubjectIndex(dynamodb.Table(index_table)),
+            S3ObjectStore(s3),
+            open_subject_index(index, s3=s3, dynamodb=dynamodb),
             ledger,
         )
 
@@ -254,7 +256,7 @@ def index_partition(items: Iterable[str], ctx: IndexSettings) -> Iterator[dict[s
     """A Spark task: index the objects of one partition (JSON object locations) as a group."""
     # an executor's Python worker logs on its own
     logging_shown_keys(ctx.correlation_id, ctx.hash_key, {ctx.dataset.dataset_id: ctx.dataset})
-    aws = _Aws.connect(ctx.index_table, ctx.catalog_table)
+    aws = _Aws.connect(ctx.index, ctx.catalog_table)
     locations = [ObjectLocation.model_validate_json(item) for item in items]
     for outcome in index_group(aws, locations, ctx):
         yield asdict(outcome)

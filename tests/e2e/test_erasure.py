@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 import pytest
 import requests
 
+from lethe_shared.subject_hashing.keys import hash_of_id, load_hash_key
 from tests.browser import chromium, outcome
 from tests.localcloud_support import (
     LocalCloud,
@@ -116,6 +117,17 @@ def _every_version(cloud: LocalCloud) -> dict[tuple[str, str, str], bytes]:
     return found
 
 
+def _index_objects(cloud: LocalCloud) -> dict[tuple[str, str], bytes]:
+    """(key, version) -> bytes of every object version of the index bucket (the segments)."""
+    s3, bucket = cloud.client("s3"), cloud.outputs["IndexBucketName"]
+    found: dict[tuple[str, str], bytes] = {}
+    for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket):
+        for v in page.get("Versions", []):
+            body = s3.get_object(Bucket=bucket, Key=v["Key"], VersionId=v["VersionId"])
+            found[(v["Key"], v["VersionId"])] = body["Body"].read()
+    return found
+
+
 def _texts(key: str, body: bytes) -> str:
     """Everything an object version says, as text: gzip opened, Parquet read row by row."""
     if body[:2] == b"\x1f\x8b":
@@ -194,6 +206,7 @@ def erased(ingested: LocalCloud, browser: Any) -> dict[str, Any]:
         "events": _capture(cloud, "e2e-erasure-events"),
     }
     before = _every_version(cloud)
+    index_before = _index_objects(cloud)
     filed = cli(
         cloud, "erasure", "request", *[a for s in ERASED for a in ("--subject", s)],
         "--requested-by", "privacy@example.com", "--reason", "GDPR article 17",
@@ -237,6 +250,8 @@ def erased(ingested: LocalCloud, browser: Any) -> dict[str, Any]:
         "record": record,
         "before": before,
         "after": _every_version(cloud),
+        "index_before": index_before,
+        "index_after": _index_objects(cloud),
         "sns": _published(cloud, queues["sns"], request_id),
         "events": _published(cloud, queues["events"], request_id),
     }
@@ -308,6 +323,36 @@ def test_the_index_forgets_the_erased_subjects_only(
         (ORDERS_DATASET, "lake"), (ORDERS_DATASET, "raw"), (REVIEWS, "lake"), (REVIEWS, "lake"),
         (REVIEWS, "raw"), (VISITS, "lake"), (VISITS, "raw"),
     ]  # fmt: skip
+
+
+def test_no_index_segment_holds_the_erased_hashes(
+    ingested: LocalCloud, erased: dict[str, Any]
+) -> None:
+    """The segment index (the deployed default): the erased subjects' keyed hashes are in no
+    object version of the index bucket any more (the bucket keeps no older version), and the
+    certificate cites the segments rewritten and says the hashes left the index."""
+    key = load_hash_key(
+        ingested.client("secretsmanager"), ingested.outputs["SubjectHashKeySecretArn"]
+    )
+    digests = [bytes.fromhex(hash_of_id(key, raw_id)) for raw_id in ERASED]
+    assert ingested.outputs["IndexStore"] == "segments"
+    before, after = erased["index_before"], erased["index_after"]
+    assert any(d in body for body in before.values() for d in digests)  # they were there
+    assert after
+    assert all(version == "null" for _, version in after)
+    for (key_name, _), body in after.items():
+        for digest in digests:
+            assert digest not in body, key_name
+            assert digest.hex().encode() not in body, key_name
+    url = erased["record"]["certificate"]["url"]
+    bucket, _, certificate_key = url.removeprefix("s3://").partition("/")
+    envelope = json.loads(
+        ingested.client("s3").get_object(Bucket=bucket, Key=certificate_key)["Body"].read()
+    )
+    cited = envelope["certificate"]["index_erasure"]
+    assert cited["hashes_left_index"] is True
+    assert cited["segments_rewritten"] >= 1
+    assert cited["old_files_checked_gone"] >= 2 * cited["segments_rewritten"]
 
 
 def test_sns_and_eventbridge_were_told(erased: dict[str, Any]) -> None:

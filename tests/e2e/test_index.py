@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from lethe_shared.index.segments import SegmentSubjectIndex
 from tests.localcloud_support import SAMPLES, LocalCloud, cli, wait_for
 
 SUBJECT = "u-1001"
@@ -147,15 +148,18 @@ def test_lookup_filters_by_dataset(ingested: LocalCloud) -> None:
 
 def test_backfill_restores_lost_entries(ingested: LocalCloud) -> None:
     before, _ = _looked_up(ingested)
-    # Given the raw reviews object's entries lost (as in a lake indexed before Lethe)
-    index = ingested.table("SubjectIndexTableName")
+    # Given the raw reviews object's entries lost (as in a lake indexed before Lethe): on the
+    # segment store (the deployed default), every row of the object made dead
+    index = SegmentSubjectIndex(
+        ingested.client("s3"),
+        ingested.outputs["IndexBucketName"],
+        ingested.table("IndexManifestTableName"),
+    )
     raw_prefix = f"s3://{ingested.outputs['RawBucketName']}/reviews/"
-    lost = [i for i in index.scan()["Items"] if i["object_url"].startswith(raw_prefix)]
+    lost = {e.object_url for e in index.entries("reviews") if e.object_url.startswith(raw_prefix)}
     assert lost, "the raw reviews object should have index entries"
-    for item in lost:
-        index.delete_item(
-            Key={"subject_hash": item["subject_hash"], "object_url": item["object_url"]}
-        )
+    for object_url in lost:
+        index.remove_object(object_url)
     assert _looked_up(ingested)[0] != before
 
     result = cli(ingested, "index", "backfill", "--dataset", "reviews")

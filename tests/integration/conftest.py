@@ -85,10 +85,15 @@ def handler_env(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
 
     task_token_key: list[str] = []  # one task token key per test, created when first needed
 
-    def _set(function_logical_id: str) -> None:
+    def _set(function_logical_id: str, *, index_store: str = "dynamodb") -> None:
         env = json.loads((EVENTS_DIR / "env.json").read_text())
         for key, value in env[function_logical_id].items():
             monkeypatch.setenv(key, value)
+        if "LETHE_INDEX_STORE" in env[function_logical_id]:
+            # env.json deploys the segment store (the template's default); the handler tests
+            # that read SubjectIndexTable run on the DynamoDB store, those of the segment store
+            # ask for it (index_store="segments": IndexBucket and IndexManifestTable, moto)
+            monkeypatch.setenv("LETHE_INDEX_STORE", index_store)
         if "TASK_TOKEN_KEY_ARN" in env[function_logical_id]:
             # the template's TaskTokenKey: moto gives a key its own id, env.json cannot name it
             if not task_token_key:

@@ -178,7 +178,11 @@ def _wait_ignored(cloud: Cloud, bucket: str, key: str, version: str) -> None:
 
 @pytest.fixture(scope="module")
 def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cloud]:
-    with start_cloud(tmp_path_factory, SparkEngine="EMR_SERVERLESS") as started:
+    # the DynamoDB store: these tests read and edit SubjectIndexTable (the segment store has
+    # its own e2e and integration tests)
+    with start_cloud(
+        tmp_path_factory, SparkEngine="EMR_SERVERLESS", IndexStore="dynamodb"
+    ) as started:
         yield started
 
 

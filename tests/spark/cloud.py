@@ -293,7 +293,7 @@ def batch_args(objects: list[tuple[str, str, str]], correlation_id: str = "exec-
         "--lake-bucket", LAKE,
         "--datasets-table", DATASETS,
         "--catalog-table", CATALOG,
-        "--index-table", INDEX,
+        "--index-table", INDEX, "--index-store", "dynamodb",
         "--hash-key-secret", HASH_KEY_SECRET,
         "--correlation-id", correlation_id,
     ]  # fmt: skip
@@ -304,7 +304,7 @@ COMMON_JOB_ARGS = [
     "--raw-bucket", RAW,
     "--lake-bucket", LAKE,
     "--datasets-table", DATASETS,
-    "--index-table", INDEX,
+    "--index-table", INDEX, "--index-store", "dynamodb",
     "--hash-key-secret", HASH_KEY_SECRET,
     *GLUE_ARGS,
 ]  # fmt: skip

@@ -32,6 +32,7 @@ from lethe_jobs.readers import read_raw
 from lethe_jobs.validate import POSITION, REASONS
 from lethe_shared.catalog.object_catalog import Zone
 from lethe_shared.datasets.document import Dataset, parse_dataset
+from lethe_shared.index.opening import IndexLocation, IndexStore
 from lethe_shared.index.subject_index import EntryBatch
 
 SCHEMA = [("user_id", "string"), ("event_date", "string"), ("stars", "int")]
@@ -131,7 +132,7 @@ def settings(ds: Dataset) -> TaskSettings:
         dataset=ds,
         raw_bucket="raw",
         lake_bucket="lake",
-        index_table="index",
+        index=IndexLocation(IndexStore.DYNAMODB, table="index"),
         correlation_id="c",
         now="2026-01-01T00:00:00+00:00",
         objects={0: obj, 1: BatchObject(1, "ds", "ds/b.csv", "v", "e", 1, "s3://raw/ds/b.csv")},

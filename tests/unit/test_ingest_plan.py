@@ -32,7 +32,8 @@ from lethe_shared.subject_hashing.keys import key_fingerprint
 
 COMMON = [
     "--raw-bucket", "raw", "--lake-bucket", "lake", "--datasets-table", "d",
-    "--catalog-table", "c", "--index-table", "i", "--hash-key-secret", "s",
+    "--catalog-table", "c", "--index-table", "i", "--index-store", "dynamodb",
+    "--hash-key-secret", "s",
     "--correlation-id", "run-1",
 ]  # fmt: skip
 

@@ -17,6 +17,7 @@ from lethe_jobs.validate import NAMED, POSITION, RECORD
 from lethe_shared.aws.s3 import CORRELATION_METADATA, PRODUCER_METADATA
 from lethe_shared.datasets.document import DataFormat, Dataset
 from lethe_shared.index.maintenance import INGEST_PRODUCER
+from lethe_shared.index.opening import IndexLocation
 from lethe_shared.index.subject_index import MAX_ROW_HINTS
 
 LOG = logging.getLogger("lethe.ingest")
@@ -133,7 +134,7 @@ class TaskSettings:
     dataset: Dataset
     raw_bucket: str
     lake_bucket: str
-    index_table: str
+    index: IndexLocation  # the subject index (lethe_shared.index.opening)
     correlation_id: str
     now: str  # ISO time of the run: quarantine records say when they were rejected
     objects: dict[int, BatchObject]

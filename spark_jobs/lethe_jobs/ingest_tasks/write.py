@@ -37,6 +37,7 @@ from lethe_jobs.ingest_tasks.frame import (
     ingest_metadata,
     jackson_json,
 )
+from lethe_jobs.ingest_tasks.index_writes import TaskIndexWriter, then_flush
 from lethe_jobs.session import logging_shown_keys
 from lethe_jobs.subject_rows import quarantine_subject_rows
 from lethe_jobs.validate import POSITION, REASONS, RECORD, schema_of
@@ -45,8 +46,8 @@ from lethe_shared.catalog.object_catalog import Zone
 from lethe_shared.catalog.writes_ledger import DynamoWritesLedger, Writer
 from lethe_shared.datasets.document import DataFormat, Dataset, hive_partition_values
 from lethe_shared.index.arrow_entries import ObjectRef, entries_from_table, entry_pin
-from lethe_shared.index.maintenance import replace_entries
-from lethe_shared.index.subject_index import DynamoSubjectIndex, EntryBatch, IndexEntry
+from lethe_shared.index.opening import open_subject_index
+from lethe_shared.index.subject_index import EntryBatch, IndexEntry
 
 
 class EntryAccumulator:
@@ -106,10 +107,11 @@ class EntryAccumulator:
         ]
 
 
-def _connect(settings: TaskSettings) -> tuple[S3ObjectStore, DynamoSubjectIndex]:
+def _connect(settings: TaskSettings) -> tuple[S3ObjectStore, TaskIndexWriter]:
     """The task's store records every lake and quarantine file it writes in the writes ledger
     (an intent before the PUT, the version after): how the object events path knows they are
-    this job's, which indexed them (lethe_shared.catalog.writes_ledger)."""
+    this job's, which indexed them (lethe_shared.catalog.writes_ledger). The task's index
+    entries are written together when it ends (ingest_tasks.index_writes: one segment)."""
     logging_shown_keys(
         settings.correlation_id, settings.hash_key, {settings.dataset.dataset_id: settings.dataset}
     )
@@ -121,8 +123,10 @@ def _connect(settings: TaskSettings) -> tuple[S3ObjectStore, DynamoSubjectIndex]
         if settings.catalog_table
         else None
     )
-    table = dynamodb.Table(settings.index_table)
-    return S3ObjectStore(boto3.client("s3"), writes=writes), DynamoSubjectIndex(table)
+    s3 = boto3.client("s3")
+    store = S3ObjectStore(s3, writes=writes)
+    index = open_subject_index(settings.index, s3=s3, dynamodb=dynamodb)
+    return store, TaskIndexWriter(index, store)
 
 
 def partition_paths(
@@ -302,7 +306,7 @@ class _LakeFile:
         self.rows += chunk.num_rows
         self.pending, self.pending_rows = [], 0
 
-    def finish(self, store: S3ObjectStore, index: DynamoSubjectIndex) -> dict[str, Any]:
+    def finish(self, store: S3ObjectStore, index: TaskIndexWriter) -> dict[str, Any]:
         self._flush()
         self.writer.close()
         stored = store.upload(
@@ -315,7 +319,7 @@ class _LakeFile:
             constants=self.ref.constants,
         )  # fmt: skip
         entries = self.entries.entries(ref, self.settings.dataset, self.settings.hash_key)
-        replace_entries(index, store, self.settings.lake_bucket, self.key, entries)
+        index.add(self.settings.lake_bucket, self.key, entries)
         LOG.info("wrote %d rows to %s (version %s)", self.rows, ref.object_url, stored.version_id)
         self.path.unlink()
         return {
@@ -330,6 +334,15 @@ def write_lake_files(
     """A write task over valid rows sorted by (object, partition path, position): one lake
     file per (object, partition), streamed; yields one summary row per file."""
     store, index = _connect(settings)
+    return then_flush(_write_lake_files(store, index, batches, settings), index)
+
+
+def _write_lake_files(
+    store: S3ObjectStore,
+    index: TaskIndexWriter,
+    batches: Iterable[pa.RecordBatch],
+    settings: TaskSettings,
+) -> Iterator[pa.RecordBatch]:
     current: _LakeFile | None = None
     with tempfile.TemporaryDirectory(prefix="lethe-lake-") as tmp:
         for batch in batches:
@@ -406,7 +419,7 @@ class _QuarantineFile:
                 records[row] = jackson_json(names, [values[row] for values in texts])
         return records
 
-    def finish(self, store: S3ObjectStore, index: DynamoSubjectIndex) -> dict[str, Any]:
+    def finish(self, store: S3ObjectStore, index: TaskIndexWriter) -> dict[str, Any]:
         self.out.close()
         lake = self.settings.lake_bucket
         stored = store.upload(
@@ -419,7 +432,7 @@ class _QuarantineFile:
         url = s3_url(lake, self.key)
         ref = ObjectRef(url, Zone.LAKE, "jsonl", stored.version_id, stored.etag)
         entries = self.entries.entries(ref, self.settings.dataset, self.settings.hash_key)
-        replace_entries(index, store, lake, self.key, entries)
+        index.add(lake, self.key, entries)
         LOG.info("quarantined %d rows to %s", self.lines, url)
         self.path.unlink()
         return {
@@ -437,6 +450,16 @@ def write_quarantine(
     JSON Lines per object, streamed; yields one summary row per file. `records`: per object,
     how its rows' RECORD is rebuilt where the read task left it null (`frame.record_columns`)."""
     store, index = _connect(settings)
+    return then_flush(_write_quarantine(store, index, batches, settings, records), index)
+
+
+def _write_quarantine(
+    store: S3ObjectStore,
+    index: TaskIndexWriter,
+    batches: Iterable[pa.RecordBatch],
+    settings: TaskSettings,
+    records: dict[int, list[tuple[str, str]] | None] | None = None,
+) -> Iterator[pa.RecordBatch]:
     current: _QuarantineFile | None = None
     with tempfile.TemporaryDirectory(prefix="lethe-quarantine-") as tmp:
         for batch in batches:
@@ -464,6 +487,16 @@ def write_files(
     `write_lake_files` and `write_quarantine` in one pass over the rows, so that the job
     neither keeps the conformed rows nor reads them twice."""
     store, index = _connect(settings)
+    return then_flush(_write_files(store, index, batches, settings, records), index)
+
+
+def _write_files(
+    store: S3ObjectStore,
+    index: TaskIndexWriter,
+    batches: Iterable[pa.RecordBatch],
+    settings: TaskSettings,
+    records: dict[int, list[tuple[str, str]] | None] | None = None,
+) -> Iterator[pa.RecordBatch]:
     current: _LakeFile | _QuarantineFile | None = None
     at: tuple[int, str | None] | None = None
     with tempfile.TemporaryDirectory(prefix="lethe-files-") as tmp:
@@ -485,7 +518,7 @@ def write_files(
 
 
 def _written(
-    current: _LakeFile | _QuarantineFile, store: S3ObjectStore, index: DynamoSubjectIndex
+    current: _LakeFile | _QuarantineFile, store: S3ObjectStore, index: TaskIndexWriter
 ) -> pa.RecordBatch:
     kind = "lake" if isinstance(current, _LakeFile) else "quarantine"
     return _summary({**current.finish(store, index), "kind": kind}, WRITE_SUMMARY)
@@ -497,13 +530,22 @@ def write_raw_entries(
     """A task over the raw objects' added-up entries (object, subject, rows, hints) sorted by
     object: each object's entries become its index entries; one summary row per object."""
     store, index = _connect(settings)
+    return then_flush(_write_raw_entries(store, index, batches, settings), index)
+
+
+def _write_raw_entries(
+    store: S3ObjectStore,
+    index: TaskIndexWriter,
+    batches: Iterable[pa.RecordBatch],
+    settings: TaskSettings,
+) -> Iterator[pa.RecordBatch]:
     accumulator, current = EntryAccumulator(), None
 
     def done(obj: int, found: EntryAccumulator) -> pa.RecordBatch:
         raw = settings.objects[obj]
         ref = ObjectRef(raw.url, Zone.RAW, settings.dataset.format.value, raw.version_id, raw.etag)
         entries = found.entries(ref, settings.dataset, settings.hash_key)
-        replace_entries(index, store, settings.raw_bucket, raw.key, entries)
+        index.add(settings.raw_bucket, raw.key, entries)
         return _summary({"object": obj, "entries": len(entries)}, RAW_SUMMARY)
 
     for batch in batches:

@@ -1,4 +1,5 @@
-"""`lethe index lookup | backfill | reconcile`: the subject index (docs/INDEX.md).
+"""`lethe index lookup | backfill | reconcile | migrate`: the subject index (docs/INDEX.md;
+`migrate`: lethe.commands.index_migrate).
 
 Subject ids are personal data. This module never prints or logs a raw id nor the hash key: it
 hashes ids with the deployment's key (`SubjectHashKeySecretArn`) as soon as they are read, and
@@ -23,6 +24,7 @@ from pydantic import ValidationError
 
 from lethe.commands import CommandError, UsageError, add_subject_argument
 from lethe.commands.datasets import require_dataset
+from lethe.commands.index_migrate import add_migrate_parser, open_index
 from lethe.commands.subject_keys import add_subject_key_argument, check_subject_keys
 from lethe.progress import Waiting, waiting
 from lethe.target import Target, add_target_arguments, resolve
@@ -37,7 +39,7 @@ from lethe_shared.erasure.subjects import (
     SubjectSet,
     hash_subjects,
 )
-from lethe_shared.index.subject_index import DRIFT_KINDS, DynamoSubjectIndex, IndexEntry
+from lethe_shared.index.subject_index import DRIFT_KINDS, IndexEntry
 from lethe_shared.subject_hashing.keys import load_hash_key
 
 ZONES: Final = (Zone.LAKE.value, Zone.RAW.value)
@@ -48,7 +50,9 @@ HASH_SHOWN: Final = 16  # hex digits of a subject hash in text output
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("index", help="the subject index: lookup, backfill, reconcile")
+    parser = subparsers.add_parser(
+        "index", help="the subject index: lookup, backfill, reconcile, migrate"
+    )
     commands = parser.add_subparsers(dest="index_command", metavar="COMMAND", required=True)
 
     lookup = commands.add_parser(
@@ -114,6 +118,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     add_target_arguments(reconcile)
     reconcile.set_defaults(func=reconcile_dataset)
 
+    add_migrate_parser(commands)
+
 
 def _wait_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -154,9 +160,7 @@ def lookup_subjects(args: argparse.Namespace) -> int:
     asked: list[dict[str, Any]] = [{"subject_ids": [s]} for s in dict.fromkeys(args.subject)]
     asked += [{"subject_keys": [composite]} for composite in composites]
     subjects = [_hashed(body, args.dataset, key, registered) for body in asked]
-    index = DynamoSubjectIndex(
-        target.resource("dynamodb").Table(target.output("SubjectIndexTableName"))
-    )
+    index = open_index(target)  # the deployment's store (lethe_shared.index.opening)
     rows, seen = [], set()
     for number, subject in enumerate(subjects, start=1):
         for subject_hash in subject.hashes:

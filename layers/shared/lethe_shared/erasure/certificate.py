@@ -57,6 +57,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Self
 from pydantic import AwareDatetime, ConfigDict, Field, ValidationError, model_validator
 
 from lethe_shared.catalog.zones import Zone
+from lethe_shared.erasure.certificate_index import INDEX_ERASURE_FIELD, IndexErasure
 from lethe_shared.erasure.certificate_statement import (
     PARTIAL_GAP as PARTIAL_GAP,  # noqa: PLC0414 - re-exported
 )
@@ -184,6 +185,7 @@ class ErasureCertificate(_Frozen):
     partial: PartialRun | None = None  # a FAILED run's partial certificate (PartialRun)
     # the request's key_fingerprint: the key subject_hashes were computed with ("" before it)
     key_fingerprint: str = Field(default="", pattern=r"^([0-9a-f]{16})?$")
+    index_erasure: IndexErasure | None = INDEX_ERASURE_FIELD  # segments (certificate_index)
 
     def document_digest(self, name: str) -> DocumentDigest | None:
         return next((d for d in self.documents if d.name == name), None)

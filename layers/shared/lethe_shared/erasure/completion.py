@@ -63,6 +63,7 @@ from typing import TYPE_CHECKING, Any
 from lethe_shared.aws.s3 import s3_url, split_s3_url
 from lethe_shared.aws.scrub import scrub_text
 from lethe_shared.erasure.certificate_chain import sign_chained
+from lethe_shared.erasure.certificate_index import IndexErasure, index_erasure_of
 from lethe_shared.erasure.certificate_statement import (
     AUDIT_SIGNATURE_MEMBER,
     DIGEST_OF_AUDIT,
@@ -167,13 +168,16 @@ def complete(
     )
     digests = stored_digests(record, results, verification, documents)
     deployment = facts or DeploymentFacts.from_environment()
+    index_erasure = index_erasure_of(
+        json.loads(_read(documents, request_id, INDEX_UPDATE_DOCUMENT))
+    )  # the segment store's evidence (lethe_shared.erasure.certificate_index); None: DynamoDB
 
     def build(link: ChainLink) -> ErasureCertificate:
         audit = _audit(record, results, verification, gaps=gaps, at=at, namer=namer)
         return _certificate(
             record, results, verification, gaps, at,
             documents=(*digests, audit_digest(audit)), chain=link, facts=deployment, namer=namer,
-            job_runs=job_runs,
+            job_runs=job_runs, index_erasure=index_erasure,
         )  # fmt: skip
 
     envelope, envelope_bytes = sign_chained(documents, request_id, build, signer)
@@ -394,6 +398,7 @@ def _certificate(
     facts: DeploymentFacts,
     namer: Namer,
     job_runs: tuple[JobRun, ...] = (),
+    index_erasure: IndexErasure | None = None,
 ) -> ErasureCertificate:
     """The certificate: what was erased, the verification, and whether it was complete (every
     place that was not fully searched); the documents' digests, its chain link and statement."""
@@ -429,6 +434,7 @@ def _certificate(
         not_searched=not_searched_places(gaps, namer),
         documents=documents,
         chain=chain,
+        index_erasure=index_erasure,
         statement=statement(
             facts=facts,
             at=at,

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from lethe_shared.aws.s3 import NULL_VERSION, ObjectStore, ObjectVersion, split_s3_url
+from lethe_shared.erasure.index_segments import SegmentEvidence, SegmentStore
 from lethe_shared.erasure.report import EraseResults, NotSearched, ObjectResult, VersionRef
 from lethe_shared.erasure.requests import ErasureRequest
 from lethe_shared.index.entry_removal import EntryState
@@ -104,14 +105,26 @@ class IndexUpdate:
     conditions_failed: int = 0  # conditional deletes that found the entry changed meanwhile
     kept_reasons: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KEPT_REASONS, 0))
     kept: list[dict[str, Any]] = field(default_factory=list)  # the request's, per version
+    # the segment store's evidence (lethe_shared.erasure.index_segments); None with DynamoDB
+    segments: SegmentEvidence | None = None
 
     @property
     def entries_kept(self) -> int:
         return sum(self.kept_reasons.values())
 
+    def segment_document(self) -> dict[str, Any] | None:
+        if self.segments is None:
+            return None
+        return self.segments.document(len(self.kept))
+
     def document(self) -> dict[str, Any]:
-        """Everything, every kept item listed (the reports bucket's index_update.json)."""
-        return {**self._counts(), "kept": list(self.kept)}
+        """Everything, every kept item listed (the reports bucket's index_update.json); with
+        the segment store, its evidence under `segments` (every segment rewritten)."""
+        found = {**self._counts(), "kept": list(self.kept)}
+        segments = self.segment_document()
+        if segments is not None:
+            found["segments"] = segments
+        return found
 
     def summary(self, document_url: str = "", namer: Namer = _KEYLESS) -> dict[str, Any]:
         """What the request record and the step's output keep: the first KEPT_LISTED kept
@@ -125,7 +138,15 @@ class IndexUpdate:
             ],
             "kept_unlisted": max(len(self.kept) - KEPT_LISTED, 0),
             "document": document_url,
+            **self._segment_counts(),
         }
+
+    def _segment_counts(self) -> dict[str, Any]:
+        """The segment evidence's totals (the document has every rewrite)."""
+        segments = self.segment_document()
+        if segments is None:
+            return {}
+        return {"segments": {k: v for k, v in segments.items() if k != "datasets"}}
 
     def _counts(self) -> dict[str, Any]:
         return {
@@ -156,9 +177,14 @@ def settle_index(
         return subjects if hashes_for is None else frozenset(hashes_for(dataset_id)) & subjects
 
     update = IndexUpdate()
-    for result in results.objects:
-        if not result.refused:  # a refused object is untouched: every entry of it stays
-            _settle_object(result, of(result.dataset_id), index, objects, update)
+    if isinstance(index, SegmentStore):  # segments: one erasure per dataset (index_segments)
+        from lethe_shared.erasure.index_segments_update import settle_segments  # noqa: PLC0415
+
+        settle_segments(results, subjects, of, index, objects=objects, update=update)
+    else:
+        for result in results.objects:
+            if not result.refused:  # a refused object is untouched: every entry of it stays
+                _settle_object(result, of(result.dataset_id), index, objects, update)
     _collect_kept(results, subjects, index, update, of)
     LOG.info(
         "index updated: %d entries removed, %d flagged pruned, %d kept (%s), %d conditional "

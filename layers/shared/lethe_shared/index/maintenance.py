@@ -26,7 +26,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from lethe_shared.aws.executions import execution_name, version_digest
 from lethe_shared.aws.s3 import KeyState, ObjectHead, ObjectStore, ObjectVersion, key_state, s3_url
@@ -95,6 +95,38 @@ def replace_entries(
     flagged = index.replace_object(url, entries)
     if flagged and not has_older_data(objects.versions_of(bucket, key)):
         index.prune_flagged(url)
+    return flagged
+
+
+@runtime_checkable
+class ObjectsReplacer(Protocol):
+    """A store that writes the entries of many objects at once (SegmentSubjectIndex: ONE
+    level-0 segment for all of them)."""
+
+    def replace_objects(
+        self, batches: Sequence[tuple[str, Sequence[IndexEntry]]]
+    ) -> dict[str, int]: ...
+
+
+def replace_many(
+    index: SubjectIndex,
+    objects: ObjectStore,
+    writes: Sequence[tuple[str, str, Sequence[IndexEntry]]],
+) -> dict[str, int]:
+    """`replace_entries` of many objects of one dataset, (bucket, key, entries) each. A store
+    that writes many objects at once (`ObjectsReplacer`) gets ONE write for all of them (one
+    segment, then one pointer update per object); any other store one `replace_object` per
+    object. Flagged entries no older version holds are pruned per object, as replace_entries
+    does. Returns, per object URL, how many entries the write flagged."""
+    if not writes:
+        return {}
+    if not isinstance(index, ObjectsReplacer):
+        return {s3_url(b, k): replace_entries(index, objects, b, k, e) for b, k, e in writes}
+    flagged = index.replace_objects([(s3_url(b, k), list(e)) for b, k, e in writes])
+    for bucket, key, _ in writes:
+        url = s3_url(bucket, key)
+        if flagged.get(url) and not has_older_data(objects.versions_of(bucket, key)):
+            index.prune_flagged(url)
     return flagged
 
 
