@@ -98,7 +98,8 @@ class LakeIndex(Mapping[str, dict[int, int]]):
         words = np.ascontiguousarray(digests).view(">u8")  # 4 big-endian words per digest
         order = np.lexsort(tuple(words[:, i] for i in reversed(range(words.shape[1]))))
         self._digests = np.ascontiguousarray(digests[order])
-        self._prefixes = np.ascontiguousarray(words[order, 0])
+        # native byte order: a search in a big-endian array swaps the whole array each call
+        self._prefixes = words[order, 0].astype(np.uint64)
         self._objects = np.asarray(objects, np.int32)[order]
         self._rows = np.asarray(rows, np.int32)[order]
         different = np.any(self._digests[1:] != self._digests[:-1], axis=1)
