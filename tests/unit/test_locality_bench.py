@@ -126,3 +126,18 @@ def test_the_sizes_are_even_and_the_comparison_is_included() -> None:
         locality_bench.lake_shape(501, args)
     none = locality_bench.parse_args(["--compare-objects", "0"])
     assert locality_bench.sizes_of(none) == [20_000]
+
+
+def test_a_real_run_renders_its_targets() -> None:
+    """The fixture is a copy of a real run (lakes of 500 and 20,000 objects)."""
+    result = json.loads((FIXTURES / locality_bench.OUT_NAME).read_text(encoding="utf-8"))
+    item, target, measured, verdict = locality_bench.targets(result)[0]
+    assert item == "7 locality, K = 10, lake of 20,000 objects (generated): bytes read"
+    assert target == ">= 20x fewer"
+    small, big = result["by_size"]
+    assert measured == f"{big['ratio_bytes']:.1f}x (at 500 objects, same run: " + (
+        f"{small['ratio_bytes']:.2f}x)"
+    )
+    assert verdict == ("met" if big["ratio_bytes"] >= 20 else "missed")
+    text = locality_bench.markdown(result)
+    assert "| 20,000 | 2,113 | 10,882,482 | 78 / 20,078 |" in text
