@@ -54,7 +54,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -129,12 +129,12 @@ class Obj:
 @dataclass
 class Setup:
     """A lake with its dataset, its objects (raw, then lake zone) and its subject index: subject
-    hash -> {object number: rows}."""
+    hash -> {object number: rows} (a dict, or `locality_bench.LakeIndex` for large lakes)."""
 
     lake: generate_lake.Lake
     dataset: Dataset
     objects: list[Obj]
-    index: dict[str, dict[int, int]]
+    index: Mapping[str, Mapping[int, int]]
     seconds: dict[str, float]
 
     @property

@@ -103,6 +103,14 @@ def render_erasure(results: Path) -> str | None:
     return None if result is None else erasure_bench.markdown(result)
 
 
+LOCALITY_JSON = "locality_latest.json"
+
+
+def render_locality(results: Path) -> str | None:
+    result = _load(results, LOCALITY_JSON)
+    return None if result is None else _bench_module("locality_bench").markdown(result)
+
+
 def render_ingest(results: Path) -> str | None:
     ingest_bench = _bench_module("ingest_bench")
 
@@ -286,6 +294,9 @@ def render_targets(results: Path) -> str | None:
     )}  # fmt: skip
     if loaded["erasure_latest.json"]:
         rows += erasure_bench.targets(loaded["erasure_latest.json"])
+    locality = _load(results, LOCALITY_JSON)
+    if locality:
+        rows += _bench_module("locality_bench").targets(locality)
     if loaded["ingest_latest.json"]:
         rows += _ingest_targets(loaded["ingest_latest.json"])
     ingest_spark = _load(results, INGEST_SPARK_JSON)
@@ -314,6 +325,7 @@ SECTIONS = (
     Section("targets", "*.json", render_targets),
     Section("index-bench", "latest.json", render_index),
     Section("erasure-bench", "erasure_latest.json", render_erasure),
+    Section("locality-bench", LOCALITY_JSON, render_locality),
     Section("ingest-bench", "ingest_latest.json", render_ingest),
     Section("ingest-spark", INGEST_SPARK_JSON, render_ingest_spark),
     Section("lambda-bench", "lambda_latest.json", render_lambda),
