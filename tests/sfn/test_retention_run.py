@@ -22,6 +22,7 @@ from lethe_shared.datasets.holds import DynamoHolds, new_hold
 from lethe_shared.erasure.certificate import KmsSigner
 from lethe_shared.erasure.requests import DynamoErasureRequests
 from lethe_shared.erasure.retention_certificate import verify_retention
+from lethe_shared.index.opening import IndexLocation, open_subject_index
 from lethe_shared.subject_hashing.keys import hash_of_id, load_hash_key
 from tests.sfn.conftest import SAMPLES, Cloud, start_cloud
 from tests.sfn.erasure_flow import ErasureDriver
@@ -133,11 +134,22 @@ def test_a_scheduled_run_removes_expired_rows_skips_a_held_dataset_and_certifies
 
     # the index: u-2's rows all expired, so nothing lists it; u-1 only where it is left
     key = load_hash_key(cloud.client("secretsmanager"), cloud.outputs["SubjectHashKeySecretArn"])
-    index = cloud.client("dynamodb").scan(TableName=cloud.outputs["SubjectIndexTableName"])
-    entries = [(i["subject_hash"]["S"], i["object_url"]["S"]) for i in index["Items"]]
-    assert not [e for e in entries if e[0] == hash_of_id(key, "u-2")]
-    assert {u for h, u in entries if h == hash_of_id(key, "u-1")}
-    assert not [u for h, u in entries if h == hash_of_id(key, "u-1") and OLD in u]
+    # (read through the deployment's store, as every component opens it: segments by default)
+    index = open_subject_index(
+        IndexLocation(
+            store=cloud.outputs["IndexStore"],
+            table=cloud.outputs["SubjectIndexTableName"],
+            bucket=cloud.outputs["IndexBucketName"],
+            manifest_table=cloud.outputs["IndexManifestTableName"],
+        ),
+        s3=cloud.client("s3"),
+        dynamodb=driver.target.resource("dynamodb"),
+    )
+    assert cloud.outputs["IndexStore"] == "segments"
+    assert not index.lookup(hash_of_id(key, "u-2"))
+    left = {entry.object_url for entry in index.lookup(hash_of_id(key, "u-1"))}
+    assert left
+    assert not [u for u in left if OLD in u]
 
     # the record and its certificate: signed, complete, no subject named
     requests = driver.target.resource("dynamodb").Table(cloud.outputs["ErasureRequestsTableName"])
