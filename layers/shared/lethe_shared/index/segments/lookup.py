@@ -52,6 +52,21 @@ def active_level1(items: Iterable[SegmentItem]) -> SegmentItem | None:
     return max(active, key=lambda s: s.seq) if active else None
 
 
+def split_consulted(
+    listed: Iterable[SegmentItem], partitions: Iterable[int]
+) -> dict[int, list[SegmentItem]]:
+    """Per partition: its active level-1 segment, then every active level-0 segment whose origin
+    is above that level-1's `absorbed_through`."""
+    items = list(listed)
+    level0 = [s for s in items if s.level == 0 and s.state == ACTIVE]
+    out: dict[int, list[SegmentItem]] = {}
+    for p in sorted(set(partitions)):
+        top = active_level1(s for s in items if s.level == 1 and s.partition == p)
+        through = top.absorbed_through if top else ""
+        out[p] = ([top] if top else []) + [s for s in level0 if s.origin_seq > through]
+    return out
+
+
 @dataclass
 class SegmentLookup:
     manifest: Manifest
@@ -68,18 +83,13 @@ class SegmentLookup:
 
     # -- which segments
     def consulted(self, dataset_id: str, partitions: Iterable[int]) -> dict[int, list[SegmentItem]]:
-        """Per partition, the segments a reader of its hashes consults (module docstring).
-        Level 0 is listed before level 1, on purpose: a compaction committing in between
-        leaves either the old level-1 (and the level-0 segments it had not absorbed, still
-        listed) or the new one (which absorbed them); listing level 1 first could pair an old
+        """Per partition, the segments a reader of its hashes consults (module docstring), from
+        ONE Query of the dataset's segment items. That Query returns the level-0 items before
+        the level-1 items (sort key order), on purpose: a compaction committing while it runs
+        leaves either the old level-1 (and the level-0 segments it had not absorbed, already
+        read) or the new one (which absorbed them); reading level 1 first could pair an old
         level-1 with a level-0 list from which the retired inputs are already gone."""
-        level0 = [s for s in self.manifest.segments(dataset_id, 0) if s.state == ACTIVE]
-        out: dict[int, list[SegmentItem]] = {}
-        for p in sorted(set(partitions)):
-            top = active_level1(self.manifest.segments(dataset_id, 1, p))
-            through = top.absorbed_through if top else ""
-            out[p] = ([top] if top else []) + [s for s in level0 if s.origin_seq > through]
-        return out
+        return split_consulted(self.manifest.listing(dataset_id), partitions)
 
     # -- by hash
     def rows_for_hashes(self, dataset_id: str, hashes: Iterable[str]) -> list[Row]:
@@ -120,16 +130,27 @@ class SegmentLookup:
         self, dataset_id: str, pointer: Pointer, partitions: Iterable[int] | None
     ) -> list[SegmentItem]:
         """The active segments that can hold the object's live rows: level 0 whose origin lies
-        between the pointer's floor and current; level 1 of `partitions` (every one: None)."""
-        bits = self.manifest.partition_bits(dataset_id) or 0
-        wanted = range(1 << bits) if partitions is None else sorted(set(partitions))
+        between the pointer's floor and current; level 1 of `partitions` (every one: None).
+        One Query."""
+        listed = self.manifest.listing(dataset_id)
+        wanted = None if partitions is None else set(partitions)
         found = [
             s
-            for s in self.manifest.segments(dataset_id, 0)
-            if s.state == ACTIVE and pointer.floor <= s.origin_seq <= pointer.current
+            for s in listed
+            if s.level == 0
+            and s.state == ACTIVE
+            and pointer.floor <= s.origin_seq <= pointer.current
         ]
-        for p in wanted:
-            top = active_level1(self.manifest.segments(dataset_id, 1, p))
+        tops: dict[int, list[SegmentItem]] = {}
+        for s in listed:
+            if (
+                s.level == 1
+                and s.partition is not None
+                and (wanted is None or s.partition in wanted)
+            ):
+                tops.setdefault(s.partition, []).append(s)
+        for p in sorted(tops):
+            top = active_level1(tops[p])
             if top is not None:
                 found.append(top)
         return found

@@ -5,12 +5,17 @@ and each dataset's partition configuration. No subject hash ever appears in an i
 |---|---|---|---|
 | dataset | `datasets` | `<dataset_id>` | `bits` |
 | partitions | `cfg#<dataset_id>` | `partitions` | `bits` (partitions = 2**bits) |
-| level-0 segment | `seg#<dataset_id>#L0` | `<seq>` | SEGMENT, origin_seq |
-| level-1 segment | `seg#<dataset_id>#L1#<pppp>` | `<seq>` | SEGMENT, absorbed_through |
+| level-0 segment | `seg#<dataset_id>` | `L0#<seq>` | SEGMENT, origin_seq |
+| level-1 segment | `seg#<dataset_id>` | `L1#<pppp>#<seq>` | SEGMENT, absorbed_through |
 | object pointer | `obj#<dataset_id>` | `<object_url>` | POINTER |
 
-SEGMENT: key, etag, objects_key, objects_etag, bytes, entries, objects, state, created_at,
-writer (and dataset_id, level, partition). POINTER: current, version_id, etag, floor, deleted,
+SEGMENT: state, etag, objects_etag, bytes, entries, objects, created_at, writer. The dataset,
+level, partition and seq are read from pk/sk, the S3 keys derived from them
+(`format.entries_key`); readers project the attributes they use (READ_PROJECTION).
+
+Every segment item of a dataset shares one partition key, so ONE consistent Query lists them
+all (`listing`), level 0 first (`L0#` sorts before `L1#`): a reader sees the level-0 items
+before the level-1 items, the order `lookup.consulted` relies on. POINTER: current, version_id, etag, floor, deleted,
 entries, updated_at.
 
 `state` is `pending` (written first, before the files), `active` (committed) or `retired`
@@ -34,11 +39,19 @@ from lethe_shared.index.segments.format import (
     DEFAULT_PARTITION_BITS,
     MAX_PARTITION_BITS,
     check_dataset_id,
+    entries_key,
+    objects_key,
     partition_name,
 )
 from lethe_shared.index.segments.rules import Pointer
 
 PENDING, ACTIVE, RETIRED = "pending", "active", "retired"
+# what readers of segment items need (fewer attributes read: smaller Query answers)
+READ_PROJECTION = {
+    "ProjectionExpression": "pk, sk, #st, etag, objects_etag, origin_seq, absorbed_through, "
+    "created_at, #b",
+    "ExpressionAttributeNames": {"#st": "state", "#b": "bytes"},
+}
 DATASETS_PK = "datasets"
 
 
@@ -62,11 +75,16 @@ def now_iso() -> str:
     return dt.datetime.now(dt.UTC).isoformat()
 
 
-def segment_pk(dataset_id: str, level: int, partition: int | None) -> str:
+def segment_pk(dataset_id: str) -> str:
+    return f"seg#{dataset_id}"
+
+
+def segment_sk_prefix(level: int, partition: int | None) -> str:
+    """The sort key prefix of a level (and partition): `L0#`, `L1#<pppp>#`."""
     if level == 0:
-        return f"seg#{dataset_id}#L0"
+        return "L0#"
     assert partition is not None
-    return f"seg#{dataset_id}#L1#{partition_name(partition)}"
+    return f"L1#{partition_name(partition)}#"
 
 
 def pointer_pk(dataset_id: str) -> str:
@@ -96,16 +114,18 @@ class SegmentItem:
 
     @property
     def pk(self) -> str:
-        return segment_pk(self.dataset_id, self.level, self.partition)
+        return segment_pk(self.dataset_id)
+
+    @property
+    def sk(self) -> str:
+        return segment_sk_prefix(self.level, self.partition) + self.seq
 
     def to_item(self) -> dict[str, Any]:
+        """The stored item: what cannot be derived from the keys (the dataset, level,
+        partition and seq are in pk/sk, the S3 keys follow from them)."""
         item: dict[str, Any] = {
             "pk": self.pk,
-            "sk": self.seq,
-            "dataset_id": self.dataset_id,
-            "level": self.level,
-            "key": self.key,
-            "objects_key": self.objects_key,
+            "sk": self.sk,
             "state": self.state,
             "etag": self.etag,
             "objects_etag": self.objects_etag,
@@ -118,20 +138,25 @@ class SegmentItem:
         if self.level == 0:
             item["origin_seq"] = self.origin_seq
         else:
-            item["partition"] = self.partition
             item["absorbed_through"] = self.absorbed_through
         return item
 
     @classmethod
     def of_item(cls, item: dict[str, Any]) -> SegmentItem:
-        level = int(item["level"])
+        """From a stored item, whole or read with READ_PROJECTION (then entries, objects and
+        writer are 0 / "": nothing reads them back but benchmarks)."""
+        dataset_id = str(item["pk"]).removeprefix("seg#")
+        head, _, seq = str(item["sk"]).rpartition("#")
+        level = 0 if head == "L0" else 1
+        partition = int(head.removeprefix("L1#"), 16) if level == 1 else None
+        key = entries_key(dataset_id, level, partition, seq)
         return cls(
-            dataset_id=str(item["dataset_id"]),
+            dataset_id=dataset_id,
             level=level,
-            partition=int(item["partition"]) if level == 1 else None,
-            seq=str(item["sk"]),
-            key=str(item["key"]),
-            objects_key=str(item["objects_key"]),
+            partition=partition,
+            seq=seq,
+            key=key,
+            objects_key=objects_key(key),
             state=str(item["state"]),
             etag=str(item.get("etag", "")),
             objects_etag=str(item.get("objects_etag", "")),
@@ -145,7 +170,7 @@ class SegmentItem:
         )
 
     def primary(self) -> dict[str, str]:
-        return {"pk": self.pk, "sk": self.seq}
+        return {"pk": self.pk, "sk": self.sk}
 
     def unchanged(self, table_name: str) -> dict[str, Any]:
         """A ConditionCheck action: the item still exists in this state with this ETag."""
@@ -235,33 +260,51 @@ class Manifest:
         )
 
     # -- segments
+    def listing(self, dataset_id: str) -> list[SegmentItem]:
+        """Every segment item of the dataset, any state, in ONE consistent Query: level 0 (by
+        seq), then level 1 (by partition, then seq)."""
+        return [
+            SegmentItem.of_item(i)
+            for i in query_all(
+                self.table,
+                KeyConditionExpression="pk = :p",
+                ExpressionAttributeValues={":p": segment_pk(dataset_id)},
+                ConsistentRead=True,
+                **READ_PROJECTION,
+            )
+        ]
+
     def segments(
-        self, dataset_id: str, level: int, partition: int | None = None, after: str = ""
+        self, dataset_id: str, level: int, partition: int | None = None
     ) -> list[SegmentItem]:
-        """Every segment item of one level (and partition), any state; sk > `after`."""
-        kwargs: dict[str, Any] = {"ConsistentRead": True}
-        pk = segment_pk(dataset_id, level, partition)
-        if after:
-            kwargs["KeyConditionExpression"] = "pk = :p AND sk > :a"
-            kwargs["ExpressionAttributeValues"] = {":p": pk, ":a": after}
-        else:
-            kwargs["KeyConditionExpression"] = "pk = :p"
-            kwargs["ExpressionAttributeValues"] = {":p": pk}
-        return [SegmentItem.of_item(i) for i in query_all(self.table, **kwargs)]
+        """Every segment item of one level (and partition), any state."""
+        return [
+            SegmentItem.of_item(i)
+            for i in query_all(
+                self.table,
+                KeyConditionExpression="pk = :p AND begins_with(sk, :s)",
+                ExpressionAttributeValues={
+                    ":p": segment_pk(dataset_id),
+                    ":s": segment_sk_prefix(level, partition),
+                },
+                ConsistentRead=True,
+                **READ_PROJECTION,
+            )
+        ]
 
     def all_segments(
         self, dataset_id: str, partitions: Iterable[int] | None = None
     ) -> list[SegmentItem]:
         """Every segment of the dataset, any state: level 0, then level 1 of `partitions` (all
-        when None)."""
-        bits = self.partition_bits(dataset_id)
-        if bits is None:
+        when None). One Query."""
+        if self.partition_bits(dataset_id) is None:
             return []
-        wanted = range(1 << bits) if partitions is None else sorted(set(partitions))
-        found = self.segments(dataset_id, 0)
-        for p in wanted:
-            found += self.segments(dataset_id, 1, p)
-        return found
+        wanted = None if partitions is None else set(partitions)
+        return [
+            s
+            for s in self.listing(dataset_id)
+            if s.level == 0 or wanted is None or s.partition in wanted
+        ]
 
     def get_segment(self, segment: SegmentItem) -> SegmentItem | None:
         item = self.table.get_item(Key=segment.primary(), ConsistentRead=True).get("Item")
