@@ -172,8 +172,10 @@ class SegmentReader:
 
     def whole(self, segment: SegmentItem) -> tuple[pa.Table, pa.Table]:
         """Both files whole: (entries, object table)."""
-        entries = from_parquet(self.files.whole(segment.key), ENTRIES_SCHEMA)
-        objects = from_parquet(self.files.whole(segment.objects_key), OBJECTS_SCHEMA)
+        entries = from_parquet(self.files.whole(segment.key, segment.etag), ENTRIES_SCHEMA)
+        objects = from_parquet(
+            self.files.whole(segment.objects_key, segment.objects_etag), OBJECTS_SCHEMA
+        )
         return entries, objects
 
 
