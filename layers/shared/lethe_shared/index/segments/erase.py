@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 
 from lethe_shared.errors import LetheError
 from lethe_shared.index.entry_removal import EntryState
-from lethe_shared.index.segments.format import hash_bytes, partition_of, widen
+from lethe_shared.index.segments.format import hash_bytes, partition_of, subject_key, widen
 from lethe_shared.index.segments.lookup import SegmentLookup
 from lethe_shared.index.segments.manifest import (
     PENDING,
@@ -87,6 +87,9 @@ class SegmentErasure:
     keys_checked_gone: tuple[str, ...] = ()
     pointers_deleted: tuple[str, ...] = ()
     pointers_kept: tuple[str, ...] = ()  # named by the caller, still listed by a segment
+    # prefixes only: entries kept because another subject of the same object version shares
+    # their key (the erase job removed this subject's rows, not the other's): (URL, state)
+    kept_shared: tuple[tuple[str, EntryState], ...] = ()
 
     @property
     def complete(self) -> bool:
@@ -119,14 +122,22 @@ class Eraser:
     ) -> SegmentErasure:
         removed: list[tuple[str, EntryState]] = []
         changed: list[tuple[str, EntryState]] = []
+        shared: list[tuple[str, EntryState]] = []
         pairs: set[tuple[bytes, str]] = set()
+        width = self.manifest.hash_width(dataset_id)
         for url, wanted in sorted(targets.items()):
             _, now = self.lookups.object_entries(dataset_id, url, wanted)
             for h, expected in sorted(wanted.items()):
                 current = now.get(h)
                 state = state_of(current) if current is not None else None
-                if expected is None or state == expected:
-                    pairs.add((bytes.fromhex(h), url))
+                if (
+                    current is not None
+                    and current.row.subjects > 1
+                    and (expected is None or state == expected)
+                ):
+                    shared.append((url, state))  # another subject of the object shares the key
+                elif expected is None or state == expected:
+                    pairs.add((subject_key(h, width), url))
                     if state is not None:
                         removed.append((url, state))
                 elif state is not None:
@@ -139,6 +150,7 @@ class Eraser:
             rewritten=tuple(rewrites),
             removed=tuple(removed),
             changed=tuple(changed),
+            kept_shared=tuple(shared),
             keys_checked_gone=gone,
             pointers_deleted=deleted,
             pointers_kept=kept,
@@ -239,7 +251,7 @@ class Eraser:
         pairs: set[tuple[bytes, str]],
     ) -> pa.Array:
         """Rows of the erased hashes that are removed pairs or dead by the rule."""
-        of_hashes = pc.is_in(wide["subject_hash"], value_set=pa.array(digests, pa.binary(32)))
+        of_hashes = pc.is_in(wide["subject_hash"], value_set=pa.array(digests, pa.binary()))
         mask = of_hashes.to_pylist()
         candidates = [i for i, hit in enumerate(mask) if hit]
         if not candidates:

@@ -35,10 +35,13 @@ from lethe_shared.index.segments.compaction import CompactionReport, Compactor
 from lethe_shared.index.segments.erase import Eraser, SegmentErasure, state_of
 from lethe_shared.index.segments.format import (
     DEFAULT_PARTITION_BITS,
+    HASH_BYTES,
     ROW_GROUP_ENTRIES,
+    check_width,
     empty_wide,
     new_seq,
     seq_after,
+    subject_id,
     wide_rows,
 )
 from lethe_shared.index.segments.lookup import SegmentLookup, to_entry
@@ -140,6 +143,7 @@ class SegmentSubjectIndex:
         footers: FooterCache | None = None,
         pending_timeout_seconds: float = 3600.0,
         settle_seconds: float = 60.0,
+        hash_bytes: int = HASH_BYTES,
     ) -> None:
         self.manifest = Manifest(table)
         self.files = SegmentFiles(s3, bucket, counter or ReadCounter(), footers or FooterCache())
@@ -155,6 +159,7 @@ class SegmentSubjectIndex:
             settle_seconds=settle_seconds,
         )
         self._bits = partition_bits
+        self._hash_bytes = check_width(hash_bytes)
         self._dataset_of = dataset_of
 
     @property
@@ -192,16 +197,17 @@ class SegmentSubjectIndex:
                 raise ValueError("one segment holds the objects of one dataset")
             dataset = owner
             fields = {**fields, "object_url": url, "origin_seq": seq}
-            before = set(self.reads.object_entries(owner, url)[1]) if self._known(owner) else set()
-            flagged[url] = len(before - set(hashes))
+            self.manifest.ensure_dataset(owner, self._bits, self._hash_bytes)
+            width = self.manifest.hash_width(owner)
+            before = set(self.reads.object_entries(owner, url)[1])
+            flagged[url] = len(before - {subject_id(h, width) for h in hashes})
             if hashes:
-                parts.append(wide_rows(hashes, rows, fields))
+                parts.append(wide_rows(hashes, rows, fields, width))
             else:
                 empty.append(fields)
             writes.append(ObjectWrite(url, fields["version_id"], fields["etag"], len(hashes)))
         if dataset is None:
             return {}
-        self.manifest.ensure_dataset(dataset, self._bits)
         wide = pa.concat_tables(parts) if parts else empty_wide()
         objects_only = pa.Table.from_pylist(empty, schema=no_objects().schema) if empty else None
         segment = self.writer.write(dataset, 0, None, wide, seq=seq, objects_only=objects_only)

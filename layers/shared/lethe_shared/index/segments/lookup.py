@@ -13,11 +13,11 @@ manifest, up to READ_ATTEMPTS times.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from lethe_shared.catalog.zones import Zone
-from lethe_shared.index.segments.format import hash_bytes, partition_of, widen
+from lethe_shared.index.segments.format import hash_bytes, partition_of, subject_id, widen
 from lethe_shared.index.segments.manifest import ACTIVE, Manifest, SegmentItem
 from lethe_shared.index.segments.reader import SegmentReader, rows_of
 from lethe_shared.index.segments.rules import LiveEntry, Pointer, Row, live_entries
@@ -50,6 +50,19 @@ def to_entry(dataset_id: str, found: LiveEntry) -> IndexEntry:
 def active_level1(items: Iterable[SegmentItem]) -> SegmentItem | None:
     active = [s for s in items if s.state == ACTIVE]
     return max(active, key=lambda s: s.seq) if active else None
+
+
+def relabel(rows: Iterable[Row], wanted: Iterable[str], width: int) -> list[Row]:
+    """Rows read by key, each named by the subject hash asked for (with prefixes, every hash
+    asked for that shares the row's key gets the row: the shared-prefix rule)."""
+    by_key: dict[str, list[str]] = {}
+    for h in wanted:
+        by_key.setdefault(subject_id(h, width), []).append(h)
+    return [
+        row if h == row.subject_hash else replace(row, subject_hash=h)
+        for row in rows
+        for h in by_key.get(row.subject_hash, ())
+    ]
 
 
 def split_consulted(
@@ -100,16 +113,17 @@ class SegmentLookup:
         by_partition: dict[int, list[str]] = {}
         for h in wanted:
             by_partition.setdefault(partition_of(h, bits), []).append(h)
+        width = self.manifest.hash_width(dataset_id)
         per_segment: dict[str, tuple[SegmentItem, set[bytes]]] = {}
         for p, segments in self.consulted(dataset_id, by_partition).items():
-            digests = set(hash_bytes(by_partition[p]).to_pylist())
+            digests = set(hash_bytes(by_partition[p], width).to_pylist())
             for segment in segments:
                 held = per_segment.setdefault(segment.key, (segment, set()))
                 held[1].update(digests)
         rows: list[Row] = []
         for segment, digests in per_segment.values():
             rows += self.reader.by_hashes(segment, digests)
-        return rows
+        return relabel(rows, wanted, width)
 
     def lookup_in(self, dataset_id: str, hashes: Iterable[str]) -> dict[str, list[IndexEntry]]:
         """Every entry (flagged ones included) of each hash in the dataset."""
@@ -168,11 +182,14 @@ class SegmentLookup:
             if pointer is None or not pointer.live or (wanted is not None and not wanted):
                 return pointer, {}
             bits = self.manifest.partition_bits(dataset_id) or 0
-            digests = None if wanted is None else hash_bytes(wanted).to_pylist()
+            width = self.manifest.hash_width(dataset_id)
+            digests = None if wanted is None else hash_bytes(wanted, width).to_pylist()
             partitions = None if wanted is None else {partition_of(h, bits) for h in wanted}
             rows: list[Row] = []
             for segment in self.object_segments(dataset_id, pointer, partitions):
                 rows += self.reader.by_object(segment, object_url, digests)
+            if wanted is not None:
+                rows = relabel(rows, wanted, width)
             entries = live_entries(rows, {object_url: pointer})
             return pointer, {h: e for (h, _), e in entries.items()}
 

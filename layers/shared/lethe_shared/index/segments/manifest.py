@@ -3,8 +3,8 @@ and each dataset's partition configuration. No subject hash ever appears in an i
 
 | item | pk | sk | attributes |
 |---|---|---|---|
-| dataset | `datasets` | `<dataset_id>` | `bits` |
-| partitions | `cfg#<dataset_id>` | `partitions` | `bits` (partitions = 2**bits) |
+| dataset | `datasets` | `<dataset_id>` | `bits`, `hash_bytes` |
+| partitions | `cfg#<dataset_id>` | `partitions` | `bits` (2**bits partitions), `hash_bytes` |
 | level-0 segment | `seg#<dataset_id>` | `L0#<seq>` | SEGMENT, origin_seq |
 | level-1 segment | `seg#<dataset_id>` | `L1#<pppp>#<seq>` | SEGMENT, absorbed_through |
 | object pointer | `obj#<dataset_id>` | `<object_url>` | POINTER |
@@ -15,8 +15,9 @@ level, partition and seq are read from pk/sk, the S3 keys derived from them
 
 Every segment item of a dataset shares one partition key, so ONE consistent Query lists them
 all (`listing`), level 0 first (`L0#` sorts before `L1#`): a reader sees the level-0 items
-before the level-1 items, the order `lookup.consulted` relies on. POINTER: current, version_id, etag, floor, deleted,
-entries, updated_at.
+before the level-1 items, the order `lookup.consulted` relies on.
+
+POINTER: current, version_id, etag, floor, deleted, entries, updated_at.
 
 `state` is `pending` (written first, before the files), `active` (committed) or `retired`
 (superseded; its files are deleted, then the item). A segment rewritten by erasure gets a new
@@ -37,8 +38,10 @@ from lethe_shared.aws.dynamo import batch_get_all, query_all
 from lethe_shared.aws.errors import cancellation_reasons, is_condition_failed
 from lethe_shared.index.segments.format import (
     DEFAULT_PARTITION_BITS,
+    HASH_BYTES,
     MAX_PARTITION_BITS,
     check_dataset_id,
+    check_width,
     entries_key,
     objects_key,
     partition_name,
@@ -204,20 +207,21 @@ class Manifest:
     def __init__(self, table: Any) -> None:
         self.table = table
         self._bits: dict[str, int] = {}
+        self._widths: dict[str, int] = {}
 
     # -- datasets and partitions
-    def ensure_dataset(self, dataset_id: str, bits: int = DEFAULT_PARTITION_BITS) -> int:
-        """The dataset's partition bits, recorded on its first write (an existing dataset keeps
-        its own)."""
+    def ensure_dataset(
+        self, dataset_id: str, bits: int = DEFAULT_PARTITION_BITS, hash_bytes: int = HASH_BYTES
+    ) -> int:
+        """The dataset's partition bits, recorded with its key width (`hash_bytes`) on its first
+        write (an existing dataset keeps its own)."""
         check_dataset_id(dataset_id)
         if dataset_id in self._bits:
             return self._bits[dataset_id]
         if not 0 <= bits <= MAX_PARTITION_BITS:
             raise ValueError(f"partition bits must be 0..{MAX_PARTITION_BITS}")
-        found = self.table.get_item(
-            Key={"pk": f"cfg#{dataset_id}", "sk": "partitions"}, ConsistentRead=True
-        ).get("Item")
-        if found is None:
+        check_width(hash_bytes)
+        if self.partition_bits(dataset_id) is None:
             # the listing first: a writer that dies in between leaves a listed dataset without
             # partitions (read as empty; the next write records them), never the reverse (a
             # dataset with segments that `lookup` does not list)
@@ -227,14 +231,13 @@ class Manifest:
             ):
                 try:
                     self.table.put_item(
-                        Item={**key, "bits": bits},
+                        Item={**key, "bits": bits, "hash_bytes": hash_bytes},
                         ConditionExpression="attribute_not_exists(pk)",
                     )
                 except ClientError as exc:
                     if not is_condition_failed(exc):
                         raise
-            return self.ensure_dataset(dataset_id, bits)
-        self._bits[dataset_id] = int(found["bits"])
+            return self.ensure_dataset(dataset_id, bits, hash_bytes)
         return self._bits[dataset_id]
 
     def partition_bits(self, dataset_id: str) -> int | None:
@@ -246,7 +249,14 @@ class Manifest:
             if found is None:
                 return None
             self._bits[dataset_id] = int(found["bits"])
+            self._widths[dataset_id] = int(found.get("hash_bytes", HASH_BYTES))
         return self._bits[dataset_id]
+
+    def hash_width(self, dataset_id: str) -> int:
+        """The dataset's key width in bytes (32: full digests; 6: prefixes); 32 when it has
+        never been written."""
+        self.partition_bits(dataset_id)
+        return self._widths.get(dataset_id, HASH_BYTES)
 
     def datasets(self) -> list[str]:
         return sorted(

@@ -31,7 +31,7 @@ from lethe_shared.index.segments.manifest import SegmentItem
 from lethe_shared.index.segments.rules import Row
 from lethe_shared.index.segments.s3_ranges import SegmentFiles
 
-ENTRY_COLUMNS = ["subject_hash", "object_id", "rows"]
+ENTRY_COLUMNS = ["subject_hash", "object_id", "rows", "subjects"]
 
 
 def _column_index(metadata: Any, name: str) -> int:
@@ -81,6 +81,7 @@ def rows_of(wide: pa.Table) -> list[Row]:
             object_url=columns["object_url"][i],
             origin_seq=columns["origin_seq"][i],
             rows=columns["rows"][i],
+            subjects=columns["subjects"][i],
             version_id=columns["version_id"][i],
             etag=columns["etag"][i],
             zone=columns["zone"][i],
@@ -113,7 +114,7 @@ class SegmentReader:
         return table.filter(pc.is_in(table["object_id"], value_set=pa.array(wanted, pa.int32())))
 
     def by_hashes(self, segment: SegmentItem, hashes: Iterable[bytes]) -> list[Row]:
-        """The segment's rows of these subject hashes (32-byte digests)."""
+        """The segment's rows of these subject keys (the dataset's width)."""
         wanted = sorted(set(hashes))
         if not wanted:
             return []
@@ -122,7 +123,7 @@ class SegmentReader:
         if not groups:
             return []
         entries = self._read(parquet, groups, ENTRY_COLUMNS).cast(ENTRIES_SCHEMA)
-        value_set = pa.array(wanted, pa.binary(32))
+        value_set = pa.array(wanted, pa.binary())
         entries = entries.filter(pc.is_in(entries["subject_hash"], value_set=value_set))
         if entries.num_rows == 0:
             return []
@@ -160,7 +161,7 @@ class SegmentReader:
         keep = pc.is_in(entries["object_id"], value_set=pa.array(ids, pa.int32()))
         if hashes is not None:
             keep = pc.and_(
-                keep, pc.is_in(entries["subject_hash"], value_set=pa.array(wanted, pa.binary(32)))
+                keep, pc.is_in(entries["subject_hash"], value_set=pa.array(wanted, pa.binary()))
             )
         return rows_of(widen(entries.filter(keep), objects))
 

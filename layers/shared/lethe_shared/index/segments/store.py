@@ -105,7 +105,7 @@ class SegmentWriter:
         )
         self.manifest.put_pending(pending)
         entries, objects = build_segment(wide, objects_only)
-        entries_data = to_parquet(entries, self.row_group)
+        entries_data = to_parquet(entries, self.row_group, self.manifest.hash_width(dataset_id))
         objects_data = to_parquet(objects, OBJECT_ROW_GROUP)
         etag = self.files.put(pending.key, entries_data)
         objects_etag = self.files.put(pending.objects_key, objects_data)
