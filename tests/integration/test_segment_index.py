@@ -405,3 +405,72 @@ def test_a_writer_that_dies_before_its_commit_is_ignored_scrubbed_and_swept(
     assert [s for s in index.manifest.all_segments("ds") if s.state == "pending"] == []
     assert [key for key, _ in all_objects(s3) if seq in key] == []
     assert [key for key, data in all_objects(s3) if bytes.fromhex(other) in data] == []
+
+
+# ------------------------------------------------------------------------------ prefixes
+
+
+def stored_keys(s3: Any) -> list[tuple[str, bytes]]:
+    """(S3 key, subject key) of every row of every entries file, decoded, and every row-group
+    statistic of `subject_hash` (the footer)."""
+    import io  # noqa: PLC0415
+
+    import pyarrow.parquet as pq  # noqa: PLC0415
+
+    found = []
+    for key, data in all_objects(s3):
+        if key.endswith(".objects.parquet"):
+            continue
+        parquet = pq.ParquetFile(io.BytesIO(data))
+        found += [
+            (key, k) for k in parquet.read(columns=["subject_hash"])["subject_hash"].to_pylist()
+        ]
+        for i in range(parquet.metadata.num_row_groups):
+            stats = parquet.metadata.row_group(i).column(0).statistics
+            if stats is not None and stats.has_min_max:
+                found += [(key, stats.min), (key, stats.max)]
+    return found
+
+
+def test_with_prefixes_a_lookup_returns_every_entry_sharing_the_prefix_and_erasure_keeps_a_shared_one(
+    s3: Any, manifest: Any
+) -> None:
+    rng = random.Random(21)
+    index = make_index(s3, manifest, hash_bytes=6, row_group=4)
+    one, other = "aabbccddeeff" + "1" * 52, "aabbccddeeff" + "2" * 52  # one 48-bit prefix
+    a, b, c = url("ds", 0), url("ds", 1), url("ds", 2)
+    index.replace_object(a, entries_of(a, [one, other, subject(1)], "v1", rng))
+    index.replace_object(b, entries_of(b, [one, subject(2)], "v1", rng))
+    index.replace_object(c, entries_of(c, [other], "v1", rng))
+    # lookups by the full hash return every entry sharing its prefix, named by the hash asked
+    assert [(e.object_url, e.subject_hash) for e in index.lookup(one)] == [
+        (a, one),
+        (b, one),
+        (c, one),  # the false candidate: the erase job's full-hash match finds nothing in c
+    ]
+    # by-object reads name a subject by its prefix; one row per prefix and object
+    assert index.subjects_of(a) == {"aabbccddeeff", subject(1)[:12]}
+    assert [s.subject_hash for s in index.entry_states(a, [one])] == [one]
+    index.compact("ds")
+    done = index.erase_entries(
+        "ds", {a: index.entry_states(a, [one]), b: index.entry_states(b, [one])}
+    )
+    assert done.complete
+    assert [u for u, _ in done.removed] == [b]
+    assert [(u, s.subject_hash) for u, s in done.kept_shared] == [(a, one)]  # `other` is in a
+    assert [e.object_url for e in index.lookup(other)] == [a, c]  # never lost
+    assert index.subjects_of(b) == {subject(2)[:12]}
+    # the erase job rewrites a without both subjects: the shared row is now an older
+    # version's, pruned, then scrubbed; c's entry is erased: no row, no statistic, no raw byte
+    # of the prefix stays in S3
+    index.replace_object(a, entries_of(a, [subject(1)], "v2", rng))
+    assert index.prune_flagged(a) == 1
+    assert index.remove_subjects(a, [one]) == 0  # dead rows of the prefix, scrubbed
+    assert [
+        u for u, _ in index.erase_entries("ds", {c: index.entry_states(c, [other])}).removed
+    ] == [c]
+    prefix = bytes.fromhex("aabbccddeeff")
+    assert [k for k, held in stored_keys(s3) if held == prefix] == []
+    assert [key for key, data in all_objects(s3) if prefix in data] == []
+    assert index.lookup(one) == [] and index.lookup(other) == []
+    assert index.subjects_of(a) == {subject(1)[:12]}
