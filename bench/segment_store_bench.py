@@ -46,7 +46,8 @@ BENCH_DIR = Path(__file__).resolve().parent
 OUT_NAME = "segment_store_latest.json"
 RUN_OBJECTS = 20
 LOOKUP_K = 10
-PARTITION_BITS = (0, 4)
+# (partition bits, hash_bytes): full digests and 48-bit prefixes, one and 16 partitions
+CONFIGS = ((0, 32), (4, 32), (0, 6), (4, 6))
 BUCKET = "lethe-bench-index"
 
 
@@ -59,14 +60,19 @@ def bucket_bytes(s3: Any) -> dict[str, int]:
 
 
 def measure(
-    batches: list[EntryBatch], dataset_id: str, bits: int, data_bytes: int, seed: int
+    batches: list[EntryBatch],
+    dataset_id: str,
+    config: tuple[int, int],
+    data_bytes: int,
+    seed: int,
 ) -> dict[str, Any]:
+    bits, width = config
     entries = sum(len(b) for b in batches)
     with mock_aws():
         s3 = boto3.client("s3", region_name="us-east-1")
         s3.create_bucket(Bucket=BUCKET)
         table = boto3.resource("dynamodb", region_name="us-east-1").create_table(
-            **manifest_table_definition(f"manifest-{bits}")
+            **manifest_table_definition(f"manifest-{bits}-{width}")
         )
 
         def make() -> SegmentSubjectIndex:
@@ -75,6 +81,7 @@ def measure(
                 BUCKET,
                 table,
                 partition_bits=bits,
+                hash_bytes=width,
                 settle_seconds=0,
                 dataset_of=lambda _url: dataset_id,
             )
@@ -110,11 +117,12 @@ def measure(
         object_reads = {
             "gets": cold.counter.gets,
             "bytes": cold.counter.bytes,
-            "complete": subjects == set(one.subject_hashes),
+            "complete": subjects == {h[: 2 * width] for h in one.subject_hashes},
         }
     total = sum(level1.values())
     return {
         "partition_bits": bits,
+        "hash_bytes": width,
         "level0_segments": len(level0) // 2,
         "level0_bytes": sum(level0.values()),
         "level0_bytes_per_entry": sum(level0.values()) / entries,
@@ -153,7 +161,7 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     entries = sum(len(b) for b in batches)
     print(f"lake: {len(lake.files)} objects, {lake.rows:,} rows, {entries:,} entries")
     configs = [
-        measure(batches, dataset.dataset_id, bits, data_bytes, args.seed) for bits in PARTITION_BITS
+        measure(batches, dataset.dataset_id, config, data_bytes, args.seed) for config in CONFIGS
     ]
     return {
         "benchmark": "index-segment-store",
@@ -180,15 +188,16 @@ def markdown(result: dict[str, Any]) -> str:
         "(one level-0 segment each), then compacted. Lookup: K = 10 subjects, GETs and bytes "
         "counted (cold: empty footer cache; warm: cached).",
         "",
-        "| partitions | level-0 bytes per entry | level-0 / data | level-1 segments | index bytes "
+        "| partitions | hash bytes | level-0 bytes per entry | level-0 / data | level-1 segments | index bytes "
         "| object tables | bytes per entry | index / data | manifest items "
         "| lookup GETs cold / warm | lookup bytes cold / warm | complete "
         "| subjects_of GETs / bytes |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
     for c in result["configurations"]:
         lines.append(
-            f"| {1 << c['partition_bits']} | {c['level0_bytes_per_entry']:.2f} "
+            f"| {1 << c['partition_bits']} | {c.get('hash_bytes', 32)} "
+            f"| {c['level0_bytes_per_entry']:.2f} "
             f"| {c['level0_index_to_data'] * 100:.1f} % | {c['level1_segments']} "
             f"| {c['index_bytes']:,} | {c['object_table_bytes']:,} | {c['bytes_per_entry']:.2f} "
             f"| {c['index_to_data'] * 100:.1f} % | {c['manifest_items']} "

@@ -340,6 +340,33 @@ def test_a_lookup_of_ten_hashes_reads_a_footer_the_row_groups_holding_them_and_o
     assert 0 < sum(cold.values()) <= budget
 
 
+def test_reading_one_objects_entries_reads_only_its_row_groups_of_the_by_object_files(
+    s3: Any, manifest: Any
+) -> None:
+    rng = random.Random(14)
+    writer = make_index(s3, manifest, partition_bits=1, row_group=256)
+    hashes = [subject(i) for i in range(4000)]
+    targets = [url("ds", i) for i in range(30)]
+    chosen = {t: rng.sample(hashes, 1000) for t in targets}
+    writer.replace_objects([(t, entries_of(t, chosen[t], "v1", rng)) for t in targets])
+    writer.compact("ds")
+    index = make_index(s3, manifest, partition_bits=1, row_group=256)  # a cold footer cache
+    target = targets[17]
+    assert index.subjects_of(target) == set(chosen[target])
+    level1 = [s for s in index.manifest.listing("ds") if s.level == 1 and s.state == "active"]
+    assert len(level1) == 2
+    for segment in level1:
+        assert index.counter.by_key.get(segment.key, 0) == 0  # the by-hash file is not read
+        sidecar = index.files.open(segment.by_object_key, segment.by_object_etag).metadata
+        per_partition = 1 + 1000 // 2 // 256  # the object's entries of one partition
+        assert sidecar.num_row_groups > 10 * per_partition
+        # footer + the row groups holding the object (its rows are contiguous), at most one more
+        assert index.counter.by_key[segment.by_object_key] <= 1 + per_partition + 2
+    read = sum(index.counter.by_key.get(s.by_object_key, 0) for s in level1)
+    assert read < sum(s.bytes for s in level1)
+    assert index.counter.bytes < sum(s.bytes for s in level1) / 4
+
+
 # ------------------------------------------------------------------------------ races
 
 

@@ -248,8 +248,8 @@ class Compactor:
 
     def _remove(self, segment: SegmentItem, state: str) -> None:
         """Files first, then the item (while still in `state` with its ETag)."""
-        self.reader.files.delete(segment.key)
-        self.reader.files.delete(segment.objects_key)
+        for key in segment.files:
+            self.reader.files.delete(key)
         self.manifest.delete_segment(SegmentItem(**{**segment.__dict__, "state": state}))
 
     def _retire_absorbed(self, dataset_id: str, bits: int, report: CompactionReport) -> None:

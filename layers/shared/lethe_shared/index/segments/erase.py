@@ -67,7 +67,7 @@ class SegmentRewrite:
     old_seq: str
     old_etag: str
     old_objects_etag: str
-    old_keys: tuple[str, str]
+    old_keys: tuple[str, ...]  # entries, object table (and by-object file, level 1)
     new_seq: str
     new_key: str
     new_etag: str
@@ -223,7 +223,7 @@ class Eraser:
         except TransactionCancelled:
             self.writer.discard(new)
             raise
-        old_keys = (segment.key, segment.objects_key)
+        old_keys = segment.files
         for key in old_keys:
             self.reader.files.delete(key)
         gone = all(self.reader.files.gone(key) for key in old_keys)
@@ -233,7 +233,7 @@ class Eraser:
         """A pending segment with a file missing (its writer died between its PUTs, or has not
         written them yet): not readable, so dropped whole (files, then item). A live writer's
         commit then fails and it writes again."""
-        old_keys = (segment.key, segment.objects_key)
+        old_keys = segment.files
         if all(self.reader.files.gone(key) for key in old_keys):
             return None  # nothing stored yet
         for key in old_keys:
@@ -290,7 +290,7 @@ __all__ = ["Eraser", "ErasureNotSettledError", "SegmentErasure", "SegmentRewrite
 
 def _rewrite(
     segment: SegmentItem,
-    old_keys: tuple[str, str],
+    old_keys: tuple[str, ...],
     gone: bool,
     new: SegmentItem | None = None,
     dropped: int = -1,

@@ -129,6 +129,16 @@ def objects_key(entries: str) -> str:
     return entries.removesuffix(".parquet") + ".objects.parquet"
 
 
+def by_object_key(entries: str) -> str:
+    """A level-1 segment's by-object file: its entries sorted by (object_id, subject_hash)."""
+    return entries.removesuffix(".parquet") + ".by_object.parquet"
+
+
+def by_object(entries: pa.Table) -> pa.Table:
+    """An entries table sorted by object: what the by-object file holds."""
+    return entries.sort_by([("object_id", "ascending"), ("subject_hash", "ascending")])
+
+
 def check_dataset_id(dataset_id: str) -> str:
     if not dataset_id or "/" in dataset_id or "#" in dataset_id or dataset_id in {".", ".."}:
         raise ValueError("a dataset id is non-empty, without '/' or '#'")

@@ -6,7 +6,7 @@ and each dataset's partition configuration. No subject hash ever appears in an i
 | dataset | `datasets` | `<dataset_id>` | `bits`, `hash_bytes` |
 | partitions | `cfg#<dataset_id>` | `partitions` | `bits` (2**bits partitions), `hash_bytes` |
 | level-0 segment | `seg#<dataset_id>` | `L0#<seq>` | SEGMENT, origin_seq |
-| level-1 segment | `seg#<dataset_id>` | `L1#<pppp>#<seq>` | SEGMENT, absorbed_through |
+| level-1 segment | `seg#<dataset_id>` | `L1#<pppp>#<seq>` | SEGMENT, absorbed_through, LEVEL1 |
 | object pointer | `obj#<dataset_id>` | `<object_url>` | POINTER |
 
 SEGMENT: state, etag, objects_etag, bytes, entries, objects, created_at, writer. The dataset,
@@ -16,6 +16,8 @@ level, partition and seq are read from pk/sk, the S3 keys derived from them
 Every segment item of a dataset shares one partition key, so ONE consistent Query lists them
 all (`listing`), level 0 first (`L0#` sorts before `L1#`): a reader sees the level-0 items
 before the level-1 items, the order `lookup.consulted` relies on.
+
+LEVEL1: by_object_etag (the by-object file).
 
 POINTER: current, version_id, etag, floor, deleted, entries, updated_at.
 
@@ -40,6 +42,7 @@ from lethe_shared.index.segments.format import (
     DEFAULT_PARTITION_BITS,
     HASH_BYTES,
     MAX_PARTITION_BITS,
+    by_object_key,
     check_dataset_id,
     check_width,
     entries_key,
@@ -52,7 +55,7 @@ PENDING, ACTIVE, RETIRED = "pending", "active", "retired"
 # what readers of segment items need (fewer attributes read: smaller Query answers)
 READ_PROJECTION = {
     "ProjectionExpression": "pk, sk, #st, etag, objects_etag, origin_seq, absorbed_through, "
-    "created_at, #b",
+    "by_object_etag, created_at, #b",
     "ExpressionAttributeNames": {"#st": "state", "#b": "bytes"},
 }
 DATASETS_PK = "datasets"
@@ -114,6 +117,17 @@ class SegmentItem:
     writer: str = ""
     origin_seq: str = ""  # level 0: the seq its rows were written with
     absorbed_through: str = ""  # level 1: the highest level-0 origin whose rows it holds
+    by_object_etag: str = ""  # level 1: the ETag of its by-object file
+
+    @property
+    def by_object_key(self) -> str:
+        """Level 1: the by-object file (the entries sorted by object); "" at level 0."""
+        return by_object_key(self.key) if self.level == 1 else ""
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """Every S3 key of the segment: entries, object table (and by-object file, level 1)."""
+        return (self.key, self.objects_key) + ((self.by_object_key,) if self.level == 1 else ())
 
     @property
     def pk(self) -> str:
@@ -142,6 +156,7 @@ class SegmentItem:
             item["origin_seq"] = self.origin_seq
         else:
             item["absorbed_through"] = self.absorbed_through
+            item["by_object_etag"] = self.by_object_etag
         return item
 
     @classmethod
@@ -170,6 +185,7 @@ class SegmentItem:
             writer=str(item.get("writer", "")),
             origin_seq=str(item.get("origin_seq", "")),
             absorbed_through=str(item.get("absorbed_through", "")),
+            by_object_etag=str(item.get("by_object_etag", "")),
         )
 
     def primary(self) -> dict[str, str]:

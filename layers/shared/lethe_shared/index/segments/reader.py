@@ -4,10 +4,10 @@ or whole (compaction, erasure, a dataset's entries).
 By hash: the footer (cached), then only the row groups whose `subject_hash` min/max hold a
 wanted hash, then the object table's row groups whose `object_id` min/max hold an id found.
 By object: the object table's row groups whose `object_url` min/max hold the URL (object ids
-follow URL order), then the entries' row groups whose `object_id` min/max overlap the object's
-ids. In a level-1 segment entries are sorted by hash, so nearly every row group's object id
-range covers any object: reading an object's entries reads the segment's `subject_hash` and
-`object_id` columns (the cost of `subjects_of` and the exact counts, in the notes).
+follow URL order), then the row groups whose `object_id` min/max overlap the object's ids: of
+the level-1 segment's by-object file (the same entries sorted by (object_id, subject_hash): the
+object's rows are contiguous, so this reads row groups in proportion to the object's entries),
+or of a level-0 segment's entries file (small: one ingestion run).
 """
 
 from __future__ import annotations
@@ -149,7 +149,11 @@ class SegmentReader:
         if objects.num_rows == 0:
             return []
         ids = sorted(objects["object_id"].to_pylist())
-        entries_file = self.files.open(segment.key, segment.etag)
+        if segment.by_object_etag:
+            # level 1: the by-object file, sorted by object: only the object's row groups
+            entries_file = self.files.open(segment.by_object_key, segment.by_object_etag)
+        else:
+            entries_file = self.files.open(segment.key, segment.etag)
         groups = groups_holding(
             entries_file.metadata, "object_id", lambda lo, hi: lo <= ids[-1] and hi >= ids[0]
         )
