@@ -144,12 +144,13 @@ class SegmentSubjectIndex:
         pending_timeout_seconds: float = 3600.0,
         settle_seconds: float = 60.0,
         hash_bytes: int = HASH_BYTES,
+        by_object_files: bool = True,
     ) -> None:
         self.manifest = Manifest(table)
         self.files = SegmentFiles(s3, bucket, counter or ReadCounter(), footers or FooterCache())
         self.reader = SegmentReader(self.files)
         self.reads = SegmentLookup(self.manifest, self.reader)
-        self.writer = SegmentWriter(self.manifest, self.files, row_group)
+        self.writer = SegmentWriter(self.manifest, self.files, row_group, by_object_files)
         self.eraser = Eraser(self.manifest, self.reader, self.writer, self.reads)
         self.compactor = Compactor(
             self.manifest,

@@ -126,7 +126,8 @@ class SegmentItem:
 
     @property
     def files(self) -> tuple[str, ...]:
-        """Every S3 key of the segment: entries, object table (and by-object file, level 1)."""
+        """Every S3 key the segment may have: entries, object table and, at level 1, the
+        by-object file (deleted and checked gone even when it was not written)."""
         return (self.key, self.objects_key) + ((self.by_object_key,) if self.level == 1 else ())
 
     @property

@@ -71,6 +71,7 @@ class SegmentWriter:
     manifest: Manifest
     files: SegmentFiles
     row_group: int = ROW_GROUP_ENTRIES
+    by_object_files: bool = True  # level 1: write the by-object file too
 
     def write(
         self,
@@ -111,7 +112,7 @@ class SegmentWriter:
         etag = self.files.put(pending.key, entries_data)
         objects_etag = self.files.put(pending.objects_key, objects_data)
         sidecar_etag, sidecar_bytes = "", 0
-        if level == 1:
+        if level == 1 and self.by_object_files:
             sidecar = to_parquet(
                 by_object(entries), self.row_group, self.manifest.hash_width(dataset_id)
             )
