@@ -131,7 +131,8 @@ class Eraser:
                 current = now.get(h)
                 state = state_of(current) if current is not None else None
                 if (
-                    current is not None
+                    state is not None
+                    and current is not None
                     and current.row.subjects > 1
                     and (expected is None or state == expected)
                 ):

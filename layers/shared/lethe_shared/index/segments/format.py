@@ -277,7 +277,7 @@ def to_parquet(table: pa.Table, row_group: int, width: int | None = None) -> byt
         compression="zstd",
         write_statistics=True,
         store_schema=False,
-        **options,  # type: ignore[arg-type]
+        **options,
     )
     return sink.getvalue()
 
