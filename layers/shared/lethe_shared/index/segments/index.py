@@ -13,6 +13,13 @@ erase). The same meanings as `DynamoSubjectIndex`; where they are reached differ
   `remove_subjects`) are exact: each reads the object's entries first (`object_entries`: the
   object tables of the dataset's active segments, and the row groups of those listing it).
 
+`hash_bytes` (recorded per dataset at its first write): 32 stores full digests; 6 stores 48-bit
+prefixes (the shared-prefix rule, `segments.format` and the notes): lookups by a full hash return
+every entry sharing its prefix, named by the hash asked for; by-object reads without subjects
+name a subject by its 12-hex-digit prefix; erasure keeps a row two subjects of one object
+version share (`SegmentErasure.kept_shared`). `by_object_files`: level-1 segments get a file
+sorted by object, so one object's entries cost its own row groups (`reader.by_object`).
+
 The dataset of an object URL is its key's first segment (`s3://<bucket>/<dataset_id>/...`,
 `datasets.registry.dataset_of_key`) unless a `dataset_of` is given; entries of another dataset
 are refused (ValueError).
