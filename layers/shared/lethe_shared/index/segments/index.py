@@ -354,9 +354,8 @@ class SegmentSubjectIndex:
 
     # -- reads
     def lookup(self, subject_hash: str) -> list[IndexEntry]:
-        found: list[IndexEntry] = []
-        for dataset in self.manifest.datasets():
-            found += self.reads.lookup_in(dataset, [subject_hash])[subject_hash]
+        per_dataset = self.reads.lookup_across(self.manifest.datasets(), [subject_hash])
+        found = [e for entries in per_dataset.values() for e in entries[subject_hash]]
         return sorted(found, key=lambda e: e.object_url)
 
     def lookup_in(

@@ -127,15 +127,26 @@ class SegmentLookup:
 
     def lookup_in(self, dataset_id: str, hashes: Iterable[str]) -> dict[str, list[IndexEntry]]:
         """Every entry (flagged ones included) of each hash in the dataset."""
-        wanted = sorted(set(hashes))
+        return self.lookup_across([dataset_id], hashes)[dataset_id]
 
-        def read() -> dict[str, list[IndexEntry]]:
-            rows = self.rows_for_hashes(dataset_id, wanted)
-            pointers = self.manifest.pointers(dataset_id, {r.object_url for r in rows})
-            found: dict[str, list[IndexEntry]] = {h: [] for h in wanted}
-            for (h, _), entry in sorted(live_entries(rows, pointers).items()):
-                found[h].append(to_entry(dataset_id, entry))
-            return found
+    def lookup_across(
+        self, datasets: Iterable[str], hashes: Iterable[str]
+    ) -> dict[str, dict[str, list[IndexEntry]]]:
+        """Per dataset, every entry of each hash: the rows of every dataset first, then the
+        pointers of all their objects in shared BatchGetItems."""
+        wanted = sorted(set(hashes))
+        names = sorted(set(datasets))
+
+        def read() -> dict[str, dict[str, list[IndexEntry]]]:
+            rows = {d: self.rows_for_hashes(d, wanted) for d in names}
+            pointers = self.manifest.pointers_of((d, r.object_url) for d in names for r in rows[d])
+            out: dict[str, dict[str, list[IndexEntry]]] = {}
+            for d in names:
+                found: dict[str, list[IndexEntry]] = {h: [] for h in wanted}
+                for (h, _), entry in sorted(live_entries(rows[d], pointers.get(d, {})).items()):
+                    found[h].append(to_entry(d, entry))
+                out[d] = found
+            return out
 
         return self.retrying(read)
 

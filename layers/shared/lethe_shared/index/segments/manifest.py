@@ -358,11 +358,21 @@ class Manifest:
         return Pointer.of_item(item) if item else None
 
     def pointers(self, dataset_id: str, urls: Iterable[str]) -> dict[str, Pointer | None]:
-        wanted = sorted(set(urls))
-        found: dict[str, Pointer | None] = dict.fromkeys(wanted)
-        keys = [{"pk": pointer_pk(dataset_id), "sk": u} for u in wanted]
+        return self.pointers_of({(dataset_id, u) for u in urls}).get(dataset_id, {})
+
+    def pointers_of(
+        self, wanted: Iterable[tuple[str, str]]
+    ) -> dict[str, dict[str, Pointer | None]]:
+        """(dataset, object URL) pairs -> dataset -> URL -> pointer (None: none), read in
+        BatchGetItems of up to 100 keys whatever their datasets."""
+        pairs = sorted(set(wanted))
+        found: dict[str, dict[str, Pointer | None]] = {}
+        for dataset_id, url in pairs:
+            found.setdefault(dataset_id, {})[url] = None
+        keys = [{"pk": pointer_pk(d), "sk": u} for d, u in pairs]
         for item in batch_get_all(self.table, keys, ConsistentRead=True):
-            found[str(item["sk"])] = Pointer.of_item(item)
+            dataset_id = str(item["pk"]).removeprefix("obj#")
+            found[dataset_id][str(item["sk"])] = Pointer.of_item(item)
         return found
 
     def all_pointers(self, dataset_id: str) -> dict[str, Pointer | None]:
