@@ -46,7 +46,9 @@ BENCH_DIR = Path(__file__).resolve().parent
 OUT_NAME = "segment_store_latest.json"
 RUN_OBJECTS = 20
 LOOKUP_K = 10
-PARTITION_BITS = (0, 4)
+# (partition bits, hash_bytes, by-object files): full digests and 48-bit prefixes, one and 16
+# partitions, level-1 by-object files written or not
+CONFIGS = ((0, 32, True), (4, 32, True), (0, 6, True), (4, 6, True), (0, 6, False), (4, 6, False))
 BUCKET = "lethe-bench-index"
 
 
@@ -59,14 +61,19 @@ def bucket_bytes(s3: Any) -> dict[str, int]:
 
 
 def measure(
-    batches: list[EntryBatch], dataset_id: str, bits: int, data_bytes: int, seed: int
+    batches: list[EntryBatch],
+    dataset_id: str,
+    config: tuple[int, int, bool],
+    data_bytes: int,
+    seed: int,
 ) -> dict[str, Any]:
+    bits, width, sidecars = config
     entries = sum(len(b) for b in batches)
     with mock_aws():
         s3 = boto3.client("s3", region_name="us-east-1")
         s3.create_bucket(Bucket=BUCKET)
         table = boto3.resource("dynamodb", region_name="us-east-1").create_table(
-            **manifest_table_definition(f"manifest-{bits}")
+            **manifest_table_definition(f"manifest-{bits}-{width}-{sidecars}")
         )
 
         def make() -> SegmentSubjectIndex:
@@ -75,6 +82,8 @@ def measure(
                 BUCKET,
                 table,
                 partition_bits=bits,
+                hash_bytes=width,
+                by_object_files=sidecars,
                 settle_seconds=0,
                 dataset_of=lambda _url: dataset_id,
             )
@@ -90,7 +99,12 @@ def measure(
         compact_s = time.perf_counter() - started
         level1 = bucket_bytes(s3)
         items = table.scan()["Items"]
-        entry_files = sum(v for k, v in level1.items() if not k.endswith(".objects.parquet"))
+        entry_files = sum(
+            v
+            for k, v in level1.items()
+            if not k.endswith((".objects.parquet", ".by_object.parquet"))
+        )
+        by_object_bytes = sum(v for k, v in level1.items() if k.endswith(".by_object.parquet"))
         rng = random.Random(seed)
         hashes = sorted({h for b in batches for h in b.subject_hashes})
         wanted = rng.sample(hashes, LOOKUP_K)
@@ -110,19 +124,22 @@ def measure(
         object_reads = {
             "gets": cold.counter.gets,
             "bytes": cold.counter.bytes,
-            "complete": subjects == set(one.subject_hashes),
+            "complete": subjects == {h[: 2 * width] for h in one.subject_hashes},
         }
     total = sum(level1.values())
     return {
         "partition_bits": bits,
+        "hash_bytes": width,
+        "by_object_files": sidecars,
+        "by_object_file_bytes": by_object_bytes,
         "level0_segments": len(level0) // 2,
         "level0_bytes": sum(level0.values()),
         "level0_bytes_per_entry": sum(level0.values()) / entries,
         "level0_index_to_data": sum(level0.values()) / data_bytes,
-        "level1_segments": len(level1) // 2,
+        "level1_segments": sum(1 for k in level1 if k.endswith(".objects.parquet")),
         "index_bytes": total,
         "entry_file_bytes": entry_files,
-        "object_table_bytes": total - entry_files,
+        "object_table_bytes": total - entry_files - by_object_bytes,
         "bytes_per_entry": total / entries,
         "index_to_data": total / data_bytes,
         "manifest_items": len(items),
@@ -153,7 +170,7 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     entries = sum(len(b) for b in batches)
     print(f"lake: {len(lake.files)} objects, {lake.rows:,} rows, {entries:,} entries")
     configs = [
-        measure(batches, dataset.dataset_id, bits, data_bytes, args.seed) for bits in PARTITION_BITS
+        measure(batches, dataset.dataset_id, config, data_bytes, args.seed) for config in CONFIGS
     ]
     return {
         "benchmark": "index-segment-store",
@@ -180,15 +197,18 @@ def markdown(result: dict[str, Any]) -> str:
         "(one level-0 segment each), then compacted. Lookup: K = 10 subjects, GETs and bytes "
         "counted (cold: empty footer cache; warm: cached).",
         "",
-        "| partitions | level-0 bytes per entry | level-0 / data | level-1 segments | index bytes "
+        "| partitions | hash bytes | by-object file bytes | level-0 bytes per entry "
+        "| level-0 / data | level-1 segments | index bytes "
         "| object tables | bytes per entry | index / data | manifest items "
         "| lookup GETs cold / warm | lookup bytes cold / warm | complete "
         "| subjects_of GETs / bytes |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
     for c in result["configurations"]:
         lines.append(
-            f"| {1 << c['partition_bits']} | {c['level0_bytes_per_entry']:.2f} "
+            f"| {1 << c['partition_bits']} | {c.get('hash_bytes', 32)} "
+            f"| {c.get('by_object_file_bytes', 0):,} "
+            f"| {c['level0_bytes_per_entry']:.2f} "
             f"| {c['level0_index_to_data'] * 100:.1f} % | {c['level1_segments']} "
             f"| {c['index_bytes']:,} | {c['object_table_bytes']:,} | {c['bytes_per_entry']:.2f} "
             f"| {c['index_to_data'] * 100:.1f} % | {c['manifest_items']} "

@@ -1,12 +1,14 @@
 """SegmentSubjectIndex against moto: the same meanings as DynamoSubjectIndex (a random sequence
-of operations driven against both), erasure that leaves no hash in S3 or the manifest, what a
-lookup reads, compaction racing an erasure, a writer that dies before its commit."""
+of operations driven against both, with full digests and with 48-bit prefixes), erasure that
+leaves no hash in S3 or the manifest, the shared-prefix rule, what a lookup and a by-object read
+cost, compaction racing an erasure, a writer that dies before its commit."""
 
 from __future__ import annotations
 
 import hashlib
 import random
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import boto3
@@ -101,21 +103,35 @@ def norm(entry: IndexEntry) -> tuple[Any, ...]:
     )
 
 
+def key_of(subject_hash: str, width: int) -> str:
+    """What the segment index's by-object reads call a subject: the full hash (width 32) or its
+    first 12 hex digits (width 6, the shared-prefix rule)."""
+    return subject_hash[: 2 * width]
+
+
 def assert_same(
     dynamo: DynamoSubjectIndex,
     segments: SegmentSubjectIndex,
     hashes: list[str],
     urls: list[str],
     step: str,
+    width: int = 32,
 ) -> None:
     for h in hashes:
         assert sorted(map(norm, dynamo.lookup(h))) == sorted(map(norm, segments.lookup(h))), step
     for u in urls:
-        assert dynamo.subjects_of(u) == segments.subjects_of(u), step
-        assert dynamo.entry_states(u) == segments.entry_states(u), step
+        assert {key_of(h, width) for h in dynamo.subjects_of(u)} == segments.subjects_of(u), step
+        states = [
+            replace(s, subject_hash=key_of(s.subject_hash, width)) for s in dynamo.entry_states(u)
+        ]
+        assert states == segments.entry_states(u), step
     for dataset in ("ds", "dt"):
         expected = sorted(
-            dynamo.entries_of_dataset(dataset), key=lambda e: (e.object_url, e.subject_hash)
+            (
+                replace(e, subject_hash=key_of(e.subject_hash, width))
+                for e in dynamo.entries_of_dataset(dataset)
+            ),
+            key=lambda e: (e.object_url, e.subject_hash),
         )
         assert expected == list(segments.entries_of_dataset(dataset)), step
 
@@ -154,16 +170,21 @@ def apply(
         segments.compact("dt")
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize(("seed", "width"), [(1, 32), (2, 32), (1, 6)])
 def test_a_random_sequence_of_operations_means_the_same_on_both_indexes(
-    s3: Any, manifest: Any, seed: int
+    s3: Any, manifest: Any, seed: int, width: int
 ) -> None:
+    """Full digests (width 32) and 48-bit prefixes (width 6): with prefixes, by-object reads
+    (`subjects_of`, `entry_states()` without subjects, `entries_of_dataset`) name a subject by
+    its first 12 hex digits; every other answer is the same (no two of the 10 subjects share a
+    prefix)."""
     rng = random.Random(seed)
     dynamo = DynamoSubjectIndex(
         create_table_from_template("SubjectIndexTable", TABLES["SubjectIndexTable"])
     )
-    segments = make_index(s3, manifest, partition_bits=1, row_group=3)
+    segments = make_index(s3, manifest, partition_bits=1, row_group=3, hash_bytes=width)
     hashes = [subject(i) for i in range(10)]
+    assert len({h[:12] for h in hashes}) == len(hashes)
     urls = [url("ds", i) for i in range(3)] + [url("dt", 0)]
     ops = ["replace"] * 4 + ["flag", "prune", "remove", "subjects", "unchanged", "compact"]
     versions = 0
@@ -175,7 +196,7 @@ def test_a_random_sequence_of_operations_means_the_same_on_both_indexes(
             apply(op, target, dynamo, segments, rng, hashes, f"v{versions}")
         except AssertionError as exc:
             raise AssertionError(label) from exc
-        assert_same(dynamo, segments, hashes, urls, label)
+        assert_same(dynamo, segments, hashes, urls, label, width)
     for u in urls:
         assert dynamo.described_versions(u) == segments.described_versions(u)
         subjects = sorted(dynamo.subjects_of(u))
@@ -320,6 +341,33 @@ def test_a_lookup_of_ten_hashes_reads_a_footer_the_row_groups_holding_them_and_o
     assert 0 < sum(cold.values()) <= budget
 
 
+def test_reading_one_objects_entries_reads_only_its_row_groups_of_the_by_object_files(
+    s3: Any, manifest: Any
+) -> None:
+    rng = random.Random(14)
+    writer = make_index(s3, manifest, partition_bits=1, row_group=256)
+    hashes = [subject(i) for i in range(4000)]
+    targets = [url("ds", i) for i in range(30)]
+    chosen = {t: rng.sample(hashes, 1000) for t in targets}
+    writer.replace_objects([(t, entries_of(t, chosen[t], "v1", rng)) for t in targets])
+    writer.compact("ds")
+    index = make_index(s3, manifest, partition_bits=1, row_group=256)  # a cold footer cache
+    target = targets[17]
+    assert index.subjects_of(target) == set(chosen[target])
+    level1 = [s for s in index.manifest.listing("ds") if s.level == 1 and s.state == "active"]
+    assert len(level1) == 2
+    for segment in level1:
+        assert index.counter.by_key.get(segment.key, 0) == 0  # the by-hash file is not read
+        sidecar = index.files.open(segment.by_object_key, segment.by_object_etag).metadata
+        per_partition = 1 + 1000 // 2 // 256  # the object's entries of one partition
+        assert sidecar.num_row_groups > 10 * per_partition
+        # footer + the row groups holding the object (its rows are contiguous), at most one more
+        assert index.counter.by_key[segment.by_object_key] <= 1 + per_partition + 2
+    read = sum(index.counter.by_key.get(s.by_object_key, 0) for s in level1)
+    assert read < sum(s.bytes for s in level1)
+    assert index.counter.bytes < sum(s.bytes for s in level1) / 4
+
+
 # ------------------------------------------------------------------------------ races
 
 
@@ -385,3 +433,73 @@ def test_a_writer_that_dies_before_its_commit_is_ignored_scrubbed_and_swept(
     assert [s for s in index.manifest.all_segments("ds") if s.state == "pending"] == []
     assert [key for key, _ in all_objects(s3) if seq in key] == []
     assert [key for key, data in all_objects(s3) if bytes.fromhex(other) in data] == []
+
+
+# ------------------------------------------------------------------------------ prefixes
+
+
+def stored_keys(s3: Any) -> list[tuple[str, bytes]]:
+    """(S3 key, subject key) of every row of every entries file, decoded, and every row-group
+    statistic of `subject_hash` (the footer)."""
+    import io  # noqa: PLC0415
+
+    import pyarrow.parquet as pq  # noqa: PLC0415
+
+    found = []
+    for key, data in all_objects(s3):
+        if key.endswith(".objects.parquet"):
+            continue
+        parquet = pq.ParquetFile(io.BytesIO(data))
+        found += [
+            (key, k) for k in parquet.read(columns=["subject_hash"])["subject_hash"].to_pylist()
+        ]
+        for i in range(parquet.metadata.num_row_groups):
+            stats = parquet.metadata.row_group(i).column(0).statistics
+            if stats is not None and stats.has_min_max:
+                found += [(key, stats.min), (key, stats.max)]
+    return found
+
+
+def test_with_prefixes_a_lookup_returns_all_entries_sharing_the_prefix_erasure_keeps_a_shared_one(
+    s3: Any, manifest: Any
+) -> None:
+    rng = random.Random(21)
+    index = make_index(s3, manifest, hash_bytes=6, row_group=4)
+    one, other = "aabbccddeeff" + "1" * 52, "aabbccddeeff" + "2" * 52  # one 48-bit prefix
+    a, b, c = url("ds", 0), url("ds", 1), url("ds", 2)
+    index.replace_object(a, entries_of(a, [one, other, subject(1)], "v1", rng))
+    index.replace_object(b, entries_of(b, [one, subject(2)], "v1", rng))
+    index.replace_object(c, entries_of(c, [other], "v1", rng))
+    # lookups by the full hash return every entry sharing its prefix, named by the hash asked
+    assert [(e.object_url, e.subject_hash) for e in index.lookup(one)] == [
+        (a, one),
+        (b, one),
+        (c, one),  # the false candidate: the erase job's full-hash match finds nothing in c
+    ]
+    # by-object reads name a subject by its prefix; one row per prefix and object
+    assert index.subjects_of(a) == {"aabbccddeeff", subject(1)[:12]}
+    assert [s.subject_hash for s in index.entry_states(a, [one])] == [one]
+    index.compact("ds")
+    done = index.erase_entries(
+        "ds", {a: index.entry_states(a, [one]), b: index.entry_states(b, [one])}
+    )
+    assert done.complete
+    assert [u for u, _ in done.removed] == [b]
+    assert [(u, s.subject_hash) for u, s in done.kept_shared] == [(a, one)]  # `other` is in a
+    assert [e.object_url for e in index.lookup(other)] == [a, c]  # never lost
+    assert index.subjects_of(b) == {subject(2)[:12]}
+    # the erase job rewrites a without both subjects: the shared row is now an older
+    # version's, pruned, then scrubbed; c's entry is erased: no row, no statistic, no raw byte
+    # of the prefix stays in S3
+    index.replace_object(a, entries_of(a, [subject(1)], "v2", rng))
+    assert index.prune_flagged(a) == 1
+    assert index.remove_subjects(a, [one]) == 0  # dead rows of the prefix, scrubbed
+    assert [
+        u for u, _ in index.erase_entries("ds", {c: index.entry_states(c, [other])}).removed
+    ] == [c]
+    prefix = bytes.fromhex("aabbccddeeff")
+    assert [k for k, held in stored_keys(s3) if held == prefix] == []
+    assert [key for key, data in all_objects(s3) if prefix in data] == []
+    assert index.lookup(one) == []
+    assert index.lookup(other) == []
+    assert index.subjects_of(a) == {subject(1)[:12]}

@@ -247,3 +247,36 @@ def test_the_segment_index_is_a_subject_index() -> None:
 
     index: SubjectIndex = SegmentSubjectIndex(FakeS3(), "bucket", object())
     assert index.lookup is not None
+
+
+def test_a_prefix_key_is_six_bytes_and_subjects_sharing_one_in_an_object_are_one_row() -> None:
+    from lethe_shared.index.segments.format import (  # noqa: PLC0415
+        PREFIX_BYTES,
+        by_object,
+        subject_id,
+        subject_key,
+    )
+
+    one, other = "aabbccddeeff" + "1" * 52, "aabbccddeeff" + "2" * 52
+    assert subject_key(one, PREFIX_BYTES) == bytes.fromhex("aabbccddeeff")
+    assert subject_id(one, PREFIX_BYTES) == subject_id("aabbccddeeff", PREFIX_BYTES)
+    assert subject_id(one) == one  # full digests: the hash itself
+    with pytest.raises(ValueError, match="64 hex digits"):
+        subject_key("aabbccddeeff")  # a prefix does not name a full digest
+    rows = wide_rows([one, other, subject(1)], [2, 3, 1], fields("s3://l/ds/a", "1"), PREFIX_BYTES)
+    assert sorted(
+        zip(
+            rows["subject_hash"].to_pylist(),
+            rows["rows"].to_pylist(),
+            rows["subjects"].to_pylist(),
+            strict=True,
+        )
+    ) == sorted([(bytes.fromhex("aabbccddeeff"), 5, 2), (bytes.fromhex(subject(1)[:12]), 1, 1)])
+    entries, _ = build_segment(rows)
+    data = to_parquet(entries, 4, PREFIX_BYTES)
+    stored = pq.ParquetFile(io.BytesIO(data))
+    assert stored.schema_arrow.field("subject_hash").type == pa.binary(PREFIX_BYTES)
+    assert from_parquet(data, ENTRIES_SCHEMA).equals(entries)
+    low, high = partition_bounds(0xA, 4, PREFIX_BYTES)
+    assert low <= bytes.fromhex("aabbccddeeff") <= high
+    assert by_object(entries)["object_id"].to_pylist() == sorted(entries["object_id"].to_pylist())

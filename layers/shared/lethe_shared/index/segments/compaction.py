@@ -97,9 +97,15 @@ def merge(parts: list[pa.Table]) -> pa.Table:
     if not parts:
         return empty_wide()
     table = pa.concat_tables([p.cast(WIDE_SCHEMA) for p in parts])
-    keys = [n for n in WIDE_SCHEMA.names if n != "rows"]
-    grouped = table.group_by(keys, use_threads=False).aggregate([("rows", "max")])
-    return grouped.rename_columns([*keys, "rows"]).select(WIDE_SCHEMA.names).cast(WIDE_SCHEMA)
+    keys = [n for n in WIDE_SCHEMA.names if n not in {"rows", "subjects"}]
+    grouped = table.group_by(keys, use_threads=False).aggregate(
+        [("rows", "max"), ("subjects", "max")]
+    )
+    return (
+        grouped.rename_columns([*keys, "rows", "subjects"])
+        .select(WIDE_SCHEMA.names)
+        .cast(WIDE_SCHEMA)
+    )
 
 
 @dataclass
@@ -149,7 +155,7 @@ class Compactor:
         return cached
 
     def _partition(self, dataset_id: str, p: int, bits: int, report: CompactionReport) -> None:
-        low, high = partition_bounds(p, bits)
+        low, high = partition_bounds(p, bits, self.manifest.hash_width(dataset_id))
         for _ in range(PARTITION_ATTEMPTS):
             top = active_level1(self.manifest.segments(dataset_id, 1, p))
             through = top.absorbed_through if top else ""
@@ -190,8 +196,8 @@ class Compactor:
             for segment in inputs:
                 rows = self._read_wide(segment)
                 in_p = pc.and_(
-                    pc.greater_equal(rows["subject_hash"], pa.scalar(bounds[0], pa.binary(32))),
-                    pc.less_equal(rows["subject_hash"], pa.scalar(bounds[1], pa.binary(32))),
+                    pc.greater_equal(rows["subject_hash"], pa.scalar(bounds[0], pa.binary())),
+                    pc.less_equal(rows["subject_hash"], pa.scalar(bounds[1], pa.binary())),
                 )
                 parts.append(rows.filter(in_p))
         except SegmentGoneError:
@@ -242,8 +248,8 @@ class Compactor:
 
     def _remove(self, segment: SegmentItem, state: str) -> None:
         """Files first, then the item (while still in `state` with its ETag)."""
-        self.reader.files.delete(segment.key)
-        self.reader.files.delete(segment.objects_key)
+        for key in segment.files:
+            self.reader.files.delete(key)
         self.manifest.delete_segment(SegmentItem(**{**segment.__dict__, "state": state}))
 
     def _retire_absorbed(self, dataset_id: str, bits: int, report: CompactionReport) -> None:

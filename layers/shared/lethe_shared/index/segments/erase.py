@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 
 from lethe_shared.errors import LetheError
 from lethe_shared.index.entry_removal import EntryState
-from lethe_shared.index.segments.format import hash_bytes, partition_of, widen
+from lethe_shared.index.segments.format import hash_bytes, partition_of, subject_key, widen
 from lethe_shared.index.segments.lookup import SegmentLookup
 from lethe_shared.index.segments.manifest import (
     PENDING,
@@ -67,7 +67,7 @@ class SegmentRewrite:
     old_seq: str
     old_etag: str
     old_objects_etag: str
-    old_keys: tuple[str, str]
+    old_keys: tuple[str, ...]  # entries, object table (and by-object file, level 1)
     new_seq: str
     new_key: str
     new_etag: str
@@ -87,6 +87,9 @@ class SegmentErasure:
     keys_checked_gone: tuple[str, ...] = ()
     pointers_deleted: tuple[str, ...] = ()
     pointers_kept: tuple[str, ...] = ()  # named by the caller, still listed by a segment
+    # prefixes only: entries kept because another subject of the same object version shares
+    # their key (the erase job removed this subject's rows, not the other's): (URL, state)
+    kept_shared: tuple[tuple[str, EntryState], ...] = ()
 
     @property
     def complete(self) -> bool:
@@ -119,14 +122,23 @@ class Eraser:
     ) -> SegmentErasure:
         removed: list[tuple[str, EntryState]] = []
         changed: list[tuple[str, EntryState]] = []
+        shared: list[tuple[str, EntryState]] = []
         pairs: set[tuple[bytes, str]] = set()
+        width = self.manifest.hash_width(dataset_id)
         for url, wanted in sorted(targets.items()):
             _, now = self.lookups.object_entries(dataset_id, url, wanted)
             for h, expected in sorted(wanted.items()):
                 current = now.get(h)
                 state = state_of(current) if current is not None else None
-                if expected is None or state == expected:
-                    pairs.add((bytes.fromhex(h), url))
+                if (
+                    state is not None
+                    and current is not None
+                    and current.row.subjects > 1
+                    and (expected is None or state == expected)
+                ):
+                    shared.append((url, state))  # another subject of the object shares the key
+                elif expected is None or state == expected:
+                    pairs.add((subject_key(h, width), url))
                     if state is not None:
                         removed.append((url, state))
                 elif state is not None:
@@ -139,6 +151,7 @@ class Eraser:
             rewritten=tuple(rewrites),
             removed=tuple(removed),
             changed=tuple(changed),
+            kept_shared=tuple(shared),
             keys_checked_gone=gone,
             pointers_deleted=deleted,
             pointers_kept=kept,
@@ -211,7 +224,7 @@ class Eraser:
         except TransactionCancelled:
             self.writer.discard(new)
             raise
-        old_keys = (segment.key, segment.objects_key)
+        old_keys = segment.files
         for key in old_keys:
             self.reader.files.delete(key)
         gone = all(self.reader.files.gone(key) for key in old_keys)
@@ -221,7 +234,7 @@ class Eraser:
         """A pending segment with a file missing (its writer died between its PUTs, or has not
         written them yet): not readable, so dropped whole (files, then item). A live writer's
         commit then fails and it writes again."""
-        old_keys = (segment.key, segment.objects_key)
+        old_keys = segment.files
         if all(self.reader.files.gone(key) for key in old_keys):
             return None  # nothing stored yet
         for key in old_keys:
@@ -239,7 +252,7 @@ class Eraser:
         pairs: set[tuple[bytes, str]],
     ) -> pa.Array:
         """Rows of the erased hashes that are removed pairs or dead by the rule."""
-        of_hashes = pc.is_in(wide["subject_hash"], value_set=pa.array(digests, pa.binary(32)))
+        of_hashes = pc.is_in(wide["subject_hash"], value_set=pa.array(digests, pa.binary()))
         mask = of_hashes.to_pylist()
         candidates = [i for i, hit in enumerate(mask) if hit]
         if not candidates:
@@ -278,7 +291,7 @@ __all__ = ["Eraser", "ErasureNotSettledError", "SegmentErasure", "SegmentRewrite
 
 def _rewrite(
     segment: SegmentItem,
-    old_keys: tuple[str, str],
+    old_keys: tuple[str, ...],
     gone: bool,
     new: SegmentItem | None = None,
     dropped: int = -1,

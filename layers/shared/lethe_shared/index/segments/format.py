@@ -2,10 +2,14 @@
 
 A segment is two immutable Parquet files (docs in /work notes, "Segment format"):
 
-- entries (`<key>.parquet`): `subject_hash` fixed_size_binary(32) (the full HMAC-SHA256 digest),
-  `object_id` int32 (a row of the object table), `rows` int32; sorted by (subject_hash,
-  object_id), zstd, row-group statistics on, ROW_GROUP_ENTRIES entries per row group. Row hints
-  are not stored (advisory, unused by erasure): an entry read back has `row_hints=()`.
+- entries (`<key>.parquet`): `subject_hash` fixed_size_binary(w): the subject's key, the first
+  w bytes of the HMAC-SHA256 digest, w = the dataset's `hash_bytes` (32: the full digest; 6: a
+  48-bit prefix, PREFIX_BYTES, written PLAIN without a dictionary: zstd then packs the sorted
+  prefixes to about 2.4 bytes per entry); `object_id` int32 (a row of the object table); `rows`
+  int32; `subjects` int32 (how many distinct subjects of the object version share this key:
+  1 unless two digests of one object share a prefix); sorted by (subject_hash, object_id), zstd,
+  row-group statistics on, ROW_GROUP_ENTRIES entries per row group. Row hints are not stored
+  (advisory, unused by erasure): an entry read back has `row_hints=()`.
 - object table (`<key>.objects.parquet`): one row per (object URL, origin seq) with the fields
   every entry of that object version shares; object ids are assigned in (object_url,
   origin_seq) order, so the table is sorted by object id and by URL at once, and its row-group
@@ -32,13 +36,17 @@ ROW_GROUP_ENTRIES = 4096  # entries per row group of an entries file (bench/segm
 OBJECT_ROW_GROUP = 1024  # objects per row group of an object table
 DEFAULT_PARTITION_BITS = 4  # 16 partitions
 MAX_PARTITION_BITS = 16  # a partition is named by 4 hex digits
-HASH_BYTES = 32
+HASH_BYTES = 32  # a full digest
+PREFIX_BYTES = 6  # a 48-bit prefix (hash_bytes=6)
+HASH_WIDTHS = (HASH_BYTES, PREFIX_BYTES)
 
+# in memory the key is variable binary (its width is the dataset's); on disk fixed_size_binary(w)
 ENTRIES_SCHEMA = pa.schema(
     [
-        pa.field("subject_hash", pa.binary(HASH_BYTES), nullable=False),
+        pa.field("subject_hash", pa.binary(), nullable=False),
         pa.field("object_id", pa.int32(), nullable=False),
         pa.field("rows", pa.int32(), nullable=False),
+        pa.field("subjects", pa.int32(), nullable=False),
     ]
 )
 OBJECT_FIELDS = (
@@ -59,6 +67,7 @@ OBJECTS_SCHEMA = pa.schema(
 WIDE_SCHEMA = pa.schema(
     [ENTRIES_SCHEMA.field("subject_hash"), ENTRIES_SCHEMA.field("rows")]
     + [pa.field(name, pa.string(), nullable=False) for name in OBJECT_FIELDS]
+    + [ENTRIES_SCHEMA.field("subjects")]
 )
 
 
@@ -97,11 +106,12 @@ def partition_name(partition: int) -> str:
     return f"{partition:04x}"
 
 
-def partition_bounds(partition: int, bits: int) -> tuple[bytes, bytes]:
-    """The smallest and largest 32-byte hash of a partition."""
+def partition_bounds(partition: int, bits: int, width: int = HASH_BYTES) -> tuple[bytes, bytes]:
+    """The smallest and largest key (`width` bytes) of a partition."""
     low = partition << (16 - bits)
     high = low + (1 << (16 - bits)) - 1
-    return low.to_bytes(2, "big") + b"\x00" * 30, high.to_bytes(2, "big") + b"\xff" * 30
+    pad = width - 2
+    return low.to_bytes(2, "big") + b"\x00" * pad, high.to_bytes(2, "big") + b"\xff" * pad
 
 
 # ------------------------------------------------------------------------------ keys
@@ -119,6 +129,16 @@ def objects_key(entries: str) -> str:
     return entries.removesuffix(".parquet") + ".objects.parquet"
 
 
+def by_object_key(entries: str) -> str:
+    """A level-1 segment's by-object file: its entries sorted by (object_id, subject_hash)."""
+    return entries.removesuffix(".parquet") + ".by_object.parquet"
+
+
+def by_object(entries: pa.Table) -> pa.Table:
+    """An entries table sorted by object: what the by-object file holds."""
+    return entries.sort_by([("object_id", "ascending"), ("subject_hash", "ascending")])
+
+
 def check_dataset_id(dataset_id: str) -> str:
     if not dataset_id or "/" in dataset_id or "#" in dataset_id or dataset_id in {".", ".."}:
         raise ValueError("a dataset id is non-empty, without '/' or '#'")
@@ -128,30 +148,58 @@ def check_dataset_id(dataset_id: str) -> str:
 # ------------------------------------------------------------------------------ tables
 
 
-def hash_bytes(hashes: Sequence[str]) -> pa.Array:
-    """Hex subject hashes as the 32-byte column (ValueError for anything but 64 hex digits)."""
-    out = []
-    for h in hashes:
-        if len(h) != 2 * HASH_BYTES:
-            raise ValueError("a subject hash is 64 hex digits")
-        out.append(bytes.fromhex(h))
-    return pa.array(out, pa.binary(HASH_BYTES))
+def check_width(width: int) -> int:
+    if width not in HASH_WIDTHS:
+        raise ValueError(f"hash_bytes is one of {HASH_WIDTHS}")
+    return width
+
+
+def subject_key(subject: str, width: int = HASH_BYTES) -> bytes:
+    """The stored key of a subject: the first `width` bytes of its digest. `subject` is the
+    full hash (64 hex digits) or, with prefixes, the 2*width hex digits a by-object read
+    returns (ValueError otherwise)."""
+    if len(subject) not in {2 * HASH_BYTES, 2 * width}:
+        raise ValueError("a subject hash is 64 hex digits")
+    return bytes.fromhex(subject)[:width]
+
+
+def subject_id(subject: str, width: int = HASH_BYTES) -> str:
+    """What by-object reads call a subject: its key as hex (64 or 12 digits)."""
+    return subject_key(subject, width).hex()
+
+
+def hash_bytes(hashes: Sequence[str], width: int = HASH_BYTES) -> pa.Array:
+    """Hex subject hashes as the key column (ValueError for anything but 64 hex digits, or the
+    2*width digits of a prefix)."""
+    return pa.array([subject_key(h, width) for h in hashes], pa.binary())
 
 
 def empty_wide() -> pa.Table:
     return WIDE_SCHEMA.empty_table()
 
 
-def wide_rows(hashes: Sequence[str], rows: Sequence[int], fields: dict[str, str]) -> pa.Table:
-    """The wide rows of one object version: its hashes and row counts, its shared fields."""
-    n = len(hashes)
+def wide_rows(
+    hashes: Sequence[str], rows: Sequence[int], fields: dict[str, str], width: int = HASH_BYTES
+) -> pa.Table:
+    """The wide rows of one object version: its hashes' keys and row counts, its shared fields.
+    Digests of the version that share a key (a prefix collision) are one row: rows summed,
+    `subjects` counting them."""
+    keyed: dict[bytes, list[int]] = {}
+    seen: set[str] = set()
+    for h, n in zip(hashes, rows, strict=True):
+        held = keyed.setdefault(subject_key(h, width), [0, 0])
+        held[0] += n
+        held[1] += 0 if h in seen else 1
+        seen.add(h)
+    count = len(keyed)
     columns: dict[str, pa.Array] = {
-        "subject_hash": hash_bytes(hashes),
-        "rows": pa.array(rows, pa.int32()),
+        "subject_hash": pa.array(list(keyed), pa.binary()),
+        "rows": pa.array([v[0] for v in keyed.values()], pa.int32()),
+        "subjects": pa.array([v[1] for v in keyed.values()], pa.int32()),
     }
     for name in OBJECT_FIELDS:
-        columns[name] = pa.array([fields[name]] * n, pa.string())
-    return pa.Table.from_pydict(columns, schema=WIDE_SCHEMA)
+        columns[name] = pa.array([fields[name]] * count, pa.string())
+    return pa.Table.from_pydict({n: columns[n] for n in WIDE_SCHEMA.names}, schema=WIDE_SCHEMA)
 
 
 def build_segment(
@@ -184,7 +232,7 @@ def build_segment(
     wide_keys = pc.binary_join_element_wise(wide["object_url"], wide["origin_seq"], "\x00")
     object_ids = pc.index_in(wide_keys, value_set=pa.array(keys, pa.string())).cast(pa.int32())
     entries = pa.Table.from_arrays(
-        [wide["subject_hash"], object_ids, wide["rows"]], schema=ENTRIES_SCHEMA
+        [wide["subject_hash"], object_ids, wide["rows"], wide["subjects"]], schema=ENTRIES_SCHEMA
     ).sort_by([("subject_hash", "ascending"), ("object_id", "ascending")])
     return entries, table
 
@@ -197,14 +245,30 @@ def widen(entries: pa.Table, objects: pa.Table) -> pa.Table:
     if positions.null_count:
         raise ValueError("an entry names an object id its object table does not hold")
     picked = objects.take(positions)
-    columns = {"subject_hash": entries["subject_hash"], "rows": entries["rows"]}
+    columns = {
+        "subject_hash": entries["subject_hash"],
+        "rows": entries["rows"],
+        "subjects": entries["subjects"],
+    }
     for name in OBJECT_FIELDS:
         columns[name] = picked[name]
-    return pa.table(columns).cast(WIDE_SCHEMA)
+    return pa.table({n: columns[n] for n in WIDE_SCHEMA.names}).cast(WIDE_SCHEMA)
 
 
-def to_parquet(table: pa.Table, row_group: int) -> bytes:
-    """A table as Parquet bytes: zstd, statistics on, `row_group` rows per row group."""
+def to_parquet(table: pa.Table, row_group: int, width: int | None = None) -> bytes:
+    """A table as Parquet bytes: zstd, statistics on, `row_group` rows per row group. An
+    entries table's `subject_hash` is written as fixed_size_binary(`width`); with prefixes
+    PLAIN, without a dictionary (sorted prefixes: zstd packs them best so)."""
+    options: dict[str, object] = {}
+    if width is not None:
+        at = table.schema.get_field_index("subject_hash")
+        table = table.set_column(
+            at,
+            pa.field("subject_hash", pa.binary(width), nullable=False),
+            table["subject_hash"].cast(pa.binary(width)),
+        )
+        if width == PREFIX_BYTES:
+            options["use_dictionary"] = [n for n in table.column_names if n != "subject_hash"]
     sink = io.BytesIO()
     pq.write_table(
         table,
@@ -213,6 +277,7 @@ def to_parquet(table: pa.Table, row_group: int) -> bytes:
         compression="zstd",
         write_statistics=True,
         store_schema=False,
+        **options,
     )
     return sink.getvalue()
 

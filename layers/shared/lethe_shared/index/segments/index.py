@@ -13,6 +13,13 @@ erase). The same meanings as `DynamoSubjectIndex`; where they are reached differ
   `remove_subjects`) are exact: each reads the object's entries first (`object_entries`: the
   object tables of the dataset's active segments, and the row groups of those listing it).
 
+`hash_bytes` (recorded per dataset at its first write): 32 stores full digests; 6 stores 48-bit
+prefixes (the shared-prefix rule, `segments.format` and the notes): lookups by a full hash return
+every entry sharing its prefix, named by the hash asked for; by-object reads without subjects
+name a subject by its 12-hex-digit prefix; erasure keeps a row two subjects of one object
+version share (`SegmentErasure.kept_shared`). `by_object_files`: level-1 segments get a file
+sorted by object, so one object's entries cost its own row groups (`reader.by_object`).
+
 The dataset of an object URL is its key's first segment (`s3://<bucket>/<dataset_id>/...`,
 `datasets.registry.dataset_of_key`) unless a `dataset_of` is given; entries of another dataset
 are refused (ValueError).
@@ -35,10 +42,13 @@ from lethe_shared.index.segments.compaction import CompactionReport, Compactor
 from lethe_shared.index.segments.erase import Eraser, SegmentErasure, state_of
 from lethe_shared.index.segments.format import (
     DEFAULT_PARTITION_BITS,
+    HASH_BYTES,
     ROW_GROUP_ENTRIES,
+    check_width,
     empty_wide,
     new_seq,
     seq_after,
+    subject_id,
     wide_rows,
 )
 from lethe_shared.index.segments.lookup import SegmentLookup, to_entry
@@ -140,12 +150,14 @@ class SegmentSubjectIndex:
         footers: FooterCache | None = None,
         pending_timeout_seconds: float = 3600.0,
         settle_seconds: float = 60.0,
+        hash_bytes: int = HASH_BYTES,
+        by_object_files: bool = True,
     ) -> None:
         self.manifest = Manifest(table)
         self.files = SegmentFiles(s3, bucket, counter or ReadCounter(), footers or FooterCache())
         self.reader = SegmentReader(self.files)
         self.reads = SegmentLookup(self.manifest, self.reader)
-        self.writer = SegmentWriter(self.manifest, self.files, row_group)
+        self.writer = SegmentWriter(self.manifest, self.files, row_group, by_object_files)
         self.eraser = Eraser(self.manifest, self.reader, self.writer, self.reads)
         self.compactor = Compactor(
             self.manifest,
@@ -155,6 +167,7 @@ class SegmentSubjectIndex:
             settle_seconds=settle_seconds,
         )
         self._bits = partition_bits
+        self._hash_bytes = check_width(hash_bytes)
         self._dataset_of = dataset_of
 
     @property
@@ -192,16 +205,17 @@ class SegmentSubjectIndex:
                 raise ValueError("one segment holds the objects of one dataset")
             dataset = owner
             fields = {**fields, "object_url": url, "origin_seq": seq}
-            before = set(self.reads.object_entries(owner, url)[1]) if self._known(owner) else set()
-            flagged[url] = len(before - set(hashes))
+            self.manifest.ensure_dataset(owner, self._bits, self._hash_bytes)
+            width = self.manifest.hash_width(owner)
+            before = set(self.reads.object_entries(owner, url)[1])
+            flagged[url] = len(before - {subject_id(h, width) for h in hashes})
             if hashes:
-                parts.append(wide_rows(hashes, rows, fields))
+                parts.append(wide_rows(hashes, rows, fields, width))
             else:
                 empty.append(fields)
             writes.append(ObjectWrite(url, fields["version_id"], fields["etag"], len(hashes)))
         if dataset is None:
             return {}
-        self.manifest.ensure_dataset(dataset, self._bits)
         wide = pa.concat_tables(parts) if parts else empty_wide()
         objects_only = pa.Table.from_pylist(empty, schema=no_objects().schema) if empty else None
         segment = self.writer.write(dataset, 0, None, wide, seq=seq, objects_only=objects_only)
@@ -340,9 +354,8 @@ class SegmentSubjectIndex:
 
     # -- reads
     def lookup(self, subject_hash: str) -> list[IndexEntry]:
-        found: list[IndexEntry] = []
-        for dataset in self.manifest.datasets():
-            found += self.reads.lookup_in(dataset, [subject_hash])[subject_hash]
+        per_dataset = self.reads.lookup_across(self.manifest.datasets(), [subject_hash])
+        found = [e for entries in per_dataset.values() for e in entries[subject_hash]]
         return sorted(found, key=lambda e: e.object_url)
 
     def lookup_in(

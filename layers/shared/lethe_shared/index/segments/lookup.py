@@ -13,11 +13,11 @@ manifest, up to READ_ATTEMPTS times.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from lethe_shared.catalog.zones import Zone
-from lethe_shared.index.segments.format import hash_bytes, partition_of, widen
+from lethe_shared.index.segments.format import hash_bytes, partition_of, subject_id, widen
 from lethe_shared.index.segments.manifest import ACTIVE, Manifest, SegmentItem
 from lethe_shared.index.segments.reader import SegmentReader, rows_of
 from lethe_shared.index.segments.rules import LiveEntry, Pointer, Row, live_entries
@@ -52,6 +52,34 @@ def active_level1(items: Iterable[SegmentItem]) -> SegmentItem | None:
     return max(active, key=lambda s: s.seq) if active else None
 
 
+def relabel(rows: Iterable[Row], wanted: Iterable[str], width: int) -> list[Row]:
+    """Rows read by key, each named by the subject hash asked for (with prefixes, every hash
+    asked for that shares the row's key gets the row: the shared-prefix rule)."""
+    by_key: dict[str, list[str]] = {}
+    for h in wanted:
+        by_key.setdefault(subject_id(h, width), []).append(h)
+    return [
+        row if h == row.subject_hash else replace(row, subject_hash=h)
+        for row in rows
+        for h in by_key.get(row.subject_hash, ())
+    ]
+
+
+def split_consulted(
+    listed: Iterable[SegmentItem], partitions: Iterable[int]
+) -> dict[int, list[SegmentItem]]:
+    """Per partition: its active level-1 segment, then every active level-0 segment whose origin
+    is above that level-1's `absorbed_through`."""
+    items = list(listed)
+    level0 = [s for s in items if s.level == 0 and s.state == ACTIVE]
+    out: dict[int, list[SegmentItem]] = {}
+    for p in sorted(set(partitions)):
+        top = active_level1(s for s in items if s.level == 1 and s.partition == p)
+        through = top.absorbed_through if top else ""
+        out[p] = ([top] if top else []) + [s for s in level0 if s.origin_seq > through]
+    return out
+
+
 @dataclass
 class SegmentLookup:
     manifest: Manifest
@@ -68,18 +96,13 @@ class SegmentLookup:
 
     # -- which segments
     def consulted(self, dataset_id: str, partitions: Iterable[int]) -> dict[int, list[SegmentItem]]:
-        """Per partition, the segments a reader of its hashes consults (module docstring).
-        Level 0 is listed before level 1, on purpose: a compaction committing in between
-        leaves either the old level-1 (and the level-0 segments it had not absorbed, still
-        listed) or the new one (which absorbed them); listing level 1 first could pair an old
+        """Per partition, the segments a reader of its hashes consults (module docstring), from
+        ONE Query of the dataset's segment items. That Query returns the level-0 items before
+        the level-1 items (sort key order), on purpose: a compaction committing while it runs
+        leaves either the old level-1 (and the level-0 segments it had not absorbed, already
+        read) or the new one (which absorbed them); reading level 1 first could pair an old
         level-1 with a level-0 list from which the retired inputs are already gone."""
-        level0 = [s for s in self.manifest.segments(dataset_id, 0) if s.state == ACTIVE]
-        out: dict[int, list[SegmentItem]] = {}
-        for p in sorted(set(partitions)):
-            top = active_level1(self.manifest.segments(dataset_id, 1, p))
-            through = top.absorbed_through if top else ""
-            out[p] = ([top] if top else []) + [s for s in level0 if s.origin_seq > through]
-        return out
+        return split_consulted(self.manifest.listing(dataset_id), partitions)
 
     # -- by hash
     def rows_for_hashes(self, dataset_id: str, hashes: Iterable[str]) -> list[Row]:
@@ -90,28 +113,40 @@ class SegmentLookup:
         by_partition: dict[int, list[str]] = {}
         for h in wanted:
             by_partition.setdefault(partition_of(h, bits), []).append(h)
+        width = self.manifest.hash_width(dataset_id)
         per_segment: dict[str, tuple[SegmentItem, set[bytes]]] = {}
         for p, segments in self.consulted(dataset_id, by_partition).items():
-            digests = set(hash_bytes(by_partition[p]).to_pylist())
+            digests = set(hash_bytes(by_partition[p], width).to_pylist())
             for segment in segments:
                 held = per_segment.setdefault(segment.key, (segment, set()))
                 held[1].update(digests)
         rows: list[Row] = []
         for segment, digests in per_segment.values():
             rows += self.reader.by_hashes(segment, digests)
-        return rows
+        return relabel(rows, wanted, width)
 
     def lookup_in(self, dataset_id: str, hashes: Iterable[str]) -> dict[str, list[IndexEntry]]:
         """Every entry (flagged ones included) of each hash in the dataset."""
-        wanted = sorted(set(hashes))
+        return self.lookup_across([dataset_id], hashes)[dataset_id]
 
-        def read() -> dict[str, list[IndexEntry]]:
-            rows = self.rows_for_hashes(dataset_id, wanted)
-            pointers = self.manifest.pointers(dataset_id, {r.object_url for r in rows})
-            found: dict[str, list[IndexEntry]] = {h: [] for h in wanted}
-            for (h, _), entry in sorted(live_entries(rows, pointers).items()):
-                found[h].append(to_entry(dataset_id, entry))
-            return found
+    def lookup_across(
+        self, datasets: Iterable[str], hashes: Iterable[str]
+    ) -> dict[str, dict[str, list[IndexEntry]]]:
+        """Per dataset, every entry of each hash: the rows of every dataset first, then the
+        pointers of all their objects in shared BatchGetItems."""
+        wanted = sorted(set(hashes))
+        names = sorted(set(datasets))
+
+        def read() -> dict[str, dict[str, list[IndexEntry]]]:
+            rows = {d: self.rows_for_hashes(d, wanted) for d in names}
+            pointers = self.manifest.pointers_of((d, r.object_url) for d in names for r in rows[d])
+            out: dict[str, dict[str, list[IndexEntry]]] = {}
+            for d in names:
+                found: dict[str, list[IndexEntry]] = {h: [] for h in wanted}
+                for (h, _), entry in sorted(live_entries(rows[d], pointers.get(d, {})).items()):
+                    found[h].append(to_entry(d, entry))
+                out[d] = found
+            return out
 
         return self.retrying(read)
 
@@ -120,16 +155,27 @@ class SegmentLookup:
         self, dataset_id: str, pointer: Pointer, partitions: Iterable[int] | None
     ) -> list[SegmentItem]:
         """The active segments that can hold the object's live rows: level 0 whose origin lies
-        between the pointer's floor and current; level 1 of `partitions` (every one: None)."""
-        bits = self.manifest.partition_bits(dataset_id) or 0
-        wanted = range(1 << bits) if partitions is None else sorted(set(partitions))
+        between the pointer's floor and current; level 1 of `partitions` (every one: None).
+        One Query."""
+        listed = self.manifest.listing(dataset_id)
+        wanted = None if partitions is None else set(partitions)
         found = [
             s
-            for s in self.manifest.segments(dataset_id, 0)
-            if s.state == ACTIVE and pointer.floor <= s.origin_seq <= pointer.current
+            for s in listed
+            if s.level == 0
+            and s.state == ACTIVE
+            and pointer.floor <= s.origin_seq <= pointer.current
         ]
-        for p in wanted:
-            top = active_level1(self.manifest.segments(dataset_id, 1, p))
+        tops: dict[int, list[SegmentItem]] = {}
+        for s in listed:
+            if (
+                s.level == 1
+                and s.partition is not None
+                and (wanted is None or s.partition in wanted)
+            ):
+                tops.setdefault(s.partition, []).append(s)
+        for p in sorted(tops):
+            top = active_level1(tops[p])
             if top is not None:
                 found.append(top)
         return found
@@ -147,11 +193,14 @@ class SegmentLookup:
             if pointer is None or not pointer.live or (wanted is not None and not wanted):
                 return pointer, {}
             bits = self.manifest.partition_bits(dataset_id) or 0
-            digests = None if wanted is None else hash_bytes(wanted).to_pylist()
+            width = self.manifest.hash_width(dataset_id)
+            digests = None if wanted is None else hash_bytes(wanted, width).to_pylist()
             partitions = None if wanted is None else {partition_of(h, bits) for h in wanted}
             rows: list[Row] = []
             for segment in self.object_segments(dataset_id, pointer, partitions):
                 rows += self.reader.by_object(segment, object_url, digests)
+            if wanted is not None:
+                rows = relabel(rows, wanted, width)
             entries = live_entries(rows, {object_url: pointer})
             return pointer, {h: e for (h, _), e in entries.items()}
 

@@ -3,15 +3,23 @@ and each dataset's partition configuration. No subject hash ever appears in an i
 
 | item | pk | sk | attributes |
 |---|---|---|---|
-| dataset | `datasets` | `<dataset_id>` | `bits` |
-| partitions | `cfg#<dataset_id>` | `partitions` | `bits` (partitions = 2**bits) |
-| level-0 segment | `seg#<dataset_id>#L0` | `<seq>` | SEGMENT, origin_seq |
-| level-1 segment | `seg#<dataset_id>#L1#<pppp>` | `<seq>` | SEGMENT, absorbed_through |
+| dataset | `datasets` | `<dataset_id>` | `bits`, `hash_bytes` |
+| partitions | `cfg#<dataset_id>` | `partitions` | `bits` (2**bits partitions), `hash_bytes` |
+| level-0 segment | `seg#<dataset_id>` | `L0#<seq>` | SEGMENT, origin_seq |
+| level-1 segment | `seg#<dataset_id>` | `L1#<pppp>#<seq>` | SEGMENT, absorbed_through, LEVEL1 |
 | object pointer | `obj#<dataset_id>` | `<object_url>` | POINTER |
 
-SEGMENT: key, etag, objects_key, objects_etag, bytes, entries, objects, state, created_at,
-writer (and dataset_id, level, partition). POINTER: current, version_id, etag, floor, deleted,
-entries, updated_at.
+SEGMENT: state, etag, objects_etag, bytes, entries, objects, created_at, writer. The dataset,
+level, partition and seq are read from pk/sk, the S3 keys derived from them
+(`format.entries_key`); readers project the attributes they use (READ_PROJECTION).
+
+Every segment item of a dataset shares one partition key, so ONE consistent Query lists them
+all (`listing`), level 0 first (`L0#` sorts before `L1#`): a reader sees the level-0 items
+before the level-1 items, the order `lookup.consulted` relies on.
+
+LEVEL1: by_object_etag (the by-object file).
+
+POINTER: current, version_id, etag, floor, deleted, entries, updated_at.
 
 `state` is `pending` (written first, before the files), `active` (committed) or `retired`
 (superseded; its files are deleted, then the item). A segment rewritten by erasure gets a new
@@ -32,13 +40,24 @@ from lethe_shared.aws.dynamo import batch_get_all, query_all
 from lethe_shared.aws.errors import cancellation_reasons, is_condition_failed
 from lethe_shared.index.segments.format import (
     DEFAULT_PARTITION_BITS,
+    HASH_BYTES,
     MAX_PARTITION_BITS,
+    by_object_key,
     check_dataset_id,
+    check_width,
+    entries_key,
+    objects_key,
     partition_name,
 )
 from lethe_shared.index.segments.rules import Pointer
 
 PENDING, ACTIVE, RETIRED = "pending", "active", "retired"
+# what readers of segment items need (fewer attributes read: smaller Query answers)
+READ_PROJECTION = {
+    "ProjectionExpression": "pk, sk, #st, etag, objects_etag, origin_seq, absorbed_through, "
+    "by_object_etag, created_at, #b",
+    "ExpressionAttributeNames": {"#st": "state", "#b": "bytes"},
+}
 DATASETS_PK = "datasets"
 
 
@@ -62,11 +81,16 @@ def now_iso() -> str:
     return dt.datetime.now(dt.UTC).isoformat()
 
 
-def segment_pk(dataset_id: str, level: int, partition: int | None) -> str:
+def segment_pk(dataset_id: str) -> str:
+    return f"seg#{dataset_id}"
+
+
+def segment_sk_prefix(level: int, partition: int | None) -> str:
+    """The sort key prefix of a level (and partition): `L0#`, `L1#<pppp>#`."""
     if level == 0:
-        return f"seg#{dataset_id}#L0"
+        return "L0#"
     assert partition is not None
-    return f"seg#{dataset_id}#L1#{partition_name(partition)}"
+    return f"L1#{partition_name(partition)}#"
 
 
 def pointer_pk(dataset_id: str) -> str:
@@ -93,19 +117,33 @@ class SegmentItem:
     writer: str = ""
     origin_seq: str = ""  # level 0: the seq its rows were written with
     absorbed_through: str = ""  # level 1: the highest level-0 origin whose rows it holds
+    by_object_etag: str = ""  # level 1: the ETag of its by-object file
+
+    @property
+    def by_object_key(self) -> str:
+        """Level 1: the by-object file (the entries sorted by object); "" at level 0."""
+        return by_object_key(self.key) if self.level == 1 else ""
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """Every S3 key the segment may have: entries, object table and, at level 1, the
+        by-object file (deleted and checked gone even when it was not written)."""
+        return (self.key, self.objects_key) + ((self.by_object_key,) if self.level == 1 else ())
 
     @property
     def pk(self) -> str:
-        return segment_pk(self.dataset_id, self.level, self.partition)
+        return segment_pk(self.dataset_id)
+
+    @property
+    def sk(self) -> str:
+        return segment_sk_prefix(self.level, self.partition) + self.seq
 
     def to_item(self) -> dict[str, Any]:
+        """The stored item: what cannot be derived from the keys (the dataset, level,
+        partition and seq are in pk/sk, the S3 keys follow from them)."""
         item: dict[str, Any] = {
             "pk": self.pk,
-            "sk": self.seq,
-            "dataset_id": self.dataset_id,
-            "level": self.level,
-            "key": self.key,
-            "objects_key": self.objects_key,
+            "sk": self.sk,
             "state": self.state,
             "etag": self.etag,
             "objects_etag": self.objects_etag,
@@ -118,20 +156,26 @@ class SegmentItem:
         if self.level == 0:
             item["origin_seq"] = self.origin_seq
         else:
-            item["partition"] = self.partition
             item["absorbed_through"] = self.absorbed_through
+            item["by_object_etag"] = self.by_object_etag
         return item
 
     @classmethod
     def of_item(cls, item: dict[str, Any]) -> SegmentItem:
-        level = int(item["level"])
+        """From a stored item, whole or read with READ_PROJECTION (then entries, objects and
+        writer are 0 / "": nothing reads them back but benchmarks)."""
+        dataset_id = str(item["pk"]).removeprefix("seg#")
+        head, _, seq = str(item["sk"]).rpartition("#")
+        level = 0 if head == "L0" else 1
+        partition = int(head.removeprefix("L1#"), 16) if level == 1 else None
+        key = entries_key(dataset_id, level, partition, seq)
         return cls(
-            dataset_id=str(item["dataset_id"]),
+            dataset_id=dataset_id,
             level=level,
-            partition=int(item["partition"]) if level == 1 else None,
-            seq=str(item["sk"]),
-            key=str(item["key"]),
-            objects_key=str(item["objects_key"]),
+            partition=partition,
+            seq=seq,
+            key=key,
+            objects_key=objects_key(key),
             state=str(item["state"]),
             etag=str(item.get("etag", "")),
             objects_etag=str(item.get("objects_etag", "")),
@@ -142,10 +186,11 @@ class SegmentItem:
             writer=str(item.get("writer", "")),
             origin_seq=str(item.get("origin_seq", "")),
             absorbed_through=str(item.get("absorbed_through", "")),
+            by_object_etag=str(item.get("by_object_etag", "")),
         )
 
     def primary(self) -> dict[str, str]:
-        return {"pk": self.pk, "sk": self.seq}
+        return {"pk": self.pk, "sk": self.sk}
 
     def unchanged(self, table_name: str) -> dict[str, Any]:
         """A ConditionCheck action: the item still exists in this state with this ETag."""
@@ -179,20 +224,21 @@ class Manifest:
     def __init__(self, table: Any) -> None:
         self.table = table
         self._bits: dict[str, int] = {}
+        self._widths: dict[str, int] = {}
 
     # -- datasets and partitions
-    def ensure_dataset(self, dataset_id: str, bits: int = DEFAULT_PARTITION_BITS) -> int:
-        """The dataset's partition bits, recorded on its first write (an existing dataset keeps
-        its own)."""
+    def ensure_dataset(
+        self, dataset_id: str, bits: int = DEFAULT_PARTITION_BITS, hash_bytes: int = HASH_BYTES
+    ) -> int:
+        """The dataset's partition bits, recorded with its key width (`hash_bytes`) on its first
+        write (an existing dataset keeps its own)."""
         check_dataset_id(dataset_id)
         if dataset_id in self._bits:
             return self._bits[dataset_id]
         if not 0 <= bits <= MAX_PARTITION_BITS:
             raise ValueError(f"partition bits must be 0..{MAX_PARTITION_BITS}")
-        found = self.table.get_item(
-            Key={"pk": f"cfg#{dataset_id}", "sk": "partitions"}, ConsistentRead=True
-        ).get("Item")
-        if found is None:
+        check_width(hash_bytes)
+        if self.partition_bits(dataset_id) is None:
             # the listing first: a writer that dies in between leaves a listed dataset without
             # partitions (read as empty; the next write records them), never the reverse (a
             # dataset with segments that `lookup` does not list)
@@ -202,14 +248,13 @@ class Manifest:
             ):
                 try:
                     self.table.put_item(
-                        Item={**key, "bits": bits},
+                        Item={**key, "bits": bits, "hash_bytes": hash_bytes},
                         ConditionExpression="attribute_not_exists(pk)",
                     )
                 except ClientError as exc:
                     if not is_condition_failed(exc):
                         raise
-            return self.ensure_dataset(dataset_id, bits)
-        self._bits[dataset_id] = int(found["bits"])
+            return self.ensure_dataset(dataset_id, bits, hash_bytes)
         return self._bits[dataset_id]
 
     def partition_bits(self, dataset_id: str) -> int | None:
@@ -221,7 +266,14 @@ class Manifest:
             if found is None:
                 return None
             self._bits[dataset_id] = int(found["bits"])
+            self._widths[dataset_id] = int(found.get("hash_bytes", HASH_BYTES))
         return self._bits[dataset_id]
+
+    def hash_width(self, dataset_id: str) -> int:
+        """The dataset's key width in bytes (32: full digests; 6: prefixes); 32 when it has
+        never been written."""
+        self.partition_bits(dataset_id)
+        return self._widths.get(dataset_id, HASH_BYTES)
 
     def datasets(self) -> list[str]:
         return sorted(
@@ -235,33 +287,51 @@ class Manifest:
         )
 
     # -- segments
+    def listing(self, dataset_id: str) -> list[SegmentItem]:
+        """Every segment item of the dataset, any state, in ONE consistent Query: level 0 (by
+        seq), then level 1 (by partition, then seq)."""
+        return [
+            SegmentItem.of_item(i)
+            for i in query_all(
+                self.table,
+                KeyConditionExpression="pk = :p",
+                ExpressionAttributeValues={":p": segment_pk(dataset_id)},
+                ConsistentRead=True,
+                **READ_PROJECTION,
+            )
+        ]
+
     def segments(
-        self, dataset_id: str, level: int, partition: int | None = None, after: str = ""
+        self, dataset_id: str, level: int, partition: int | None = None
     ) -> list[SegmentItem]:
-        """Every segment item of one level (and partition), any state; sk > `after`."""
-        kwargs: dict[str, Any] = {"ConsistentRead": True}
-        pk = segment_pk(dataset_id, level, partition)
-        if after:
-            kwargs["KeyConditionExpression"] = "pk = :p AND sk > :a"
-            kwargs["ExpressionAttributeValues"] = {":p": pk, ":a": after}
-        else:
-            kwargs["KeyConditionExpression"] = "pk = :p"
-            kwargs["ExpressionAttributeValues"] = {":p": pk}
-        return [SegmentItem.of_item(i) for i in query_all(self.table, **kwargs)]
+        """Every segment item of one level (and partition), any state."""
+        return [
+            SegmentItem.of_item(i)
+            for i in query_all(
+                self.table,
+                KeyConditionExpression="pk = :p AND begins_with(sk, :s)",
+                ExpressionAttributeValues={
+                    ":p": segment_pk(dataset_id),
+                    ":s": segment_sk_prefix(level, partition),
+                },
+                ConsistentRead=True,
+                **READ_PROJECTION,
+            )
+        ]
 
     def all_segments(
         self, dataset_id: str, partitions: Iterable[int] | None = None
     ) -> list[SegmentItem]:
         """Every segment of the dataset, any state: level 0, then level 1 of `partitions` (all
-        when None)."""
-        bits = self.partition_bits(dataset_id)
-        if bits is None:
+        when None). One Query."""
+        if self.partition_bits(dataset_id) is None:
             return []
-        wanted = range(1 << bits) if partitions is None else sorted(set(partitions))
-        found = self.segments(dataset_id, 0)
-        for p in wanted:
-            found += self.segments(dataset_id, 1, p)
-        return found
+        wanted = None if partitions is None else set(partitions)
+        return [
+            s
+            for s in self.listing(dataset_id)
+            if s.level == 0 or wanted is None or s.partition in wanted
+        ]
 
     def get_segment(self, segment: SegmentItem) -> SegmentItem | None:
         item = self.table.get_item(Key=segment.primary(), ConsistentRead=True).get("Item")
@@ -288,11 +358,21 @@ class Manifest:
         return Pointer.of_item(item) if item else None
 
     def pointers(self, dataset_id: str, urls: Iterable[str]) -> dict[str, Pointer | None]:
-        wanted = sorted(set(urls))
-        found: dict[str, Pointer | None] = dict.fromkeys(wanted)
-        keys = [{"pk": pointer_pk(dataset_id), "sk": u} for u in wanted]
+        return self.pointers_of({(dataset_id, u) for u in urls}).get(dataset_id, {})
+
+    def pointers_of(
+        self, wanted: Iterable[tuple[str, str]]
+    ) -> dict[str, dict[str, Pointer | None]]:
+        """(dataset, object URL) pairs -> dataset -> URL -> pointer (None: none), read in
+        BatchGetItems of up to 100 keys whatever their datasets."""
+        pairs = sorted(set(wanted))
+        found: dict[str, dict[str, Pointer | None]] = {}
+        for dataset_id, url in pairs:
+            found.setdefault(dataset_id, {})[url] = None
+        keys = [{"pk": pointer_pk(d), "sk": u} for d, u in pairs]
         for item in batch_get_all(self.table, keys, ConsistentRead=True):
-            found[str(item["sk"])] = Pointer.of_item(item)
+            dataset_id = str(item["pk"]).removeprefix("obj#")
+            found[dataset_id][str(item["sk"])] = Pointer.of_item(item)
         return found
 
     def all_pointers(self, dataset_id: str) -> dict[str, Pointer | None]:

@@ -4,10 +4,10 @@ or whole (compaction, erasure, a dataset's entries).
 By hash: the footer (cached), then only the row groups whose `subject_hash` min/max hold a
 wanted hash, then the object table's row groups whose `object_id` min/max hold an id found.
 By object: the object table's row groups whose `object_url` min/max hold the URL (object ids
-follow URL order), then the entries' row groups whose `object_id` min/max overlap the object's
-ids. In a level-1 segment entries are sorted by hash, so nearly every row group's object id
-range covers any object: reading an object's entries reads the segment's `subject_hash` and
-`object_id` columns (the cost of `subjects_of` and the exact counts, in the notes).
+follow URL order), then the row groups whose `object_id` min/max overlap the object's ids: of
+the level-1 segment's by-object file (the same entries sorted by (object_id, subject_hash): the
+object's rows are contiguous, so this reads row groups in proportion to the object's entries),
+or of a level-0 segment's entries file (small: one ingestion run).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from lethe_shared.index.segments.manifest import SegmentItem
 from lethe_shared.index.segments.rules import Row
 from lethe_shared.index.segments.s3_ranges import SegmentFiles
 
-ENTRY_COLUMNS = ["subject_hash", "object_id", "rows"]
+ENTRY_COLUMNS = ["subject_hash", "object_id", "rows", "subjects"]
 
 
 def _column_index(metadata: Any, name: str) -> int:
@@ -81,6 +81,7 @@ def rows_of(wide: pa.Table) -> list[Row]:
             object_url=columns["object_url"][i],
             origin_seq=columns["origin_seq"][i],
             rows=columns["rows"][i],
+            subjects=columns["subjects"][i],
             version_id=columns["version_id"][i],
             etag=columns["etag"][i],
             zone=columns["zone"][i],
@@ -113,7 +114,7 @@ class SegmentReader:
         return table.filter(pc.is_in(table["object_id"], value_set=pa.array(wanted, pa.int32())))
 
     def by_hashes(self, segment: SegmentItem, hashes: Iterable[bytes]) -> list[Row]:
-        """The segment's rows of these subject hashes (32-byte digests)."""
+        """The segment's rows of these subject keys (the dataset's width)."""
         wanted = sorted(set(hashes))
         if not wanted:
             return []
@@ -122,7 +123,7 @@ class SegmentReader:
         if not groups:
             return []
         entries = self._read(parquet, groups, ENTRY_COLUMNS).cast(ENTRIES_SCHEMA)
-        value_set = pa.array(wanted, pa.binary(32))
+        value_set = pa.array(wanted, pa.binary())
         entries = entries.filter(pc.is_in(entries["subject_hash"], value_set=value_set))
         if entries.num_rows == 0:
             return []
@@ -148,7 +149,11 @@ class SegmentReader:
         if objects.num_rows == 0:
             return []
         ids = sorted(objects["object_id"].to_pylist())
-        entries_file = self.files.open(segment.key, segment.etag)
+        if segment.by_object_etag:
+            # level 1: the by-object file, sorted by object: only the object's row groups
+            entries_file = self.files.open(segment.by_object_key, segment.by_object_etag)
+        else:
+            entries_file = self.files.open(segment.key, segment.etag)
         groups = groups_holding(
             entries_file.metadata, "object_id", lambda lo, hi: lo <= ids[-1] and hi >= ids[0]
         )
@@ -160,7 +165,7 @@ class SegmentReader:
         keep = pc.is_in(entries["object_id"], value_set=pa.array(ids, pa.int32()))
         if hashes is not None:
             keep = pc.and_(
-                keep, pc.is_in(entries["subject_hash"], value_set=pa.array(wanted, pa.binary(32)))
+                keep, pc.is_in(entries["subject_hash"], value_set=pa.array(wanted, pa.binary()))
             )
         return rows_of(widen(entries.filter(keep), objects))
 
@@ -172,8 +177,10 @@ class SegmentReader:
 
     def whole(self, segment: SegmentItem) -> tuple[pa.Table, pa.Table]:
         """Both files whole: (entries, object table)."""
-        entries = from_parquet(self.files.whole(segment.key), ENTRIES_SCHEMA)
-        objects = from_parquet(self.files.whole(segment.objects_key), OBJECTS_SCHEMA)
+        entries = from_parquet(self.files.whole(segment.key, segment.etag), ENTRIES_SCHEMA)
+        objects = from_parquet(
+            self.files.whole(segment.objects_key, segment.objects_etag), OBJECTS_SCHEMA
+        )
         return entries, objects
 
 

@@ -80,7 +80,7 @@ def row_status(origin: str, pointer: Pointer | None) -> RowStatus:
 class Row:
     """One row of a segment, widened with its object version's fields."""
 
-    subject_hash: str  # 64 hex digits
+    subject_hash: str  # the key as hex: 64 digits, or 12 with prefixes (relabelled by lookups)
     object_url: str
     origin_seq: str
     rows: int
@@ -91,6 +91,7 @@ class Row:
     matching_fingerprint: str
     key_fingerprint: str
     updated_at: str
+    subjects: int = 1  # distinct subjects of the object version sharing the key
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,11 @@
 row group into one read, so a row group costs one GET.
 
 Footers are cached in memory (`FooterCache`) keyed by S3 key and ETag: segments are immutable,
-a rewritten segment has another key. The cache is bounded (least recently used first out) and
-holds Parquet metadata only: row-group statistics of `subject_hash` are subject hashes, so the
-cache lives in the process's memory and nowhere else.
+a rewritten segment has another key. A file no larger than the footer's suffix GET came whole
+with it: the cache then keeps its bytes too (at most SMALL_FILES_BYTES in all), and later reads
+of it cost no GET (level-0 segments and object tables are mostly that small). The cache is
+bounded (least recently used first out): row-group statistics and small files hold subject
+hashes, so the cache lives in the process's memory and nowhere else.
 
 `ReadCounter` counts GETs and bytes per S3 key, so tests and benchmarks can assert what one
 lookup reads.
@@ -32,6 +34,7 @@ from lethe_shared.errors import LetheError
 
 TAIL_BYTES = 64 * 1024  # the suffix GET that reads a footer (pyarrow's own footer read size)
 FOOTER_CACHE_ENTRIES = 512
+SMALL_FILES_BYTES = 32 * 1024 * 1024  # bytes of whole small files the footer cache may keep
 
 
 class SegmentGoneError(LetheError):
@@ -58,28 +61,43 @@ class ReadCounter:
 
 
 class FooterCache:
-    """(key, etag) -> (file size, Parquet metadata), bounded, least recently used first out."""
+    """(key, etag) -> (file size, Parquet metadata, the whole file when small), bounded in
+    entries and in bytes of small files, least recently used first out."""
 
-    def __init__(self, entries: int = FOOTER_CACHE_ENTRIES) -> None:
+    def __init__(
+        self, entries: int = FOOTER_CACHE_ENTRIES, small_bytes: int = SMALL_FILES_BYTES
+    ) -> None:
         self._entries = entries
-        self._items: OrderedDict[tuple[str, str], tuple[int, Any]] = OrderedDict()
+        self._small_bytes = small_bytes
+        self._held = 0
+        self._items: OrderedDict[tuple[str, str], tuple[int, Any, bytes | None]] = OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, key: str, etag: str) -> tuple[int, Any] | None:
+        found = self.get_whole(key, etag)
+        return None if found is None else (found[0], found[1])
+
+    def get_whole(self, key: str, etag: str) -> tuple[int, Any, bytes | None] | None:
         with self._lock:
             found = self._items.get((key, etag))
             if found is not None:
                 self._items.move_to_end((key, etag))
             return found
 
-    def put(self, key: str, etag: str, size: int, metadata: Any) -> None:
+    def put(self, key: str, etag: str, size: int, metadata: Any, data: bytes | None = None) -> None:
         if not etag:
             return  # a file whose ETag the manifest does not know (pending) is not cached
+        if data is not None and len(data) > self._small_bytes:
+            data = None
         with self._lock:
-            self._items[(key, etag)] = (size, metadata)
-            self._items.move_to_end((key, etag))
-            while len(self._items) > self._entries:
-                self._items.popitem(last=False)
+            old = self._items.pop((key, etag), None)
+            if old is not None and old[2] is not None:
+                self._held -= len(old[2])
+            self._items[(key, etag)] = (size, metadata, data)
+            self._held += len(data) if data is not None else 0
+            while len(self._items) > self._entries or self._held > self._small_bytes:
+                _, dropped = self._items.popitem(last=False)
+                self._held -= len(dropped[2]) if dropped[2] is not None else 0
 
     def __len__(self) -> int:
         return len(self._items)
@@ -106,6 +124,11 @@ class RangeFile(io.RawIOBase):
         self._tail = b""
         self._tail_start = 0
         self._pos = 0
+
+    @property
+    def whole(self) -> bytes | None:
+        """The whole file when its tail read fetched all of it."""
+        return self._tail if self._tail and self._tail_start == 0 else None
 
     def _fetch_tail(self) -> None:
         answer = _get(
@@ -174,21 +197,32 @@ class SegmentFiles:
 
     def open(self, key: str, etag: str) -> pq.ParquetFile:
         """A ParquetFile over the S3 object: the footer from the cache (by key and ETag) or one
-        suffix GET; each row group read later is one ranged GET."""
-        cached = self.footers.get(key, etag)
+        suffix GET; each row group read later is one ranged GET, none when the file is small
+        enough to have come whole with its footer (then its bytes are cached with it)."""
+        cached = self.footers.get_whole(key, etag)
         if cached is not None:
-            size, metadata = cached
+            size, metadata, data = cached
+            if data is not None:
+                return pq.ParquetFile(pa.BufferReader(data), metadata=metadata)
             source = RangeFile(self.s3, self.bucket, key, self.counter, size)
             return pq.ParquetFile(
                 pa.PythonFile(source, mode="r"), metadata=metadata, pre_buffer=True
             )
         source = RangeFile(self.s3, self.bucket, key, self.counter)
-        parquet = pq.ParquetFile(pa.PythonFile(source, mode="r"), pre_buffer=True)
-        self.footers.put(key, etag, source.size, parquet.metadata)
+        whole = source.whole if source.size <= TAIL_BYTES else None
+        if whole is not None:
+            parquet = pq.ParquetFile(pa.BufferReader(whole))
+        else:
+            parquet = pq.ParquetFile(pa.PythonFile(source, mode="r"), pre_buffer=True)
+        self.footers.put(key, etag, source.size, parquet.metadata, whole)
         return parquet
 
-    def whole(self, key: str) -> bytes:
-        """The whole file: one GET (compaction, erasure)."""
+    def whole(self, key: str, etag: str = "") -> bytes:
+        """The whole file: from the cache when it is small and cached (by key and ETag), else
+        one GET (compaction, erasure, a dataset's entries)."""
+        cached = self.footers.get_whole(key, etag) if etag else None
+        if cached is not None and cached[2] is not None:
+            return cached[2]
         data: bytes = _get(self.s3, self.bucket, key, self.counter)["Body"].read()
         self.counter.add(key, len(data))
         return data

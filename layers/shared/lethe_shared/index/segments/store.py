@@ -32,6 +32,7 @@ from lethe_shared.index.segments.format import (
     OBJECTS_SCHEMA,
     ROW_GROUP_ENTRIES,
     build_segment,
+    by_object,
     entries_key,
     new_seq,
     objects_key,
@@ -70,6 +71,7 @@ class SegmentWriter:
     manifest: Manifest
     files: SegmentFiles
     row_group: int = ROW_GROUP_ENTRIES
+    by_object_files: bool = True  # level 1: write the by-object file too
 
     def write(
         self,
@@ -105,16 +107,26 @@ class SegmentWriter:
         )
         self.manifest.put_pending(pending)
         entries, objects = build_segment(wide, objects_only)
-        entries_data = to_parquet(entries, self.row_group)
+        entries_data = to_parquet(entries, self.row_group, self.manifest.hash_width(dataset_id))
         objects_data = to_parquet(objects, OBJECT_ROW_GROUP)
         etag = self.files.put(pending.key, entries_data)
         objects_etag = self.files.put(pending.objects_key, objects_data)
+        sidecar_etag, sidecar_bytes = "", 0
+        if level == 1 and self.by_object_files:
+            sidecar = to_parquet(
+                by_object(entries), self.row_group, self.manifest.hash_width(dataset_id)
+            )
+            sidecar_etag, sidecar_bytes = (
+                self.files.put(pending.by_object_key, sidecar),
+                len(sidecar),
+            )
         return replace(
             pending,
             state=state,
             etag=etag,
             objects_etag=objects_etag,
-            bytes=len(entries_data) + len(objects_data),
+            by_object_etag=sidecar_etag,
+            bytes=len(entries_data) + len(objects_data) + sidecar_bytes,
             entries=entries.num_rows,
             objects=objects.num_rows,
         )
@@ -127,7 +139,7 @@ class SegmentWriter:
                 "TableName": self.manifest.table.name,
                 "Key": segment.primary(),
                 "UpdateExpression": "SET #s = :a, etag = :e, objects_etag = :oe, #b = :b, "
-                "entries = :n, objects = :o",
+                "entries = :n, objects = :o, by_object_etag = :be",
                 "ConditionExpression": "attribute_exists(pk) AND #s = :p AND etag = :none",
                 "ExpressionAttributeNames": {"#s": "state", "#b": "bytes"},
                 "ExpressionAttributeValues": {
@@ -139,6 +151,7 @@ class SegmentWriter:
                     ":b": segment.bytes,
                     ":n": segment.entries,
                     ":o": segment.objects,
+                    ":be": segment.by_object_etag,
                 },
             }
         }
@@ -207,8 +220,8 @@ class SegmentWriter:
     def discard(self, segment: SegmentItem) -> None:
         """Remove a segment whose commit was cancelled: both files, then its item if still
         there as written (pending)."""
-        self.files.delete(segment.key)
-        self.files.delete(segment.objects_key)
+        for key in segment.files:
+            self.files.delete(key)
         self.manifest.delete_segment(replace(segment, state=PENDING, etag=""))
 
 
