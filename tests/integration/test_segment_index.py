@@ -170,19 +170,24 @@ def apply(
         segments.compact("dt")
 
 
-@pytest.mark.parametrize(("seed", "width"), [(1, 32), (2, 32), (1, 6)])
+@pytest.mark.parametrize(
+    ("seed", "width", "by_object"), [(1, 32, False), (2, 32, True), (1, 6, False)]
+)
 def test_a_random_sequence_of_operations_means_the_same_on_both_indexes(
-    s3: Any, manifest: Any, seed: int, width: int
+    s3: Any, manifest: Any, seed: int, width: int, by_object: bool
 ) -> None:
     """Full digests (width 32) and 48-bit prefixes (width 6): with prefixes, by-object reads
     (`subjects_of`, `entry_states()` without subjects, `entries_of_dataset`) name a subject by
     its first 12 hex digits; every other answer is the same (no two of the 10 subjects share a
-    prefix)."""
+    prefix). One run also writes level 1's by-object files (off by default) and reads by object
+    through them."""
     rng = random.Random(seed)
     dynamo = DynamoSubjectIndex(
         create_table_from_template("SubjectIndexTable", TABLES["SubjectIndexTable"])
     )
-    segments = make_index(s3, manifest, partition_bits=1, row_group=3, hash_bytes=width)
+    segments = make_index(
+        s3, manifest, partition_bits=1, row_group=3, hash_bytes=width, by_object_files=by_object
+    )
     hashes = [subject(i) for i in range(10)]
     assert len({h[:12] for h in hashes}) == len(hashes)
     urls = [url("ds", i) for i in range(3)] + [url("dt", 0)]
@@ -230,7 +235,7 @@ def test_an_erasure_leaves_no_byte_of_the_hash_in_s3_or_the_manifest(
     s3: Any, manifest: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rng = random.Random(7)
-    index = make_index(s3, manifest, partition_bits=2, row_group=4)
+    index = make_index(s3, manifest, partition_bits=2, row_group=4, by_object_files=True)
     hashes = [subject(i) for i in range(40)]
     erased = hashes.pop(3)
     fill(index, rng, 6, hashes, "v1", erased)  # the erased subject in every object
@@ -345,7 +350,7 @@ def test_reading_one_objects_entries_reads_only_its_row_groups_of_the_by_object_
     s3: Any, manifest: Any
 ) -> None:
     rng = random.Random(14)
-    writer = make_index(s3, manifest, partition_bits=1, row_group=256)
+    writer = make_index(s3, manifest, partition_bits=1, row_group=256, by_object_files=True)
     hashes = [subject(i) for i in range(4000)]
     targets = [url("ds", i) for i in range(30)]
     chosen = {t: rng.sample(hashes, 1000) for t in targets}

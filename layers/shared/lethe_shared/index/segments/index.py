@@ -18,7 +18,8 @@ prefixes (the shared-prefix rule, `segments.format` and the notes): lookups by a
 every entry sharing its prefix, named by the hash asked for; by-object reads without subjects
 name a subject by its 12-hex-digit prefix; erasure keeps a row two subjects of one object
 version share (`SegmentErasure.kept_shared`). `by_object_files`: level-1 segments get a file
-sorted by object, so one object's entries cost its own row groups (`reader.by_object`).
+sorted by object, so one object's entries cost its own row groups (`reader.by_object`); off
+by default: they cost more than the index itself (docs/INDEX_SEGMENTS.md, "Storage").
 
 The dataset of an object URL is its key's first segment (`s3://<bucket>/<dataset_id>/...`,
 `datasets.registry.dataset_of_key`) unless a `dataset_of` is given; entries of another dataset
@@ -151,7 +152,7 @@ class SegmentSubjectIndex:
         pending_timeout_seconds: float = 3600.0,
         settle_seconds: float = 60.0,
         hash_bytes: int = HASH_BYTES,
-        by_object_files: bool = True,
+        by_object_files: bool = False,
     ) -> None:
         self.manifest = Manifest(table)
         self.files = SegmentFiles(s3, bucket, counter or ReadCounter(), footers or FooterCache())

@@ -71,7 +71,7 @@ class SegmentWriter:
     manifest: Manifest
     files: SegmentFiles
     row_group: int = ROW_GROUP_ENTRIES
-    by_object_files: bool = True  # level 1: write the by-object file too
+    by_object_files: bool = False  # level 1: the by-object file too (off: INDEX_SEGMENTS.md)
 
     def write(
         self,
