@@ -1,0 +1,91 @@
+"""Which test needed which IAM statement: a pytest plugin and the record it feeds.
+
+With `LETHE_IAM_COVERAGE_OUT=<file.jsonl>` set, every test (its setup, call and teardown) is
+followed by one line in that file: `{"test": <node id>, "sole": [[role, statement], ...],
+"shared": [...]}`, from the decisions the local IAM check (lethe.localcloud.iam) wrote meanwhile
+to any `iam-decisions.jsonl` under the session's temporary directory (the sfn tier's in-process
+clouds, the e2e tier's CLI-started cloud). A statement that was the only one allowing a call
+of a test is needed by that test: remove it and that call is denied, which fails the test (the
+e2e tier's per-test check fails on any denial; in the sfn tier the denied call fails the run
+the test asserts on). Decisions of a module's cloud start-up count for the test whose setup
+started it (a failing fixture errors that test).
+
+`python -m tests.iam_coverage RECORDS.jsonl...` merges such files into
+`tests/iam_statement_record.json` (`<LogicalId>/<policy>/<Sid>` -> the tests that needed it),
+which tests/unit/test_iam_statement_coverage.py checks against the template. Regenerate it with
+
+    LETHE_IAM_COVERAGE_OUT=/tmp/iam-sfn.jsonl make sfn
+    LETHE_IAM_COVERAGE_OUT=/tmp/iam-e2e.jsonl make e2e
+    .venv/bin/python -m tests.iam_coverage /tmp/iam-sfn.jsonl /tmp/iam-e2e.jsonl
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lethe.localcloud import iam_log
+
+OUT_ENV = "LETHE_IAM_COVERAGE_OUT"
+RECORD_PATH = Path(__file__).resolve().parent / "iam_statement_record.json"
+TESTS_PER_STATEMENT = 3  # the record names a few; any one of them fails without the statement
+_PATTERNS = [f"{'*/' * depth}{iam_log.DECISIONS_FILE}" for depth in range(1, 6)]
+_offsets: dict[Path, int] = {}
+
+
+def _decision_logs(basetemp: Path) -> list[Path]:
+    return sorted({path for pattern in _PATTERNS for path in basetemp.glob(pattern)})
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    out = os.environ.get(OUT_ENV)
+    if not out:
+        yield
+        return
+    basetemp = item.config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
+    for path in _decision_logs(basetemp):  # logs of clouds started before: from their end on
+        _offsets.setdefault(path, iam_log.end_offset(path.parent))
+    yield
+    decisions: list[dict[str, Any]] = []
+    for path in _decision_logs(basetemp):  # a cloud started by this test: from its start
+        got, _offsets[path] = iam_log.read_decisions(path.parent, _offsets.get(path, 0))
+        decisions.extend(got)
+    if decisions:
+        with Path(out).open("a") as handle:
+            record = {"test": item.nodeid, **iam_log.statements_used(decisions)}
+            handle.write(json.dumps(record, sort_keys=True) + "\n")
+
+
+def merge(record_files: list[Path]) -> dict[str, list[str]]:
+    """The record (statement -> a few tests) from per-test record files, shortest ids first."""
+    from lethe.localcloud.template import translated_template  # noqa: PLC0415 - heavy
+
+    records = [
+        json.loads(line)
+        for path in record_files
+        for line in path.read_text().splitlines()
+        if line.strip()
+    ]
+    by_test = iam_log.coverage_by_test(records, translated_template())
+    return {
+        name: sorted(tests, key=lambda test: (len(test), test))[:TESTS_PER_STATEMENT]
+        for name, tests in by_test.items()
+    }
+
+
+def main() -> None:
+    merged = merge([Path(arg) for arg in sys.argv[1:]])
+    if RECORD_PATH.exists():  # statements of runs not repeated this time keep their tests
+        merged = {**json.loads(RECORD_PATH.read_text()), **merged}
+    RECORD_PATH.write_text(json.dumps(dict(sorted(merged.items())), indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
