@@ -11,11 +11,13 @@ from collections.abc import Iterator
 
 import pytest
 
+from lethe.localcloud import iam_log
 from lethe_shared.erasure.intake import cancel_request
 from lethe_shared.erasure.requests import DynamoErasureRequests, ErasureStatus
 from lethe_shared.erasure.task_tokens import KmsTaskTokens, is_sealed
 from lethe_shared.subject_hashing.keys import load_hash_key
 from lethe_shared.subject_hashing.shown_keys import KeyNamer
+from tests.conftest import EVENTS_DIR
 from tests.sfn.conftest import Cloud, start_cloud
 from tests.sfn.erasure_flow import ErasureDriver, polls_folded, published, states_entered
 
@@ -386,3 +388,28 @@ def test_a_task_token_used_on_a_request_not_approved_erases_nothing(
         assert ended["execution"]["status"] == "SUCCEEDED"
         outcome = "CANCELLED" if closed_by == "cancelled" else ""  # a rejection has none
         assert (record_now["status"], record_now["outcome"]) == ("REJECTED", outcome)
+
+
+def test_the_metrics_function_counts_the_open_requests_with_its_own_role(
+    cloud: Cloud, driver: ErasureDriver
+) -> None:
+    """ErasureMetricsFunction (scheduled every five minutes on AWS) invoked as the schedule
+    would: it lists the open requests through the by_status index and reads them, as its own
+    role (ListOpenRequests, ReadOpenRequests), and counts the one just stored."""
+    driver.stored_request("u-1001")  # RECEIVED, no workflow: open until something closes it
+    logs_dir = cloud.state["logs_dir"]
+    offset = iam_log.end_offset(logs_dir)
+
+    answer = cloud.client("lambda").invoke(
+        FunctionName="lethe-local-erasure-metrics",
+        Payload=(EVENTS_DIR / "erasure_metrics_schedule.json").read_bytes(),
+    )
+
+    assert "FunctionError" not in answer, answer["Payload"].read()
+    figures = json.loads(answer["Payload"].read())
+    assert figures["OpenErasureRequests_RECEIVED"] >= 1
+    assert figures["OpenErasureRequests"] >= figures["OpenErasureRequests_RECEIVED"]
+    decisions, _ = iam_log.read_decisions(logs_dir, offset)
+    assert iam_log.distinct_denials(decisions) == []
+    mine = [d for d in decisions if "-ErasureMetricsFunctionRole-" in d["role"]]
+    assert {d["action"] for d in mine} >= {"dynamodb:Query", "dynamodb:BatchGetItem"}

@@ -114,7 +114,9 @@ def _backfill_has_a_distributed_map(translated: dict[str, Any]) -> None:
     machine = translated["Resources"]["IndexBackfillStateMachine"]["Properties"]
     assert machine["StateMachineName"] == {"Fn::Sub": BACKFILL}
     text = str(machine.get("DefinitionS3Location") or machine.get("Definition"))
-    assert "index_backfill" in text  # the definition with the Distributed Map (test_localcloud_distributed_map)
+    assert (
+        "index_backfill" in text
+    )  # its Distributed Map: tests/sfn/test_localcloud_distributed_map
 
 
 def test_distributed_map_may_start_its_child_executions(translated: dict[str, Any]) -> None:
@@ -246,7 +248,8 @@ def test_state_machines_may_publish_to_the_encrypted_topic(
     https://docs.aws.amazon.com/sns/latest/dg/sns-key-management.html
     The local check does not model SNS's KMS calls (docs/SECURITY.md), so no run covers it."""
     topic = translated["Resources"]["NotificationsTopic"]["Properties"]
-    key = {"Fn::If": ["HasKmsKey", {"Ref": "KmsKeyArn"}, {"Fn::GetAtt": ["NotificationsKey", "Arn"]}]}
+    notifications_key = {"Fn::GetAtt": ["NotificationsKey", "Arn"]}
+    key = {"Fn::If": ["HasKmsKey", {"Ref": "KmsKeyArn"}, notifications_key]}
     assert topic["KmsMasterKeyId"] == key
     assert_grants(
         statement(translated, f"{role}/{role}Policy0/NotifyEncrypted"),

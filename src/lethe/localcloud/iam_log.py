@@ -73,8 +73,7 @@ def allowing_statements(decision: dict[str, Any]) -> list[str]:
     if not decision.get("allowed"):
         return []
     return list(
-        decision.get("allowed_by")
-        or [str(decision.get("reason", "")).removeprefix("allowed by ")]
+        decision.get("allowed_by") or [str(decision.get("reason", "")).removeprefix("allowed by ")]
     )
 
 
