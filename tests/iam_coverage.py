@@ -40,7 +40,8 @@ _offsets: dict[Path, int] = {}
 
 
 def _decision_logs(basetemp: Path) -> list[Path]:
-    return sorted({path for pattern in _PATTERNS for path in basetemp.glob(pattern)})
+    """Each log once (pytest's `<name>current` folders are symlinks to the newest)."""
+    return sorted({path.resolve() for pattern in _PATTERNS for path in basetemp.glob(pattern)})
 
 
 @pytest.hookimpl(hookwrapper=True)
