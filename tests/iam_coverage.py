@@ -44,6 +44,19 @@ def _decision_logs(basetemp: Path) -> list[Path]:
     return sorted({path.resolve() for pattern in _PATTERNS for path in basetemp.glob(pattern)})
 
 
+def snapshot(basetemp: Path) -> dict[Path, int]:
+    """Where each decision log under `basetemp` ends now."""
+    return {path: iam_log.end_offset(path.parent) for path in _decision_logs(basetemp)}
+
+
+def decisions_since(basetemp: Path, before: dict[Path, int]) -> list[dict[str, Any]]:
+    """The decisions written since `snapshot` (a log that appeared since: from its start)."""
+    decisions: list[dict[str, Any]] = []
+    for path in _decision_logs(basetemp):
+        decisions.extend(iam_log.read_decisions(path.parent, before.get(path, 0))[0])
+    return decisions
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     out = os.environ.get(OUT_ENV)
