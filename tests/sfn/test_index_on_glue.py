@@ -19,12 +19,13 @@ from typing import Any
 import pytest
 
 from lethe.localcloud import iam_log
-from tests.sfn.conftest import Cloud, start_cloud
+from tests.sfn.conftest import Cloud, entered_states, start_cloud
 from tests.sfn.test_index_workflows import (  # noqa: F401 - module fixtures bound to this cloud
     DATASET,
     EXPECTED,
     Workflows,
     _parquet,
+    _reconcile,
     backfilled,
     flows,
 )
@@ -136,3 +137,46 @@ def test_a_larger_lake_object_from_elsewhere_is_indexed_by_the_backfill_on_glue(
     ]
     backfill = ":stateMachine:lethe-local-index-backfill"
     assert any(backfill in d["resource"] for d in started_by_events)
+
+
+def test_reconcile_runs_the_reconcile_job_on_glue(
+    flows: Workflows,  # noqa: F811 - the imported fixture
+    backfilled: dict[str, Any],  # noqa: F811 - the imported fixture: the dataset is indexed
+) -> None:
+    """The reconcile workflow's Glue branch (its role's RunSparkOnGlue; the Spark role's
+    WriteReconcileReports): everything indexed above, the small and the larger object
+    included, is found as expected."""
+    runs_before = len(
+        flows.cloud.client("glue").get_job_runs(JobName="lethe-local-reconcile")["JobRuns"]
+    )
+
+    report = _reconcile(flows, "reconcile-on-glue")
+
+    assert [report[k]["count"] for k in ("missing", "stale", "wrong_rows")] == [0, 0, 0]
+    assert report["entries_found"] == report["entries_expected"] > 0
+    runs = flows.cloud.client("glue").get_job_runs(JobName="lethe-local-reconcile")["JobRuns"]
+    assert len(runs) == runs_before + 1
+    assert {r["JobRunState"] for r in runs} == {"SUCCEEDED"}
+
+
+def test_an_invalid_reconcile_is_refused_and_notified(flows: Workflows) -> None:  # noqa: F811
+    """The reconcile workflow's failure notice (its role's Notify), as the backfill's is
+    checked in test_index_workflows.py."""
+    notified = flows.cloud.capture(
+        "index-reconcile-refusals", topic=flows.outputs["NotificationsTopicArn"]
+    )
+
+    result = flows.execute(
+        "IndexReconcileStateMachineArn", "reconcile-invalid", {"dataset_id": "Not/A/Dataset"}
+    )
+
+    assert result["execution"]["status"] == "FAILED"
+    assert entered_states(result["history"]) == [
+        "Normalise Input",
+        "Is Input Valid",
+        "Notify Failure",
+        "Reconcile Failed",
+    ]
+    (message,) = flows.cloud.messages(notified, timeout=15)
+    assert message["error"] == "InvalidInput"
+    assert "dataset_id" in message["cause"]
