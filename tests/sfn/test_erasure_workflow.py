@@ -85,6 +85,20 @@ def outcomes(cloud: Cloud) -> dict[str, str]:
     }
 
 
+def _task_callbacks(cloud: Cloud, offset: int, role: str) -> list[str]:
+    """The SendTaskSuccess/SendTaskFailure calls `role` made since `offset`, each allowed on
+    the erasure state machine by the local IAM check (the action names, in order)."""
+    decisions, _ = iam_log.read_decisions(cloud.state["logs_dir"], offset)
+    machine = cloud.outputs["ErasureStateMachineArn"]
+    found = [
+        d
+        for d in decisions
+        if f"-{role}-" in d["role"] and d["action"].startswith("states:SendTask")
+    ]
+    assert all(d["allowed"] and d["resource"] == machine for d in found), found
+    return [d["action"] for d in found]
+
+
 def test_an_approved_request_is_erased_certified_and_published(
     cloud: Cloud, driver: ErasureDriver, outcomes: dict[str, str]
 ) -> None:
@@ -94,7 +108,10 @@ def test_an_approved_request_is_erased_certified_and_published(
     assert driver.wait(request_id, "AWAITING_APPROVAL")["status"] == "AWAITING_APPROVAL"
 
     # When the approver approves on the page
+    offset = iam_log.end_offset(cloud.state["logs_dir"])
     assert driver.decide(driver.link(request_id), "approve") == "approved"
+    # (the page resumed the workflow as its own role, checked: ResumeWorkflow)
+    assert _task_callbacks(cloud, offset, "ApprovalPageFunctionRole") == ["states:SendTaskSuccess"]
 
     # Then the workflow runs every step once and completes
     ended = driver.execution(request_id)
@@ -143,11 +160,14 @@ def test_a_cancelled_request_stops_waiting_and_is_published(
     request_id = driver.file("u-1001")
     driver.wait(request_id, "AWAITING_APPROVAL")
 
+    offset = iam_log.end_offset(cloud.state["logs_dir"])
     status, record = driver.target.call_api(
         "POST", f"/erasure-requests/{request_id}/cancel", {"requested_by": "privacy@example.com"}
     )
 
     assert (status, record["status"], record["outcome"]) == (200, "REJECTED", "CANCELLED")
+    # the API answered the waiting task as its own role, checked (CancelWaitingApproval)
+    assert _task_callbacks(cloud, offset, "ErasureApiFunctionRole")
     ended = driver.execution(request_id)
     assert ended["execution"]["status"] == "SUCCEEDED"
     assert polls_folded(states_entered(ended["history"])) == CLOSED_PATH
