@@ -8,7 +8,14 @@ clouds, the e2e tier's CLI-started cloud). A statement that was the only one all
 of a test is needed by that test: remove it and that call is denied, which fails the test (the
 e2e tier's per-test check fails on any denial; in the sfn tier the denied call fails the run
 the test asserts on). Decisions of a module's cloud start-up count for the test whose setup
-started it (a failing fixture errors that test).
+started it.
+
+So that this holds for what fixtures do too, every sfn and e2e test is also checked over its
+whole protocol (setup of the module and session fixtures it starts, call, teardown): a denial
+in that window turns the test's teardown report into a failure naming role, action and
+resource (`pytest_runtest_makereport` below; a module that removes statements on purpose sets
+`EXPECTS_IAM_DENIALS = True`). The e2e tier's and the sfn tier's own per-test fixtures check the
+test's call the same way, with a nicer report.
 
 `python -m tests.iam_coverage RECORDS.jsonl...` merges such files into
 `tests/iam_statement_record.json` (`<LogicalId>/<policy>/<Sid>` -> the tests that needed it),
@@ -24,7 +31,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,13 +64,52 @@ def decisions_since(basetemp: Path, before: dict[Path, int]) -> list[dict[str, A
     return decisions
 
 
+_windows: dict[str, dict[Path, int]] = {}
+CHECKED_TIERS = ("tests/sfn/", "tests/e2e/")
+
+
+def _checked(item: pytest.Item) -> bool:
+    module = getattr(item, "module", None)
+    return item.nodeid.startswith(CHECKED_TIERS) and not getattr(
+        module, "EXPECTS_IAM_DENIALS", False
+    )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, Any, None]:
+    outcome = yield
+    if call.when != "teardown" or item.nodeid not in _windows:
+        return
+    before = _windows.pop(item.nodeid)
+    basetemp = item.config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
+    try:
+        denied = iam_log.distinct_denials(decisions_since(basetemp, before))
+    except ValueError:  # a log it cannot read: the tiers' own checks still run
+        return
+    report = outcome.get_result()
+    if denied and report.passed:
+        report.outcome = "failed"
+        report.longrepr = (
+            "calls the template's IAM policies do not allow, during this test or the fixtures "
+            "it set up:\n" + "\n".join(denied)
+        )
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     out = os.environ.get(OUT_ENV)
-    if not out:
+    checked = _checked(item)
+    if not (out or checked):
         yield
         return
     basetemp = item.config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
+    if checked:
+        _windows[item.nodeid] = snapshot(basetemp)
+    if not out:
+        yield
+        return
     for path in _decision_logs(basetemp):  # logs of clouds started before: from their end on
         _offsets.setdefault(path, iam_log.end_offset(path.parent))
     yield
