@@ -257,7 +257,8 @@ def _machine_waiting_on(token: str) -> str:
     from moto.stepfunctions.models import stepfunctions_backends  # noqa: PLC0415
     from moto.stepfunctions.parser.models import stepfunctions_parser_backends  # noqa: PLC0415
 
-    for per_region in (*stepfunctions_parser_backends.values(), *stepfunctions_backends.values()):
+    backend_dicts: list[Any] = [stepfunctions_parser_backends, stepfunctions_backends]
+    for per_region in (region for backends in backend_dicts for region in backends.values()):
         for backend in per_region.values():
             for machine in getattr(backend, "state_machines", []):
                 for execution in machine.executions:
