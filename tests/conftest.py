@@ -18,6 +18,10 @@ from typing import Any
 
 import pytest
 
+# Records which test needed which IAM statement when LETHE_IAM_COVERAGE_OUT is set, and fails
+# an sfn or e2e test during whose fixtures or call any call was denied (tests/iam_coverage.py).
+from tests.iam_coverage import pytest_runtest_makereport, pytest_runtest_protocol  # noqa: F401
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EVENTS_DIR = REPO_ROOT / "events"
 TIERS = ("unit", "integration", "spark", "sfn", "e2e")

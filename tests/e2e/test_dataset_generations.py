@@ -88,3 +88,28 @@ def test_changing_the_subject_column_reindexes_the_dataset_for_its_new_generatio
     listed = registered.lethe("datasets", "list").stdout.splitlines()
     (line,) = [row for row in listed if row.startswith(f"{DATASET} ")]
     assert line.split()[-2:] == ["generation=2", "indexed=2"]
+
+    # A PUT retried after the re-index ended, while the registry still shows the generation
+    # pending (its answer and the recording were lost): the API finds the execution of that
+    # name (ExecutionAlreadyExists) and reports its status, read with DescribeExecution
+    # (ReadReindexStatus), instead of starting another.
+    table = registered.table("DatasetsTableName")
+    table.update_item(
+        Key={"dataset_id": DATASET},
+        UpdateExpression="SET indexed_generation = :g",
+        ExpressionAttributeValues={":g": 1},
+    )
+    retried = registered.lethe("datasets", "put", str(path))
+    (reported,) = [row for row in retried.stdout.splitlines() if row.startswith("re-index of")]
+    assert f":{DATASET}-reindex-g2 (SUCCEEDED); " in reported
+    names = [
+        e["name"]
+        for e in sfn.list_executions(stateMachineArn=machine)["executions"]
+        if e["name"].startswith(f"{DATASET}-reindex")
+    ]
+    assert names == [f"{DATASET}-reindex-g2"]
+    table.update_item(  # as the re-index recorded it
+        Key={"dataset_id": DATASET},
+        UpdateExpression="SET indexed_generation = :g",
+        ExpressionAttributeValues={":g": 2},
+    )

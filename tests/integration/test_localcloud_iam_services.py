@@ -5,6 +5,8 @@ attributes, KMS aliases and ciphertexts, Secrets Manager names, SQS URLs, EventB
 from __future__ import annotations
 
 import base64
+import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -118,3 +120,43 @@ def test_kms_secrets_sqs_and_events_name_the_resource_aws_authorises(aws: None) 
     )
     assert put.resource == f"arn:aws:events:{REGION}:{ACCOUNT}:event-bus/default"
     assert put.context["events:source"] == ["lethe.ingestion"]
+
+
+def test_a_task_token_names_the_state_machine_whose_execution_waits_on_it() -> None:
+    """SendTaskSuccess/SendTaskFailure are authorised on the state machine whose running
+    execution waits on the token. The local cloud runs executions with moto's interpreter,
+    whose executions live in moto's parser backend: the token is found there (before, it was
+    looked up in the other backend only, found nowhere, and the call went unchecked)."""
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+        sqs = boto3.client("sqs", region_name=REGION)
+        queue = sqs.create_queue(QueueName="tokens")["QueueUrl"]
+        definition = {
+            "StartAt": "Wait For Approval",
+            "States": {
+                "Wait For Approval": {
+                    "Type": "Task",
+                    "Resource": "arn:aws:states:::sqs:sendMessage.waitForTaskToken",
+                    "Parameters": {"QueueUrl": queue, "MessageBody": {"token.$": "$$.Task.Token"}},
+                    "End": True,
+                }
+            },
+        }
+        sfn = boto3.client("stepfunctions", region_name=REGION)
+        machine = sfn.create_state_machine(
+            name="waits",
+            definition=json.dumps(definition),
+            roleArn=f"arn:aws:iam::{ACCOUNT}:role/any",
+        )["stateMachineArn"]
+        sfn.start_execution(stateMachineArn=machine, name="one", input="{}")
+        token = ""
+        deadline = time.monotonic() + 30
+        while not token and time.monotonic() < deadline:
+            for message in sqs.receive_message(QueueUrl=queue, WaitTimeSeconds=1).get(
+                "Messages", []
+            ):
+                token = json.loads(message["Body"])["token"]
+
+        assert token, "the execution did not reach its task"
+        (request,) = _requests("states", "SendTaskSuccess", {"taskToken": token})
+        assert (request.action, request.resource) == ("states:SendTaskSuccess", machine)
+        assert _requests("states", "SendTaskFailure", {"taskToken": "unknown"}) == []

@@ -23,9 +23,11 @@ from typing import Any
 
 import pytest
 
+from lethe.localcloud import iam_log
 from lethe.localcloud.cloud import LocalCloud
 from lethe.localcloud.deployment import Endpoints
 from lethe.localcloud.provision.stepfunctions import OVERRIDES_ENV
+from tests import iam_coverage
 from tests.conftest import REPO_ROOT
 
 SAMPLES = REPO_ROOT / "samples"
@@ -33,6 +35,24 @@ SAMPLES = REPO_ROOT / "samples"
 # stepfunctions).
 TEST_SUBSTITUTIONS = {"IngestionSettleSeconds": 0}
 REVIEWS_KEY = "reviews/2026/11/21/batch-001.csv"
+
+
+@pytest.fixture(autouse=True)
+def every_call_allowed_by_the_template(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every cloud of the tier runs with the IAM check on (lethe.localcloud.iam): as in the e2e
+    tier, a call of a function, state machine task or Spark job that the template's policies do
+    not allow fails the test during which it was made, naming role, action and resource, even
+    when the run the test watches survives the denial. So a statement that alone allowed a call
+    of a test is needed by that test (tests/iam_coverage.py). A module that removes statements
+    on purpose sets `EXPECTS_IAM_DENIALS = True` and checks its denials itself."""
+    if getattr(request.module, "EXPECTS_IAM_DENIALS", False):
+        yield
+        return
+    basetemp = request.config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
+    before = iam_coverage.snapshot(basetemp)
+    yield
+    denied = iam_log.distinct_denials(iam_coverage.decisions_since(basetemp, before))
+    assert not denied, "calls the template's IAM policies do not allow:\n" + "\n".join(denied)
 
 
 class Cloud:

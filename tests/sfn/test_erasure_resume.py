@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from lethe.commands import erasure_certificate as certificates
+from lethe.localcloud import iam_log
 from lethe.localcloud.sfn_hooks.context import Runtime
 from lethe.localcloud.spark_runner import SparkRunResult
 from lethe_shared.aws.s3 import split_s3_url
@@ -297,10 +298,32 @@ def test_an_erasure_without_its_spark_artifacts_fails_before_spark_then_resumes(
     assert partial.partial.cause.startswith("SparkArtifactsMissing")
     assert "u-1001" not in json.dumps(envelope)
 
-    # When the artifacts are back (lethe deploy) and the request is resumed, it completes
+    # A resume while the artifacts are still missing fails at the pre-flight again (run 2)
+    with artifacts_missing(cloud, "erase.py"):
+        status, answer = driver.target.call_api(
+            "POST",
+            f"/erasure-requests/{request_id}/resume",
+            {},
+            headers={"Idempotency-Key": "r-4a"},
+        )
+        assert status == 202, answer
+        run_2 = answer["resumed"]["execution_arn"]
+        assert driver.wait_execution(run_2, timeout=300)["execution"]["status"] == "FAILED"
+    assert driver.record(request_id)["status"] == "FAILED"
+
+    # When the artifacts are back (lethe deploy) and the request is resumed, it completes; the
+    # API first looks whether run 2 still runs, as its own role (WatchResumedRuns)
+    offset = iam_log.end_offset(cloud.state["logs_dir"])
     status, answer = driver.target.call_api(
         "POST", f"/erasure-requests/{request_id}/resume", {}, headers={"Idempotency-Key": "r-4"}
     )
+    decisions, _ = iam_log.read_decisions(cloud.state["logs_dir"], offset)
+    assert [
+        d["allowed"]
+        for d in decisions
+        if "-ErasureApiFunctionRole-" in d["role"]
+        and (d["action"], d["resource"]) == ("states:DescribeExecution", run_2)
+    ] == [True]
     assert status == 202, answer
     resumed = driver.wait_execution(answer["resumed"]["execution_arn"], timeout=400)
     assert resumed["execution"]["status"] == "SUCCEEDED"

@@ -90,13 +90,43 @@ def _short_machine(cloud: Cloud, name: str, max_wait_seconds: int) -> str:
     assert poll["Seconds"] == 30
     poll["Seconds"] = 1
     poll["Assign"]["ingestion_waited"] = "{% $ingestion_waited + 1 %}"
-    return str(
+    machine = str(
         sfn.create_state_machine(
             name=f"lethe-local-erasure-{name}",
             definition=json.dumps(definition),
             roleArn=deployed["roleArn"],
         )["stateMachineArn"]
     )
+    _grant_task_callbacks(cloud, machine)
+    return machine
+
+
+def _grant_task_callbacks(cloud: Cloud, machine: str) -> None:
+    """The roles that answer the erasure workflow's approval task (the approval page's
+    ResumeWorkflow, the erasure API's CancelWaitingApproval) may answer this test-only copy's
+    too, as the template lets them answer the deployed machine's (the local IAM check
+    authorises SendTaskSuccess/Failure on the machine that waits)."""
+    iam = cloud.client("iam")
+    roles = [
+        role["RoleName"]
+        for page in iam.get_paginator("list_roles").paginate()
+        for role in page["Roles"]
+        if role["RoleName"].startswith(
+            ("lethe-local-ApprovalPageFunctionRole-", "lethe-local-ErasureApiFunctionRole-")
+        )
+    ]
+    assert len(roles) == 2, roles
+    statement = {
+        "Effect": "Allow",
+        "Action": ["states:SendTaskSuccess", "states:SendTaskFailure"],
+        "Resource": machine,
+    }
+    for role in roles:
+        iam.put_role_policy(
+            RoleName=role,
+            PolicyName=f"test-copy-{machine.rsplit(':', 1)[-1]}",
+            PolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": [statement]}),
+        )
 
 
 def _start(cloud: Cloud, machine: str, request_id: str) -> str:

@@ -11,11 +11,13 @@ from collections.abc import Iterator
 
 import pytest
 
+from lethe.localcloud import iam_log
 from lethe_shared.erasure.intake import cancel_request
 from lethe_shared.erasure.requests import DynamoErasureRequests, ErasureStatus
 from lethe_shared.erasure.task_tokens import KmsTaskTokens, is_sealed
 from lethe_shared.subject_hashing.keys import load_hash_key
 from lethe_shared.subject_hashing.shown_keys import KeyNamer
+from tests.conftest import EVENTS_DIR
 from tests.sfn.conftest import Cloud, start_cloud
 from tests.sfn.erasure_flow import ErasureDriver, polls_folded, published, states_entered
 
@@ -83,6 +85,20 @@ def outcomes(cloud: Cloud) -> dict[str, str]:
     }
 
 
+def _task_callbacks(cloud: Cloud, offset: int, role: str) -> list[str]:
+    """The SendTaskSuccess/SendTaskFailure calls `role` made since `offset`, each allowed on
+    the erasure state machine by the local IAM check (the action names, in order)."""
+    decisions, _ = iam_log.read_decisions(cloud.state["logs_dir"], offset)
+    machine = cloud.outputs["ErasureStateMachineArn"]
+    found = [
+        d
+        for d in decisions
+        if f"-{role}-" in d["role"] and d["action"].startswith("states:SendTask")
+    ]
+    assert all(d["allowed"] and d["resource"] == machine for d in found), found
+    return [d["action"] for d in found]
+
+
 def test_an_approved_request_is_erased_certified_and_published(
     cloud: Cloud, driver: ErasureDriver, outcomes: dict[str, str]
 ) -> None:
@@ -92,7 +108,10 @@ def test_an_approved_request_is_erased_certified_and_published(
     assert driver.wait(request_id, "AWAITING_APPROVAL")["status"] == "AWAITING_APPROVAL"
 
     # When the approver approves on the page
+    offset = iam_log.end_offset(cloud.state["logs_dir"])
     assert driver.decide(driver.link(request_id), "approve") == "approved"
+    # (the page resumed the workflow as its own role, checked: ResumeWorkflow)
+    assert _task_callbacks(cloud, offset, "ApprovalPageFunctionRole") == ["states:SendTaskSuccess"]
 
     # Then the workflow runs every step once and completes
     ended = driver.execution(request_id)
@@ -141,11 +160,14 @@ def test_a_cancelled_request_stops_waiting_and_is_published(
     request_id = driver.file("u-1001")
     driver.wait(request_id, "AWAITING_APPROVAL")
 
+    offset = iam_log.end_offset(cloud.state["logs_dir"])
     status, record = driver.target.call_api(
         "POST", f"/erasure-requests/{request_id}/cancel", {"requested_by": "privacy@example.com"}
     )
 
     assert (status, record["status"], record["outcome"]) == (200, "REJECTED", "CANCELLED")
+    # the API answered the waiting task as its own role, checked (CancelWaitingApproval)
+    assert _task_callbacks(cloud, offset, "ErasureApiFunctionRole")
     ended = driver.execution(request_id)
     assert ended["execution"]["status"] == "SUCCEEDED"
     assert polls_folded(states_entered(ended["history"])) == CLOSED_PATH
@@ -386,3 +408,28 @@ def test_a_task_token_used_on_a_request_not_approved_erases_nothing(
         assert ended["execution"]["status"] == "SUCCEEDED"
         outcome = "CANCELLED" if closed_by == "cancelled" else ""  # a rejection has none
         assert (record_now["status"], record_now["outcome"]) == ("REJECTED", outcome)
+
+
+def test_the_metrics_function_counts_the_open_requests_with_its_own_role(
+    cloud: Cloud, driver: ErasureDriver
+) -> None:
+    """ErasureMetricsFunction (scheduled every five minutes on AWS) invoked as the schedule
+    would: it lists the open requests through the by_status index and reads them, as its own
+    role (ListOpenRequests, ReadOpenRequests), and counts the one just stored."""
+    driver.stored_request("u-1001")  # RECEIVED, no workflow: open until something closes it
+    logs_dir = cloud.state["logs_dir"]
+    offset = iam_log.end_offset(logs_dir)
+
+    answer = cloud.client("lambda").invoke(
+        FunctionName="lethe-local-erasure-metrics",
+        Payload=(EVENTS_DIR / "erasure_metrics_schedule.json").read_bytes(),
+    )
+
+    assert "FunctionError" not in answer, answer["Payload"].read()
+    figures = json.loads(answer["Payload"].read())
+    assert figures["OpenErasureRequests_RECEIVED"] >= 1
+    assert figures["OpenErasureRequests"] >= figures["OpenErasureRequests_RECEIVED"]
+    decisions, _ = iam_log.read_decisions(logs_dir, offset)
+    assert iam_log.distinct_denials(decisions) == []
+    mine = [d for d in decisions if "-ErasureMetricsFunctionRole-" in d["role"]]
+    assert {d["action"] for d in mine} >= {"dynamodb:Query", "dynamodb:BatchGetItem"}

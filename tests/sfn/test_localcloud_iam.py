@@ -27,6 +27,10 @@ from tests.sfn.conftest import (
     wait_catalogued,
 )
 
+# Its runs without a statement are denied on purpose: it checks the denials itself (the tier's
+# every_call_allowed_by_the_template is off here).
+EXPECTS_IAM_DENIALS = True
+
 
 @pytest.fixture(scope="module")
 def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cloud]:

@@ -3,6 +3,12 @@
 The e2e and soak tiers and `lethe demo` read it to fail when any call was denied; see
 `lethe.localcloud.iam` for what writes it. Each line is one decision: `role`, `action`,
 `resource`, `allowed`, `reason`, `mode` and, for HTTP calls, `service` and `operation`.
+
+Statement coverage: `statement_coverage` tells, for one run, which statements of each role were
+needed; `statements_used` and `coverage_by_test` tell it test by test (tests/iam_coverage.py
+records each test's decisions when LETHE_IAM_COVERAGE_OUT is set), so that each statement
+names a test that fails when the statement is removed: the call it alone allowed is denied,
+and the tiers that record fail on any denial (or on the run the denial breaks).
 """
 
 from __future__ import annotations
@@ -62,6 +68,58 @@ def distinct_denials(decisions: list[dict[str, Any]]) -> list[str]:
     return sorted({describe(decision) for decision in denials(decisions)})
 
 
+def allowing_statements(decision: dict[str, Any]) -> list[str]:
+    """The statements (`<policy>/<Sid>`) that allowed an allowed decision; [] for a denial."""
+    if not decision.get("allowed"):
+        return []
+    return list(
+        decision.get("allowed_by") or [str(decision.get("reason", "")).removeprefix("allowed by ")]
+    )
+
+
+def statements_used(decisions: list[dict[str, Any]]) -> dict[str, list[list[str]]]:
+    """`{"sole": [[role, statement], ...], "shared": [...]}`: the (role name, `<policy>/<Sid>`)
+    pairs that were the only statement allowing some call, and those that allowed calls only
+    together with another statement; each pair once, sorted."""
+    sole: set[tuple[str, str]] = set()
+    shared: set[tuple[str, str]] = set()
+    for decision in decisions:
+        allowed_by = allowing_statements(decision)
+        role = str(decision.get("role") or "")
+        (sole if len(allowed_by) == 1 else shared).update((role, s) for s in allowed_by)
+    return {
+        "sole": [list(pair) for pair in sorted(sole)],
+        "shared": [list(pair) for pair in sorted(shared - sole)],
+    }
+
+
+def role_logical_id(role_name: str, logical_ids: list[str] | set[str]) -> str | None:
+    """The template role a local role name (`lethe-<stage>-<LogicalId>-<suffix>`) belongs to:
+    the longest logical id that appears in it between hyphens."""
+    found = [lid for lid in logical_ids if f"-{lid}-" in f"{role_name}-"]
+    return max(found, key=len) if found else None
+
+
+def coverage_by_test(
+    records: list[dict[str, Any]], translated_template: dict[str, Any]
+) -> dict[str, list[str]]:
+    """`<LogicalId>/<policy>/<Sid>` -> the tests (sorted) during which that statement was the
+    only one allowing some call, from records `{"test": id, "sole": [[role, statement]...]}`
+    (`statements_used` of each test's decisions)."""
+    roles = {
+        lid
+        for lid, resource in translated_template.get("Resources", {}).items()
+        if resource.get("Type") == "AWS::IAM::Role"
+    }
+    tests: dict[str, set[str]] = {}
+    for record in records:
+        for role, statement in record.get("sole", []):
+            logical_id = role_logical_id(role, roles)
+            if logical_id is not None:
+                tests.setdefault(f"{logical_id}/{statement}", set()).add(str(record["test"]))
+    return {name: sorted(found) for name, found in sorted(tests.items())}
+
+
 def statement_coverage(
     decisions: list[dict[str, Any]], translated_template: dict[str, Any]
 ) -> dict[str, dict[str, str]]:
@@ -73,12 +131,9 @@ def statement_coverage(
     sole: set[str] = set()
     shared: set[str] = set()
     for decision in decisions:
-        if not decision.get("allowed"):
-            continue
-        allowed_by = decision.get("allowed_by") or [
-            str(decision.get("reason", "")).removeprefix("allowed by ")
-        ]
-        (sole if len(allowed_by) == 1 else shared).update(allowed_by)
+        allowed_by = allowing_statements(decision)
+        if allowed_by:
+            (sole if len(allowed_by) == 1 else shared).update(allowed_by)
     coverage: dict[str, dict[str, str]] = {}
     for logical_id, resource in translated_template.get("Resources", {}).items():
         if resource.get("Type") != "AWS::IAM::Role":

@@ -251,9 +251,14 @@ def states_requests(call: Call, account: str) -> Requests:
 
 
 def _machine_waiting_on(token: str) -> str:
+    """The state machine whose running execution waits on `token`. Executions run by moto's
+    interpreter (execute_state_machine, as the local cloud runs them) live in the parser
+    backend, not in `stepfunctions_backends`: both are searched."""
     from moto.stepfunctions.models import stepfunctions_backends  # noqa: PLC0415
+    from moto.stepfunctions.parser.models import stepfunctions_parser_backends  # noqa: PLC0415
 
-    for per_region in stepfunctions_backends.values():
+    backend_dicts: list[Any] = [stepfunctions_parser_backends, stepfunctions_backends]
+    for per_region in (region for backends in backend_dicts for region in backends.values()):
         for backend in per_region.values():
             for machine in getattr(backend, "state_machines", []):
                 for execution in machine.executions:
