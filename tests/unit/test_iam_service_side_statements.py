@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from lethe.localcloud.template import translated_template
+from lethe.localcloud.template import REPO_ROOT, translated_template
 
 pytestmark = pytest.mark.unit
 
@@ -29,6 +29,9 @@ STATE_MACHINES = {  # the role -> its state machine
     "IndexBackfillStateMachineRole": "IndexBackfillStateMachine",
     "IndexReconcileStateMachineRole": "IndexReconcileStateMachine",
 }
+# every state machine that logs (the retention machine publishes no notice, so it has no
+# NotifyEncrypted statement and is not in STATE_MACHINES)
+LOGGING_STATE_MACHINES = {**STATE_MACHINES, "RetentionStateMachineRole": "RetentionStateMachine"}
 ACCOUNT_ARN = "arn:${AWS::Partition}:{service}:${AWS::Region}:${AWS::AccountId}:"
 BACKFILL = "lethe-${Stage}-index-backfill"
 
@@ -77,7 +80,7 @@ def assert_grants(
 # ------------------------------------------------------------------ Step Functions log delivery
 
 
-@pytest.mark.parametrize("role", sorted(STATE_MACHINES))
+@pytest.mark.parametrize("role", sorted(LOGGING_STATE_MACHINES))
 def test_state_machine_log_delivery_is_what_step_functions_documents(
     translated: dict[str, Any], role: str
 ) -> None:
@@ -86,9 +89,9 @@ def test_state_machine_log_delivery_is_what_step_functions_documents(
     CloudWatch Logs" lists these eight actions on Resource "*" (the log delivery APIs take no
     resource-level permissions): https://docs.aws.amazon.com/step-functions/latest/dg/cw-logs.html
     The statement is needed because the state machine logs to a log group."""
-    machine = translated["Resources"][STATE_MACHINES[role]]["Properties"]
+    machine = translated["Resources"][LOGGING_STATE_MACHINES[role]]["Properties"]
     assert machine["LoggingConfiguration"]["Destinations"], "the state machine logs"
-    assert translated["Resources"][STATE_MACHINES[role]]["Properties"]["RoleArn"] == {
+    assert translated["Resources"][LOGGING_STATE_MACHINES[role]]["Properties"]["RoleArn"] == {
         "Fn::GetAtt": [role, "Arn"]
     }
     assert_grants(
@@ -276,6 +279,8 @@ CUSTOMER_KEY_POLICIES = {
     "IndexReconcileStateMachineRole/IndexReconcileStateMachineRolePolicy1/#0": "read-write",
     "IngestionStateMachineRole/IngestionStateMachineRolePolicy1/#0": "read-write",
     "IngestionStepsFunctionRole/IngestionStepsFunctionRolePolicy1/#0": "read-write",
+    "RetentionStateMachineRole/RetentionStateMachineRolePolicy1/#0": "read-write",
+    "RetentionStepsFunctionRole/RetentionStepsFunctionRolePolicy1/#0": "read-write",
     "ObjectEventsFunctionRole/ObjectEventsFunctionRolePolicy1/#0": "read-write",
     "SparkJobRole/spark-kms/#0": "read-write",
 }
@@ -303,3 +308,62 @@ def test_customer_key_statements_grant_the_key_and_nothing_else(
         {"kms:GenerateDataKey"} if CUSTOMER_KEY_POLICIES[name] == "read-write" else set()
     )
     assert_grants(statement(translated, name), actions, [{"Ref": "KmsKeyArn"}])
+
+
+# ------------------------------------------------------------------------ retention (issue 23)
+
+
+def test_the_retention_schedule_may_start_the_retention_machine_and_nothing_else(
+    translated: dict[str, Any],
+) -> None:
+    """`StartRetentionRuns`: EventBridge starts the rule's Step Functions target with the
+    target's role, which "needs states:StartExecution on the state machine" (EventBridge's
+    "Step Functions state machine target":
+    https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-custom-bus-target-sfn.html).
+    The local cloud fires no schedule (tests/sfn/test_retention_run.py starts the machine as
+    the rule does), so no run covers it."""
+    rule = translated["Resources"]["RetentionScheduleRule"]["Properties"]
+    (target,) = rule["Targets"]
+    assert target["Arn"] == {"Ref": "RetentionStateMachine"}
+    assert target["RoleArn"] == {"Fn::GetAtt": ["RetentionScheduleRole", "Arn"]}
+    role = translated["Resources"]["RetentionScheduleRole"]["Properties"]
+    (trust,) = role["AssumeRolePolicyDocument"]["Statement"]
+    assert trust["Principal"] == {"Service": "events.amazonaws.com"}
+    assert_grants(
+        statement(
+            translated, "RetentionScheduleRole/RetentionScheduleRolePolicy0/StartRetentionRuns"
+        ),
+        {"states:StartExecution"},
+        [{"Ref": "RetentionStateMachine"}],
+    )
+
+
+def test_the_retention_machine_on_glue_may_run_exactly_the_jobs_its_definition_starts(
+    translated: dict[str, Any],
+) -> None:
+    """`RunSparkOnGlue` of the retention machine: with `SparkEngine=GLUE` its definition starts
+    the erase job (erase, verify) and the index job with `glue:startJobRun.sync`, which needs
+    glue:StartJobRun, GetJobRun, GetJobRuns and BatchStopJobRun on those jobs ("Run AWS Glue
+    jobs with Step Functions":
+    https://docs.aws.amazon.com/step-functions/latest/dg/connect-glue.html). The Glue variant
+    of the run is not executed locally (its EMR Serverless variant is:
+    tests/sfn/test_retention_run.py); this holds the statement to the jobs the definition names."""
+    definition = (REPO_ROOT / "statemachines" / "retention.asl.json").read_text()
+    assert "arn:aws:states:::glue:startJobRun.sync" in definition
+    jobs = {
+        name for name in ("EraseGlueJobName", "IndexGlueJobName") if f"${{{name}}}" in definition
+    }
+    assert jobs == {"EraseGlueJobName", "IndexGlueJobName"}
+    substitutions = translated["Resources"]["RetentionStateMachine"]["Properties"][
+        "DefinitionSubstitutions"
+    ]
+    assert substitutions["EraseGlueJobName"]["Fn::If"][1] == {"Ref": "EraseGlueJob"}
+    assert substitutions["IndexGlueJobName"]["Fn::If"][1] == {"Ref": "IndexGlueJob"}
+    job = "arn:${AWS::Partition}:glue:${AWS::Region}:${AWS::AccountId}:job/lethe-${Stage}-"
+    assert_grants(
+        statement(
+            translated, "RetentionStateMachineRole/RetentionStateMachineRolePolicy0/RunSparkOnGlue"
+        ),
+        {"glue:StartJobRun", "glue:GetJobRun", "glue:GetJobRuns", "glue:BatchStopJobRun"},
+        [{"Fn::Sub": job + "erase"}, {"Fn::Sub": job + "index"}],
+    )

@@ -27,7 +27,11 @@ import pytest
 
 from lethe.localcloud.template import REPO_ROOT, translated_template
 from tests.iam_coverage import RECORD_PATH
-from tests.unit.test_iam_service_side_statements import CUSTOMER_KEY_POLICIES, STATE_MACHINES
+from tests.unit.test_iam_service_side_statements import (
+    CUSTOMER_KEY_POLICIES,
+    LOGGING_STATE_MACHINES,
+    STATE_MACHINES,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -52,14 +56,21 @@ def _template_tests() -> dict[str, str]:
         "SparkJobRole/spark-data-access/FindSparkLogGroup": (
             f"{SERVICE_SIDE}::test_emr_serverless_jobs_may_find_the_spark_log_group"
         ),
+        "RetentionScheduleRole/RetentionScheduleRolePolicy0/StartRetentionRuns": (
+            f"{SERVICE_SIDE}::test_the_retention_schedule_may_start_the_retention_machine_and_nothing_else"
+        ),
+        "RetentionStateMachineRole/RetentionStateMachineRolePolicy0/RunSparkOnGlue": (
+            f"{SERVICE_SIDE}::test_the_retention_machine_on_glue_may_run_exactly_the_jobs_its_definition_starts"
+        ),
         "IndexObjectFunctionRole/IndexObjectFunctionEventInvokeConfigOnFailureSQSPolicy/#0": (
             f"{SERVICE_SIDE}::test_index_object_function_may_deliver_failures_to_its_destination"
         ),
     }
-    for role in STATE_MACHINES:
+    for role in LOGGING_STATE_MACHINES:
         tests[f"{role}/{role}Policy0/DeliverLogs"] = (
             f"{SERVICE_SIDE}::test_state_machine_log_delivery_is_what_step_functions_documents[{role}]"
         )
+    for role in STATE_MACHINES:
         tests[f"{role}/{role}Policy0/NotifyEncrypted"] = (
             f"{SERVICE_SIDE}::test_state_machines_may_publish_to_the_encrypted_topic[{role}]"
         )
