@@ -69,6 +69,7 @@ KeptReason = Literal[
     "erasure_version_stored",  # a flag on the version erasure left, which is still stored
     "still_changing",  # changed on every read (MAX_ROUNDS)
     "erasure_refused",  # an object the erase job refused, untouched (named by its results)
+    "shared_prefix",  # 48-bit prefixes: a row the subject shares with another of that version
 ]
 KEPT_REASONS: tuple[KeptReason, ...] = (
     "later_version",
@@ -77,6 +78,7 @@ KEPT_REASONS: tuple[KeptReason, ...] = (
     "erasure_version_stored",
     "still_changing",
     "erasure_refused",
+    "shared_prefix",
 )
 _DETAILS: Mapping[str, str] = {
     "later_version": (
@@ -90,6 +92,12 @@ _DETAILS: Mapping[str, str] = {
     "indexed_again": (
         "the index names this version for {rows} row(s) of the request's subjects again after "
         "the index update removed it"
+    ),
+    "shared_prefix": (
+        "the subject index keeps a row for this version keyed by the 48-bit prefix of the "
+        "subject's keyed hash, because another subject of the same version, still present, "
+        "shares that prefix; the row still counts {rows} row(s) of both subjects until the "
+        "object is indexed again (the erase job removed this subject's rows)"
     ),
 }
 
@@ -323,13 +331,19 @@ def _collect_kept(
     hash another dataset's form of an id gave is another subject there), as kept items."""
     erased = {r.object_url: r for r in results.objects}
     rows: dict[tuple[str, str, str, str], int] = {}
+    prefix_rows = update.segments.prefix_rows() if update.segments is not None else {}
     for subject in sorted(subjects):
         for entry in index.lookup(subject):
             if subject not in of(entry.dataset_id):
                 continue
             result = erased.get(entry.object_url)
             reason: KeptReason
-            if result is None:
+            why = prefix_rows.get((entry.object_url, entry.version_id))
+            if why == "verified_clean":
+                continue  # another subject's row: the version holds none of this subject's rows
+            if why == "shared":
+                reason = "shared_prefix"
+            elif result is None:
                 reason = "object_not_erased"
             elif result.refused:
                 reason = "erasure_refused"
