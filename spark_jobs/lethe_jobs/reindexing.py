@@ -59,8 +59,8 @@ from lethe_shared.index.maintenance import (
     settle_missing_key,
 )
 from lethe_shared.index.opening import IndexLocation, open_subject_index
-from lethe_shared.index.subject_index import SubjectIndex
 from lethe_shared.index.subject_ids import ids_of
+from lethe_shared.index.subject_index import SubjectIndex
 
 LOG = logging.getLogger("lethe.index")
 # Rows whose subjects a task holds before hashing them together: bounds the memory of a group.

@@ -13,11 +13,11 @@ import boto3
 import pytest
 
 from lethe_shared.aws.s3 import s3_url
+from lethe_shared.catalog.object_catalog import Zone
 from lethe_shared.erasure.certificate_index import index_erasure_of
 from lethe_shared.erasure.index_update import not_searched
 from lethe_shared.erasure.report import ObjectResult, VersionRef, report_key
 from lethe_shared.erasure.workflow import update_index
-from lethe_shared.catalog.object_catalog import Zone
 from lethe_shared.index.opening import IndexLocation, IndexStore, open_subject_index
 from lethe_shared.index.segments import SegmentSubjectIndex
 from lethe_shared.index.subject_ids import ids_of, key_width, subject_id
@@ -51,8 +51,9 @@ def opened(s3: Any) -> SegmentSubjectIndex:
 
 def holders(s3: Any, needle: bytes) -> set[str]:
     """The object URLs named by the object tables of the segments whose entries hold `needle`."""
-    import pyarrow.parquet as pq  # noqa: PLC0415
     import io  # noqa: PLC0415
+
+    import pyarrow.parquet as pq  # noqa: PLC0415
 
     found: set[str] = set()
     bodies = dict(stored_objects(s3))
@@ -128,7 +129,9 @@ def test_an_erasure_keeps_a_shared_prefix_row_says_so_and_completes_once_reindex
         ],
     )
 
-    summary = update_index(RID, requests=requests, index=index, documents=documents, objects=objects)
+    summary = update_index(
+        RID, requests=requests, index=index, documents=documents, objects=objects
+    )
 
     # the secret's own row is gone; the twin stays findable in both of its objects
     assert {e.object_url for e in index.lookup(H_TWIN)} == {shared_url, twin_url}
@@ -152,11 +155,14 @@ def test_an_erasure_keeps_a_shared_prefix_row_says_so_and_completes_once_reindex
     assert summary["kept_reasons"]["shared_prefix"] == 1
     gaps = not_searched(document)
     assert [g.object_url for g in gaps] == [shared_url]
-    assert "48-bit prefix" in gaps[0].detail and "another subject" in gaps[0].detail
+    assert "48-bit prefix" in gaps[0].detail
+    assert "another subject" in gaps[0].detail
     cited = index_erasure_of(document)
-    assert cited is not None and not cited.hashes_left_index
+    assert cited is not None
+    assert not cited.hashes_left_index
     assert (cited.prefix_rows_kept, cited.prefix_rows_shared) == (2, 1)
-    assert "shares it" in cited.detail and "verified on the full keyed hash" in cited.detail
+    assert "shares it" in cited.detail
+    assert "verified on the full keyed hash" in cited.detail
     assert "prefix_rows_kept" in cited.model_dump(mode="json")
 
     # The object is indexed again at the version the erasure left (the twin and subject 1):
@@ -180,7 +186,8 @@ def test_full_digest_certificates_are_unchanged_by_the_prefix_fields() -> None:
     document = {"segments": {"hashes_left_index": True, "segments_rewritten": 2,
                              "segments_dropped": 0, "old_files_checked_gone": 4}}  # fmt: skip
     cited = index_erasure_of(document)
-    assert cited is not None and cited.hashes_left_index
+    assert cited is not None
+    assert cited.hashes_left_index
     assert set(cited.model_dump(mode="json")) == {
         "store", "segments_rewritten", "segments_dropped", "old_files_checked_gone",
         "hashes_left_index", "detail",

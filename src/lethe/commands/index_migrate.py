@@ -18,9 +18,10 @@ Per dataset (every dataset the DynamoDB index names, or `--dataset`):
    DynamoDB's flags (lethe_shared.index.segments.rules). Objects the segments hold and
    DynamoDB does not are removed.
 4. Verification (a dataset of 48-bit prefixes, the default for a new one: DynamoDB's hashes
-   are compared by their prefixes, as the segments name them): the segment store's entries are read again and compared with DynamoDB's, entry
-   for entry (counts and every field above). Any difference fails the command (exit status 1)
-   with the number of entries missing, extra and different, per dataset; no hash is printed.
+   are compared by their prefixes, as the segments name them): the segment store's entries
+   are read again and compared with DynamoDB's, entry for entry (counts and every field
+   above). Any difference fails the command (exit status 1) with the number of entries
+   missing, extra and different, per dataset; no hash is printed.
 
 The DynamoDB index is read only, never changed. Run it while ingestion is paused (an entry
 written to DynamoDB during the copy is found by the verification, or by the next run).
@@ -37,8 +38,8 @@ from typing import Any, Final
 
 from lethe.commands import CommandError
 from lethe.target import Target, add_target_arguments, resolve
-from lethe_shared.index.subject_ids import ids_of
 from lethe_shared.index.opening import IndexLocation, IndexStore, open_subject_index, parse_store
+from lethe_shared.index.subject_ids import ids_of
 from lethe_shared.index.subject_index import IndexEntry, SubjectIndex
 
 # the fields an entry keeps in both stores (row hints and updated_at are not compared)

@@ -5,9 +5,9 @@ many old segment files were checked gone (HeadObject: 404; the index bucket is u
 no older version of a segment remains), and whether the hashes left the index
 (`hashes_left_index`: every old file gone and no entry of the subjects kept; a kept entry is
 named in `not_searched` as well; with 48-bit prefixes, no row of a subject's prefix kept because
-another subject shares it: `prefix_rows_kept`, `prefix_rows_shared`). Read from index_update.json's `segments` member
-(lethe_shared.erasure.index_segments), whose SHA-256 the certificate's `documents` carry; the
-document lists every rewritten segment (keys, seqs, ETags). Absent (None) with the DynamoDB
+another subject shares it: `prefix_rows_kept`, `prefix_rows_shared`). Read from
+index_update.json's `segments` member (lethe_shared.erasure.index_segments), whose SHA-256 the
+certificate's `documents` carry; the document lists every rewritten segment (keys, seqs, ETags). Absent (None) with the DynamoDB
 store and in certificates signed before it existed: an additive optional field.
 """
 
