@@ -8,7 +8,8 @@ named in `not_searched` as well; with 48-bit prefixes, no row of a subject's pre
 another subject shares it: `prefix_rows_kept`, `prefix_rows_shared`). Read from
 index_update.json's `segments` member (lethe_shared.erasure.index_segments), whose SHA-256 the
 certificate's `documents` carry; the document lists every rewritten segment (keys, seqs,
-ETags). Absent (None) with the DynamoDB store and in certificates signed before it existed: an additive optional field.
+ETags). Absent (None) with the DynamoDB store and in certificates signed before it existed: an
+additive optional field.
 """
 
 from __future__ import annotations
