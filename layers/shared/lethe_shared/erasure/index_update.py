@@ -38,6 +38,12 @@ entries kept by reason, conditional deletes that found the entry changed) are lo
 returned; nothing here logs a subject hash or id.
 
 Run again, it removes nothing more and reports the same kept items.
+
+On a segment dataset of 48-bit prefixes (lethe_shared.erasure.index_segments_update) a row two
+subjects of one version share stays and is a kept item (`shared_prefix`: it still counts the
+erased subject's rows); a request subject's entry on the version erasure left, which the erase
+job verified free of the subject's rows, is another subject's: it stays and is not a kept item.
+Both are named in the evidence (`segments.prefix_rows`).
 """
 
 from __future__ import annotations
