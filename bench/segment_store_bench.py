@@ -170,7 +170,8 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     entries = sum(len(b) for b in batches)
     print(f"lake: {len(lake.files)} objects, {lake.rows:,} rows, {entries:,} entries")
     configs = [
-        measure(batches, dataset.dataset_id, config, data_bytes, args.seed) for config in CONFIGS
+        measure(batches, dataset.dataset_id, config, data_bytes, args.seed)
+        for config in (args.configs or CONFIGS)
     ]
     return {
         "benchmark": "index-segment-store",
@@ -225,7 +226,21 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     generate_lake.add_arguments(parser)
     parser.add_argument("--out-json", type=Path, default=BENCH_DIR / "results" / OUT_NAME)
+    parser.add_argument(
+        "--configs",
+        type=parse_configs,
+        default=None,
+        help="bits:hash_bytes:by_object(0|1),... (default: the six of CONFIGS)",
+    )
     return parser.parse_args(argv)
+
+
+def parse_configs(text: str) -> tuple[tuple[int, int, bool], ...]:
+    found = []
+    for item in text.split(","):
+        bits, width, by_object = item.split(":")
+        found.append((int(bits), int(width), by_object == "1"))
+    return tuple(found)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -49,6 +49,7 @@ from lethe_shared.aws.s3 import NULL_VERSION, ObjectStore, S3ObjectStore, s3_url
 from lethe_shared.catalog.object_catalog import Buckets
 from lethe_shared.datasets.document import Dataset
 from lethe_shared.datasets.registry import DatasetRegistry, require_dataset
+from lethe_shared.index.subject_ids import key_width, subject_id
 from lethe_shared.index.subject_index import DRIFT_KINDS, FoundEntry, SubjectIndex
 
 LOG = logging.getLogger("lethe.reconcile")
@@ -113,6 +114,9 @@ class ExpectSettings:
     buckets: Buckets
     correlation_id: str
     hash_key: bytes = field(repr=False)
+    # the index's key width for the dataset (lethe_shared.index.subject_ids): 32 full digests,
+    # 6 48-bit prefixes (one index row per (prefix, object version), rows summed)
+    hash_bytes: int = 32
 
 
 def _expected_of(
@@ -130,7 +134,13 @@ def _expected_of(
         except UnreadableObjectError as exc:
             LOG.warning("%s cannot be read, it should have no entries: %s", location.url, exc)
             return []
-    return [(e.object_url, e.subject_hash, e.rows) for e in entries]
+    if ctx.hash_bytes >= 32:
+        return [(e.object_url, e.subject_hash, e.rows) for e in entries]
+    rows: dict[tuple[str, str], int] = {}  # prefixes: as entries_of_dataset names them
+    for e in entries:
+        key = (e.object_url, subject_id(e.subject_hash, ctx.hash_bytes))
+        rows[key] = rows.get(key, 0) + e.rows
+    return [(url, h, n) for (url, h), n in sorted(rows.items())]
 
 
 def expected_partition(items: Iterable[str], ctx: ExpectSettings) -> Iterator[tuple[Any, ...]]:
@@ -308,7 +318,10 @@ def run_reconcile(
         dataset.dataset_id,
         len(scan.hidden),
     )
-    expect = ExpectSettings(dataset, args.buckets, args.correlation_id, ports.hash_key)
+    expect = ExpectSettings(
+        dataset, args.buckets, args.correlation_id, ports.hash_key,
+        key_width(ports.index, dataset.dataset_id),
+    )  # fmt: skip
     expected = expected_entries(spark, scan.objects, expect).persist()
     found_list = list(ports.index.entries_of_dataset(dataset.dataset_id))
     drifted = drift(expected, found_entries(spark, found_list, scan)).persist()

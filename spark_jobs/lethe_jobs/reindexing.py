@@ -59,6 +59,7 @@ from lethe_shared.index.maintenance import (
     settle_missing_key,
 )
 from lethe_shared.index.opening import IndexLocation, open_subject_index
+from lethe_shared.index.subject_ids import ids_of
 from lethe_shared.index.subject_index import SubjectIndex
 
 LOG = logging.getLogger("lethe.index")
@@ -218,7 +219,8 @@ def write_group(aws: _Aws, group: Sequence[_Read], ctx: IndexSettings) -> list[O
     for read, batch in zip(group, batches, strict=True):
         location = read.location
         replace_entries(aws.index, aws.objects, location.bucket, location.key, batch)
-        deleted = len(read.existing - set(batch.subject_hashes))
+        ids = ids_of(aws.index, ctx.dataset.dataset_id)  # prefixes: as subjects_of names them
+        deleted = len(read.existing - {ids(h) for h in batch.subject_hashes})
         nobody = read.subjects.rows - batch.total_rows
         outcomes.append(Outcome("indexed", len(batch), deleted, batch.total_rows, nobody))
     return outcomes

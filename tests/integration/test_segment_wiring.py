@@ -251,7 +251,8 @@ def test_an_erasure_removes_the_hashes_from_every_segment_object_and_says_so(
     s3, _ = segment_store
     objects = MemoryObjectStore()
     index, (kept_url, gone_url) = _lake_of_the_subject(s3, objects)
-    assert any(bytes.fromhex(H_SECRET) in body for _, body in stored_objects(s3))
+    # the factory's default for a new dataset: 48-bit prefixes (the hash's first 6 bytes)
+    assert any(bytes.fromhex(H_SECRET)[:6] in body for _, body in stored_objects(s3))
     requests, documents = _erasure(
         objects, [_rewritten(kept_url, "v1", "v2"), _rewritten(gone_url, "v1", None)]
     )
@@ -263,9 +264,11 @@ def test_an_erasure_removes_the_hashes_from_every_segment_object_and_says_so(
     # no object of the index bucket holds the hash's 32 bytes (nor its hex), any level or state
     for key, body in stored_objects(s3):
         assert bytes.fromhex(H_SECRET) not in body, key
+        assert bytes.fromhex(H_SECRET)[:6] not in body, key  # no row shares its prefix here
         assert H_SECRET.encode() not in body, key
     assert index.lookup(H_SECRET) == []
-    assert index.subjects_of(kept_url) == {subject(i) for i in range(6)}  # others untouched
+    # others untouched (named by their 48-bit prefixes, as by-object reads name them)
+    assert index.subjects_of(kept_url) == {subject(i)[:12] for i in range(6)}
     # the subject's two entries, and the other subject's entry of the key erasure deleted
     assert summary["entries_removed"] == 3
     assert summary["kept"] == []
@@ -339,8 +342,9 @@ def test_migrate_copies_the_dynamodb_index_verifies_it_and_is_idempotent(
     assert by_id["reviews"].objects_written == 3
     assert by_id["reviews"].objects_removed == 1
     assert [d.objects_written + d.objects_removed for d in second.datasets] == [0, 0]
+    # the segments (the factory's default: 48-bit prefixes) name each subject by its prefix
     expected = {
-        (e.object_url, e.subject_hash, e.deleted): (e.rows, e.version_id)
+        (e.object_url, e.subject_hash[:12], e.deleted): (e.rows, e.version_id)
         for i in range(10) for e in dynamo.lookup(subject(i))
     }  # fmt: skip
     found = {

@@ -26,7 +26,9 @@ Fail closed: an erasure whose old segment files were not all checked gone raises
 segments kept changing raises the store's `ErasureNotSettledError`. The evidence
 (`SegmentEvidence`) goes into index_update.json under `segments`; the certificate cites it
 (lethe_shared.erasure.certificate_index): segments rewritten or dropped, old files checked gone,
-and whether the hashes left the index (no entry of them kept, every old file gone).
+and whether the hashes left the index (no entry of them kept, every old file gone, and, with
+48-bit prefixes, no row of a subject's prefix kept because another subject shares it:
+`prefix_rows`, per object version, named in the document).
 """
 
 from __future__ import annotations
@@ -71,6 +73,11 @@ class DatasetEvidence:
     pointers_kept: int = 0
     complete: bool = True
     rewrites: list[dict[str, Any]] = field(default_factory=list)
+    # 48-bit prefixes only: rows of a request subject's prefix left in the index because they
+    # are (also) another subject's, one per (object, version, why): `shared` (the row's version
+    # holds two subjects sharing the prefix, SegmentErasure.kept_shared) or `verified_clean`
+    # (the version the erasure left, verified free of the subject's rows on the full hash)
+    prefix_rows: list[dict[str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -81,6 +88,22 @@ class SegmentEvidence:
 
     def of(self, dataset_id: str) -> DatasetEvidence:
         return self.datasets.setdefault(dataset_id, DatasetEvidence(dataset_id))
+
+    def keep_prefix(self, dataset_id: str, object_url: str, version_id: str, why: str) -> None:
+        row = {"object_url": object_url, "version_id": version_id, "why": why}
+        rows = self.of(dataset_id).prefix_rows
+        if row not in rows:
+            rows.append(row)
+
+    def prefix_rows(self) -> dict[tuple[str, str], str]:
+        """(object URL, version id) -> why, for every kept prefix row ("shared" wins)."""
+        found: dict[tuple[str, str], str] = {}
+        for d in self.datasets.values():
+            for r in d.prefix_rows:
+                key = (r["object_url"], r["version_id"])
+                if found.get(key) != "shared":
+                    found[key] = r["why"]
+        return found
 
     def add(self, dataset_id: str, erasure: Any) -> None:
         found = self.of(dataset_id)
@@ -108,17 +131,24 @@ class SegmentEvidence:
         found.complete = found.complete and bool(erasure.complete)
 
     def document(self, entries_kept: int) -> dict[str, Any]:
-        """`hashes_left_index`: every old file checked gone and no entry of the request's
-        subjects kept (a kept entry is a live row of the hash: the certificate names it)."""
+        """`hashes_left_index`: every old file checked gone, no entry of the request's
+        subjects kept (a kept entry is a live row of the hash: the certificate names it) and no
+        row of a request subject's 48-bit prefix left (`prefix_rows`: the row is also another
+        subject's; its bytes equal the subject's prefix)."""
         datasets = [vars(d) | {} for _, d in sorted(self.datasets.items())]
         complete = all(d.complete for d in self.datasets.values())
+        rows = self.prefix_rows()
+        shared = sum(1 for why in rows.values() if why == "shared")
         return {
             "store": "segments",
             "segments_rewritten": sum(d.segments_rewritten for d in self.datasets.values()),
             "segments_dropped": sum(d.segments_dropped for d in self.datasets.values()),
             "old_files_checked_gone": sum(d.old_files_checked_gone for d in self.datasets.values()),
             "complete": complete,
-            "hashes_left_index": complete and entries_kept == 0,
+            "hashes_left_index": complete and entries_kept == 0 and not rows,
+            "prefix_rows_kept": len(rows),
+            "prefix_rows_shared": shared,
+            "prefix_rows_verified_clean": len(rows) - shared,
             "datasets": datasets,
         }
 
@@ -131,10 +161,14 @@ def erase_in_segments(
     scrub: Iterable[str],
     drop_pointers: Iterable[str],
     evidence: SegmentEvidence,
-) -> tuple[list[tuple[str, EntryState]], list[tuple[str, EntryState]]]:
+) -> tuple[
+    list[tuple[str, EntryState]], list[tuple[str, EntryState]], list[tuple[str, EntryState]]
+]:
     """One erasure of the dataset's segments: the going entries (each while it describes its
-    state) and the dead rows of `scrub` (hashes). Returns (removed, changed) as (object URL,
-    state). Raises IndexNotErasedError when an old file was not checked gone."""
+    state) and the dead rows of `scrub` (hashes). Returns (removed, changed, kept_shared) as
+    (object URL, state); kept_shared: prefixes only, rows another subject of the same object
+    version shares (they stay). Raises IndexNotErasedError when an old file was not checked
+    gone."""
     targets: dict[str, dict[str, EntryState | None]] = {
         url: {s.subject_hash: s for s in states} for url, states in going.items()
     }
@@ -142,7 +176,7 @@ def erase_in_segments(
     if hashes:
         targets[SCRUB_ONLY.format(dataset=dataset_id)] = dict.fromkeys(hashes)
     if not targets:
-        return [], []
+        return [], [], []
     erasure = index.eraser.erase(dataset_id, targets, drop_pointers)
     evidence.add(dataset_id, erasure)
     if not erasure.complete:
@@ -150,7 +184,8 @@ def erase_in_segments(
             f"dataset {dataset_id}: an old segment file of the erasure was not found gone; the "
             "hashes may still be stored (run the index update again)"
         )
-    return list(erasure.removed), list(erasure.changed)
+    shared = list(getattr(erasure, "kept_shared", ()))
+    return list(erasure.removed), list(erasure.changed), shared
 
 
 def scrub_datasets(

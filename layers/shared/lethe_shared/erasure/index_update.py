@@ -38,6 +38,12 @@ entries kept by reason, conditional deletes that found the entry changed) are lo
 returned; nothing here logs a subject hash or id.
 
 Run again, it removes nothing more and reports the same kept items.
+
+On a segment dataset of 48-bit prefixes (lethe_shared.erasure.index_segments_update) a row two
+subjects of one version share stays and is a kept item (`shared_prefix`: it still counts the
+erased subject's rows); a request subject's entry on the version erasure left, which the erase
+job verified free of the subject's rows, is another subject's: it stays and is not a kept item.
+Both are named in the evidence (`segments.prefix_rows`).
 """
 
 from __future__ import annotations
@@ -69,6 +75,7 @@ KeptReason = Literal[
     "erasure_version_stored",  # a flag on the version erasure left, which is still stored
     "still_changing",  # changed on every read (MAX_ROUNDS)
     "erasure_refused",  # an object the erase job refused, untouched (named by its results)
+    "shared_prefix",  # 48-bit prefixes: a row the subject shares with another of that version
 ]
 KEPT_REASONS: tuple[KeptReason, ...] = (
     "later_version",
@@ -77,6 +84,7 @@ KEPT_REASONS: tuple[KeptReason, ...] = (
     "erasure_version_stored",
     "still_changing",
     "erasure_refused",
+    "shared_prefix",
 )
 _DETAILS: Mapping[str, str] = {
     "later_version": (
@@ -90,6 +98,12 @@ _DETAILS: Mapping[str, str] = {
     "indexed_again": (
         "the index names this version for {rows} row(s) of the request's subjects again after "
         "the index update removed it"
+    ),
+    "shared_prefix": (
+        "the subject index keeps a row for this version keyed by the 48-bit prefix of the "
+        "subject's keyed hash, because another subject of the same version, still present, "
+        "shares that prefix; the row still counts {rows} row(s) of both subjects until the "
+        "object is indexed again (the erase job removed this subject's rows)"
     ),
 }
 
@@ -323,13 +337,19 @@ def _collect_kept(
     hash another dataset's form of an id gave is another subject there), as kept items."""
     erased = {r.object_url: r for r in results.objects}
     rows: dict[tuple[str, str, str, str], int] = {}
+    prefix_rows = update.segments.prefix_rows() if update.segments is not None else {}
     for subject in sorted(subjects):
         for entry in index.lookup(subject):
             if subject not in of(entry.dataset_id):
                 continue
             result = erased.get(entry.object_url)
             reason: KeptReason
-            if result is None:
+            why = prefix_rows.get((entry.object_url, entry.version_id))
+            if why == "verified_clean":
+                continue  # another subject's row: the version holds none of this subject's rows
+            if why == "shared":
+                reason = "shared_prefix"
+            elif result is None:
                 reason = "object_not_erased"
             elif result.refused:
                 reason = "erasure_refused"

@@ -16,6 +16,13 @@ The store is chosen by `LETHE_INDEX_STORE` (functions: the template's `IndexStor
 or the Spark jobs' `--index-store`. A location names what its store needs; otherwise
 `ConfigurationError` (at cold start, before any request).
 
+Defaults (a new dataset; an existing one keeps its width and bits): 48-bit prefixes
+(`SEGMENT_HASH_BYTES = 6`) and SEGMENT_PARTITION_BITS partition bits. Measured on the
+benchmark lake (bench/segment_store_bench.py): full digests are 18 % of the data; prefixes
+with one partition 4.7 %, with 16 partitions 6.3 % (each partition has its own object table,
+which lists nearly every object). Fewer partitions cost larger level-1 files: an erasure or a
+compaction rewrites a partition's level-1 segment whole.
+
 The location is a frozen dataclass of strings: it travels to Spark executors with a task, and
 each executor opens its own index. pyarrow (which the segment store needs) is imported only
 when segments are opened.
@@ -38,6 +45,14 @@ STORE_VARIABLE = "LETHE_INDEX_STORE"
 TABLE_VARIABLE = "INDEX_TABLE"
 BUCKET_VARIABLE = "INDEX_BUCKET"
 MANIFEST_VARIABLE = "INDEX_MANIFEST_TABLE"
+
+# A NEW segment dataset's key width and partition bits (a dataset keeps what it was first
+# written with: existing full-digest datasets stay full digests). 6: 48-bit prefixes of the
+# keyed hashes (the shared-prefix rule, lethe_shared.index.segments.format; callers compare
+# by-object answers through lethe_shared.index.subject_ids). Partition bits: see the module
+# docstring ("Defaults").
+SEGMENT_HASH_BYTES = 6
+SEGMENT_PARTITION_BITS = 0
 
 
 class IndexStore(StrEnum):
@@ -131,4 +146,7 @@ def open_subject_index(location: IndexLocation, *, s3: Any, dynamodb: Any) -> Su
         return DynamoSubjectIndex(table(location.table))
     from lethe_shared.index.segments import SegmentSubjectIndex  # noqa: PLC0415 - pyarrow
 
-    return SegmentSubjectIndex(s3, location.bucket, table(location.manifest_table))
+    return SegmentSubjectIndex(
+        s3, location.bucket, table(location.manifest_table),
+        hash_bytes=SEGMENT_HASH_BYTES, partition_bits=SEGMENT_PARTITION_BITS,
+    )  # fmt: skip

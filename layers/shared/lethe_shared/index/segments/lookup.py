@@ -29,8 +29,12 @@ T = TypeVar("T")
 
 
 def to_entry(dataset_id: str, found: LiveEntry) -> IndexEntry:
+    """The entry as an IndexEntry. With prefixes a by-object read names the subject by its 12
+    hex digits, which IndexEntry's 64-digit pattern refuses: such an entry is built unvalidated
+    (`entries`, migration checks); lookups name it by the hash asked for."""
     row = found.row
-    return IndexEntry(
+    build = IndexEntry if len(row.subject_hash) == 64 else IndexEntry.model_construct
+    return build(
         subject_hash=row.subject_hash,
         object_url=row.object_url,
         dataset_id=dataset_id,
