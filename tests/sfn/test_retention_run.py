@@ -9,12 +9,14 @@ are the real Spark jobs on the EMR Serverless path. RetentionNoticeDays 0: rules
 
 from __future__ import annotations
 
+import io
 import json
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
 from lethe.commands.erasure_certificate import show_certificate
@@ -23,7 +25,7 @@ from lethe_shared.erasure.certificate import KmsSigner
 from lethe_shared.erasure.requests import DynamoErasureRequests
 from lethe_shared.erasure.retention_certificate import verify_retention
 from lethe_shared.index.opening import IndexLocation, open_subject_index
-from lethe_shared.subject_hashing.keys import hash_of_id, load_hash_key
+from lethe_shared.subject_hashing.keys import hash_of_id, key_fingerprint, load_hash_key
 from tests.sfn.conftest import SAMPLES, Cloud, start_cloud
 from tests.sfn.erasure_flow import ErasureDriver
 
@@ -36,6 +38,7 @@ BODY = (
     "user_id,review_date,stars,text\n"
     f"u-1,{OLD},5,old one\n"
     f'u-2,{OLDER},4,"old, two"\n'
+    f"u-4,{OLD},1,held four\n"
     f"u-1,{RECENT},3,recent one\n"
     f"u-3,{RECENT},2,recent three\n"
 ).encode()
@@ -98,6 +101,13 @@ def test_a_scheduled_run_removes_expired_rows_skips_a_held_dataset_and_certifies
     table = driver.target.resource("dynamodb").Table(cloud.outputs["DatasetsTableName"])
     hold = new_hold(dataset_id="ledger", reason="tax audit 2026", held_by="dpo@example.com")
     DynamoHolds(table).add(hold)
+    # and u-4 of notes under a legal hold of its own (its keyed hash only): its expired row stays
+    key = load_hash_key(cloud.client("secretsmanager"), cloud.outputs["SubjectHashKeySecretArn"])
+    subject_hold = new_hold(
+        dataset_id="notes", reason="litigation", held_by="dpo@example.com",
+        subject_hashes={"notes": hash_of_id(key, "u-4")}, key_fingerprint=key_fingerprint(key),
+    )  # fmt: skip
+    DynamoHolds(table).add(subject_hold)
 
     # When the schedule starts a run
     ended = _run(cloud, driver)
@@ -122,18 +132,23 @@ def test_a_scheduled_run_removes_expired_rows_skips_a_held_dataset_and_certifies
         current
         == (
             "user_id,review_date,stars,text\n"
+            f"u-4,{OLD},1,held four\n"
             f"u-1,{RECENT},3,recent one\n"
             f"u-3,{RECENT},2,recent three\n"
         ).encode()
     )
     assert len(_versions(cloud, raw, KEY)) == 1
-    # the lake's expired partitions are gone with every version; the recent one stays
-    assert _versions(cloud, lake, f"notes/review_date={OLD}/") == []
+    # the lake's expired partition of u-2 is gone with every version; u-4's held row is the only
+    # row left in the other, in one version; the recent one stays
     assert _versions(cloud, lake, f"notes/review_date={OLDER}/") == []
+    (kept,) = _versions(cloud, lake, f"notes/review_date={OLD}/")
+    kept_rows = pq.read_table(
+        io.BytesIO(cloud.client("s3").get_object(Bucket=lake, Key=kept["Key"])["Body"].read())
+    ).to_pylist()
+    assert [row["user_id"] for row in kept_rows] == ["u-4"]
     assert len(_versions(cloud, lake, f"notes/review_date={RECENT}/")) == 1
 
     # the index: u-2's rows all expired, so nothing lists it; u-1 only where it is left
-    key = load_hash_key(cloud.client("secretsmanager"), cloud.outputs["SubjectHashKeySecretArn"])
     # (read through the deployment's store, as every component opens it: segments by default)
     index = open_subject_index(
         IndexLocation(
@@ -150,6 +165,7 @@ def test_a_scheduled_run_removes_expired_rows_skips_a_held_dataset_and_certifies
     left = {entry.object_url for entry in index.lookup(hash_of_id(key, "u-1"))}
     assert left
     assert not [u for u in left if OLD in u]
+    assert {e.object_url for e in index.lookup(hash_of_id(key, "u-4"))}, "the held row's entries"
 
     # the record and its certificate: signed, complete, no subject named
     requests = driver.target.resource("dynamodb").Table(cloud.outputs["ErasureRequestsTableName"])
@@ -165,14 +181,15 @@ def test_a_scheduled_run_removes_expired_rows_skips_a_held_dataset_and_certifies
     assert certificate.complete
     assert certificate.not_removed == ()
     assert certificate.totals["rows_removed"] == 4  # two raw lines, two lake rows
-    assert certificate.totals["deleted"] == 2
-    assert certificate.totals["rewritten"] == 1
+    assert certificate.totals["deleted"] == 1
+    assert certificate.totals["rewritten"] == 2
     assert certificate.totals["versions_purged"] >= 1
     assert certificate.cutoff.startswith((TODAY - timedelta(days=30)).isoformat())
     assert certificate.reindexed
     assert certificate.verification["verified"]
     text = json.dumps(envelope)
-    assert not any(s in text for s in ("u-1", "u-2", "u-3", hash_of_id(key, "u-2")))
+    assert not any(s in text for s in ("u-1", "u-2", "u-3", "u-4", hash_of_id(key, "u-2")))
+    assert subject_hold.hold_id in text  # the subject hold honoured, named by its id only
     # `lethe erasure certificate rt-... --verify` checks it with the stack's pinned key
     show_certificate(driver.target, run["run_id"], record, as_json=False, html=None, verify=True)
     printed = capsys.readouterr().out
