@@ -36,6 +36,7 @@ from lethe_shared.index.segments.manifest import ACTIVE, Manifest
 
 LOG = logging.getLogger("lethe.compact")
 DEFAULT_MIN_LEVEL0 = 8
+DEFAULT_SETTLE_SECONDS = 60.0  # compaction.Compactor's: a writer's seq taken, its item not yet put
 DATASET_ID = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 
 
@@ -43,6 +44,7 @@ DATASET_ID = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 class CompactArgs:
     correlation_id: str
     min_level0: int
+    settle_seconds: float  # level-0 segments younger than this wait for the next run
     dataset_id: str  # "" = every dataset of the manifest
     index_store: str
     index_table: str
@@ -59,6 +61,9 @@ def parse_args(argv: Sequence[str] | None) -> tuple[CompactArgs, list[str]]:
     parser = argparse.ArgumentParser(prog="compact", description="Lethe index compaction job")
     parser.add_argument("--correlation-id", dest="correlation_id", required=True)
     parser.add_argument("--min-level0", dest="min_level0", type=int, default=DEFAULT_MIN_LEVEL0)
+    parser.add_argument(
+        "--settle-seconds", dest="settle_seconds", type=float, default=DEFAULT_SETTLE_SECONDS
+    )
     parser.add_argument("--dataset-id", dest="dataset_id", default="")
     parser.add_argument("--index-table", dest="index_table", default="")
     add_index(parser)
@@ -66,6 +71,8 @@ def parse_args(argv: Sequence[str] | None) -> tuple[CompactArgs, list[str]]:
     args = CompactArgs(**vars(known))
     if args.min_level0 < 1:
         parser.error("--min-level0 must be at least 1")
+    if args.settle_seconds < 0:
+        parser.error("--settle-seconds must not be negative")
     if args.index_location.store is not IndexStore.SEGMENTS:
         parser.error("compaction applies to the segment index only (--index-store segments)")
     return args, unknown
@@ -104,9 +111,12 @@ def open_segments(location: IndexLocation) -> Any:
     return open_subject_index(location, s3=boto3.client("s3"), dynamodb=boto3.resource("dynamodb"))
 
 
-def compact_dataset(location: IndexLocation, dataset_id: str, opener: IndexOpener) -> dict[str, Any]:
+def compact_dataset(
+    location: IndexLocation, dataset_id: str, settle_seconds: float, opener: IndexOpener
+) -> dict[str, Any]:
     """One dataset's compaction (a Spark task's work): its report, or the error's class."""
     index = opener(location)
+    index.compactor.settle_seconds = settle_seconds
     try:
         report = index.compact(dataset_id)
     except Exception as error:  # noqa: BLE001 - one dataset's failure must not stop the others
@@ -122,6 +132,7 @@ def run_compaction(
     spark: SparkSession, args: CompactArgs, opener: IndexOpener = open_segments
 ) -> dict[str, Any]:
     location = args.index_location
+    settle = args.settle_seconds
     planned = plan(opener(location).manifest, args)
     LOG.info("compacting %d dataset(s), skipping %d", len(planned.compact), len(planned.skipped))
     datasets = sorted(planned.compact)
@@ -130,7 +141,7 @@ def run_compaction(
 
         def task(items: Iterator[str]) -> Iterator[dict[str, Any]]:
             for dataset_id in items:
-                yield compact_dataset(location, dataset_id, opener)
+                yield compact_dataset(location, dataset_id, settle, opener)
 
         rdd = spark.sparkContext.parallelize(datasets, len(datasets))
         results = rdd.mapPartitions(task).collect()
