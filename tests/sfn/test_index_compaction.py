@@ -16,6 +16,7 @@ from typing import Any
 import boto3
 import pytest
 
+from lethe.localcloud.deployment import Endpoints
 from lethe_shared.catalog.zones import Zone
 from lethe_shared.index.segments import SegmentSubjectIndex
 from lethe_shared.index.segments.manifest import ACTIVE
@@ -47,8 +48,17 @@ def entries(object_url: str, hashes: list[str]) -> list[IndexEntry]:
 
 
 def open_index(cloud: Cloud) -> SegmentSubjectIndex:
+    endpoints = Endpoints(
+        cloud.state["endpoint_url"], cloud.state["region"], cloud.state["account_id"]
+    )
+    credentials = endpoints.client_environment()
     dynamodb = boto3.resource(
-        "dynamodb", endpoint_url=cloud.state["endpoint_url"], region_name=cloud.state["region"]
+        "dynamodb",
+        endpoint_url=cloud.state["endpoint_url"],
+        region_name=cloud.state["region"],
+        aws_access_key_id=credentials["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=credentials["AWS_SECRET_ACCESS_KEY"],
+        aws_session_token=credentials["AWS_SESSION_TOKEN"],
     )
     return SegmentSubjectIndex(
         cloud.client("s3"),
@@ -75,7 +85,7 @@ def execute(cloud: Cloud, name: str, document: dict[str, Any]) -> dict[str, Any]
 
 
 def level(index: SegmentSubjectIndex, dataset: str, n: int) -> int:
-    return sum(1 for s in index.manifest.segments(dataset, n) if s.state == ACTIVE)
+    return sum(1 for s in index.manifest.listing(dataset) if s.level == n and s.state == ACTIVE)
 
 
 def test_a_run_folds_a_backlog_at_the_threshold_and_leaves_a_smaller_one(cloud: Cloud) -> None:
@@ -90,7 +100,11 @@ def test_a_run_folds_a_backlog_at_the_threshold_and_leaves_a_smaller_one(cloud: 
 
     run = execute(cloud, "compact-3", {"min_level0": 3})
 
-    assert run["execution"]["status"] == "SUCCEEDED", run["execution"]
+    assert run["execution"]["status"] == "SUCCEEDED", (
+        run["execution"].get("error"),
+        run["execution"].get("cause"),
+        entered_states(run["history"]),
+    )
     assert json.loads(run["execution"]["output"]) == {"compacted": True}
     assert "Compact On EMR Serverless" in entered_states(run["history"])
     assert len(spark_tasks(run["history"])) == 1

@@ -107,14 +107,16 @@ def looked_up(index: SegmentSubjectIndex, hashes: list[str]) -> dict[str, list[t
 
 
 def active(index: SegmentSubjectIndex, dataset: str, level: int) -> list[Any]:
-    return [s for s in index.manifest.segments(dataset, level) if s.state == ACTIVE]
+    return [s for s in index.manifest.listing(dataset) if s.level == level and s.state == ACTIVE]
 
 
 def all_bytes(s3: Any) -> list[tuple[str, bytes]]:
     found = []
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET):
         for item in page.get("Contents", []):
-            found.append((item["Key"], s3.get_object(Bucket=BUCKET, Key=item["Key"])["Body"].read()))
+            found.append(
+                (item["Key"], s3.get_object(Bucket=BUCKET, Key=item["Key"])["Body"].read())
+            )
     return found
 
 
