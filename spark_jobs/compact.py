@@ -5,7 +5,8 @@
         [--dataset-id DATASET]
 
 Prints one JSON line on stdout: {"compacted": {dataset: counts}, "failed": {dataset: error
-class}, "skipped": {dataset: level-0 backlog}, "min_level0", "datasets_failed"}; one EMF line
+class}, "skipped": {dataset: level-0 backlog}, "busy": [datasets another run holds the lease
+of], "min_level0", "datasets_failed"}; one EMF line
 (IndexCompaction* counts) and logs go to stderr. Exits 1 when any dataset's compaction failed.
 What is done is described in lethe_jobs.compact_core.
 """

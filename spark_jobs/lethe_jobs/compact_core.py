@@ -11,8 +11,14 @@
    DynamoDB transaction on the condition that every input's state and ETag are still the ones
    read; an erasure that rewrote an input meanwhile cancels the commit and the partition starts
    again, so an erased hash never comes back. One task per dataset keeps the rule "one
-   compaction per dataset at a time" inside a run; the state machine keeps runs from
-   overlapping (statemachines/index_compaction.asl.json);
+   compaction per dataset at a time" inside a run; across runs (a schedule tick while a long
+   run goes on, a run started by hand) a **lease** keeps it: before compacting, the task puts
+   the manifest item (pk `compaction-lease`, sk = dataset) on the condition that none exists or
+   the one there has expired (LEASE_SECONDS, longer than a job may run), and deletes it
+   afterwards on the condition that it is still its own. A dataset whose lease another run
+   holds is reported `busy` and skipped. The commits are conditional on ETags anyway, so a
+   race would be safe; the lease avoids wasted concurrent work (compaction.py's docstring:
+   two concurrent compactions of a partition without a level-1 segment could both create one);
 3. the driver prints one JSON line: per dataset its counts or the error's class, and totals.
    A dataset whose compaction failed does not stop the others; the job exits non-zero when any
    failed (the state machine notifies and fails, its alarm fires).
@@ -36,6 +42,8 @@ from lethe_shared.index.segments.manifest import ACTIVE, Manifest
 
 LOG = logging.getLogger("lethe.compact")
 DEFAULT_MIN_LEVEL0 = 8
+LEASE_PK = "compaction-lease"
+LEASE_SECONDS = 6 * 3600  # above the Glue job's 240-minute timeout
 DEFAULT_SETTLE_SECONDS = 60.0  # compaction.Compactor's: a writer's seq taken, its item not yet put
 DATASET_ID = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 
@@ -133,6 +141,7 @@ def run_compaction(
 ) -> dict[str, Any]:
     location = args.index_location
     settle = args.settle_seconds
+    owner = args.correlation_id
     planned = plan(opener(location).manifest, args)
     LOG.info("compacting %d dataset(s), skipping %d", len(planned.compact), len(planned.skipped))
     datasets = sorted(planned.compact)
@@ -141,13 +150,15 @@ def run_compaction(
 
         def task(items: Iterator[str]) -> Iterator[dict[str, Any]]:
             for dataset_id in items:
-                yield compact_dataset(location, dataset_id, settle, opener)
+                yield compact_dataset(location, dataset_id, settle, opener, owner)
 
         rdd = spark.sparkContext.parallelize(datasets, len(datasets))
         results = rdd.mapPartitions(task).collect()
     failed = sorted(r["dataset_id"] for r in results if "error" in r)
+    done = [r for r in results if "error" not in r and "busy" not in r]
     return {
-        "compacted": {r["dataset_id"]: r for r in results if "error" not in r},
+        "compacted": {r["dataset_id"]: r for r in done},
+        "busy": sorted(r["dataset_id"] for r in results if "busy" in r),
         "failed": {r["dataset_id"]: r["error"] for r in results if "error" in r},
         "skipped": planned.skipped,
         "min_level0": args.min_level0,
@@ -160,7 +171,7 @@ def metric_counts(result: dict[str, Any]) -> dict[str, int]:
     compacted = result["compacted"].values()
     return {
         "IndexCompactionDatasets": len(result["compacted"]),
-        "IndexCompactionSkipped": len(result["skipped"]),
+        "IndexCompactionSkipped": len(result["skipped"]) + len(result["busy"]),
         "IndexCompactionFailed": result["datasets_failed"],
         "IndexCompactionLevel0Retired": sum(r["level0_retired"] for r in compacted),
         "IndexCompactionRestarts": sum(r["restarts"] for r in compacted),
