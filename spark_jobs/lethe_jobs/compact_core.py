@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import argparse
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -119,17 +119,62 @@ def open_segments(location: IndexLocation) -> Any:
     return open_subject_index(location, s3=boto3.client("s3"), dynamodb=boto3.resource("dynamodb"))
 
 
+def take_lease(table: Any, dataset_id: str, owner: str, now: float) -> bool:
+    """The dataset's compaction lease for `owner`, unless another holds an unexpired one."""
+    from botocore.exceptions import ClientError  # noqa: PLC0415
+
+    try:
+        table.put_item(
+            Item={"pk": LEASE_PK, "sk": dataset_id, "owner": owner,
+                  "expires_at": int(now) + LEASE_SECONDS},
+            ConditionExpression="attribute_not_exists(pk) OR expires_at < :now",
+            ExpressionAttributeValues={":now": int(now)},
+        )  # fmt: skip
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+            return False
+        raise
+    return True
+
+
+def release_lease(table: Any, dataset_id: str, owner: str) -> None:
+    """Delete the lease if it is still `owner`'s (an expired one taken over stays)."""
+    from botocore.exceptions import ClientError  # noqa: PLC0415
+
+    try:
+        table.delete_item(
+            Key={"pk": LEASE_PK, "sk": dataset_id},
+            ConditionExpression="#o = :o",
+            ExpressionAttributeNames={"#o": "owner"},
+            ExpressionAttributeValues={":o": owner},
+        )
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+            raise
+
+
 def compact_dataset(
-    location: IndexLocation, dataset_id: str, settle_seconds: float, opener: IndexOpener
+    location: IndexLocation,
+    dataset_id: str,
+    settle_seconds: float,
+    opener: IndexOpener,
+    owner: str,
 ) -> dict[str, Any]:
-    """One dataset's compaction (a Spark task's work): its report, or the error's class."""
+    """One dataset's compaction (a Spark task's work), under its lease: its report, `busy`
+    when another run holds the lease, or the error's class."""
     index = opener(location)
     index.compactor.settle_seconds = settle_seconds
+    table = index.manifest.table
+    if not take_lease(table, dataset_id, owner, time.time()):
+        LOG.info("compaction of %s skipped: another run holds its lease", dataset_id)
+        return {"dataset_id": dataset_id, "busy": True}
     try:
         report = index.compact(dataset_id)
     except Exception as error:
         LOG.exception("compaction of %s failed", dataset_id)
         return {"dataset_id": dataset_id, "error": type(error).__name__}
+    finally:
+        release_lease(table, dataset_id, owner)
     counts = asdict(report)
     counts["partitions_written"] = len(report.partitions_written)
     counts["level0_after"] = level0_backlog(index.manifest, dataset_id)
@@ -148,7 +193,7 @@ def run_compaction(
     results: list[dict[str, Any]] = []
     if datasets:
 
-        def task(items: Iterator[str]) -> Iterator[dict[str, Any]]:
+        def task(items: Iterable[str]) -> Iterator[dict[str, Any]]:
             for dataset_id in items:
                 yield compact_dataset(location, dataset_id, settle, opener, owner)
 

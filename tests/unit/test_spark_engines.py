@@ -104,7 +104,7 @@ EMR_TASK_PARAMS = [pytest.param(*task, id=f"{task[0]}:{task[1]}") for task in EM
 
 def test_the_machines_have_emr_serverless_tasks() -> None:
     assert {machine for machine, _, _ in EMR_TASKS} == set(EMR_MACHINES)
-    assert len(EMR_TASKS) == 6  # ingest, backfill x2, reconcile, erase (and verify, --mode), compact
+    assert len(EMR_TASKS) == 6  # ingest, backfill x2, reconcile, erase (verify: --mode), compact
 
 
 @pytest.mark.parametrize(("machine", "name", "state"), EMR_TASK_PARAMS)
