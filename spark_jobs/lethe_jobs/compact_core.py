@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
