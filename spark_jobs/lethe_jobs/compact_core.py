@@ -46,7 +46,6 @@ DEFAULT_MIN_LEVEL0 = 8
 LEASE_PK = "compaction-lease"
 LEASE_SECONDS = 6 * 3600  # above the Glue job's 240-minute timeout
 DEFAULT_SETTLE_SECONDS = 60.0  # compaction.Compactor's: a writer's seq taken, its item not yet put
-DATASET_ID = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 
 
 @dataclass(frozen=True)
