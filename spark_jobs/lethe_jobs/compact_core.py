@@ -38,6 +38,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from lethe_jobs.job_args import add_index, index_location
+from lethe_shared.aws.errors import is_condition_failed
 from lethe_shared.index.opening import IndexLocation, IndexStore
 from lethe_shared.index.segments.manifest import ACTIVE, Manifest
 
@@ -131,7 +132,7 @@ def take_lease(table: Any, dataset_id: str, owner: str, now: float) -> bool:
             ExpressionAttributeValues={":now": int(now)},
         )  # fmt: skip
     except ClientError as error:
-        if error.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+        if is_condition_failed(error):
             return False
         raise
     return True
@@ -149,7 +150,7 @@ def release_lease(table: Any, dataset_id: str, owner: str) -> None:
             ExpressionAttributeValues={":o": owner},
         )
     except ClientError as error:
-        if error.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+        if not is_condition_failed(error):
             raise
 
 
