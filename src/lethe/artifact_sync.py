@@ -40,6 +40,7 @@ JOB_SCRIPTS: Final = {
     "erasure": "erase.py",
     "index_backfill": "index.py",
     "index_reconcile": "reconcile.py",
+    "index_compaction": "compact.py",
 }
 #: What a run needs besides its script: the code zip and the engine's Python dependencies.
 ENGINE_DEPENDENCIES: Final = {

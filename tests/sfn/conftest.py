@@ -33,7 +33,7 @@ from tests.conftest import REPO_ROOT
 SAMPLES = REPO_ROOT / "samples"
 # The tests' clouds' definition substitutions (module docstring; lethe.localcloud.provision.
 # stepfunctions).
-TEST_SUBSTITUTIONS = {"IngestionSettleSeconds": 0}
+TEST_SUBSTITUTIONS = {"IngestionSettleSeconds": 0, "CompactionSettleSeconds": 0}
 REVIEWS_KEY = "reviews/2026/11/21/batch-001.csv"
 
 

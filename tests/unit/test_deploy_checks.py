@@ -261,7 +261,7 @@ def test_the_template_defaults_are_read_as_yaml_reads_them() -> None:
 
 
 def test_the_preflight_list_per_engine() -> None:
-    scripts = ["erase.py", "index.py", "ingest.py", "reconcile.py"]
+    scripts = ["compact.py", "erase.py", "index.py", "ingest.py", "reconcile.py"]
     assert required_artifacts("GLUE") == [*scripts, "lethe_shared.zip", "requirements.txt"]
     assert required_artifacts("EMR_SERVERLESS") == [
         *scripts,

@@ -67,6 +67,7 @@ ALLOWED_WILDCARD_ACTIONS: dict[tuple[str, str, str], str] = {
             "IngestionStateMachine",
             "IndexBackfillStateMachine",
             "IndexReconcileStateMachine",
+            "IndexCompactionStateMachine",
             "ErasureStateMachine",
         )
     },
@@ -121,6 +122,7 @@ _LOG_GROUPS = (
     "ErasureLogGroup",
     "IndexBackfillLogGroup",
     "IndexReconcileLogGroup",
+    "IndexCompactionLogGroup",
     "IngestionLogGroup",
     "RetentionLogGroup",
     "SparkLogGroup",

@@ -28,6 +28,7 @@ STATE_MACHINES = {  # the role -> its state machine
     "ErasureStateMachineRole": "ErasureStateMachine",
     "IndexBackfillStateMachineRole": "IndexBackfillStateMachine",
     "IndexReconcileStateMachineRole": "IndexReconcileStateMachine",
+    "IndexCompactionStateMachineRole": "IndexCompactionStateMachine",
 }
 # every state machine that logs (the retention machine publishes no notice, so it has no
 # NotifyEncrypted statement and is not in STATE_MACHINES)
@@ -277,6 +278,7 @@ CUSTOMER_KEY_POLICIES = {
     "IndexBackfillStateMachineRole/IndexBackfillStateMachineRolePolicy1/#0": "read-write",
     "IndexObjectFunctionRole/IndexObjectFunctionRolePolicy1/#0": "read-write",
     "IndexReconcileStateMachineRole/IndexReconcileStateMachineRolePolicy1/#0": "read-write",
+    "IndexCompactionStateMachineRole/IndexCompactionStateMachineRolePolicy1/#0": "read-write",
     "IngestionStateMachineRole/IngestionStateMachineRolePolicy1/#0": "read-write",
     "IngestionStepsFunctionRole/IngestionStepsFunctionRolePolicy1/#0": "read-write",
     "RetentionStateMachineRole/RetentionStateMachineRolePolicy1/#0": "read-write",
@@ -366,4 +368,64 @@ def test_the_retention_machine_on_glue_may_run_exactly_the_jobs_its_definition_s
         ),
         {"glue:StartJobRun", "glue:GetJobRun", "glue:GetJobRuns", "glue:BatchStopJobRun"},
         [{"Fn::Sub": job + "erase"}, {"Fn::Sub": job + "index"}],
+    )
+
+
+# ---------------------------------------------------------------- index compaction (issue 20)
+
+
+def test_the_compaction_schedule_may_start_the_compaction_machine_and_nothing_else(
+    translated: dict[str, Any],
+) -> None:
+    """`StartCompactionRuns`: EventBridge starts the rule's Step Functions target with the
+    target's role, which "needs states:StartExecution on the state machine" (EventBridge's
+    "Step Functions state machine target":
+    https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-custom-bus-target-sfn.html).
+    The local cloud fires no schedule (tests/sfn/test_index_compaction.py starts the machine as
+    the rule does), so no run covers it."""
+    rule = translated["Resources"]["IndexCompactionScheduleRule"]["Properties"]
+    (target,) = rule["Targets"]
+    assert target["Arn"] == {"Ref": "IndexCompactionStateMachine"}
+    assert target["RoleArn"] == {"Fn::GetAtt": ["IndexCompactionScheduleRole", "Arn"]}
+    assert rule["ScheduleExpression"] == {"Ref": "CompactionSchedule"}
+    role = translated["Resources"]["IndexCompactionScheduleRole"]["Properties"]
+    (trust,) = role["AssumeRolePolicyDocument"]["Statement"]
+    assert trust["Principal"] == {"Service": "events.amazonaws.com"}
+    assert_grants(
+        statement(
+            translated,
+            "IndexCompactionScheduleRole/IndexCompactionScheduleRolePolicy0/StartCompactionRuns",
+        ),
+        {"states:StartExecution"},
+        [{"Ref": "IndexCompactionStateMachine"}],
+    )
+
+
+def test_the_compaction_machine_on_glue_may_run_exactly_the_compaction_job(
+    translated: dict[str, Any],
+) -> None:
+    """`RunSparkOnGlue` of the compaction machine: with `SparkEngine=GLUE` its definition starts
+    the compaction job with `glue:startJobRun.sync`, which needs glue:StartJobRun, GetJobRun,
+    GetJobRuns and BatchStopJobRun on that job ("Run AWS Glue jobs with Step Functions":
+    https://docs.aws.amazon.com/step-functions/latest/dg/connect-glue.html). The Glue variant
+    is not executed locally (its EMR Serverless variant is: tests/sfn/test_index_compaction.py);
+    this holds the statement to the one job the definition names."""
+    definition = (REPO_ROOT / "statemachines" / "index_compaction.asl.json").read_text()
+    assert "arn:aws:states:::glue:startJobRun.sync" in definition
+    assert "${CompactGlueJobName}" in definition
+    substitutions = translated["Resources"]["IndexCompactionStateMachine"]["Properties"][
+        "DefinitionSubstitutions"
+    ]
+    assert substitutions["CompactGlueJobName"]["Fn::If"][1] == {"Ref": "CompactGlueJob"}
+    assert translated["Resources"]["CompactGlueJob"]["Properties"]["Name"] == {
+        "Fn::Sub": "lethe-${Stage}-compact"
+    }
+    job = "arn:${AWS::Partition}:glue:${AWS::Region}:${AWS::AccountId}:job/lethe-${Stage}-compact"
+    assert_grants(
+        statement(
+            translated,
+            "IndexCompactionStateMachineRole/IndexCompactionStateMachineRolePolicy0/RunSparkOnGlue",
+        ),
+        {"glue:StartJobRun", "glue:GetJobRun", "glue:GetJobRuns", "glue:BatchStopJobRun"},
+        [{"Fn::Sub": job}],
     )

@@ -62,6 +62,12 @@ def _template_tests() -> dict[str, str]:
         "RetentionStateMachineRole/RetentionStateMachineRolePolicy0/RunSparkOnGlue": (
             f"{SERVICE_SIDE}::test_the_retention_machine_on_glue_may_run_exactly_the_jobs_its_definition_starts"
         ),
+        "IndexCompactionScheduleRole/IndexCompactionScheduleRolePolicy0/StartCompactionRuns": (
+            f"{SERVICE_SIDE}::test_the_compaction_schedule_may_start_the_compaction_machine_and_nothing_else"
+        ),
+        "IndexCompactionStateMachineRole/IndexCompactionStateMachineRolePolicy0/RunSparkOnGlue": (
+            f"{SERVICE_SIDE}::test_the_compaction_machine_on_glue_may_run_exactly_the_compaction_job"
+        ),
         "IndexObjectFunctionRole/IndexObjectFunctionEventInvokeConfigOnFailureSQSPolicy/#0": (
             f"{SERVICE_SIDE}::test_index_object_function_may_deliver_failures_to_its_destination"
         ),

@@ -20,7 +20,7 @@ from lethe.localcloud.spark_submit import parse_spark_submit_parameters, usable_
 from lethe.localcloud.template import load_template
 from tests.conftest import REPO_ROOT
 
-GLUE_JOBS = {"IngestGlueJob", "IndexGlueJob", "ReconcileGlueJob", "EraseGlueJob"}
+GLUE_JOBS = {"IngestGlueJob", "IndexGlueJob", "ReconcileGlueJob", "EraseGlueJob", "CompactGlueJob"}
 REQUIREMENTS_URL = "s3://${ArtifactsBucket}/spark_jobs/requirements.txt"
 ARCHIVE_URL = "s3://${ArtifactsBucket}/spark_jobs/pyspark_env.tar.gz"
 PYTHON = "./environment/bin/python"
@@ -29,6 +29,7 @@ EMR_MACHINES = (
     "ingestion.asl.json",
     "index_backfill.asl.json",
     "index_reconcile.asl.json",
+    "index_compaction.asl.json",
     "erasure.asl.json",
 )
 EMR_RESOURCE = "arn:aws:states:::emr-serverless:startJobRun.sync"
@@ -103,7 +104,7 @@ EMR_TASK_PARAMS = [pytest.param(*task, id=f"{task[0]}:{task[1]}") for task in EM
 
 def test_the_machines_have_emr_serverless_tasks() -> None:
     assert {machine for machine, _, _ in EMR_TASKS} == set(EMR_MACHINES)
-    assert len(EMR_TASKS) == 5  # ingest, backfill x2, reconcile, erase (and verify, --mode)
+    assert len(EMR_TASKS) == 6  # ingest, backfill x2, reconcile, erase (verify: --mode), compact
 
 
 @pytest.mark.parametrize(("machine", "name", "state"), EMR_TASK_PARAMS)

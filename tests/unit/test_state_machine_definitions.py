@@ -106,6 +106,7 @@ def test_every_state_machine_comes_from_a_definition_file(translated: dict[str, 
         "IngestionStateMachine",
         "IndexBackfillStateMachine",
         "IndexReconcileStateMachine",
+        "IndexCompactionStateMachine",
         "ErasureStateMachine",
         "RetentionStateMachine",
     }
