@@ -429,3 +429,34 @@ def test_the_compaction_machine_on_glue_may_run_exactly_the_compaction_job(
         {"glue:StartJobRun", "glue:GetJobRun", "glue:GetJobRuns", "glue:BatchStopJobRun"},
         [{"Fn::Sub": job}],
     )
+
+
+# ------------------------------------------------ the segment index's bucket: 404, not 403
+
+
+LIST_INDEX_BUCKET = (
+    "ErasureStepsFunctionRole/ErasureStepsFunctionRolePolicy0/ListIndexBucket",
+    "IndexObjectFunctionRole/IndexObjectFunctionRolePolicy0/ListIndexBucket",
+    "ObjectEventsFunctionRole/ObjectEventsFunctionRolePolicy0/ListIndexBucket",
+    "SparkJobRole/spark-data-access/ListIndexBucket",
+)
+
+
+@pytest.mark.parametrize("name", LIST_INDEX_BUCKET)
+def test_roles_reading_segments_may_list_the_index_bucket_so_a_gone_segment_is_a_404(
+    translated: dict[str, Any], name: str
+) -> None:
+    """`ListIndexBucket`: "If the object you request doesn't exist, the error that Amazon S3
+    returns depends on whether you also have the s3:ListBucket permission": 404 with it, 403
+    ("access denied") without (the GetObject and HeadObject API references:
+    https://docs.aws.amazon.com/AmazonS3/latest/API/API_HeadObject.html). A reader of segments
+    meets a segment compaction or an erasure deleted (it reads the manifest again on 404), and the
+    erasure proves an old file gone by HeadObject's 404 (INDEX_SEGMENTS.md): without the statement
+    both fail closed on AWS. The local IAM check authorises the GetObject/HeadObject call itself
+    but does not model this 404/403 rule, so no local run needs the statement."""
+    assert_grants(
+        statement(translated, name), {"s3:ListBucket"}, [{"Fn::GetAtt": ["IndexBucket", "Arn"]}]
+    )
+    role, policy, _ = name.split("/")
+    reads = statement(translated, f"{role}/{policy}/IndexSegments")
+    assert "s3:GetObject" in _as_set(reads["Action"])

@@ -29,6 +29,7 @@ from lethe.localcloud.template import REPO_ROOT, translated_template
 from tests.iam_coverage import RECORD_PATH
 from tests.unit.test_iam_service_side_statements import (
     CUSTOMER_KEY_POLICIES,
+    LIST_INDEX_BUCKET,
     LOGGING_STATE_MACHINES,
     STATE_MACHINES,
 )
@@ -79,6 +80,10 @@ def _template_tests() -> dict[str, str]:
     for role in STATE_MACHINES:
         tests[f"{role}/{role}Policy0/NotifyEncrypted"] = (
             f"{SERVICE_SIDE}::test_state_machines_may_publish_to_the_encrypted_topic[{role}]"
+        )
+    for name in LIST_INDEX_BUCKET:
+        tests[name] = (
+            f"{SERVICE_SIDE}::test_roles_reading_segments_may_list_the_index_bucket_so_a_gone_segment_is_a_404[{name}]"
         )
     for name in CUSTOMER_KEY_POLICIES:
         tests[name] = (
