@@ -36,6 +36,7 @@ ACCOUNT = "123456789012"
 STACK = "lethe-dev"
 BUCKET = f"lethe-dev-artifacts-{ACCOUNT}-{REGION}"
 ARTIFACTS = [
+    "compact.py",  # the index compaction job
     "erase.py",
     "index.py",
     "ingest.py",
@@ -129,13 +130,13 @@ def test_deploy_runs_sam_with_the_operators_arguments_then_uploads_every_artifac
         assert f"uploaded  {url}  {path.stat().st_size} bytes  sha256 {digest}" in lines
     assert lines[-1] == (
         f"deployed {STACK} ({REGION}); Spark artifacts in s3://{BUCKET}/spark_jobs/: "
-        "7 uploaded, 0 unchanged"
+        "8 uploaded, 0 unchanged"
     )
 
     # Again: nothing to upload (the same bytes are there)
     code, out, err = deploy(capsys, executable, built)
     assert code == 0, err
-    assert out.splitlines()[-1].endswith("0 uploaded, 7 unchanged")
+    assert out.splitlines()[-1].endswith("0 uploaded, 8 unchanged")
     versions = s3.list_object_versions(Bucket=BUCKET, Prefix="spark_jobs/erase.py")["Versions"]
     assert len(versions) == 1
 

@@ -261,7 +261,10 @@ def test_object_events_function_spec(deployment: Deployment) -> None:
     assert spec.arn == f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:lethe-{STAGE}-object-events"
     assert spec.code_uri == REPO_ROOT / "functions" / "object_events"
     assert spec.handler == "app.handler"
-    assert spec.layer_paths == (REPO_ROOT / "layers" / "shared",)
+    assert spec.layer_paths == (
+        REPO_ROOT / "layers" / "shared",
+        REPO_ROOT / "layers" / "arrow",
+    )  # reading index segments needs pyarrow
     assert spec.environment["CATALOG_TABLE"] == f"lethe-{STAGE}-object-catalog"
     assert spec.environment["STAGE"] == STAGE
     assert spec.environment["IGNORED_RETENTION_DAYS"] == "30"  # a Number parameter, as a string
