@@ -65,7 +65,6 @@ from lethe_shared.index.opening import (
     open_subject_index,
 )
 from lethe_shared.index.segments import SegmentSubjectIndex, manifest_table_definition
-from lethe_shared.index.segments.format import partition_of
 from lethe_shared.index.segments.lookup import split_consulted
 from lethe_shared.index.subject_index import EntryBatch
 
@@ -168,23 +167,43 @@ class Truth:
 
 
 class CallCounter:
-    """Every AWS call by service and operation (botocore's before-call events)."""
+    """Every AWS call by service and operation, and the wall time spent inside them (botocore's
+    before-call and after-call events: the request, moto's handling and the response's
+    parsing)."""
 
     def __init__(self) -> None:
         self.calls: Counter[str] = Counter()
+        self.seconds: dict[str, float] = {}
         self._lock = threading.Lock()
 
     def hook(self, client: Any, service: str) -> None:
-        def count(model: Any, **_: Any) -> None:
+        def count(model: Any, context: dict[str, Any], **_: Any) -> None:
+            context["lookup_bench_started"] = time.perf_counter()
             with self._lock:
                 self.calls[f"{service}.{model.name}"] += 1
 
+        def timed(model: Any, context: dict[str, Any], **_: Any) -> None:
+            started = context.pop("lookup_bench_started", None)
+            if started is None:
+                return
+            with self._lock:
+                self.seconds[service] = self.seconds.get(service, 0.0) + (
+                    time.perf_counter() - started
+                )
+
         client.meta.events.register(f"before-call.{service}", count)
+        client.meta.events.register(f"after-call.{service}", timed)
 
     def take(self) -> dict[str, int]:
         with self._lock:
             out = dict(self.calls)
             self.calls.clear()
+        return out
+
+    def take_seconds(self) -> dict[str, float]:
+        with self._lock:
+            out = dict(self.seconds)
+            self.seconds.clear()
         return out
 
 
@@ -343,10 +362,12 @@ def one_lookup(
     h = lake.hashes[i]
     index.counter.reset()
     cloud.counter.take()
+    cloud.counter.take_seconds()
     started = time.perf_counter()
     found = index.lookup(h)
     seconds = time.perf_counter() - started
     calls = cloud.counter.take()
+    inside = cloud.counter.take_seconds()
     got = {(e.dataset_id, e.object_url) for e in found if not e.deleted}
     return {
         "seconds": seconds,
@@ -357,6 +378,8 @@ def one_lookup(
         "s3_keys": len(index.counter.by_key),
         "s3_calls": s3_calls(calls),
         "dynamodb_calls": dynamodb_calls(calls),
+        "seconds_in_s3_calls": inside.get("s3", 0.0),
+        "seconds_in_dynamodb_calls": inside.get("dynamodb", 0.0),
         "calls": calls,
     }
 
@@ -376,6 +399,8 @@ def summary(lookups: list[dict[str, Any]]) -> dict[str, Any]:
         "s3_gets_max_per_lookup": max((x["s3_gets"] for x in lookups), default=0),
         "s3_keys_max_per_lookup": max((x["s3_keys"] for x in lookups), default=0),
         "dynamodb_calls": sum(x["dynamodb_calls"] for x in lookups),
+        "seconds_in_s3_calls": sum(x["seconds_in_s3_calls"] for x in lookups),
+        "seconds_in_dynamodb_calls": sum(x["seconds_in_dynamodb_calls"] for x in lookups),
         "entries": sum(x["entries"] for x in lookups),
         "complete": all(x["complete"] for x in lookups),
         "calls": dict(sorted(calls.items())),
@@ -479,9 +504,7 @@ def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
         after = measure(cloud, lake, truth, first, second)
         after |= {"index_files": files, "index_bytes": index_bytes}
         pointers = sum(
-            1
-            for d in shape.dataset_ids()
-            for _ in cloud.open().manifest.all_pointers(d)
+            1 for d in shape.dataset_ids() for _ in cloud.open().manifest.all_pointers(d)
         )
     load_end = os.getloadavg()
     return {
@@ -527,6 +550,8 @@ def _row(label: str, m: Mapping[str, Any], phase: Mapping[str, Any]) -> str:
         f"| {label} | {m['k']} | {m['seconds_total']:.3f} | {m['seconds_max']:.3f} "
         f"| {m['s3_gets']} | {m['s3_bytes']:,} | {m['s3_gets_max_per_lookup']} "
         f"| {keys} | {phase['segments_consulted_per_lookup']} | {m['dynamodb_calls']} "
+        f"| {m.get('seconds_in_dynamodb_calls', 0.0):.3f} "
+        f"| {m.get('seconds_in_s3_calls', 0.0):.3f} "
         f"| {m['entries']} | {'yes' if m['complete'] else 'NO'} |"
     )
 
@@ -554,8 +579,8 @@ def markdown(result: Mapping[str, Any]) -> str:
         "",
         "| phase | K | seconds, K lookups | slowest lookup s | S3 GETs | S3 bytes "
         "| GETs, most in one lookup | files, most in one lookup | segments consulted per lookup "
-        "| DynamoDB calls | entries | complete |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| DynamoDB calls | s in DynamoDB calls | s in S3 calls | entries | complete |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for phase_name, phase_key in (
         (f"backlog ({lake['backlog']} level-0 per dataset)", "before_compaction"),
@@ -573,7 +598,7 @@ def markdown(result: Mapping[str, Any]) -> str:
         lines.append(
             f"| {phase_name}, `lookup_in` per dataset, cold | {result['k']} | {b['seconds']:.3f} "
             f"| - | {b['s3_gets']} | {b['s3_bytes']:,} | - | - "
-            f"| {phase['segments_consulted_per_lookup']} | {b['dynamodb_calls']} | - "
+            f"| {phase['segments_consulted_per_lookup']} | {b['dynamodb_calls']} | - | - | - "
             f"| {'yes' if b['complete'] else 'NO'} |"
         )
     after = result["after_compaction"]
@@ -610,7 +635,9 @@ def targets(result: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
     after, before = result["after_compaction"], result["before_compaction"]
     worst = max(after["cold"]["seconds_total"], before["cold"]["seconds_total"])
     complete = all(
-        p[x]["complete"] for p in (after, before) for x in ("cold_each", "cold", "warm", "warm_new_subjects")
+        p[x]["complete"]
+        for p in (after, before)
+        for x in ("cold_each", "cold", "warm", "warm_new_subjects")
     )
     size_ok = lake["objects"] >= TARGET_OBJECTS
     met = worst <= TARGET_SECONDS and complete and size_ok

@@ -45,7 +45,8 @@ def test_the_lake_is_the_same_whatever_the_order() -> None:
     assert [list(r) for r in lake.runs(0)][:2] == [[0, 1, 2], [3, 4, 5]]
     batch, chosen = lake.batch(1, 7)
     again, same = lookup_bench.Lake(shape).batch(1, 7)
-    assert chosen == same and list(batch.subject_hashes) == list(again.subject_hashes)
+    assert chosen == same
+    assert list(batch.subject_hashes) == list(again.subject_hashes)
     assert 5 <= len(chosen) <= 30
     assert batch.dataset_id == "bench-ds-1"
     assert batch.object_url.startswith("s3://lethe-bench-lake/bench-ds-1/")
@@ -58,14 +59,16 @@ def test_a_tiny_run_is_complete_bounded_and_reported(aws_env: None, tmp_path: Pa
     args = lookup_bench.parse_args(TINY)
     result = lookup_bench.run(args, log=lambda _text: None)
     lake = result["lake"]
-    assert lake["objects"] == 36 and lake["pointers"] == 36
+    assert lake["objects"] == 36
+    assert lake["pointers"] == 36
     assert result["factory"] == {
         "opened_with": "lethe_shared.index.opening.open_subject_index",
         "hash_bytes": 6,
         "partition_bits": 0,
     }
     # 6 runs per dataset: 4 written and compacted in 2 rounds, then a backlog of 2
-    assert result["build"]["runs"] == 12 and result["build"]["backlog_runs"] == 4
+    assert result["build"]["runs"] == 12
+    assert result["build"]["backlog_runs"] == 4
     assert result["build"]["compactions"] == 2
     before, after = result["before_compaction"], result["after_compaction"]
     assert before["segments_consulted_by_dataset"] == {
