@@ -107,7 +107,7 @@ mypy: venv ## mypy: strict on lethe_shared, the Spark jobs and the test fakes; t
 	$(BIN)/mypy layers/shared/lethe_shared spark_jobs src/lethe
 	MYPYPATH=layers/shared:spark_jobs:src $(BIN)/mypy --strict tests/fakes.py
 	MYPYPATH=layers/shared:spark_jobs:src $(BIN)/mypy tests/unit
-	MYPYPATH=layers/shared:spark_jobs:src:bench $(BIN)/mypy bench/erasure_bench.py bench/generate_lake.py bench/locality_bench.py bench/report.py bench/ingest_profile.py bench/cost_model.py bench/segment_bench.py bench/segment_store_bench.py
+	MYPYPATH=layers/shared:spark_jobs:src:bench $(BIN)/mypy bench/erasure_bench.py bench/generate_lake.py bench/locality_bench.py bench/report.py bench/ingest_profile.py bench/cost_model.py bench/segment_bench.py bench/segment_store_bench.py bench/lookup_bench.py
 	@for dir in $(FUNCTION_DIRS); do \
 	  echo "mypy $$dir"; MYPYPATH=layers/shared $(BIN)/mypy $$dir/app.py || exit 1; \
 	done
@@ -174,12 +174,16 @@ ERASURE_BENCH_ARGS ?=
 # the K = 10 erasure locality on a lake of 20,000 objects (generated, ~2 GiB in a temporary
 # directory) beside the 500-object lake; LOCALITY_BENCH_ARGS="--lake DIR" keeps the lakes for reuse
 LOCALITY_BENCH_ARGS ?=
-bench: venv system-deps lambda-python ## Subject index, erasure, ingestion and Lambda footprint benchmarks; results in docs/BENCHMARKS.md (BENCH_ARGS="--spark ...", ERASURE_BENCH_ARGS="--full ...", LOCALITY_BENCH_ARGS="--lake DIR", INGEST_BENCH_ARGS="--full ...", INGEST_SPARK_BENCH_ARGS="" for the full size, LAMBDA_BENCH_ARGS="--rounds 30")
+# K = 10 lookups in the segment index of a simulated lake of 100,000 objects (moto in-process);
+# LOOKUP_BENCH_ARGS="--objects 20000" for a quicker run
+LOOKUP_BENCH_ARGS ?=
+bench: venv system-deps lambda-python ## Subject index, erasure, ingestion and Lambda footprint benchmarks; results in docs/BENCHMARKS.md (BENCH_ARGS="--spark ...", ERASURE_BENCH_ARGS="--full ...", LOCALITY_BENCH_ARGS="--lake DIR", LOOKUP_BENCH_ARGS="--objects N", INGEST_BENCH_ARGS="--full ...", INGEST_SPARK_BENCH_ARGS="" for the full size, LAMBDA_BENCH_ARGS="--rounds 30")
 	$(BIN)/python bench/report.py --record-machine
 	$(BIN)/python bench/index_bench.py $(BENCH_ARGS)
 	$(BIN)/python bench/segment_bench.py
 	$(BIN)/python bench/erasure_bench.py $(ERASURE_BENCH_ARGS)
 	$(BIN)/python bench/locality_bench.py $(LOCALITY_BENCH_ARGS)
+	$(BIN)/python bench/lookup_bench.py $(LOOKUP_BENCH_ARGS)
 	$(BIN)/python bench/ingest_bench.py $(INGEST_BENCH_ARGS)
 	$(BIN)/python bench/ingest_vs_spark.py $(INGEST_SPARK_BENCH_ARGS)
 	$(MAKE) sam-build

@@ -111,6 +111,14 @@ def render_locality(results: Path) -> str | None:
     return None if result is None else _bench_module("locality_bench").markdown(result)
 
 
+LOOKUP_JSON = "lookup_latest.json"
+
+
+def render_lookup(results: Path) -> str | None:
+    result = _load(results, LOOKUP_JSON)
+    return None if result is None else _bench_module("lookup_bench").markdown(result)
+
+
 def render_ingest(results: Path) -> str | None:
     ingest_bench = _bench_module("ingest_bench")
 
@@ -297,6 +305,9 @@ def render_targets(results: Path) -> str | None:
     locality = _load(results, LOCALITY_JSON)
     if locality:
         rows += _bench_module("locality_bench").targets(locality)
+    lookup = _load(results, LOOKUP_JSON)
+    if lookup:
+        rows += _bench_module("lookup_bench").targets(lookup)
     if loaded["ingest_latest.json"]:
         rows += _ingest_targets(loaded["ingest_latest.json"])
     ingest_spark = _load(results, INGEST_SPARK_JSON)
@@ -326,6 +337,7 @@ SECTIONS = (
     Section("index-bench", "latest.json", render_index),
     Section("erasure-bench", "erasure_latest.json", render_erasure),
     Section("locality-bench", LOCALITY_JSON, render_locality),
+    Section("lookup-bench", LOOKUP_JSON, render_lookup),
     Section("ingest-bench", "ingest_latest.json", render_ingest),
     Section("ingest-spark", INGEST_SPARK_JSON, render_ingest_spark),
     Section("lambda-bench", "lambda_latest.json", render_lambda),

@@ -1,0 +1,128 @@
+"""bench/lookup_bench.py at a tiny size (moto in-process, no sockets): the simulated lake is
+written through `replace_objects` with the factory's defaults and compacted, every lookup
+answers exactly the objects written, the backlog makes each lookup consult one level-1 and
+`backlog` level-0 segments per dataset and compaction brings it back to one, and the result
+renders into Markdown and the Targets rows with the lake's size stated."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "bench"))
+
+import lookup_bench  # noqa: E402
+
+FIXTURES = Path(__file__).parent / "fixtures" / "bench_results"
+TINY = ["--objects", "36", "--datasets", "2", "--subjects", "400", "--min-subjects", "5"]
+TINY += ["--max-subjects", "30", "--run-objects", "3", "--backlog", "2", "--k", "4"]
+
+
+@pytest.fixture
+def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in (
+        ("AWS_DEFAULT_REGION", "us-east-1"),
+        ("AWS_ACCESS_KEY_ID", "bench"),
+        ("AWS_SECRET_ACCESS_KEY", "bench"),
+    ):
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+
+
+def test_the_lake_is_the_same_whatever_the_order() -> None:
+    args = lookup_bench.parse_args(TINY)
+    shape = lookup_bench.Shape(
+        args.objects, args.datasets, args.subjects, args.min_subjects, args.max_subjects,
+        args.run_objects, args.backlog, args.seed,
+    )  # fmt: skip
+    lake = lookup_bench.Lake(shape)
+    assert [shape.objects_of(d) for d in range(2)] == [18, 18]
+    assert [list(r) for r in lake.runs(0)][:2] == [[0, 1, 2], [3, 4, 5]]
+    batch, chosen = lake.batch(1, 7)
+    again, same = lookup_bench.Lake(shape).batch(1, 7)
+    assert chosen == same
+    assert list(batch.subject_hashes) == list(again.subject_hashes)
+    assert 5 <= len(chosen) <= 30
+    assert batch.dataset_id == "bench-ds-1"
+    assert batch.object_url.startswith("s3://lethe-bench-lake/bench-ds-1/")
+    assert all(1 <= r <= 3 for r in batch.rows)
+    with pytest.raises(SystemExit):
+        lookup_bench.parse_args([*TINY, "--max-subjects", "4"])
+
+
+def test_a_tiny_run_is_complete_bounded_and_reported(aws_env: None, tmp_path: Path) -> None:
+    args = lookup_bench.parse_args(TINY)
+    result = lookup_bench.run(args, log=lambda _text: None)
+    lake = result["lake"]
+    assert lake["objects"] == 36
+    assert lake["pointers"] == 36
+    assert result["factory"] == {
+        "opened_with": "lethe_shared.index.opening.open_subject_index",
+        "hash_bytes": 6,
+        "partition_bits": 0,
+    }
+    # 6 runs per dataset: 4 written and compacted in 2 rounds, then a backlog of 2
+    assert result["build"]["runs"] == 12
+    assert result["build"]["backlog_runs"] == 4
+    assert result["build"]["compactions"] == 2
+    before, after = result["before_compaction"], result["after_compaction"]
+    assert before["segments_consulted_by_dataset"] == {
+        "bench-ds-0": {"level1": 1, "level0": 2},
+        "bench-ds-1": {"level1": 1, "level0": 2},
+    }
+    assert before["segments_consulted_per_lookup"] == 6
+    assert after["segments_consulted_per_lookup"] == 2
+    assert result["final_compaction"]["level0_absorbed"] == 4
+    for phase in (before, after):
+        for key in ("cold_each", "cold", "warm", "warm_new_subjects"):
+            assert phase[key]["k"] == 4
+            assert phase[key]["complete"], key
+            assert phase[key]["entries"] > 0
+        assert phase["batched_cold"]["complete"]
+        # a cold lookup reads at most the files of the segments it consults (entries and
+        # object table of each), and lists the manifest once per dataset
+        for one in phase["cold_each"]["per_lookup"]:
+            assert 0 < one["s3_keys"] <= 2 * phase["segments_consulted_per_lookup"]
+            assert one["s3_gets"] == one["s3_calls"]
+        assert phase["cold"]["per_lookup"][0]["s3_gets"] > 0
+        calls = phase["cold"]["calls"]
+        assert calls["dynamodb.Query"] == 4 * (1 + 2)  # the dataset list, then each dataset
+    # warm, same subjects: the small files came whole with their footers
+    assert after["warm"]["s3_gets"] == 0
+    out = tmp_path / "lookup.json"
+    out.write_text(json.dumps(result), encoding="utf-8")
+    text = lookup_bench.markdown(json.loads(out.read_text(encoding="utf-8")))
+    assert "**36 objects** in 2 datasets" in text
+    assert "| compacted, `lookup`, cold start | 4 |" in text
+    rows = lookup_bench.targets(result)
+    assert rows[0][0] == "4 lookup K = 4 at 36 objects (simulated, moto in-process): time"
+    assert rows[0][1] == "<= 2 s at 100,000 objects"
+    assert rows[0][3].endswith("(smaller lake)")
+    assert rows[1][3] == "met"
+
+
+def test_main_writes_the_json(aws_env: None, tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    argv = [*TINY, "--objects", "8", "--run-objects", "2", "--k", "2", "--out-json", str(out)]
+    assert lookup_bench.main(argv) == 0
+    result = json.loads(out.read_text(encoding="utf-8"))
+    assert result["benchmark"] == "index-lookup"
+    assert result["after_compaction"]["cold"]["complete"]
+    assert os.environ.get("AWS_ENDPOINT_URL") is None
+
+
+def test_the_fixture_of_a_real_run_renders() -> None:
+    result = json.loads((FIXTURES / "lookup_latest.json").read_text(encoding="utf-8"))
+    objects = result["lake"]["objects"]
+    assert objects >= 10_000
+    assert result["lake"]["pointers"] == objects
+    rows = lookup_bench.targets(result)
+    assert rows[0][0].startswith(f"4 lookup K = 10 at {objects:,} objects")
+    assert f"**{objects:,} objects**" in lookup_bench.markdown(result)
+    for phase in ("before_compaction", "after_compaction"):
+        assert result[phase]["cold"]["complete"]
