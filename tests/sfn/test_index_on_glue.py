@@ -38,7 +38,10 @@ LARGE_ROWS: list[tuple[str | None, int]] = [(f"u-{i:04d}", i) for i in range(400
 @pytest.fixture(scope="module")
 def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cloud]:
     with start_cloud(
-        tmp_path_factory, SparkEngine="GLUE", LambdaIndexMaxBytes=str(LAMBDA_MAX_BYTES)
+        tmp_path_factory,
+        SparkEngine="GLUE",
+        LambdaIndexMaxBytes=str(LAMBDA_MAX_BYTES),
+        IndexStore="dynamodb",  # the Workflows helpers read SubjectIndexTable
     ) as started:
         yield started
 
