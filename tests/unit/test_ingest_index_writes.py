@@ -10,6 +10,7 @@ import pytest
 
 from lethe_jobs.ingest_tasks import index_writes
 from lethe_jobs.ingest_tasks.index_writes import TaskIndexWriter, then_flush
+from lethe_shared.index.maintenance import replace_many
 
 pytestmark = pytest.mark.unit
 
@@ -62,3 +63,38 @@ def test_a_task_with_no_row_still_writes_what_it_holds(monkeypatch: pytest.Monke
 
     assert list(then_flush(iter([]), task)) == []
     assert calls == [1]
+
+
+class _SegmentsLike:
+    """A store that writes many objects at once and, like a segment, refuses two datasets."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+
+    def replace_objects(self, batches: Any) -> dict[str, int]:
+        urls = [url for url, _ in batches]
+        if len({url.split("/")[3] for url in urls}) != 1:
+            raise ValueError("one segment holds the objects of one dataset")
+        self.calls.append(urls)
+        return {url: 0 for url in urls}
+
+    def prune_flagged(self, object_url: str) -> None:
+        raise AssertionError("nothing was flagged")
+
+
+def test_a_task_spanning_two_datasets_writes_one_segment_per_dataset() -> None:
+    # an ingestion batch may hold versions of several datasets (found by the sfn ingestion tests)
+    store = _SegmentsLike()
+    flagged = replace_many(
+        store,  # type: ignore[arg-type]
+        object(),  # type: ignore[arg-type]
+        [("lake", "reviews/a.parquet", []), ("lake", "orders/b.parquet", []),
+         ("lake", "reviews/c.parquet", [])],
+    )  # fmt: skip
+
+    assert sorted(store.calls) == [
+        ["s3://lake/orders/b.parquet"],
+        ["s3://lake/reviews/a.parquet", "s3://lake/reviews/c.parquet"],
+    ]
+    assert set(flagged) == {"s3://lake/reviews/a.parquet", "s3://lake/orders/b.parquet",
+                            "s3://lake/reviews/c.parquet"}  # fmt: skip

@@ -33,6 +33,7 @@ from lethe_shared.aws.s3 import KeyState, ObjectHead, ObjectStore, ObjectVersion
 from lethe_shared.catalog.object_catalog import CatalogItem, Zone
 from lethe_shared.catalog.writes_ledger import Writer, WritesLedger, event_time
 from lethe_shared.datasets.document import is_quarantine_key
+from lethe_shared.datasets.registry import dataset_of_key
 from lethe_shared.index.subject_index import IndexEntry, SubjectIndex
 
 INGEST_PRODUCER = Writer.INGEST.value  # lake objects the ingest job wrote (and indexed)
@@ -113,16 +114,21 @@ def replace_many(
     objects: ObjectStore,
     writes: Sequence[tuple[str, str, Sequence[IndexEntry]]],
 ) -> dict[str, int]:
-    """`replace_entries` of many objects of one dataset, (bucket, key, entries) each. A store
-    that writes many objects at once (`ObjectsReplacer`) gets ONE write for all of them (one
-    segment, then one pointer update per object); any other store one `replace_object` per
-    object. Flagged entries no older version holds are pruned per object, as replace_entries
-    does. Returns, per object URL, how many entries the write flagged."""
+    """`replace_entries` of many objects, (bucket, key, entries) each. A store that writes many
+    objects at once (`ObjectsReplacer`) gets ONE write per dataset (a segment holds one
+    dataset's objects: one segment, then one pointer update per object); any other store one
+    `replace_object` per object. Flagged entries no older version holds are pruned per object,
+    as replace_entries does. Returns, per object URL, how many entries the write flagged."""
     if not writes:
         return {}
     if not isinstance(index, ObjectsReplacer):
         return {s3_url(b, k): replace_entries(index, objects, b, k, e) for b, k, e in writes}
-    flagged = index.replace_objects([(s3_url(b, k), list(e)) for b, k, e in writes])
+    by_dataset: dict[str | None, list[tuple[str, list[IndexEntry]]]] = {}
+    for bucket, key, entries in writes:
+        by_dataset.setdefault(dataset_of_key(key), []).append((s3_url(bucket, key), list(entries)))
+    flagged: dict[str, int] = {}
+    for group in by_dataset.values():
+        flagged.update(index.replace_objects(group))
     for bucket, key, _ in writes:
         url = s3_url(bucket, key)
         if flagged.get(url) and not has_older_data(objects.versions_of(bucket, key)):
