@@ -78,6 +78,29 @@ def verifier_for(target: Target, key_id: str, *, offline: bool, public_key: Path
         raise CommandError(f"cannot read the public key of {key_id}: {exc}") from None
 
 
+def envelope_verifier(
+    target: Target,
+    named: str,
+    *,
+    key_id: str | None,
+    offline: bool,
+    public_key: Path | None,
+) -> tuple[str, Any]:
+    """The key a certificate envelope naming `named` must verify with, and its Verifier: the
+    stack's pinned key (or `key_id`), or with `--offline --public-key FILE` and no key id the
+    file's key under the envelope's name. A certificate naming another key does not verify."""
+    if public_key is not None and not key_id and offline:
+        chosen = named  # the key is the file's; the name is compared with the record later
+    else:
+        chosen = pinned_key(target, key_id)
+    if named != chosen:
+        raise CommandError(
+            f"certificate does not verify: key-mismatch: it names key {named or 'none'}, the "
+            f"stack's certificate key is {chosen}"
+        )
+    return chosen, verifier_for(target, chosen, offline=offline, public_key=public_key)
+
+
 def s3_reader(target: Target, bucket: str) -> Callable[[str], bytes | None]:
     s3 = target.client("s3")
 

@@ -243,19 +243,11 @@ def _verify(
     )
     from lethe_shared.erasure.report import report_key  # noqa: PLC0415
 
-    named = str(_mapping(envelope.get("signature")).get("key_id") or "")
-    if options.public_key is not None and not options.key_id and options.offline:
-        key_id = named  # the key is the file's; the name is compared with the record below
-    else:
-        key_id = checks.pinned_key(target, options.key_id)
-    if named != key_id:
-        raise CommandError(
-            f"certificate does not verify: key-mismatch: it names key {named or 'none'}, the "
-            f"stack's certificate key is {key_id}"
-        )
-    verifier = checks.verifier_for(
-        target, key_id, offline=options.offline, public_key=options.public_key
-    )
+    key_id, verifier = checks.envelope_verifier(
+        target,
+        str(_mapping(envelope.get("signature")).get("key_id") or ""),
+        key_id=options.key_id, offline=options.offline, public_key=options.public_key,
+    )  # fmt: skip
     try:
         verified = verify_envelope(envelope, verifier)
     except CertificateInvalidError as exc:

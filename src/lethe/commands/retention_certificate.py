@@ -12,6 +12,8 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any, Protocol
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from lethe.commands import CommandError, ExitCode
 
 if TYPE_CHECKING:
@@ -97,21 +99,17 @@ def verify_retention_certificate(
     from lethe_shared.erasure.certificate import CertificateInvalidError  # noqa: PLC0415
     from lethe_shared.erasure.retention_certificate import verify_retention  # noqa: PLC0415
 
-    named = str((envelope.get("signature") or {}).get("key_id") or "")
-    offline_file = options.public_key is not None and not options.key_id and options.offline
-    key_id = named if offline_file else checks.pinned_key(target, options.key_id)
-    if named != key_id:
-        raise CommandError(
-            f"certificate does not verify: key-mismatch: it names key {named or 'none'}, the "
-            f"stack's certificate key is {key_id}"
-        )
-    verifier = checks.verifier_for(
-        target, key_id, offline=options.offline, public_key=options.public_key
-    )
+    key_id, verifier = checks.envelope_verifier(
+        target,
+        str((envelope.get("signature") or {}).get("key_id") or ""),
+        key_id=options.key_id, offline=options.offline, public_key=options.public_key,
+    )  # fmt: skip
     try:
         certificate = verify_retention(envelope, verifier)
     except CertificateInvalidError as exc:
         raise CommandError(f"certificate does not verify: {exc.reason}: {exc.detail}") from None
+    except (BotoCoreError, ClientError, ValueError) as exc:
+        raise CommandError(f"cannot verify the certificate with key {key_id}: {exc}") from None
     stored = str((record.get("certificate") or {}).get("sha256") or "")
     if stored != hashlib.sha256(raw).hexdigest():
         raise CommandError(
