@@ -106,10 +106,17 @@ class Cloud:
                 return [json.loads(m["Body"]) for m in got]
         return []
 
-    def run(self, name: str, document: dict[str, Any], *, timeout: float = 240) -> dict[str, Any]:
+    def run(
+        self,
+        name: str,
+        document: dict[str, Any],
+        *,
+        timeout: float = 240,
+        machine: str = "IngestionStateMachineArn",  # the output naming the state machine
+    ) -> dict[str, Any]:
         sfn = self.client("stepfunctions")
         arn = sfn.start_execution(
-            stateMachineArn=self.outputs["IngestionStateMachineArn"],
+            stateMachineArn=self.outputs[machine],
             name=name,
             input=json.dumps(document),
         )["executionArn"]

@@ -69,20 +69,7 @@ def open_index(cloud: Cloud) -> SegmentSubjectIndex:
 
 
 def execute(cloud: Cloud, name: str, document: dict[str, Any]) -> dict[str, Any]:
-    sfn = cloud.client("stepfunctions")
-    arn = sfn.start_execution(
-        stateMachineArn=cloud.outputs["IndexCompactionStateMachineArn"],
-        name=name,
-        input=json.dumps(document),
-    )["executionArn"]
-    deadline = time.monotonic() + TIMEOUT
-    while time.monotonic() < deadline:
-        described = sfn.describe_execution(executionArn=arn)
-        if described["status"] != "RUNNING":
-            history = sfn.get_execution_history(executionArn=arn, maxResults=1000)["events"]
-            return {"execution": described, "history": history}
-        time.sleep(0.5)
-    raise AssertionError(f"execution {name} still running after {TIMEOUT} s")
+    return cloud.run(name, document, timeout=TIMEOUT, machine="IndexCompactionStateMachineArn")
 
 
 def level(index: SegmentSubjectIndex, dataset: str, n: int) -> int:
