@@ -6,7 +6,8 @@ The driver plans and collects summaries; the executors do the work (`ingest_task
 1. read the batch (`--objects-json` or `--objects-manifest`: a JSON list of
    `{"dataset_id", "key", "version_id"}` in the raw bucket);
 2. per object version, on the driver: whether it was deleted meanwhile (DELETED in the catalog:
-   skipped), its dataset (unregistered: FAILED), whether the catalog
+   skipped), its dataset (unregistered: FAILED; a key not under `<dataset_id>/`: FAILED, the
+   raw layout's contract, which the subject index keeps objects by), whether the catalog
    knows a newer version of the key (SUPERSEDED: an older version ingested last must not replace
    its rows; this is what keeps sequencer order when a batch holds two versions of one key), a
    HEAD of the exact version (gone: DELETED when the catalog recorded it, it was deleted
@@ -65,6 +66,7 @@ from lethe_jobs.readers import BATCH_ROWS
 from lethe_shared.aws.s3 import ObjectStore, S3ObjectStore, s3_url, split_s3_url
 from lethe_shared.catalog.object_catalog import IngestionRecord, ObjectCatalog, ObjectStatus
 from lethe_shared.datasets.document import Dataset
+from lethe_shared.datasets.registry import dataset_of_key
 from lethe_shared.errors import CatalogItemMissingError
 from lethe_shared.index.maintenance import settle_missing_key
 from lethe_shared.index.opening import DEFAULT_STORE, IndexLocation
@@ -127,6 +129,17 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text} is not a positive number")
     return value
+
+
+def outside_prefix_error(dataset_id: str) -> str:
+    """Why an object whose key is not under `<dataset_id>/` is not ingested into the dataset:
+    raw objects of a dataset live under `s3://<raw>/<dataset_id>/` (ARCHITECTURE.md), and the
+    subject index finds an object's entries by that layout (lethe_shared.index.segments). The
+    text names no key: a key can hold a subject id."""
+    return (
+        f"the object's key is not under the prefix {dataset_id}/ of dataset {dataset_id!r}: a"
+        f" dataset's raw objects live under s3://<raw bucket>/{dataset_id}/"
+    )
 
 
 def parse_batch(document: Any) -> list[BatchRequest]:
@@ -198,9 +211,9 @@ def run_ingest(spark: SparkSession, args: IngestArgs, aws: AwsPorts, now: dateti
             continue
         if request.dataset_id not in datasets:
             datasets[request.dataset_id] = aws.datasets.get(request.dataset_id)
-        if datasets[request.dataset_id] is None:
-            error = f"dataset {request.dataset_id!r} is not registered"
-            results[index] = ObjectResult(request, url, ObjectStatus.FAILED, error=error)
+        refused = _refusal(request, datasets[request.dataset_id])
+        if refused:
+            results[index] = ObjectResult(request, url, ObjectStatus.FAILED, error=refused)
             continue
         newer = aws.catalog.newer_version_of(url, request.version_id)
         if newer is not None:
@@ -244,6 +257,15 @@ def run_ingest(spark: SparkSession, args: IngestArgs, aws: AwsPorts, now: dateti
     counts = Counter(r.status.value for r in ordered)
     LOG.info("batch done: %s", ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
     return BatchResult(ordered)
+
+
+def _refusal(request: BatchRequest, dataset: Dataset | None) -> str | None:
+    """Why the object cannot go into its dataset at all (the version FAILS), or None."""
+    if dataset is None:
+        return f"dataset {request.dataset_id!r} is not registered"
+    if dataset_of_key(request.key) != request.dataset_id:
+        return outside_prefix_error(request.dataset_id)
+    return None
 
 
 def _heads(s3: S3ObjectStore, bucket: str, requests: Sequence[BatchRequest]) -> list[Any]:

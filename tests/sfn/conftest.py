@@ -21,12 +21,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import boto3
 import pytest
 
 from lethe.localcloud import iam_log
 from lethe.localcloud.cloud import LocalCloud
 from lethe.localcloud.deployment import Endpoints
 from lethe.localcloud.provision.stepfunctions import OVERRIDES_ENV
+from lethe_shared.index.opening import IndexLocation, open_subject_index
 from tests import iam_coverage
 from tests.conftest import REPO_ROOT
 
@@ -65,6 +67,28 @@ class Cloud:
         return Endpoints(
             self.state["endpoint_url"], self.state["region"], self.state["account_id"]
         ).client(service)
+
+    def subject_index(self) -> Any:
+        """The deployment's subject index (its `IndexStore`: segments by default), opened as
+        every component opens it (lethe_shared.index.opening)."""
+        environment = Endpoints(
+            self.state["endpoint_url"], self.state["region"], self.state["account_id"]
+        ).client_environment()
+        dynamodb = boto3.resource(
+            "dynamodb",
+            endpoint_url=environment["AWS_ENDPOINT_URL"],
+            region_name=environment["AWS_REGION"],
+            aws_access_key_id=environment["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=environment["AWS_SECRET_ACCESS_KEY"],
+            aws_session_token=environment["AWS_SESSION_TOKEN"],
+        )
+        location = IndexLocation(
+            store=self.outputs["IndexStore"],
+            table=self.outputs["SubjectIndexTableName"],
+            bucket=self.outputs["IndexBucketName"],
+            manifest_table=self.outputs["IndexManifestTableName"],
+        )
+        return open_subject_index(location, s3=self.client("s3"), dynamodb=dynamodb)
 
     def catalog_item(self, bucket: str, key: str, version: str) -> dict[str, Any]:
         item = self.client("dynamodb").get_item(
@@ -133,6 +157,26 @@ class Cloud:
         """Upload outside any registered dataset prefix would be IGNORED; callers pick keys."""
         put = self.client("s3").put_object(Bucket=self.outputs["RawBucketName"], Key=key, Body=body)
         return str(put["VersionId"])
+
+    def upload_unannounced(self, key: str, body: bytes) -> str:
+        """Upload under a dataset's prefix (`<dataset_id>/...`, where the ingest job wants a
+        dataset's raw objects) without the object events path ingesting it: the dataset's
+        registry item is taken away until the upload is catalogued (IGNORED, as under no
+        registered prefix), then put back as it was. For tests that run the ingestion machine
+        themselves."""
+        datasets = self.client("dynamodb")
+        table = self.outputs["DatasetsTableName"]
+        dataset_key = {"dataset_id": {"S": key.split("/", 1)[0]}}
+        item = datasets.get_item(TableName=table, Key=dataset_key, ConsistentRead=True).get("Item")
+        if item:
+            datasets.delete_item(TableName=table, Key=dataset_key)
+        try:
+            version = self.upload(key, body)
+            assert wait_catalogued(self, key, version)["status"] == "IGNORED"
+        finally:
+            if item:
+                datasets.put_item(TableName=table, Item=item)
+        return version
 
 
 def entered_states(history: list[dict[str, Any]]) -> list[str]:
@@ -242,13 +286,11 @@ def check_ingests_a_batch_and_announces_each_version(cloud: Cloud) -> None:
         f"ingested-events-{engine}", pattern=json.dumps({"source": ["lethe.ingestion"]})
     )
     register_reviews(cloud)
-    # The uploads happen under a prefix no dataset owns, so that only our execution ingests them.
-    key = "manual/" + REVIEWS_KEY
-    version = cloud.upload(key, (SAMPLES / "reviews-2026-11-21.csv").read_bytes())
-    dirty_key = "manual/reviews/dirty.csv"
-    dirty = cloud.upload(dirty_key, (SAMPLES / "reviews-dirty.csv").read_bytes())
-    wait_catalogued(cloud, key, version)
-    wait_catalogued(cloud, dirty_key, dirty)
+    # The uploads are not announced to the object events path: only our execution ingests them.
+    key = f"reviews/{engine.lower()}/2026/11/21/batch-001.csv"
+    version = cloud.upload_unannounced(key, (SAMPLES / "reviews-2026-11-21.csv").read_bytes())
+    dirty_key = f"reviews/{engine.lower()}/dirty.csv"
+    dirty = cloud.upload_unannounced(dirty_key, (SAMPLES / "reviews-dirty.csv").read_bytes())
 
     name = f"ok-{engine}"
     batch = [("reviews", key, version), ("reviews", dirty_key, dirty)]

@@ -9,11 +9,11 @@ interpreter on an in-process local cloud (lethe_shared.erasure.scope):
   update's final look-up and named `appeared_after_erase` in the signed certificate, so the
   request ends FAILED with outcome INCOMPLETE.
 
-The uploads sit under `manual/reviews/`, outside any dataset's prefix, so that the object events
-path does not ingest them by itself; the test gives their catalog items the dataset and the
-status that an ingestion under way (or failed) would, and runs the ingestion machine itself.
-Short-wait runs use the deployed definition with a 1 s poll and a bound of the test's choosing,
-on a state machine of their own (as test_erasure_workflow's expiry does)."""
+The uploads sit under the dataset's prefix unannounced (`Cloud.upload_unannounced`), so that
+the object events path does not ingest them by itself; the test gives their catalog items the
+dataset and the status that an ingestion under way (or failed) would, and runs the ingestion
+machine itself. Short-wait runs use the deployed definition with a 1 s poll and a bound of the
+test's choosing, on a state machine of their own (as test_erasure_workflow's expiry does)."""
 
 from __future__ import annotations
 
@@ -56,9 +56,8 @@ def driver(cloud: Cloud) -> ErasureDriver:
 
 def _upload(cloud: Cloud, name: str, body: bytes, status: str) -> tuple[str, str]:
     """A raw upload of the reviews dataset whose catalog item says `status`."""
-    key = f"manual/reviews/{name}"
-    version = cloud.upload(key, HEADER + body)
-    wait_catalogued(cloud, key, version)
+    key = f"reviews/watermark/{name}"
+    version = cloud.upload_unannounced(key, HEADER + body)
     _set_status(cloud, key, version, status)
     return key, version
 

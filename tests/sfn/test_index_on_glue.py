@@ -41,8 +41,8 @@ def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cloud]:
         tmp_path_factory,
         SparkEngine="GLUE",
         LambdaIndexMaxBytes=str(LAMBDA_MAX_BYTES),
-        IndexStore="dynamodb",  # the Workflows helpers read SubjectIndexTable
-    ) as started:
+    ) as started:  # the deployed default store, segments: the index object function's role
+        assert started.outputs["IndexStore"] == "segments"
         yield started
 
 
@@ -60,12 +60,13 @@ def test_backfill_runs_the_index_job_on_glue(
     assert flows.entries() == flows.hashed(EXPECTED)
 
 
-def _indexed(workflows: Workflows, key: str, subject: str, timeout: float) -> dict[str, Any]:
+def _indexed(workflows: Workflows, key: str, subject: str, timeout: float) -> int:
+    """The rows the index gives `subject` in the lake object, once it has an entry."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        item = workflows.index_item("lake", key, subject)
-        if item is not None:
-            return item
+        rows = workflows.rows_of("lake", key, subject)
+        if rows is not None:
+            return rows
         time.sleep(0.5)
     raise AssertionError(f"no index entry of {subject} in {key} after {timeout} s")
 
@@ -86,10 +87,10 @@ def test_a_small_lake_object_from_elsewhere_is_indexed_by_the_index_object_funct
     assert len(body) <= LAMBDA_MAX_BYTES
     flows.cloud.client("s3").put_object(Bucket=flows.lake, Key=key, Body=body)
 
-    entry = _indexed(flows, key, "u-6", timeout=60)
+    rows = _indexed(flows, key, "u-6", timeout=60)
 
-    assert int(entry["rows"]["N"]) == 2
-    assert int(_indexed(flows, key, "u-7", timeout=5)["rows"]["N"]) == 1
+    assert rows == 2
+    assert _indexed(flows, key, "u-7", timeout=5) == 1
     assert _backfills(flows) == backfills_before  # not through Spark
     decisions, _ = iam_log.read_decisions(logs_dir, offset)
     assert iam_log.distinct_denials(decisions) == []
@@ -119,9 +120,9 @@ def test_a_larger_lake_object_from_elsewhere_is_indexed_by_the_backfill_on_glue(
     assert len(body) > LAMBDA_MAX_BYTES
     flows.cloud.client("s3").put_object(Bucket=flows.lake, Key=key, Body=body)
 
-    entry = _indexed(flows, key, "u-0399", timeout=240)
+    rows = _indexed(flows, key, "u-0399", timeout=240)
 
-    assert int(entry["rows"]["N"]) == 1
+    assert rows == 1
     (started,) = sorted(set(_backfills(flows)) - set(backfills_before))
     arn = flows.outputs["IndexBackfillStateMachineArn"].replace(":stateMachine:", ":execution:")
     ended = flows.sfn.describe_execution(executionArn=f"{arn}:{started}")

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from lethe_shared.index.subject_ids import ids_of
 from lethe_shared.subject_hashing.keys import hash_of_id, key_fingerprint, key_from_secret
 from tests.sfn.conftest import Cloud, entered_states, start_cloud
 
@@ -108,9 +109,20 @@ class Workflows:
             time.sleep(0.5)
         raise AssertionError(f"execution {name} still running after {BACKFILL_TIMEOUT} s")
 
+    @property
+    def segments(self) -> bool:
+        return self.outputs["IndexStore"] == "segments"
+
     def entries(self) -> dict[tuple[str, str], dict[str, int]]:
-        """The dataset's index entries as (zone, key) -> {subject hash: rows}."""
+        """The dataset's index entries as (zone, key) -> {subject: rows}, each subject as the
+        store names it (a full hash; a 48-bit prefix in a segment dataset: `hashed`)."""
         found: dict[tuple[str, str], dict[str, int]] = {}
+        if self.segments:
+            for entry in self.cloud.subject_index().entries(DATASET):
+                bucket, key = entry.object_url[len("s3://") :].split("/", 1)
+                zone = "raw" if bucket == self.raw else "lake"
+                found.setdefault((zone, key), {})[entry.subject_hash] = entry.rows
+            return found
         kwargs: dict[str, Any] = {
             "TableName": self.outputs["SubjectIndexTableName"],
             "IndexName": "by_dataset",
@@ -132,12 +144,24 @@ class Workflows:
     def hashed(
         self, expected: dict[tuple[str, str], dict[str, int]]
     ) -> dict[tuple[str, str], dict[str, int]]:
+        """`expected` with each subject as `entries` names it."""
+        named = ids_of(self.cloud.subject_index(), DATASET) if self.segments else str
         return {
-            where: {hash_of_id(self.key, subject): rows for subject, rows in subjects.items()}
+            where: {named(hash_of_id(self.key, s)): rows for s, rows in subjects.items()}
             for where, subjects in expected.items()
         }
 
+    def rows_of(self, zone: str, key: str, subject: str) -> int | None:
+        """How many rows the index says `subject` has in the object; None: no entry (a
+        look-up, which hides entries flagged deleted)."""
+        found = self.cloud.subject_index().lookup_in(DATASET, [hash_of_id(self.key, subject)])
+        url = self.url(zone, key)
+        rows = [e.rows for entries in found.values() for e in entries if e.object_url == url]
+        return rows[0] if rows else None
+
     def index_item(self, zone: str, key: str, subject: str) -> dict[str, Any] | None:
+        """The entry's SubjectIndexTable item (a cloud on the DynamoDB store)."""
+        assert not self.segments, "SubjectIndexTable holds no entries: the store is segments"
         item = self.dynamodb.get_item(
             TableName=self.outputs["SubjectIndexTableName"],
             Key={

@@ -40,10 +40,9 @@ def test_a_failed_version_is_notified_and_fails_the_execution_but_not_its_neighb
     raw = cloud.outputs["RawBucketName"]
     notified = cloud.capture("object-failures", topic=cloud.outputs["NotificationsTopicArn"])
     register_reviews(cloud)
-    good_key, ghost_key = "manual/neighbour/good.csv", "unregistered/2026/file.csv"
-    good = cloud.upload(good_key, (SAMPLES / "reviews-2026-11-21.csv").read_bytes())
+    good_key, ghost_key = "reviews/neighbour/good.csv", "ghost/2026/file.csv"
+    good = cloud.upload_unannounced(good_key, (SAMPLES / "reviews-2026-11-21.csv").read_bytes())
     ghost = cloud.upload(ghost_key, b"a,b\n1,2\n")
-    wait_catalogued(cloud, good_key, good)
     wait_catalogued(cloud, ghost_key, ghost)
 
     # "ghost" is no registered dataset: the job records that version FAILED, and only it
@@ -114,9 +113,8 @@ def test_missing_spark_artifacts_fail_the_batch_before_spark_naming_each_one(
 ) -> None:
     raw = cloud.outputs["RawBucketName"]
     notified = cloud.capture("artifacts-missing", topic=cloud.outputs["NotificationsTopicArn"])
-    key = "manual/artifacts/missing.csv"
-    version = cloud.upload(key, (SAMPLES / "reviews-2026-11-21.csv").read_bytes())
-    wait_catalogued(cloud, key, version)
+    key = "reviews/artifacts/missing.csv"
+    version = cloud.upload_unannounced(key, (SAMPLES / "reviews-2026-11-21.csv").read_bytes())
 
     # as on a stack deployed without its artifacts: the entry script and the EMR environment
     with artifacts_missing(cloud, "ingest.py", "pyspark_env.tar.gz") as cause:
@@ -165,11 +163,10 @@ def test_a_version_purged_before_the_job_read_it_ends_deleted_without_a_notifica
     raw = cloud.outputs["RawBucketName"]
     notified = cloud.capture("purged-failures", topic=cloud.outputs["NotificationsTopicArn"])
     register_reviews(cloud)
-    good_key, purged_key = "manual/purged/good.csv", "manual/purged/purged.csv"
+    good_key, purged_key = "reviews/purged/good.csv", "reviews/purged/purged.csv"
     body = (SAMPLES / "reviews-2026-11-21.csv").read_bytes()
-    good, purged = cloud.upload(good_key, body), cloud.upload(purged_key, body)
-    wait_catalogued(cloud, good_key, good)
-    wait_catalogued(cloud, purged_key, purged)
+    good = cloud.upload_unannounced(good_key, body)
+    purged = cloud.upload_unannounced(purged_key, body)
     # an erasure purges the version it rewrote; the catalog has not read that delete yet
     cloud.client("s3").delete_object(Bucket=raw, Key=purged_key, VersionId=purged)
     deadline = time.monotonic() + 15

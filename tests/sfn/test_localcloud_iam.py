@@ -18,13 +18,11 @@ import pytest
 
 from lethe.localcloud import iam_log
 from tests.sfn.conftest import (
-    REVIEWS_KEY,
     SAMPLES,
     Cloud,
     execution_input,
     register_reviews,
     start_cloud,
-    wait_catalogued,
 )
 
 # Its runs without a statement are denied on purpose: it checks the denials itself (the tier's
@@ -81,9 +79,8 @@ def _ingest(cloud: Cloud, name: str) -> tuple[dict[str, Any], list[dict[str, Any
     """One ingestion run of a fresh upload; its result and the IAM decisions made meanwhile."""
     logs_dir = cloud.state["logs_dir"]
     _, offset = iam_log.read_decisions(logs_dir)
-    key = f"manual/{name}/{REVIEWS_KEY}"
-    version = cloud.upload(key, (SAMPLES / "reviews-2026-11-21.csv").read_bytes())
-    wait_catalogued(cloud, key, version)
+    key = f"reviews/{name}/2026/11/21/batch-001.csv"
+    version = cloud.upload_unannounced(key, (SAMPLES / "reviews-2026-11-21.csv").read_bytes())
     result = cloud.run(name, execution_input(cloud, name, [("reviews", key, version)]))
     decisions, _ = iam_log.read_decisions(logs_dir, offset)
     return result, decisions

@@ -90,6 +90,7 @@ def test_a_batch_gives_each_object_version_its_own_outcome_in_one_run(
     event = b'{"customer": {"id": "c1", "tier": 2}, "at": "2026-11-23T10:00:00Z"}\n'
     events = cloud.upload("events/e.jsonl", event, "events")
     orphan = cloud.upload("unknown/x.csv", HEADER, "unknown")
+    stray = cloud.upload("events/stray.csv", REVIEWS_CSV, "reviews")  # not under reviews/
     batch = [
         ("reviews", "reviews/good.csv", good),
         ("reviews", "reviews/twice.csv", new),  # the newer version first
@@ -100,6 +101,7 @@ def test_a_batch_gives_each_object_version_its_own_outcome_in_one_run(
         ("reviews", "reviews/twice.csv", old),
         ("reviews", "reviews/ghost.csv", "null"),
         ("reviews", "reviews/good.csv", good),  # a duplicate counts once
+        ("reviews", "events/stray.csv", stray),
     ]
 
     # When one job run ingests the batch
@@ -116,12 +118,18 @@ def test_a_batch_gives_each_object_version_its_own_outcome_in_one_run(
         ("events/e.jsonl", "INGESTED"),
         ("reviews/twice.csv", "SUPERSEDED"),
         ("reviews/ghost.csv", "FAILED"),
+        ("events/stray.csv", "FAILED"),
     ]
-    assert summary["counts"] == {"FAILED": 2, "INGESTED": 3, "QUARANTINED": 2, "SUPERSEDED": 1}
+    assert summary["counts"] == {"FAILED": 3, "INGESTED": 3, "QUARANTINED": 2, "SUPERSEDED": 1}
     assert _outcome(summary, "reviews/good.csv", good)["rows_written"] == 2
     assert _outcome(summary, "reviews/good.csv", good)["rows_quarantined"] == 1
     assert _outcome(summary, "unknown/x.csv", orphan)["error"] == (
         "dataset 'unknown' is not registered"
+    )
+    # a dataset's raw objects live under its prefix: the subject index keeps them by it
+    assert _outcome(summary, "events/stray.csv", stray)["error"] == (
+        "the object's key is not under the prefix reviews/ of dataset 'reviews': a dataset's raw"
+        " objects live under s3://<raw bucket>/reviews/"
     )
     broken_outcome = _outcome(summary, "reviews/broken.csv.gz", broken)
     assert broken_outcome["quarantine_object"].endswith(".file.json")
@@ -132,6 +140,7 @@ def test_a_batch_gives_each_object_version_its_own_outcome_in_one_run(
         ("reviews/twice.csv", new, "INGESTED"),
         ("reviews/twice.csv", old, "SUPERSEDED"),
         ("unknown/x.csv", orphan, "FAILED"),
+        ("events/stray.csv", stray, "FAILED"),
         ("reviews/bad.csv", only_bad, "QUARANTINED"),
         ("events/e.jsonl", events, "INGESTED"),
     ]:
