@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -22,6 +23,7 @@ from lethe.localcloud.cloud import (
     parse_parameter_overrides,
     raise_keyboard_interrupt,
 )
+from lethe.localcloud.heap_profile import forget_preload, reexec_under_heaptrack
 from lethe.localcloud.memory_report import start_from_environment
 from lethe.localcloud.memory_trim import start_trimming
 
@@ -55,6 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # LETHE_LOCAL_HEAPTRACK: an opt-in diagnostic (lethe.localcloud.heap_profile)
+    given = sys.argv[1:] if argv is None else argv
+    reexec_under_heaptrack(os.environ, ["-m", "lethe.localcloud", *given])
+    forget_preload(os.environ)
     try:
         overrides = parse_parameter_overrides(args.parameter_overrides)
     except ValueError as error:
