@@ -58,6 +58,7 @@ from lethe.localcloud.dynamodb_transactions import (
     patch_transaction_copies,
 )
 from lethe.localcloud.intrinsics import ACCOUNT_ID
+from lethe.localcloud.moto_instances import patch_weak_instances
 
 # The CLI imports this module for the state-file helpers, so it imports nothing heavy at the
 # top: moto, the template translator and the hooks are imported where the cloud starts them.
@@ -125,8 +126,9 @@ def parse_parameter_overrides(items: Sequence[str]) -> dict[str, str]:
 def configure_moto() -> Callable[[], None]:
     """Make this process's moto behave as the local cloud needs; returns the undo callable.
 
-    Applies MOTO_CONFIG to moto's process-wide user config, `patch_policy_conditions` and
-    `make_dynamodb_atomic`.
+    Applies MOTO_CONFIG to moto's process-wide user config, `patch_policy_conditions`,
+    `make_dynamodb_atomic`, the DynamoDB partition and transaction patches and
+    `patch_weak_instances` (moto's models freed once unreferenced: moto_instances).
     """
     from moto.core import config  # noqa: PLC0415 - heavy, see the top
 
@@ -138,8 +140,10 @@ def configure_moto() -> Callable[[], None]:
     unatomic = make_dynamodb_atomic()
     unpartition = patch_dynamodb_partitions(DYNAMODB_LOCK)
     uncopied = patch_transaction_copies()  # one backup per transaction (dynamodb_transactions)
+    untracked = patch_weak_instances()  # moto's temporaries freed (moto_instances)
 
     def restore() -> None:
+        untracked()
         uncopied()
         unpartition()
         unatomic()
