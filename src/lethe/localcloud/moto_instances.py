@@ -86,7 +86,7 @@ def patch_weak_instances() -> Callable[[], None]:
         _tracked(cls).append(instance)
         return instance
 
-    BaseModel.__new__ = staticmethod(__new__)  # type: ignore[method-assign,assignment]
+    BaseModel.__new__ = staticmethod(__new__)  # type: ignore[method-assign]
 
     def restore() -> None:
         BaseModel.__new__ = original  # type: ignore[method-assign]
