@@ -12,19 +12,19 @@ pytestmark = pytest.mark.unit
 
 
 def test_without_the_variable_nothing_happens(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(heap_profile.os, "execve", _no_exec)
+    monkeypatch.setattr("os.execve", _no_exec)
     heap_profile.reexec_under_heaptrack({}, ["-m", "lethe.localcloud"])
     heap_profile.reexec_under_heaptrack({heap_profile.ENV: "  "}, ["-m", "lethe.localcloud"])
 
 
 def test_a_traced_process_is_not_traced_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(heap_profile.os, "execve", _no_exec)
+    monkeypatch.setattr("os.execve", _no_exec)
     environ = {heap_profile.ENV: "/tmp/x.zst", "LETHE_LOCAL_HEAPTRACK_ACTIVE": "1"}
     heap_profile.reexec_under_heaptrack(environ, ["-m", "lethe.localcloud"])
 
 
 def test_missing_heaptrack_parts_are_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(heap_profile.os, "execve", _no_exec)
+    monkeypatch.setattr("os.execve", _no_exec)
     preload, interpreter = tmp_path / "libheaptrack_preload.so", tmp_path / "heaptrack_interpret"
     monkeypatch.setattr(heap_profile, "heaptrack_parts", lambda: (preload, interpreter))
     with pytest.raises(heap_profile.HeapProfileError) as raised:
