@@ -5,6 +5,7 @@ freed, while the models the backends hold stay tracked for moto's own readers.""
 from __future__ import annotations
 
 import gc
+import random
 from collections.abc import Iterator
 from typing import Any
 
@@ -89,3 +90,72 @@ def test_the_patch_is_reverted() -> None:
     patch_weak_instances()()
 
     assert BaseModel.__dict__["__new__"] is original
+
+
+def _listing(result: Any) -> Any:
+    versions, prefixes, markers, next_key, next_version = result
+    return (
+        [(v.name, v.version_id, v.is_latest, v.value) for v in versions],
+        prefixes,
+        [(m.name, m.version_id, m.is_latest) for m in markers],
+        next_key,
+        next_version,
+    )
+
+
+def test_a_prefixed_listing_is_moto_s_own_and_copies_only_its_keys(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Seeded random buckets: versions, delete markers, nested names; every prefix, delimiter
+    and page size the product uses gives exactly what moto's own code gives."""
+    import copy  # noqa: PLC0415
+
+    from moto.s3 import models  # noqa: PLC0415
+
+    original = models.S3Backend.list_object_versions
+    undo = configure_moto()
+    try:
+        with mock_aws():
+            client = boto3.client("s3", region_name="us-east-1")
+            client.create_bucket(Bucket="listing-check")
+            client.put_bucket_versioning(
+                Bucket="listing-check", VersioningConfiguration={"Status": "Enabled"}
+            )
+            rng = random.Random(20261128)
+            names = [f"{d}/{p}/{i}.csv" for d in "ab" for p in ("x", "xy", "y") for i in range(4)]
+            for step in range(160):
+                name = rng.choice(names)
+                if rng.random() < 0.2:
+                    client.delete_object(Bucket="listing-check", Key=name)
+                else:
+                    client.put_object(Bucket="listing-check", Key=name, Body=f"{step}".encode())
+            backend = models.s3_backends["123456789012"]["aws"]
+            copies = {"n": 0}
+            deepcopy = copy.deepcopy
+
+            def counted(value: Any, *args: Any) -> Any:
+                copies["n"] += 1
+                return deepcopy(value, *args)
+
+            monkeypatch.setattr(models.copy, "deepcopy", counted)
+            prefixes = ["a/", "a/x", "a/x/", "b/xy/1.csv", "b/y/3.csv", "c/", "a/x/0.csv"]
+            for prefix in prefixes:
+                for delimiter in (None, "/"):
+                    for max_keys in (1, 3, 1000):
+                        copies["n"] = 0
+                        patched = backend.list_object_versions(
+                            "listing-check", delimiter=delimiter, max_keys=max_keys, prefix=prefix
+                        )
+                        # one deep copy per key name listed (moto's: one per key of the bucket)
+                        assert copies["n"] == sum(1 for n in names if n.startswith(prefix))
+                        assert _listing(patched) == _listing(
+                            original(
+                                backend,
+                                "listing-check",
+                                delimiter=delimiter,
+                                max_keys=max_keys,
+                                prefix=prefix,
+                            )
+                        ), (prefix, delimiter, max_keys)
+    finally:
+        undo()

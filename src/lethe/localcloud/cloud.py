@@ -58,7 +58,7 @@ from lethe.localcloud.dynamodb_transactions import (
     patch_transaction_copies,
 )
 from lethe.localcloud.intrinsics import ACCOUNT_ID
-from lethe.localcloud.moto_instances import patch_weak_instances
+from lethe.localcloud.moto_instances import patch_version_listing, patch_weak_instances
 
 # The CLI imports this module for the state-file helpers, so it imports nothing heavy at the
 # top: moto, the template translator and the hooks are imported where the cloud starts them.
@@ -141,8 +141,10 @@ def configure_moto() -> Callable[[], None]:
     unpartition = patch_dynamodb_partitions(DYNAMODB_LOCK)
     uncopied = patch_transaction_copies()  # one backup per transaction (dynamodb_transactions)
     untracked = patch_weak_instances()  # moto's temporaries freed (moto_instances)
+    unlisted = patch_version_listing()  # a version listing copies its prefix's keys only
 
     def restore() -> None:
+        unlisted()
         untracked()
         uncopied()
         unpartition()

@@ -18,6 +18,9 @@ as it would be without tracking, and iterating it yields the instances still ali
 all its two readers need (``S3Backend.reset`` disposes the keys still alive, the moto server's
 ``/moto-api/data.json`` lists the live models). An instance that cannot be weakly referenced
 is not tracked (none of moto 5.2.5's models is such).
+
+`patch_version_listing` (same cause, its CPU side): a version listing under a prefix copies
+only the keys under it (its docstring).
 """
 
 from __future__ import annotations
@@ -90,5 +93,59 @@ def patch_weak_instances() -> Callable[[], None]:
 
     def restore() -> None:
         BaseModel.__new__ = original  # type: ignore[method-assign]
+
+    return restore
+
+
+class _PrefixKeys:
+    """A bucket's key store as `list_object_versions` reads it: only the keys under `prefix`."""
+
+    def __init__(self, keys: Any, prefix: str) -> None:
+        self._keys, self._prefix = keys, prefix
+
+    def iterlists(self) -> Iterator[tuple[str, Any]]:
+        return ((k, v) for k, v in self._keys.iterlists() if k.startswith(self._prefix))
+
+
+class _PrefixBucket:
+    def __init__(self, bucket: Any, prefix: str) -> None:
+        self.keys = _PrefixKeys(bucket.keys, prefix)
+
+
+class _PrefixBackend:
+    """What `S3Backend.list_object_versions` asks of its backend: `get_bucket`."""
+
+    def __init__(self, backend: Any, prefix: str) -> None:
+        self._backend, self._prefix = backend, prefix
+
+    def get_bucket(self, bucket_name: str) -> _PrefixBucket:
+        return _PrefixBucket(self._backend.get_bucket(bucket_name), self._prefix)
+
+
+def patch_version_listing() -> Callable[[], None]:
+    """`S3Backend.list_object_versions` deep-copies every version of every key of the bucket
+    (bodies included) and only then keeps those under the prefix: O(bucket) per call, and a
+    key's version listing (`lethe_shared.aws.s3.ObjectStore.versions_of`, `Prefix=<key>`) is
+    called per object by ingestion, erasure and the index. Without a key marker the versions
+    outside the prefix are skipped before anything else reads them (moto 5.2.5's loop
+    `continue`s on them first), so the listing copies only the keys under the prefix then; a
+    page with a key marker (its pagination looks at every name) runs moto's code as it is."""
+    from moto.s3.models import S3Backend  # noqa: PLC0415 - heavy
+
+    original = S3Backend.list_object_versions
+
+    def list_object_versions(self: Any, bucket_name: str, *args: Any, **kwargs: Any) -> Any:
+        names = ("delimiter", "key_marker", "max_keys", "prefix", "version_id_marker")
+        given = {**dict(zip(names, args, strict=False)), **kwargs}
+        prefix = given.get("prefix") or ""
+        if given.get("key_marker") is not None or not prefix:
+            return original(self, bucket_name, *args, **kwargs)
+        view: Any = _PrefixBackend(self, prefix)  # what the method asks of its backend
+        return original(view, bucket_name, *args, **kwargs)
+
+    S3Backend.list_object_versions = list_object_versions  # type: ignore[method-assign]
+
+    def restore() -> None:
+        S3Backend.list_object_versions = original  # type: ignore[method-assign]
 
     return restore
