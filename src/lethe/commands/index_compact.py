@@ -1,0 +1,158 @@
+"""`lethe index compact --dataset ID [--min-level0 N] [--wait [--timeout S]] [--json]`: a
+compaction of one dataset's segment index, started by hand (docs/RUNBOOK.md, "Index
+compaction"; the scheduled runs are docs/INDEX_SEGMENTS.md).
+
+It starts the index compaction state machine (statemachines/index_compaction.asl.json, output
+`IndexCompactionStateMachineArn`) with the input the schedule's runs take, for one dataset:
+`{"dataset_id": ID, "min_level0": N}`. By hand N defaults to 1 (compact whatever level-0
+segments the dataset has); the schedule uses the stack's CompactionMinLevel0. The execution is
+named `<dataset>-compact-<UTC time>` (lethe_shared.aws.executions.timestamped, as `index
+backfill` and `reconcile` are).
+
+Without `--wait` it prints the execution ARN and returns. With `--wait` it follows the
+execution (lethe.commands.executions) and prints the dataset's active level-0 and level-1
+segments before and after, read from the index manifest, so an operator sees what the run did:
+a dataset with fewer than N level-0 segments is left alone, and so is one whose compaction
+lease another run holds (the job's JSON line says which). A deployment whose index is still in
+DynamoDB (IndexStore=dynamodb) has nothing to compact: refused before anything starts.
+
+Exit statuses: 0 started (or, with --wait, SUCCEEDED), 1 the execution did not succeed, the
+wait timed out, or the index is not the segment store, 2 usage, 3 the dataset is not
+registered, 4 the deployment cannot be reached."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from lethe.commands import CommandError, UsageError
+from lethe.commands.datasets import require_dataset
+from lethe.commands.executions import (
+    WAIT_TIMEOUT_SECONDS,
+    check_dataset_id,
+    finished,
+    start_execution,
+    wait_for_execution,
+)
+from lethe.commands.index_migrate import location_of
+from lethe.progress import waiting
+from lethe.target import Target, add_target_arguments, resolve
+from lethe_shared.aws.executions import timestamped
+from lethe_shared.index.opening import IndexStore
+from lethe_shared.index.segments.manifest import ACTIVE, Manifest
+
+BY_HAND_MIN_LEVEL0 = 1
+
+
+def add_compact_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    compact = commands.add_parser(
+        "compact",
+        help="compact a dataset's segment index now (the index compaction state machine)",
+        description="Starts the index compaction state machine for one dataset, as the hourly "
+        "schedule does for every dataset: its active level-0 segments are folded into level-1 "
+        "partitions (lookups find the same entries, reading fewer segments). Prints the "
+        "execution ARN; with --wait follows it and prints the dataset's level-0 and level-1 "
+        "segments before and after.",
+    )
+    compact.add_argument("--dataset", required=True, help="dataset id")
+    compact.add_argument(
+        "--min-level0",
+        type=int,
+        default=BY_HAND_MIN_LEVEL0,
+        metavar="N",
+        help="leave the dataset alone when it has fewer active level-0 segments than this "
+        f"(default {BY_HAND_MIN_LEVEL0}; the schedule uses the stack's CompactionMinLevel0)",
+    )
+    compact.add_argument("--wait", action="store_true", help="follow the execution until it ends")
+    compact.add_argument(
+        "--timeout",
+        type=float,
+        default=WAIT_TIMEOUT_SECONDS,
+        metavar="S",
+        help="with --wait: seconds to wait (default 6 h; the execution goes on after that)",
+    )
+    compact.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object (the execution, and with --wait the segment counts)",
+    )
+    add_target_arguments(compact)
+    compact.set_defaults(func=compact_dataset)
+
+
+def segment_counts(manifest: Manifest, dataset_id: str) -> dict[str, int]:
+    """The dataset's active segments per level, from the manifest (one consistent Query)."""
+    active = [s for s in manifest.listing(dataset_id) if s.state == ACTIVE]
+    return {
+        "level0": sum(1 for s in active if s.level == 0),
+        "level1": sum(1 for s in active if s.level == 1),
+    }
+
+
+def _manifest(target: Target) -> Manifest:
+    location = location_of(target)
+    if location.store is not IndexStore.SEGMENTS:
+        raise CommandError(
+            "this deployment's subject index is in DynamoDB (IndexStore=dynamodb): compaction "
+            'applies to the segment index only; move it first (docs/RUNBOOK.md, "Moving the '
+            'subject index to segments")'
+        )
+    return Manifest(target.resource("dynamodb").Table(location.manifest_table))
+
+
+def compact_dataset(args: argparse.Namespace) -> int:
+    check_dataset_id(args.dataset)
+    if args.min_level0 < 1:
+        raise UsageError("--min-level0 must be at least 1")
+    target = resolve(args)
+    require_dataset(target, args.dataset)
+    manifest = _manifest(target)
+    before = segment_counts(manifest, args.dataset)
+    sfn = target.client("stepfunctions")
+    execution_arn = start_execution(
+        sfn,
+        target.output("IndexCompactionStateMachineArn"),
+        timestamped(args.dataset, "compact"),
+        {"dataset_id": args.dataset, "min_level0": args.min_level0},
+    )
+    shown: dict[str, Any] = {
+        "dataset_id": args.dataset,
+        "execution_arn": execution_arn,
+        "min_level0": args.min_level0,
+        "status": "RUNNING",
+        "level0_before": before["level0"],
+        "level1_before": before["level1"],
+    }
+    if not args.wait:
+        print(json.dumps(shown, indent=2, sort_keys=True) if args.json else execution_arn)
+        return 0
+    print(execution_arn, file=sys.stderr if args.json else sys.stdout, flush=True)
+    with waiting(args, f"compaction of {args.dataset}") as progress:
+        described = wait_for_execution(sfn, execution_arn, timeout=args.timeout, waiting=progress)
+    finished(described, f"compaction of {args.dataset}")
+    after = segment_counts(manifest, args.dataset)
+    shown |= {"status": described["status"], "level0_after": after["level0"],
+              "level1_after": after["level1"]}  # fmt: skip
+    if args.json:
+        print(json.dumps(shown, indent=2, sort_keys=True))
+        return 0
+    print(
+        f"compaction of {args.dataset} SUCCEEDED: active level-0 segments {before['level0']} -> "
+        f"{after['level0']}, level-1 segments {before['level1']} -> {after['level1']}"
+        + _left_note(before["level0"], after["level0"], args.min_level0)
+    )
+    return 0
+
+
+def _left_note(before: int, after: int, min_level0: int) -> str:
+    """Why level-0 segments remain after a successful run, when they do."""
+    if after == 0:
+        return ""
+    if before < min_level0:
+        return f" (fewer than --min-level0 {min_level0}: left alone)"
+    return (
+        " (level-0 segments remain: written during the run, or another run held the dataset's "
+        "compaction lease; the next run takes them)"
+    )
