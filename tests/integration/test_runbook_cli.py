@@ -52,10 +52,10 @@ class MotoTarget:
         self.outputs = outputs
 
     def resource(self, service: str) -> Any:
-        return boto3.resource(service, region_name=REGION)
+        return boto3.resource(service, region_name=REGION)  # type: ignore[call-overload]
 
     def client(self, service: str) -> Any:
-        return boto3.client(service, region_name=REGION)
+        return boto3.client(service, region_name=REGION)  # type: ignore[call-overload]
 
     def output(self, name: str) -> str:
         return self.outputs[name]
@@ -154,7 +154,7 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 
 
 def executions(target: MotoTarget, output: str) -> list[dict[str, Any]]:
-    sfn = boto3.client("stepfunctions", region_name=REGION)
+    sfn: Any = boto3.client("stepfunctions", region_name=REGION)
     listed = sfn.list_executions(stateMachineArn=target.output(output))["executions"]
     return [sfn.describe_execution(executionArn=e["executionArn"]) for e in listed]
 
