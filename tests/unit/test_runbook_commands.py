@@ -21,6 +21,7 @@ from lethe.commands.executions import (
     finished,
     wait_for_execution,
 )
+from lethe.localcloud.template import load_template
 from lethe.progress import Waiting
 
 
@@ -146,6 +147,19 @@ def test_why_level0_segments_remain_after_a_compaction() -> None:
     assert left(before=4, after=0, min_level0=1) == ""
     assert "fewer than --min-level0 8: left alone" in left(before=3, after=3, min_level0=8)
     assert "another run held the dataset's compaction lease" in left(4, 1, min_level0=1)
+    assert left(3, 3, min_level0=1, young=3) == (
+        " (younger than the 60 s settle time when the run started: the next run takes them; "
+        "run it again in a minute)"
+    )
+    assert "remain: 1 younger than the 60 s settle time, written during the run" in left(
+        4, 2, min_level0=1, young=1
+    )
+
+
+def test_the_settle_time_the_command_explains_is_the_template_s() -> None:
+    machine = load_template()["Resources"]["IndexCompactionStateMachine"]["Properties"]
+    settle = machine["DefinitionSubstitutions"]["CompactionSettleSeconds"]
+    assert int(settle) == index_compact.SETTLE_SECONDS
 
 
 def test_a_last_run_counts_when_this_execution_recorded_it() -> None:
