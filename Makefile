@@ -178,8 +178,8 @@ LOCALITY_BENCH_ARGS ?=
 # LOOKUP_BENCH_ARGS="--objects 20000" for a quicker run
 LOOKUP_BENCH_ARGS ?=
 # DynamoDB writes per ingested row on the segment index: the real ingest and compaction jobs on
-# the benchmark lake and 20 x 20,000 rows; INDEX_WRITES_BENCH_ARGS="--shapes 200x2000" for one lake
-INDEX_WRITES_BENCH_ARGS ?=
+# the benchmark lake (~6 min); INDEX_WRITES_BENCH_ARGS= for its three default shapes (~20 min)
+INDEX_WRITES_BENCH_ARGS ?= --shapes 200x2000
 bench: venv system-deps lambda-python ## Subject index, erasure, ingestion and Lambda footprint benchmarks; results in docs/BENCHMARKS.md (BENCH_ARGS="--spark ...", ERASURE_BENCH_ARGS="--full ...", LOCALITY_BENCH_ARGS="--lake DIR", LOOKUP_BENCH_ARGS="--objects N", INGEST_BENCH_ARGS="--full ...", INGEST_SPARK_BENCH_ARGS="" for the full size, LAMBDA_BENCH_ARGS="--rounds 30")
 	$(BIN)/python bench/report.py --record-machine
 	$(BIN)/python bench/index_bench.py $(BENCH_ARGS)
