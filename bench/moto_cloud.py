@@ -4,7 +4,10 @@ The same setup as the Spark test tier (tests/spark/cloud.py, tests/spark/conftes
 pytest: a `ThreadedMotoServer` on 127.0.0.1 (server mode, as the local cloud runs it, so that a
 job in another process and its Spark workers reach it over HTTP), versioned raw, lake and reports
 buckets, the datasets, object catalog and subject index tables with the keys and indexes
-template.yaml declares, the subject hash key as a secret, and the dataset registered.
+template.yaml declares, the segment index's bucket (unversioned) and manifest table, the subject
+hash key as a secret, and the dataset registered. A job is pointed at the DynamoDB index
+(`index_store = "dynamodb"`, the ingestion benchmarks' runs so far) or at the segment index
+(`"segments"`, the deployed default).
 
     with MotoCloud.start() as cloud:
         cloud.reset()                        # a fresh state: buckets, tables, secret
@@ -42,6 +45,8 @@ REPORTS = "lethe-bench-reports"
 DATASETS = "lethe-bench-datasets"
 CATALOG = "lethe-bench-object-catalog"
 INDEX = "lethe-bench-subject-index"
+INDEX_BUCKET = "lethe-bench-index"  # the segment index's bucket (unversioned, as deployed)
+MANIFEST = "lethe-bench-index-manifest"  # the segment index's manifest table
 HASH_KEY_SECRET = "lethe-bench-subject-hash-key"
 HASH_KEY = b"lethe-benchmark-subject-hash-key-0123456789"  # any key of >= 32 bytes
 CREDENTIALS = {
@@ -63,6 +68,7 @@ def free_port() -> int:
 class MotoCloud:
     endpoint: str
     sequencer: int = 0
+    index_store: str = "dynamodb"  # the store `job_args` points a job at: dynamodb or segments
 
     @classmethod
     @contextmanager
@@ -112,6 +118,7 @@ class MotoCloud:
         for bucket in (RAW, LAKE, REPORTS):
             s3.create_bucket(Bucket=bucket)
             s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+        s3.create_bucket(Bucket=INDEX_BUCKET)
         boto3.client("secretsmanager", region_name=REGION).create_secret(
             Name=HASH_KEY_SECRET, SecretString=HASH_KEY.decode()
         )
@@ -121,6 +128,7 @@ class MotoCloud:
             ("DatasetsTable", DATASETS),
             ("ObjectCatalogTable", CATALOG),
             ("SubjectIndexTable", INDEX),
+            ("IndexManifestTable", MANIFEST),
         ):
             props = resources[logical_id]["Properties"]
             kwargs: dict[str, Any] = {
@@ -170,7 +178,8 @@ class MotoCloud:
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
     def job_args(self, objects: list[dict[str, str]], correlation_id: str) -> list[str]:
-        """The ingest job's arguments for a batch of {"dataset_id", "key", "version_id"}."""
+        """The ingest job's arguments for a batch of {"dataset_id", "key", "version_id"}, on the
+        index store `index_store` names."""
         return [
             "--objects-json", json.dumps(objects),
             "--raw-bucket", RAW,
@@ -178,6 +187,14 @@ class MotoCloud:
             "--datasets-table", DATASETS,
             "--catalog-table", CATALOG,
             "--index-table", INDEX,
+            *self.index_args(),
             "--hash-key-secret", HASH_KEY_SECRET,
             "--correlation-id", correlation_id,
         ]  # fmt: skip
+
+    def index_args(self) -> list[str]:
+        """`--index-store` and, for segments, the bucket and manifest table."""
+        if self.index_store == "segments":
+            return ["--index-store", "segments", "--index-bucket", INDEX_BUCKET,
+                    "--manifest-table", MANIFEST]  # fmt: skip
+        return ["--index-store", self.index_store]
