@@ -15,7 +15,10 @@ from moto import mock_aws
 from moto.core.common_models import BaseModel
 
 from lethe.localcloud.cloud import configure_moto
-from lethe.localcloud.moto_instances import WeakInstances, patch_weak_instances
+from lethe.localcloud.moto_instances import (
+    WeakInstances,
+    patch_moto_memory,
+)
 
 KEYS = 50
 LISTINGS = 20
@@ -24,6 +27,7 @@ LISTINGS = 20
 @pytest.fixture
 def s3() -> Iterator[Any]:
     undo = configure_moto()
+    unpatch = patch_moto_memory()  # what the local cloud's own process applies
     try:
         with mock_aws():
             client = boto3.client("s3", region_name="us-east-1")
@@ -35,6 +39,7 @@ def s3() -> Iterator[Any]:
                 client.put_object(Bucket="weak-instances", Key=f"k/{i}", Body=b"x" * 2000)
             yield client
     finally:
+        unpatch()
         undo()
 
 
@@ -84,12 +89,31 @@ def test_weak_instances_drop_what_is_freed() -> None:
     assert list(instances) == [kept]
 
 
-def test_the_patch_is_reverted() -> None:
-    original = BaseModel.__dict__["__new__"]
+def test_the_patch_is_reverted_and_moto_s_lists_come_back() -> None:
+    from moto.s3.models import FakeKey, S3Backend  # noqa: PLC0415
 
-    patch_weak_instances()()
+    original, listing = BaseModel.__dict__["__new__"], S3Backend.list_object_versions
+
+    undo = patch_moto_memory()
+    kept = FakeKey("k", b"v", "123456789012", "us-east-1")
+    assert isinstance(FakeKey.instances_tracked, WeakInstances)  # type: ignore[attr-defined]
+    undo()
 
     assert BaseModel.__dict__["__new__"] is original
+    assert S3Backend.list_object_versions is listing
+    tracked = FakeKey.instances_tracked  # type: ignore[attr-defined]
+    assert type(tracked) is list  # strong again: nothing freed behind other tests' backs
+    assert kept in tracked
+    kept.dispose()
+
+
+def test_configure_moto_leaves_moto_s_tracking_alone() -> None:
+    original = BaseModel.__dict__["__new__"]
+    undo = configure_moto()
+    try:
+        assert BaseModel.__dict__["__new__"] is original
+    finally:
+        undo()
 
 
 def _listing(result: Any) -> Any:
@@ -114,6 +138,7 @@ def test_a_prefixed_listing_is_moto_s_own_and_copies_only_its_keys(
 
     original = models.S3Backend.list_object_versions
     undo = configure_moto()
+    unpatch = patch_moto_memory()
     try:
         with mock_aws():
             client = boto3.client("s3", region_name="us-east-1")
@@ -158,4 +183,5 @@ def test_a_prefixed_listing_is_moto_s_own_and_copies_only_its_keys(
                             )
                         ), (prefix, delimiter, max_keys)
     finally:
+        unpatch()
         undo()

@@ -26,6 +26,7 @@ from lethe.localcloud.cloud import (
 from lethe.localcloud.heap_profile import forget_preload, reexec_under_heaptrack
 from lethe.localcloud.memory_report import start_from_environment
 from lethe.localcloud.memory_trim import start_trimming
+from lethe.localcloud.moto_instances import patch_moto_memory
 
 logger = logging.getLogger("lethe.localcloud")
 
@@ -81,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, raise_keyboard_interrupt)  # a stop request while starting
     start_from_environment(threading.Event())  # LETHE_LOCAL_TRACEMALLOC: an opt-in diagnostic
     start_trimming(threading.Event())  # LETHE_LOCAL_MALLOC_TRIM_SECONDS: freed memory given back
+    patch_moto_memory()  # moto's temporaries freed (moto_instances); this process only
     try:
         state = cloud.start()
     except KeyboardInterrupt:

@@ -58,7 +58,6 @@ from lethe.localcloud.dynamodb_transactions import (
     patch_transaction_copies,
 )
 from lethe.localcloud.intrinsics import ACCOUNT_ID
-from lethe.localcloud.moto_instances import patch_version_listing, patch_weak_instances
 
 # The CLI imports this module for the state-file helpers, so it imports nothing heavy at the
 # top: moto, the template translator and the hooks are imported where the cloud starts them.
@@ -127,8 +126,10 @@ def configure_moto() -> Callable[[], None]:
     """Make this process's moto behave as the local cloud needs; returns the undo callable.
 
     Applies MOTO_CONFIG to moto's process-wide user config, `patch_policy_conditions`,
-    `make_dynamodb_atomic`, the DynamoDB partition and transaction patches and
-    `patch_weak_instances` (moto's models freed once unreferenced: moto_instances).
+    `make_dynamodb_atomic` and the DynamoDB partition and transaction patches. The memory
+    patches of moto_instances are applied by the local cloud's own process only
+    (`lethe.localcloud.__main__`, `patch_moto_memory`): in a process shared with pytest they
+    let moto's finalizers run on any thread (see moto_instances).
     """
     from moto.core import config  # noqa: PLC0415 - heavy, see the top
 
@@ -140,12 +141,8 @@ def configure_moto() -> Callable[[], None]:
     unatomic = make_dynamodb_atomic()
     unpartition = patch_dynamodb_partitions(DYNAMODB_LOCK)
     uncopied = patch_transaction_copies()  # one backup per transaction (dynamodb_transactions)
-    untracked = patch_weak_instances()  # moto's temporaries freed (moto_instances)
-    unlisted = patch_version_listing()  # a version listing copies its prefix's keys only
 
     def restore() -> None:
-        unlisted()
-        untracked()
         uncopied()
         unpartition()
         unatomic()

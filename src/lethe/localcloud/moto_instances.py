@@ -60,6 +60,9 @@ class WeakInstances:
         return sum(1 for _ in self)
 
 
+_CONVERTED: list[type] = []  # classes whose list became a WeakInstances (undone by restore)
+
+
 def _tracked(cls: type) -> WeakInstances:
     found = cls.__dict__.get("instances_tracked")
     if isinstance(found, WeakInstances):
@@ -69,6 +72,7 @@ def _tracked(cls: type) -> WeakInstances:
         if not isinstance(found, WeakInstances):
             found = WeakInstances(list(found or []))
             cls.instances_tracked = found  # type: ignore[attr-defined]
+            _CONVERTED.append(cls)
         return found
 
 
@@ -93,8 +97,17 @@ def patch_weak_instances() -> Callable[[], None]:
 
     def restore() -> None:
         BaseModel.__new__ = original  # type: ignore[method-assign]
+        with _LOCK:  # moto's strong lists again, holding what is still alive
+            for converted in _CONVERTED:
+                converted.instances_tracked = list(_tracked_now(converted))  # type: ignore[attr-defined]
+            _CONVERTED.clear()
 
     return restore
+
+
+def _tracked_now(cls: type) -> list[Any]:
+    found = cls.__dict__.get("instances_tracked")
+    return list(found) if found is not None else []
 
 
 class _PrefixKeys:
@@ -147,5 +160,22 @@ def patch_version_listing() -> Callable[[], None]:
 
     def restore() -> None:
         S3Backend.list_object_versions = original  # type: ignore[method-assign]
+
+    return restore
+
+
+def patch_moto_memory() -> Callable[[], None]:
+    """Both patches of this module; returns the undo callable. Applied by the local cloud's
+    own process (`python -m lethe.localcloud serve`: `lethe local up`, the e2e tier, `make
+    demo`, `make soak`), never in a process shared with pytest: there, the keys weak tracking
+    frees run moto's `FakeKey.__del__` (a ResourceWarning) on whatever thread collects them,
+    and the integration tier's in-process moto servers hung on the logging module's lock
+    with it (2026-11-28, not understood further)."""
+    untracked = patch_weak_instances()
+    unlisted = patch_version_listing()
+
+    def restore() -> None:
+        unlisted()
+        untracked()
 
     return restore
