@@ -148,3 +148,25 @@ def test_the_fixture_of_a_real_run_renders() -> None:
     assert f"**{objects:,} objects**" in lookup_bench.markdown(result)
     for phase in ("before_compaction", "after_compaction"):
         assert result[phase]["cold"]["complete"]
+
+
+def test_the_time_verdict_says_by_how_much_and_where() -> None:
+    """Judged on `lookup` x K from a cold start, compacted and with the backlog: a miss says
+    by how much and in which state; the batched call is reported beside it."""
+    result = json.loads((FIXTURES / "lookup_latest.json").read_text(encoding="utf-8"))
+    after, before = result["after_compaction"], result["before_compaction"]
+
+    def verdict(compacted: float, backlog: float) -> str:
+        after["cold"]["seconds_total"], before["cold"]["seconds_total"] = compacted, backlog
+        return lookup_bench.targets(result)[0][3]
+
+    assert result["lake"]["objects"] == 100_000
+    assert verdict(0.98, 1.5) == "met"
+    assert verdict(0.98, 3.24) == "missed by 1.24 s with the backlog (met compacted)"
+    assert verdict(2.5, 3.0) == "missed by 0.50 s compacted, by 1.00 s with the backlog"
+    after["batched_all_cold"]["complete"] = False
+    assert verdict(0.98, 1.5) == "missed"
+    measured = lookup_bench.targets(result)[0][2]
+    assert "s in DynamoDB calls" in measured
+    assert "in one `lookup_across` call" in measured
+    assert measured.endswith("INCOMPLETE answers")
