@@ -158,7 +158,7 @@ def test_the_time_verdict_says_by_how_much_and_where() -> None:
 
     def verdict(compacted: float, backlog: float) -> str:
         after["cold"]["seconds_total"], before["cold"]["seconds_total"] = compacted, backlog
-        return lookup_bench.targets(result)[0][3]
+        return str(lookup_bench.targets(result)[0][3])
 
     assert result["lake"]["objects"] == 100_000
     assert verdict(0.98, 1.5) == "met"
