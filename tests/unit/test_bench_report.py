@@ -62,8 +62,8 @@ def test_every_section_regenerated_prose_and_markers_kept() -> None:
         assert out.count(report.end_marker(section.name)) == 1
     for expected in (
         "| 1 locality, K = 10, windowed lake: bytes read | >= 20x fewer |",  # targets
-        "| 4 lookup K = 10 at 30,000 objects (simulated, moto in-process): time "
-        "| <= 2 s at 100,000 objects |",  # the lookup benchmark's row, the lake size stated
+        "| 4 lookup K = 10 at 100,000 objects (simulated: moto with the local cloud's "
+        "adaptations): time | <= 2 s at 100,000 objects |",  # the lookup row, the lake size stated
         "| compacted, `lookup`, cold start | 10 |",  # its section
         "| Java | openjdk version",  # machine
         "| moto | 5.2.5 |",
