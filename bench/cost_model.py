@@ -8,8 +8,9 @@ runs) times AWS list prices (us-east-1, the constants in PRICES, each with the p
 and the day it was read; the ones that could not be found there are marked, with the figure
 used and why). For Find and Forget's four published Parquet scenarios (100 GB, 750 GB, 10 TB,
 50 TB; its docs/COST_OVERVIEW.md, eu-west-1 prices) at two row widths (ROW_WIDTHS: Parquet
-bytes per row), for the index as it is today (one DynamoDB item per (subject, object) pair)
-and as proposed (Parquet segments in S3 with a DynamoDB manifest, docs/INDEX_SEGMENTS.md):
+bytes per row), for the index as deployed (Parquet segments in S3 with a DynamoDB manifest,
+docs/INDEX_SEGMENTS.md, as measured on the real store), the DynamoDB index (one item per
+(subject, object) pair, `IndexStore=dynamodb`) and the design study's segment variants:
 
 - building the index once (the lake's rows through the index writers), keeping it a month;
 - ingesting a billion rows (the ingest job's Spark time, the index writes, the catalog);
@@ -215,6 +216,9 @@ class Measured:
     ddb_bytes_per_row: float  # DynamoDB stored bytes per row, table and GSIs [latest.json]
     ddb_item_bytes: float  # mean item size [latest.json]
     bench_data_bytes_per_row: float  # the benchmark lake's Parquet bytes per row [latest.json]
+    deployed_bytes_per_entry: float  # the store as deployed, compacted [segment_store_defaults]
+    deployed_level0_bytes_per_entry: float  # the same before compaction [segment_store_defaults]
+    manifest_writes_per_object: float  # ingestion's, per indexed object [index_writes_latest]
     segment_bytes_per_entry: float  # compacted segment, full hash [segment_latest.json]
     segment_prefix_bytes_per_entry: float  # 8-byte hash prefix [segment_latest.json]
     segment_prefix4_bytes_per_entry: float  # 4-byte hash prefix [segment_latest.json]
@@ -251,6 +255,8 @@ def measured(results: Path = RESULTS) -> Measured:
     memory = _load(results, "ingest_memory.json")["memory"]["points"]
     ingest = [(p["rows"], p["processes"]["cpu_s_total"]) for p in memory if p.get("processes")]
     anchor = _load(results, "erasure_latest.json")["anchor"]
+    deployed = deployed_configuration(_load(results, "segment_store_defaults.json"))
+    writes = _load(results, "index_writes_latest.json")["shapes"][0]
     wall = anchor["wall_s"]["erase_rows_raw"]["median"]
     cpu = anchor["cpu_s"]["erase_rows_raw"]["median"]
     return Measured(
@@ -259,6 +265,9 @@ def measured(results: Path = RESULTS) -> Measured:
         ddb_bytes_per_row=lethe["stored_bytes_with_gsis"] / 1e6,
         ddb_item_bytes=lethe["mean_item_bytes"],
         bench_data_bytes_per_row=index["lake"]["bytes_on_disk"] / index["lake"]["rows"],
+        deployed_bytes_per_entry=deployed["bytes_per_entry"],
+        deployed_level0_bytes_per_entry=deployed["level0_bytes_per_entry"],
+        manifest_writes_per_object=manifest_writes(writes) / writes["objects_indexed"],
         segment_bytes_per_entry=full["bytes_per_entry"],
         segment_prefix_bytes_per_entry=prefix["bytes_per_entry"],
         segment_prefix4_bytes_per_entry=best_variant(segments, "prefix4")["bytes_per_entry"],
@@ -270,6 +279,24 @@ def measured(results: Path = RESULTS) -> Measured:
         erase_vcpu_s_per_gb=anchor["vcpu_s_per_gb"]["erase_rows_raw"],
         erase_wall_to_cpu=wall / cpu,
     )
+
+
+DEPLOYED = {"partition_bits": 0, "hash_bytes": 6, "by_object_files": False}  # new datasets
+
+
+def deployed_configuration(store: Mapping[str, Any]) -> dict[str, Any]:
+    """The segment store benchmark's configuration that new datasets get (INDEX_SEGMENTS.md,
+    "Defaults as deployed": 48-bit keys, one partition, no by-object files)."""
+    for config in store["configurations"]:
+        if all(config.get(k) == v for k, v in DEPLOYED.items()):
+            return dict(config)
+    raise ValueError(f"segment_store_defaults.json: no configuration {DEPLOYED}")
+
+
+def manifest_writes(shape: Mapping[str, Any]) -> int:
+    """The manifest writes of a shape's ingestion (index_writes_bench: segments, object
+    pointers, datasets; every run of the shape)."""
+    return int(shape["ingest"]["manifest"]["writes"])
 
 
 def best_variant(segments: Mapping[str, Any], encoding: str) -> dict[str, Any]:
@@ -347,9 +374,14 @@ def dynamodb_index(m: Measured, lake: Lake, entries_erased: float) -> IndexCost:
     )
 
 
-def segment_index(m: Measured, lake: Lake, bytes_per_entry: float) -> IndexCost:
-    """The proposed index: Parquet segments (one per ingestion run, compacted into hash-range
-    partitions of ASSUMED['partition_bytes']) and one manifest item per segment."""
+def segment_index(
+    m: Measured, lake: Lake, bytes_per_entry: float, writes_per_object: float | None = None
+) -> IndexCost:
+    """Parquet segments (one per ingestion run, compacted into hash-range partitions of
+    ASSUMED['partition_bytes']) and a manifest. `writes_per_object`: the manifest writes of
+    ingestion per indexed object as measured (the store as deployed: segment items and one
+    pointer item per raw object and per lake file, each kept); None for the proposal's
+    designs, which count one manifest item per segment only."""
     entries = lake.rows * m.entries_per_row
     stored = entries * bytes_per_entry
     partitions = max(1, math.ceil(stored / ASSUMED["partition_bytes"]))
@@ -358,8 +390,13 @@ def segment_index(m: Measured, lake: Lake, bytes_per_entry: float) -> IndexCost:
     # compaction: three times the measured write
     cpu = entries * m.segment_write_cpu_s_per_entry * 3
     requests = (runs + partitions) * price("s3_put") + runs * price("s3_get")
-    manifest_writes = (2 * runs + partitions) * price("dynamodb_wru")  # put, delete; put
-    build = spark_usd(cpu) + requests + manifest_writes
+    manifest_items = partitions
+    if writes_per_object is None:
+        writes = 2 * runs + partitions  # put, delete; put
+    else:  # raw objects as many as lake files, each with its pointer
+        writes = 2 * lake.objects * writes_per_object + partitions
+        manifest_items += 2 * lake.objects
+    build = spark_usd(cpu) + requests + writes * price("dynamodb_wru")
     consulted = 1 + ASSUMED["uncompacted_segments"]  # its partition and the small segments
     # per subject and segment: the footer (cacheable: segments are immutable) and a row group
     gets = K_SUBJECTS * consulted * 2
@@ -378,7 +415,7 @@ def segment_index(m: Measured, lake: Lake, bytes_per_entry: float) -> IndexCost:
     return IndexCost(
         build=build,
         keep_per_month=s3_storage_usd(stored)
-        + ddb_storage_usd(partitions * ASSUMED["manifest_item_bytes"]),
+        + ddb_storage_usd(manifest_items * ASSUMED["manifest_item_bytes"]),
         stored_bytes=stored,
         per_billion_rows=build / lake.rows * 1e9,
         erase_lookup=lookup,
@@ -440,20 +477,26 @@ def break_even(monthly: float, lethe_job: float, other_job: float) -> float | No
 
 
 DESIGNS = (
-    "DynamoDB items (today)",
+    "S3 segments as deployed (48-bit keys)",
+    "DynamoDB items (IndexStore=dynamodb)",
     "S3 segments, full hash",
     "S3 segments, full hash, no repeats",
     "S3 segments, 8-byte prefix",
 )
+DEPLOYED_DESIGN, DYNAMODB_DESIGN = DESIGNS[0], DESIGNS[1]
 
 
 def index_cost(m: Measured, design: str, lake: Lake, entries_erased: float) -> IndexCost:
-    if design == DESIGNS[0]:
+    if design == DYNAMODB_DESIGN:
         return dynamodb_index(m, lake, entries_erased)
+    if design == DEPLOYED_DESIGN:
+        return segment_index(
+            m, lake, m.deployed_bytes_per_entry, writes_per_object=m.manifest_writes_per_object
+        )
     per_entry = {
-        DESIGNS[1]: m.segment_bytes_per_entry,
-        DESIGNS[2]: m.segment_uncompacted_bytes_per_entry,
-        DESIGNS[3]: m.segment_prefix_bytes_per_entry,
+        DESIGNS[2]: m.segment_bytes_per_entry,
+        DESIGNS[3]: m.segment_uncompacted_bytes_per_entry,
+        DESIGNS[4]: m.segment_prefix_bytes_per_entry,
     }[design]
     return segment_index(m, lake, per_entry)
 
@@ -618,6 +661,18 @@ INPUT_NAMES = {
     "ddb_bytes_per_row": ("DynamoDB stored bytes per row, table and GSIs", "latest.json"),
     "ddb_item_bytes": ("mean DynamoDB item bytes", "latest.json"),
     "bench_data_bytes_per_row": ("the benchmark lake's Parquet bytes per row", "latest.json"),
+    "deployed_bytes_per_entry": (
+        "the segment store as deployed (48-bit keys, one partition): bytes per entry, compacted",
+        "segment_store_defaults.json",
+    ),
+    "deployed_level0_bytes_per_entry": (
+        "the same before compaction (level-0 segments of the ingestion runs)",
+        "segment_store_defaults.json",
+    ),
+    "manifest_writes_per_object": (
+        "manifest writes of ingestion per indexed object (segments, pointers, datasets)",
+        "index_writes_latest.json",
+    ),
     "segment_bytes_per_entry": (
         "segment bytes per entry, compacted, full hash (32-byte binary)",
         "segment_latest.json",
@@ -685,18 +740,18 @@ def _weekly(rows: list[Row], design: str) -> str:
 
 
 def document(m: Measured, rows: list[Row]) -> str:
-    today = [r for r in rows if r.design == DESIGNS[0]]
-    full = [r for r in rows if r.design == DESIGNS[1]]
-    worst_today = max(today, key=lambda r: r.keep_per_month)
-    big_full = max(full, key=lambda r: r.keep_per_month)
-    ratios = [r.find_and_forget_job / r.erase_job for r in rows]
+    deployed = [r for r in rows if r.design == DEPLOYED_DESIGN]
+    dynamo = [r for r in rows if r.design == DYNAMODB_DESIGN]
+    worst_dynamo = max(dynamo, key=lambda r: r.keep_per_month)
+    big = max(deployed, key=lambda r: r.keep_per_month)
+    ratios = [r.find_and_forget_job / r.erase_job for r in deployed]
     low, high = min(ratios), max(ratios)
     glue_ratio = glue_usd(3600.0) / spark_usd(3600.0)
-    bench_ratio = m.entries_per_row * m.segment_bytes_per_entry / m.bench_data_bytes_per_row
-    prefix_ratio = m.entries_per_row * m.segment_prefix_bytes_per_entry / m.bench_data_bytes_per_row
-    prefix4_ratio = (
-        m.entries_per_row * m.segment_prefix4_bytes_per_entry / m.bench_data_bytes_per_row
+    deployed_ratio = m.entries_per_row * m.deployed_bytes_per_entry / m.bench_data_bytes_per_row
+    level0_ratio = (
+        m.entries_per_row * m.deployed_level0_bytes_per_entry / m.bench_data_bytes_per_row
     )
+    bench_ratio = m.entries_per_row * m.segment_bytes_per_entry / m.bench_data_bytes_per_row
     return f"""# What Lethe costs
 
 <!-- generated by bench/cost_model.py --write-docs (make bench: bench/report.py) from
@@ -706,63 +761,70 @@ Dollars for the subject index, the catalog, the Spark runs and the approvals, on
 Find and Forget's four published Parquet scenarios (100 GB, 750 GB, 10 TB, 50 TB) at two row
 widths ({ROW_WIDTHS[0]} and {ROW_WIDTHS[1]:,} bytes of Parquet per row), next to Find and
 Forget's own published cost of one erasure job on each (its `docs/COST_OVERVIEW.md`,
-Europe (Ireland) prices, VPC excluded). Four index designs: today's (one DynamoDB item per
-(subject, object) pair), and three of the proposal of [INDEX_SEGMENTS.md](INDEX_SEGMENTS.md) (sorted
-Parquet segments in S3 with a DynamoDB manifest) with the full hash, the same with no
-compression from repeated hashes (the worst case: every entry's hash stored whole), and with
-an 8-byte hash prefix. Prices are us-east-1 list prices (table below); some could not be
-checked and are marked. Everything is a model: measured figures from the last benchmark runs
-on a 2-core machine, multiplied out to lakes a thousand to a million times larger than the ones
-measured.
+Europe (Ireland) prices, VPC excluded). The index as deployed by default comes first: sorted
+Parquet segments in S3 with 48-bit subject keys, one hash partition and a DynamoDB manifest
+holding one item per segment and one pointer per indexed object
+([INDEX_SEGMENTS.md](INDEX_SEGMENTS.md)), with its bytes per entry and its manifest writes per
+object as measured on the real store. Then the DynamoDB index (one item per (subject, object)
+pair, still selectable with `IndexStore=dynamodb`), and three segment variants of the design
+study for context (full hash; the full hash with no compression from repeated hashes, the
+worst case; an 8-byte prefix). Prices are us-east-1 list prices (table below); some could not
+be checked and are marked. Everything is a model: measured figures from the last benchmark
+runs on a 2-core machine, multiplied out to lakes a thousand to a million times larger than
+the ones measured.
 
 ## The answer
 
-- **Today's index does not pay at lake scale.** It stores
+- **The index as deployed pays at every size.** With the measured
+  {m.deployed_bytes_per_entry:.2f} bytes per entry of a compacted segment
+  ({m.deployed_level0_bytes_per_entry:.2f} before compaction) and
+  {m.manifest_writes_per_object:.3f} manifest writes per indexed object, the
+  {big.scenario} lake of {big.row_bytes}-byte rows keeps its index and catalog for
+  {_usd(big.keep_per_month)} USD a month and Lethe is the cheaper from
+  {_jobs(big.break_even_with_build)} erasure jobs a month (build paid over a year). At one job
+  a week Lethe is the cheaper in {_weekly(rows, DEPLOYED_DESIGN)} cases.
+- **The DynamoDB index does not pay at lake scale.** It stores
   {m.ddb_bytes_per_row:,.0f} bytes of DynamoDB per row (table and GSIs) against
   {m.bench_data_bytes_per_row:.1f} bytes of Parquet per row in the benchmark lake. On the
-  {worst_today.scenario} lake of {worst_today.row_bytes}-byte rows it would cost
-  {_usd(worst_today.build)} USD to build and {_usd(worst_today.keep_per_month)} USD a month
+  {worst_dynamo.scenario} lake of {worst_dynamo.row_bytes}-byte rows it would cost
+  {_usd(worst_dynamo.build)} USD to build and {_usd(worst_dynamo.keep_per_month)} USD a month
   to keep, and Lethe would be cheaper than Find and Forget only above
-  {_jobs(worst_today.break_even)} erasure jobs a month. At one job a week it is cheaper in
-  {_weekly(rows, DESIGNS[0])} cases.
-- **Segments in S3 do.** With the measured {m.segment_bytes_per_entry:.1f} bytes per entry
-  of a compacted segment, the {big_full.scenario} lake of {big_full.row_bytes}-byte rows keeps
-  its index for {_usd(big_full.keep_per_month)} USD a month and Lethe is the cheaper from
-  {_jobs(big_full.break_even_with_build)} jobs a month (build paid over a year). At one job a
-  week: full hash {_weekly(rows, DESIGNS[1])} cases, full hash with no repeats
-  {_weekly(rows, DESIGNS[2])}, 8-byte prefix {_weekly(rows, DESIGNS[3])}.
+  {_jobs(worst_dynamo.break_even)} erasure jobs a month. At one job a week it is cheaper in
+  {_weekly(rows, DYNAMODB_DESIGN)} cases. The design study's segments: full hash
+  {_weekly(rows, DESIGNS[2])}, full hash with no repeats {_weekly(rows, DESIGNS[3])}, 8-byte
+  prefix {_weekly(rows, DESIGNS[4])}.
 - **One erasure job** costs Lethe {low:.1f} to {high:.1f} times less than Find and Forget
-  (table 3, EMR Serverless; on Glue the Spark part costs
+  (table 3, EMR Serverless, the index as deployed; on Glue the Spark part costs
   {glue_ratio:.2f} times as much): both rewrite the same objects, Lethe's `erase_rows` needs about a
   tenth of the CPU per object (docs/BENCHMARKS.md), and the model bills Lethe's job as if
   every modified object were as large as the scenario allows (the whole lake rewritten).
-- **Ingesting a billion rows** costs {_usd(today[0].per_billion_rows)} USD with today's index
-  ({_usd(today[0].index_per_billion_rows)} of it DynamoDB writes) and
-  {_usd(full[0].per_billion_rows)} USD with segments (table 2).
-- **On the benchmark lake** ({m.bench_data_bytes_per_row:.1f} bytes per row) the compacted
-  segment is {bench_ratio * 100:.1f} % of the data with the full hash,
-  {prefix_ratio * 100:.1f} % with an 8-byte prefix and {prefix4_ratio * 100:.1f} % with a
-  4-byte prefix (issue 20's target: 5 %); the full hash stays far from it on rows this
-  narrow.
+- **Ingesting a billion rows** costs {_usd(deployed[0].per_billion_rows)} USD with the index as
+  deployed ({_usd(deployed[0].index_per_billion_rows)} of it the index) and
+  {_usd(dynamo[0].per_billion_rows)} USD with the DynamoDB index
+  ({_usd(dynamo[0].index_per_billion_rows)} of it DynamoDB writes) (table 2).
+- **On the benchmark lake** ({m.bench_data_bytes_per_row:.1f} bytes per row) the index as
+  deployed is {deployed_ratio * 100:.1f} % of the data once compacted and
+  {level0_ratio * 100:.1f} % before (issue 20's target: 5 %); the design study's full hash
+  would be {bench_ratio * 100:.1f} %.
 
 ## 1. Per lake: build, keep, one job, break-even
 
 "Lethe cheaper above" is monthly storage / (Find and Forget's job - Lethe's job): the number
 of erasure jobs a month from which Lethe's index pays for itself; "build paid over 12 months"
 adds a twelfth of the build to the month. "Never" when Lethe's job is not the cheaper.
-The build is the index and the catalog of the existing lake written once (today's index:
-its writes; segments: their CPU, PUTs and manifest items) plus reading and hashing the lake's
-subject columns ({m.index_build_cpu_s_per_row * 1e6:.2f} CPU-microseconds per row, measured
-on local disk).
+The build is the index and the catalog of the existing lake written once (the DynamoDB
+index: its writes; segments: their CPU, PUTs and manifest writes) plus reading and hashing
+the lake's subject columns ({m.index_build_cpu_s_per_row * 1e6:.2f} CPU-microseconds per row,
+measured on local disk).
 
 {headline_markdown(rows)}
 ## 2. Per billion rows ingested
 
 Spark is the ingest job's CPU per row on EMR Serverless (the measured slope; its start-up per
-run aside), the index is what its writes cost (today: {m.ddb_wru_per_row:.2f} write request
-units per row; segments: their share of the build), the catalog one item per raw and per lake
-object of {ASSUMED["lake_object_bytes"] // MIB} MiB. The 10 TB lake's figures (the others
-differ only in the catalog's rounding).
+run aside), the index is what its writes cost (the DynamoDB index: {m.ddb_wru_per_row:.2f}
+write request units per row; segments: their share of the build), the catalog one item per
+raw and per lake object of {ASSUMED["lake_object_bytes"] // MIB} MiB. The 10 TB lake's figures
+(the others differ only in the catalog's rounding).
 
 {ingest_markdown(m, rows)}
 ## 3. One erasure job

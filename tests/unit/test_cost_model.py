@@ -30,6 +30,9 @@ def measured(**changes: Any) -> cm.Measured:
         ddb_bytes_per_row=GIB / 1e7,
         ddb_item_bytes=4096.0,
         bench_data_bytes_per_row=40.0,
+        deployed_bytes_per_entry=3.0,
+        deployed_level0_bytes_per_entry=4.5,
+        manifest_writes_per_object=1.0,
         segment_bytes_per_entry=8.0,
         segment_prefix_bytes_per_entry=2.0,
         segment_prefix4_bytes_per_entry=1.5,
@@ -163,9 +166,26 @@ def test_model_rows_add_up() -> None:
                 r.break_even * r.find_and_forget_job
             )
         assert r.index_to_data == pytest.approx(r.index_bytes / (r.rows * r.row_bytes))
-    today = {(r.scenario, r.row_bytes): r for r in rows if r.design == cm.DESIGNS[0]}
+    today = {(r.scenario, r.row_bytes): r for r in rows if r.design == cm.DYNAMODB_DESIGN}
     assert today[("10 TB", 100)].rows == pytest.approx(1e11)
     assert today[("10 TB", 100)].index_bytes == pytest.approx(1e11 * GIB / 1e7)
+
+
+def test_deployed_design_pays_a_manifest_write_and_item_per_object() -> None:
+    # Given the store as deployed: 3 bytes per entry, 1.5 manifest writes per indexed object
+    m = measured(deployed_bytes_per_entry=3.0, manifest_writes_per_object=1.5)
+    lake = cm.Lake(10 * 128 * MIB, 100)  # 10 lake files (and 10 raw objects)
+    # When its cost is taken, and that of the design study's segments of the same size
+    deployed = cm.index_cost(m, cm.DEPLOYED_DESIGN, lake, 1.0)
+    study = cm.segment_index(m, lake, 3.0)
+    # Then the same bytes are stored, and the deployed design pays 2 x 10 x 1.5 manifest writes
+    # where the study counted two per ingestion run (one run of 100 objects here) ...
+    assert deployed.stored_bytes == pytest.approx(study.stored_bytes)
+    wru = cm.price("dynamodb_wru")
+    assert deployed.build - study.build == pytest.approx((30 - 2) * wru)
+    # ... and keeps one manifest item per raw object and per lake file
+    item = cm.ddb_storage_usd(cm.ASSUMED["manifest_item_bytes"])
+    assert deployed.keep_per_month - study.keep_per_month == pytest.approx(20 * item)
 
 
 def test_weekly_verdict() -> None:
@@ -229,6 +249,33 @@ def results(tmp_path: Path) -> Path:
     )
     _write(
         tmp_path,
+        "segment_store_defaults.json",
+        {
+            "configurations": [
+                {
+                    "partition_bits": 4,
+                    "hash_bytes": 6,
+                    "by_object_files": False,
+                    "bytes_per_entry": 9.0,
+                    "level0_bytes_per_entry": 9.0,
+                },
+                {
+                    "partition_bits": 0,
+                    "hash_bytes": 6,
+                    "by_object_files": False,
+                    "bytes_per_entry": 2.5,
+                    "level0_bytes_per_entry": 4.0,
+                },
+            ]
+        },
+    )
+    _write(
+        tmp_path,
+        "index_writes_latest.json",
+        {"shapes": [{"objects_indexed": 400, "ingest": {"manifest": {"writes": 420}}}]},
+    )
+    _write(
+        tmp_path,
         "ingest_memory.json",
         {
             "memory": {
@@ -262,6 +309,9 @@ def test_measured_reads_the_benchmark_json(results: Path) -> None:
     assert m.ddb_bytes_per_row == pytest.approx(600.0)
     assert m.ddb_item_bytes == pytest.approx(370.0)
     assert m.bench_data_bytes_per_row == pytest.approx(40.0)
+    assert m.deployed_bytes_per_entry == pytest.approx(2.5)  # 0 partition bits, 6 bytes
+    assert m.deployed_level0_bytes_per_entry == pytest.approx(4.0)
+    assert m.manifest_writes_per_object == pytest.approx(420 / 400)
     assert m.segment_bytes_per_entry == pytest.approx(9.05)
     assert m.segment_lookup_bytes == pytest.approx(200)
     assert m.segment_prefix_bytes_per_entry == pytest.approx(3.0)
@@ -277,6 +327,12 @@ def test_measured_reads_the_benchmark_json(results: Path) -> None:
 def test_missing_json_is_an_error(results: Path) -> None:
     (results / "segment_latest.json").unlink()
     with pytest.raises(FileNotFoundError, match=r"segment_latest\.json"):
+        cm.measured(results)
+
+
+def test_no_deployed_configuration_is_an_error(results: Path) -> None:
+    _write(results, "segment_store_defaults.json", {"configurations": []})
+    with pytest.raises(ValueError, match="no configuration"):
         cm.measured(results)
 
 
