@@ -390,9 +390,9 @@ def segment_index(
     # compaction: three times the measured write
     cpu = entries * m.segment_write_cpu_s_per_entry * 3
     requests = (runs + partitions) * price("s3_put") + runs * price("s3_get")
-    manifest_items = partitions
+    manifest_items: float = partitions
     if writes_per_object is None:
-        writes = 2 * runs + partitions  # put, delete; put
+        writes: float = 2 * runs + partitions  # put, delete; put
     else:  # raw objects as many as lake files, each with its pointer
         writes = 2 * lake.objects * writes_per_object + partitions
         manifest_items += 2 * lake.objects

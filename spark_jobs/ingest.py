@@ -56,11 +56,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     # what the driver writes (a wholly unreadable file's quarantine document) is recorded in the
     # writes ledger, as the tasks' lake and quarantine files are
     writes = DynamoWritesLedger(catalog).writer(Writer.INGEST, args.correlation_id)
+    datasets = DynamoDatasetRegistry(dynamodb.Table(args.datasets_table))
     aws = AwsPorts(
         s3=S3ObjectStore(boto3.client("s3"), writes=writes),
-        datasets=DynamoDatasetRegistry(dynamodb.Table(args.datasets_table)),
+        datasets=datasets,
         catalog=DynamoObjectCatalog(catalog),
-        index=open_subject_index(args.index_location, s3=boto3.client("s3"), dynamodb=dynamodb),
+        index=open_subject_index(
+            args.index_location, s3=boto3.client("s3"), dynamodb=dynamodb, datasets=datasets
+        ),
         hash_key=hash_key,
     )
     shown = logging_shown_keys(args.correlation_id, hash_key, aws.datasets)

@@ -39,10 +39,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         LOG.info("ignoring %d argument(s) meant for the engine", len(ignored))
     dynamodb = boto3.resource("dynamodb")
     s3 = boto3.client("s3")
+    datasets = DynamoDatasetRegistry(dynamodb.Table(args.datasets_table))
     ports = ReconcilePorts(
         objects=S3ObjectStore(s3),
-        datasets=DynamoDatasetRegistry(dynamodb.Table(args.datasets_table)),
-        index=open_subject_index(args.index_location, s3=s3, dynamodb=dynamodb),
+        datasets=datasets,
+        index=open_subject_index(args.index_location, s3=s3, dynamodb=dynamodb, datasets=datasets),
         hash_key=load_hash_key(boto3.client("secretsmanager"), args.hash_key_secret),
     )
     shown = logging_shown_keys(args.correlation_id, ports.hash_key, ports.datasets)

@@ -71,11 +71,14 @@ class _Dependencies:
 
 
 def _build(settings: IndexObjectSettings, aws: Aws) -> _Dependencies:
+    registry = DynamoDatasetRegistry(aws.table(settings.datasets_table))
     return _Dependencies(
         settings=settings,
         objects=S3ObjectStore(aws.client("s3")),
-        registry=DynamoDatasetRegistry(aws.table(settings.datasets_table)),
-        index=open_subject_index(settings.index_location, s3=aws.client("s3"), dynamodb=aws.table),
+        registry=registry,
+        index=open_subject_index(
+            settings.index_location, s3=aws.client("s3"), dynamodb=aws.table, datasets=registry
+        ),
         ledger=DynamoWritesLedger(aws.table(settings.catalog_table)),
     )
 

@@ -114,9 +114,10 @@ class _Dependencies:
 def _build(settings: ObjectEventsSettings, aws: Aws) -> _Dependencies:
     objects = S3ObjectStore(aws.client("s3"))
     ledger = DynamoWritesLedger(aws.table(settings.catalog_table))
+    registry = DynamoDatasetRegistry(aws.table(settings.datasets_table))
     return _Dependencies(
         buckets=Buckets(raw=settings.raw_bucket, lake=settings.lake_bucket),
-        registry=DynamoDatasetRegistry(aws.table(settings.datasets_table)),
+        registry=registry,
         catalog=DynamoObjectCatalog(aws.table(settings.catalog_table)),
         starter=StepFunctionsBatchStarter(
             aws.client("stepfunctions"),
@@ -126,7 +127,7 @@ def _build(settings: ObjectEventsSettings, aws: Aws) -> _Dependencies:
         ),
         index=IndexMaintainer(
             index=open_subject_index(
-                settings.index_location, s3=aws.client("s3"), dynamodb=aws.table
+                settings.index_location, s3=aws.client("s3"), dynamodb=aws.table, datasets=registry
             ),
             objects=objects,
             requester=AwsIndexRequester(

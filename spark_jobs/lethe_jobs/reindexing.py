@@ -128,13 +128,15 @@ class _Aws:
     ledger: WritesLedger | None = None  # None: no writer is skipped (IndexSettings)
 
     @classmethod
-    def connect(cls, index: IndexLocation, catalog_table: str | None = None) -> _Aws:
+    def connect(
+        cls, index: IndexLocation, dataset: Dataset, catalog_table: str | None = None
+    ) -> _Aws:
         dynamodb = boto3.resource("dynamodb")
         ledger = DynamoWritesLedger(dynamodb.Table(catalog_table)) if catalog_table else None
         s3 = boto3.client("s3")
         return cls(
             S3ObjectStore(s3),
-            open_subject_index(index, s3=s3, dynamodb=dynamodb),
+            open_subject_index(index, s3=s3, dynamodb=dynamodb, datasets=dataset),
             ledger,
         )
 
@@ -258,7 +260,7 @@ def index_partition(items: Iterable[str], ctx: IndexSettings) -> Iterator[dict[s
     """A Spark task: index the objects of one partition (JSON object locations) as a group."""
     # an executor's Python worker logs on its own
     logging_shown_keys(ctx.correlation_id, ctx.hash_key, {ctx.dataset.dataset_id: ctx.dataset})
-    aws = _Aws.connect(ctx.index, ctx.catalog_table)
+    aws = _Aws.connect(ctx.index, ctx.dataset, ctx.catalog_table)
     locations = [ObjectLocation.model_validate_json(item) for item in items]
     for outcome in index_group(aws, locations, ctx):
         yield asdict(outcome)

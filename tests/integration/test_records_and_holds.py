@@ -406,3 +406,46 @@ def test_show_prints_the_scheduled_runs_and_a_run_state_is_no_dataset(
     assert "last run 2026-11-27T03:30:00+00:00: COMPLETED (12 row(s) removed" in text
     assert json.loads(run("datasets", "show", "accounts", "--json")[1])["retention_runs"] == {}
     assert sorted(r["dataset_id"] for r in records) == ["accounts", "reviews", "tenants"]
+
+
+def test_show_names_the_index_partitions_recorded_and_declared(
+    run: Callable[..., tuple[int, str, str]], table: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lethe_shared.index.segments import manifest_table_definition  # noqa: PLC0415
+    from lethe_shared.index.segments.manifest import Manifest  # noqa: PLC0415
+
+    # On the DynamoDB index (a stack without the IndexStore output) there are no partitions
+    assert json.loads(run("datasets", "show", "accounts", "--json")[1])["index"] == {
+        "store": "dynamodb"
+    }
+    assert "  index:            dynamodb" in run("datasets", "show", "accounts")[1]
+    # Given a deployment on segments, and reviews declaring 2 ** 3 partitions
+    manifest = boto3.resource("dynamodb", region_name="us-east-1").create_table(
+        **manifest_table_definition("manifest")
+    )
+    target = datasets_records.resolve(None)
+    target.outputs.update(IndexStore="segments", IndexManifestTableName="manifest")
+    registry = DynamoDatasetRegistry(table)
+    registry.register(parse_dataset({**REVIEWS, "index_partition_bits": 3}), key_fingerprint=KEY)
+
+    def shown(dataset_id: str) -> tuple[dict[str, Any], str]:
+        as_json = json.loads(run("datasets", "show", dataset_id, "--json")[1])["index"]
+        line = next(t for t in run("datasets", "show", dataset_id)[1].splitlines() if "index:" in t)
+        return as_json, line.strip()
+
+    # Before any entry: what the first write will record
+    assert shown("reviews") == (
+        {"store": "segments", "partition_bits": None, "declared_partition_bits": 3},
+        "index:            segments, no entries yet (8 declared partitions at the first write)",
+    )
+    assert shown("accounts")[1].endswith("(the default partitions at the first write)")
+    # After the first write recorded them
+    Manifest(manifest, lambda d: 3 if d == "reviews" else None).ensure_dataset("reviews", 0, 6)
+    assert shown("reviews")[1] == "index:            segments, 8 partition(s)"
+    # A later declaration is shown beside the recorded bits, which it does not change
+    registry.register(parse_dataset({**REVIEWS, "index_partition_bits": 5}), key_fingerprint=KEY)
+    assert shown("reviews") == (
+        {"store": "segments", "partition_bits": 3, "declared_partition_bits": 5},
+        "index:            segments, 8 partition(s) (the document declares 32: recorded bits "
+        "stay until a re-index)",
+    )

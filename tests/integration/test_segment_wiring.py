@@ -33,6 +33,8 @@ from lethe_shared.erasure.requests import (
     parse_request_body,
 )
 from lethe_shared.erasure.workflow import update_index
+from lethe_shared.datasets.document import parse_dataset
+from lethe_shared.datasets.registry import DynamoDatasetRegistry
 from lethe_shared.errors import ConfigurationError
 from lethe_shared.index.opening import IndexLocation, IndexStore, open_subject_index
 from lethe_shared.index.segments import SegmentSubjectIndex, manifest_table_definition
@@ -82,6 +84,12 @@ def entry(url: str, h: str, version: str, rows: int = 1, **more: Any) -> IndexEn
         format="parquet", rows=rows, version_id=version, etag=f"e-{version}",
         matching_fingerprint="m" * 16, key_fingerprint="f" * 16, **more,
     )  # fmt: skip
+
+
+REVIEWS = {
+    "dataset_id": "reviews", "format": "parquet", "subject_columns": ["user_id"],
+    "schema": [{"name": "user_id", "type": "string"}, {"name": "stars", "type": "int"}],
+}  # fmt: skip
 
 
 def subject(i: int) -> str:
@@ -157,6 +165,49 @@ def test_the_indexer_lambda_writes_its_object_to_the_segment_store(
     assert [(e.object_url, e.rows, e.version_id) for e in found] == [
         (s3_url(LAKE, key), 2, version)
     ]
+
+
+def test_a_dataset_s_declared_partition_bits_are_recorded_at_its_first_write_only(
+    segment_store: tuple[Any, Any], lethe_tables: dict[str, Any]
+) -> None:
+    s3, manifest = segment_store
+    registry = DynamoDatasetRegistry(lethe_tables["DatasetsTable"])
+    registry.put(parse_dataset({**REVIEWS, "index_partition_bits": 3}))
+    registry.put(parse_dataset({**REVIEWS, "dataset_id": "plain"}))
+    location = IndexLocation(IndexStore.SEGMENTS, bucket=INDEX_BUCKET, manifest_table=MANIFEST)
+    index = open_subject_index(
+        location, s3=s3, dynamodb=boto3.resource("dynamodb"), datasets=registry
+    )
+    # When both datasets get their first entries (16 subjects: several partitions of 8)
+    urls = {d: s3_url(LAKE, f"{d}/a.parquet") for d in ("reviews", "plain")}
+    for url in urls.values():
+        index.replace_object(url, [entry(url, subject(i), "v1") for i in range(16)])
+
+    # Then the declaring dataset got 8 partitions, the other the deployment's default (one)
+    def bits(dataset_id: str) -> int:
+        item = manifest.get_item(Key={"pk": f"cfg#{dataset_id}", "sk": "partitions"})["Item"]
+        return int(item["bits"])
+
+    assert (bits("reviews"), bits("plain")) == (3, 0)
+    # and every subject is found in each
+    for i in range(16):
+        assert sorted(e.object_url for e in index.lookup(subject(i))) == sorted(urls.values())
+    # When the document later declares other bits, a new writer keeps the recorded ones
+    registry.put(parse_dataset({**REVIEWS, "index_partition_bits": 5}))
+    later = open_subject_index(
+        location, s3=s3, dynamodb=boto3.resource("dynamodb"), datasets=registry
+    )
+    b = s3_url(LAKE, "reviews/b.parquet")
+    later.replace_object(b, [entry(b, subject(1), "v1")])
+    assert bits("reviews") == 3
+    assert {e.object_url for e in later.lookup(subject(1))} == {*urls.values(), b}
+    # A writer holding one dataset's document declares for that dataset only
+    one = parse_dataset({**REVIEWS, "dataset_id": "solo", "index_partition_bits": 2})
+    writer = open_subject_index(location, s3=s3, dynamodb=boto3.resource("dynamodb"), datasets=one)
+    for dataset_id in ("solo", "other"):
+        url = s3_url(LAKE, f"{dataset_id}/a.parquet")
+        writer.replace_object(url, [entry(url, subject(0), "v1")])
+    assert (bits("solo"), bits("other")) == (2, 0)
 
 
 # ------------------------------------------------------------------------------ ingestion

@@ -4,11 +4,13 @@ batch FAILED, notified); versions gone before ingestion; an input that is not a 
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 
 import pytest
 
+from lethe_shared.subject_hashing.keys import hash_of_id, load_hash_key
 from tests.sfn.conftest import (
     ITERATION_STATES,
     SAMPLES,
@@ -32,6 +34,44 @@ def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cloud]:
 
 def test_ingests_a_batch_and_announces_each_version(cloud: Cloud) -> None:
     check_ingests_a_batch_and_announces_each_version(cloud)
+
+
+def test_a_dataset_declaring_partition_bits_is_indexed_in_that_many_partitions(
+    cloud: Cloud,
+) -> None:
+    # Given a dataset whose document declares 2 ** 3 index partitions (docs/DATASETS.md)
+    document = json.loads((SAMPLES / "reviews.dataset.json").read_text())
+    document.update(dataset_id="wide", index_partition_bits=3)
+    cloud.client("dynamodb").put_item(
+        TableName=cloud.outputs["DatasetsTableName"],
+        Item={"dataset_id": {"S": "wide"}, "document": {"S": json.dumps(document)}},
+    )
+    key = "wide/2026/11/21/batch-001.csv"
+    version = cloud.upload_unannounced(key, (SAMPLES / "reviews-2026-11-21.csv").read_bytes())
+
+    # When the ingestion machine runs the real ingest job on it (the dataset's first write)
+    result = cloud.run("wide", execution_input(cloud, "wide", [("wide", key, version)]))
+
+    # Then the manifest recorded the declared bits, and each subject is found through them
+    assert result["execution"]["status"] == "SUCCEEDED"
+    item = cloud.client("dynamodb").get_item(
+        TableName=cloud.outputs["IndexManifestTableName"],
+        Key={"pk": {"S": "cfg#wide"}, "sk": {"S": "partitions"}},
+        ConsistentRead=True,
+    )["Item"]
+    assert int(item["bits"]["N"]) == 3
+    secret = cloud.client("secretsmanager")
+    key_bytes = load_hash_key(secret, cloud.outputs["SubjectHashKeySecretArn"])
+    index = cloud.subject_index()
+    found = {
+        user: sorted((str(e.zone), e.rows) for e in index.lookup(hash_of_id(key_bytes, user)))
+        for user in ("u-1001", "u-1002")
+    }
+    # u-1001: two rows of the raw object, one in each of two lake partitions (review_date)
+    assert found == {
+        "u-1001": [("lake", 1), ("lake", 1), ("raw", 2)],
+        "u-1002": [("lake", 1), ("raw", 1)],
+    }
 
 
 def test_a_failed_version_is_notified_and_fails_the_execution_but_not_its_neighbours(

@@ -168,3 +168,34 @@ def test_parse_type_canonical_ddl(text: str, ddl: str) -> None:
 def test_parse_type_errors(text: str, message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         parse_type(text)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (True, "index_partition_bits: Input should be a valid integer"),
+        ("3", "index_partition_bits: Input should be a valid integer"),
+        (3.0, "index_partition_bits: Input should be a valid integer"),
+        (-1, "index_partition_bits: Input should be greater than or equal to 0"),
+        (17, "index_partition_bits: Input should be less than or equal to 16"),
+    ],
+)
+def test_index_partition_bits_is_a_small_whole_number(value: Any, expected: str) -> None:
+    assert _errors(_doc(index_partition_bits=value)) == [expected]
+
+
+def test_index_partition_bits_is_kept_where_declared_and_absent_otherwise() -> None:
+    declared = parse_dataset(_doc(index_partition_bits=8))
+    assert declared.index_partition_bits == 8
+    assert declared.document()["index_partition_bits"] == 8
+    assert parse_dataset(declared.document()) == declared  # round-trips
+    plain = parse_dataset(_doc())
+    assert plain.index_partition_bits is None
+    assert "index_partition_bits" not in plain.document()
+
+
+def test_the_document_s_bound_is_the_segment_index_s() -> None:
+    from lethe_shared.datasets.document import MAX_INDEX_PARTITION_BITS  # noqa: PLC0415
+    from lethe_shared.index.segments.format import MAX_PARTITION_BITS  # noqa: PLC0415
+
+    assert MAX_INDEX_PARTITION_BITS == MAX_PARTITION_BITS

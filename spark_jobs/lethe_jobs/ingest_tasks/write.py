@@ -125,7 +125,7 @@ def _connect(settings: TaskSettings) -> tuple[S3ObjectStore, TaskIndexWriter]:
     )
     s3 = boto3.client("s3")
     store = S3ObjectStore(s3, writes=writes)
-    index = open_subject_index(settings.index, s3=s3, dynamodb=dynamodb)
+    index = open_subject_index(settings.index, s3=s3, dynamodb=dynamodb, datasets=settings.dataset)
     return store, TaskIndexWriter(index, store)
 
 

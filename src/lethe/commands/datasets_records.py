@@ -35,6 +35,7 @@ from lethe_shared.datasets.registry import DynamoDatasetRegistry
 from lethe_shared.datasets.retention import RetentionPlan, StoredObject, plan_retention, rule_sha256
 from lethe_shared.erasure.retention_runs import DynamoRunStates, next_scheduled
 from lethe_shared.errors import HashKeyError
+from lethe_shared.index.opening import IndexStore, parse_store
 from lethe_shared.subject_hashing.keys import key_fingerprint, load_hash_key
 
 
@@ -109,7 +110,43 @@ def shown_dataset(target: Target, dataset_id: str) -> dict[str, Any]:
         "record": processing_record(registration.dataset),
         "legal_holds": [h.shown() for h in holds],
         "retention_runs": retention_runs(target, table, registration.dataset),
+        "index": index_layout(target, registration.dataset),
     }
+
+
+def index_layout(target: Target, dataset: Any) -> dict[str, Any]:
+    """Where the dataset's index entries are kept: the store, and on segments the partition
+    bits its first write recorded (None before any) next to the bits its document declares
+    (docs/DATASETS.md, "Index partitions": a later declaration does not change recorded bits)."""
+    store = parse_store(target.outputs.get("IndexStore") or IndexStore.DYNAMODB.value)
+    shown: dict[str, Any] = {"store": store.value}  # no IndexStore output: from before segments
+    if store is IndexStore.SEGMENTS:
+        item = (
+            target.resource("dynamodb")
+            .Table(target.output("IndexManifestTableName"))
+            .get_item(Key={"pk": f"cfg#{dataset.dataset_id}", "sk": "partitions"})
+            .get("Item")
+        )
+        shown["partition_bits"] = int(item["bits"]) if item else None
+        shown["declared_partition_bits"] = dataset.index_partition_bits
+    return shown
+
+
+def index_line(index: dict[str, Any]) -> str:
+    """`show`'s line for `index_layout`."""
+    if index["store"] != "segments":
+        return f"  index:            {index['store']}"
+    declared = index["declared_partition_bits"]
+    wanted = "the default" if declared is None else f"{2**declared} declared"
+    bits = index["partition_bits"]
+    if bits is None:
+        return (
+            f"  index:            segments, no entries yet ({wanted} partitions at the first write)"
+        )
+    text = f"  index:            segments, {2**bits} partition(s)"
+    if declared is not None and declared != bits:
+        text += f" (the document declares {2**declared}: recorded bits stay until a re-index)"
+    return text
 
 
 def retention_runs(target: Target, table: Any, dataset: Any) -> dict[str, Any]:
@@ -161,6 +198,7 @@ def show_dataset(args: argparse.Namespace) -> int:
             print(f"    {last_run_line(last)}")
         else:
             print("    no run yet")
+    print(index_line(shown["index"]))
     holds = shown["legal_holds"]
     print(f"  legal holds:      {len(holds) or 'none'}")
     for hold in holds:

@@ -38,6 +38,7 @@ from typing import Any, Final
 
 from lethe.commands import CommandError
 from lethe.target import Target, add_target_arguments, resolve
+from lethe_shared.datasets.registry import DynamoDatasetRegistry
 from lethe_shared.index.opening import IndexLocation, IndexStore, open_subject_index, parse_store
 from lethe_shared.index.subject_ids import ids_of
 from lethe_shared.index.subject_index import IndexEntry, SubjectIndex
@@ -65,9 +66,15 @@ def location_of(target: Target, store: str | None = None) -> IndexLocation:
 
 
 def open_index(target: Target, store: str | None = None) -> SubjectIndex:
-    """The deployment's subject index (`location_of`), opened as the functions open it."""
+    """The deployment's subject index (`location_of`), opened as the functions open it: a
+    dataset's first write (a migration's) records the partition bits its document declares."""
+    dynamodb = target.resource("dynamodb")
+    datasets_table = target.outputs.get("DatasetsTableName", "")
     return open_subject_index(
-        location_of(target, store), s3=target.client("s3"), dynamodb=target.resource("dynamodb")
+        location_of(target, store),
+        s3=target.client("s3"),
+        dynamodb=dynamodb,
+        datasets=DynamoDatasetRegistry(dynamodb.Table(datasets_table)) if datasets_table else None,
     )
 
 

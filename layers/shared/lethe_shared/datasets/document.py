@@ -21,6 +21,9 @@ from lethe_shared.errors import DatasetValidationError
 from lethe_shared.models import Model
 
 DATASET_ID_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+# `index_partition_bits`: at most this many (the segment index names a partition by 4 hex
+# digits: lethe_shared.index.segments.format.MAX_PARTITION_BITS, held equal by a unit test)
+MAX_INDEX_PARTITION_BITS = 16
 
 _PRIMITIVES = {
     "string": "string",
@@ -226,6 +229,11 @@ class Dataset(Model):
     data_categories: list[str] | None = Field(default=None, max_length=50)
     recipients: list[str] | None = Field(default=None, max_length=50)
     retention: Retention | None = None
+    # the segment index's hash partitions of this dataset: 2 ** bits, fixed at the dataset's
+    # first index write (docs/DATASETS.md, "Index partitions"); None: the deployment's default
+    index_partition_bits: int | None = Field(
+        default=None, ge=0, le=MAX_INDEX_PARTITION_BITS, strict=True
+    )
 
     @field_validator("data_categories", "recipients")
     @classmethod
@@ -256,9 +264,9 @@ class Dataset(Model):
 
     def document(self) -> dict[str, Any]:
         """The JSON document, as the contract spells it (the optional record-of-processing
-        fields only where declared)."""
+        fields and `index_partition_bits` only where declared)."""
         found = self.model_dump(mode="json", by_alias=True)
-        for name in _OPTIONAL_RECORD_FIELDS:
+        for name in (*_OPTIONAL_RECORD_FIELDS, "index_partition_bits"):
             if getattr(self, name) is None:
                 found.pop(name, None)
         if self.retention is not None:

@@ -17,7 +17,8 @@ or the Spark jobs' `--index-store`. A location names what its store needs; other
 `ConfigurationError` (at cold start, before any request).
 
 Defaults (a new dataset; an existing one keeps its width and bits): 48-bit prefixes
-(`SEGMENT_HASH_BYTES = 6`) and SEGMENT_PARTITION_BITS partition bits. Measured on the
+(`SEGMENT_HASH_BYTES = 6`) and the partition bits its document declares
+(`index_partition_bits`), else SEGMENT_PARTITION_BITS. Measured on the
 benchmark lake (bench/segment_store_bench.py): full digests are 18 % of the data; prefixes
 with one partition 4.7 %, with 16 partitions 6.3 % (each partition has its own object table,
 which lists nearly every object). Fewer partitions cost larger level-1 files: an erasure or a
@@ -30,14 +31,15 @@ when segments are opened.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import Field
 
 from lethe_shared.config import Settings
+from lethe_shared.datasets.document import Dataset
 from lethe_shared.errors import ConfigurationError
 from lethe_shared.index.subject_index import DynamoSubjectIndex, SubjectIndex
 
@@ -53,6 +55,12 @@ MANIFEST_VARIABLE = "INDEX_MANIFEST_TABLE"
 # docstring ("Defaults").
 SEGMENT_HASH_BYTES = 6
 SEGMENT_PARTITION_BITS = 0
+
+
+class DatasetSource(Protocol):
+    """What the index reads a dataset's document from (a dataset registry)."""
+
+    def get(self, dataset_id: str) -> Dataset | None: ...
 
 
 class IndexStore(StrEnum):
@@ -138,9 +146,34 @@ class IndexSettings(Settings):
         )  # fmt: skip
 
 
-def open_subject_index(location: IndexLocation, *, s3: Any, dynamodb: Any) -> SubjectIndex:
+def declared_bits(datasets: DatasetSource | Dataset) -> Callable[[str], int | None]:
+    """A dataset's declared partition bits (`index_partition_bits`), read when its first index
+    write records them: from a registry (`get(dataset_id)`), or from the one dataset a writer
+    holds (another dataset: none declared)."""
+    if isinstance(datasets, Dataset):
+        one = datasets
+        return lambda dataset_id: one.index_partition_bits if dataset_id == one.dataset_id else None
+    registry = datasets
+
+    def of(dataset_id: str) -> int | None:
+        found = registry.get(dataset_id)
+        return found.index_partition_bits if found is not None else None
+
+    return of
+
+
+def open_subject_index(
+    location: IndexLocation,
+    *,
+    s3: Any,
+    dynamodb: Any,
+    datasets: DatasetSource | Dataset | None = None,
+) -> SubjectIndex:
     """The subject index at `location`. `s3`: a boto3 S3 client; `dynamodb`: a boto3 DynamoDB
-    resource, or a callable name -> Table (lethe_shared.aws.wiring.Aws.table)."""
+    resource, or a callable name -> Table (lethe_shared.aws.wiring.Aws.table). `datasets`:
+    where a writer finds a dataset's declared partition bits (a registry, or the one dataset
+    it writes); every component that can make a dataset's first index write passes it
+    (docs/DATASETS.md, "Index partitions")."""
     table = dynamodb.Table if hasattr(dynamodb, "Table") else dynamodb
     if location.store is IndexStore.DYNAMODB:
         return DynamoSubjectIndex(table(location.table))
@@ -149,4 +182,5 @@ def open_subject_index(location: IndexLocation, *, s3: Any, dynamodb: Any) -> Su
     return SegmentSubjectIndex(
         s3, location.bucket, table(location.manifest_table),
         hash_bytes=SEGMENT_HASH_BYTES, partition_bits=SEGMENT_PARTITION_BITS,
+        declared_bits=declared_bits(datasets) if datasets is not None else None,
     )  # fmt: skip

@@ -153,8 +153,9 @@ class SegmentSubjectIndex:
         settle_seconds: float = 60.0,
         hash_bytes: int = HASH_BYTES,
         by_object_files: bool = False,
+        declared_bits: Callable[[str], int | None] | None = None,
     ) -> None:
-        self.manifest = Manifest(table)
+        self.manifest = Manifest(table, declared_bits)
         self.files = SegmentFiles(s3, bucket, counter or ReadCounter(), footers or FooterCache())
         self.reader = SegmentReader(self.files)
         self.reads = SegmentLookup(self.manifest, self.reader)

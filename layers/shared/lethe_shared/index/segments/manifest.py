@@ -30,7 +30,7 @@ level-0 segments by `origin_seq`, never by sk.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -219,10 +219,15 @@ class TransactionCancelled(Exception):
 
 
 class Manifest:
-    """Reads and writes the manifest table (a boto3 Table resource)."""
+    """Reads and writes the manifest table (a boto3 Table resource). `declared_bits`: a
+    dataset's declared partition bits (its document's `index_partition_bits`), or None when it
+    declares none; asked only when a dataset's first write records its partitions."""
 
-    def __init__(self, table: Any) -> None:
+    def __init__(
+        self, table: Any, declared_bits: Callable[[str], int | None] | None = None
+    ) -> None:
         self.table = table
+        self._declared = declared_bits
         self._bits: dict[str, int] = {}
         self._widths: dict[str, int] = {}
 
@@ -231,14 +236,17 @@ class Manifest:
         self, dataset_id: str, bits: int = DEFAULT_PARTITION_BITS, hash_bytes: int = HASH_BYTES
     ) -> int:
         """The dataset's partition bits, recorded with its key width (`hash_bytes`) on its first
-        write (an existing dataset keeps its own)."""
+        write (an existing dataset keeps its own): the bits its document declares, else
+        `bits`."""
         check_dataset_id(dataset_id)
         if dataset_id in self._bits:
             return self._bits[dataset_id]
-        if not 0 <= bits <= MAX_PARTITION_BITS:
-            raise ValueError(f"partition bits must be 0..{MAX_PARTITION_BITS}")
         check_width(hash_bytes)
         if self.partition_bits(dataset_id) is None:
+            declared = self._declared(dataset_id) if self._declared else None
+            bits = bits if declared is None else declared
+            if not 0 <= bits <= MAX_PARTITION_BITS:
+                raise ValueError(f"partition bits must be 0..{MAX_PARTITION_BITS}")
             # the listing first: a writer that dies in between leaves a listed dataset without
             # partitions (read as empty; the next write records them), never the reverse (a
             # dataset with segments that `lookup` does not list)
