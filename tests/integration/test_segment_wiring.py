@@ -23,6 +23,8 @@ from lethe.commands.index_migrate import migrate, open_index
 from lethe_jobs.ingest_tasks.index_writes import TaskIndexWriter
 from lethe_shared.aws.s3 import s3_url
 from lethe_shared.catalog.object_catalog import Zone
+from lethe_shared.datasets.document import parse_dataset
+from lethe_shared.datasets.registry import DynamoDatasetRegistry
 from lethe_shared.erasure.certificate_index import index_erasure_of
 from lethe_shared.erasure.index_segments import IndexNotErasedError
 from lethe_shared.erasure.report import EraseResults, ObjectResult, VersionRef, report_key
@@ -33,8 +35,6 @@ from lethe_shared.erasure.requests import (
     parse_request_body,
 )
 from lethe_shared.erasure.workflow import update_index
-from lethe_shared.datasets.document import parse_dataset
-from lethe_shared.datasets.registry import DynamoDatasetRegistry
 from lethe_shared.errors import ConfigurationError
 from lethe_shared.index.opening import IndexLocation, IndexStore, open_subject_index
 from lethe_shared.index.segments import SegmentSubjectIndex, manifest_table_definition
