@@ -97,11 +97,16 @@ def test_a_tiny_run_is_complete_bounded_and_reported(aws_env: None, tmp_path: Pa
         # all K in one call over every dataset: the dataset list and one listing per dataset
         every = phase["batched_all_cold"]
         assert every["complete"]
-        assert every["call"] == "lookup_across"
+        assert every["call"] == "lookup_many"
         assert every["calls"]["dynamodb.Query"] == 1 + 2
         assert every["calls"]["dynamodb.BatchGetItem"] == 1
         assert every["s3_gets"] == phase["cold"]["s3_gets"]  # the same files, read once
         assert every["seconds_in_dynamodb_calls"] + every["seconds_in_s3_calls"] < every["seconds"]
+        # the same call with the reads one after the other: the same answer and the same reads
+        alone = phase["batched_all_cold_one_thread"]
+        assert alone["complete"]
+        assert alone["calls"] == every["calls"]
+        assert (alone["s3_gets"], alone["s3_bytes"]) == (every["s3_gets"], every["s3_bytes"])
         # a cold lookup reads at most the files of the segments it consults (entries and
         # object table of each), and lists the manifest once per dataset
         for one in phase["cold_each"]["per_lookup"]:
@@ -122,9 +127,10 @@ def test_a_tiny_run_is_complete_bounded_and_reported(aws_env: None, tmp_path: Pa
         "4 lookup K = 4 at 36 objects (simulated: moto with the local cloud's adaptations): time"
     )
     assert rows[0][1] == "<= 2 s at 100,000 objects"
-    assert "all 4 in one `lookup_across` call" in rows[0][2]
+    assert "`lookup_many` of all 4 in one call" in rows[0][2]
     assert rows[0][3].endswith("(smaller lake)")
-    assert "| compacted, `lookup_across` (all K in one call), cold | 4 |" in text
+    assert "| compacted, `lookup_many` (all K in one call), cold | 4 |" in text
+    assert "| compacted, `lookup_many` (all K in one call), reads in one thread, cold | 4 |" in text
     assert rows[1][3] == "met"
 
 

@@ -19,6 +19,10 @@ before the level-1 items, the order `lookup.consulted` relies on.
 
 LEVEL1: by_object_etag (the by-object file).
 
+Reads a lookup runs from its thread pool (`partition_bits`, `hash_width`, `listing`,
+`pointers_of`) go through the table's client (`table.meta.client`, thread-safe, with the
+resource's conversion of values), never through the Table resource (not thread-safe).
+
 POINTER: current, version_id, etag, floor, deleted, entries, updated_at.
 
 `state` is `pending` (written first, before the files), `active` (committed) or `retired`
@@ -218,6 +222,21 @@ class TransactionCancelled(Exception):
         self.reasons = reasons
 
 
+class _ClientTable:
+    """The Query of a Table resource through its client (thread-safe; `query_all` pages it)."""
+
+    def __init__(self, table: Any) -> None:
+        self._client, self._name = table.meta.client, table.name
+
+    def query(self, **kwargs: Any) -> dict[str, Any]:
+        answer: dict[str, Any] = self._client.query(TableName=self._name, **kwargs)
+        return answer
+
+    def get_item(self, **kwargs: Any) -> dict[str, Any]:
+        answer: dict[str, Any] = self._client.get_item(TableName=self._name, **kwargs)
+        return answer
+
+
 class Manifest:
     """Reads and writes the manifest table (a boto3 Table resource)."""
 
@@ -225,6 +244,14 @@ class Manifest:
         self.table = table
         self._bits: dict[str, int] = {}
         self._widths: dict[str, int] = {}
+        self._reads: _ClientTable | None = None
+
+    @property
+    def reads(self) -> _ClientTable:
+        """The table's reads through its client: safe from the lookup's threads."""
+        if self._reads is None:
+            self._reads = _ClientTable(self.table)
+        return self._reads
 
     # -- datasets and partitions
     def ensure_dataset(
@@ -260,13 +287,14 @@ class Manifest:
     def partition_bits(self, dataset_id: str) -> int | None:
         """The dataset's partition bits; None when it has never been written."""
         if dataset_id not in self._bits:
-            found = self.table.get_item(
+            found = self.reads.get_item(
                 Key={"pk": f"cfg#{dataset_id}", "sk": "partitions"}, ConsistentRead=True
             ).get("Item")
             if found is None:
                 return None
-            self._bits[dataset_id] = int(found["bits"])
+            # the width first: another thread that sees the bits finds the width (hash_width)
             self._widths[dataset_id] = int(found.get("hash_bytes", HASH_BYTES))
+            self._bits[dataset_id] = int(found["bits"])
         return self._bits[dataset_id]
 
     def hash_width(self, dataset_id: str) -> int:
@@ -293,7 +321,7 @@ class Manifest:
         return [
             SegmentItem.of_item(i)
             for i in query_all(
-                self.table,
+                self.reads,
                 KeyConditionExpression="pk = :p",
                 ExpressionAttributeValues={":p": segment_pk(dataset_id)},
                 ConsistentRead=True,
