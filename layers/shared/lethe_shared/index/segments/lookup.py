@@ -11,25 +11,26 @@ manifest, up to READ_ATTEMPTS times.
 
 A lookup over many datasets (`lookup_across`, what `SegmentSubjectIndex.lookup_many` runs for
 all the hashes of a request at once) runs its reads in two concurrent steps, each in a bounded
-pool of READ_THREADS threads (`run_all`): the manifest reads of every dataset (partitions, then
-the ONE Query listing its segments), then the reads of every segment consulted (footer, the row
-groups holding the hashes, their object rows: one segment's reads stay in one thread, in the
-same order as before). It reads exactly the segments and row groups a sequential read does.
-Fail closed: when any read raises, the lookup raises the error a sequential loop would have
-raised first (the earliest failing read in the loop's order), after the reads still running
-have ended; it never answers with the entries of the segments it could read.
+pool of READ_THREADS threads (`concurrent_reads.run_all`): the manifest reads of every dataset
+(partitions, then the ONE Query listing its segments), then the reads of every segment
+consulted (footer, the row groups holding the hashes, their object rows: one segment's reads
+stay in one thread, in the same order as before). It reads exactly the segments and row groups
+a sequential read does. Fail closed: when any read raises, the lookup raises the error a
+sequential run of the same step would have raised first (the earliest failing read in its
+order), after the reads still running have ended; it never answers with the entries of the
+segments it could read.
 `SegmentGoneError` from any segment restarts the whole lookup from the manifest as before.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import TypeVar
 
 from lethe_shared.catalog.zones import Zone
+from lethe_shared.index.concurrent_reads import READ_THREADS, run_all
 from lethe_shared.index.segments.format import (
     HASH_BYTES,
     hash_bytes,
@@ -44,35 +45,7 @@ from lethe_shared.index.segments.s3_ranges import SegmentGoneError
 from lethe_shared.index.subject_index import IndexEntry
 
 READ_ATTEMPTS = 5
-READ_THREADS = 8  # concurrent reads of one lookup (manifest Queries, then segments)
 T = TypeVar("T")
-
-
-def run_all(tasks: Sequence[Callable[[], T]], threads: int = READ_THREADS) -> list[T]:
-    """Every task's result, in the tasks' order, the tasks run in a pool of at most `threads`
-    threads (one task or one thread: in this thread, one after the other).
-
-    Fail closed, as the loop `[t() for t in tasks]` would: when a task raises, the tasks not
-    yet started are cancelled, the running ones are waited for, and the exception of the
-    earliest failing task in `tasks`' order is raised (the pool starts tasks in order, so every
-    task before a started one has started too: the loop would have raised that same one)."""
-    if threads <= 1 or len(tasks) <= 1:
-        return [task() for task in tasks]
-    with ThreadPoolExecutor(
-        max_workers=min(threads, len(tasks)), thread_name_prefix="lethe-lookup"
-    ) as pool:
-        futures = [pool.submit(task) for task in tasks]
-        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-        if any(f.exception() is not None for f in done):
-            for future in futures:
-                future.cancel()
-    for future in futures:
-        if future.cancelled():
-            continue
-        error = future.exception()
-        if error is not None:
-            raise error
-    return [future.result() for future in futures]
 
 
 def to_entry(dataset_id: str, found: LiveEntry) -> IndexEntry:

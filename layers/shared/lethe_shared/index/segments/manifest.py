@@ -42,6 +42,7 @@ from botocore.exceptions import ClientError
 
 from lethe_shared.aws.dynamo import batch_get_all, query_all
 from lethe_shared.aws.errors import cancellation_reasons, is_condition_failed
+from lethe_shared.index.concurrent_reads import ClientTable
 from lethe_shared.index.segments.format import (
     DEFAULT_PARTITION_BITS,
     HASH_BYTES,
@@ -222,21 +223,6 @@ class TransactionCancelled(Exception):
         self.reasons = reasons
 
 
-class _ClientTable:
-    """The Query of a Table resource through its client (thread-safe; `query_all` pages it)."""
-
-    def __init__(self, table: Any) -> None:
-        self._client, self._name = table.meta.client, table.name
-
-    def query(self, **kwargs: Any) -> dict[str, Any]:
-        answer: dict[str, Any] = self._client.query(TableName=self._name, **kwargs)
-        return answer
-
-    def get_item(self, **kwargs: Any) -> dict[str, Any]:
-        answer: dict[str, Any] = self._client.get_item(TableName=self._name, **kwargs)
-        return answer
-
-
 class Manifest:
     """Reads and writes the manifest table (a boto3 Table resource)."""
 
@@ -244,13 +230,13 @@ class Manifest:
         self.table = table
         self._bits: dict[str, int] = {}
         self._widths: dict[str, int] = {}
-        self._reads: _ClientTable | None = None
+        self._reads: ClientTable | None = None
 
     @property
-    def reads(self) -> _ClientTable:
+    def reads(self) -> ClientTable:
         """The table's reads through its client: safe from the lookup's threads."""
         if self._reads is None:
-            self._reads = _ClientTable(self.table)
+            self._reads = ClientTable(self.table)
         return self._reads
 
     # -- datasets and partitions
