@@ -12,6 +12,8 @@ import pytest
 
 from lethe_shared.index.concurrent_reads import run_all
 
+pytestmark = pytest.mark.lambda_runtime
+
 
 def test_results_come_in_the_tasks_order_from_several_threads() -> None:
     names: set[str] = set()

@@ -6,12 +6,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
+import pytest
+
 from lethe_shared.aws.s3 import s3_url
 from lethe_shared.catalog.zones import Zone
 from lethe_shared.erasure.index_update import settle_index
 from lethe_shared.erasure.report import EraseResults, build_manifest
 from lethe_shared.index.subject_index import IndexEntry
 from tests.fakes import MemoryIndex, MemoryObjectStore
+
+pytestmark = pytest.mark.lambda_runtime
 
 LAKE = "lethe-local-lake-123456789012-us-east-1"
 A, B, C = "a" * 64, "b" * 64, "c" * 64
