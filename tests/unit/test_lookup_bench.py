@@ -176,3 +176,33 @@ def test_the_time_verdict_says_by_how_much_and_where() -> None:
     assert "s in DynamoDB calls" in measured
     assert "in one `lookup_across` call" in measured
     assert measured.endswith("INCOMPLETE answers")
+
+
+def test_a_run_with_lookup_many_is_judged_on_the_one_call() -> None:
+    """Issue 20, item 4: the product's callers make ONE `lookup_many` call for all K; when the
+    index has it, the time target is judged on that call (compacted and with the backlog),
+    `lookup` x K reported beside it; the one call's files stay within the segments consulted."""
+    result = json.loads((FIXTURES / "lookup_latest.json").read_text(encoding="utf-8"))
+    after, before = result["after_compaction"], result["before_compaction"]
+    assert lookup_bench.product_path(result) == "lookup"  # a run of the code before it
+    for phase in (after, before):
+        phase["batched_all_cold"]["call"] = "lookup_many"
+    assert lookup_bench.product_path(result) == "lookup_many"
+
+    def verdict(compacted: float, backlog: float) -> str:
+        after["batched_all_cold"]["seconds"] = compacted
+        before["batched_all_cold"]["seconds"] = backlog
+        return str(lookup_bench.targets(result)[0][3])
+
+    after["cold"]["seconds_total"], before["cold"]["seconds_total"] = 0.98, 3.24  # not judged
+    assert verdict(0.47, 1.15) == "met"
+    assert verdict(0.47, 2.30) == "missed by 0.30 s with the backlog (met compacted)"
+    measured = lookup_bench.targets(result)[0][2]
+    assert measured.startswith("`lookup_many` of all 10 in one call (the erasure report's)")
+    assert "2.30 s with a backlog of 8 level-0 per dataset" in measured
+    assert "one at a time, `lookup` x 10 from a cold start: 0.98 s compacted" in measured
+    reads = lookup_bench.targets(result)[1]
+    assert "the one call for all 10: 77 GETs of 8 files" in reads[2]
+    assert reads[3] == "met"
+    after["batched_all_cold"]["s3_keys"] = 9  # a file beyond the 4 segments' 8
+    assert lookup_bench.targets(result)[1][3] == "missed"
