@@ -224,6 +224,9 @@ class MemoryIndex:
     def lookup(self, subject_hash: str) -> list[IndexEntry]:
         return [e for (s, _), e in sorted(self.entries.items()) if s == subject_hash]
 
+    def lookup_many(self, subject_hashes: Iterable[str]) -> dict[str, list[IndexEntry]]:
+        return {h: self.lookup(h) for h in dict.fromkeys(subject_hashes)}
+
     def subjects_of(self, object_url: str) -> set[str]:
         return {s for (s, url) in self.entries if url == object_url}
 

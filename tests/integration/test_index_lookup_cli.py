@@ -176,3 +176,33 @@ def test_a_partial_key_is_a_usage_error_naming_columns_only(composite: Any) -> N
     with pytest.raises(SystemExit) as refused:  # not COLUMN=VALUE at all: argparse's exit 2
         composite("--subject-key", "no-equals-sign")
     assert refused.value.code == 2
+
+
+def test_every_subject_is_looked_up_in_one_call(
+    lookup: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 20, item 4: one `lookup_many` for every hash of every subject, not a `lookup` each;
+    the same rows as before."""
+    calls: list[list[str]] = []
+    many = DynamoSubjectIndex.lookup_many
+
+    def counted(self: DynamoSubjectIndex, hashes: Any) -> Any:
+        wanted = list(hashes)
+        calls.append(wanted)
+        return many(self, wanted)
+
+    def refused(self: DynamoSubjectIndex, subject_hash: str) -> Any:
+        raise AssertionError("looked up one hash at a time")
+
+    monkeypatch.setattr(DynamoSubjectIndex, "lookup_many", counted)
+    monkeypatch.setattr(DynamoSubjectIndex, "lookup", refused)
+    code, out, err = lookup("--subject", "01001", "--subject", "1001", "--json")
+
+    assert code == 0, err
+    assert len(calls) == 1
+    assert len(calls[0]) == 3  # "01001": 1001 in orders, "01001" in reviews; "1001": 1001
+    assert _found(out) == {
+        ("orders", "orders/a.parquet", 2),
+        ("reviews", "reviews/zero.parquet", 1),
+        ("reviews", "reviews/plain.parquet", 2),
+    }

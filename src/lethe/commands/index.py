@@ -165,10 +165,12 @@ def lookup_subjects(args: argparse.Namespace) -> int:
     asked += [{"subject_keys": [composite]} for composite in composites]
     subjects = [_hashed(body, args.dataset, key, registered) for body in asked]
     index = open_index(target)  # the deployment's store (lethe_shared.index.opening)
+    # one read for every hash of every subject (the entries of `lookup` of each)
+    found = index.lookup_many(h for subject in subjects for h in subject.hashes)
     rows, seen = [], set()
     for number, subject in enumerate(subjects, start=1):
         for subject_hash in subject.hashes:
-            for entry in index.lookup(subject_hash):
+            for entry in found[subject_hash]:
                 wanted = subject_hash in subject.hashes_for(entry.dataset_id)
                 place = (entry.subject_hash, entry.object_url)
                 if not wanted or place in seen:

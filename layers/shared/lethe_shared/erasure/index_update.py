@@ -338,8 +338,10 @@ def _collect_kept(
     erased = {r.object_url: r for r in results.objects}
     rows: dict[tuple[str, str, str, str], int] = {}
     prefix_rows = update.segments.prefix_rows() if update.segments is not None else {}
-    for subject in sorted(subjects):
-        for entry in index.lookup(subject):
+    ordered = sorted(subjects)
+    found = index.lookup_many(ordered)  # one read for every subject (lookup of each)
+    for subject in ordered:
+        for entry in found[subject]:
             if subject not in of(entry.dataset_id):
                 continue
             result = erased.get(entry.object_url)

@@ -273,8 +273,9 @@ def build_manifest(
     union = tuple(sorted(set(subject_hashes)))
     wanted: dict[str, frozenset[str]] = {}
     by_object: dict[str, list[IndexEntry]] = defaultdict(list)
+    found = index.lookup_many(union)  # one read for every subject (lookup of each)
     for subject in union:
-        for entry in index.lookup(subject):
+        for entry in found[subject]:
             dataset = entry.dataset_id
             if dataset not in wanted:
                 wanted[dataset] = frozenset(hashes_in(hash_groups, union, dataset))

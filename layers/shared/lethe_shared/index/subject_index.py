@@ -20,6 +20,7 @@ import datetime as dt
 import gc
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol, overload
 
 from botocore.exceptions import ClientError
@@ -29,6 +30,7 @@ from lethe_shared.aws.dynamo import batch_get_all, query_all
 from lethe_shared.aws.errors import is_condition_failed
 from lethe_shared.aws.s3 import NULL_VERSION
 from lethe_shared.catalog.zones import Zone
+from lethe_shared.index.concurrent_reads import ClientTable, run_all
 from lethe_shared.index.entry_removal import EntryState, Removal, delete_unchanged
 from lethe_shared.models import Model
 
@@ -354,6 +356,10 @@ class SubjectIndex(Protocol):
     def lookup(self, subject_hash: str) -> list[IndexEntry]:
         """Every entry of one subject, flagged ones included."""
 
+    def lookup_many(self, subject_hashes: Iterable[str]) -> dict[str, list[IndexEntry]]:
+        """`lookup` of each hash (the same entries in the same order) in one call: every hash
+        asked for is a key. Raises when any read fails: never fewer entries."""
+
     def subjects_of(self, object_url: str) -> set[str]:
         """The subject hashes an object has entries for."""
 
@@ -411,10 +417,23 @@ class DynamoSubjectIndex:
         self._table = table  # a boto3 dynamodb Table resource
 
     def lookup(self, subject_hash: str) -> list[IndexEntry]:
+        return self._lookup(self._table, subject_hash)
+
+    def lookup_many(self, subject_hashes: Iterable[str]) -> dict[str, list[IndexEntry]]:
+        """One consistent Query per hash (DynamoDB has no Query of several partition keys, and
+        BatchGetItem needs the object URLs), run concurrently through the table's client
+        (`concurrent_reads`); each answers as `lookup` (by object URL, the sort key)."""
+        wanted = list(dict.fromkeys(subject_hashes))
+        reads = ClientTable(self._table) if len(wanted) > 1 else self._table
+        found = run_all([partial(self._lookup, reads, h) for h in wanted])
+        return dict(zip(wanted, found, strict=True))
+
+    @staticmethod
+    def _lookup(table: Any, subject_hash: str) -> list[IndexEntry]:
         return [
             IndexEntry.from_item(i)
             for i in query_all(
-                self._table,
+                table,
                 KeyConditionExpression="subject_hash = :h",
                 ExpressionAttributeValues={":h": subject_hash},
                 ConsistentRead=True,

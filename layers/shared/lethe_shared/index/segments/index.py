@@ -360,6 +360,25 @@ class SegmentSubjectIndex:
         found = [e for entries in per_dataset.values() for e in entries[subject_hash]]
         return sorted(found, key=lambda e: e.object_url)
 
+    def lookup_many(self, subject_hashes: Iterable[str]) -> dict[str, list[IndexEntry]]:
+        """`lookup` of each hash (the same entries, flagged ones included, in the same order),
+        in ONE read: the dataset listing, per dataset its partitions and ONE segment listing,
+        each segment consulted read once for all the hashes it may hold (manifest reads and
+        segment reads concurrently: `segments.lookup`), the pointers in shared BatchGetItems.
+        Every hash asked for is a key (no entry: an empty list). Raises when any segment
+        cannot be read: never fewer entries."""
+        wanted = list(dict.fromkeys(subject_hashes))
+        if not wanted:
+            return {}
+        per_dataset = self.reads.lookup_across(self.manifest.datasets(), wanted)
+        return {
+            h: sorted(
+                (e for entries in per_dataset.values() for e in entries[h]),
+                key=lambda e: e.object_url,
+            )
+            for h in wanted
+        }
+
     def lookup_in(
         self, dataset_id: str, subject_hashes: Iterable[str]
     ) -> dict[str, list[IndexEntry]]:

@@ -8,16 +8,36 @@ successor. Then the rule (`rules.live_entries`) over the rows read and the point
 objects (BatchGetItem, consistent). When a segment file named by the manifest is gone
 (compaction or an erasure replaced it meanwhile), the whole read starts again from the
 manifest, up to READ_ATTEMPTS times.
+
+A lookup over many datasets (`lookup_across`, what `SegmentSubjectIndex.lookup_many` runs for
+all the hashes of a request at once) runs its reads in two concurrent steps, each in a bounded
+pool of READ_THREADS threads (`concurrent_reads.run_all`): the manifest reads of every dataset
+(partitions, then the ONE Query listing its segments), then the reads of every segment
+consulted (footer, the row groups holding the hashes, their object rows: one segment's reads
+stay in one thread, in the same order as before). It reads exactly the segments and row groups
+a sequential read does. Fail closed: when any read raises, the lookup raises the error a
+sequential run of the same step would have raised first (the earliest failing read in its
+order), after the reads still running have ended; it never answers with the entries of the
+segments it could read.
+`SegmentGoneError` from any segment restarts the whole lookup from the manifest as before.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import TypeVar
 
 from lethe_shared.catalog.zones import Zone
-from lethe_shared.index.segments.format import hash_bytes, partition_of, subject_id, widen
+from lethe_shared.index.concurrent_reads import READ_THREADS, run_all
+from lethe_shared.index.segments.format import (
+    HASH_BYTES,
+    hash_bytes,
+    partition_of,
+    subject_id,
+    widen,
+)
 from lethe_shared.index.segments.manifest import ACTIVE, Manifest, SegmentItem
 from lethe_shared.index.segments.reader import SegmentReader, rows_of
 from lethe_shared.index.segments.rules import LiveEntry, Pointer, Row, live_entries
@@ -84,10 +104,21 @@ def split_consulted(
     return out
 
 
+@dataclass(frozen=True)
+class HashReads:
+    """What a lookup of hashes reads in one dataset: its key width and, per segment consulted
+    (in the order a sequential read takes them), the keys wanted from it."""
+
+    dataset_id: str
+    width: int
+    segments: tuple[tuple[SegmentItem, frozenset[bytes]], ...]
+
+
 @dataclass
 class SegmentLookup:
     manifest: Manifest
     reader: SegmentReader
+    threads: int = READ_THREADS
 
     def retrying(self, read: Callable[[], T]) -> T:
         for attempt in range(READ_ATTEMPTS):
@@ -109,11 +140,14 @@ class SegmentLookup:
         return split_consulted(self.manifest.listing(dataset_id), partitions)
 
     # -- by hash
-    def rows_for_hashes(self, dataset_id: str, hashes: Iterable[str]) -> list[Row]:
+    def hash_reads(self, dataset_id: str, hashes: Iterable[str]) -> HashReads:
+        """The manifest's part of a lookup in one dataset: its partitions (cached after the
+        first read) and ONE Query of its segment items; nothing read when it has no segment
+        configuration or no hash is wanted."""
         bits = self.manifest.partition_bits(dataset_id)
         wanted = sorted(set(hashes))
         if bits is None or not wanted:
-            return []
+            return HashReads(dataset_id, HASH_BYTES, ())
         by_partition: dict[int, list[str]] = {}
         for h in wanted:
             by_partition.setdefault(partition_of(h, bits), []).append(h)
@@ -124,10 +158,32 @@ class SegmentLookup:
             for segment in segments:
                 held = per_segment.setdefault(segment.key, (segment, set()))
                 held[1].update(digests)
-        rows: list[Row] = []
-        for segment, digests in per_segment.values():
-            rows += self.reader.by_hashes(segment, digests)
-        return relabel(rows, wanted, width)
+        return HashReads(
+            dataset_id,
+            width,
+            tuple((segment, frozenset(digests)) for segment, digests in per_segment.values()),
+        )
+
+    def rows_for_hashes(self, dataset_id: str, hashes: Iterable[str]) -> list[Row]:
+        return self.rows_across([dataset_id], hashes)[dataset_id]
+
+    def rows_across(self, datasets: Iterable[str], hashes: Iterable[str]) -> dict[str, list[Row]]:
+        """Per dataset, the rows of the hashes in the segments consulted (each named by the hash
+        asked for): the manifest reads of every dataset concurrently, then the reads of every
+        segment concurrently (module docstring)."""
+        wanted = sorted(set(hashes))
+        names = list(dict.fromkeys(datasets))
+        plans = run_all([partial(self.hash_reads, d, wanted) for d in names], self.threads)
+        reads = [(plan, segment, keys) for plan in plans for segment, keys in plan.segments]
+        found = run_all(
+            [partial(self.reader.by_hashes, segment, keys) for _, segment, keys in reads],
+            self.threads,
+        )
+        rows: dict[str, list[Row]] = {d: [] for d in names}
+        for (plan, _, _), read in zip(reads, found, strict=True):
+            rows[plan.dataset_id] += read
+        widths = {plan.dataset_id: plan.width for plan in plans}
+        return {d: relabel(rows[d], wanted, widths[d]) for d in names}
 
     def lookup_in(self, dataset_id: str, hashes: Iterable[str]) -> dict[str, list[IndexEntry]]:
         """Every entry (flagged ones included) of each hash in the dataset."""
@@ -142,7 +198,7 @@ class SegmentLookup:
         names = sorted(set(datasets))
 
         def read() -> dict[str, dict[str, list[IndexEntry]]]:
-            rows = {d: self.rows_for_hashes(d, wanted) for d in names}
+            rows = self.rows_across(names, wanted)
             pointers = self.manifest.pointers_of((d, r.object_url) for d in names for r in rows[d])
             out: dict[str, dict[str, list[IndexEntry]]] = {}
             for d in names:

@@ -19,6 +19,10 @@ before the level-1 items, the order `lookup.consulted` relies on.
 
 LEVEL1: by_object_etag (the by-object file).
 
+Reads a lookup runs from its thread pool (`partition_bits`, `hash_width`, `listing`,
+`pointers_of`) go through the table's client (`table.meta.client`, thread-safe, with the
+resource's conversion of values), never through the Table resource (not thread-safe).
+
 POINTER: current, version_id, etag, floor, deleted, entries, updated_at.
 
 `state` is `pending` (written first, before the files), `active` (committed) or `retired`
@@ -38,6 +42,7 @@ from botocore.exceptions import ClientError
 
 from lethe_shared.aws.dynamo import batch_get_all, query_all
 from lethe_shared.aws.errors import cancellation_reasons, is_condition_failed
+from lethe_shared.index.concurrent_reads import ClientTable
 from lethe_shared.index.segments.format import (
     DEFAULT_PARTITION_BITS,
     HASH_BYTES,
@@ -230,6 +235,14 @@ class Manifest:
         self._declared = declared_bits
         self._bits: dict[str, int] = {}
         self._widths: dict[str, int] = {}
+        self._reads: ClientTable | None = None
+
+    @property
+    def reads(self) -> ClientTable:
+        """The table's reads through its client: safe from the lookup's threads."""
+        if self._reads is None:
+            self._reads = ClientTable(self.table)
+        return self._reads
 
     # -- datasets and partitions
     def ensure_dataset(
@@ -268,13 +281,14 @@ class Manifest:
     def partition_bits(self, dataset_id: str) -> int | None:
         """The dataset's partition bits; None when it has never been written."""
         if dataset_id not in self._bits:
-            found = self.table.get_item(
+            found = self.reads.get_item(
                 Key={"pk": f"cfg#{dataset_id}", "sk": "partitions"}, ConsistentRead=True
             ).get("Item")
             if found is None:
                 return None
-            self._bits[dataset_id] = int(found["bits"])
+            # the width first: another thread that sees the bits finds the width (hash_width)
             self._widths[dataset_id] = int(found.get("hash_bytes", HASH_BYTES))
+            self._bits[dataset_id] = int(found["bits"])
         return self._bits[dataset_id]
 
     def hash_width(self, dataset_id: str) -> int:
@@ -301,7 +315,7 @@ class Manifest:
         return [
             SegmentItem.of_item(i)
             for i in query_all(
-                self.table,
+                self.reads,
                 KeyConditionExpression="pk = :p",
                 ExpressionAttributeValues={":p": segment_pk(dataset_id)},
                 ConsistentRead=True,

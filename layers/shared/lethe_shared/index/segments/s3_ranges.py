@@ -14,7 +14,8 @@ bounded (least recently used first out): row-group statistics and small files ho
 hashes, so the cache lives in the process's memory and nowhere else.
 
 `ReadCounter` counts GETs and bytes per S3 key, so tests and benchmarks can assert what one
-lookup reads.
+lookup reads. A lookup reads its segments from several threads at once (`lookup.run_all`): the
+counter and the footer cache take a lock; a `RangeFile` belongs to the one read that opened it.
 """
 
 from __future__ import annotations
@@ -44,20 +45,23 @@ class SegmentGoneError(LetheError):
 
 @dataclass
 class ReadCounter:
-    """GETs and bytes read from S3, in total and per key."""
+    """GETs and bytes read from S3, in total and per key (counted from any thread)."""
 
     gets: int = 0
     bytes: int = 0
     by_key: dict[str, int] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, key: str, size: int) -> None:
-        self.gets += 1
-        self.bytes += size
-        self.by_key[key] = self.by_key.get(key, 0) + 1
+        with self._lock:
+            self.gets += 1
+            self.bytes += size
+            self.by_key[key] = self.by_key.get(key, 0) + 1
 
     def reset(self) -> None:
-        self.gets, self.bytes = 0, 0
-        self.by_key.clear()
+        with self._lock:
+            self.gets, self.bytes = 0, 0
+            self.by_key.clear()
 
 
 class FooterCache:
