@@ -127,3 +127,14 @@ def test_a_retired_drivers_successor_starts_at_once_and_shutdown_stops_it(
     time.sleep(0.1)
     assert third.stopped
     assert all(driver.stopped for driver in fake_drivers.started)
+
+
+def test_a_warm_runs_timings_line_reads_the_drivers_answer() -> None:
+    line = spark_slots._timings_line(
+        {"enter": 0.01, "script": 7.3, "context_start": 0.11, "context_stop": 0.16, "leave": 0}
+    )
+    assert line == (
+        "# driver timings: enter 0.01 s, script 7.30 s (SparkContext start 0.11 s, stop 0.16 s),"
+        " leave 0.00 s\n"
+    )
+    assert spark_slots._timings_line({"script": "x"}) == "# driver timings: {'script': 'x'}\n"

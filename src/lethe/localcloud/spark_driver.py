@@ -18,8 +18,11 @@ Requests arrive on stdin, one JSON line each: `{"script", "argv", "cwd", "env", 
   folder (the job's own code and its py-files: the next run imports its own), removes logging
   handlers and system properties the run added, drops boto3's default session, and restores
   the environment, `sys.path` and the working directory;
-- answers `{"exit_code": n}` on CONTROL_FD. stdout and stderr (the JVM's too) are the driver's,
-  which the runner copies into the current run's log.
+- answers `{"exit_code": n, "timings": {...}}` on CONTROL_FD (where the run's time went:
+  entering, the script, its SparkContext's start and stop, leaving; the runner writes it into
+  the run's log, not into the job's stderr, whose last lines are the run's error message).
+  stdout and stderr (the JVM's too) are the driver's, which the runner copies into the
+  current run's log.
 
 Anything that goes wrong outside the job ends the driver: the runner starts a fresh one.
 """
@@ -140,6 +143,7 @@ class _Clock:
     def __init__(self) -> None:
         self.context_start = 0.0
         self.context_stop = 0.0
+        self.last: dict[str, float] = {}
         from pyspark import SparkContext  # noqa: PLC0415
 
         clock = self
@@ -164,13 +168,15 @@ class _Clock:
 
     def reset(self) -> None:
         self.context_start = self.context_stop = 0.0
+        self.last = {}
 
 
 def run_one(
     request: dict[str, Any], jvm: Any, base_env: dict[str, str], clock: _Clock | None = None
 ) -> int:
-    """Run one job script as `python script ARGS` would; its exit code. With `clock`, a last
-    line on stderr says where the run's time went (`# driver timings: ...`)."""
+    """Run one job script as `python script ARGS` would; its exit code. With `clock`, where the
+    run's time went is left in `clock.last` (seconds: enter, script, context_start,
+    context_stop, leave), which the driver sends with its answer."""
     began = time.monotonic()
     if clock is not None:
         clock.reset()
@@ -192,13 +198,13 @@ def run_one(
         ran = time.monotonic()
         run.leave()
         if clock is not None:
-            left = time.monotonic()
-            sys.stderr.write(
-                f"# driver timings: enter {entered - began:.2f} s, script {ran - entered:.2f} s "
-                f"(SparkContext start {clock.context_start:.2f} s, stop "
-                f"{clock.context_stop:.2f} s), leave {left - ran:.2f} s\n"
-            )
-            sys.stderr.flush()
+            clock.last = {
+                "enter": round(entered - began, 2),
+                "script": round(ran - entered, 2),
+                "context_start": round(clock.context_start, 2),
+                "context_stop": round(clock.context_stop, 2),
+                "leave": round(time.monotonic() - ran, 2),
+            }
     return code
 
 
@@ -212,7 +218,7 @@ def main(argv: list[str]) -> int:
         if not line.strip():
             continue
         code = run_one(json.loads(line), jvm, base_env, clock)
-        control.write(json.dumps({"exit_code": code}) + "\n")
+        control.write(json.dumps({"exit_code": code, "timings": clock.last}) + "\n")
     return 0
 
 

@@ -279,6 +279,7 @@ class WarmDriver:
             self._sink, self._tail = log, deque(maxlen=STDERR_TAIL_LINES)
         timed_out = cancelled = False
         code: int | None = None
+        timings: dict[str, Any] = {}
         try:
             assert self.process.stdin is not None
             self.process.stdin.write(json.dumps(request) + "\n")
@@ -299,6 +300,7 @@ class WarmDriver:
                     code = self.process.wait()
                     break
                 code = int(answer.get("exit_code", 1))
+                timings = answer.get("timings") or {}
                 break
         except (OSError, ValueError) as exc:
             log.write(f"# the warm driver failed: {exc}\n")
@@ -307,6 +309,8 @@ class WarmDriver:
             time.sleep(0.05)  # the last lines of the pipes
             with self._lock:
                 self._sink, tail = None, list(self._tail)
+            if timings:
+                log.write(_timings_line(timings))
         return code, timed_out, cancelled, tail
 
     def stop(self) -> None:
@@ -321,6 +325,19 @@ class WarmDriver:
                 self._idle.write(f"# warm driver pid {self.process.pid} stopped\n")
                 self._idle.close()
         shutil.rmtree(self._home, ignore_errors=True)
+
+
+def _timings_line(timings: Mapping[str, Any]) -> str:
+    """Where a warm run's time went, as its log says it (`spark_driver.run_one`)."""
+    try:
+        return (
+            f"# driver timings: enter {float(timings['enter']):.2f} s, script "
+            f"{float(timings['script']):.2f} s (SparkContext start "
+            f"{float(timings['context_start']):.2f} s, stop {float(timings['context_stop']):.2f} "
+            f"s), leave {float(timings['leave']):.2f} s\n"
+        )
+    except (KeyError, TypeError, ValueError):
+        return f"# driver timings: {dict(timings)}\n"
 
 
 def _driver_environment(env: Mapping[str, str]) -> dict[str, str]:
