@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import socket
 import sys
 import time
@@ -685,7 +686,9 @@ def test_job_sees_the_local_cloud_environment(cloud: LocalCloud, tmp_path: Path)
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_SUBMIT_ARGS": "--conf spark.driver.host=127.0.0.1 "
         "--conf spark.driver.bindAddress=127.0.0.1 "
-        "--conf spark.ui.enabled=false --conf spark.lethe.a=1 "
+        "--conf spark.ui.enabled=false "
+        "--conf spark.python.daemon.module=lethe.localcloud.spark_worker_daemon "
+        "--conf spark.lethe.a=1 "
         "pyspark-shell",
     }
     assert json.loads(lines[1]) == ["--x", "1"]
@@ -792,8 +795,9 @@ from pyspark.sql import SparkSession
 
 spark = SparkSession.builder.master(os.environ["LETHE_SPARK_MASTER"]).getOrCreate()
 try:
-    helper_in_worker = spark.sparkContext.parallelize([0], 1).map(
-        lambda _: __import__("probe_helper").VERSION
+    # before the task imports anything: what the worker daemon preloaded (spark_warmth)
+    helper_in_worker, preloaded_in_worker = spark.sparkContext.parallelize([0], 1).map(
+        lambda _: ("pandas" in sys.modules, __import__("probe_helper").VERSION)[::-1]
     ).collect()[0]
     marker = spark.conf.get("spark.lethe.marker", "")
 finally:
@@ -802,6 +806,7 @@ probe_helper.CALLS.append(1)
 print(json.dumps({
     "pid": os.getpid(), "argv": sys.argv[1:], "label": os.environ.get("PROBE_LABEL"),
     "helper": probe_helper.VERSION, "helper_in_worker": helper_in_worker,
+    "preloaded_in_worker": preloaded_in_worker,
     "calls": len(probe_helper.CALLS), "marker": marker, "cwd_is_run": os.getcwd() != "/",
 }))
 if sys.argv[1:] == ["fail"]:
@@ -853,6 +858,7 @@ def test_warm_driver_runs_each_job_in_isolation(cloud: LocalCloud, tmp_path: Pat
     assert seen1 == {
         "pid": seen1["pid"], "argv": ["--a", "1"], "label": "first", "helper": "v1",
         "helper_in_worker": "v1", "calls": 1, "marker": "first", "cwd_is_run": True,
+        "preloaded_in_worker": True,  # the worker daemon's libraries, not the run's py-files
     }  # fmt: skip
     assert (second.succeeded, second.exit_code) == (False, 1)
     assert second.error_message == "RuntimeError: the probe failed on purpose"
@@ -861,6 +867,12 @@ def test_warm_driver_runs_each_job_in_isolation(cloud: LocalCloud, tmp_path: Pat
     assert seen3["pid"] != seen1["pid"]  # the failed run retired its driver
     assert (seen3["helper"], seen3["helper_in_worker"], seen3["marker"]) == ("v3", "v3", "third")
     assert "on warm driver pid" in third.log_path.read_text()
+    assert re.search(
+        r"# driver timings: enter [\d.]+ s, script [\d.]+ s \(SparkContext start [\d.]+ s, "
+        r"stop [\d.]+ s\), leave [\d.]+ s",
+        third.log_path.read_text(),
+    )
+    assert seen3["preloaded_in_worker"] is True
 
 
 def test_warm_run_is_killed_at_its_timeout(cloud: LocalCloud, tmp_path: Path) -> None:

@@ -18,8 +18,11 @@ Requests arrive on stdin, one JSON line each: `{"script", "argv", "cwd", "env", 
   folder (the job's own code and its py-files: the next run imports its own), removes logging
   handlers and system properties the run added, drops boto3's default session, and restores
   the environment, `sys.path` and the working directory;
-- answers `{"exit_code": n}` on CONTROL_FD. stdout and stderr (the JVM's too) are the driver's,
-  which the runner copies into the current run's log.
+- answers `{"exit_code": n, "timings": {...}}` on CONTROL_FD (where the run's time went:
+  entering, the script, its SparkContext's start and stop, leaving; the runner writes it into
+  the run's log, not into the job's stderr, whose last lines are the run's error message).
+  stdout and stderr (the JVM's too) are the driver's, which the runner copies into the
+  current run's log.
 
 Anything that goes wrong outside the job ends the driver: the runner starts a fresh one.
 """
@@ -32,6 +35,7 @@ import logging
 import os
 import runpy
 import sys
+import time
 import traceback
 from typing import Any
 
@@ -44,6 +48,13 @@ def _warm_up() -> Any:
     from pyspark import SparkContext  # noqa: PLC0415
     from pyspark.sql import SparkSession  # noqa: F401, PLC0415
 
+    from lethe.localcloud.spark_warmth import (  # noqa: PLC0415
+        share_botocore_models,
+        shorten_accumulator_poll,
+    )
+
+    share_botocore_models()  # each run's boto3 session parses no model again
+    shorten_accumulator_poll()  # each run's SparkContext.stop() without a 1 s poll
     SparkContext._ensure_initialized()  # launches the JVM gateway (PYSPARK_SUBMIT_ARGS)
     return SparkContext._jvm
 
@@ -125,10 +136,53 @@ class _Run:
         os.environ.update(self.base_env)
 
 
-def run_one(request: dict[str, Any], jvm: Any, base_env: dict[str, str]) -> int:
-    """Run one job script as `python script ARGS` would; its exit code."""
+class _Clock:
+    """Where a run's time goes: its SparkContext's start and stop, timed by wrapping
+    `SparkContext.__init__` and `stop` in this process (the job's code is not touched)."""
+
+    def __init__(self) -> None:
+        self.context_start = 0.0
+        self.context_stop = 0.0
+        self.last: dict[str, float] = {}
+        from pyspark import SparkContext  # noqa: PLC0415
+
+        clock = self
+        init, stop = SparkContext.__init__, SparkContext.stop
+
+        def timed_init(context: Any, *args: Any, **kwargs: Any) -> None:
+            began = time.monotonic()
+            try:
+                init(context, *args, **kwargs)
+            finally:
+                clock.context_start += time.monotonic() - began
+
+        def timed_stop(context: Any) -> None:
+            began = time.monotonic()
+            try:
+                stop(context)
+            finally:
+                clock.context_stop += time.monotonic() - began
+
+        SparkContext.__init__ = timed_init  # type: ignore[method-assign,assignment]
+        SparkContext.stop = timed_stop  # type: ignore[method-assign,assignment]
+
+    def reset(self) -> None:
+        self.context_start = self.context_stop = 0.0
+        self.last = {}
+
+
+def run_one(
+    request: dict[str, Any], jvm: Any, base_env: dict[str, str], clock: _Clock | None = None
+) -> int:
+    """Run one job script as `python script ARGS` would; its exit code. With `clock`, where the
+    run's time went is left in `clock.last` (seconds: enter, script, context_start,
+    context_stop, leave), which the driver sends with its answer."""
+    began = time.monotonic()
+    if clock is not None:
+        clock.reset()
     run = _Run(request, jvm, base_env)
     run.enter()
+    entered = time.monotonic()
     code = 1
     try:
         runpy.run_path(run.script, run_name="__main__")
@@ -141,7 +195,16 @@ def run_one(request: dict[str, Any], jvm: Any, base_env: dict[str, str]) -> int:
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
+        ran = time.monotonic()
         run.leave()
+        if clock is not None:
+            clock.last = {
+                "enter": round(entered - began, 2),
+                "script": round(ran - entered, 2),
+                "context_start": round(clock.context_start, 2),
+                "context_stop": round(clock.context_stop, 2),
+                "leave": round(time.monotonic() - ran, 2),
+            }
     return code
 
 
@@ -149,12 +212,13 @@ def main(argv: list[str]) -> int:
     control = os.fdopen(int(argv[0]), "w", encoding="utf-8", buffering=1)
     base_env = dict(os.environ)
     jvm = _warm_up()
+    clock = _Clock()
     control.write(json.dumps({"ready": True}) + "\n")
     for line in sys.stdin:
         if not line.strip():
             continue
-        code = run_one(json.loads(line), jvm, base_env)
-        control.write(json.dumps({"exit_code": code}) + "\n")
+        code = run_one(json.loads(line), jvm, base_env, clock)
+        control.write(json.dumps({"exit_code": code, "timings": clock.last}) + "\n")
     return 0
 
 

@@ -258,7 +258,8 @@ def _run_warm(  # noqa: PLR0917 - the run's parts, as _run takes them
         request, log=log, deadline=deadline, should_continue=should_continue
     )
     if code != 0 or timed_out or cancelled:
-        slots.retire(slot)  # a failed run never leaves its driver to the next
+        # a failed run never leaves its driver to the next; the next one starts at once
+        slots.retire(slot, logs_dir=logs_dir)
     return _outcome(code, timed_out, cancelled, tail, log, log_path, started, timeout_seconds)
 
 

@@ -54,7 +54,9 @@ class RunSlots:
         for slot in range(limit or 0):
             self._free.put(slot)
         self._drivers: dict[int, WarmDriver] = {}
+        self._successors: dict[int, _Successor] = {}
         self._lock = threading.Lock()
+        self._closed = False
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> RunSlots:
@@ -88,28 +90,92 @@ class RunSlots:
             self._free.put(slot)
 
     def driver(self, slot: int, env: Mapping[str, str], logs_dir: Path) -> WarmDriver:
-        """The slot's warm driver for this environment: the one it has, or a new one."""
+        """The slot's warm driver for this environment: the one it has, its successor (started
+        while the last run of the one before it ran, or after a failed run), or a new one."""
         with self._lock:
             current = self._drivers.get(slot)
         if current is not None and current.usable(env):
+            if current.runs == RUNS_PER_DRIVER - 1:  # this run is its last: start the next
+                self._prepare(slot, env, logs_dir)
             return current
         if current is not None:
             current.stop()
-        started = WarmDriver(env, logs_dir / f"spark-driver-{slot}.log")
+        with self._lock:
+            successor = self._successors.pop(slot, None)
+        started = successor.take(env) if successor is not None else None
+        if started is None:
+            started = WarmDriver(env, logs_dir / f"spark-driver-{slot}.log")
         with self._lock:
             self._drivers[slot] = started
         return started
 
-    def retire(self, slot: int) -> None:
+    def _prepare(self, slot: int, env: Mapping[str, str], logs_dir: Path) -> None:
+        """Start the slot's next driver in the background (its JVM starts while a run goes)."""
+        with self._lock:
+            if self._closed or slot in self._successors:
+                return
+            self._successors[slot] = _Successor(env, logs_dir / f"spark-driver-{slot}.log")
+
+    def retire(self, slot: int, *, logs_dir: Path | None = None) -> None:
+        """Stop the slot's driver; with `logs_dir`, start its successor in the background."""
         with self._lock:
             current = self._drivers.pop(slot, None)
         if current is not None:
             current.stop()
+            if logs_dir is not None:
+                self._prepare(slot, current.base, logs_dir)
 
     def shutdown(self) -> None:
         with self._lock:
+            self._closed = True
             drivers, self._drivers = list(self._drivers.values()), {}
+            successors, self._successors = list(self._successors.values()), {}
         for driver in drivers:
+            driver.stop()
+        for successor in successors:
+            successor.discard()
+
+
+class _Successor:
+    """A WarmDriver starting in a thread of its own; `take` waits for it."""
+
+    def __init__(self, env: Mapping[str, str], idle_log: Path) -> None:
+        self._done = threading.Event()
+        self._discarded = False
+        self._lock = threading.Lock()
+        self.driver: WarmDriver | None = None
+        threading.Thread(
+            target=self._start, args=(dict(env), idle_log), name="spark-driver-next", daemon=True
+        ).start()
+
+    def _start(self, env: dict[str, str], idle_log: Path) -> None:
+        try:
+            driver: WarmDriver | None = WarmDriver(env, idle_log)
+        except (WarmDriverError, OSError):
+            driver = None
+        with self._lock:
+            self.driver = driver
+            discarded = self._discarded
+        self._done.set()
+        if discarded and driver is not None:
+            driver.stop()
+
+    def take(self, env: Mapping[str, str]) -> WarmDriver | None:
+        """The started driver when it suits `env`; None (and it stopped) otherwise."""
+        self._done.wait(_DRIVER_START_SECONDS + 5)
+        with self._lock:
+            driver, self.driver = self.driver, None
+            self._discarded = True  # a start that ends later stops its driver
+        if driver is not None and not driver.usable(env):
+            driver.stop()
+            return None
+        return driver
+
+    def discard(self) -> None:
+        with self._lock:
+            driver, self.driver = self.driver, None
+            self._discarded = True
+        if driver is not None:
             driver.stop()
 
 
@@ -213,6 +279,7 @@ class WarmDriver:
             self._sink, self._tail = log, deque(maxlen=STDERR_TAIL_LINES)
         timed_out = cancelled = False
         code: int | None = None
+        timings: dict[str, Any] = {}
         try:
             assert self.process.stdin is not None
             self.process.stdin.write(json.dumps(request) + "\n")
@@ -233,6 +300,7 @@ class WarmDriver:
                     code = self.process.wait()
                     break
                 code = int(answer.get("exit_code", 1))
+                timings = answer.get("timings") or {}
                 break
         except (OSError, ValueError) as exc:
             log.write(f"# the warm driver failed: {exc}\n")
@@ -241,6 +309,8 @@ class WarmDriver:
             time.sleep(0.05)  # the last lines of the pipes
             with self._lock:
                 self._sink, tail = None, list(self._tail)
+            if timings:
+                log.write(_timings_line(timings))
         return code, timed_out, cancelled, tail
 
     def stop(self) -> None:
@@ -255,6 +325,19 @@ class WarmDriver:
                 self._idle.write(f"# warm driver pid {self.process.pid} stopped\n")
                 self._idle.close()
         shutil.rmtree(self._home, ignore_errors=True)
+
+
+def _timings_line(timings: Mapping[str, Any]) -> str:
+    """Where a warm run's time went, as its log says it (`spark_driver.run_one`)."""
+    try:
+        return (
+            f"# driver timings: enter {float(timings['enter']):.2f} s, script "
+            f"{float(timings['script']):.2f} s (SparkContext start "
+            f"{float(timings['context_start']):.2f} s, stop {float(timings['context_stop']):.2f} "
+            f"s), leave {float(timings['leave']):.2f} s\n"
+        )
+    except (KeyError, TypeError, ValueError):
+        return f"# driver timings: {dict(timings)}\n"
 
 
 def _driver_environment(env: Mapping[str, str]) -> dict[str, str]:

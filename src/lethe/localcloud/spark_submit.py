@@ -14,10 +14,14 @@ LOG = logging.getLogger("lethe.localcloud.spark_runner")
 
 
 # Local defaults for every job; a job's own SparkSession.builder.config(...) wins over these.
+# The Python worker daemon imports the jobs' libraries once before it forks the workers
+# (lethe.localcloud.spark_worker_daemon; docs/LOCAL_CLOUD.md, "Warm drivers").
+WORKER_DAEMON_MODULE = "lethe.localcloud.spark_worker_daemon"
 LOCAL_SPARK_DEFAULTS: Mapping[str, str] = {
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.ui.enabled": "false",
+    "spark.python.daemon.module": WORKER_DAEMON_MODULE,
 }
 # Configuration that cannot work on this machine (no Maven, no cluster manager, no s3a) or that
 # would change how the job is deployed. Dropped with a log line, never passed to Spark.
