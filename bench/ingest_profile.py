@@ -41,7 +41,7 @@ DRIVER_PHASES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         (("lethe_jobs/ingest_pipeline.py", "_piece_totals"),),
     ),
     (
-        "raw objects' index entries: added up, written to DynamoDB",
+        "raw objects' index entries: added up, written to the subject index",
         (("lethe_jobs/ingest_pipeline.py", "_write_raw_entries"),),
     ),
     (
@@ -54,7 +54,7 @@ DRIVER_PHASES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ),
     ("quarantine files", (("lethe_jobs/ingest_pipeline.py", "_write_quarantine"),)),
     (
-        "outcomes, stale lake files, catalog records (driver, DynamoDB)",
+        "outcomes, stale lake files, catalog records (driver, DynamoDB, the index)",
         (
             ("lethe_jobs/ingest_pipeline.py", "_outcomes"),
             ("lethe_jobs/ingest_core.py", "_remove_stale"),
@@ -70,6 +70,8 @@ WORKER_TASKS = (
     "read_pieces",
     "write_raw_entries",
     "partition_paths",
+    "place_rows",
+    "write_files",
     "write_lake_files",
     "write_quarantine",
 )
@@ -191,6 +193,83 @@ def worker_profile(files: Iterable[Path]) -> dict[str, Any]:
     }
 
 
+def spark_stages(events: Path) -> list[dict[str, Any]]:
+    """Each Spark stage of the run, from its event log (`spark.eventLog.dir`, one file): where
+    it was called from, its tasks, its wall time (submitted to completed) and its tasks' metrics
+    summed: run time (which includes waiting for the Python workers), the executors' JVM CPU,
+    GC, shuffle written and read, disk spilled. The JVM's share the driver and worker profiles
+    do not show."""
+    import json  # noqa: PLC0415
+
+    files = sorted(f for f in events.glob("*") if f.is_file()) if events.is_dir() else []
+    stages: dict[int, dict[str, Any]] = {}
+    for path in files:
+        with path.open(encoding="utf-8") as lines:
+            for line in lines:
+                event = json.loads(line)
+                kind = event.get("Event")
+                if kind == "SparkListenerTaskEnd":
+                    stage = stages.setdefault(event["Stage ID"], _new_stage())
+                    _add_task(stage, event.get("Task Metrics") or {})
+                elif kind == "SparkListenerStageCompleted":
+                    info = event["Stage Info"]
+                    stage = stages.setdefault(info["Stage ID"], _new_stage())
+                    stage["name"] = _call_site(info.get("Stage Name", ""))
+                    stage["tasks"] = info.get("Number of Tasks", 0)
+                    started, ended = info.get("Submission Time"), info.get("Completion Time")
+                    if started and ended:
+                        stage["wall_s"] = round((ended - started) / 1000, 3)
+    return [
+        {"stage": number, **{k: round(v, 3) if isinstance(v, float) else v for k, v in s.items()}}
+        for number, s in sorted(stages.items())
+    ]
+
+
+def _new_stage() -> dict[str, Any]:
+    return {
+        "name": "", "tasks": 0, "wall_s": 0.0, "run_s": 0.0, "cpu_s": 0.0, "gc_s": 0.0,
+        "shuffle_write_mib": 0.0, "shuffle_read_mib": 0.0, "spill_mib": 0.0,
+    }  # fmt: skip
+
+
+def _add_task(stage: dict[str, Any], metrics: dict[str, Any]) -> None:
+    mib = 1024 * 1024
+    stage["run_s"] += metrics.get("Executor Run Time", 0) / 1000
+    stage["cpu_s"] += metrics.get("Executor CPU Time", 0) / 1e9
+    stage["gc_s"] += metrics.get("JVM GC Time", 0) / 1000
+    written = metrics.get("Shuffle Write Metrics") or {}
+    stage["shuffle_write_mib"] += written.get("Shuffle Bytes Written", 0) / mib
+    read = metrics.get("Shuffle Read Metrics") or {}
+    stage["shuffle_read_mib"] += (
+        read.get("Remote Bytes Read", 0) + read.get("Local Bytes Read", 0)
+    ) / mib
+    stage["spill_mib"] += metrics.get("Disk Bytes Spilled", 0) / mib
+
+
+def _call_site(name: str) -> str:
+    """`collect at /path/to/ingest_pipeline.py:103` -> `collect at ingest_pipeline.py:103`."""
+    action, at, where = name.partition(" at ")
+    return f"{action}{at}{where.replace(chr(92), '/').rsplit('/', 1)[-1]}" if at else name
+
+
+def stage_lines(stages: list[dict[str, Any]]) -> list[str]:
+    """The stages as a Markdown table."""
+    if not stages:
+        return []
+    lines = [
+        "| Spark stage (where the job called it) | tasks | wall s | tasks' run s | executor "
+        "JVM CPU s | GC s | shuffle written MiB | shuffle read MiB |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for s in stages:
+        lines.append(
+            f"| {s['stage']}: `{s['name']}` | {s['tasks']} | {s['wall_s']:.1f} | {s['run_s']:.1f} "
+            f"| {s['cpu_s']:.1f} | {s['gc_s']:.1f} | {s['shuffle_write_mib']:,.0f} "
+            f"| {s['shuffle_read_mib']:,.0f} |"
+        )
+    return lines
+
+
 def markdown(profile: dict[str, Any], timed_median_s: float | None) -> list[str]:
     run = profile["run"]
     wall = run["wall_s"]
@@ -236,6 +315,9 @@ def markdown(profile: dict[str, Any], timed_median_s: float | None) -> list[str]
     top = "; ".join(f"`{t['function']}` {t['own_s']:.1f} s" for t in workers.get("top_own_s", []))
     if top:
         lines += ["", f"The workers' largest own times: {top}."]
+    stages = stage_lines(profile.get("stages") or [])
+    if stages:
+        lines += ["", *stages]
     return lines
 
 

@@ -13,8 +13,11 @@ the same machine, the order alternating from one run to the next:
   cloud's runner runs it, `ingest_bench.run_job`) ingests the case's objects as ONE batch from a
   moto server on 127.0.0.1 standing in for S3, DynamoDB and Secrets Manager
   (`bench/moto_cloud.py`; reset and the objects uploaded again before every run, untimed, so
-  that every run is a first ingestion). Its outcome is checked against what the generator
-  wrote (every object INGESTED, exactly its valid rows written and the others quarantined).
+  that every run is a first ingestion), with the subject index where a deployment keeps it by
+  default, the segment store (`--index-store segments`: an index bucket and its manifest table;
+  `--index-store dynamodb` for the DynamoDB index). Its outcome is checked against what the
+  generator wrote (every object INGESTED, exactly its valid rows written and the others
+  quarantined).
 - **plain Spark**: `bench/plain_spark_ingest.py`, `spark.read.csv(files, schema=<the dataset's
   schema>, header=True).write.partitionBy("event_date").parquet(dir)`, reading the same files
   from local disk, in a process with the same environment and the same session settings.
@@ -23,7 +26,8 @@ Both are timed as processes (wall seconds from the start of the process to its e
 JVM start-up included on both sides); rows/s = the case's records / wall s; the ratio is
 Lethe's throughput / plain Spark's (>= 0.5 is the target, docs/BENCHMARKS.md). Also recorded:
 every AWS call the job made, by service and action, with the moto server's time inside it (the
-server runs in this process: a WSGI wrapper counts), and the number of subject index items.
+server runs in this process: a WSGI wrapper counts), and the number of subject index entries
+(segments: the entries the object pointers name; DynamoDB: items).
 
 `--profile`: one more Lethe run per case with the driver and every Python worker task under
 cProfile (bench/ingest_profile.py): the driver's wall time by phase, the workers' time by what
@@ -58,7 +62,14 @@ PLAIN_SCRIPT = BENCH_DIR / "plain_spark_ingest.py"
 MIB = 1024 * 1024
 TARGET = 0.5  # Lethe's throughput / plain Spark's, at least (issue 20, item 5)
 CASES = ("big", "batch")
-INDEX_WRITE_FUNCTIONS = (("lethe_shared/index/maintenance.py", "replace_entries"),)
+# the subject index writes: `replace_many` (a task's files, written together: one segment per
+# task and dataset) and `replace_entries` where not called by it (the driver: an object with no
+# entries; the DynamoDB store, under replace_many), and the driver settling removed files
+INDEX_WRITE_FUNCTIONS = (
+    ("lethe_shared/index/maintenance.py", "replace_many"),
+    ("lethe_shared/index/maintenance.py", "replace_entries"),
+    ("lethe_shared/index/maintenance.py", "settle_missing_key"),
+)
 
 
 # ---------------------------------------------------------------------- AWS calls, counted
@@ -118,7 +129,18 @@ def _call_name(environ: dict[str, Any]) -> str:
         "",
     )
     ranged = " (range)" if environ.get("HTTP_RANGE") else ""
-    return f"{service}:{method}{' ?' + sub if sub else ''}{ranged}"
+    bucket = _bucket(environ) if service == "s3" else ""
+    return f"{service}:{method}{' ?' + sub if sub else ''}{ranged}{' ' + bucket if bucket else ''}"
+
+
+def _bucket(environ: dict[str, Any]) -> str:
+    """The bucket an S3 request names: path style (`/<bucket>/<key>`, what boto3 sends to an
+    IP endpoint), else the host's first label."""
+    path = environ.get("PATH_INFO", "").lstrip("/")
+    if path:
+        return path.split("/", 1)[0]
+    host = environ.get("HTTP_HOST", "").split(":", 1)[0]
+    return host.split(".", 1)[0] if host.count(".") > 3 else ""
 
 
 def _note_table(environ: dict[str, Any]) -> None:
@@ -133,13 +155,21 @@ def _note_table(environ: dict[str, Any]) -> None:
         return
     tables = [request["TableName"]] if "TableName" in request else []
     tables += sorted(request.get("RequestItems", {}))  # BatchWriteItem, BatchGetItem
+    tables += sorted(  # TransactWriteItems: each action names its table
+        {
+            str(action[kind]["TableName"])
+            for action in request.get("TransactItems", [])
+            for kind in action
+            if isinstance(action[kind], dict) and "TableName" in action[kind]
+        }
+    )
     name = ",".join(tables)
     if request.get("IndexName"):
         name += f"/{request['IndexName']}"
     environ["lethe.table"] = name
 
 
-def counting_cloud() -> tuple[Any, CallCounter]:
+def counting_cloud(index_store: str) -> tuple[Any, CallCounter]:
     """MotoCloud.start with its server's app wrapped by a CallCounter."""
     import moto_cloud  # noqa: PLC0415
 
@@ -153,7 +183,7 @@ def counting_cloud() -> tuple[Any, CallCounter]:
             server.app = holder["counter"]
 
     moto_cloud.ThreadedMotoServer = CountingServer
-    context = moto_cloud.MotoCloud.start()
+    context = moto_cloud.MotoCloud.start(index_store)
     cloud = context.__enter__()
     return (context, cloud), holder["counter"]
 
@@ -271,13 +301,19 @@ def run_plain(
 
 
 def _cumulative(stats: dict[Any, Any], wanted: Sequence[tuple[str, str]]) -> float:
+    """The cumulative time of the `wanted` functions, each call counted once: the time of a
+    wanted function called by another wanted function is left out (it is in its caller's)."""
+
+    def is_wanted(function: tuple[str, int, str]) -> bool:
+        path = function[0].replace("\\", "/")
+        return any(path.endswith(suffix) and function[2] == name for suffix, name in wanted)
+
     total = 0.0
-    for suffix, name in wanted:
-        total += sum(
-            v[3]
-            for f, v in stats.items()
-            if f[0].replace("\\", "/").endswith(suffix) and f[2] == name
-        )
+    for function, (_, _, _, cumulative, callers) in stats.items():
+        if not is_wanted(function):
+            continue
+        inner = sum(figures[3] for caller, figures in callers.items() if is_wanted(caller))
+        total += cumulative - inner
     return total
 
 
@@ -308,6 +344,7 @@ def profile_lethe(
             "run": run,
             "driver": ingest_profile.driver_phases(target / "driver.prof"),
             "workers": ingest_profile.worker_profile(workers),
+            "stages": ingest_profile.spark_stages(target / "events"),
             "index_writes_s": {
                 "workers_summed": round(index_s, 3),
                 "driver": round(driver_index_s, 3),
@@ -321,12 +358,19 @@ def profile_lethe(
 
 
 def _is_index_call(name: str) -> bool:
-    """A call on the subject index table: BatchWriteItem (only the index uses it in this job),
-    or any call that names the index table (runs from before the table was recorded name only
+    """A call on the subject index: on the segment store, a call on its manifest table or its
+    bucket; on the DynamoDB store, BatchWriteItem (only the index uses it in this job) or any
+    call that names the index table (runs from before the table was recorded name only
     BatchWriteItem)."""
     import moto_cloud  # noqa: PLC0415
 
-    return name.startswith("dynamodb:BatchWriteItem") or f" {moto_cloud.INDEX}" in name
+    words = name.replace(",", " ").replace("/", " ").split()
+    return (
+        name.startswith("dynamodb:BatchWriteItem")
+        or moto_cloud.INDEX in words
+        or moto_cloud.MANIFEST in words
+        or (name.startswith("s3:") and moto_cloud.INDEX_BUCKET in words)
+    )
 
 
 def _index_write_share(run: dict[str, Any]) -> dict[str, float]:
@@ -415,7 +459,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     load_start = os.getloadavg()[0]
     started = dt.datetime.now(dt.UTC)
     scratch = Path(tempfile.mkdtemp(prefix="lethe-vs-spark-", dir=args.tmp))
-    (context, cloud), counter = counting_cloud()
+    (context, cloud), counter = counting_cloud(args.index_store)
     try:
         cases = [
             measure_case(args, cloud, counter, case, scratch, order_start=number)
@@ -439,6 +483,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "skew": args.skew,
             "days": args.days,
             "seed": args.seed,
+            "index_store": args.index_store,
         },
         "target": TARGET,
         "cases": cases,
@@ -505,7 +550,7 @@ def markdown(result: dict[str, Any]) -> str:
         )
     lines += [
         "",
-        "| case (first Lethe run) | lake files | index items | AWS calls | subject index calls "
+        "| case (first Lethe run) | lake files | index entries | AWS calls | subject index calls "
         "| moto's time in them | share of Lethe's wall time |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
@@ -551,8 +596,9 @@ def _profile_lines(case: dict[str, Any]) -> list[str]:
         "",
         *ingest_profile.markdown(shaped, _wall(case, "lethe")),
         "",
-        f"Time inside the subject index writes (`replace_entries`), summed over the worker "
-        f"tasks: {index['workers_summed']:.1f} s; on the driver: {index['driver']:.1f} s.",
+        f"Time inside the subject index writes (`replace_many`, `replace_entries`, "
+        f"`settle_missing_key`), summed over the worker tasks: {index['workers_summed']:.1f} s; "
+        f"on the driver: {index['driver']:.1f} s.",
     ]
 
 
@@ -591,7 +637,7 @@ def plot(result: dict[str, Any], out: Path) -> Path:
     ax.barh([i - 0.2 for i in y], lethe, height=0.38, color="#4477aa", label="Lethe ingest job")
     ax.barh(
         [i - 0.2 for i in y], index, height=0.38, color="#cc6677",
-        label="of which: subject index writes to DynamoDB (moto; estimate)",
+        label="of which: subject index calls (moto; estimate)",
     )  # fmt: skip
     for i, case in enumerate(cases):
         ax.text(lethe[i], i - 0.2, f"  {case['ratio_median']:.2f}x", va="center", fontsize=8)
@@ -634,6 +680,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--days", type=int, default=3)
     parser.add_argument("--comment-words", type=int, default=15)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--index-store",
+        default="segments",
+        choices=("segments", "dynamodb"),
+        help="where the job keeps the subject index (default: the deployed default, segments)",
+    )
     parser.add_argument("--timeout", type=float, default=7200)
     parser.add_argument("--tmp", type=Path, default=None)
     parser.add_argument(

@@ -6,6 +6,11 @@ job in another process and its Spark workers reach it over HTTP), versioned raw,
 buckets, the datasets, object catalog and subject index tables with the keys and indexes
 template.yaml declares, the subject hash key as a secret, and the dataset registered.
 
+The subject index is where a deployed stack keeps it by default (lethe_shared.index.opening):
+the segment store, an unversioned index bucket (INDEX_BUCKET) and its manifest table
+(MANIFEST, template.yaml's IndexManifestTable); `MotoCloud.start(index_store="dynamodb")` runs
+the jobs on the DynamoDB index instead (SubjectIndexTable, kept for the migration).
+
     with MotoCloud.start() as cloud:
         cloud.reset()                        # a fresh state: buckets, tables, secret
         cloud.register(dataset_document)
@@ -34,6 +39,9 @@ from lethe.localcloud.template import load_template
 from lethe_shared.catalog.object_catalog import CatalogItem, ObjectStatus, Zone, normalize_sequencer
 from lethe_shared.datasets.document import parse_dataset
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
+from lethe_shared.index.opening import DEFAULT_STORE, IndexStore, parse_store
+from lethe_shared.index.segments import manifest_table_definition
+from lethe_shared.index.segments.manifest import Manifest
 
 REGION = "us-east-1"
 RAW = "lethe-bench-raw"
@@ -42,6 +50,8 @@ REPORTS = "lethe-bench-reports"
 DATASETS = "lethe-bench-datasets"
 CATALOG = "lethe-bench-object-catalog"
 INDEX = "lethe-bench-subject-index"
+INDEX_BUCKET = "lethe-bench-index"  # the segment store's segments (unversioned, as deployed)
+MANIFEST = "lethe-bench-index-manifest"  # the segment store's manifest table
 HASH_KEY_SECRET = "lethe-bench-subject-hash-key"
 HASH_KEY = b"lethe-benchmark-subject-hash-key-0123456789"  # any key of >= 32 bytes
 CREDENTIALS = {
@@ -63,12 +73,14 @@ def free_port() -> int:
 class MotoCloud:
     endpoint: str
     sequencer: int = 0
+    index_store: str = DEFAULT_STORE.value  # segments (deployed default) or dynamodb
 
     @classmethod
     @contextmanager
-    def start(cls) -> Iterator[MotoCloud]:
+    def start(cls, index_store: str = DEFAULT_STORE.value) -> Iterator[MotoCloud]:
         """A moto server on 127.0.0.1 for the duration of the block; this process's boto3
-        clients point at it (environment), as a job's do."""
+        clients point at it (environment), as a job's do. `index_store`: where the jobs keep the
+        subject index (`segments` or `dynamodb`)."""
         port = free_port()
         server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
         server.start()
@@ -83,7 +95,7 @@ class MotoCloud:
             {"AWS_ENDPOINT_URL": endpoint, "AWS_DEFAULT_REGION": REGION, **CREDENTIALS}
         )
         try:
-            yield cls(endpoint)
+            yield cls(endpoint, index_store=parse_store(index_store).value)
         finally:
             server.stop()
             for key, value in saved.items():
@@ -112,6 +124,7 @@ class MotoCloud:
         for bucket in (RAW, LAKE, REPORTS):
             s3.create_bucket(Bucket=bucket)
             s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+        s3.create_bucket(Bucket=INDEX_BUCKET)  # unversioned, as template.yaml's IndexBucket
         boto3.client("secretsmanager", region_name=REGION).create_secret(
             Name=HASH_KEY_SECRET, SecretString=HASH_KEY.decode()
         )
@@ -132,6 +145,7 @@ class MotoCloud:
             if props.get("GlobalSecondaryIndexes"):
                 kwargs["GlobalSecondaryIndexes"] = props["GlobalSecondaryIndexes"]
             dynamodb.create_table(**kwargs)
+        dynamodb.create_table(**manifest_table_definition(MANIFEST))
 
     def register(self, document: dict[str, Any]) -> None:
         table = boto3.resource("dynamodb", region_name=REGION).Table(DATASETS)
@@ -159,8 +173,18 @@ class MotoCloud:
         return str(head["VersionId"])
 
     def index_items(self) -> int:
-        """Items in the subject index (a scan)."""
-        table = boto3.resource("dynamodb", region_name=REGION).Table(INDEX)
+        """Entries in the subject index: with segments, the entries the live object pointers
+        name (what each object's last write holds); with DynamoDB, its items (a scan)."""
+        dynamodb = boto3.resource("dynamodb", region_name=REGION)
+        if self.index_store == IndexStore.SEGMENTS.value:
+            manifest = Manifest(dynamodb.Table(MANIFEST))
+            return sum(
+                pointer.entries
+                for dataset_id in manifest.datasets()
+                for pointer in manifest.all_pointers(dataset_id).values()
+                if pointer is not None and pointer.live
+            )
+        table = dynamodb.Table(INDEX)
         count, kwargs = 0, {"Select": "COUNT"}
         while True:
             page = table.scan(**kwargs)
@@ -178,6 +202,17 @@ class MotoCloud:
             "--datasets-table", DATASETS,
             "--catalog-table", CATALOG,
             "--index-table", INDEX,
+            *self.index_args(),
             "--hash-key-secret", HASH_KEY_SECRET,
             "--correlation-id", correlation_id,
         ]  # fmt: skip
+
+    def index_args(self) -> list[str]:
+        """The jobs' index location arguments (lethe_jobs.job_args.add_index)."""
+        if self.index_store == IndexStore.SEGMENTS.value:
+            return [
+                "--index-store", IndexStore.SEGMENTS.value,
+                "--index-bucket", INDEX_BUCKET,
+                "--manifest-table", MANIFEST,
+            ]  # fmt: skip
+        return ["--index-store", IndexStore.DYNAMODB.value]
