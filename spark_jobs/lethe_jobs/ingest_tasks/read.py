@@ -155,14 +155,14 @@ def _row_batches(
                 columns[NAMED] = pa.array(named or [None] * count, pa.string())
         elif dataset.format is DataFormat.CSV:
             names = [n for n in table.column_names if n != POSITION]
-            values = [table.column(n).to_pylist() for n in names]
             if not names:
                 columns[RECORD] = pa.array(["{}"] * count, pa.string())
             elif record_columns(records.columns, dataset) is None:
+                values = [table.column(n).to_pylist() for n in names]
                 records_json = [jackson_json(names, row) for row in zip(*values, strict=True)]
                 columns[RECORD] = pa.array(records_json, pa.string())
             # else RECORD stays null: the quarantine writer rebuilds it for the rejected rows
-            _csv_columns(columns, dataset, dict(zip(names, values, strict=True)), data)
+            _csv_columns(columns, dataset, {n: _chunk(table, n) for n in names}, data)
         else:
             for name in data:
                 if name in table.column_names:
@@ -173,27 +173,30 @@ def _row_batches(
 
 
 def _csv_columns(
-    columns: dict[str, Any], dataset: Dataset, values: dict[str, list[Any]], data: list[str]
+    columns: dict[str, Any], dataset: Dataset, values: dict[str, pa.Array], data: list[str]
 ) -> None:
     """The frame's CSV data columns (the schema's, as text): each from the header column the
     field-name rule finds for it (`readers.declared_names`: exact, else the one case
-    variant). A cell that holds a struct as JSON text is conformed to the declared names
-    (`readers.JsonNames`); a row where such a name is ambiguous is rejected (PREREASONS)."""
+    variant), the reader's Arrow array as it is. A cell that holds a struct as JSON text is
+    conformed to the declared names (`readers.JsonNames`; only such columns are turned into
+    Python values); a row where such a name is ambiguous is rejected (PREREASONS)."""
     found = declared_names(list(values), dataset, "header")
     json_names = JsonNames(dataset)
     rejected: dict[int, list[str]] = {}
     for name in data:
         if name not in found:
             continue
-        texts = values[found[name]]
-        if json_names.nested(name):
-            texts = list(texts)
-            for row, text in enumerate(texts):
-                named, reasons = json_names.cell(name, text)
-                if reasons:
-                    rejected.setdefault(row, []).extend(reasons)
-                elif named is not None:
-                    texts[row] = named
+        column = values[found[name]]
+        if not json_names.nested(name):
+            columns[name] = column.cast(pa.string())
+            continue
+        texts = column.to_pylist()
+        for row, text in enumerate(texts):
+            named, reasons = json_names.cell(name, text)
+            if reasons:
+                rejected.setdefault(row, []).extend(reasons)
+            elif named is not None:
+                texts[row] = named
         columns[name] = pa.array(texts, pa.string())
     if rejected:
         prereasons = [rejected.get(row, []) for row in range(len(columns[POSITION]))]
