@@ -193,16 +193,29 @@ def counting_cloud(index_store: str) -> tuple[Any, CallCounter]:
 
 def make_case(args: argparse.Namespace, case: str, out: Path) -> list[Any]:
     """The case's CSV objects (deterministic for the seed): `big` one object of --big-mib,
-    `batch` --objects objects of --object-mib."""
+    `batch` --objects objects of --object-mib. In `out`, with `objects.json` naming them and
+    the settings they were made with: a later run with the same settings (`--data DIR`) reads
+    them from there instead of writing them again."""
     import csv_objects  # noqa: PLC0415
     import generate_lake  # noqa: PLC0415
 
-    model = generate_lake.SubjectModel(args.subjects, args.skew, args.seed)
     words = args.comment_words
     if case == "big":
         sizes, first = [args.big_mib], 1000
     else:
         sizes, first = [args.object_mib] * args.objects, 0
+    made_with = {
+        "sizes_mib": sizes, "first": first, "subjects": args.subjects, "skew": args.skew,
+        "seed": args.seed, "days": args.days, "comment_words": words,
+    }  # fmt: skip
+    listing = out / "objects.json"
+    if listing.is_file():
+        kept = json.loads(listing.read_text(encoding="utf-8"))
+        if kept.get("made_with") == made_with:
+            return [
+                csv_objects.CsvObject(**{**o, "path": Path(o["path"])}) for o in kept["objects"]
+            ]
+    model = generate_lake.SubjectModel(args.subjects, args.skew, args.seed)
     objects = []
     out.mkdir(parents=True, exist_ok=True)
     for number, mib in enumerate(sizes):
@@ -218,6 +231,8 @@ def make_case(args: argparse.Namespace, case: str, out: Path) -> list[Any]:
                 comment_words=words,
             )
         )
+    document = {"made_with": made_with, "objects": [o.to_json() for o in objects]}
+    listing.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
     return objects
 
 
@@ -392,7 +407,7 @@ def measure_case(
     args: argparse.Namespace, cloud: Any, counter: CallCounter, case: str, scratch: Path,
     *, order_start: int,
 ) -> dict[str, Any]:  # fmt: skip
-    folder = scratch / case
+    folder = (args.data or scratch) / case
     started = time.perf_counter()
     objects = make_case(args, case, folder)
     generated = time.perf_counter() - started
@@ -443,7 +458,8 @@ def measure_case(
         "index_writes": [_index_write_share(run) for run in lethe],
         "profile": profile,
     }
-    shutil.rmtree(folder, ignore_errors=True)
+    if args.data is None:
+        shutil.rmtree(folder, ignore_errors=True)
     return result
 
 
@@ -688,6 +704,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--timeout", type=float, default=7200)
     parser.add_argument("--tmp", type=Path, default=None)
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=None,
+        help="keep the generated CSV objects here and reuse them when made with the same settings",
+    )
     parser.add_argument(
         "--out-json", type=Path, default=BENCH_DIR / "results" / "ingest_spark_latest.json"
     )
