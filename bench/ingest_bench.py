@@ -210,6 +210,15 @@ class _Stderr:
         self._thread.join(timeout=10)
 
 
+def jfr_conf(recording: Path) -> str:
+    """The Spark setting that records the driver JVM (in local mode also the executors') with
+    Java Flight Recorder's profiling settings, written to `recording` when it exits."""
+    return (
+        "spark.driver.extraJavaOptions=-XX:StartFlightRecording="
+        f"filename={recording.resolve()},settings=profile,dumponexit=true"
+    )
+
+
 def run_job(
     cloud: MotoCloud,
     batch: list[dict[str, str]],
@@ -236,6 +245,7 @@ def run_job(
             "spark.python.daemon.module=profiled_daemon",
             "spark.eventLog.enabled=true",
             f"spark.eventLog.dir={events.resolve().as_uri()}",
+            jfr_conf(profile_dir / "jvm.jfr"),
         ]
         profiling = ("-m", "cProfile", "-o", str(profile_dir / "driver.prof"))
     env = job_environment(cloud, master, driver_memory, tmp, conf)
@@ -542,6 +552,7 @@ def measure_profile(
         "driver": ingest_profile.driver_phases(target / "driver.prof"),
         "workers": ingest_profile.worker_profile(sorted(target.glob("worker-*.prof"))),
         "stages": ingest_profile.spark_stages(target / "events"),
+        "jvm": ingest_profile.jvm_profile(target / "jvm.jfr"),
         "cpu_s": {k: round(v, 2) for k, v in cpu.items()},
     }
     shutil.rmtree(target)

@@ -252,6 +252,124 @@ def _call_site(name: str) -> str:
     return f"{action}{at}{where.replace(chr(92), '/').rsplit('/', 1)[-1]}" if at else name
 
 
+# the JVM's time by what runs: each sample of a Spark task thread goes to the first category
+# one of whose fragments is in its stack, read from the top (the method running) down
+JVM_CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("regular expressions (decimal checks, ...)", ("java.util.regex.",)),
+    ("CSV parse (univocity)", ("com.univocity.",)),
+    ("compression (LZ4, Snappy, Zstandard)", ("lz4", "snappy", "zstd", "Snappy", "LZ4")),
+    ("Parquet write", ("org.apache.parquet.",)),
+    (
+        "Arrow batches to and from the Python workers",
+        (
+            "org.apache.arrow.",
+            "ArrowWriter",
+            "ArrowColumnVector",
+            ".arrow.",
+            "PythonArrow",
+            "ArrowPython",
+            "ArrowEvalPython",
+            "python.PythonRunner",
+            "BasePythonRunner",
+        ),
+    ),
+    ("cache: columnar build and scan (persist, DISK_ONLY)", ("execution.columnar.",)),
+    (
+        "shuffle and sort",
+        (
+            "org.apache.spark.shuffle.",
+            "UnsafeExternalSorter",
+            "UnsafeInMemorySorter",
+            "UnsafeSorterSpill",
+            "ShuffleExternalSorter",
+            "util.collection.unsafe.sort.",
+            "ExternalSorter",
+            "storage.DiskBlockObjectWriter",
+            "ShuffleBlockFetcherIterator",
+        ),
+    ),
+    (
+        "serialization (Kryo, Java)",
+        ("com.esotericsoftware.", "serializer.", "ObjectOutputStream", "ObjectInputStream"),
+    ),
+    ("JSON (from_json, to_json: Jackson)", ("com.fasterxml.jackson.",)),
+    (
+        "expressions: casts, checks, projections (generated code)",
+        ("GeneratedClass", "catalyst.expressions.", "unsafe.types.UTF8String", "catalyst.util."),
+    ),
+    ("aggregation (raw objects' entries)", ("execution.aggregate.",)),
+    ("disk and socket I/O", ("java.io.", "java.nio.", "sun.nio.", "java.net.")),
+)
+JVM_OTHER = "other JVM code"
+
+
+def jvm_profile(recording: Path, top: int = 12) -> dict[str, Any]:
+    """The JVM's execution samples of a run (Java Flight Recorder, `settings=profile`: a Java
+    thread running Java code is sampled every 10 ms): the Spark task threads' samples by
+    category (JVM_CATEGORIES) and the methods most often running, plus how many samples other
+    threads (the driver's, Spark's own) took. A sample is about 10 ms of CPU."""
+    import subprocess  # noqa: PLC0415
+
+    if not recording.is_file():
+        return {}
+    command = ["jfr", "print", "--events", "jdk.ExecutionSample", "--stack-depth", "96",
+               str(recording)]  # fmt: skip
+    categories: dict[str, int] = defaultdict(int)
+    methods: dict[str, int] = defaultdict(int)
+    samples = other_threads = 0
+    thread, in_stack = "", False
+    frames: list[str] = []
+    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as listing:
+        assert listing.stdout is not None
+        for raw in listing.stdout:
+            line = raw.strip()
+            if line.startswith("sampledThread = "):
+                thread = line
+            elif line == "stackTrace = [":
+                frames, in_stack = [], True
+            elif in_stack and line == "]":
+                in_stack = False
+                samples += 1
+                if "Executor task launch worker" not in thread:
+                    other_threads += 1
+                    continue
+                categories[_jvm_category(frames)] += 1
+                if frames:
+                    methods[frames[0].split("(", 1)[0]] += 1
+            elif in_stack and line != "...":
+                frames.append(line)
+    return {
+        "samples": samples,
+        "other_threads": other_threads,
+        "categories": dict(sorted(categories.items(), key=lambda kv: -kv[1])),
+        "top_methods": dict(sorted(methods.items(), key=lambda kv: -kv[1])[:top]),
+    }
+
+
+def _jvm_category(frames: list[str]) -> str:
+    for frame in frames:
+        for label, fragments in JVM_CATEGORIES:
+            if any(fragment in frame for fragment in fragments):
+                return label
+    return JVM_OTHER
+
+
+def jvm_lines(jvm: dict[str, Any], title: str) -> list[str]:
+    """A JVM profile (`jvm_profile`) as a Markdown table."""
+    if not jvm or not jvm.get("samples"):
+        return []
+    tasks = sum(jvm["categories"].values()) or 1
+    lines = [
+        f"| {title}: Spark task threads' JVM samples ({tasks:,}, about {tasks / 100:,.0f} s of "
+        f"CPU; other threads {jvm['other_threads']:,}) | samples | share |",
+        "|---|---:|---:|",
+    ]
+    for label, count in jvm["categories"].items():
+        lines.append(f"| {label} | {count:,} | {100 * count / tasks:.0f} % |")
+    methods = "; ".join(f"`{m}` {n:,}" for m, n in list(jvm["top_methods"].items())[:8])
+    return [*lines, "", f"Most sampled JVM methods ({title}): {methods}."]
+
+
 def stage_lines(stages: list[dict[str, Any]]) -> list[str]:
     """The stages as a Markdown table."""
     if not stages:
@@ -318,6 +436,10 @@ def markdown(profile: dict[str, Any], timed_median_s: float | None) -> list[str]
     stages = stage_lines(profile.get("stages") or [])
     if stages:
         lines += ["", *stages]
+    for key, title in (("jvm", "Lethe"), ("plain_jvm", "plain Spark")):
+        jvm = jvm_lines(profile.get(key) or {}, title)
+        if jvm:
+            lines += ["", *jvm]
     return lines
 
 

@@ -268,8 +268,9 @@ def run_lethe(
 
 
 def run_plain(
-    args: argparse.Namespace, cloud: Any, objects: list[Any], scratch: Path
-) -> dict[str, Any]:
+    args: argparse.Namespace, cloud: Any, objects: list[Any], scratch: Path,
+    *, conf: Sequence[str] = (),
+) -> dict[str, Any]:  # fmt: skip
     import csv_objects  # noqa: PLC0415
     import ingest_bench  # noqa: PLC0415
     from proc_tree import TreeSampler, wait_sampled  # noqa: PLC0415
@@ -278,7 +279,9 @@ def run_plain(
     document.write_text(json.dumps(csv_objects.dataset_document()), encoding="utf-8")
     out = scratch / "plain-out"
     shutil.rmtree(out, ignore_errors=True)
-    env = ingest_bench.job_environment(cloud, f"local[{args.cores}]", args.driver_memory, args.tmp)
+    env = ingest_bench.job_environment(
+        cloud, f"local[{args.cores}]", args.driver_memory, args.tmp, conf
+    )
     command = [
         sys.executable, str(PLAIN_SCRIPT), "--dataset", str(document), "--out", str(out),
         *[str(o.path) for o in objects],
@@ -335,6 +338,11 @@ def _cumulative(stats: dict[Any, Any], wanted: Sequence[tuple[str, str]]) -> flo
 def profile_lethe(
     args: argparse.Namespace, cloud: Any, counter: CallCounter, objects: list[Any], case: str
 ) -> dict[str, Any]:
+    """One more Lethe run under the profilers (cProfile on the driver and the Python workers,
+    Spark's event log, Java Flight Recorder on the JVM), and one more plain Spark run with Java
+    Flight Recorder: where Lethe's time goes, and how its JVM's work differs from plain
+    Spark's."""
+    import ingest_bench  # noqa: PLC0415
     import ingest_profile  # noqa: PLC0415
 
     target = Path(tempfile.mkdtemp(prefix="lethe-vs-spark-profile-", dir=args.tmp))
@@ -342,6 +350,8 @@ def profile_lethe(
         run = run_lethe(
             args, cloud, counter, objects, f"bench-vs-spark-{case}-profile", profile_dir=target
         )
+        plain_jfr = target / "plain.jfr"
+        plain = run_plain(args, cloud, objects, target, conf=[ingest_bench.jfr_conf(plain_jfr)])
         workers = sorted(target.glob("worker-*.prof"))
         readable = []
         for path in workers:
@@ -360,6 +370,9 @@ def profile_lethe(
             "driver": ingest_profile.driver_phases(target / "driver.prof"),
             "workers": ingest_profile.worker_profile(workers),
             "stages": ingest_profile.spark_stages(target / "events"),
+            "jvm": ingest_profile.jvm_profile(target / "jvm.jfr"),
+            "plain_run": {k: plain[k] for k in ("wall_s", "session_s", "job_s", "processes")},
+            "plain_jvm": ingest_profile.jvm_profile(plain_jfr),
             "index_writes_s": {
                 "workers_summed": round(index_s, 3),
                 "driver": round(driver_index_s, 3),
