@@ -301,13 +301,17 @@ JVM_CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("disk and socket I/O", ("java.io.", "java.nio.", "sun.nio.", "java.net.")),
 )
 JVM_OTHER = "other JVM code"
+# the threads doing a Spark task's work: the task's own, and the thread that feeds a Python
+# worker its input (computing the rows it sends: cache scans, expressions, Arrow conversion)
+SPARK_WORK_THREADS = ("Executor task launch worker", "writer for ")
 
 
 def jvm_profile(recording: Path, top: int = 12) -> dict[str, Any]:
     """The JVM's execution samples of a run (Java Flight Recorder, `settings=profile`: a Java
-    thread running Java code is sampled every 10 ms): the Spark task threads' samples by
-    category (JVM_CATEGORIES) and the methods most often running, plus how many samples other
-    threads (the driver's, Spark's own) took. A sample is about 10 ms of CPU."""
+    thread running Java code is sampled every 10 ms): the samples of the threads doing Spark
+    tasks' work (SPARK_WORK_THREADS) by category (JVM_CATEGORIES) and the methods most often
+    running, plus how many samples other threads (the driver's, Spark's own) took. A sample is
+    about 10 ms of CPU; garbage collection, the JIT compiler and native code are not sampled."""
     import subprocess  # noqa: PLC0415
 
     if not recording.is_file():
@@ -330,7 +334,7 @@ def jvm_profile(recording: Path, top: int = 12) -> dict[str, Any]:
             elif in_stack and line == "]":
                 in_stack = False
                 samples += 1
-                if "Executor task launch worker" not in thread:
+                if not any(name in thread for name in SPARK_WORK_THREADS):
                     other_threads += 1
                     continue
                 categories[_jvm_category(frames)] += 1
@@ -360,8 +364,8 @@ def jvm_lines(jvm: dict[str, Any], title: str) -> list[str]:
         return []
     tasks = sum(jvm["categories"].values()) or 1
     lines = [
-        f"| {title}: Spark task threads' JVM samples ({tasks:,}, about {tasks / 100:,.0f} s of "
-        f"CPU; other threads {jvm['other_threads']:,}) | samples | share |",
+        f"| {title}: JVM samples of the threads doing Spark tasks' work ({tasks:,}, about "
+        f"{tasks / 100:,.0f} s of CPU; other threads {jvm['other_threads']:,}) | samples | share |",
         "|---|---:|---:|",
     ]
     for label, count in jvm["categories"].items():

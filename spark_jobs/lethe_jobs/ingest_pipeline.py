@@ -50,6 +50,7 @@ LOG = logging.getLogger("lethe.ingest")
 
 
 JSON_CONTENT_TYPE = "application/json"
+CACHE_COMPRESSED = "spark.sql.inMemoryColumnarStorage.compressed"  # the persisted read's columns
 
 
 @dataclass
@@ -58,6 +59,7 @@ class _PieceTotals:
     rows_without_subject: int = 0  # records that name no subject: never indexed
     unreadable: str | None = None
     columns: list[str] = field(default_factory=list)
+    entries: int = 0  # the raw object's entries its read task wrote (an object read whole)
 
 
 def run_pipeline(
@@ -74,17 +76,31 @@ def run_pipeline(
         context.parallelize([(s,) for s in specs], len(specs)), "pieces string"
     )
     reader = partial(tasks.read_pieces, settings=settings, schema=schema)
+    # the writer tasks: at least one per core, and a whole number of waves of them
+    cores = max(1, context.defaultParallelism)
+    shuffle = -(-max(cores, len(groups)) // cores) * cores
     # The batch's read is kept on the executors' local disk, never in their heap: a partition
     # holds a task's pieces (up to 256 MiB of input, several times that as rows), and caching
     # it in memory ran 1.5 GB executors out of heap on a 1 GB object (docs/BENCHMARKS.md,
     # "Ingestion"); written and read back as a stream, it needs one cached batch at a time.
     # The conformed rows are not kept: one pass writes the lake and quarantine files.
-    frame = source.mapInArrow(reader, schema).persist(StorageLevel.DISK_ONLY)
-    shuffle = max(context.defaultParallelism, len(groups))
+    # The cached columns are not encoded (CACHE_COMPRESSED): choosing an encoding tries each one
+    # on every value (a hash map of a column's distinct values), which cost more CPU than the
+    # rest of caching; the read is written to local disk as it is, a few times its text's size
+    # at most, and read back once per action.
+    previous = spark.conf.get(CACHE_COMPRESSED, None)
+    spark.conf.set(CACHE_COMPRESSED, "false")
+    frame = source.mapInArrow(reader, schema)
     try:
+        frame = frame.persist(StorageLevel.DISK_ONLY)
         totals = _piece_totals(frame, settings)
         readable = sorted(i for i, t in totals.items() if t.unreadable is None)
-        raw_entries = _write_raw_entries(frame, settings, readable, shuffle)
+        # an object read whole had its entries written by its read task; a split object's
+        # pieces sent theirs, added up and written here
+        raw_entries = {i: totals[i].entries for i in readable if totals[i].entries}
+        split = sorted({p.object_index for p in piece_list if not p.whole} & set(readable))
+        if split:
+            raw_entries.update(_write_raw_entries(frame, settings, split, shuffle))
         records = {i: tasks.record_columns(totals[i].columns, settings.dataset) for i in readable}
         texts = any(pairs is not None for pairs in records.values())
         conformed = _conformed(frame, settings, schema, readable, texts=texts)
@@ -93,6 +109,10 @@ def run_pipeline(
         quarantine = [row for row in written if row["kind"] == "quarantine"]
     finally:
         frame.unpersist()
+        if previous is None:
+            spark.conf.unset(CACHE_COMPRESSED)
+        else:
+            spark.conf.set(CACHE_COMPRESSED, previous)
     return _outcomes(
         aws, settings, totals, raw_entries=raw_entries, lake=lake, quarantine=quarantine
     )
@@ -106,6 +126,7 @@ def _piece_totals(frame: DataFrame, settings: TaskSettings) -> dict[int, _PieceT
         total.rows_read += info["rows_read"]
         total.rows_without_subject += info.get("rows_without_subject", 0)
         total.columns = total.columns or info["columns"]
+        total.entries += info.get("entries") or 0
         if info["unreadable"] and total.unreadable is None:
             total.unreadable = info["unreadable"]
     return totals
@@ -117,8 +138,9 @@ _ENTRY_STRUCT = "struct<s:string,r:bigint,h:array<bigint>>"
 def _write_raw_entries(
     frame: DataFrame, settings: TaskSettings, readable: list[int], shuffle: int
 ) -> dict[int, int]:
-    """The raw objects' entries: the batches' partial entries added up per (object, subject),
-    the first hints kept, then written per object by `write_raw_entries`."""
+    """The entries of the raw objects read in several pieces (`readable`: those of them that
+    could be read): the pieces' partial entries added up per (object, subject), the first hints
+    kept, then written per object by `write_raw_entries`."""
     entries = frame.where((col(KIND) == ENTRY) & col(OBJECT).isin(readable)).select(
         col(OBJECT).alias("object"), F.from_json(col(INFO), _ENTRY_STRUCT).alias("e")
     )

@@ -1,5 +1,6 @@
 """The ingest tasks' fast paths give what their row-by-row forms gave: entries added up from an
-EntryBatch's columns, CSV records rebuilt by the quarantine writer, partition paths and lake key
+EntryBatch's columns, an object's accumulated entries built from one validated model, CSV records
+rebuilt by the quarantine writer, partition paths and lake key
 problems judged per distinct path, runs of sorted keys found with Arrow, and the CSV reader's
 undecodable-bytes check skipped only while no undecodable byte was read."""
 
@@ -32,8 +33,9 @@ from lethe_jobs.readers import read_raw
 from lethe_jobs.validate import POSITION, REASONS
 from lethe_shared.catalog.object_catalog import Zone
 from lethe_shared.datasets.document import Dataset, parse_dataset
+from lethe_shared.index.arrow_entries import ObjectRef, entry_pin
 from lethe_shared.index.opening import IndexLocation, IndexStore
-from lethe_shared.index.subject_index import EntryBatch
+from lethe_shared.index.subject_index import EntryBatch, IndexEntry
 
 SCHEMA = [("user_id", "string"), ("event_date", "string"), ("stars", "int")]
 
@@ -80,6 +82,54 @@ def test_entries_added_from_columns_equal_those_added_from_models() -> None:
     assert by_columns.hints == by_models.hints
     assert by_columns.rows["b" * 64] == 2 + HINTS_KEPT + 4
     assert len(by_columns.hints["a" * 64]) == HINTS_KEPT
+
+
+def test_accumulated_entries_are_the_models_validation_gives() -> None:
+    found = EntryAccumulator()
+    found.add_batch(
+        batch(
+            ["b" * 64, "a" * 64],
+            [3, 3 + HINTS_KEPT + 2],
+            [9, 4, 7, *range(20, 20 + HINTS_KEPT + 2)],
+        )
+    )
+    found.add("c" * 64, 5, [1])
+    ds = dataset()
+    ref = ObjectRef("s3://lake/ds/event_date=x/part-1.parquet", Zone.LAKE, "parquet", "v7", "e7")
+    key = b"k" * 32
+
+    built = found.entries(ref, ds, key)
+
+    pin = entry_pin(ds, key)
+    validated = [
+        IndexEntry(
+            subject_hash=subject,
+            object_url=ref.object_url,
+            dataset_id="ds",
+            zone=Zone.LAKE,
+            format="parquet",
+            rows=rows,
+            row_hints=hints,
+            version_id="v7",
+            etag="e7",
+            matching_fingerprint=pin.matching_fingerprint,
+            key_fingerprint=pin.key_fingerprint,
+        )
+        for subject, rows, hints in [
+            ("a" * 64, HINTS_KEPT + 2, tuple(range(20, 20 + HINTS_KEPT))),
+            ("b" * 64, 3, (4, 7, 9)),
+            ("c" * 64, 5, (1,)),
+        ]
+    ]
+    assert [e.model_dump(exclude={"updated_at"}) for e in built] == [
+        e.model_dump(exclude={"updated_at"}) for e in validated
+    ]
+    assert [e.model_fields_set for e in built] == [e.model_fields_set for e in validated]
+    assert [e.to_item() | {"updated_at": ""} for e in built] == [
+        e.to_item() | {"updated_at": ""} for e in validated
+    ]
+    assert len({e.updated_at for e in built}) == 1  # one validated entry, its time shared
+    assert EntryAccumulator().entries(ref, ds, key) == []
 
 
 def test_records_are_rebuilt_only_where_the_text_columns_hold_them(tmp_path: Path) -> None:

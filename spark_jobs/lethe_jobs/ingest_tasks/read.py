@@ -1,5 +1,11 @@
 """The read task: pieces of raw objects streamed a batch of records at a time into the task
-frame, with the raw objects' partial index entries and one summary per piece."""
+frame, with the raw objects' index entries and one summary per piece.
+
+An object read whole (one piece) has all its entries in the task that reads it: the task writes
+them itself, with the entries of its other whole objects (`index_writes.TaskIndexWriter`: one
+segment per task), before its last summary leaves it, and the piece's summary says how many it
+wrote. The pieces of a split object send their partial entries (ENTRY rows), which the
+pipeline adds up per subject and writes (`write.write_raw_entries`)."""
 
 from __future__ import annotations
 
@@ -17,6 +23,7 @@ from lethe_jobs import pieces
 from lethe_jobs.arrow_bridge import arrow_schema
 from lethe_jobs.errors import UnreadableFileError
 from lethe_jobs.indexing import batch_of_rows
+from lethe_jobs.ingest_tasks.entries import EntryAccumulator
 from lethe_jobs.ingest_tasks.frame import (
     ENTRY,
     HINTS_KEPT,
@@ -32,8 +39,9 @@ from lethe_jobs.ingest_tasks.frame import (
     jackson_json,
     record_columns,
 )
+from lethe_jobs.ingest_tasks.index_writes import TaskIndexWriter, then_flush
 from lethe_jobs.ingest_tasks.scan import piece_from_spec
-from lethe_jobs.ingest_tasks.write import EntryAccumulator
+from lethe_jobs.ingest_tasks.write import connect
 from lethe_jobs.readers import (
     JsonNames,
     RawRecords,
@@ -54,16 +62,50 @@ def read_pieces(
     batches: Iterable[pa.RecordBatch], settings: TaskSettings, schema: T.StructType
 ) -> Iterator[pa.RecordBatch]:
     """A read task: each input row holds the JSON list of a group's piece specs; yields their
-    records, their partial index entries, and one summary per piece."""
+    records, the partial index entries of split objects, and one summary per piece; writes the
+    entries of the objects it reads whole (module docstring)."""
     logging_shown_keys(
         settings.correlation_id, settings.hash_key, {settings.dataset.dataset_id: settings.dataset}
     )
+    index = RawIndexWrites(settings)
+    return then_flush(_read_pieces(batches, settings, schema, index), index)
+
+
+def _read_pieces(
+    batches: Iterable[pa.RecordBatch],
+    settings: TaskSettings,
+    schema: T.StructType,
+    index: RawIndexWrites,
+) -> Iterator[pa.RecordBatch]:
     client = boto3.client("s3")
     target = arrow_schema(schema)
     for batch in batches:
         for text in batch.column(0).to_pylist():
             for spec in json.loads(text):
-                yield from _read_piece(client, piece_from_spec(spec), settings, target)
+                yield from _read_piece(client, piece_from_spec(spec), settings, target, index)
+
+
+class RawIndexWrites:
+    """The raw objects' entries a read task writes (those of the objects it reads whole), with
+    the task's index writer, opened at the first object that has entries."""
+
+    def __init__(self, settings: TaskSettings) -> None:
+        self.settings = settings
+        self.writer: TaskIndexWriter | None = None
+
+    def add(self, obj: BatchObject, found: EntryAccumulator) -> int:
+        """Hold the object's entries for the task's index write; how many."""
+        settings = self.settings
+        ref = ObjectRef(obj.url, Zone.RAW, settings.dataset.format.value, obj.version_id, obj.etag)
+        entries = found.entries(ref, settings.dataset, settings.hash_key)
+        if self.writer is None:
+            self.writer = connect(settings)[1]
+        self.writer.add(settings.raw_bucket, obj.key, entries)
+        return len(entries)
+
+    def flush(self) -> None:
+        if self.writer is not None:
+            self.writer.flush()
 
 
 def _records(
@@ -92,14 +134,19 @@ def _records(
 
 
 def _read_piece(
-    client: Any, piece: pieces.Piece, settings: TaskSettings, target: Any
+    client: Any,
+    piece: pieces.Piece,
+    settings: TaskSettings,
+    target: Any,
+    index: RawIndexWrites,
 ) -> Iterator[pa.RecordBatch]:
     obj = settings.objects[piece.object_index]
     rows_read, without_subject, unreadable = 0, 0, None
     columns: list[str] = []
-    # the piece's partial index entries, added up over its batches and sent once: one ENTRY
-    # row per subject of the piece, not one per subject of every batch
+    # the piece's index entries, added up over its batches: written by this task when the
+    # piece is the whole object, else sent once, one ENTRY row per subject of the piece
     found = EntryAccumulator()
+    written: int | None = None  # entries this task wrote for the object
     with tempfile.TemporaryDirectory(prefix="lethe-ingest-") as tmp:
         try:
             for records in _records(client, piece, settings, Path(tmp)):
@@ -110,12 +157,16 @@ def _read_piece(
         except UnreadableFileError as exc:
             unreadable = exc.reason
     if unreadable is None and found.rows:
-        yield _entry_batch(found, obj, target)
+        if piece.whole:
+            written = index.add(obj, found)
+        else:
+            yield _entry_batch(found, obj, target)
     info = {
         "rows_read": rows_read,
         "rows_without_subject": without_subject,
         "columns": columns,
         "unreadable": unreadable,
+        "entries": written,
     }
     yield _info_batch(PIECE, obj.index, [json.dumps(info)], target)
 
