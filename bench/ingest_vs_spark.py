@@ -3,6 +3,7 @@
     python bench/ingest_vs_spark.py            # one 1 GiB CSV object; 100 objects of 10 MiB
     python bench/ingest_vs_spark.py --quick    # 128 MiB; 20 objects of 10 MiB (iterating)
     python bench/ingest_vs_spark.py --cases big --big-mib 256 --profile
+    python bench/ingest_vs_spark.py --merge OUT.json BIG.json BATCH.json   # runs of one case each
 
 Two cases, each a set of raw CSV objects written by bench/csv_objects.py (the ingestion
 benchmark's dataset `bench_ingest`, deterministic for `--seed`): **big**, one object of
@@ -737,7 +738,45 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
+def merge(paths: Sequence[Path]) -> dict[str, Any]:
+    """Several runs' results as one (each case from the run that measured it, in the order
+    given): at the issue's sizes each case runs in a process of its own (the moto server keeps
+    every object in the benchmark's process). `runs` keeps what each run was: its command, its
+    start, its load average at the start and at the end, its duration."""
+    results = [json.loads(Path(p).read_text(encoding="utf-8")) for p in paths]
+    first, last = results[0], results[-1]
+    machine = {
+        **first["machine"],
+        "load_average_1m_at_end": last["machine"].get("load_average_1m_at_end"),
+    }
+    return {
+        **first,
+        "command": " ; ".join(r["command"] for r in results),
+        "cases": [case for r in results for case in r["cases"]],
+        "machine": machine,
+        "duration_s": round(sum(r.get("duration_s", 0.0) for r in results), 1),
+        "runs": [
+            {
+                "command": r["command"],
+                "date_utc": r["date_utc"],
+                "cases": [c["case"] for c in r["cases"]],
+                "load_average_1m_at_start": r["machine"].get("load_average_1m_at_start"),
+                "load_average_1m_at_end": r["machine"].get("load_average_1m_at_end"),
+                "duration_s": r.get("duration_s"),
+            }
+            for r in results
+        ],
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["--merge"]:  # --merge OUT IN [IN ...]
+        out, *inputs = (Path(a) for a in arguments[1:])
+        merged = merge(inputs)
+        out.write_text(json.dumps(merged, indent=2) + "\n", encoding="utf-8")
+        print(markdown(merged))
+        return 0
     args = parse_args(argv)
     sys.path.insert(0, str(BENCH_DIR))
     result = run(args)

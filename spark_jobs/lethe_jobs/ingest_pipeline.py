@@ -13,7 +13,7 @@ from functools import partial
 from typing import Any
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -43,7 +43,7 @@ from lethe_jobs.validate import (
 )
 from lethe_shared.aws.s3 import S3ObjectStore, s3_url
 from lethe_shared.catalog.object_catalog import ObjectStatus
-from lethe_shared.datasets.document import DataFormat
+from lethe_shared.datasets.document import HIVE_DEFAULT_PARTITION, DataFormat
 from lethe_shared.index.maintenance import replace_entries
 
 LOG = logging.getLogger("lethe.ingest")
@@ -51,6 +51,8 @@ LOG = logging.getLogger("lethe.ingest")
 
 JSON_CONTENT_TYPE = "application/json"
 CACHE_COMPRESSED = "spark.sql.inMemoryColumnarStorage.compressed"  # the persisted read's columns
+# the Spark SQL settings the pipeline runs with (the session's own are put back after it)
+PIPELINE_CONF = {CACHE_COMPRESSED: "false"}
 
 
 @dataclass
@@ -88,8 +90,9 @@ def run_pipeline(
     # on every value (a hash map of a column's distinct values), which cost more CPU than the
     # rest of caching; the read is written to local disk as it is, a few times its text's size
     # at most, and read back once per action.
-    previous = spark.conf.get(CACHE_COMPRESSED, None)
-    spark.conf.set(CACHE_COMPRESSED, "false")
+    previous = {key: spark.conf.get(key, None) for key in PIPELINE_CONF}
+    for key, value in PIPELINE_CONF.items():
+        spark.conf.set(key, value)
     frame = source.mapInArrow(reader, schema)
     try:
         frame = frame.persist(StorageLevel.DISK_ONLY)
@@ -109,10 +112,11 @@ def run_pipeline(
         quarantine = [row for row in written if row["kind"] == "quarantine"]
     finally:
         frame.unpersist()
-        if previous is None:
-            spark.conf.unset(CACHE_COMPRESSED)
-        else:
-            spark.conf.set(CACHE_COMPRESSED, previous)
+        for key, before in previous.items():
+            if before is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, before)
     return _outcomes(
         aws, settings, totals, raw_entries=raw_entries, lake=lake, quarantine=quarantine
     )
@@ -193,8 +197,47 @@ def _conformed(
     reasons = F.when(F.size(col(PREREASONS)) > 0, col(PREREASONS)).otherwise(col(REASONS))
     conformed = conformed.withColumn(REASONS, reasons).drop(PREREASONS)
     # each valid row's lake partition path; a row whose lake key S3 would refuse is rejected
+    rendered = sql_partition_path(conformed, settings)
+    if rendered is not None:  # in Spark SQL, where it renders exactly what `place_rows` does
+        valid = col(REASONS).isNull() | (F.size(col(REASONS)) == 0)
+        return conformed.withColumn(PART, F.when(valid, rendered))
     placed = T.StructType([*conformed.schema.fields, T.StructField(PART, T.StringType())])
     return conformed.mapInArrow(partial(tasks.place_rows, settings=settings), placed)
+
+
+def sql_partition_path(conformed: DataFrame, settings: TaskSettings) -> Column | None:
+    """Each row's lake partition path as Spark SQL, when that gives exactly what `place_rows`
+    gives (`layout.partition_path` of the row's values) and no valid row can get a key
+    problem: a dataset without partition columns (""), or whose partition columns are all
+    dates (a date renders as ISO `yyyy-MM-dd`, which needs no escaping; null as
+    HIVE_DEFAULT_PARTITION) and whose longest lake key is within S3's and the index's limits
+    (`tasks.key_problem`). Then the rows need not go through a Python task and back to be
+    placed. None otherwise (`place_rows` places them). A valid row whose date falls outside
+    the years 1-9999 fails the task, as it did in `place_rows` (Python has no such date)."""
+    dataset = settings.dataset
+    names = list(dataset.partition_by)
+    if not names:
+        return F.lit("")
+    if not all(isinstance(conformed.schema[n].dataType, T.DateType) for n in names):
+        return None
+    longest = layout.lake_key(
+        dataset.dataset_id,
+        layout.partition_path(names, [None] * len(names)),  # HIVE_DEFAULT_PARTITION: the longest
+        settings.digest(next(iter(settings.objects))),
+    )
+    if tasks.key_problem(settings.lake_bucket, longest) is not None:
+        return None
+    parts = []
+    for name in names:
+        value = col(name)
+        beyond = F.raise_error(F.lit(f"partition column {name}: a date outside years 1-9999"))
+        shown = (
+            F.when(value.isNull(), F.lit(HIVE_DEFAULT_PARTITION))
+            .when(F.year(value).between(1, 9999), F.date_format(value, "yyyy-MM-dd"))
+            .otherwise(beyond)
+        )
+        parts.append(F.concat(F.lit(f"{layout.escape_partition_value(name)}="), shown))
+    return F.concat_ws("/", *parts)
 
 
 def _write_files(

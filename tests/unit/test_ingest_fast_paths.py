@@ -6,6 +6,7 @@ undecodable-bytes check skipped only while no undecodable byte was read."""
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,8 @@ from lethe_jobs.ingest_tasks import (
     text_column,
 )
 from lethe_jobs.ingest_tasks.write import _runs
-from lethe_jobs.readers import read_raw
+from lethe_jobs.readers import csv_text, read_raw
+from lethe_jobs.readers.records import Slice
 from lethe_jobs.validate import POSITION, REASONS
 from lethe_shared.catalog.object_catalog import Zone
 from lethe_shared.datasets.document import Dataset, parse_dataset
@@ -284,3 +286,68 @@ def test_undecodable_bytes_are_found_after_valid_rows(tmp_path: Path) -> None:
         (20_002, ("column user_id: not UTF-8 text",))
     ]
     assert json.loads(records.rejected[0].record_json)["user_id"] == "u\\xff"
+
+
+def _records_the_generic_loop_gives(
+    data: bytes, ds: Dataset, part: Slice, batch_rows: int
+) -> list[tuple[list[dict[str, Any]], list[tuple[int, tuple[str, ...], str]]]]:
+    """`read_csv`'s loop before its fast path: every row through `_CsvCollector.add`."""
+    before = csv_text._UNDECODED_SEEN[0]
+    encoding = "utf-8-sig" if part.first_line == 1 else "utf-8"
+    text = io.TextIOWrapper(
+        io.BytesIO(data), encoding=encoding, errors=csv_text.COUNTING_SURROGATEESCAPE, newline=""
+    )
+    reader = csv_text.csv_reader(text, ds.csv)
+    names = list(part.header) if part.header is not None else next(reader)
+    collector = csv_text._CsvCollector(names, before)
+    found = []
+    for line, row, _ in csv_text._csv_rows(reader, None, part.first_line - 1):
+        if row:
+            collector.add(line, row)
+        if len(collector) >= batch_rows:
+            found.append(collector.records())
+            collector = csv_text._CsvCollector(names, before)
+    found.append(collector.records())
+    return [_shown(r) for r in found]
+
+
+def _shown(records: Any) -> tuple[list[dict[str, Any]], list[tuple[int, tuple[str, ...], str]]]:
+    rejected = [(r.position, r.reasons, r.record_json) for r in records.rejected]
+    return records.table.to_pylist(), rejected
+
+
+@pytest.mark.parametrize("batch_rows", [1, 2, 3, 65_536])
+@pytest.mark.parametrize("bad_first", [False, True])
+def test_csv_fast_path_gives_the_records_of_the_generic_loop(
+    tmp_path: Path, batch_rows: int, bad_first: bool
+) -> None:
+    """Blank lines, rows of the wrong width, a quoted newline, undecodable bytes (before any
+    valid row, and after some), a slice without the header: the same rows, rejections, line
+    numbers and batches as every row through `_CsvCollector.add`."""
+    bad = b"u\xfe,2026-01-03,3\n"
+    body = (
+        (bad if bad_first else b"")
+        + b"u1,2026-01-01,1\n\n"
+        + b'"u\n2",2026-01-01,2\n'
+        + b"u3,2026-01-01\n"
+        + b"u4,2026-01-01,4,extra\n"
+        + b"\r\n"
+        + b"u5,2026-01-02,5\n"
+        + b"u6,2026-01-\xff02,6\n"
+        + b"u7,2026-01-02,7\n"
+        + b"u8,,\n"
+    )
+    ds = dataset()
+    header = b"user_id,event_date,stars\n"
+    for data, part in [
+        (header + body, Slice()),
+        (body, Slice(first_line=40, header=("user_id", "event_date", "stars"))),
+    ]:
+        expected = _records_the_generic_loop_gives(data, ds, part, batch_rows)
+        found = [
+            _shown(r) for r in csv_text.read_csv(io.BytesIO(data), ds, tmp_path, part, batch_rows)
+        ]
+        assert found == expected
+        rejected = [p for _, batch in found for p, _, _ in batch]
+        assert len(rejected) == 3 + bad_first  # u3, u4, u6 (and u\xfe)
+        assert sum(len(rows) for rows, _ in found) == 5  # u1, u\n2, u5, u7, u8
