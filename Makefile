@@ -177,6 +177,9 @@ LOCALITY_BENCH_ARGS ?=
 # K = 10 lookups in the segment index of a simulated lake of 100,000 objects (moto in-process);
 # LOOKUP_BENCH_ARGS="--objects 20000" for a quicker run
 LOOKUP_BENCH_ARGS ?=
+# DynamoDB writes per ingested row on the segment index: the real ingest and compaction jobs on
+# the benchmark lake (~6 min); INDEX_WRITES_BENCH_ARGS= for its three default shapes (~20 min)
+INDEX_WRITES_BENCH_ARGS ?= --shapes 200x2000
 bench: venv system-deps lambda-python ## Subject index, erasure, ingestion and Lambda footprint benchmarks; results in docs/BENCHMARKS.md (BENCH_ARGS="--spark ...", ERASURE_BENCH_ARGS="--full ...", LOCALITY_BENCH_ARGS="--lake DIR", LOOKUP_BENCH_ARGS="--objects N", INGEST_BENCH_ARGS="--full ...", INGEST_SPARK_BENCH_ARGS="" for the full size, LAMBDA_BENCH_ARGS="--rounds 30")
 	$(BIN)/python bench/report.py --record-machine
 	$(BIN)/python bench/index_bench.py $(BENCH_ARGS)
@@ -184,6 +187,8 @@ bench: venv system-deps lambda-python ## Subject index, erasure, ingestion and L
 	$(BIN)/python bench/erasure_bench.py $(ERASURE_BENCH_ARGS)
 	$(BIN)/python bench/locality_bench.py $(LOCALITY_BENCH_ARGS)
 	$(BIN)/python bench/lookup_bench.py $(LOOKUP_BENCH_ARGS)
+	$(BIN)/python bench/segment_store_bench.py
+	$(BIN)/python bench/index_writes_bench.py $(INDEX_WRITES_BENCH_ARGS)
 	$(BIN)/python bench/ingest_bench.py $(INGEST_BENCH_ARGS)
 	$(BIN)/python bench/ingest_vs_spark.py $(INGEST_SPARK_BENCH_ARGS)
 	$(MAKE) sam-build

@@ -4,12 +4,14 @@ The same setup as the Spark test tier (tests/spark/cloud.py, tests/spark/conftes
 pytest: a `ThreadedMotoServer` on 127.0.0.1 (server mode, as the local cloud runs it, so that a
 job in another process and its Spark workers reach it over HTTP), versioned raw, lake and reports
 buckets, the datasets, object catalog and subject index tables with the keys and indexes
-template.yaml declares, the subject hash key as a secret, and the dataset registered.
-
-The subject index is where a deployed stack keeps it by default (lethe_shared.index.opening):
-the segment store, an unversioned index bucket (INDEX_BUCKET) and its manifest table
-(MANIFEST, template.yaml's IndexManifestTable); `MotoCloud.start(index_store="dynamodb")` runs
-the jobs on the DynamoDB index instead (SubjectIndexTable, kept for the migration).
+template.yaml declares, the segment index's bucket (unversioned) and manifest table, the subject
+hash key as a secret, and the dataset registered. A job is pointed at the DynamoDB index
+(`index_store = "dynamodb"`, the ingestion benchmarks' runs so far) or at the segment index
+(`"segments"`, the deployed default): `MotoCloud.start(index_store=...)` or the attribute.
+moto's version listing under a prefix is patched while the server runs
+(`lethe.localcloud.moto_instances.patch_version_listing`, as the local cloud does): unpatched,
+each of the ingest job's `versions_of(bucket, key)` calls deep-copied every version of every key
+of the bucket, bodies included, and a 100-object batch ran the benchmark out of memory.
 
     with MotoCloud.start() as cloud:
         cloud.reset()                        # a fresh state: buckets, tables, secret
@@ -35,12 +37,12 @@ import requests
 from boto3.s3.transfer import TransferConfig
 from moto.server import ThreadedMotoServer
 
+from lethe.localcloud.moto_instances import patch_version_listing
 from lethe.localcloud.template import load_template
 from lethe_shared.catalog.object_catalog import CatalogItem, ObjectStatus, Zone, normalize_sequencer
 from lethe_shared.datasets.document import parse_dataset
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
-from lethe_shared.index.opening import DEFAULT_STORE, IndexStore, parse_store
-from lethe_shared.index.segments import manifest_table_definition
+from lethe_shared.index.opening import IndexStore, parse_store
 from lethe_shared.index.segments.manifest import Manifest
 
 REGION = "us-east-1"
@@ -50,8 +52,8 @@ REPORTS = "lethe-bench-reports"
 DATASETS = "lethe-bench-datasets"
 CATALOG = "lethe-bench-object-catalog"
 INDEX = "lethe-bench-subject-index"
-INDEX_BUCKET = "lethe-bench-index"  # the segment store's segments (unversioned, as deployed)
-MANIFEST = "lethe-bench-index-manifest"  # the segment store's manifest table
+INDEX_BUCKET = "lethe-bench-index"  # the segment index's bucket (unversioned, as deployed)
+MANIFEST = "lethe-bench-index-manifest"  # the segment index's manifest table
 HASH_KEY_SECRET = "lethe-bench-subject-hash-key"
 HASH_KEY = b"lethe-benchmark-subject-hash-key-0123456789"  # any key of >= 32 bytes
 CREDENTIALS = {
@@ -61,34 +63,6 @@ CREDENTIALS = {
 }
 # Large objects go up in parts of 64 MiB (moto keeps each part, then joins them once).
 _UPLOAD = TransferConfig(multipart_threshold=64 * 1024 * 1024, multipart_chunksize=64 * 1024 * 1024)
-
-
-def list_versions_by_prefix_first() -> bool:
-    """moto's ListObjectVersions deep-copies every version of every key in the bucket, values
-    included, and only then keeps the keys under the prefix asked for: with a gigabyte of lake
-    files, each of the ingest job's `versions_of(bucket, key)` calls copied a gigabyte, and a
-    100-object batch ran this process out of memory (killed at 18 GB). Patched here, for the
-    benchmarks' server: the keys under the prefix are picked first, then copied, as before
-    (what the call answers is unchanged). False when moto's code is not the one patched."""
-    import inspect  # noqa: PLC0415
-    import textwrap  # noqa: PLC0415
-
-    from moto.s3 import models  # noqa: PLC0415
-
-    method = models.S3Backend.list_object_versions
-    if getattr(method, "lethe_prefix_first", False):
-        return True
-    source = textwrap.dedent(inspect.getsource(method))
-    old = "for key, version_key in bucket.keys.iterlists()"
-    if source.count(old) != 1:
-        return False
-    namespace = dict(vars(models))
-    patched = source.replace(old, f"{old} if key.startswith(prefix or '')")
-    exec(compile(patched, models.__file__, "exec"), namespace)
-    replacement = namespace["list_object_versions"]
-    replacement.lethe_prefix_first = True
-    models.S3Backend.list_object_versions = replacement
-    return True
 
 
 def free_port() -> int:
@@ -101,15 +75,15 @@ def free_port() -> int:
 class MotoCloud:
     endpoint: str
     sequencer: int = 0
-    index_store: str = DEFAULT_STORE.value  # segments (deployed default) or dynamodb
+    index_store: str = "dynamodb"  # the store `job_args` points a job at: dynamodb or segments
 
     @classmethod
     @contextmanager
-    def start(cls, index_store: str = DEFAULT_STORE.value) -> Iterator[MotoCloud]:
+    def start(cls, index_store: str = "dynamodb") -> Iterator[MotoCloud]:
         """A moto server on 127.0.0.1 for the duration of the block; this process's boto3
         clients point at it (environment), as a job's do. `index_store`: where the jobs keep the
-        subject index (`segments` or `dynamodb`)."""
-        list_versions_by_prefix_first()
+        subject index (`dynamodb` or `segments`)."""
+        unlisted = patch_version_listing()
         port = free_port()
         server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
         server.start()
@@ -127,6 +101,7 @@ class MotoCloud:
             yield cls(endpoint, index_store=parse_store(index_store).value)
         finally:
             server.stop()
+            unlisted()
             for key, value in saved.items():
                 if value is None:
                     os.environ.pop(key, None)
@@ -153,7 +128,7 @@ class MotoCloud:
         for bucket in (RAW, LAKE, REPORTS):
             s3.create_bucket(Bucket=bucket)
             s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
-        s3.create_bucket(Bucket=INDEX_BUCKET)  # unversioned, as template.yaml's IndexBucket
+        s3.create_bucket(Bucket=INDEX_BUCKET)
         boto3.client("secretsmanager", region_name=REGION).create_secret(
             Name=HASH_KEY_SECRET, SecretString=HASH_KEY.decode()
         )
@@ -163,6 +138,7 @@ class MotoCloud:
             ("DatasetsTable", DATASETS),
             ("ObjectCatalogTable", CATALOG),
             ("SubjectIndexTable", INDEX),
+            ("IndexManifestTable", MANIFEST),
         ):
             props = resources[logical_id]["Properties"]
             kwargs: dict[str, Any] = {
@@ -174,7 +150,6 @@ class MotoCloud:
             if props.get("GlobalSecondaryIndexes"):
                 kwargs["GlobalSecondaryIndexes"] = props["GlobalSecondaryIndexes"]
             dynamodb.create_table(**kwargs)
-        dynamodb.create_table(**manifest_table_definition(MANIFEST))
 
     def register(self, document: dict[str, Any]) -> None:
         table = boto3.resource("dynamodb", region_name=REGION).Table(DATASETS)
@@ -223,7 +198,8 @@ class MotoCloud:
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
     def job_args(self, objects: list[dict[str, str]], correlation_id: str) -> list[str]:
-        """The ingest job's arguments for a batch of {"dataset_id", "key", "version_id"}."""
+        """The ingest job's arguments for a batch of {"dataset_id", "key", "version_id"}, on the
+        index store `index_store` names."""
         return [
             "--objects-json", json.dumps(objects),
             "--raw-bucket", RAW,
@@ -237,11 +213,8 @@ class MotoCloud:
         ]  # fmt: skip
 
     def index_args(self) -> list[str]:
-        """The jobs' index location arguments (lethe_jobs.job_args.add_index)."""
-        if self.index_store == IndexStore.SEGMENTS.value:
-            return [
-                "--index-store", IndexStore.SEGMENTS.value,
-                "--index-bucket", INDEX_BUCKET,
-                "--manifest-table", MANIFEST,
-            ]  # fmt: skip
-        return ["--index-store", IndexStore.DYNAMODB.value]
+        """`--index-store` and, for segments, the bucket and manifest table."""
+        if self.index_store == "segments":
+            return ["--index-store", "segments", "--index-bucket", INDEX_BUCKET,
+                    "--manifest-table", MANIFEST]  # fmt: skip
+        return ["--index-store", self.index_store]

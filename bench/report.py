@@ -112,11 +112,22 @@ def render_locality(results: Path) -> str | None:
 
 
 LOOKUP_JSON = "lookup_latest.json"
+INDEX_WRITES_JSON = "index_writes_latest.json"
+# bench/segment_store_bench.py's runs: its default output and the run of the deployed defaults
+SEGMENT_STORE_JSONS = ("segment_store_latest.json", "segment_store_defaults.json")
 
 
 def render_lookup(results: Path) -> str | None:
     result = _load(results, LOOKUP_JSON)
     return None if result is None else _bench_module("lookup_bench").markdown(result)
+
+
+def render_index_writes(results: Path) -> str | None:
+    result = _load(results, INDEX_WRITES_JSON)
+    if result is None:
+        return None
+    module = _bench_module("index_writes_bench")
+    return f"{_provenance(result, INDEX_WRITES_JSON)}\n\n{module.markdown(result)}"
 
 
 def render_ingest(results: Path) -> str | None:
@@ -205,7 +216,8 @@ def _index_targets(result: Mapping[str, Any]) -> list[tuple[str, str, str, str]]
             "met" if cpu <= 2 else "missed",
         ),
         (
-            "4 index items and bytes per million rows",
+            "4 index items and bytes per million rows, DynamoDB store "
+            "(`IndexStore=dynamodb`, still selectable)",
             "-",
             f"{per_million['items']:,.0f} items, {per_million['item_bytes'] / 1e6:.0f} MB "
             f"({dynamo['ratios_lethe_to_row_level']['row_level_minimal']['items']:.2f}x the "
@@ -216,6 +228,65 @@ def _index_targets(result: Mapping[str, Any]) -> list[tuple[str, str, str, str]]
     ]
 
 
+SIZE_TARGET = 0.05  # segment index bytes / data bytes, at most (issue 20)
+
+
+def deployed_segment_config() -> tuple[int, int, bool]:
+    """(partition bits, hash bytes, by-object files) of the segment index as deployed: what
+    `open_subject_index` opens (lethe_shared.index.opening)."""
+    from lethe_shared.index.opening import (  # noqa: PLC0415
+        SEGMENT_HASH_BYTES,
+        SEGMENT_PARTITION_BITS,
+    )
+
+    return SEGMENT_PARTITION_BITS, SEGMENT_HASH_BYTES, False
+
+
+def _segment_size_run(
+    results: Path, config: tuple[int, int, bool]
+) -> tuple[str, Mapping[str, Any], Mapping[str, Any]] | None:
+    """The latest segment_store_bench run that measured `config`: (JSON name, run, its
+    configuration's figures)."""
+    found = []
+    for name in SEGMENT_STORE_JSONS:
+        result = _load(results, name)
+        for c in (result or {}).get("configurations", []):
+            key = (c["partition_bits"], c.get("hash_bytes", 32), c.get("by_object_files", True))
+            if result is not None and key == config:
+                found.append((str(result.get("date_utc", "")), name, result, c))
+    if not found:
+        return None
+    _, name, result, figures = max(found, key=lambda f: f[0])
+    return name, result, figures
+
+
+def segment_size_targets(results: Path) -> list[tuple[str, str, str, str]]:
+    """Index bytes / data bytes of the segment index as deployed, on the benchmark lake
+    (bench/segment_store_bench.py): judged once compacted; before compaction as context."""
+    config = deployed_segment_config()
+    found = _segment_size_run(results, config)
+    if found is None:
+        return []
+    name, result, c = found
+    lake = result["lake"]
+    bits, width, _ = config
+    return [
+        (
+            f"2 segment index as deployed ({8 * width}-bit keys, {1 << bits} partition"
+            f"{'s' if bits else ''}): index bytes / data bytes, the benchmark lake "
+            f"({lake['objects']} x {lake['rows_per_object']:,} rows), compacted",
+            f"<= {SIZE_TARGET * 100:g} %",
+            f"{c['index_to_data'] * 100:.1f} % ({c['index_bytes']:,} bytes for "
+            f"{lake['data_bytes']:,} bytes of Parquet; `{name}`); before compaction "
+            f"{c['level0_index_to_data'] * 100:.1f} % (context)",
+            "met" if c["index_to_data"] <= SIZE_TARGET else "missed",
+        )
+    ]
+
+
+ERASED_WRITES_ITEM = "4 index writes per erased subject, DynamoDB store"
+
+
 def _erasure_writes_target(writes: Mapping[str, Any]) -> tuple[str, str, str, str]:
     """Judged on `remove_subjects` run for real on a counting table (index_bench's checks);
     without those counts (results of an older run) only the prescribed figures are shown."""
@@ -223,11 +294,11 @@ def _erasure_writes_target(writes: Mapping[str, Any]) -> tuple[str, str, str, st
     shown = f"mean {prescribed['mean']:.1f}, max {prescribed['max']:.0f}"
     checks = [c for c in writes.get("replace_object_checks", []) if "remove_subjects_writes" in c]
     if not checks:
-        return ("4 index writes per erased subject", "1 per own entry", shown, "-")
+        return (ERASED_WRITES_ITEM, "1 per own entry", shown, "-")
     counted = sum(c["remove_subjects_writes"] for c in checks)
     own = sum(c["objects"] for c in checks)
     return (
-        "4 index writes per erased subject",
+        ERASED_WRITES_ITEM,
         "1 per own entry",
         f"{shown}; counted for {len(checks)} subjects: {counted:,} writes for {own:,} own entries",
         "met" if counted == own else "missed",
@@ -313,6 +384,10 @@ def render_targets(results: Path) -> str | None:
     ingest_spark = _load(results, INGEST_SPARK_JSON)
     if ingest_spark:
         rows += _bench_module("ingest_vs_spark").targets(ingest_spark)
+    rows += segment_size_targets(results)
+    index_writes = _load(results, INDEX_WRITES_JSON)
+    if index_writes:
+        rows += _bench_module("index_writes_bench").targets(index_writes)
     if loaded["latest.json"]:
         rows += _index_targets(loaded["latest.json"])
     if loaded["lambda_latest.json"]:
@@ -338,6 +413,7 @@ SECTIONS = (
     Section("erasure-bench", "erasure_latest.json", render_erasure),
     Section("locality-bench", LOCALITY_JSON, render_locality),
     Section("lookup-bench", LOOKUP_JSON, render_lookup),
+    Section("index-writes-bench", INDEX_WRITES_JSON, render_index_writes),
     Section("ingest-bench", "ingest_latest.json", render_ingest),
     Section("ingest-spark", INGEST_SPARK_JSON, render_ingest_spark),
     Section("lambda-bench", "lambda_latest.json", render_lambda),

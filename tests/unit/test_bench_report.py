@@ -3,6 +3,7 @@ markers from the benchmarks' JSON files: checked here on fixture JSON (copies of
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import sys
@@ -15,6 +16,8 @@ sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO / "spark_jobs"))
 
 import report  # noqa: E402
+
+from lethe_shared.index.opening import SEGMENT_HASH_BYTES, SEGMENT_PARTITION_BITS  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures" / "bench_results"
 NAMES = [s.name for s in report.SECTIONS]
@@ -59,8 +62,8 @@ def test_every_section_regenerated_prose_and_markers_kept() -> None:
         assert out.count(report.end_marker(section.name)) == 1
     for expected in (
         "| 1 locality, K = 10, windowed lake: bytes read | >= 20x fewer |",  # targets
-        "| 4 lookup K = 10 at 30,000 objects (simulated, moto in-process): time "
-        "| <= 2 s at 100,000 objects |",  # the lookup benchmark's row, the lake size stated
+        "| 4 lookup K = 10 at 100,000 objects (simulated: moto with the local cloud's "
+        "adaptations): time | <= 2 s at 100,000 objects |",  # the lookup row, the lake size stated
         "| compacted, `lookup`, cold start | 10 |",  # its section
         "| Java | openjdk version",  # machine
         "| moto | 5.2.5 |",
@@ -148,3 +151,52 @@ def test_index_writes_judged_on_the_counted_remove_subjects() -> None:
     assert extra[3] == "missed"
     # results of a run before the count existed: shown, not judged
     assert report._erasure_writes_target(_writes([{"objects": 3}]))[3] == "-"
+
+
+def test_segment_index_targets_are_judged_from_their_runs() -> None:
+    """The segment index as deployed: its size on the benchmark lake (segment_store_bench's run
+    of the deployed configuration: compacted judged, before compaction as context) and its
+    DynamoDB writes per ingested row (index_writes_bench, the real ingest job); the DynamoDB
+    store's rows say that they are the DynamoDB store's."""
+    out = report.render(skeleton(), FIXTURES)
+    targets = out.split(report.begin_marker("targets", "*.json"))[1].split("<!--")[0]
+    size = next(line for line in targets.splitlines() if "index bytes / data bytes" in line)
+    assert "48-bit keys, 1 partition" in size
+    assert "| <= 5 % | 4.7 % (649,057 bytes for 13,791,757 bytes of Parquet" in size
+    assert "before compaction 7.5 % (context) | met |" in size
+    writes = [line for line in targets.splitlines() if "DynamoDB writes per ingested row" in line]
+    assert writes
+    assert "the benchmark lake (200 x 2,000 rows, real ingest job) | <= 0.001 |" in writes[0]
+    assert writes[0].endswith(("| met |", "| missed |"))
+    assert "| 4 index items and bytes per million rows, DynamoDB store" in targets
+    assert "| 4 index writes per erased subject, DynamoDB store |" in targets
+    assert "**DynamoDB writes per ingested row, segment index as deployed**" in out
+
+
+def test_the_size_row_reads_the_deployed_configuration(tmp_path: Path) -> None:
+    """Only a run that measured the configuration `open_subject_index` opens is judged; none:
+    no row."""
+    assert report.deployed_segment_config() == (SEGMENT_PARTITION_BITS, SEGMENT_HASH_BYTES, False)
+    assert report.segment_size_targets(tmp_path) == []
+    deployed: dict[str, object] = {
+        "partition_bits": SEGMENT_PARTITION_BITS, "hash_bytes": SEGMENT_HASH_BYTES,
+        "by_object_files": False, "index_to_data": 0.06, "index_bytes": 60,
+        "level0_index_to_data": 0.08,
+    }  # fmt: skip
+    run = {
+        "date_utc": "2026-11-28T00:00:00+00:00",
+        "lake": {"objects": 2, "rows_per_object": 10, "data_bytes": 1000},
+        "configurations": [
+            {"partition_bits": 4, "hash_bytes": 32, "by_object_files": True,
+             "index_to_data": 0.01, "index_bytes": 10, "level0_index_to_data": 0.02},
+            deployed,
+        ],
+    }  # fmt: skip
+    (tmp_path / "segment_store_latest.json").write_text(json.dumps(run), encoding="utf-8")
+    (row,) = report.segment_size_targets(tmp_path)
+    assert row[2].startswith("6.0 % (60 bytes for 1,000 bytes")
+    assert row[3] == "missed"
+    older = {**run, "date_utc": "2026-11-27T00:00:00+00:00"}
+    older["configurations"] = [{**deployed, "index_to_data": 0.04}]
+    (tmp_path / "segment_store_defaults.json").write_text(json.dumps(older), encoding="utf-8")
+    assert report.segment_size_targets(tmp_path)[0][3] == "missed"  # the later run counts

@@ -742,6 +742,26 @@ def test_status_refuses_what_is_not_a_request_id_without_echoing_it(
     assert fake.calls == []
 
 
+def test_status_reads_a_retention_run_s_record_and_cancel_refuses_it(
+    fake: FakeTarget, run: Callable[..., Outcome]
+) -> None:
+    """A retention run's record (rt-...) is read as the runbook says (`lethe erasure status
+    rt-...`); only requests (er-...) can be cancelled."""
+    run_id = "rt-orders-20261128T033000Z-a1b2c3"
+    fake.routes[("GET", f"/erasure-requests/{run_id}")] = [
+        (200, record("COMPLETED", request_id=run_id, kind="retention"))
+    ]
+    shown = run("status", run_id, "--json")
+    refused = run("cancel", run_id)
+
+    assert shown.code == 0, shown.err
+    assert json.loads(shown.out)["request_id"] == run_id
+    assert refused.code == 2
+    assert "request ids look like er-..." in refused.err
+    assert "rt-" not in refused.err  # cancelling a retention run is not offered
+    assert [(c.method, c.path) for c in fake.calls] == [("GET", f"/erasure-requests/{run_id}")]
+
+
 def test_status_wait_until_awaiting_approval(
     fake: FakeTarget, run: Callable[..., Outcome], clock: list[float]
 ) -> None:

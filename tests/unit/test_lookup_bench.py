@@ -18,6 +18,8 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import lookup_bench  # noqa: E402
 
+from lethe.localcloud import dynamodb_partitions  # noqa: E402
+
 FIXTURES = Path(__file__).parent / "fixtures" / "bench_results"
 TINY = ["--objects", "36", "--datasets", "2", "--subjects", "400", "--min-subjects", "5"]
 TINY += ["--max-subjects", "30", "--run-objects", "3", "--backlog", "2", "--k", "4"]
@@ -57,7 +59,15 @@ def test_the_lake_is_the_same_whatever_the_order() -> None:
 
 def test_a_tiny_run_is_complete_bounded_and_reported(aws_env: None, tmp_path: Path) -> None:
     args = lookup_bench.parse_args(TINY)
-    result = lookup_bench.run(args, log=lambda _text: None)
+    patched: list[bool] = []
+    result = lookup_bench.run(
+        args, log=lambda _text: patched.append(dynamodb_partitions.moto_query is not None)
+    )
+    # the local cloud's moto adaptations, installed by its own function for the run only
+    assert patched
+    assert all(patched)
+    assert dynamodb_partitions.moto_query is None
+    assert "lethe.localcloud.cloud.configure_moto" in result["cloud"]
     lake = result["lake"]
     assert lake["objects"] == 36
     assert lake["pointers"] == 36
@@ -84,6 +94,14 @@ def test_a_tiny_run_is_complete_bounded_and_reported(aws_env: None, tmp_path: Pa
             assert phase[key]["complete"], key
             assert phase[key]["entries"] > 0
         assert phase["batched_cold"]["complete"]
+        # all K in one call over every dataset: the dataset list and one listing per dataset
+        every = phase["batched_all_cold"]
+        assert every["complete"]
+        assert every["call"] == "lookup_across"
+        assert every["calls"]["dynamodb.Query"] == 1 + 2
+        assert every["calls"]["dynamodb.BatchGetItem"] == 1
+        assert every["s3_gets"] == phase["cold"]["s3_gets"]  # the same files, read once
+        assert every["seconds_in_dynamodb_calls"] + every["seconds_in_s3_calls"] < every["seconds"]
         # a cold lookup reads at most the files of the segments it consults (entries and
         # object table of each), and lists the manifest once per dataset
         for one in phase["cold_each"]["per_lookup"]:
@@ -100,9 +118,13 @@ def test_a_tiny_run_is_complete_bounded_and_reported(aws_env: None, tmp_path: Pa
     assert "**36 objects** in 2 datasets" in text
     assert "| compacted, `lookup`, cold start | 4 |" in text
     rows = lookup_bench.targets(result)
-    assert rows[0][0] == "4 lookup K = 4 at 36 objects (simulated, moto in-process): time"
+    assert rows[0][0] == (
+        "4 lookup K = 4 at 36 objects (simulated: moto with the local cloud's adaptations): time"
+    )
     assert rows[0][1] == "<= 2 s at 100,000 objects"
+    assert "all 4 in one `lookup_across` call" in rows[0][2]
     assert rows[0][3].endswith("(smaller lake)")
+    assert "| compacted, `lookup_across` (all K in one call), cold | 4 |" in text
     assert rows[1][3] == "met"
 
 
@@ -126,3 +148,25 @@ def test_the_fixture_of_a_real_run_renders() -> None:
     assert f"**{objects:,} objects**" in lookup_bench.markdown(result)
     for phase in ("before_compaction", "after_compaction"):
         assert result[phase]["cold"]["complete"]
+
+
+def test_the_time_verdict_says_by_how_much_and_where() -> None:
+    """Judged on `lookup` x K from a cold start, compacted and with the backlog: a miss says
+    by how much and in which state; the batched call is reported beside it."""
+    result = json.loads((FIXTURES / "lookup_latest.json").read_text(encoding="utf-8"))
+    after, before = result["after_compaction"], result["before_compaction"]
+
+    def verdict(compacted: float, backlog: float) -> str:
+        after["cold"]["seconds_total"], before["cold"]["seconds_total"] = compacted, backlog
+        return str(lookup_bench.targets(result)[0][3])
+
+    assert result["lake"]["objects"] == 100_000
+    assert verdict(0.98, 1.5) == "met"
+    assert verdict(0.98, 3.24) == "missed by 1.24 s with the backlog (met compacted)"
+    assert verdict(2.5, 3.0) == "missed by 0.50 s compacted, by 1.00 s with the backlog"
+    after["batched_all_cold"]["complete"] = False
+    assert verdict(0.98, 1.5) == "missed"
+    measured = lookup_bench.targets(result)[0][2]
+    assert "s in DynamoDB calls" in measured
+    assert "in one `lookup_across` call" in measured
+    assert measured.endswith("INCOMPLETE answers")

@@ -12,8 +12,9 @@ left its rows. Both read the DatasetsTable directly (like `datasets list`).
 nothing (lethe_shared.datasets.retention): the cutoff, the objects whose rows all expired
 (decided from their partition key or age), the objects whose rows must be read one by one, and
 the holds that keep rows (a held dataset: nothing is planned). The scheduled runs that remove
-them are statemachines/retention.asl.json; `show` prints the dataset's run state (its last run,
-the rule's notice, the next scheduled run: lethe_shared.erasure.retention_runs).
+them are statemachines/retention.asl.json; `retention ID --run [--wait]` starts one by hand
+(lethe.commands.retention_run); `show` prints the dataset's run state (its last run, the rule's
+notice, the next scheduled run: lethe_shared.erasure.retention_runs).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from lethe.commands import NotFoundError
+from lethe.commands import NotFoundError, UsageError
+from lethe.commands.retention_run import add_run_arguments, last_run_line, run_retention
 from lethe.target import Target, add_target_arguments, resolve
 from lethe_shared.aws.s3 import S3ObjectStore
 from lethe_shared.datasets.holds import DynamoHolds, HoldView, LegalHold, hold_line
@@ -59,12 +61,22 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
 
     retention = commands.add_parser(
         "retention",
-        help="print a dataset's retention plan as of now (a dry run: nothing is removed)",
+        help="print a dataset's retention plan as of now (a dry run), or start a run (--run)",
+        description="Without --run: the dataset's retention plan as of now, a dry run that "
+        "removes nothing. With --run: starts a retention run of the dataset now, as the daily "
+        "schedule starts one (legal holds and the rule's notice period apply as they do to "
+        "scheduled runs), prints the execution ARN, and with --wait follows it and prints its "
+        "outcome.",
     )
     retention.add_argument("dataset_id")
-    retention.add_argument("--json", action="store_true", help="print one JSON object")
+    retention.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object (the plan; with --run the execution and its outcome)",
+    )
+    add_run_arguments(retention)
     add_target_arguments(retention)
-    retention.set_defaults(func=show_retention)
+    retention.set_defaults(func=retention_command)
 
 
 def _table(target: Target) -> Any:
@@ -146,13 +158,7 @@ def show_dataset(args: argparse.Namespace) -> int:
             print("    rule not yet seen by a run: its notice period starts at the next run")
         last = runs["last_run"] or {}
         if last:
-            detail = last.get("detail") or (
-                f"{last.get('rows_removed', 0)} row(s) removed, "
-                f"{last.get('versions_purged', 0)} version(s) purged, cutoff {last.get('cutoff')}"
-            )
-            if last.get("not_removed"):  # an INCOMPLETE run: why (its certificate says where)
-                detail += "; not removed: " + ", ".join(sorted(set(last["not_removed"])))
-            print(f"    last run {last.get('at')}: {last.get('outcome')} ({detail})")
+            print(f"    {last_run_line(last)}")
         else:
             print("    no run yet")
     holds = shown["legal_holds"]
@@ -191,6 +197,16 @@ def retention_plan(target: Target, dataset_id: str, now: datetime) -> RetentionP
         print(f"lethe: {exc}: subject holds hold their datasets whole", file=sys.stderr)
     holds = HoldView.of(DynamoHolds(table).active_for([dataset_id]), key)
     return plan_retention(registration.dataset, _stored(target, dataset_id), now, holds)
+
+
+def retention_command(args: argparse.Namespace) -> int:
+    """`retention ID`: the plan (a dry run); `retention ID --run`: a run started now
+    (lethe.commands.retention_run)."""
+    if args.run:
+        return run_retention(args)
+    if args.wait:
+        raise UsageError("--wait needs --run (without --run the plan is printed, nothing runs)")
+    return show_retention(args)
 
 
 def show_retention(args: argparse.Namespace) -> int:

@@ -66,6 +66,8 @@ WAIT_TIMEOUT_SECONDS: Final = 6 * 3600.0
 POLL_FIRST_SECONDS: Final = 1.0
 POLL_MAX_SECONDS: Final = 10.0  # the poll interval grows to this and stays there
 REQUEST_ID_PATTERN: Final = r"er-[A-Za-z0-9._-]{1,125}"
+# `status` and `certificate` also read a retention run's record (rt-..., docs/RUNBOOK.md)
+RECORD_ID_PATTERN: Final = r"(?:er|rt)-[A-Za-z0-9._-]{1,125}"
 STATUSES: Final = tuple(s.value for s in ErasureStatus)
 
 # Seams for tests: the wait loop's clock and sleep.
@@ -350,7 +352,7 @@ def _requested_by(target: Target, given: str | None) -> str:
 
 
 def show_status(args: argparse.Namespace) -> int:
-    request_id = _check_request_id(args.request_id)
+    request_id = _check_request_id(args.request_id, runs=True)
     if args.until and not args.wait:
         raise UsageError("--until needs --wait")
     target = resolve(args)
@@ -508,7 +510,7 @@ def cancel_request(args: argparse.Namespace) -> int:
 
 
 def show_certificate(args: argparse.Namespace) -> int:
-    request_id = _check_request_id(args.request_id)
+    request_id = _check_request_id(args.request_id, runs=True)
     if args.offline and not args.verify:
         raise UsageError("--offline needs --verify")
     for flag in ("verify_chain", "key_id", "public_key", "documents"):
@@ -538,8 +540,12 @@ def show_certificate(args: argparse.Namespace) -> int:
 # -------------------------------------------------------------------------------- helpers
 
 
-def _check_request_id(request_id: str) -> str:
-    if not re.fullmatch(REQUEST_ID_PATTERN, request_id):
+def _check_request_id(request_id: str, *, runs: bool = False) -> str:
+    """`request_id` when it is a request id (`runs`: or a retention run's, rt-...)."""
+    if not re.fullmatch(RECORD_ID_PATTERN if runs else REQUEST_ID_PATTERN, request_id):
         # not echoed: a subject id given here by mistake must not be printed
-        raise UsageError("that is not a request id: request ids look like er-...")
+        raise UsageError(
+            "that is not a request id: request ids look like er-..."
+            + (" (retention runs rt-...)" if runs else "")
+        )
     return request_id

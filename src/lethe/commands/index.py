@@ -6,17 +6,15 @@ hashes ids with the deployment's key (`SubjectHashKeySecretArn`) as soon as they
 refers to a subject by that keyed hash, which is what the index stores.
 
 `backfill` and `reconcile` start the state machines of template.yaml (outputs
-`IndexBackfillStateMachineArn`, `IndexReconcileStateMachineArn`) and follow them until they end.
+`IndexBackfillStateMachineArn`, `IndexReconcileStateMachineArn`) and follow them until they end
+(lethe.commands.executions); `compact` is lethe.commands.index_compact.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
-import time
-from collections.abc import Callable
 from typing import Any, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -24,14 +22,22 @@ from pydantic import ValidationError
 
 from lethe.commands import CommandError, UsageError, add_subject_argument
 from lethe.commands.datasets import require_dataset
+from lethe.commands.executions import (
+    WAIT_TIMEOUT_SECONDS,
+    check_dataset_id,
+    finished,
+    start_execution,
+    wait_for_execution,
+)
+from lethe.commands.index_compact import add_compact_parser
 from lethe.commands.index_migrate import add_migrate_parser, open_index
 from lethe.commands.subject_keys import add_subject_key_argument, check_subject_keys
-from lethe.progress import Waiting, waiting
+from lethe.progress import waiting
 from lethe.target import Target, add_target_arguments, resolve
 from lethe_shared.aws.executions import timestamped
 from lethe_shared.aws.s3 import split_s3_url
 from lethe_shared.catalog.object_catalog import Zone
-from lethe_shared.datasets.document import DATASET_ID_PATTERN, Dataset
+from lethe_shared.datasets.document import Dataset
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
 from lethe_shared.erasure.subjects import (
     ErasureRequestBody,
@@ -43,15 +49,12 @@ from lethe_shared.index.subject_index import DRIFT_KINDS, IndexEntry
 from lethe_shared.subject_hashing.keys import load_hash_key
 
 ZONES: Final = (Zone.LAKE.value, Zone.RAW.value)
-WAIT_TIMEOUT_SECONDS: Final = 6 * 3600.0
-POLL_FIRST_SECONDS: Final = 1.0
-POLL_MAX_SECONDS: Final = 10.0  # the poll interval grows to this and stays there
 HASH_SHOWN: Final = 16  # hex digits of a subject hash in text output
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
-        "index", help="the subject index: lookup, backfill, reconcile, migrate"
+        "index", help="the subject index: lookup, backfill, reconcile, compact, migrate"
     )
     commands = parser.add_subparsers(dest="index_command", metavar="COMMAND", required=True)
 
@@ -118,6 +121,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     add_target_arguments(reconcile)
     reconcile.set_defaults(func=reconcile_dataset)
 
+    add_compact_parser(commands)
     add_migrate_parser(commands)
 
 
@@ -266,7 +270,7 @@ def _lookup_row(entry: IndexEntry, *, with_deleted: bool) -> dict[str, Any]:
 
 
 def backfill_dataset(args: argparse.Namespace) -> int:
-    _check_dataset_id(args.dataset)
+    check_dataset_id(args.dataset)
     if not 1 <= args.batch_size <= 500:
         raise UsageError("--batch-size must be from 1 to 500")
     if not 1 <= args.max_concurrency <= 50:
@@ -282,7 +286,7 @@ def backfill_dataset(args: argparse.Namespace) -> int:
     target = resolve(args)
     require_dataset(target, args.dataset)
     sfn = target.client("stepfunctions")
-    execution_arn = _start(
+    execution_arn = start_execution(
         sfn,
         target.output("IndexBackfillStateMachineArn"),
         timestamped(args.dataset, "backfill"),
@@ -299,7 +303,7 @@ def backfill_dataset(args: argparse.Namespace) -> int:
             progress=BatchProgress(sfn, execution_arn),
             waiting=shown,
         )
-    output = _finished(described, "backfill")
+    output = finished(described, "backfill")
     print(
         f"backfill of {args.dataset} SUCCEEDED: {output.get('objects', 0)} objects "
         f"in {output.get('batches', 0)} batches (zones: {', '.join(output.get('zones', []))})"
@@ -362,11 +366,11 @@ class BatchProgress:
 
 
 def reconcile_dataset(args: argparse.Namespace) -> int:
-    _check_dataset_id(args.dataset)
+    check_dataset_id(args.dataset)
     target = resolve(args)
     require_dataset(target, args.dataset)
     sfn = target.client("stepfunctions")
-    execution_arn = _start(
+    execution_arn = start_execution(
         sfn,
         target.output("IndexReconcileStateMachineArn"),
         timestamped(args.dataset, "reconcile"),
@@ -375,7 +379,7 @@ def reconcile_dataset(args: argparse.Namespace) -> int:
     print(execution_arn, file=sys.stderr if args.json else sys.stdout)
     with waiting(args, f"reconcile of {args.dataset}") as shown:
         described = wait_for_execution(sfn, execution_arn, timeout=args.timeout, waiting=shown)
-    output = _finished(described, "reconcile")
+    output = finished(described, "reconcile")
     bucket, key = _split_s3_url(str(output["report"]))
     body = target.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read()
     report: dict[str, Any] = json.loads(body)
@@ -428,63 +432,3 @@ def _split_s3_url(url: str) -> tuple[str, str]:
         return split_s3_url(url)
     except ValueError as exc:
         raise CommandError(str(exc)) from None
-
-
-def _check_dataset_id(dataset_id: str) -> None:
-    if not re.fullmatch(DATASET_ID_PATTERN, dataset_id):
-        raise UsageError(f"--dataset {dataset_id!r} is not a dataset id")
-
-
-def _start(sfn: Any, state_machine_arn: str, name: str, document: dict[str, Any]) -> str:
-    try:
-        started = sfn.start_execution(
-            stateMachineArn=state_machine_arn, name=name, input=json.dumps(document)
-        )
-    except sfn.exceptions.ExecutionAlreadyExists as exc:
-        raise CommandError(
-            f"an execution named {name} with another input exists; try again in a second"
-        ) from exc
-    return str(started["executionArn"])
-
-
-def wait_for_execution(
-    sfn: Any,
-    execution_arn: str,
-    *,
-    timeout: float,
-    progress: Callable[[], str] | None = None,
-    waiting: Waiting | None = None,
-    sleep: Callable[[float], None] = time.sleep,
-    clock: Callable[[], float] = time.monotonic,
-) -> dict[str, Any]:
-    """describe_execution until the execution ends; `progress` lines go to `waiting` (stderr:
-    a spinner on a terminal, a line per change otherwise, nothing with --quiet). The interval
-    grows from 1 s to 10 s; after `timeout` s it raises CommandError (the execution goes on)."""
-    deadline = clock() + timeout
-    interval = POLL_FIRST_SECONDS
-    shown = waiting if waiting is not None else Waiting("execution")
-    while True:
-        described: dict[str, Any] = sfn.describe_execution(executionArn=execution_arn)
-        if described["status"] != "RUNNING":
-            return described
-        if progress is not None:
-            shown.update(progress())
-        else:
-            shown.update(str(described["status"]))
-        if clock() + interval > deadline:
-            raise CommandError(f"still RUNNING after {timeout:.0f} s; it goes on: {execution_arn}")
-        sleep(interval)
-        interval = min(interval * 1.5, POLL_MAX_SECONDS)
-
-
-def _finished(described: dict[str, Any], what: str) -> dict[str, Any]:
-    status = described["status"]
-    if status != "SUCCEEDED":
-        error = described.get("error", "")
-        cause = described.get("cause", "")
-        raise CommandError(
-            f"{what} {status}: {error}: {cause}".rstrip(": ")
-            + f"\nexecution: {described['executionArn']}"
-        )
-    output: dict[str, Any] = json.loads(described.get("output") or "{}")
-    return output

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -22,8 +23,10 @@ from lethe.localcloud.cloud import (
     parse_parameter_overrides,
     raise_keyboard_interrupt,
 )
+from lethe.localcloud.heap_profile import forget_preload, reexec_under_heaptrack
 from lethe.localcloud.memory_report import start_from_environment
 from lethe.localcloud.memory_trim import start_trimming
+from lethe.localcloud.moto_instances import patch_moto_memory
 
 logger = logging.getLogger("lethe.localcloud")
 
@@ -55,6 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # LETHE_LOCAL_HEAPTRACK: an opt-in diagnostic (lethe.localcloud.heap_profile)
+    given = sys.argv[1:] if argv is None else argv
+    reexec_under_heaptrack(os.environ, ["-m", "lethe.localcloud", *given])
+    forget_preload(os.environ)
     try:
         overrides = parse_parameter_overrides(args.parameter_overrides)
     except ValueError as error:
@@ -75,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, raise_keyboard_interrupt)  # a stop request while starting
     start_from_environment(threading.Event())  # LETHE_LOCAL_TRACEMALLOC: an opt-in diagnostic
     start_trimming(threading.Event())  # LETHE_LOCAL_MALLOC_TRIM_SECONDS: freed memory given back
+    patch_moto_memory()  # moto's temporaries freed (moto_instances); this process only
     try:
         state = cloud.start()
     except KeyboardInterrupt:

@@ -125,8 +125,11 @@ def parse_parameter_overrides(items: Sequence[str]) -> dict[str, str]:
 def configure_moto() -> Callable[[], None]:
     """Make this process's moto behave as the local cloud needs; returns the undo callable.
 
-    Applies MOTO_CONFIG to moto's process-wide user config, `patch_policy_conditions` and
-    `make_dynamodb_atomic`.
+    Applies MOTO_CONFIG to moto's process-wide user config, `patch_policy_conditions`,
+    `make_dynamodb_atomic` and the DynamoDB partition and transaction patches. The memory
+    patches of moto_instances are applied by the local cloud's own process only
+    (`lethe.localcloud.__main__`, `patch_moto_memory`): in a process shared with pytest they
+    let moto's finalizers run on any thread (see moto_instances).
     """
     from moto.core import config  # noqa: PLC0415 - heavy, see the top
 
