@@ -32,7 +32,7 @@ from lethe_jobs.ingest_tasks import (
     BatchObject,
     TaskSettings,
 )
-from lethe_jobs.tasks import task_groups
+from lethe_jobs.tasks import wave_groups
 from lethe_jobs.validate import (
     POSITION,
     REASONS,
@@ -72,7 +72,8 @@ def run_pipeline(
     piece_list: list[pieces.Piece],
 ) -> dict[int, ObjectResult]:
     context = spark.sparkContext
-    groups = task_groups([p.size for p in piece_list], min_tasks=context.defaultParallelism)
+    # the read tasks: a whole number of waves of them, where the pieces' sizes allow it
+    groups = wave_groups([p.size for p in piece_list], context.defaultParallelism)
     specs = [json.dumps([tasks.piece_spec(piece_list[i]) for i in g]) for g in groups]
     source = spark.createDataFrame(
         context.parallelize([(s,) for s in specs], len(specs)), "pieces string"
@@ -107,7 +108,9 @@ def run_pipeline(
         records = {i: tasks.record_columns(totals[i].columns, settings.dataset) for i in readable}
         texts = any(pairs is not None for pairs in records.values())
         conformed = _conformed(frame, settings, schema, readable, texts=texts)
-        written = _write_files(conformed, settings, shuffle, records)
+        # every object read whole: each object's rows are in one partition already, which
+        # writes its files without a shuffle; a split object's pieces are shuffled together
+        written = _write_files(conformed, settings, shuffle if split else None, records)
         lake = [row for row in written if row["kind"] == "lake"]
         quarantine = [row for row in written if row["kind"] == "quarantine"]
     finally:
@@ -243,13 +246,15 @@ def sql_partition_path(conformed: DataFrame, settings: TaskSettings) -> Column |
 def _write_files(
     conformed: DataFrame,
     settings: TaskSettings,
-    shuffle: int,
+    shuffle: int | None,
     records: dict[int, list[tuple[str, str]] | None],
 ) -> list[Any]:
-    """The lake files and the quarantine files in one pass over the conformed rows: shuffled by
-    (object, partition path; null for a rejected row), so that one task writes each lake file
-    and each object's quarantine file, sorted by source position (`tasks.write_files`). What
-    only one kind needs is null in the other's rows (the shuffle does not carry it)."""
+    """The lake files and the quarantine files in one pass over the conformed rows, so that one
+    task writes each lake file and each object's quarantine file, sorted by source position
+    (`tasks.write_files`): shuffled into `shuffle` tasks by (object, partition path; null for a
+    rejected row), or, with `shuffle` None (every object in one partition of `conformed`, as
+    its read task left it), sorted where they are, each read task's rows written by one task.
+    What only one kind needs is null in the other's rows (the sort does not carry it)."""
     dataset = settings.dataset
     valid = F.size(col(REASONS)) == 0
     texts = [c for c in conformed.columns if c.startswith(tasks.TEXT_PREFIX)]
@@ -262,9 +267,10 @@ def _write_files(
         *[F.when(~valid, col(c)).alias(c) for c in (RECORD, *texts)],
     )
     writer = partial(tasks.write_files, settings=settings, records=records)
+    if shuffle is not None:
+        rows = rows.repartition(shuffle, col(OBJECT), col(PART))
     return (
-        rows.repartition(shuffle, col(OBJECT), col(PART))
-        .sortWithinPartitions(col(OBJECT), col(PART).asc_nulls_first(), col(POSITION))
+        rows.sortWithinPartitions(col(OBJECT), col(PART).asc_nulls_first(), col(POSITION))
         .mapInArrow(writer, tasks.WRITE_SUMMARY)
         .collect()
     )
