@@ -14,7 +14,7 @@ deleted at the end):
    `pyarrow.csv.read_csv` and written with `pyarrow.parquet.write_table` to local disk,
    single-threaded; rows/s per core = rows / wall s. Ratio = baseline per core / job per core:
    how many times slower per core the whole job is (it also validates, writes quarantine,
-   writes index entries to DynamoDB over HTTP and uploads to S3). Warm-up (one job run of one
+   writes the subject index over HTTP and uploads to S3). Warm-up (one job run of one
    object, one baseline pass), then `--repeats` rounds, the order of the two alternating;
    before every job run the moto state is reset and the objects uploaded again (untimed), so
    every run is a first ingestion. Also: a few objects ingested one job run each.
@@ -210,6 +210,15 @@ class _Stderr:
         self._thread.join(timeout=10)
 
 
+def jfr_conf(recording: Path) -> str:
+    """The Spark setting that records the driver JVM (in local mode also the executors') with
+    Java Flight Recorder's profiling settings, written to `recording` when it exits."""
+    return (
+        "spark.driver.extraJavaOptions=-XX:StartFlightRecording="
+        f"filename={recording.resolve()},settings=profile,dumponexit=true"
+    )
+
+
 def run_job(
     cloud: MotoCloud,
     batch: list[dict[str, str]],
@@ -226,10 +235,18 @@ def run_job(
 ) -> JobRun:
     """Run `python spark_jobs/ingest.py` on `batch` and wait for it, sampling its process tree.
     With `profile_dir`, the driver and every Python worker task run under cProfile and write
-    their profiles there (bench/ingest_profile.py)."""
+    their profiles there, and Spark its event log under `events/` (bench/ingest_profile.py)."""
     profiling: tuple[str, ...] = ()
     if profile_dir is not None:
-        conf = [*conf, "spark.python.daemon.module=profiled_daemon"]
+        events = profile_dir / "events"  # Spark's event log: each stage's task metrics
+        events.mkdir(parents=True, exist_ok=True)
+        conf = [
+            *conf,
+            "spark.python.daemon.module=profiled_daemon",
+            "spark.eventLog.enabled=true",
+            f"spark.eventLog.dir={events.resolve().as_uri()}",
+            jfr_conf(profile_dir / "jvm.jfr"),
+        ]
         profiling = ("-m", "cProfile", "-o", str(profile_dir / "driver.prof"))
     env = job_environment(cloud, master, driver_memory, tmp, conf)
     if profile_dir is not None:
@@ -534,6 +551,8 @@ def measure_profile(
         "run": run.to_json(),
         "driver": ingest_profile.driver_phases(target / "driver.prof"),
         "workers": ingest_profile.worker_profile(sorted(target.glob("worker-*.prof"))),
+        "stages": ingest_profile.spark_stages(target / "events"),
+        "jvm": ingest_profile.jvm_profile(target / "jvm.jfr"),
         "cpu_s": {k: round(v, 2) for k, v in cpu.items()},
     }
     shutil.rmtree(target)

@@ -41,7 +41,7 @@ DRIVER_PHASES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         (("lethe_jobs/ingest_pipeline.py", "_piece_totals"),),
     ),
     (
-        "raw objects' index entries: added up, written to DynamoDB",
+        "raw objects' index entries: added up, written to the subject index",
         (("lethe_jobs/ingest_pipeline.py", "_write_raw_entries"),),
     ),
     (
@@ -54,7 +54,7 @@ DRIVER_PHASES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ),
     ("quarantine files", (("lethe_jobs/ingest_pipeline.py", "_write_quarantine"),)),
     (
-        "outcomes, stale lake files, catalog records (driver, DynamoDB)",
+        "outcomes, stale lake files, catalog records (driver, DynamoDB, the index)",
         (
             ("lethe_jobs/ingest_pipeline.py", "_outcomes"),
             ("lethe_jobs/ingest_core.py", "_remove_stale"),
@@ -70,6 +70,8 @@ WORKER_TASKS = (
     "read_pieces",
     "write_raw_entries",
     "partition_paths",
+    "place_rows",
+    "write_files",
     "write_lake_files",
     "write_quarantine",
 )
@@ -191,6 +193,205 @@ def worker_profile(files: Iterable[Path]) -> dict[str, Any]:
     }
 
 
+def spark_stages(events: Path) -> list[dict[str, Any]]:
+    """Each Spark stage of the run, from its event log (`spark.eventLog.dir`, one file): where
+    it was called from, its tasks, its wall time (submitted to completed) and its tasks' metrics
+    summed: run time (which includes waiting for the Python workers), the executors' JVM CPU,
+    GC, shuffle written and read, disk spilled. The JVM's share the driver and worker profiles
+    do not show."""
+    import json  # noqa: PLC0415
+
+    files = sorted(f for f in events.glob("*") if f.is_file()) if events.is_dir() else []
+    stages: dict[int, dict[str, Any]] = {}
+    for path in files:
+        with path.open(encoding="utf-8") as lines:
+            for line in lines:
+                event = json.loads(line)
+                kind = event.get("Event")
+                if kind == "SparkListenerTaskEnd":
+                    stage = stages.setdefault(event["Stage ID"], _new_stage())
+                    _add_task(stage, event.get("Task Metrics") or {})
+                elif kind == "SparkListenerStageCompleted":
+                    info = event["Stage Info"]
+                    stage = stages.setdefault(info["Stage ID"], _new_stage())
+                    stage["name"] = _call_site(info.get("Stage Name", ""))
+                    stage["tasks"] = info.get("Number of Tasks", 0)
+                    started, ended = info.get("Submission Time"), info.get("Completion Time")
+                    if started and ended:
+                        stage["wall_s"] = round((ended - started) / 1000, 3)
+    return [
+        {"stage": number, **{k: round(v, 3) if isinstance(v, float) else v for k, v in s.items()}}
+        for number, s in sorted(stages.items())
+    ]
+
+
+def _new_stage() -> dict[str, Any]:
+    return {
+        "name": "", "tasks": 0, "wall_s": 0.0, "run_s": 0.0, "cpu_s": 0.0, "gc_s": 0.0,
+        "shuffle_write_mib": 0.0, "shuffle_read_mib": 0.0, "spill_mib": 0.0,
+    }  # fmt: skip
+
+
+def _add_task(stage: dict[str, Any], metrics: dict[str, Any]) -> None:
+    mib = 1024 * 1024
+    stage["run_s"] += metrics.get("Executor Run Time", 0) / 1000
+    stage["cpu_s"] += metrics.get("Executor CPU Time", 0) / 1e9
+    stage["gc_s"] += metrics.get("JVM GC Time", 0) / 1000
+    written = metrics.get("Shuffle Write Metrics") or {}
+    stage["shuffle_write_mib"] += written.get("Shuffle Bytes Written", 0) / mib
+    read = metrics.get("Shuffle Read Metrics") or {}
+    stage["shuffle_read_mib"] += (
+        read.get("Remote Bytes Read", 0) + read.get("Local Bytes Read", 0)
+    ) / mib
+    stage["spill_mib"] += metrics.get("Disk Bytes Spilled", 0) / mib
+
+
+def _call_site(name: str) -> str:
+    """`collect at /path/to/ingest_pipeline.py:103` -> `collect at ingest_pipeline.py:103`."""
+    action, at, where = name.partition(" at ")
+    return f"{action}{at}{where.replace(chr(92), '/').rsplit('/', 1)[-1]}" if at else name
+
+
+# the JVM's time by what runs: each sample of a Spark task thread goes to the first category
+# one of whose fragments is in its stack, read from the top (the method running) down
+JVM_CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("regular expressions (decimal checks, ...)", ("java.util.regex.",)),
+    ("CSV parse (univocity)", ("com.univocity.",)),
+    ("compression (LZ4, Snappy, Zstandard)", ("lz4", "snappy", "zstd", "Snappy", "LZ4")),
+    ("Parquet write", ("org.apache.parquet.",)),
+    (
+        "Arrow batches to and from the Python workers",
+        (
+            "org.apache.arrow.",
+            "ArrowWriter",
+            "ArrowColumnVector",
+            ".arrow.",
+            "PythonArrow",
+            "ArrowPython",
+            "ArrowEvalPython",
+            "python.PythonRunner",
+            "BasePythonRunner",
+        ),
+    ),
+    ("cache: columnar build and scan (persist, DISK_ONLY)", ("execution.columnar.",)),
+    (
+        "shuffle and sort",
+        (
+            "org.apache.spark.shuffle.",
+            "UnsafeExternalSorter",
+            "UnsafeInMemorySorter",
+            "UnsafeSorterSpill",
+            "ShuffleExternalSorter",
+            "util.collection.unsafe.sort.",
+            "ExternalSorter",
+            "storage.DiskBlockObjectWriter",
+            "ShuffleBlockFetcherIterator",
+        ),
+    ),
+    (
+        "serialization (Kryo, Java)",
+        ("com.esotericsoftware.", "serializer.", "ObjectOutputStream", "ObjectInputStream"),
+    ),
+    ("JSON (from_json, to_json: Jackson)", ("com.fasterxml.jackson.",)),
+    (
+        "expressions: casts, checks, projections (generated code)",
+        ("GeneratedClass", "catalyst.expressions.", "unsafe.types.UTF8String", "catalyst.util."),
+    ),
+    ("aggregation (raw objects' entries)", ("execution.aggregate.",)),
+    ("disk and socket I/O", ("java.io.", "java.nio.", "sun.nio.", "java.net.")),
+)
+JVM_OTHER = "other JVM code"
+# the threads doing a Spark task's work: the task's own, and the thread that feeds a Python
+# worker its input (computing the rows it sends: cache scans, expressions, Arrow conversion)
+SPARK_WORK_THREADS = ("Executor task launch worker", "writer for ")
+
+
+def jvm_profile(recording: Path, top: int = 12) -> dict[str, Any]:
+    """The JVM's execution samples of a run (Java Flight Recorder, `settings=profile`: a Java
+    thread running Java code is sampled every 10 ms): the samples of the threads doing Spark
+    tasks' work (SPARK_WORK_THREADS) by category (JVM_CATEGORIES) and the methods most often
+    running, plus how many samples other threads (the driver's, Spark's own) took. A sample is
+    about 10 ms of CPU; garbage collection, the JIT compiler and native code are not sampled."""
+    import subprocess  # noqa: PLC0415
+
+    if not recording.is_file():
+        return {}
+    command = ["jfr", "print", "--events", "jdk.ExecutionSample", "--stack-depth", "96",
+               str(recording)]  # fmt: skip
+    categories: dict[str, int] = defaultdict(int)
+    methods: dict[str, int] = defaultdict(int)
+    samples = other_threads = 0
+    thread, in_stack = "", False
+    frames: list[str] = []
+    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as listing:
+        assert listing.stdout is not None
+        for raw in listing.stdout:
+            line = raw.strip()
+            if line.startswith("sampledThread = "):
+                thread = line
+            elif line == "stackTrace = [":
+                frames, in_stack = [], True
+            elif in_stack and line == "]":
+                in_stack = False
+                samples += 1
+                if not any(name in thread for name in SPARK_WORK_THREADS):
+                    other_threads += 1
+                    continue
+                categories[_jvm_category(frames)] += 1
+                if frames:
+                    methods[frames[0].split("(", 1)[0]] += 1
+            elif in_stack and line != "...":
+                frames.append(line)
+    return {
+        "samples": samples,
+        "other_threads": other_threads,
+        "categories": dict(sorted(categories.items(), key=lambda kv: -kv[1])),
+        "top_methods": dict(sorted(methods.items(), key=lambda kv: -kv[1])[:top]),
+    }
+
+
+def _jvm_category(frames: list[str]) -> str:
+    for frame in frames:
+        for label, fragments in JVM_CATEGORIES:
+            if any(fragment in frame for fragment in fragments):
+                return label
+    return JVM_OTHER
+
+
+def jvm_lines(jvm: dict[str, Any], title: str) -> list[str]:
+    """A JVM profile (`jvm_profile`) as a Markdown table."""
+    if not jvm or not jvm.get("samples"):
+        return []
+    tasks = sum(jvm["categories"].values()) or 1
+    lines = [
+        f"| {title}: JVM samples of the threads doing Spark tasks' work ({tasks:,}, about "
+        f"{tasks / 100:,.0f} s of CPU; other threads {jvm['other_threads']:,}) | samples | share |",
+        "|---|---:|---:|",
+    ]
+    for label, count in jvm["categories"].items():
+        lines.append(f"| {label} | {count:,} | {100 * count / tasks:.0f} % |")
+    methods = "; ".join(f"`{m}` {n:,}" for m, n in list(jvm["top_methods"].items())[:8])
+    return [*lines, "", f"Most sampled JVM methods ({title}): {methods}."]
+
+
+def stage_lines(stages: list[dict[str, Any]]) -> list[str]:
+    """The stages as a Markdown table."""
+    if not stages:
+        return []
+    lines = [
+        "| Spark stage (where the job called it) | tasks | wall s | tasks' run s | executor "
+        "JVM CPU s | GC s | shuffle written MiB | shuffle read MiB |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for s in stages:
+        lines.append(
+            f"| {s['stage']}: `{s['name']}` | {s['tasks']} | {s['wall_s']:.1f} | {s['run_s']:.1f} "
+            f"| {s['cpu_s']:.1f} | {s['gc_s']:.1f} | {s['shuffle_write_mib']:,.0f} "
+            f"| {s['shuffle_read_mib']:,.0f} |"
+        )
+    return lines
+
+
 def markdown(profile: dict[str, Any], timed_median_s: float | None) -> list[str]:
     run = profile["run"]
     wall = run["wall_s"]
@@ -236,6 +437,13 @@ def markdown(profile: dict[str, Any], timed_median_s: float | None) -> list[str]
     top = "; ".join(f"`{t['function']}` {t['own_s']:.1f} s" for t in workers.get("top_own_s", []))
     if top:
         lines += ["", f"The workers' largest own times: {top}."]
+    stages = stage_lines(profile.get("stages") or [])
+    if stages:
+        lines += ["", *stages]
+    for key, title in (("jvm", "Lethe"), ("plain_jvm", "plain Spark")):
+        jvm = jvm_lines(profile.get(key) or {}, title)
+        if jvm:
+            lines += ["", *jvm]
     return lines
 
 

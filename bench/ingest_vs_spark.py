@@ -3,6 +3,7 @@
     python bench/ingest_vs_spark.py            # one 1 GiB CSV object; 100 objects of 10 MiB
     python bench/ingest_vs_spark.py --quick    # 128 MiB; 20 objects of 10 MiB (iterating)
     python bench/ingest_vs_spark.py --cases big --big-mib 256 --profile
+    python bench/ingest_vs_spark.py --merge OUT.json BIG.json BATCH.json   # runs of one case each
 
 Two cases, each a set of raw CSV objects written by bench/csv_objects.py (the ingestion
 benchmark's dataset `bench_ingest`, deterministic for `--seed`): **big**, one object of
@@ -13,8 +14,11 @@ the same machine, the order alternating from one run to the next:
   cloud's runner runs it, `ingest_bench.run_job`) ingests the case's objects as ONE batch from a
   moto server on 127.0.0.1 standing in for S3, DynamoDB and Secrets Manager
   (`bench/moto_cloud.py`; reset and the objects uploaded again before every run, untimed, so
-  that every run is a first ingestion). Its outcome is checked against what the generator
-  wrote (every object INGESTED, exactly its valid rows written and the others quarantined).
+  that every run is a first ingestion), with the subject index where a deployment keeps it by
+  default, the segment store (`--index-store segments`: an index bucket and its manifest table;
+  `--index-store dynamodb` for the DynamoDB index). Its outcome is checked against what the
+  generator wrote (every object INGESTED, exactly its valid rows written and the others
+  quarantined).
 - **plain Spark**: `bench/plain_spark_ingest.py`, `spark.read.csv(files, schema=<the dataset's
   schema>, header=True).write.partitionBy("event_date").parquet(dir)`, reading the same files
   from local disk, in a process with the same environment and the same session settings.
@@ -23,7 +27,8 @@ Both are timed as processes (wall seconds from the start of the process to its e
 JVM start-up included on both sides); rows/s = the case's records / wall s; the ratio is
 Lethe's throughput / plain Spark's (>= 0.5 is the target, docs/BENCHMARKS.md). Also recorded:
 every AWS call the job made, by service and action, with the moto server's time inside it (the
-server runs in this process: a WSGI wrapper counts), and the number of subject index items.
+server runs in this process: a WSGI wrapper counts), and the number of subject index entries
+(segments: the entries the object pointers name; DynamoDB: items).
 
 `--profile`: one more Lethe run per case with the driver and every Python worker task under
 cProfile (bench/ingest_profile.py): the driver's wall time by phase, the workers' time by what
@@ -58,7 +63,14 @@ PLAIN_SCRIPT = BENCH_DIR / "plain_spark_ingest.py"
 MIB = 1024 * 1024
 TARGET = 0.5  # Lethe's throughput / plain Spark's, at least (issue 20, item 5)
 CASES = ("big", "batch")
-INDEX_WRITE_FUNCTIONS = (("lethe_shared/index/maintenance.py", "replace_entries"),)
+# the subject index writes: `replace_many` (a task's files, written together: one segment per
+# task and dataset) and `replace_entries` where not called by it (the driver: an object with no
+# entries; the DynamoDB store, under replace_many), and the driver settling removed files
+INDEX_WRITE_FUNCTIONS = (
+    ("lethe_shared/index/maintenance.py", "replace_many"),
+    ("lethe_shared/index/maintenance.py", "replace_entries"),
+    ("lethe_shared/index/maintenance.py", "settle_missing_key"),
+)
 
 
 # ---------------------------------------------------------------------- AWS calls, counted
@@ -118,7 +130,18 @@ def _call_name(environ: dict[str, Any]) -> str:
         "",
     )
     ranged = " (range)" if environ.get("HTTP_RANGE") else ""
-    return f"{service}:{method}{' ?' + sub if sub else ''}{ranged}"
+    bucket = _bucket(environ) if service == "s3" else ""
+    return f"{service}:{method}{' ?' + sub if sub else ''}{ranged}{' ' + bucket if bucket else ''}"
+
+
+def _bucket(environ: dict[str, Any]) -> str:
+    """The bucket an S3 request names: path style (`/<bucket>/<key>`, what boto3 sends to an
+    IP endpoint), else the host's first label."""
+    path = environ.get("PATH_INFO", "").lstrip("/")
+    if path:
+        return path.split("/", 1)[0]
+    host = environ.get("HTTP_HOST", "").split(":", 1)[0]
+    return host.split(".", 1)[0] if host.count(".") > 3 else ""
 
 
 def _note_table(environ: dict[str, Any]) -> None:
@@ -133,13 +156,21 @@ def _note_table(environ: dict[str, Any]) -> None:
         return
     tables = [request["TableName"]] if "TableName" in request else []
     tables += sorted(request.get("RequestItems", {}))  # BatchWriteItem, BatchGetItem
+    tables += sorted(  # TransactWriteItems: each action names its table
+        {
+            str(action[kind]["TableName"])
+            for action in request.get("TransactItems", [])
+            for kind in action
+            if isinstance(action[kind], dict) and "TableName" in action[kind]
+        }
+    )
     name = ",".join(tables)
     if request.get("IndexName"):
         name += f"/{request['IndexName']}"
     environ["lethe.table"] = name
 
 
-def counting_cloud() -> tuple[Any, CallCounter]:
+def counting_cloud(index_store: str) -> tuple[Any, CallCounter]:
     """MotoCloud.start with its server's app wrapped by a CallCounter."""
     import moto_cloud  # noqa: PLC0415
 
@@ -153,7 +184,7 @@ def counting_cloud() -> tuple[Any, CallCounter]:
             server.app = holder["counter"]
 
     moto_cloud.ThreadedMotoServer = CountingServer
-    context = moto_cloud.MotoCloud.start()
+    context = moto_cloud.MotoCloud.start(index_store)
     cloud = context.__enter__()
     return (context, cloud), holder["counter"]
 
@@ -163,16 +194,29 @@ def counting_cloud() -> tuple[Any, CallCounter]:
 
 def make_case(args: argparse.Namespace, case: str, out: Path) -> list[Any]:
     """The case's CSV objects (deterministic for the seed): `big` one object of --big-mib,
-    `batch` --objects objects of --object-mib."""
+    `batch` --objects objects of --object-mib. In `out`, with `objects.json` naming them and
+    the settings they were made with: a later run with the same settings (`--data DIR`) reads
+    them from there instead of writing them again."""
     import csv_objects  # noqa: PLC0415
     import generate_lake  # noqa: PLC0415
 
-    model = generate_lake.SubjectModel(args.subjects, args.skew, args.seed)
     words = args.comment_words
     if case == "big":
         sizes, first = [args.big_mib], 1000
     else:
         sizes, first = [args.object_mib] * args.objects, 0
+    made_with = {
+        "sizes_mib": sizes, "first": first, "subjects": args.subjects, "skew": args.skew,
+        "seed": args.seed, "days": args.days, "comment_words": words,
+    }  # fmt: skip
+    listing = out / "objects.json"
+    if listing.is_file():
+        kept = json.loads(listing.read_text(encoding="utf-8"))
+        if kept.get("made_with") == made_with:
+            return [
+                csv_objects.CsvObject(**{**o, "path": Path(o["path"])}) for o in kept["objects"]
+            ]
+    model = generate_lake.SubjectModel(args.subjects, args.skew, args.seed)
     objects = []
     out.mkdir(parents=True, exist_ok=True)
     for number, mib in enumerate(sizes):
@@ -188,6 +232,8 @@ def make_case(args: argparse.Namespace, case: str, out: Path) -> list[Any]:
                 comment_words=words,
             )
         )
+    document = {"made_with": made_with, "objects": [o.to_json() for o in objects]}
+    listing.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
     return objects
 
 
@@ -223,8 +269,9 @@ def run_lethe(
 
 
 def run_plain(
-    args: argparse.Namespace, cloud: Any, objects: list[Any], scratch: Path
-) -> dict[str, Any]:
+    args: argparse.Namespace, cloud: Any, objects: list[Any], scratch: Path,
+    *, conf: Sequence[str] = (),
+) -> dict[str, Any]:  # fmt: skip
     import csv_objects  # noqa: PLC0415
     import ingest_bench  # noqa: PLC0415
     from proc_tree import TreeSampler, wait_sampled  # noqa: PLC0415
@@ -233,7 +280,9 @@ def run_plain(
     document.write_text(json.dumps(csv_objects.dataset_document()), encoding="utf-8")
     out = scratch / "plain-out"
     shutil.rmtree(out, ignore_errors=True)
-    env = ingest_bench.job_environment(cloud, f"local[{args.cores}]", args.driver_memory, args.tmp)
+    env = ingest_bench.job_environment(
+        cloud, f"local[{args.cores}]", args.driver_memory, args.tmp, conf
+    )
     command = [
         sys.executable, str(PLAIN_SCRIPT), "--dataset", str(document), "--out", str(out),
         *[str(o.path) for o in objects],
@@ -271,19 +320,30 @@ def run_plain(
 
 
 def _cumulative(stats: dict[Any, Any], wanted: Sequence[tuple[str, str]]) -> float:
+    """The cumulative time of the `wanted` functions, each call counted once: the time of a
+    wanted function called by another wanted function is left out (it is in its caller's)."""
+
+    def is_wanted(function: tuple[str, int, str]) -> bool:
+        path = function[0].replace("\\", "/")
+        return any(path.endswith(suffix) and function[2] == name for suffix, name in wanted)
+
     total = 0.0
-    for suffix, name in wanted:
-        total += sum(
-            v[3]
-            for f, v in stats.items()
-            if f[0].replace("\\", "/").endswith(suffix) and f[2] == name
-        )
+    for function, (_, _, _, cumulative, callers) in stats.items():
+        if not is_wanted(function):
+            continue
+        inner = sum(figures[3] for caller, figures in callers.items() if is_wanted(caller))
+        total += cumulative - inner
     return total
 
 
 def profile_lethe(
     args: argparse.Namespace, cloud: Any, counter: CallCounter, objects: list[Any], case: str
 ) -> dict[str, Any]:
+    """One more Lethe run under the profilers (cProfile on the driver and the Python workers,
+    Spark's event log, Java Flight Recorder on the JVM), and one more plain Spark run with Java
+    Flight Recorder: where Lethe's time goes, and how its JVM's work differs from plain
+    Spark's."""
+    import ingest_bench  # noqa: PLC0415
     import ingest_profile  # noqa: PLC0415
 
     target = Path(tempfile.mkdtemp(prefix="lethe-vs-spark-profile-", dir=args.tmp))
@@ -291,6 +351,8 @@ def profile_lethe(
         run = run_lethe(
             args, cloud, counter, objects, f"bench-vs-spark-{case}-profile", profile_dir=target
         )
+        plain_jfr = target / "plain.jfr"
+        plain = run_plain(args, cloud, objects, target, conf=[ingest_bench.jfr_conf(plain_jfr)])
         workers = sorted(target.glob("worker-*.prof"))
         readable = []
         for path in workers:
@@ -308,6 +370,10 @@ def profile_lethe(
             "run": run,
             "driver": ingest_profile.driver_phases(target / "driver.prof"),
             "workers": ingest_profile.worker_profile(workers),
+            "stages": ingest_profile.spark_stages(target / "events"),
+            "jvm": ingest_profile.jvm_profile(target / "jvm.jfr"),
+            "plain_run": {k: plain[k] for k in ("wall_s", "session_s", "job_s", "processes")},
+            "plain_jvm": ingest_profile.jvm_profile(plain_jfr),
             "index_writes_s": {
                 "workers_summed": round(index_s, 3),
                 "driver": round(driver_index_s, 3),
@@ -321,12 +387,19 @@ def profile_lethe(
 
 
 def _is_index_call(name: str) -> bool:
-    """A call on the subject index table: BatchWriteItem (only the index uses it in this job),
-    or any call that names the index table (runs from before the table was recorded name only
+    """A call on the subject index: on the segment store, a call on its manifest table or its
+    bucket; on the DynamoDB store, BatchWriteItem (only the index uses it in this job) or any
+    call that names the index table (runs from before the table was recorded name only
     BatchWriteItem)."""
     import moto_cloud  # noqa: PLC0415
 
-    return name.startswith("dynamodb:BatchWriteItem") or f" {moto_cloud.INDEX}" in name
+    words = name.replace(",", " ").replace("/", " ").split()
+    return (
+        name.startswith("dynamodb:BatchWriteItem")
+        or moto_cloud.INDEX in words
+        or moto_cloud.MANIFEST in words
+        or (name.startswith("s3:") and moto_cloud.INDEX_BUCKET in words)
+    )
 
 
 def _index_write_share(run: dict[str, Any]) -> dict[str, float]:
@@ -348,7 +421,7 @@ def measure_case(
     args: argparse.Namespace, cloud: Any, counter: CallCounter, case: str, scratch: Path,
     *, order_start: int,
 ) -> dict[str, Any]:  # fmt: skip
-    folder = scratch / case
+    folder = (args.data or scratch) / case
     started = time.perf_counter()
     objects = make_case(args, case, folder)
     generated = time.perf_counter() - started
@@ -399,7 +472,8 @@ def measure_case(
         "index_writes": [_index_write_share(run) for run in lethe],
         "profile": profile,
     }
-    shutil.rmtree(folder, ignore_errors=True)
+    if args.data is None:
+        shutil.rmtree(folder, ignore_errors=True)
     return result
 
 
@@ -415,7 +489,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     load_start = os.getloadavg()[0]
     started = dt.datetime.now(dt.UTC)
     scratch = Path(tempfile.mkdtemp(prefix="lethe-vs-spark-", dir=args.tmp))
-    (context, cloud), counter = counting_cloud()
+    (context, cloud), counter = counting_cloud(args.index_store)
     try:
         cases = [
             measure_case(args, cloud, counter, case, scratch, order_start=number)
@@ -439,6 +513,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "skew": args.skew,
             "days": args.days,
             "seed": args.seed,
+            "index_store": args.index_store,
         },
         "target": TARGET,
         "cases": cases,
@@ -505,7 +580,7 @@ def markdown(result: dict[str, Any]) -> str:
         )
     lines += [
         "",
-        "| case (first Lethe run) | lake files | index items | AWS calls | subject index calls "
+        "| case (first Lethe run) | lake files | index entries | AWS calls | subject index calls "
         "| moto's time in them | share of Lethe's wall time |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
@@ -551,8 +626,9 @@ def _profile_lines(case: dict[str, Any]) -> list[str]:
         "",
         *ingest_profile.markdown(shaped, _wall(case, "lethe")),
         "",
-        f"Time inside the subject index writes (`replace_entries`), summed over the worker "
-        f"tasks: {index['workers_summed']:.1f} s; on the driver: {index['driver']:.1f} s.",
+        f"Time inside the subject index writes (`replace_many`, `replace_entries`, "
+        f"`settle_missing_key`), summed over the worker tasks: {index['workers_summed']:.1f} s; "
+        f"on the driver: {index['driver']:.1f} s.",
     ]
 
 
@@ -591,7 +667,7 @@ def plot(result: dict[str, Any], out: Path) -> Path:
     ax.barh([i - 0.2 for i in y], lethe, height=0.38, color="#4477aa", label="Lethe ingest job")
     ax.barh(
         [i - 0.2 for i in y], index, height=0.38, color="#cc6677",
-        label="of which: subject index writes to DynamoDB (moto; estimate)",
+        label="of which: subject index calls (moto; estimate)",
     )  # fmt: skip
     for i, case in enumerate(cases):
         ax.text(lethe[i], i - 0.2, f"  {case['ratio_median']:.2f}x", va="center", fontsize=8)
@@ -634,8 +710,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--days", type=int, default=3)
     parser.add_argument("--comment-words", type=int, default=15)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--index-store",
+        default="segments",
+        choices=("segments", "dynamodb"),
+        help="where the job keeps the subject index (default: the deployed default, segments)",
+    )
     parser.add_argument("--timeout", type=float, default=7200)
     parser.add_argument("--tmp", type=Path, default=None)
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=None,
+        help="keep the generated CSV objects here and reuse them when made with the same settings",
+    )
     parser.add_argument(
         "--out-json", type=Path, default=BENCH_DIR / "results" / "ingest_spark_latest.json"
     )
@@ -650,7 +738,45 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
+def merge(paths: Sequence[Path]) -> dict[str, Any]:
+    """Several runs' results as one (each case from the run that measured it, in the order
+    given): at the issue's sizes each case runs in a process of its own (the moto server keeps
+    every object in the benchmark's process). `runs` keeps what each run was: its command, its
+    start, its load average at the start and at the end, its duration."""
+    results = [json.loads(Path(p).read_text(encoding="utf-8")) for p in paths]
+    first, last = results[0], results[-1]
+    machine = {
+        **first["machine"],
+        "load_average_1m_at_end": last["machine"].get("load_average_1m_at_end"),
+    }
+    return {
+        **first,
+        "command": " ; ".join(r["command"] for r in results),
+        "cases": [case for r in results for case in r["cases"]],
+        "machine": machine,
+        "duration_s": round(sum(r.get("duration_s", 0.0) for r in results), 1),
+        "runs": [
+            {
+                "command": r["command"],
+                "date_utc": r["date_utc"],
+                "cases": [c["case"] for c in r["cases"]],
+                "load_average_1m_at_start": r["machine"].get("load_average_1m_at_start"),
+                "load_average_1m_at_end": r["machine"].get("load_average_1m_at_end"),
+                "duration_s": r.get("duration_s"),
+            }
+            for r in results
+        ],
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["--merge"]:  # --merge OUT IN [IN ...]
+        out, *inputs = (Path(a) for a in arguments[1:])
+        merged = merge(inputs)
+        out.write_text(json.dumps(merged, indent=2) + "\n", encoding="utf-8")
+        print(markdown(merged))
+        return 0
     args = parse_args(argv)
     sys.path.insert(0, str(BENCH_DIR))
     result = run(args)

@@ -7,7 +7,11 @@ buckets, the datasets, object catalog and subject index tables with the keys and
 template.yaml declares, the segment index's bucket (unversioned) and manifest table, the subject
 hash key as a secret, and the dataset registered. A job is pointed at the DynamoDB index
 (`index_store = "dynamodb"`, the ingestion benchmarks' runs so far) or at the segment index
-(`"segments"`, the deployed default).
+(`"segments"`, the deployed default): `MotoCloud.start(index_store=...)` or the attribute.
+moto's version listing under a prefix is patched while the server runs
+(`lethe.localcloud.moto_instances.patch_version_listing`, as the local cloud does): unpatched,
+each of the ingest job's `versions_of(bucket, key)` calls deep-copied every version of every key
+of the bucket, bodies included, and a 100-object batch ran the benchmark out of memory.
 
     with MotoCloud.start() as cloud:
         cloud.reset()                        # a fresh state: buckets, tables, secret
@@ -33,10 +37,13 @@ import requests
 from boto3.s3.transfer import TransferConfig
 from moto.server import ThreadedMotoServer
 
+from lethe.localcloud.moto_instances import patch_version_listing
 from lethe.localcloud.template import load_template
 from lethe_shared.catalog.object_catalog import CatalogItem, ObjectStatus, Zone, normalize_sequencer
 from lethe_shared.datasets.document import parse_dataset
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
+from lethe_shared.index.opening import IndexStore, parse_store
+from lethe_shared.index.segments.manifest import Manifest
 
 REGION = "us-east-1"
 RAW = "lethe-bench-raw"
@@ -72,9 +79,11 @@ class MotoCloud:
 
     @classmethod
     @contextmanager
-    def start(cls) -> Iterator[MotoCloud]:
+    def start(cls, index_store: str = "dynamodb") -> Iterator[MotoCloud]:
         """A moto server on 127.0.0.1 for the duration of the block; this process's boto3
-        clients point at it (environment), as a job's do."""
+        clients point at it (environment), as a job's do. `index_store`: where the jobs keep the
+        subject index (`dynamodb` or `segments`)."""
+        unlisted = patch_version_listing()
         port = free_port()
         server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
         server.start()
@@ -89,9 +98,10 @@ class MotoCloud:
             {"AWS_ENDPOINT_URL": endpoint, "AWS_DEFAULT_REGION": REGION, **CREDENTIALS}
         )
         try:
-            yield cls(endpoint)
+            yield cls(endpoint, index_store=parse_store(index_store).value)
         finally:
             server.stop()
+            unlisted()
             for key, value in saved.items():
                 if value is None:
                     os.environ.pop(key, None)
@@ -167,8 +177,18 @@ class MotoCloud:
         return str(head["VersionId"])
 
     def index_items(self) -> int:
-        """Items in the subject index (a scan)."""
-        table = boto3.resource("dynamodb", region_name=REGION).Table(INDEX)
+        """Entries in the subject index: with segments, the entries the live object pointers
+        name (what each object's last write holds); with DynamoDB, its items (a scan)."""
+        dynamodb = boto3.resource("dynamodb", region_name=REGION)
+        if self.index_store == IndexStore.SEGMENTS.value:
+            manifest = Manifest(dynamodb.Table(MANIFEST))
+            return sum(
+                pointer.entries
+                for dataset_id in manifest.datasets()
+                for pointer in manifest.all_pointers(dataset_id).values()
+                if pointer is not None and pointer.live
+            )
+        table = dynamodb.Table(INDEX)
         count, kwargs = 0, {"Select": "COUNT"}
         while True:
             page = table.scan(**kwargs)

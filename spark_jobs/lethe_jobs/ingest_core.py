@@ -46,7 +46,7 @@ import argparse
 import json
 import logging
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -199,23 +199,37 @@ def run_ingest(spark: SparkSession, args: IngestArgs, aws: AwsPorts, now: dateti
     results: dict[int, ObjectResult] = {}
     datasets: dict[str, Dataset | None] = {}
     planned: dict[str, list[PlannedObject]] = defaultdict(list)
+    urls = [s3_url(args.raw_bucket, r.key) for r in requests]
+    # the per-version look-ups run HEAD_THREADS at a time (each is one or two calls); what they
+    # decide is decided below, one version after the other in batch order, as before
     heads = _heads(aws.s3, args.raw_bucket, requests)
+    items = _parallel(lambda r: aws.catalog.get(args.raw_bucket, r.key, r.version_id), requests)
+    live = [
+        i for i, item in enumerate(items) if item is None or item.status is not ObjectStatus.DELETED
+    ]
+    for index in live:
+        dataset_id = requests[index].dataset_id
+        if dataset_id not in datasets:
+            datasets[dataset_id] = aws.datasets.get(dataset_id)
+    admitted = [i for i in live if _refusal(requests[i], datasets[requests[i].dataset_id]) is None]
+    newer_of = _by_index(
+        lambda i: aws.catalog.newer_version_of(urls[i], requests[i].version_id), admitted
+    )
+    readable = [i for i in admitted if newer_of[i] is None and heads[i] is not None]
+    earlier_of = _by_index(lambda i: aws.catalog.lake_objects_of(urls[i]), readable)
     for index, request in enumerate(requests):
-        url = s3_url(args.raw_bucket, request.key)
-        item = aws.catalog.get(args.raw_bucket, request.key, request.version_id)
+        url, item = urls[index], items[index]
         if item is not None and item.status is ObjectStatus.DELETED:
             LOG.info(
                 "%s version %s was deleted before it could be ingested", url, request.version_id
             )
             results[index] = ObjectResult(request, url, ObjectStatus.DELETED)
             continue
-        if request.dataset_id not in datasets:
-            datasets[request.dataset_id] = aws.datasets.get(request.dataset_id)
         refused = _refusal(request, datasets[request.dataset_id])
         if refused:
             results[index] = ObjectResult(request, url, ObjectStatus.FAILED, error=refused)
             continue
-        newer = aws.catalog.newer_version_of(url, request.version_id)
+        newer = newer_of[index]
         if newer is not None:
             LOG.warning(
                 "%s version %s is superseded by version %s: nothing is written",
@@ -244,19 +258,29 @@ def run_ingest(spark: SparkSession, args: IngestArgs, aws: AwsPorts, now: dateti
             "ingesting %s version %s (%d bytes) into dataset %s",
             url, request.version_id, head.size, request.dataset_id,
         )  # fmt: skip
-        planned[request.dataset_id].append(
-            PlannedObject(obj, request, aws.catalog.lake_objects_of(url))
-        )
+        planned[request.dataset_id].append(PlannedObject(obj, request, earlier_of[index]))
     for dataset_id, objects in sorted(planned.items()):
         dataset = datasets[dataset_id]
         assert dataset is not None
         results.update(_ingest_dataset(spark, args, aws, dataset=dataset, objects=objects, now=now))
     ordered = [results[i] for i in range(len(requests))]
-    for result in ordered:
-        _record(aws.catalog, args, result, now)
+    _parallel(lambda result: _record(aws.catalog, args, result, now), ordered)
     counts = Counter(r.status.value for r in ordered)
     LOG.info("batch done: %s", ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
     return BatchResult(ordered)
+
+
+def _by_index(work: Callable[[int], Any], indices: Sequence[int]) -> dict[int, Any]:
+    return dict(zip(indices, _parallel(work, indices), strict=True))
+
+
+def _parallel(work: Callable[[Any], Any], inputs: Sequence[Any]) -> list[Any]:
+    """`work` of each input, HEAD_THREADS at a time, the answers in the inputs' order; the first
+    exception is raised (after every call has ended)."""
+    if len(inputs) <= 1:
+        return [work(x) for x in inputs]
+    with ThreadPoolExecutor(max_workers=HEAD_THREADS) as pool:
+        return list(pool.map(work, inputs))
 
 
 def _refusal(request: BatchRequest, dataset: Dataset | None) -> str | None:
@@ -269,8 +293,7 @@ def _refusal(request: BatchRequest, dataset: Dataset | None) -> str | None:
 
 
 def _heads(s3: S3ObjectStore, bucket: str, requests: Sequence[BatchRequest]) -> list[Any]:
-    with ThreadPoolExecutor(max_workers=HEAD_THREADS) as pool:
-        return list(pool.map(lambda r: s3.head(bucket, r.key, r.version_id), requests))
+    return _parallel(lambda r: s3.head(bucket, r.key, r.version_id), requests)
 
 
 def _record(catalog: ObjectCatalog, args: IngestArgs, result: ObjectResult, now: datetime) -> None:
@@ -337,12 +360,8 @@ def _ingest_dataset(
         members = sorted({p.object_index for p in piece_list})
         part = replace(settings, objects={i: settings.objects[i] for i in members})
         outcomes.update(run_pipeline(spark, aws, part, schema, piece_list))
-    results: dict[int, ObjectResult] = {}
-    for plan in objects:
-        outcome = outcomes[plan.obj.index]
-        _remove_stale(aws, settings, plan, outcome)
-        results[plan.obj.index] = outcome
-    return results
+    _parallel(lambda plan: _remove_stale(aws, settings, plan, outcomes[plan.obj.index]), objects)
+    return {plan.obj.index: outcomes[plan.obj.index] for plan in objects}
 
 
 def _remove_stale(

@@ -13,7 +13,7 @@ from functools import partial
 from typing import Any
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -32,7 +32,7 @@ from lethe_jobs.ingest_tasks import (
     BatchObject,
     TaskSettings,
 )
-from lethe_jobs.tasks import task_groups
+from lethe_jobs.tasks import wave_groups
 from lethe_jobs.validate import (
     POSITION,
     REASONS,
@@ -43,13 +43,16 @@ from lethe_jobs.validate import (
 )
 from lethe_shared.aws.s3 import S3ObjectStore, s3_url
 from lethe_shared.catalog.object_catalog import ObjectStatus
-from lethe_shared.datasets.document import DataFormat
+from lethe_shared.datasets.document import HIVE_DEFAULT_PARTITION, DataFormat
 from lethe_shared.index.maintenance import replace_entries
 
 LOG = logging.getLogger("lethe.ingest")
 
 
 JSON_CONTENT_TYPE = "application/json"
+CACHE_COMPRESSED = "spark.sql.inMemoryColumnarStorage.compressed"  # the persisted read's columns
+# the Spark SQL settings the pipeline runs with (the session's own are put back after it)
+PIPELINE_CONF = {CACHE_COMPRESSED: "false"}
 
 
 @dataclass
@@ -58,6 +61,7 @@ class _PieceTotals:
     rows_without_subject: int = 0  # records that name no subject: never indexed
     unreadable: str | None = None
     columns: list[str] = field(default_factory=list)
+    entries: int = 0  # the raw object's entries its read task wrote (an object read whole)
 
 
 def run_pipeline(
@@ -68,31 +72,54 @@ def run_pipeline(
     piece_list: list[pieces.Piece],
 ) -> dict[int, ObjectResult]:
     context = spark.sparkContext
-    groups = task_groups([p.size for p in piece_list], min_tasks=context.defaultParallelism)
+    # the read tasks: a whole number of waves of them, where the pieces' sizes allow it
+    groups = wave_groups([p.size for p in piece_list], context.defaultParallelism)
     specs = [json.dumps([tasks.piece_spec(piece_list[i]) for i in g]) for g in groups]
     source = spark.createDataFrame(
         context.parallelize([(s,) for s in specs], len(specs)), "pieces string"
     )
     reader = partial(tasks.read_pieces, settings=settings, schema=schema)
+    # the writer tasks: at least one per core, and a whole number of waves of them
+    cores = max(1, context.defaultParallelism)
+    shuffle = -(-max(cores, len(groups)) // cores) * cores
     # The batch's read is kept on the executors' local disk, never in their heap: a partition
     # holds a task's pieces (up to 256 MiB of input, several times that as rows), and caching
     # it in memory ran 1.5 GB executors out of heap on a 1 GB object (docs/BENCHMARKS.md,
     # "Ingestion"); written and read back as a stream, it needs one cached batch at a time.
     # The conformed rows are not kept: one pass writes the lake and quarantine files.
-    frame = source.mapInArrow(reader, schema).persist(StorageLevel.DISK_ONLY)
-    shuffle = max(context.defaultParallelism, len(groups))
+    # The cached columns are not encoded (CACHE_COMPRESSED): choosing an encoding tries each one
+    # on every value (a hash map of a column's distinct values), which cost more CPU than the
+    # rest of caching; the read is written to local disk as it is, a few times its text's size
+    # at most, and read back once per action.
+    previous = {key: spark.conf.get(key, None) for key in PIPELINE_CONF}
+    for key, value in PIPELINE_CONF.items():
+        spark.conf.set(key, value)
+    frame = source.mapInArrow(reader, schema)
     try:
+        frame = frame.persist(StorageLevel.DISK_ONLY)
         totals = _piece_totals(frame, settings)
         readable = sorted(i for i, t in totals.items() if t.unreadable is None)
-        raw_entries = _write_raw_entries(frame, settings, readable, shuffle)
+        # an object read whole had its entries written by its read task; a split object's
+        # pieces sent theirs, added up and written here
+        raw_entries = {i: totals[i].entries for i in readable if totals[i].entries}
+        split = sorted({p.object_index for p in piece_list if not p.whole} & set(readable))
+        if split:
+            raw_entries.update(_write_raw_entries(frame, settings, split, shuffle))
         records = {i: tasks.record_columns(totals[i].columns, settings.dataset) for i in readable}
         texts = any(pairs is not None for pairs in records.values())
         conformed = _conformed(frame, settings, schema, readable, texts=texts)
-        written = _write_files(conformed, settings, shuffle, records)
+        # every object read whole: each object's rows are in one partition already, which
+        # writes its files without a shuffle; a split object's pieces are shuffled together
+        written = _write_files(conformed, settings, shuffle if split else None, records)
         lake = [row for row in written if row["kind"] == "lake"]
         quarantine = [row for row in written if row["kind"] == "quarantine"]
     finally:
         frame.unpersist()
+        for key, before in previous.items():
+            if before is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, before)
     return _outcomes(
         aws, settings, totals, raw_entries=raw_entries, lake=lake, quarantine=quarantine
     )
@@ -106,6 +133,7 @@ def _piece_totals(frame: DataFrame, settings: TaskSettings) -> dict[int, _PieceT
         total.rows_read += info["rows_read"]
         total.rows_without_subject += info.get("rows_without_subject", 0)
         total.columns = total.columns or info["columns"]
+        total.entries += info.get("entries") or 0
         if info["unreadable"] and total.unreadable is None:
             total.unreadable = info["unreadable"]
     return totals
@@ -117,8 +145,9 @@ _ENTRY_STRUCT = "struct<s:string,r:bigint,h:array<bigint>>"
 def _write_raw_entries(
     frame: DataFrame, settings: TaskSettings, readable: list[int], shuffle: int
 ) -> dict[int, int]:
-    """The raw objects' entries: the batches' partial entries added up per (object, subject),
-    the first hints kept, then written per object by `write_raw_entries`."""
+    """The entries of the raw objects read in several pieces (`readable`: those of them that
+    could be read): the pieces' partial entries added up per (object, subject), the first hints
+    kept, then written per object by `write_raw_entries`."""
     entries = frame.where((col(KIND) == ENTRY) & col(OBJECT).isin(readable)).select(
         col(OBJECT).alias("object"), F.from_json(col(INFO), _ENTRY_STRUCT).alias("e")
     )
@@ -171,20 +200,61 @@ def _conformed(
     reasons = F.when(F.size(col(PREREASONS)) > 0, col(PREREASONS)).otherwise(col(REASONS))
     conformed = conformed.withColumn(REASONS, reasons).drop(PREREASONS)
     # each valid row's lake partition path; a row whose lake key S3 would refuse is rejected
+    rendered = sql_partition_path(conformed, settings)
+    if rendered is not None:  # in Spark SQL, where it renders exactly what `place_rows` does
+        valid = col(REASONS).isNull() | (F.size(col(REASONS)) == 0)
+        return conformed.withColumn(PART, F.when(valid, rendered))
     placed = T.StructType([*conformed.schema.fields, T.StructField(PART, T.StringType())])
     return conformed.mapInArrow(partial(tasks.place_rows, settings=settings), placed)
+
+
+def sql_partition_path(conformed: DataFrame, settings: TaskSettings) -> Column | None:
+    """Each row's lake partition path as Spark SQL, when that gives exactly what `place_rows`
+    gives (`layout.partition_path` of the row's values) and no valid row can get a key
+    problem: a dataset without partition columns (""), or whose partition columns are all
+    dates (a date renders as ISO `yyyy-MM-dd`, which needs no escaping; null as
+    HIVE_DEFAULT_PARTITION) and whose longest lake key is within S3's and the index's limits
+    (`tasks.key_problem`). Then the rows need not go through a Python task and back to be
+    placed. None otherwise (`place_rows` places them). A valid row whose date falls outside
+    the years 1-9999 fails the task, as it did in `place_rows` (Python has no such date)."""
+    dataset = settings.dataset
+    names = list(dataset.partition_by)
+    if not names:
+        return F.lit("")
+    if not all(isinstance(conformed.schema[n].dataType, T.DateType) for n in names):
+        return None
+    longest = layout.lake_key(
+        dataset.dataset_id,
+        layout.partition_path(names, [None] * len(names)),  # HIVE_DEFAULT_PARTITION: the longest
+        settings.digest(next(iter(settings.objects))),
+    )
+    if tasks.key_problem(settings.lake_bucket, longest) is not None:
+        return None
+    parts = []
+    for name in names:
+        value = col(name)
+        beyond = F.raise_error(F.lit(f"partition column {name}: a date outside years 1-9999"))
+        shown = (
+            F.when(value.isNull(), F.lit(HIVE_DEFAULT_PARTITION))
+            .when(F.year(value).between(1, 9999), F.date_format(value, "yyyy-MM-dd"))
+            .otherwise(beyond)
+        )
+        parts.append(F.concat(F.lit(f"{layout.escape_partition_value(name)}="), shown))
+    return F.concat_ws("/", *parts)
 
 
 def _write_files(
     conformed: DataFrame,
     settings: TaskSettings,
-    shuffle: int,
+    shuffle: int | None,
     records: dict[int, list[tuple[str, str]] | None],
 ) -> list[Any]:
-    """The lake files and the quarantine files in one pass over the conformed rows: shuffled by
-    (object, partition path; null for a rejected row), so that one task writes each lake file
-    and each object's quarantine file, sorted by source position (`tasks.write_files`). What
-    only one kind needs is null in the other's rows (the shuffle does not carry it)."""
+    """The lake files and the quarantine files in one pass over the conformed rows, so that one
+    task writes each lake file and each object's quarantine file, sorted by source position
+    (`tasks.write_files`): shuffled into `shuffle` tasks by (object, partition path; null for a
+    rejected row), or, with `shuffle` None (every object in one partition of `conformed`, as
+    its read task left it), sorted where they are, each read task's rows written by one task.
+    What only one kind needs is null in the other's rows (the sort does not carry it)."""
     dataset = settings.dataset
     valid = F.size(col(REASONS)) == 0
     texts = [c for c in conformed.columns if c.startswith(tasks.TEXT_PREFIX)]
@@ -197,9 +267,10 @@ def _write_files(
         *[F.when(~valid, col(c)).alias(c) for c in (RECORD, *texts)],
     )
     writer = partial(tasks.write_files, settings=settings, records=records)
+    if shuffle is not None:
+        rows = rows.repartition(shuffle, col(OBJECT), col(PART))
     return (
-        rows.repartition(shuffle, col(OBJECT), col(PART))
-        .sortWithinPartitions(col(OBJECT), col(PART).asc_nulls_first(), col(POSITION))
+        rows.sortWithinPartitions(col(OBJECT), col(PART).asc_nulls_first(), col(POSITION))
         .mapInArrow(writer, tasks.WRITE_SUMMARY)
         .collect()
     )

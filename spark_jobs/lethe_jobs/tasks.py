@@ -46,6 +46,28 @@ def task_groups(
     return groups
 
 
+def wave_groups(sizes: Sequence[int | None], cores: int) -> list[list[int]]:
+    """`task_groups` of `sizes` with `min_tasks=cores`, regrouped, where that gives more groups
+    than `cores` but not a whole number of waves of them (5 groups on 2 cores: the last wave
+    keeps one core idle), into the next multiple of `cores` groups of more even sizes (each
+    still at most `task_bytes` and `task_objects`): the smallest cap on a group's bytes that
+    gives no more groups than that. Unchanged when no cap does (objects of unknown size)."""
+    groups = task_groups(sizes, min_tasks=cores)
+    cores = max(1, cores)
+    if len(groups) <= cores or len(groups) % cores == 0 or any(s is None for s in sizes):
+        return groups
+    wanted = -(-len(groups) // cores) * cores
+    total = sum(s or 0 for s in sizes)
+    low, high = max(1, -(-total // wanted)), TASK_BYTES  # high gives len(groups) <= wanted
+    while low < high:  # the smallest cap giving at most `wanted` groups
+        middle = (low + high) // 2
+        if len(task_groups(sizes, task_bytes=middle, min_tasks=cores)) <= wanted:
+            high = middle
+        else:
+            low = middle + 1
+    return task_groups(sizes, task_bytes=high, min_tasks=cores)
+
+
 def grouped_items(spark: Any, items: Sequence[str], sizes: Sequence[int | None]) -> Any:
     """`items` (one text per object) as an RDD with one partition per group of `task_groups`,
     at least one per core of the session (`defaultParallelism`); order kept, so a collect

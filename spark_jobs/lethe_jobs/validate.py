@@ -236,23 +236,34 @@ def conform(dataset: Dataset, keep: Sequence[str] = ()) -> Transform:
 
 
 def _reasons(dataset: Dataset, plans: Sequence[_Plan]) -> Column:
+    """The row's reasons. Built only where a row has one: a row none of whose checks fails (a
+    valid row, nearly every row) gets the empty array without the arrays of the checks being
+    made and joined (each check's reason is there only where it fails, so that is the array
+    they give)."""
     by_name = {p.column.name: p for p in plans}
     subject_heads = {path.split(".")[0] for path in dataset.subject_columns}
     parts = [F.concat(p.names, F.array(F.when(p.failed, p.reason))) for p in plans]
+    problems = [p.troubled for p in plans]
     later = []
     for plan in plans:
         if not plan.column.nullable and plan.column.name not in subject_heads:
             missing = col(plan.value_name).isNull() & ~plan.troubled
             later.append(F.when(missing, F.lit(f"column {plan.column.name} must not be null")))
+            problems.append(missing)
     for path in dataset.subject_columns:
         head, *rest = path.split(".")
         plan = by_name[head]
         value = functools.reduce(Column.getField, rest, col(plan.value_name))
         missing = value.isNull() & ~plan.troubled
         later.append(F.when(missing, F.lit(f"subject column {path} is missing")))
+        problems.append(missing)
     if later:
         parts.append(F.array(*later))
-    return F.array_compact(F.concat(*parts))
+    reasons = F.array_compact(F.concat(*parts))
+    # a check that cannot tell (null) counts as failing: its row's reasons are then built
+    return F.when(F.coalesce(_any(problems), F.lit(True)), reasons).otherwise(
+        F.array().cast("array<string>")
+    )
 
 
 def _plan(df: DataFrame, column: SchemaColumn, index: int) -> _Plan:

@@ -6,6 +6,8 @@
 - A large object is read in pieces (line-aligned byte ranges of text, row groups of Parquet) by
   several tasks, and the lake files, the quarantine and the index entries are exactly those a
   plain read of the whole object gives.
+- On the segment store (the deployed default), a batch gets the entries the DynamoDB index
+  gets: every raw object, lake file and quarantine file, with the same rows per subject.
 """
 
 from __future__ import annotations
@@ -18,11 +20,14 @@ import re
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from ingest import main
+from lethe_shared.index.opening import IndexLocation, IndexStore, open_subject_index
+from lethe_shared.index.segments import manifest_table_definition
 from tests.spark.cloud import GLUE_ARGS, LAKE, RAW, Cloud, JobRunner, batch_args, h
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -295,3 +300,61 @@ def test_a_large_gzip_object_is_one_piece_streamed_in_batches(cloud: Cloud, run:
     assert (outcome["status"], outcome["rows_written"]) == ("INGESTED", valid)
     pieces = {m.group(1): int(m.group(2)) for m in PIECES.finditer(run.logs)}
     assert pieces == {f"s3://{RAW}/reviews/large.csv.gz": 1}
+
+
+def test_on_the_segment_index_a_batch_gets_the_entries_the_dynamodb_index_gets(
+    cloud: Cloud, run: Runner
+) -> None:
+    # Given a batch of two datasets' objects, with valid and rejected rows, and the segment
+    # store's bucket and manifest table
+    cloud.register(REVIEWS)
+    cloud.register(EVENTS)
+    good = cloud.upload("reviews/good.csv", REVIEWS_CSV, "reviews")
+    body, _ = _reviews_csv(300)
+    many = cloud.upload("reviews/many.csv", body, "reviews")
+    events_body, _ = _events_jsonl(200)
+    events = cloud.upload("events/e.jsonl", events_body, "events")
+    batch = [
+        ("reviews", "reviews/good.csv", good),
+        ("reviews", "reviews/many.csv", many),
+        ("events", "events/e.jsonl", events),
+    ]
+    bucket, manifest = "lethe-test-index", "lethe-test-index-manifest"
+    cloud.s3.create_bucket(Bucket=bucket)
+    boto3.resource("dynamodb").create_table(**manifest_table_definition(manifest))
+
+    # When the batch is ingested onto the DynamoDB index, then onto the segment store
+    on_dynamodb = run(batch)
+    on_segments = run(
+        batch, "--index-store", "segments", "--index-bucket", bucket, "--manifest-table", manifest
+    )
+
+    # Then the outcomes are the same, and each subject's entries name the same objects with the
+    # same rows (the second run rewrote the lake files: versions differ; segments keep no hints)
+    def outcome(summary: Any) -> list[tuple[Any, ...]]:
+        keys = ("key", "status", "rows_read", "rows_written", "rows_quarantined")
+        return [tuple(o[k] for k in keys) for o in summary["objects"]]
+
+    assert outcome(on_segments) == outcome(on_dynamodb)
+    assert on_segments["counts"] == {"INGESTED": 3}
+    index = open_subject_index(
+        IndexLocation(IndexStore.SEGMENTS, bucket=bucket, manifest_table=manifest),
+        s3=boto3.client("s3"),
+        dynamodb=boto3.resource("dynamodb"),
+    )
+    subjects = ["u1", "u2", "u3", *[f"u{i}" for i in range(50)], *[f"c{i}" for i in range(40)]]
+    urls: set[str] = set()
+    for subject in subjects:
+        dynamodb = sorted((e[1], e[2], e[3], e[4]) for e in cloud.lookup(h(subject)))
+        found = index.lookup(h(subject))
+        segments = sorted((e.object_url, e.zone, e.format, e.rows) for e in found)
+        assert segments == dynamodb, subject
+        urls |= {e[0] for e in segments}
+    # and those are the raw objects, their lake files and their quarantine files
+    written = {
+        url
+        for o in on_segments["objects"]
+        for url in [*o["lake_objects"], o["quarantine_object"]]
+        if url
+    }
+    assert urls == written | {f"s3://{RAW}/{key}" for _, key, _ in batch}

@@ -1,10 +1,12 @@
 """The ingest tasks' fast paths give what their row-by-row forms gave: entries added up from an
-EntryBatch's columns, CSV records rebuilt by the quarantine writer, partition paths and lake key
+EntryBatch's columns, an object's accumulated entries built from one validated model, CSV records
+rebuilt by the quarantine writer, partition paths and lake key
 problems judged per distinct path, runs of sorted keys found with Arrow, and the CSV reader's
 undecodable-bytes check skipped only while no undecodable byte was read."""
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -28,12 +30,14 @@ from lethe_jobs.ingest_tasks import (
     text_column,
 )
 from lethe_jobs.ingest_tasks.write import _runs
-from lethe_jobs.readers import read_raw
+from lethe_jobs.readers import csv_text, read_raw
+from lethe_jobs.readers.records import Slice
 from lethe_jobs.validate import POSITION, REASONS
 from lethe_shared.catalog.object_catalog import Zone
 from lethe_shared.datasets.document import Dataset, parse_dataset
+from lethe_shared.index.arrow_entries import ObjectRef, entry_pin
 from lethe_shared.index.opening import IndexLocation, IndexStore
-from lethe_shared.index.subject_index import EntryBatch
+from lethe_shared.index.subject_index import EntryBatch, IndexEntry
 
 SCHEMA = [("user_id", "string"), ("event_date", "string"), ("stars", "int")]
 
@@ -80,6 +84,54 @@ def test_entries_added_from_columns_equal_those_added_from_models() -> None:
     assert by_columns.hints == by_models.hints
     assert by_columns.rows["b" * 64] == 2 + HINTS_KEPT + 4
     assert len(by_columns.hints["a" * 64]) == HINTS_KEPT
+
+
+def test_accumulated_entries_are_the_models_validation_gives() -> None:
+    found = EntryAccumulator()
+    found.add_batch(
+        batch(
+            ["b" * 64, "a" * 64],
+            [3, 3 + HINTS_KEPT + 2],
+            [9, 4, 7, *range(20, 20 + HINTS_KEPT + 2)],
+        )
+    )
+    found.add("c" * 64, 5, [1])
+    ds = dataset()
+    ref = ObjectRef("s3://lake/ds/event_date=x/part-1.parquet", Zone.LAKE, "parquet", "v7", "e7")
+    key = b"k" * 32
+
+    built = found.entries(ref, ds, key)
+
+    pin = entry_pin(ds, key)
+    validated = [
+        IndexEntry(
+            subject_hash=subject,
+            object_url=ref.object_url,
+            dataset_id="ds",
+            zone=Zone.LAKE,
+            format="parquet",
+            rows=rows,
+            row_hints=hints,
+            version_id="v7",
+            etag="e7",
+            matching_fingerprint=pin.matching_fingerprint,
+            key_fingerprint=pin.key_fingerprint,
+        )
+        for subject, rows, hints in [
+            ("a" * 64, HINTS_KEPT + 2, tuple(range(20, 20 + HINTS_KEPT))),
+            ("b" * 64, 3, (4, 7, 9)),
+            ("c" * 64, 5, (1,)),
+        ]
+    ]
+    assert [e.model_dump(exclude={"updated_at"}) for e in built] == [
+        e.model_dump(exclude={"updated_at"}) for e in validated
+    ]
+    assert [e.model_fields_set for e in built] == [e.model_fields_set for e in validated]
+    assert [e.to_item() | {"updated_at": ""} for e in built] == [
+        e.to_item() | {"updated_at": ""} for e in validated
+    ]
+    assert len({e.updated_at for e in built}) == 1  # one validated entry, its time shared
+    assert EntryAccumulator().entries(ref, ds, key) == []
 
 
 def test_records_are_rebuilt_only_where_the_text_columns_hold_them(tmp_path: Path) -> None:
@@ -234,3 +286,68 @@ def test_undecodable_bytes_are_found_after_valid_rows(tmp_path: Path) -> None:
         (20_002, ("column user_id: not UTF-8 text",))
     ]
     assert json.loads(records.rejected[0].record_json)["user_id"] == "u\\xff"
+
+
+def _records_the_generic_loop_gives(
+    data: bytes, ds: Dataset, part: Slice, batch_rows: int
+) -> list[tuple[list[dict[str, Any]], list[tuple[int, tuple[str, ...], str]]]]:
+    """`read_csv`'s loop before its fast path: every row through `_CsvCollector.add`."""
+    before = csv_text._UNDECODED_SEEN[0]
+    encoding = "utf-8-sig" if part.first_line == 1 else "utf-8"
+    text = io.TextIOWrapper(
+        io.BytesIO(data), encoding=encoding, errors=csv_text.COUNTING_SURROGATEESCAPE, newline=""
+    )
+    reader = csv_text.csv_reader(text, ds.csv)
+    names = list(part.header) if part.header is not None else next(reader)
+    collector = csv_text._CsvCollector(names, before)
+    found = []
+    for line, row, _ in csv_text._csv_rows(reader, None, part.first_line - 1):
+        if row:
+            collector.add(line, row)
+        if len(collector) >= batch_rows:
+            found.append(collector.records())
+            collector = csv_text._CsvCollector(names, before)
+    found.append(collector.records())
+    return [_shown(r) for r in found]
+
+
+def _shown(records: Any) -> tuple[list[dict[str, Any]], list[tuple[int, tuple[str, ...], str]]]:
+    rejected = [(r.position, r.reasons, r.record_json) for r in records.rejected]
+    return records.table.to_pylist(), rejected
+
+
+@pytest.mark.parametrize("batch_rows", [1, 2, 3, 65_536])
+@pytest.mark.parametrize("bad_first", [False, True])
+def test_csv_fast_path_gives_the_records_of_the_generic_loop(
+    tmp_path: Path, batch_rows: int, bad_first: bool
+) -> None:
+    """Blank lines, rows of the wrong width, a quoted newline, undecodable bytes (before any
+    valid row, and after some), a slice without the header: the same rows, rejections, line
+    numbers and batches as every row through `_CsvCollector.add`."""
+    bad = b"u\xfe,2026-01-03,3\n"
+    body = (
+        (bad if bad_first else b"")
+        + b"u1,2026-01-01,1\n\n"
+        + b'"u\n2",2026-01-01,2\n'
+        + b"u3,2026-01-01\n"
+        + b"u4,2026-01-01,4,extra\n"
+        + b"\r\n"
+        + b"u5,2026-01-02,5\n"
+        + b"u6,2026-01-\xff02,6\n"
+        + b"u7,2026-01-02,7\n"
+        + b"u8,,\n"
+    )
+    ds = dataset()
+    header = b"user_id,event_date,stars\n"
+    for data, part in [
+        (header + body, Slice()),
+        (body, Slice(first_line=40, header=("user_id", "event_date", "stars"))),
+    ]:
+        expected = _records_the_generic_loop_gives(data, ds, part, batch_rows)
+        found = [
+            _shown(r) for r in csv_text.read_csv(io.BytesIO(data), ds, tmp_path, part, batch_rows)
+        ]
+        assert found == expected
+        rejected = [p for _, batch in found for p, _, _ in batch]
+        assert len(rejected) == 3 + bad_first  # u3, u4, u6 (and u\xfe)
+        assert sum(len(rows) for rows, _ in found) == 5  # u1, u\n2, u5, u7, u8

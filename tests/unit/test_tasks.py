@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lethe_jobs.tasks import TASK_BYTES, TASK_OBJECTS, task_groups
+from lethe_jobs.tasks import TASK_BYTES, TASK_OBJECTS, task_groups, wave_groups
 
 MIB = 1024 * 1024
 
@@ -56,3 +56,26 @@ def test_groups_keep_the_order_and_every_object_once() -> None:
         held = sum(sizes[i] or 0 for i in group)
         assert len(group) <= TASK_OBJECTS
         assert held <= TASK_BYTES or len(group) == 1
+
+
+def test_wave_groups_make_a_whole_number_of_waves_of_even_groups() -> None:
+    sizes = [11 * MIB] * 100
+    assert [len(g) for g in task_groups(sizes, min_tasks=2)] == [23, 23, 23, 23, 8]
+    groups = wave_groups(sizes, 2)
+    assert [len(g) for g in groups] == [17, 17, 17, 17, 17, 15]
+    assert [i for g in groups for i in g] == list(range(100))  # consecutive, in order
+
+
+@pytest.mark.parametrize(
+    "sizes",
+    [
+        [11 * MIB] * 25,  # two groups: one wave already
+        [128 * MIB] * 9,  # pieces of a large object: no cap gives six groups of them
+        [None] * 300,  # unknown sizes: by count, as task_groups
+        [300 * MIB, 5 * MIB, 5 * MIB],
+    ],
+)
+def test_wave_groups_keep_task_groups_where_they_cannot_do_better(sizes: list[int | None]) -> None:
+    groups = wave_groups(sizes, 2)
+    assert groups == task_groups(sizes, min_tasks=2)
+    assert all(sum(sizes[i] or 0 for i in g) <= TASK_BYTES or len(g) == 1 for g in groups)

@@ -12,11 +12,14 @@ unreadable), or one subject's partial index entry over one batch of records (`EN
 first row hints), which Spark then adds up per object and subject.
 
 Modules: `frame` (the frame, settings and summaries), `scan` (split points of large text
-objects), `read` (pieces into the frame), `write` (lake files, quarantine, raw objects' entries).
+objects), `read` (pieces into the frame), `write` (lake files, quarantine, raw objects' entries),
+`entries` (an object's index entries added up over its batches), `index_writes` (a task's
+index writes, together).
 """
 
 from __future__ import annotations
 
+from lethe_jobs.ingest_tasks.entries import EntryAccumulator, models_like
 from lethe_jobs.ingest_tasks.frame import (
     ENTRY,
     FILE_SUMMARY,
@@ -48,7 +51,6 @@ from lethe_jobs.ingest_tasks.frame import (
 from lethe_jobs.ingest_tasks.read import read_pieces
 from lethe_jobs.ingest_tasks.scan import piece_from_spec, piece_spec, scan_object
 from lethe_jobs.ingest_tasks.write import (
-    EntryAccumulator,
     key_problem,
     partition_paths,
     place_rows,
@@ -86,6 +88,7 @@ __all__ = [
     "ingest_metadata",
     "jackson_json",
     "key_problem",
+    "models_like",
     "partition_paths",
     "piece_from_spec",
     "piece_spec",

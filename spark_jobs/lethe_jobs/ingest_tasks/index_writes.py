@@ -12,7 +12,7 @@ under the new versions (as a task that failed between its PUT and its index writ
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from lethe_shared.aws.s3 import ObjectStore
 from lethe_shared.index.maintenance import replace_many
@@ -45,7 +45,11 @@ class TaskIndexWriter:
         self.pending, self.held = [], 0
 
 
-def then_flush(rows: Iterator[T], index: TaskIndexWriter) -> Iterator[T]:
+class Flushes(Protocol):
+    def flush(self) -> None: ...
+
+
+def then_flush(rows: Iterator[T], index: Flushes) -> Iterator[T]:
     """`rows`, the last one held back until the task's entries are written."""
     held: list[T] = []
     for row in rows:

@@ -1,5 +1,11 @@
 """The read task: pieces of raw objects streamed a batch of records at a time into the task
-frame, with the raw objects' partial index entries and one summary per piece."""
+frame, with the raw objects' index entries and one summary per piece.
+
+An object read whole (one piece) has all its entries in the task that reads it: the task writes
+them itself, with the entries of its other whole objects (`index_writes.TaskIndexWriter`: one
+segment per task), before its last summary leaves it, and the piece's summary says how many it
+wrote. The pieces of a split object send their partial entries (ENTRY rows), which the
+pipeline adds up per subject and writes (`write.write_raw_entries`)."""
 
 from __future__ import annotations
 
@@ -17,6 +23,7 @@ from lethe_jobs import pieces
 from lethe_jobs.arrow_bridge import arrow_schema
 from lethe_jobs.errors import UnreadableFileError
 from lethe_jobs.indexing import batch_of_rows
+from lethe_jobs.ingest_tasks.entries import EntryAccumulator
 from lethe_jobs.ingest_tasks.frame import (
     ENTRY,
     HINTS_KEPT,
@@ -32,8 +39,9 @@ from lethe_jobs.ingest_tasks.frame import (
     jackson_json,
     record_columns,
 )
+from lethe_jobs.ingest_tasks.index_writes import TaskIndexWriter, then_flush
 from lethe_jobs.ingest_tasks.scan import piece_from_spec
-from lethe_jobs.ingest_tasks.write import EntryAccumulator
+from lethe_jobs.ingest_tasks.write import connect
 from lethe_jobs.readers import (
     JsonNames,
     RawRecords,
@@ -54,16 +62,50 @@ def read_pieces(
     batches: Iterable[pa.RecordBatch], settings: TaskSettings, schema: T.StructType
 ) -> Iterator[pa.RecordBatch]:
     """A read task: each input row holds the JSON list of a group's piece specs; yields their
-    records, their partial index entries, and one summary per piece."""
+    records, the partial index entries of split objects, and one summary per piece; writes the
+    entries of the objects it reads whole (module docstring)."""
     logging_shown_keys(
         settings.correlation_id, settings.hash_key, {settings.dataset.dataset_id: settings.dataset}
     )
+    index = RawIndexWrites(settings)
+    return then_flush(_read_pieces(batches, settings, schema, index), index)
+
+
+def _read_pieces(
+    batches: Iterable[pa.RecordBatch],
+    settings: TaskSettings,
+    schema: T.StructType,
+    index: RawIndexWrites,
+) -> Iterator[pa.RecordBatch]:
     client = boto3.client("s3")
     target = arrow_schema(schema)
     for batch in batches:
         for text in batch.column(0).to_pylist():
             for spec in json.loads(text):
-                yield from _read_piece(client, piece_from_spec(spec), settings, target)
+                yield from _read_piece(client, piece_from_spec(spec), settings, target, index)
+
+
+class RawIndexWrites:
+    """The raw objects' entries a read task writes (those of the objects it reads whole), with
+    the task's index writer, opened at the first object that has entries."""
+
+    def __init__(self, settings: TaskSettings) -> None:
+        self.settings = settings
+        self.writer: TaskIndexWriter | None = None
+
+    def add(self, obj: BatchObject, found: EntryAccumulator) -> int:
+        """Hold the object's entries for the task's index write; how many."""
+        settings = self.settings
+        ref = ObjectRef(obj.url, Zone.RAW, settings.dataset.format.value, obj.version_id, obj.etag)
+        entries = found.entries(ref, settings.dataset, settings.hash_key)
+        if self.writer is None:
+            self.writer = connect(settings)[1]
+        self.writer.add(settings.raw_bucket, obj.key, entries)
+        return len(entries)
+
+    def flush(self) -> None:
+        if self.writer is not None:
+            self.writer.flush()
 
 
 def _records(
@@ -92,14 +134,19 @@ def _records(
 
 
 def _read_piece(
-    client: Any, piece: pieces.Piece, settings: TaskSettings, target: Any
+    client: Any,
+    piece: pieces.Piece,
+    settings: TaskSettings,
+    target: Any,
+    index: RawIndexWrites,
 ) -> Iterator[pa.RecordBatch]:
     obj = settings.objects[piece.object_index]
     rows_read, without_subject, unreadable = 0, 0, None
     columns: list[str] = []
-    # the piece's partial index entries, added up over its batches and sent once: one ENTRY
-    # row per subject of the piece, not one per subject of every batch
+    # the piece's index entries, added up over its batches: written by this task when the
+    # piece is the whole object, else sent once, one ENTRY row per subject of the piece
     found = EntryAccumulator()
+    written: int | None = None  # entries this task wrote for the object
     with tempfile.TemporaryDirectory(prefix="lethe-ingest-") as tmp:
         try:
             for records in _records(client, piece, settings, Path(tmp)):
@@ -110,12 +157,16 @@ def _read_piece(
         except UnreadableFileError as exc:
             unreadable = exc.reason
     if unreadable is None and found.rows:
-        yield _entry_batch(found, obj, target)
+        if piece.whole:
+            written = index.add(obj, found)
+        else:
+            yield _entry_batch(found, obj, target)
     info = {
         "rows_read": rows_read,
         "rows_without_subject": without_subject,
         "columns": columns,
         "unreadable": unreadable,
+        "entries": written,
     }
     yield _info_batch(PIECE, obj.index, [json.dumps(info)], target)
 
@@ -155,14 +206,14 @@ def _row_batches(
                 columns[NAMED] = pa.array(named or [None] * count, pa.string())
         elif dataset.format is DataFormat.CSV:
             names = [n for n in table.column_names if n != POSITION]
-            values = [table.column(n).to_pylist() for n in names]
             if not names:
                 columns[RECORD] = pa.array(["{}"] * count, pa.string())
             elif record_columns(records.columns, dataset) is None:
+                values = [table.column(n).to_pylist() for n in names]
                 records_json = [jackson_json(names, row) for row in zip(*values, strict=True)]
                 columns[RECORD] = pa.array(records_json, pa.string())
             # else RECORD stays null: the quarantine writer rebuilds it for the rejected rows
-            _csv_columns(columns, dataset, dict(zip(names, values, strict=True)), data)
+            _csv_columns(columns, dataset, {n: _chunk(table, n) for n in names}, data)
         else:
             for name in data:
                 if name in table.column_names:
@@ -173,27 +224,30 @@ def _row_batches(
 
 
 def _csv_columns(
-    columns: dict[str, Any], dataset: Dataset, values: dict[str, list[Any]], data: list[str]
+    columns: dict[str, Any], dataset: Dataset, values: dict[str, pa.Array], data: list[str]
 ) -> None:
     """The frame's CSV data columns (the schema's, as text): each from the header column the
     field-name rule finds for it (`readers.declared_names`: exact, else the one case
-    variant). A cell that holds a struct as JSON text is conformed to the declared names
-    (`readers.JsonNames`); a row where such a name is ambiguous is rejected (PREREASONS)."""
+    variant), the reader's Arrow array as it is. A cell that holds a struct as JSON text is
+    conformed to the declared names (`readers.JsonNames`; only such columns are turned into
+    Python values); a row where such a name is ambiguous is rejected (PREREASONS)."""
     found = declared_names(list(values), dataset, "header")
     json_names = JsonNames(dataset)
     rejected: dict[int, list[str]] = {}
     for name in data:
         if name not in found:
             continue
-        texts = values[found[name]]
-        if json_names.nested(name):
-            texts = list(texts)
-            for row, text in enumerate(texts):
-                named, reasons = json_names.cell(name, text)
-                if reasons:
-                    rejected.setdefault(row, []).extend(reasons)
-                elif named is not None:
-                    texts[row] = named
+        column = values[found[name]]
+        if not json_names.nested(name):
+            columns[name] = column.cast(pa.string())
+            continue
+        texts = column.to_pylist()
+        for row, text in enumerate(texts):
+            named, reasons = json_names.cell(name, text)
+            if reasons:
+                rejected.setdefault(row, []).extend(reasons)
+            elif named is not None:
+                texts[row] = named
         columns[name] = pa.array(texts, pa.string())
     if rejected:
         prereasons = [rejected.get(row, []) for row in range(len(columns[POSITION]))]

@@ -18,10 +18,10 @@ from pyspark.sql import types as T
 
 from lethe_jobs import layout
 from lethe_jobs.arrow_bridge import arrow_schema
-from lethe_jobs.indexing import entries_of_rows
+from lethe_jobs.indexing import batch_of_rows
+from lethe_jobs.ingest_tasks.entries import EntryAccumulator
 from lethe_jobs.ingest_tasks.frame import (
     FILE_SUMMARY,
-    HINTS_KEPT,
     JSONL_CONTENT_TYPE,
     LAKE_SUMMARY,
     LOG,
@@ -44,70 +44,12 @@ from lethe_jobs.validate import POSITION, REASONS, RECORD, schema_of
 from lethe_shared.aws.s3 import S3ObjectStore, s3_url
 from lethe_shared.catalog.object_catalog import Zone
 from lethe_shared.catalog.writes_ledger import DynamoWritesLedger, Writer
-from lethe_shared.datasets.document import DataFormat, Dataset, hive_partition_values
-from lethe_shared.index.arrow_entries import ObjectRef, entries_from_table, entry_pin
+from lethe_shared.datasets.document import DataFormat, hive_partition_values
+from lethe_shared.index.arrow_entries import ObjectRef, entry_batch
 from lethe_shared.index.opening import open_subject_index
-from lethe_shared.index.subject_index import EntryBatch, IndexEntry
 
 
-class EntryAccumulator:
-    """Index entries of one object built a batch at a time: rows added up, the first hints
-    kept (one more than stored, so that the entry knows its hints are incomplete)."""
-
-    def __init__(self) -> None:
-        self.rows: dict[str, int] = {}
-        self.hints: dict[str, list[int]] = {}
-
-    def add(self, subject: str, rows: int, hints: Iterable[int]) -> None:
-        self.rows[subject] = self.rows.get(subject, 0) + rows
-        kept = self.hints.setdefault(subject, [])
-        if len(kept) < HINTS_KEPT:
-            kept.extend(list(hints)[: HINTS_KEPT - len(kept)])
-
-    def add_entries(self, entries: Iterable[IndexEntry], offset: int = 0) -> None:
-        for entry in entries:
-            self.add(entry.subject_hash, entry.rows, (h + offset for h in entry.row_hints))
-
-    def add_batch(self, batch: EntryBatch, offset: int = 0) -> None:
-        """`add_entries` of an EntryBatch, from its columns (no model per entry)."""
-        hints, start = batch.row_hints, 0
-        for subject, end in zip(batch.subject_hashes, batch.ends, strict=True):
-            kept = self.hints.get(subject)
-            if kept is None:
-                self.rows[subject] = end - start
-                self.hints[subject] = [
-                    h + offset for h in hints[start : min(end, start + HINTS_KEPT)]
-                ]
-            else:
-                self.rows[subject] += end - start
-                if len(kept) < HINTS_KEPT:
-                    room = start + HINTS_KEPT - len(kept)
-                    kept.extend(h + offset for h in hints[start : min(end, room)])
-            start = end
-
-    def entries(self, ref: ObjectRef, dataset: Dataset, key: bytes) -> list[IndexEntry]:
-        """The object's entries, pinned to the dataset definition and the key they were computed
-        with (`arrow_entries.entry_pin`)."""
-        pin = entry_pin(dataset, key) if self.rows else None
-        return [
-            IndexEntry(
-                subject_hash=subject,
-                object_url=ref.object_url,
-                dataset_id=dataset.dataset_id,
-                zone=ref.zone,
-                format=ref.format,
-                rows=rows,
-                row_hints=tuple(sorted(self.hints[subject])[:HINTS_KEPT]),
-                version_id=ref.version_id,
-                etag=ref.etag,
-                matching_fingerprint=pin.matching_fingerprint if pin else "",
-                key_fingerprint=pin.key_fingerprint if pin else "",
-            )
-            for subject, rows in sorted(self.rows.items())
-        ]
-
-
-def _connect(settings: TaskSettings) -> tuple[S3ObjectStore, TaskIndexWriter]:
+def connect(settings: TaskSettings) -> tuple[S3ObjectStore, TaskIndexWriter]:
     """The task's store records every lake and quarantine file it writes in the writes ledger
     (an intent before the PUT, the version after): how the object events path knows they are
     this job's, which indexed them (lethe_shared.catalog.writes_ledger). The task's index
@@ -302,7 +244,7 @@ class _LakeFile:
         chunk = pa.concat_tables(self.pending)
         self.writer.write_table(chunk, row_group_size=ROW_GROUP_ROWS)
         dataset, key = self.settings.dataset, self.settings.hash_key
-        self.entries.add_entries(entries_from_table(chunk, dataset, self.ref, key=key), self.rows)
+        self.entries.add_batch(entry_batch(chunk, dataset, self.ref, key=key), self.rows)
         self.rows += chunk.num_rows
         self.pending, self.pending_rows = [], 0
 
@@ -333,7 +275,7 @@ def write_lake_files(
 ) -> Iterator[pa.RecordBatch]:
     """A write task over valid rows sorted by (object, partition path, position): one lake
     file per (object, partition), streamed; yields one summary row per file."""
-    store, index = _connect(settings)
+    store, index = connect(settings)
     return then_flush(_write_lake_files(store, index, batches, settings), index)
 
 
@@ -401,8 +343,9 @@ class _QuarantineFile:
         dataset = self.settings.dataset
         rows = quarantine_subject_rows(written, dataset)
         ref = ObjectRef(s3_url(self.settings.lake_bucket, self.key), Zone.LAKE, "jsonl")
-        found = entries_of_rows(rows, dataset, ref, key=self.settings.hash_key)
-        self.entries.add_entries(found, offset=self.lines)
+        if rows.coordinates:
+            found = batch_of_rows(rows, dataset, ref, key=self.settings.hash_key)
+            self.entries.add_batch(found, offset=self.lines)
         self.lines += len(written)
 
     def _records(self, table: Any) -> list[str]:
@@ -449,7 +392,7 @@ def write_quarantine(
     """A write task over rejected rows sorted by (object, position): one quarantine file of
     JSON Lines per object, streamed; yields one summary row per file. `records`: per object,
     how its rows' RECORD is rebuilt where the read task left it null (`frame.record_columns`)."""
-    store, index = _connect(settings)
+    store, index = connect(settings)
     return then_flush(_write_quarantine(store, index, batches, settings, records), index)
 
 
@@ -486,7 +429,7 @@ def write_files(
     yields one summary row per file (`WRITE_SUMMARY`: its kind, "lake" or "quarantine").
     `write_lake_files` and `write_quarantine` in one pass over the rows, so that the job
     neither keeps the conformed rows nor reads them twice."""
-    store, index = _connect(settings)
+    store, index = connect(settings)
     return then_flush(_write_files(store, index, batches, settings, records), index)
 
 
@@ -529,7 +472,7 @@ def write_raw_entries(
 ) -> Iterator[pa.RecordBatch]:
     """A task over the raw objects' added-up entries (object, subject, rows, hints) sorted by
     object: each object's entries become its index entries; one summary row per object."""
-    store, index = _connect(settings)
+    store, index = connect(settings)
     return then_flush(_write_raw_entries(store, index, batches, settings), index)
 
 

@@ -183,6 +183,9 @@ def read_csv(
             yield _CsvCollector([c.name for c in dataset.schema_]).records()
             return
         declared_names(names, dataset, "header")
+        if tap is None:  # a stream that ends as it should: every record as it comes
+            yield from _plain_records(reader, names, undecoded_before, offset, batch_rows)
+            return
         collector = _CsvCollector(names, undecoded_before)
         last = HeldBack()
         rows = _csv_rows(reader, tap, offset)
@@ -203,6 +206,34 @@ def read_csv(
     else:
         line, row, record_text = last.item
         collector.rejected.append(_csv_tail(names, line, row, record_text, TRUNCATED_TAIL))
+    yield collector.records()
+
+
+def _plain_records(
+    reader: Any, names: list[str], undecoded_before: int, offset: int, batch_rows: int
+) -> Iterator[RawRecords]:
+    """`read_csv`'s records of a stream that is not cut, `batch_rows` at a time: what the loop
+    over `_csv_rows` gives, with the common row (as many fields as the header, and no
+    undecodable byte read since the reader started) kept inline instead of by a call per row;
+    any other row goes through `_CsvCollector.add`."""
+    collector = _CsvCollector(names, undecoded_before)
+    positions, rows, rejected = collector.positions, collector.rows, collector.rejected
+    width, seen = len(names), _UNDECODED_SEEN
+    last_line = reader.line_num
+    for row in reader:
+        line = last_line + 1 + offset
+        last_line = reader.line_num
+        if not row:  # a blank line is no record
+            continue
+        if len(row) == width and seen[0] == undecoded_before:
+            positions.append(line)
+            rows.append(row)
+        else:
+            collector.add(line, row)
+        if len(positions) + len(rejected) >= batch_rows:
+            yield collector.records()
+            collector = _CsvCollector(names, undecoded_before)
+            positions, rows, rejected = collector.positions, collector.rows, collector.rejected
     yield collector.records()
 
 
