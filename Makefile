@@ -165,8 +165,9 @@ e2e: venv system-deps ## End to end on the local cloud, started through the CLI
 
 # ------------------------------------------------------------------ benchmarks (on demand, never part of `make test`)
 .PHONY: bench
-# ingestion against plain Spark: the issue's size (1 GiB; 100 x 10 MiB, 100,000 subjects) takes
-# hours while the index is DynamoDB on moto; `make bench INGEST_SPARK_BENCH_ARGS=` runs it
+# ingestion against plain Spark: `make bench` runs the quick size (128 MiB; 20 x 10 MiB), whose
+# JSON replaces the published one; the issue's size (1 GiB; 100 x 10 MiB) is run one case per
+# process and merged with --merge (bench/README.md), about 5-10 minutes a case at low load
 INGEST_SPARK_BENCH_ARGS ?= --quick --subjects 1000
 BENCH_ARGS ?=
 INGEST_BENCH_ARGS ?=
