@@ -5,8 +5,10 @@ still records every failed request."""
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import boto3
 import pytest
@@ -141,3 +143,116 @@ def test_moto_log_keeps_the_server_s_other_messages() -> None:
     )
     assert _failed_requests(other)
     assert _failed_requests(plain)
+
+
+def _attribute(rng: random.Random, depth: int = 0) -> dict[str, Any]:
+    kinds = ["S", "N", "B", "SS", "NS", "BS", "NULL", "BOOL"] + (["M", "L"] if depth < 2 else [])
+    kind = rng.choice(kinds)
+    if kind == "S":
+        return {"S": rng.choice(["", "a", "ünï", "x" * 40, "0"])}
+    if kind == "N":
+        return {"N": rng.choice(["0", "-1.5", "12345678901234567890", "3e5"])}
+    if kind == "B":
+        return {"B": bytes(rng.randrange(256) for _ in range(rng.randrange(1, 9)))}
+    if kind == "SS":
+        return {"SS": sorted({f"s{rng.randrange(9)}" for _ in range(3)})}
+    if kind == "NS":
+        return {"NS": sorted({str(rng.randrange(99)) for _ in range(3)})}
+    if kind == "BS":
+        return {"BS": sorted({bytes([rng.randrange(256)]) for _ in range(3)})}
+    if kind == "NULL":
+        return {"NULL": True}
+    if kind == "BOOL":
+        return {"BOOL": rng.random() < 0.5}
+    if kind == "M":
+        return {"M": {f"k{i}": _attribute(rng, depth + 1) for i in range(rng.randrange(3))}}
+    return {"L": [_attribute(rng, depth + 1) for _ in range(rng.randrange(3))]}
+
+
+def _dynamodb_bodies(client: Any) -> list[bytes]:
+    """Every response body of a fixed sequence of reads (and a write returning values, which
+    writes what the item already holds: both rounds read the same table)."""
+    bodies: list[bytes] = []
+
+    def keep(http_response: Any, **_: Any) -> None:
+        bodies.append(http_response.content)
+
+    client.meta.events.register("after-call.dynamodb", keep)
+    try:
+        for i in range(0, 30, 7):
+            client.get_item(TableName="speed", Key={"pk": {"S": "p"}, "sk": {"N": str(i)}})
+        client.query(
+            TableName="speed",
+            KeyConditionExpression="pk = :p",
+            ExpressionAttributeValues={":p": {"S": "p"}},
+        )
+        client.query(
+            TableName="speed",
+            KeyConditionExpression="pk = :p AND sk > :s",
+            ExpressionAttributeValues={":p": {"S": "p"}, ":s": {"N": "10"}},
+            ProjectionExpression="pk, sk, a1",
+            Limit=5,
+        )
+        client.scan(TableName="speed")
+        client.batch_get_item(
+            RequestItems={
+                "speed": {"Keys": [{"pk": {"S": "p"}, "sk": {"N": str(i)}} for i in range(9)]}
+            }
+        )
+        client.update_item(
+            TableName="speed",
+            Key={"pk": {"S": "p"}, "sk": {"N": "3"}},
+            UpdateExpression="SET touched = :t",
+            ExpressionAttributeValues={":t": {"BOOL": True}},
+            ReturnValues="ALL_NEW",
+        )
+        client.get_item(TableName="speed", Key={"pk": {"S": "nope"}, "sk": {"N": "0"}})
+    finally:
+        client.meta.events.unregister("after-call.dynamodb", keep)
+    return bodies
+
+
+def test_dynamodb_answers_the_same_bytes_for_every_attribute_type() -> None:
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    client = boto3.client(
+        "dynamodb",
+        endpoint_url=f"http://{host}:{port}",
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    try:
+        client.create_table(
+            TableName="speed",
+            KeySchema=[
+                {"AttributeName": "pk", "KeyType": "HASH"},
+                {"AttributeName": "sk", "KeyType": "RANGE"},
+            ],
+            AttributeDefinitions=[
+                {"AttributeName": "pk", "AttributeType": "S"},
+                {"AttributeName": "sk", "AttributeType": "N"},
+            ],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        rng = random.Random(24)
+        for i in range(30):
+            item = {f"a{j}": _attribute(rng) for j in range(rng.randrange(1, 6))}
+            client.put_item(TableName="speed", Item={"pk": {"S": "p"}, "sk": {"N": str(i)}, **item})
+        client.put_item(
+            TableName="speed", Item={"pk": {"S": "p"}, "sk": {"N": "3"}, "touched": {"BOOL": True}}
+        )
+        unpatched = _dynamodb_bodies(client)
+        undo = moto_speed.patch_dynamodb_serializer()
+        try:
+            patched = _dynamodb_bodies(client)
+        finally:
+            undo()
+    finally:
+        server.stop()
+    assert len(patched) == len(unpatched) == 11
+    assert patched == unpatched
+    assert b'"BS"' in b"".join(patched)  # every type was answered (and compared)
+    assert b'"M"' in b"".join(patched)
+    assert b'"L"' in b"".join(patched)

@@ -154,8 +154,10 @@ def configure_moto() -> Callable[[], None]:
     uncopied = patch_transaction_copies()  # one backup per transaction (dynamodb_transactions)
     undispatch = moto_speed.patch_dispatch()
     unsqs = moto_speed.patch_sqs_counts()
+    unserialize = moto_speed.patch_dynamodb_serializer()
 
     def restore() -> None:
+        unserialize()
         unsqs()
         undispatch()
         uncopied()

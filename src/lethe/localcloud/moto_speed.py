@@ -13,8 +13,18 @@ of one core, of which
   send, quadratic over a burst of uploads. The clock is read once per count
   (`patch_sqs_counts`); the same messages count, as before.
 
-Neither changes an answer: the same backend serves the same host, the same messages are
-counted. Applied by `cloud.configure_moto` (every process that runs the local cloud's moto).
+- DynamoDB's responses (a third of the process while erasures ran): moto's serializer walks
+  each response along its botocore shape and, for every member of every attribute value
+  (`AttributeValue`: ten members, S to BOOL), asks an attribute picker for the value, which
+  tries each alias provider and the snake_case form of the name. For an attribute value that is
+  a plain dict holding only member names (what moto's DynamoDB handler returns), the picker's
+  first match is the member's own name, so the value is read from the dict directly
+  (`patch_dynamodb_serializer`); everything else, the members' own serialization included, is
+  moto's code.
+
+None changes an answer: the same backend serves the same host, the same messages are counted,
+the same bytes answer a DynamoDB call (tests/integration/test_localcloud_moto_speed.py compares
+them). Applied by `cloud.configure_moto` (every process that runs the local cloud's moto).
 """
 
 from __future__ import annotations
@@ -68,5 +78,44 @@ def patch_sqs_counts() -> Callable[[], None]:
 
     def undo() -> None:
         Queue.messages = original  # type: ignore[method-assign]
+
+    return undo
+
+
+def patch_dynamodb_serializer() -> Callable[[], None]:
+    """DynamoDB's JSON serializer reads a plain attribute value's members directly (module
+    docstring); returns the undo callable."""
+    from moto.core import serialize  # noqa: PLC0415 - heavy
+
+    specific = serialize.SERVICE_SPECIFIC_SERIALIZERS
+    saved = specific.get("dynamodb")
+    base = serialize.get_serializer_class("dynamodb", "json")
+
+    class DirectAttributeValues(base):  # type: ignore[valid-type,misc]
+        def _serialize_type_structure(
+            self, serialized: Any, value: Any, shape: Any, key: str
+        ) -> None:
+            if (
+                shape.name != "AttributeValue"
+                or type(value) is not dict
+                or not value.keys() <= shape.members.keys()
+            ):
+                super()._serialize_type_structure(serialized, value, shape, key)
+                return
+            wrapper: Any = self.MAP_TYPE() if key else serialized
+            for member_key, member_shape in shape.members.items():
+                member_value = value.get(member_key)
+                if member_value is not None:
+                    self._serialize(wrapper, member_value, member_shape, member_key)
+            if key:
+                self._default_serialize(serialized, wrapper, shape, key)
+
+    specific["dynamodb"] = {**(saved or {}), "json": DirectAttributeValues}
+
+    def undo() -> None:
+        if saved is None:
+            specific.pop("dynamodb", None)
+        else:
+            specific["dynamodb"] = saved
 
     return undo
