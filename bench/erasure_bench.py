@@ -939,18 +939,25 @@ def targets(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     rows = []
     k10 = next((r for r in result["by_k"] if r["k"] == 10), None)
     if k10 is not None:
+        # the lake of this benchmark (a few hundred objects) cannot show a 20x locality: the
+        # K subjects' rows touch a share of its objects that no index lowers further (issue 20,
+        # item 7); the targets are judged on the generated 20,000-object lake
+        # (bench/locality_bench.py, rows "7 locality"), these rows are its small-lake context
+        objects = result["lake"]["objects"]
         rows += [
             (
-                "1 locality, K = 10, windowed lake: bytes read",
-                ">= 20x fewer",
+                f"1 locality, K = 10, windowed lake of {objects} objects: bytes read "
+                "(context: judged at 20,000 objects, item 7)",
+                "- (>= 20x at 20,000 objects)",
                 f"{k10['ratio_bytes']:.2f}x",
-                "met" if k10["ratio_bytes"] >= 20 else "missed",
+                "-",
             ),
             (
-                "1 locality, K = 10, windowed lake: time (CPU)",
-                ">= 10x less",
+                f"1 locality, K = 10, windowed lake of {objects} objects: time (CPU) "
+                "(context: judged at 20,000 objects, item 7)",
+                "- (>= 10x at 20,000 objects)",
                 f"{k10['ratio_cpu']['median']:.2f}x (wall {k10['ratio_wall']['median']:.2f}x)",
-                "met" if k10["ratio_cpu"]["median"] >= 10 else "missed",
+                "-",
             ),
         ]
     u = result.get("uniform")
