@@ -23,6 +23,7 @@ from typing import Any
 import boto3
 import pytest
 
+from lethe.commands.local import DOWN_TIMEOUT_SECONDS, KILL_WAIT_SECONDS
 from tests.conftest import REPO_ROOT
 
 LETHE = str(Path(sys.executable).parent / "lethe")
@@ -35,6 +36,11 @@ def _environment() -> dict[str, str]:
     return {
         k: v for k, v in os.environ.items() if not k.startswith("AWS_") and k != "LETHE_STATE_FILE"
     }
+
+
+# `lethe local down` waits up to its --timeout (30 s) for the cloud to stop, then SIGKILLs it and
+# waits 5 s more; at load 13 the CLI's own start took the rest of a 60 s budget
+DOWN_PATIENCE = DOWN_TIMEOUT_SECONDS + KILL_WAIT_SECONDS + 60
 
 
 def lethe(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -83,7 +89,7 @@ def cloud(state_file: Path) -> Iterator[dict[str, Any]]:
         pid = state["pid"]
         yield state
     finally:
-        lethe("local", "down", "--state-file", str(state_file), timeout=60)
+        lethe("local", "down", "--state-file", str(state_file), timeout=DOWN_PATIENCE)
         if pid is not None and not _wait_gone(pid, 5):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
@@ -207,7 +213,7 @@ def test_a_failing_start_shows_the_log(tmp_path: Path) -> None:
 
 
 def test_down_stops_it_and_is_idempotent(cloud: dict[str, Any], state_file: Path) -> None:
-    stopped = lethe("local", "down", "--state-file", str(state_file))
+    stopped = lethe("local", "down", "--state-file", str(state_file), timeout=DOWN_PATIENCE)
     assert stopped.returncode == 0, stopped.stderr
     assert f"stopped the local cloud (pid {cloud['pid']})" in stopped.stdout
     assert _wait_gone(cloud["pid"], 5)
