@@ -29,6 +29,7 @@ from lethe_jobs.emf import emf_line
 from lethe_jobs.errors import scrubbed_exit
 from lethe_jobs.ingest_core import parse_args, run_ingest
 from lethe_jobs.ingest_outcomes import AwsPorts
+from lethe_jobs.ingest_planning import DRIVER_CLIENT_CONFIG
 from lethe_jobs.session import configure_logging, job_session, logging_shown_keys
 from lethe_shared.aws.s3 import S3ObjectStore
 from lethe_shared.aws.scrub import shown_urls
@@ -51,14 +52,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             " ".join(a for a in ignored if a.startswith("--")),
         )
     hash_key = load_hash_key(boto3.client("secretsmanager"), args.hash_key_secret)
-    dynamodb = boto3.resource("dynamodb")
+    dynamodb = boto3.resource("dynamodb", config=DRIVER_CLIENT_CONFIG)
     catalog = dynamodb.Table(args.catalog_table)
     # what the driver writes (a wholly unreadable file's quarantine document) is recorded in the
     # writes ledger, as the tasks' lake and quarantine files are
     writes = DynamoWritesLedger(catalog).writer(Writer.INGEST, args.correlation_id)
     datasets = DynamoDatasetRegistry(dynamodb.Table(args.datasets_table))
     aws = AwsPorts(
-        s3=S3ObjectStore(boto3.client("s3"), writes=writes),
+        s3=S3ObjectStore(boto3.client("s3", config=DRIVER_CLIENT_CONFIG), writes=writes),
         datasets=datasets,
         catalog=DynamoObjectCatalog(catalog),
         index=open_subject_index(

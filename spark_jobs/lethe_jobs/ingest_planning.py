@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
+from botocore.config import Config
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
@@ -31,6 +32,10 @@ LOG = logging.getLogger("lethe.ingest")
 
 
 HEAD_THREADS = 16  # the driver's concurrent HEAD / footer requests while planning
+# the driver's clients (spark_jobs/ingest.py): HEAD_THREADS calls at once share one client, whose
+# connection pool must hold them all: botocore's default of 10 discarded a connection per call
+# above it ("Connection pool is full"), a new TLS connection each time on AWS
+DRIVER_CLIENT_CONFIG = Config(max_pool_connections=HEAD_THREADS)
 
 
 def plan_pipelines(
