@@ -191,15 +191,17 @@ class SegmentSubjectIndex:
         self, batches: Iterable[tuple[str, Iterable[IndexEntry] | EntryBatch] | EntryBatch]
     ) -> dict[str, int]:
         """Write ONE level-0 segment for many objects of one dataset (ingestion's run) and commit
-        it: no write per object. Returns, per object, how many entries the write flagged."""
+        it: no write per object. Returns, per object, how many entries the write flagged: the
+        pointers of all the objects are read at once (one listing, BatchGetItems of overrides),
+        the entries of those with a live pointer one object at a time."""
         seq = new_seq()
         parts: list[pa.Table] = []
         empty: list[dict[str, str]] = []
-        flagged: dict[str, int] = {}
+        writes: dict[str, list[str]] = {}
         dataset: str | None = None
         for batch in batches:
             url, entries = (batch.object_url, batch) if isinstance(batch, EntryBatch) else batch
-            if url in flagged:
+            if url in writes:
                 raise ValueError("an object is written twice in one segment")
             fields, of_entries, hashes, rows = object_write(url, entries)
             owner = self.dataset(url)
@@ -209,14 +211,20 @@ class SegmentSubjectIndex:
             fields = {**fields, "object_url": url, "origin_seq": seq}
             self.manifest.ensure_dataset(owner, self._bits, self._hash_bytes)
             width = self.manifest.hash_width(owner)
-            before = set(self.reads.object_entries(owner, url)[1])
-            flagged[url] = len(before - {subject_id(h, width) for h in hashes})
+            writes[url] = [subject_id(h, width) for h in hashes]
             if hashes:
                 parts.append(wide_rows(hashes, rows, fields, width))
             else:
                 empty.append(fields)
         if dataset is None:
             return {}
+        pointers = self.reads.pointers(dataset, writes)
+        flagged: dict[str, int] = {}
+        for url, keys in writes.items():
+            pointer = pointers[url]
+            live = pointer is not None and pointer.live
+            before = set(self.reads.object_entries(dataset, url)[1]) if live else set()
+            flagged[url] = len(before - set(keys))
         wide = pa.concat_tables(parts) if parts else empty_wide()
         objects_only = pa.Table.from_pylist(empty, schema=no_objects().schema) if empty else None
         segment = self.writer.write(dataset, 0, None, wide, seq=seq, objects_only=objects_only)
