@@ -30,7 +30,7 @@ resource's conversion of values), never through the Table resource (not thread-s
 
 POINTER: current, version_id, etag, floor, deleted, entries, updated_at, rev. Written only by
 flag_deleted, prune_flagged, remove_object and compaction's carry-forward (`rules` docstring),
-each conditional on `rev` as read (absent: no item), which it increments.
+each an UpdateItem conditional on `rev` as read (absent: no item), which it increments.
 
 `state` is `pending` (written first, before the files), `active` (committed) or `retired`
 (superseded; its files are deleted, then the item). A segment rewritten by erasure gets a new
@@ -442,26 +442,30 @@ class Manifest:
     def write_override(self, dataset_id: str, read: Pointer | None, update: Pointer) -> bool:
         """Write the override `update` (its current, floor, deleted, version_id, etag, entries;
         rev = the one read + 1) while the item is still as read (`read`: None, no item); False
-        when another writer changed it first."""
+        when another writer changed it first. An UpdateItem (it creates the item when absent):
+        the object events function may update the manifest, not put to it (template.yaml)."""
         rev = read.rev if read is not None else 0
-        condition = "attribute_not_exists(pk)" if read is None else "rev = :r"
-        values: dict[str, Any] = {} if read is None else {":r": rev}
+        fields: dict[str, Any] = {
+            "current": update.current,
+            "floor": update.floor,
+            "deleted": update.deleted,
+            "version_id": update.version_id,
+            "etag": update.etag,
+            "entries": update.entries,
+            "updated_at": now_iso(),
+            "rev": rev + 1,
+        }
+        values = {f":{k}": v for k, v in fields.items()}
+        condition = "attribute_not_exists(pk)"
+        if read is not None:
+            condition, values[":read"] = "#rev = :read", rev
         try:
-            self.table.put_item(
-                Item={
-                    "pk": pointer_pk(dataset_id),
-                    "sk": update.object_url,
-                    "current": update.current,
-                    "floor": update.floor,
-                    "deleted": update.deleted,
-                    "version_id": update.version_id,
-                    "etag": update.etag,
-                    "entries": update.entries,
-                    "updated_at": now_iso(),
-                    "rev": rev + 1,
-                },
+            self.table.update_item(
+                Key={"pk": pointer_pk(dataset_id), "sk": update.object_url},
+                UpdateExpression="SET " + ", ".join(f"#{k} = :{k}" for k in fields),
                 ConditionExpression=condition,
-                **({"ExpressionAttributeValues": values} if values else {}),
+                ExpressionAttributeNames={f"#{k}": k for k in fields},
+                ExpressionAttributeValues=values,
             )
         except ClientError as exc:
             if is_condition_failed(exc):
