@@ -728,9 +728,14 @@ def markdown(result: Mapping[str, Any]) -> str:
     lines += [
         "",
         f"Index after the final compaction: {after['index_files']:,} files, "
-        f"{after['index_bytes']:,} bytes; objects with a pointer: {lake['pointers']:,} "
-        f"(override items: {lake.get('override_items', lake['pointers']):,}). "
-        f"Build: {built['total_s']:.0f} s (of which compaction {built['compaction_s']:.0f} s); "
+        f"{after['index_bytes']:,} bytes; "
+        + (
+            f"manifest pointers: {lake['pointers']:,}. "  # a run with a pointer item per object
+            if "override_items" not in lake
+            else f"objects with a pointer: {lake['pointers']:,} (override items: "
+            f"{lake['override_items']:,}). "
+        )
+        + f"Build: {built['total_s']:.0f} s (of which compaction {built['compaction_s']:.0f} s); "
         f"final compaction {result['final_compaction']['seconds']:.1f} s.",
         "",
         "DynamoDB calls per cold `lookup` after compaction: "
