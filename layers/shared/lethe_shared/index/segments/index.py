@@ -8,7 +8,8 @@ erase). The same meanings as `DynamoSubjectIndex`; where they are reached differ
   subjects the new version no longer holds are the older writes' rows, which the rule now
   flags `deleted` (no write to them).
 - `flag_deleted`, `prune_flagged`, `remove_object` write the object's override item only (one
-  conditional put, retried while another writer changes it): `deleted`, `floor`, `current`.
+  conditional update, retried while another writer changes it): `deleted`, `floor`,
+  `current`.
 - `remove_subjects` and `remove_unchanged` rewrite the segments holding the hashes (erasure:
   the hashes leave S3).
 - counts (`replace_object`'s flagged, `flag_deleted`, `prune_flagged`, `remove_object`,
