@@ -38,10 +38,11 @@ def test_an_object_gets_the_origins_of_the_writes_describing_it_and_its_pointer(
     assert level0.of(C) == ()
     pointers = level0.pointers({A: None, C: None}, [A, B, C])
     assert pointers[C] is None
-    assert pointers[A] is not None
-    assert pointers[A].current == S3
-    assert pointers[B] is not None
-    assert pointers[B].current == S1
+    found_a, found_b = pointers[A], pointers[B]
+    assert found_a is not None
+    assert found_a.current == S3
+    assert found_b is not None
+    assert found_b.current == S1
     removed = Pointer(B, current="", floor=S1 + "~", rev=2)
     assert level0.pointer(B, removed) == removed  # its only write is below the floor
 
