@@ -294,8 +294,8 @@ def deployed_configuration(store: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def manifest_writes(shape: Mapping[str, Any]) -> int:
-    """The manifest writes of a shape's ingestion (index_writes_bench: segments, object
-    pointers, datasets; every run of the shape)."""
+    """The manifest writes of a shape's ingestion (index_writes_bench: segment items, pointer
+    items (none since pointers are derived), datasets; every run of the shape)."""
     return int(shape["ingest"]["manifest"]["writes"])
 
 
@@ -379,9 +379,10 @@ def segment_index(
 ) -> IndexCost:
     """Parquet segments (one per ingestion run, compacted into hash-range partitions of
     ASSUMED['partition_bytes']) and a manifest. `writes_per_object`: the manifest writes of
-    ingestion per indexed object as measured (the store as deployed: segment items and one
-    pointer item per raw object and per lake file, each kept); None for the proposal's
-    designs, which count one manifest item per segment only."""
+    ingestion per indexed object as measured (the store as deployed: segment items; pointers are
+    derived, so ingestion writes none), plus, per raw object and per lake file, the one pointer
+    override compaction carries forward when it retires the object's level-0 segment (kept);
+    None for the proposal's designs, which count one manifest item per segment only."""
     entries = lake.rows * m.entries_per_row
     stored = entries * bytes_per_entry
     partitions = max(1, math.ceil(stored / ASSUMED["partition_bytes"]))
@@ -393,8 +394,8 @@ def segment_index(
     manifest_items: float = partitions
     if writes_per_object is None:
         writes: float = 2 * runs + partitions  # put, delete; put
-    else:  # raw objects as many as lake files, each with its pointer
-        writes = 2 * lake.objects * writes_per_object + partitions
+    else:  # raw objects as many as lake files: ingestion's writes, then one override each
+        writes = 2 * lake.objects * (writes_per_object + 1) + partitions
         manifest_items += 2 * lake.objects
     build = spark_usd(cpu) + requests + writes * price("dynamodb_wru")
     consulted = 1 + ASSUMED["uncompacted_segments"]  # its partition and the small segments
@@ -670,7 +671,7 @@ INPUT_NAMES = {
         "segment_store_defaults.json",
     ),
     "manifest_writes_per_object": (
-        "manifest writes of ingestion per indexed object (segments, pointers, datasets)",
+        "manifest writes of ingestion per indexed object (segment items, datasets; no pointer)",
         "index_writes_latest.json",
     ),
     "segment_bytes_per_entry": (
@@ -763,7 +764,8 @@ widths ({ROW_WIDTHS[0]} and {ROW_WIDTHS[1]:,} bytes of Parquet per row), next to
 Forget's own published cost of one erasure job on each (its `docs/COST_OVERVIEW.md`,
 Europe (Ireland) prices, VPC excluded). The index as deployed by default comes first: sorted
 Parquet segments in S3 with 48-bit subject keys, one hash partition and a DynamoDB manifest
-holding one item per segment and one pointer per indexed object
+holding one item per segment and one pointer override per indexed object (written by
+compaction, not by ingestion)
 ([INDEX_SEGMENTS.md](INDEX_SEGMENTS.md)), with its bytes per entry and its manifest writes per
 object as measured on the real store. Then the DynamoDB index (one item per (subject, object)
 pair, still selectable with `IndexStore=dynamodb`), and three segment variants of the design

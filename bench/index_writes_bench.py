@@ -27,7 +27,9 @@ the default Glue ingest job's executor cores: 4 G.1X workers, 3 executors of 4 c
 Counted, not estimated: a WSGI wrapper around the moto server's app (`WriteCounter`) reads every
 DynamoDB write request (PutItem, UpdateItem, DeleteItem, BatchWriteItem, TransactWriteItems)
 that any process sends (the job's driver, its Spark workers, the bench itself), and counts its
-ITEMS by table and by kind of item: on the manifest table object pointers (`obj#`), segment
+ITEMS by table and by kind of item: on the manifest table pointer overrides (`obj#`: ingestion
+writes none, a level-0 item records the objects it describes; compaction carries pointers
+forward into them when it retires level-0 items), segment
 items (`seg#`), the dataset's configuration (`datasets`, `cfg#`) and the compaction lease; on
 the catalog table catalog items and writes-ledger items (`ledger#`); condition checks of a
 transaction apart (they are not writes). A request DynamoDB refused (a failed condition) is
@@ -423,7 +425,7 @@ def measure_shape(
         "rows": rows,
         "job_runs": len(runs),
         "lake_files": lake_files,
-        "objects_indexed": objects + lake_files,  # raw objects and lake files: a pointer each
+        "objects_indexed": objects + lake_files,  # raw objects and lake files
         "level0_segments": after_ingest.get("L0 active", 0),
         "uploads": uploads,
         "runs": runs,
@@ -571,11 +573,12 @@ def targets(result: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
     total = writes_of(first["ingest"], "manifest")
     value = per_row(first, total)
     pointers = writes_of(first["ingest"], "manifest", "pointer")
+    segments = writes_of(first["ingest"], "manifest", "segment")
     compacted = compaction_writes(first)
     measured = (
-        f"{value:.6f} ({total:,} writes for {first['rows']:,} rows: {pointers:,} object "
-        f"pointers, one per raw object and per lake file, {first['rows_per_object']:,} rows "
-        f"each)"
+        f"{value:.6f} ({total:,} writes for {first['rows']:,} rows: {segments:,} segment "
+        f"items, {pointers:,} pointer items; {first['objects_indexed']:,} objects indexed, "
+        f"{first['rows_per_object']:,} rows each)"
     )
     if compacted is not None:
         measured += f"; one compaction of the lake: {per_row(first, compacted):.6f} more"

@@ -43,7 +43,7 @@ from lethe_shared.catalog.object_catalog import CatalogItem, ObjectStatus, Zone,
 from lethe_shared.datasets.document import parse_dataset
 from lethe_shared.datasets.registry import DynamoDatasetRegistry
 from lethe_shared.index.opening import IndexStore, parse_store
-from lethe_shared.index.segments.manifest import Manifest
+from lethe_shared.index.segments import SegmentSubjectIndex
 
 REGION = "us-east-1"
 RAW = "lethe-bench-raw"
@@ -177,17 +177,20 @@ class MotoCloud:
         return str(head["VersionId"])
 
     def index_items(self) -> int:
-        """Entries in the subject index: with segments, the entries the live object pointers
-        name (what each object's last write holds); with DynamoDB, its items (a scan)."""
+        """Entries in the subject index: with segments, the entries of the write each live
+        object pointer names (what each object's last write holds); with DynamoDB, its items (a
+        scan)."""
         dynamodb = boto3.resource("dynamodb", region_name=REGION)
         if self.index_store == IndexStore.SEGMENTS.value:
-            manifest = Manifest(dynamodb.Table(MANIFEST))
-            return sum(
-                pointer.entries
-                for dataset_id in manifest.datasets()
-                for pointer in manifest.all_pointers(dataset_id).values()
-                if pointer is not None and pointer.live
-            )
+            index = SegmentSubjectIndex(self.s3, INDEX_BUCKET, dynamodb.Table(MANIFEST))
+            count = 0
+            for dataset_id in index.manifest.datasets():
+                pointers = index.reads.all_pointers(dataset_id)
+                for (_, url), entry in index.reads.dataset_entries(dataset_id).items():
+                    pointer = pointers.get(url)
+                    if pointer is not None and pointer.live:
+                        count += entry.row.origin_seq == pointer.current
+            return count
         table = dynamodb.Table(INDEX)
         count, kwargs = 0, {"Select": "COUNT"}
         while True:

@@ -19,7 +19,7 @@ from lethe_shared.index.entry_removal import EntryState
 from lethe_shared.index.segments import SegmentSubjectIndex, manifest_table_definition
 from lethe_shared.index.segments.format import partition_of, wide_rows
 from lethe_shared.index.segments.reader import groups_holding
-from lethe_shared.index.segments.store import ObjectWrite, SegmentCommitError
+from lethe_shared.index.segments.store import SegmentCommitError
 from lethe_shared.index.subject_index import DynamoSubjectIndex, IndexEntry
 from tests.integration.conftest import REGION, TABLES, create_table_from_template
 
@@ -432,7 +432,7 @@ def test_a_writer_that_dies_before_its_commit_is_ignored_scrubbed_and_swept(
     raw = bytes.fromhex(erased)
     assert [key for key, data in all_objects(s3) if raw in data] == []
     with pytest.raises(SegmentCommitError):  # the writer wakes up: its segment was replaced
-        index.writer.commit_object(dead, ObjectWrite(target, "v2", "etag-v2", 2))
+        index.writer.commit(dead)
     report = index.compact("ds")
     assert report.pending_swept == 1
     assert [s for s in index.manifest.all_segments("ds") if s.state == "pending"] == []

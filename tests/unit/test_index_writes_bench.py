@@ -172,8 +172,9 @@ def _entry(url: str, n: int) -> IndexEntry:
 
 @pytest.mark.usefixtures("aws_env")
 def test_the_segment_index_writes_are_classified_from_their_wire_bodies() -> None:
-    """`replace_objects` of 5 objects: 5 pointer updates, the pending item and its commit (2
-    segment items, the commit transactional), the dataset's 2 configuration items."""
+    """`replace_objects` of 5 objects: the pending item and its commit (2 segment items, the
+    commit transactional), the dataset's 2 configuration items, and no pointer item: the
+    level-0 item records the objects it describes. A flag then writes one override."""
     with mock_aws():
         s3 = boto3.client("s3")
         s3.create_bucket(Bucket="index-b")
@@ -190,10 +191,13 @@ def test_the_segment_index_writes_are_classified_from_their_wire_bodies() -> Non
         index.replace_objects(
             [(u, [_entry(u, i * 10 + j) for j in range(3)]) for i, u in enumerate(urls)]
         )
-    counted = counter.take()
-    assert counted["manifest"]["by_kind"] == {"dataset": 2, "pointer": 5, "segment": 2}
+        counted = counter.take()
+        assert index.flag_deleted(urls[0]) == 1  # its 3 hashes share one 48-bit prefix
+        flagged = counter.take()
+    assert counted["manifest"]["by_kind"] == {"dataset": 2, "segment": 2}
     assert counted["manifest"]["transactional"] == 1
-    assert counted["manifest"]["writes"] == 9
+    assert counted["manifest"]["writes"] == 4
+    assert flagged["manifest"]["by_kind"] == {"pointer": 1}
 
 
 def test_markdown_and_targets_from_a_real_run() -> None:

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from lethe_shared.index.segments.rules import Pointer, Row, RowStatus, live_entries, row_status
+from lethe_shared.index.segments.rules import (
+    Pointer,
+    Row,
+    RowStatus,
+    effective,
+    live_entries,
+    row_status,
+)
 
 S1, S2, S3 = (
     "00000000000000000001-aaaaaaaa",
@@ -117,3 +124,66 @@ def test_compaction_drops_exactly_the_rows_the_rule_calls_dead() -> None:
     ):
         assert dead[i] == (row_status(origin, pointers.get(u)) is RowStatus.DEAD)
     assert isinstance(merged, pa.Table)
+
+
+# ------------------------------------------------------------------------------ derived pointer
+
+
+def override(current: str = "", floor: str = "", deleted: bool = False, rev: int = 1) -> Pointer:
+    return Pointer(URL, current=current, floor=floor, deleted=deleted, rev=rev)
+
+
+@pytest.mark.parametrize(
+    ("over", "origins", "current", "floor", "deleted"),
+    [
+        (None, (), None, None, None),  # never written: no pointer
+        (None, (S1,), S1, "", False),  # one committed write
+        (None, (S2, S1), S2, "", False),  # two writers: the highest origin, whatever the order
+        (None, (S1, S3, S2), S3, "", False),
+        (override(S2, deleted=True), (S1, S2), S2, "", True),  # flagged current write
+        (override(S1, deleted=True), (S1, S2), S2, "", False),  # a newer write clears the flag
+        (override("", floor=S2 + "~"), (S1, S2), "", S2 + "~", False),  # removed
+        (override("", floor=S2 + "~"), (S1, S2, S3), S3, S2 + "~", False),  # written again
+        (override(S2, floor=S2), (S1, S2), S2, S2, False),  # pruned: floor == current
+        (override(S2, floor=S2), (), S2, S2, False),  # carried forward: its segment retired
+        (override(S2), (S1,), S2, "", False),  # carried forward, an older write still listed
+        (override(S1, floor=S1), (S3,), S3, S1, False),  # carried, then a newer write
+        (override("", floor=S3), (S2,), "", S3, False),  # a write below the floor never counts
+    ],
+)
+def test_the_pointer_is_derived_from_the_override_and_the_describing_writes(
+    over: Pointer | None,
+    origins: tuple[str, ...],
+    current: str | None,
+    floor: str | None,
+    deleted: bool | None,
+) -> None:
+    found = effective(URL, over, origins)
+    if current is None:
+        assert found is None
+        return
+    assert found is not None
+    assert (found.current, found.floor, found.deleted) == (current, floor, deleted)
+    assert found.rev == (over.rev if over else 0)  # the override as read: a write's condition
+
+
+def test_the_derived_pointer_is_what_the_conditional_pointer_updates_made() -> None:
+    """The old design's write (`current` := seq when current < seq and floor <= seq, `deleted`
+    cleared), applied in every commit order, gives the derived pointer's current and flag."""
+    import itertools  # noqa: PLC0415
+
+    for floor, flagged in itertools.product(["", S1, S2 + "~"], [S1, S2, ""]):
+        start = override(flagged, floor=floor, deleted=bool(flagged))
+        for order in itertools.permutations([S1, S2, S3]):
+            for n in range(4):
+                old = start
+                for seq in order[:n]:
+                    if (not old.current or old.current < seq) and old.floor <= seq:
+                        old = Pointer(URL, current=seq, floor=old.floor, rev=old.rev)
+                new = effective(URL, start, order[:n])
+                assert new is not None
+                assert (new.current, new.floor, new.deleted) == (
+                    old.current,
+                    old.floor,
+                    old.deleted,
+                )

@@ -1,8 +1,9 @@
 """The index writes of one ingest task: every file's entries are held until the task ends, then
 written together (`lethe_shared.index.maintenance.replace_many`): with the segment store, ONE
-level-0 segment per task (plus one pointer update per object written), instead of one
-DynamoDB item per (subject, object) pair. A task holding more than FLUSH_ENTRIES entries
-writes them then (one more segment), so that a task's memory stays bounded.
+level-0 segment per task (its pending item and its commit: no manifest write per object),
+instead of one DynamoDB item per (subject, object) pair. A task holding more than
+FLUSH_ENTRIES entries writes them then (one more segment), so that a task's memory stays
+bounded.
 
 The entries are written before the task's last summary row leaves it (`then_flush`): a task
 whose index write fails fails, and Spark runs it again; what it wrote before is indexed again

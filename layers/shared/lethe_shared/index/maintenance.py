@@ -116,7 +116,7 @@ def replace_many(
 ) -> dict[str, int]:
     """`replace_entries` of many objects, (bucket, key, entries) each. A store that writes many
     objects at once (`ObjectsReplacer`) gets ONE write per dataset (a segment holds one
-    dataset's objects: one segment, then one pointer update per object); any other store one
+    dataset's objects: one segment, no write per object); any other store one
     `replace_object` per object. Flagged entries no older version holds are pruned per object,
     as replace_entries does. Returns, per object URL, how many entries the write flagged."""
     if not writes:

@@ -3,7 +3,8 @@
 
 Modules: `format` (seq ids, partitions, keys, the Parquet files), `s3_ranges` (ranged GETs,
 the footer cache, read counting), `manifest` (the table and its items), `rules` (which rows are
-current, older or dead), `reader` (rows by hash, by object, whole), `store` (writing and
+current, older or dead; the pointer derived), `described` (the objects a level-0 write
+describes), `reader` (rows by hash, by object, whole), `store` (writing and
 committing segments), `lookup` (entries from rows), `compaction`, `erase`, `index` (the
 Protocol implementation).
 """

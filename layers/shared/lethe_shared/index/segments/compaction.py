@@ -17,8 +17,13 @@ Per partition p (each restarted on a conflict, up to PARTITION_ATTEMPTS times):
 4. the old level-1 segment's files are deleted, then its item.
 
 Then every active level-0 segment that every partition has absorbed is retired (conditional),
-its files deleted, its item deleted; `pending` segments older than `pending_timeout_seconds`
-are swept the same way (their writer is taken as dead), and leftover `retired` items too.
+its files deleted, its item deleted. Before any is retired, the pointer it gives is carried
+forward (`carry_forward`): each object whose current write is one of them (`rules.effective`)
+gets an override item naming that `current` (conditional on the override as read), so the
+pointer does not change when the item goes (these are compaction's manifest writes: one per
+such object, counted apart from ingestion's); `pending` segments older than
+`pending_timeout_seconds` are swept the same way (their writer is taken as dead), and leftover
+`retired` items too.
 
 One compaction per dataset at a time (the job that runs it must not overlap itself): two
 concurrent compactions of a partition without a level-1 segment could both create one.
@@ -35,6 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lethe_shared.errors import LetheError
+from lethe_shared.index.segments.described import url_digest
 from lethe_shared.index.segments.format import (
     WIDE_SCHEMA,
     empty_wide,
@@ -42,7 +48,7 @@ from lethe_shared.index.segments.format import (
     seq_ns,
     widen,
 )
-from lethe_shared.index.segments.lookup import active_level1
+from lethe_shared.index.segments.lookup import SegmentLookup, active_level1
 from lethe_shared.index.segments.manifest import (
     ACTIVE,
     PENDING,
@@ -52,7 +58,7 @@ from lethe_shared.index.segments.manifest import (
     TransactionCancelled,
 )
 from lethe_shared.index.segments.reader import SegmentReader
-from lethe_shared.index.segments.rules import Pointer
+from lethe_shared.index.segments.rules import Pointer, effective
 from lethe_shared.index.segments.store import SegmentWriter
 
 MAX_INPUTS = 98  # level-0 inputs per commit: 100 actions per transaction, 2 for level 1
@@ -71,6 +77,7 @@ class CompactionReport:
     rows_in: int = 0
     rows_out: int = 0
     level0_retired: int = 0
+    overrides_written: int = 0  # carry-forward overrides (manifest writes)
     pending_swept: int = 0
     restarts: int = 0
     bytes_written: int = 0
@@ -117,6 +124,16 @@ class Compactor:
     settle_seconds: float = 60.0
     before_commit: Callable[[int], None] | None = None  # tests: run something in the window
     _wide: dict[tuple[str, str], pa.Table] = field(default_factory=dict)
+    lookups: SegmentLookup | None = None
+
+    def __post_init__(self) -> None:
+        if self.lookups is None:
+            self.lookups = SegmentLookup(self.manifest, self.reader)
+
+    @property
+    def reads(self) -> SegmentLookup:
+        assert self.lookups is not None
+        return self.lookups
 
     def compact(self, dataset_id: str) -> CompactionReport:
         report = CompactionReport(dataset_id)
@@ -203,7 +220,7 @@ class Compactor:
         except SegmentGoneError:
             return False
         merged = merge(parts)
-        pointers = self.manifest.pointers(dataset_id, set(merged["object_url"].to_pylist()))
+        pointers = self.reads.pointers(dataset_id, set(merged["object_url"].to_pylist()))
         kept = merged.filter(pc.invert(dead_mask(merged, pointers)))
         new = self.writer.write(
             dataset_id, 1, p, kept, absorbed_through=max(s.origin_seq for s in inputs)
@@ -258,6 +275,10 @@ class Compactor:
             top = active_level1(self.manifest.segments(dataset_id, 1, p))
             throughs.append(top.absorbed_through if top else "")
         floor = min(throughs)
+        listed = self.manifest.listing(dataset_id)
+        going = [s for s in listed if s.level == 0 and s.state == ACTIVE and s.origin_seq <= floor]
+        if going:
+            self.carry_forward(dataset_id, listed, going, report)
         for segment in self.manifest.segments(dataset_id, 0):
             if segment.state == RETIRED:
                 self._remove(segment, RETIRED)
@@ -268,6 +289,38 @@ class Compactor:
                     continue  # an erasure rewrote it meanwhile: the next compaction retires it
                 self._remove(segment, RETIRED)
                 report.level0_retired += 1
+
+    def carry_forward(
+        self,
+        dataset_id: str,
+        listed: list[SegmentItem],
+        going: list[SegmentItem],
+        report: CompactionReport,
+    ) -> None:
+        """An override for every object whose current write is one of `going` (module
+        docstring). The objects: every URL an active segment's object table lists whose digest
+        one of `going` holds (an object of `going` left with no row anywhere needs none: no row
+        of it remains to judge)."""
+        level0 = self.reads.level0(listed)
+        digests = frozenset().union(*(self.reads.digests(s) for s in going))
+        origins = {s.origin_seq for s in going}
+        urls: set[str] = set()
+        for segment in listed:
+            if segment.state == ACTIVE:
+                urls |= {u for u in self.reader.object_urls(segment) if url_digest(u) in digests}
+        overrides = self.manifest.overrides(dataset_id, urls)
+        for url in sorted(urls):
+            override = overrides.get(url)
+            for _ in range(PARTITION_ATTEMPTS):
+                pointer = effective(url, override, level0.of(url))
+                if pointer is None or pointer.current not in origins or pointer == override:
+                    break
+                if self.manifest.write_override(dataset_id, override, pointer):
+                    report.overrides_written += 1
+                    break
+                override = self.manifest.override(dataset_id, url)
+            else:
+                raise CompactionConflictError("an object's override kept changing")
 
     def _sweep(self, dataset_id: str, report: CompactionReport) -> None:
         """Pending items older than the timeout: their writer is dead."""

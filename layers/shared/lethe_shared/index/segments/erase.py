@@ -12,14 +12,15 @@ state each entry is expected to describe (`EntryState`; None: remove whatever is
    or a dead row of one of the hashes, by `rules.row_status`), it is rewritten without those rows
    under a new seq at the same level and partition, keeping its state, `origin_seq`,
    `absorbed_through` and `created_at`; an object left with no row is dropped from the
-   rewritten object table. Commit: one TransactWriteItems, the new item committed and the old
+   rewritten object table (its item keeps the old `described`: the write is unchanged).
+   Commit: one TransactWriteItems, the new item committed and the old
    item deleted on the condition its state and ETag are still the ones read (compaction, a
    writer's commit or another erasure that changed it makes the commit fail: the new files are
    deleted and the segments listed again, up to SCRUB_PASSES times). Then DeleteObject of both
    old files and a HeadObject of each (404: gone). A pass that rewrites nothing ends it.
-3. Pointers the caller names (`drop_pointers`: objects whose every version is gone) are deleted
-   when no segment's object table lists the URL any more (an object key may hold a raw subject
-   id).
+3. Pointer overrides the caller names (`drop_pointers`: objects whose every version is gone)
+   are deleted when no segment's object table lists the URL any more (an object key may hold a
+   raw subject id). Level-0 items keep the URL's digest (not the URL).
 
 DynamoDB writes per erasure: one transaction per segment rewritten, whatever its size; S3
 bytes: each rewritten segment is copied whole.
@@ -211,6 +212,7 @@ class Eraser:
             absorbed_through=segment.absorbed_through,
             created_at=segment.created_at,
             state=segment.state,
+            described=self._described(segment),
         )
         delete_old = {
             "Delete": {
@@ -229,6 +231,10 @@ class Eraser:
             self.reader.files.delete(key)
         gone = all(self.reader.files.gone(key) for key in old_keys)
         return _rewrite(segment, old_keys, gone, new, dropped)
+
+    def _described(self, segment: SegmentItem) -> bytes | None:
+        """A level-0 rewrite keeps the digests of the objects the write describes."""
+        return b"".join(sorted(self.lookups.digests(segment))) if segment.level == 0 else None
 
     def _drop_pending(self, segment: SegmentItem) -> SegmentRewrite | None:
         """A pending segment with a file missing (its writer died between its PUTs, or has not
@@ -261,7 +267,7 @@ class Eraser:
         hashes = picked["subject_hash"].to_pylist()
         urls = picked["object_url"].to_pylist()
         origins = picked["origin_seq"].to_pylist()
-        pointers = self.manifest.pointers(dataset_id, set(urls))
+        pointers = self.lookups.pointers(dataset_id, set(urls))
         for i, h, url, origin in zip(candidates, hashes, urls, origins, strict=True):
             dead = row_status(origin, pointers.get(url)) is RowStatus.DEAD
             mask[i] = (h, url) in pairs or dead
@@ -278,7 +284,7 @@ class Eraser:
             listed |= self.reader.object_urls(segment) & set(wanted)
         for url in wanted:
             if url not in listed:
-                self.manifest.delete_pointer(dataset_id, url)
+                self.manifest.delete_override(dataset_id, url)
         return tuple(u for u in wanted if u not in listed), tuple(u for u in wanted if u in listed)
 
 

@@ -2,11 +2,14 @@
 manifest (lethe_shared.index.segments: format, manifest, rules, store, lookup, compaction,
 erase). The same meanings as `DynamoSubjectIndex`; where they are reached differently:
 
-- `replace_object` writes one level-0 segment and moves the object's pointer; the entries of
+- `replace_object(s)` writes one level-0 segment whose item records the objects it describes;
+  its commit (the item `active`) is its only manifest write besides the pending put: the
+  object's pointer is derived (`rules.effective`), no pointer item is written. The entries of
   subjects the new version no longer holds are the older writes' rows, which the rule now
   flags `deleted` (no write to them).
-- `flag_deleted`, `prune_flagged`, `remove_object` write the pointer only (one conditional
-  update): `deleted`, `floor`, `current`.
+- `flag_deleted`, `prune_flagged`, `remove_object` write the object's override item only (one
+  conditional update, retried while another writer changes it): `deleted`, `floor`,
+  `current`.
 - `remove_subjects` and `remove_unchanged` rewrite the segments holding the hashes (erasure:
   the hashes leave S3).
 - counts (`replace_object`'s flagged, `flag_deleted`, `prune_flagged`, `remove_object`,
@@ -29,12 +32,11 @@ are refused (ValueError).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
-from botocore.exceptions import ClientError
 
-from lethe_shared.aws.errors import is_condition_failed
 from lethe_shared.aws.s3 import NULL_VERSION
 from lethe_shared.datasets.registry import dataset_of_key
 from lethe_shared.errors import LetheError
@@ -53,10 +55,10 @@ from lethe_shared.index.segments.format import (
     wide_rows,
 )
 from lethe_shared.index.segments.lookup import SegmentLookup, to_entry
-from lethe_shared.index.segments.manifest import Manifest, now_iso, pointer_pk
+from lethe_shared.index.segments.manifest import Manifest, now_iso
 from lethe_shared.index.segments.reader import SegmentReader
 from lethe_shared.index.segments.s3_ranges import FooterCache, ReadCounter, SegmentFiles
-from lethe_shared.index.segments.store import ObjectWrite, SegmentWriter, no_objects
+from lethe_shared.index.segments.store import SegmentWriter, no_objects
 from lethe_shared.index.subject_index import EntryBatch, FoundEntry, IndexEntry
 
 POINTER_ATTEMPTS = 8
@@ -189,17 +191,18 @@ class SegmentSubjectIndex:
     def replace_objects(
         self, batches: Iterable[tuple[str, Iterable[IndexEntry] | EntryBatch] | EntryBatch]
     ) -> dict[str, int]:
-        """Write ONE level-0 segment for many objects of one dataset (ingestion's run), then one
-        pointer write per object. Returns, per object, how many entries the write flagged."""
+        """Write ONE level-0 segment for many objects of one dataset (ingestion's run) and commit
+        it: no write per object. Returns, per object, how many entries the write flagged: the
+        pointers of all the objects are read at once (one listing, BatchGetItems of overrides),
+        the entries of those with a live pointer one object at a time."""
         seq = new_seq()
         parts: list[pa.Table] = []
         empty: list[dict[str, str]] = []
-        writes: list[ObjectWrite] = []
-        flagged: dict[str, int] = {}
+        writes: dict[str, list[str]] = {}
         dataset: str | None = None
         for batch in batches:
             url, entries = (batch.object_url, batch) if isinstance(batch, EntryBatch) else batch
-            if url in flagged:
+            if url in writes:
                 raise ValueError("an object is written twice in one segment")
             fields, of_entries, hashes, rows = object_write(url, entries)
             owner = self.dataset(url)
@@ -209,93 +212,55 @@ class SegmentSubjectIndex:
             fields = {**fields, "object_url": url, "origin_seq": seq}
             self.manifest.ensure_dataset(owner, self._bits, self._hash_bytes)
             width = self.manifest.hash_width(owner)
-            before = set(self.reads.object_entries(owner, url)[1])
-            flagged[url] = len(before - {subject_id(h, width) for h in hashes})
+            writes[url] = [subject_id(h, width) for h in hashes]
             if hashes:
                 parts.append(wide_rows(hashes, rows, fields, width))
             else:
                 empty.append(fields)
-            writes.append(ObjectWrite(url, fields["version_id"], fields["etag"], len(hashes)))
         if dataset is None:
             return {}
+        pointers = self.reads.pointers(dataset, writes)
+        flagged: dict[str, int] = {}
+        for url, keys in writes.items():
+            pointer = pointers[url]
+            live = pointer is not None and pointer.live
+            before = set(self.reads.object_entries(dataset, url)[1]) if live else set()
+            flagged[url] = len(before - set(keys))
         wide = pa.concat_tables(parts) if parts else empty_wide()
         objects_only = pa.Table.from_pylist(empty, schema=no_objects().schema) if empty else None
         segment = self.writer.write(dataset, 0, None, wide, seq=seq, objects_only=objects_only)
-        if len(writes) == 1:
-            self.writer.commit_object(segment, writes[0])
-        else:
-            self.writer.commit_objects(segment, writes)
+        self.writer.commit(segment)
         return flagged
 
     def _known(self, dataset_id: str) -> bool:
         return self.manifest.partition_bits(dataset_id) is not None
 
-    def _update_pointer(
-        self,
-        dataset_id: str,
-        object_url: str,
-        update: dict[str, Any],
-        condition: tuple[str, dict[str, str], dict[str, Any]] | None = None,
-    ) -> bool:
-        """SET the pointer's attributes in `update` while `condition` (expression, names,
-        values) holds; False when it did not."""
-        names = {f"#{k}": k for k in update}
-        values = {f":{k}": v for k, v in update.items()}
-        kwargs: dict[str, Any] = {
-            "Key": {"pk": pointer_pk(dataset_id), "sk": object_url},
-            "UpdateExpression": "SET " + ", ".join(f"#{k} = :{k}" for k in update),
-            "ExpressionAttributeNames": {**names, **(condition[1] if condition else {})},
-            "ExpressionAttributeValues": {**values, **(condition[2] if condition else {})},
-        }
-        if condition:
-            kwargs["ConditionExpression"] = condition[0]
-        try:
-            self.manifest.table.update_item(**kwargs)
-        except ClientError as exc:
-            if is_condition_failed(exc):
-                return False
-            raise
-        return True
-
     def flag_deleted(self, object_url: str, deleted: bool = True) -> int:
-        """The pointer's `deleted`: every live entry of the object reads flagged. Unflagging
-        (`deleted=False`) clears the pointer's flag only: entries of older writes stay flagged
-        (DynamoSubjectIndex unflags those too; no caller unflags)."""
+        """The override's `deleted` for the current write: every live entry of the object reads
+        flagged. Unflagging (`deleted=False`) clears the pointer's flag only: entries of older
+        writes stay flagged (DynamoSubjectIndex unflags those too; no caller unflags)."""
         dataset = self.dataset(object_url)
         for _ in range(POINTER_ATTEMPTS):
-            pointer, entries = self.reads.object_entries(dataset, object_url)
+            read, pointer, entries = self.reads.object_state(dataset, object_url)
             if pointer is None or not pointer.live:
                 return 0
-            if self._update_pointer(
-                dataset,
-                object_url,
-                {"deleted": deleted, "updated_at": now_iso()},
-                ("#c = :c", {"#c": "current"}, {":c": pointer.current}),
-            ):
+            if self.manifest.write_override(dataset, read, replace(pointer, deleted=deleted)):
                 return len(entries)
         raise PointerKeptChangingError("an object's pointer kept changing under flag_deleted")
 
-    def _raise_floor(
-        self, dataset_id: str, object_url: str, floor: str, clear_current: str = ""
-    ) -> None:
-        """floor := max(floor, `floor`); and current := "" while it is still `clear_current`."""
-        if clear_current and self._update_pointer(
-            dataset_id,
-            object_url,
-            {"current": "", "floor": floor, "updated_at": now_iso()},
-            ("#c = :c", {"#c": "current"}, {":c": clear_current}),
-        ):
-            return
-        self._update_pointer(
-            dataset_id,
-            object_url,
-            {"floor": floor, "updated_at": now_iso()},
-            (
-                "attribute_exists(pk) AND (attribute_not_exists(#fl) OR #fl < :fl)",
-                {"#fl": "floor"},
-                {":fl": floor},
-            ),
-        )
+    def _raise_floor(self, dataset_id: str, object_url: str, floor: str, remove: bool) -> None:
+        """floor := max(floor, `floor`); `remove`: current := "" too (the override's current;
+        a write newer than the floor stays current, derived from its segment)."""
+        for _ in range(POINTER_ATTEMPTS):
+            read, pointer, _ = self.reads.object_state(dataset_id, object_url)
+            if pointer is None:
+                return
+            update = replace(pointer, floor=max(pointer.floor, floor))
+            if remove and pointer.current < floor:
+                update = replace(update, current="", deleted=False)
+            if update == pointer or self.manifest.write_override(dataset_id, read, update):
+                return
+        raise PointerKeptChangingError("an object's pointer kept changing")
 
     def prune_flagged(self, object_url: str) -> int:
         """floor := current (rows of older writes die); when the pointer is `deleted` (every
@@ -306,17 +271,17 @@ class SegmentSubjectIndex:
         if pointer is None or not flagged:
             return 0
         floor = seq_after(pointer.current) if pointer.deleted else pointer.current
-        self._raise_floor(dataset, object_url, floor)
+        self._raise_floor(dataset, object_url, floor, remove=False)
         return len(flagged)
 
     def remove_object(self, object_url: str) -> int:
         """Every row of the object as read dies: floor := just above current, current := ""
-        (while current is still the one read: a newer write meanwhile stays)."""
+        (a newer write meanwhile stays: its origin is above the floor)."""
         dataset = self.dataset(object_url)
         pointer, entries = self.reads.object_entries(dataset, object_url)
         if pointer is None or not pointer.live:
             return 0
-        self._raise_floor(dataset, object_url, seq_after(pointer.current), pointer.current)
+        self._raise_floor(dataset, object_url, seq_after(pointer.current), remove=True)
         return len(entries)
 
     def remove_subjects(self, object_url: str, subject_hashes: Iterable[str]) -> int:
@@ -396,26 +361,23 @@ class SegmentSubjectIndex:
 
     def described_versions(self, object_url: str) -> set[str]:
         dataset = self.dataset(object_url)
-        pointer = self.manifest.pointer(dataset, object_url)
-        if pointer is None or not pointer.live or pointer.deleted or not pointer.entries:
+        pointer, entries = self.reads.object_entries(dataset, object_url)
+        if pointer is None or not pointer.live or pointer.deleted:
             return set()
-        entries = self.reads.object_entries(dataset, object_url)[1]
         return {e.row.version_id for e in entries.values() if not e.deleted}
 
     def describes_version(
         self, object_url: str, subjects: Sequence[str], *, version_id: str, etag: str
     ) -> bool:
-        """The pointer answers when it names another version (or none); otherwise each of
-        `subjects` must have a current, unflagged entry of this version."""
+        """Each of `subjects` must have a current, unflagged entry of this version (a pointer
+        naming another write, or none, leaves none: the current write's rows are the only
+        unflagged ones, and they carry its version)."""
         if not subjects:
             return True
         dataset = self.dataset(object_url)
-        pointer = self.manifest.pointer(dataset, object_url)
+        pointer, entries = self.reads.object_entries(dataset, object_url, subjects)
         if pointer is None or not pointer.live or pointer.deleted:
             return False
-        if (pointer.version_id, pointer.etag) != (version_id, etag):
-            return False
-        entries = self.reads.object_entries(dataset, object_url, subjects)[1]
         return all(
             s in entries
             and not entries[s].deleted

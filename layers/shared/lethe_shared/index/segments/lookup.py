@@ -5,9 +5,11 @@ level-1 segment and every `active` level-0 segment whose `origin_seq` is above t
 `absorbed_through` (one Query per partition and one for level 0). `pending` and `retired`
 segments are not read: a pending write is not committed, a retired segment's rows are in its
 successor. Then the rule (`rules.live_entries`) over the rows read and the pointers of their
-objects (BatchGetItem, consistent). When a segment file named by the manifest is gone
-(compaction or an erasure replaced it meanwhile), the whole read starts again from the
-manifest, up to READ_ATTEMPTS times.
+objects: each derived (`rules.effective`) from the digests of the active level-0 items of the
+SAME listing and the objects' override items, read after the listing (BatchGetItem,
+consistent; a compaction writes its carry-forward overrides before it retires level-0 items).
+When a segment file named by the manifest is gone (compaction or an erasure replaced it
+meanwhile), the whole read starts again from the manifest, up to READ_ATTEMPTS times.
 
 A lookup over many datasets (`lookup_across`, what `SegmentSubjectIndex.lookup_many` runs for
 all the hashes of a request at once) runs its reads in two concurrent steps, each in a bounded
@@ -25,12 +27,13 @@ segments it could read.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TypeVar
 
 from lethe_shared.catalog.zones import Zone
 from lethe_shared.index.concurrent_reads import READ_THREADS, run_all
+from lethe_shared.index.segments.described import DescribedCache, Level0, level0_of
 from lethe_shared.index.segments.format import (
     HASH_BYTES,
     hash_bytes,
@@ -112,6 +115,7 @@ class HashReads:
     dataset_id: str
     width: int
     segments: tuple[tuple[SegmentItem, frozenset[bytes]], ...]
+    level0: Level0 = field(default_factory=Level0)
 
 
 @dataclass
@@ -119,6 +123,32 @@ class SegmentLookup:
     manifest: Manifest
     reader: SegmentReader
     threads: int = READ_THREADS
+    described: DescribedCache | None = None
+
+    def __post_init__(self) -> None:
+        if self.described is None:
+            self.described = DescribedCache(self.reader.files.whole)
+
+    def digests(self, segment: SegmentItem) -> frozenset[bytes]:
+        """The digests of the objects a level-0 segment describes (its item, or its file)."""
+        assert self.described is not None
+        file_key = segment.described_key if segment.described_file else ""
+        return self.described.digests(segment.key, segment.described, file_key)
+
+    def level0(self, listed: Iterable[SegmentItem]) -> Level0:
+        """The active level-0 segments of a listing, by the objects they describe."""
+        return level0_of(
+            (s.origin_seq, self.digests(s)) for s in listed if s.level == 0 and s.state == ACTIVE
+        )
+
+    def pointers(self, dataset_id: str, urls: Iterable[str]) -> dict[str, Pointer | None]:
+        """The objects' pointers now: ONE listing, then their overrides."""
+        wanted = set(urls)
+        level0 = self.level0(self.manifest.listing(dataset_id))
+        return level0.pointers(self.manifest.overrides(dataset_id, wanted), wanted)
+
+    def pointer(self, dataset_id: str, object_url: str) -> Pointer | None:
+        return self.pointers(dataset_id, [object_url])[object_url]
 
     def retrying(self, read: Callable[[], T]) -> T:
         for attempt in range(READ_ATTEMPTS):
@@ -139,6 +169,13 @@ class SegmentLookup:
         level-1 with a level-0 list from which the retired inputs are already gone."""
         return split_consulted(self.manifest.listing(dataset_id), partitions)
 
+    def consulted_with(
+        self, dataset_id: str, partitions: Iterable[int]
+    ) -> tuple[dict[int, list[SegmentItem]], Level0]:
+        """`consulted`, and the level-0 digests of the same listing."""
+        listed = self.manifest.listing(dataset_id)
+        return split_consulted(listed, partitions), self.level0(listed)
+
     # -- by hash
     def hash_reads(self, dataset_id: str, hashes: Iterable[str]) -> HashReads:
         """The manifest's part of a lookup in one dataset: its partitions (cached after the
@@ -153,7 +190,8 @@ class SegmentLookup:
             by_partition.setdefault(partition_of(h, bits), []).append(h)
         width = self.manifest.hash_width(dataset_id)
         per_segment: dict[str, tuple[SegmentItem, set[bytes]]] = {}
-        for p, segments in self.consulted(dataset_id, by_partition).items():
+        consulted, level0 = self.consulted_with(dataset_id, by_partition)
+        for p, segments in consulted.items():
             digests = set(hash_bytes(by_partition[p], width).to_pylist())
             for segment in segments:
                 held = per_segment.setdefault(segment.key, (segment, set()))
@@ -162,15 +200,18 @@ class SegmentLookup:
             dataset_id,
             width,
             tuple((segment, frozenset(digests)) for segment, digests in per_segment.values()),
+            level0,
         )
 
     def rows_for_hashes(self, dataset_id: str, hashes: Iterable[str]) -> list[Row]:
-        return self.rows_across([dataset_id], hashes)[dataset_id]
+        return self.rows_across([dataset_id], hashes)[0][dataset_id]
 
-    def rows_across(self, datasets: Iterable[str], hashes: Iterable[str]) -> dict[str, list[Row]]:
+    def rows_across(
+        self, datasets: Iterable[str], hashes: Iterable[str]
+    ) -> tuple[dict[str, list[Row]], dict[str, Level0]]:
         """Per dataset, the rows of the hashes in the segments consulted (each named by the hash
-        asked for): the manifest reads of every dataset concurrently, then the reads of every
-        segment concurrently (module docstring)."""
+        asked for), and its level-0 digests as listed: the manifest reads of every dataset
+        concurrently, then the reads of every segment concurrently (module docstring)."""
         wanted = sorted(set(hashes))
         names = list(dict.fromkeys(datasets))
         plans = run_all([partial(self.hash_reads, d, wanted) for d in names], self.threads)
@@ -183,7 +224,8 @@ class SegmentLookup:
         for (plan, _, _), read in zip(reads, found, strict=True):
             rows[plan.dataset_id] += read
         widths = {plan.dataset_id: plan.width for plan in plans}
-        return {d: relabel(rows[d], wanted, widths[d]) for d in names}
+        level0 = {plan.dataset_id: plan.level0 for plan in plans}
+        return {d: relabel(rows[d], wanted, widths[d]) for d in names}, level0
 
     def lookup_in(self, dataset_id: str, hashes: Iterable[str]) -> dict[str, list[IndexEntry]]:
         """Every entry (flagged ones included) of each hash in the dataset."""
@@ -193,17 +235,20 @@ class SegmentLookup:
         self, datasets: Iterable[str], hashes: Iterable[str]
     ) -> dict[str, dict[str, list[IndexEntry]]]:
         """Per dataset, every entry of each hash: the rows of every dataset first, then the
-        pointers of all their objects in shared BatchGetItems."""
+        overrides of all their objects in shared BatchGetItems."""
         wanted = sorted(set(hashes))
         names = sorted(set(datasets))
 
         def read() -> dict[str, dict[str, list[IndexEntry]]]:
-            rows = self.rows_across(names, wanted)
-            pointers = self.manifest.pointers_of((d, r.object_url) for d in names for r in rows[d])
+            rows, level0 = self.rows_across(names, wanted)
+            overrides = self.manifest.overrides_of(
+                (d, r.object_url) for d in names for r in rows[d]
+            )
             out: dict[str, dict[str, list[IndexEntry]]] = {}
             for d in names:
                 found: dict[str, list[IndexEntry]] = {h: [] for h in wanted}
-                for (h, _), entry in sorted(live_entries(rows[d], pointers.get(d, {})).items()):
+                pointers = level0[d].pointers(overrides.get(d, {}))
+                for (h, _), entry in sorted(live_entries(rows[d], pointers).items()):
                     found[h].append(to_entry(d, entry))
                 out[d] = found
             return out
@@ -212,12 +257,11 @@ class SegmentLookup:
 
     # -- by object
     def object_segments(
-        self, dataset_id: str, pointer: Pointer, partitions: Iterable[int] | None
+        self, listed: list[SegmentItem], pointer: Pointer, partitions: Iterable[int] | None
     ) -> list[SegmentItem]:
-        """The active segments that can hold the object's live rows: level 0 whose origin lies
-        between the pointer's floor and current; level 1 of `partitions` (every one: None).
-        One Query."""
-        listed = self.manifest.listing(dataset_id)
+        """The active segments of a listing that can hold the object's live rows: level 0 whose
+        origin lies between the pointer's floor and current; level 1 of `partitions` (every
+        one: None)."""
         wanted = None if partitions is None else set(partitions)
         found = [
             s
@@ -244,42 +288,70 @@ class SegmentLookup:
         self, dataset_id: str, object_url: str, hashes: Iterable[str] | None = None
     ) -> tuple[Pointer | None, dict[str, LiveEntry]]:
         """The object's pointer and its entries by subject hash (of `hashes` only, when given).
-        Cost: the object tables of the dataset's active segments (footers cached) and, in each
-        segment listing the object, the row groups whose object id range holds it."""
+        Cost: ONE listing, the override item, the object tables of the dataset's active segments
+        (footers cached) and, in each segment listing the object, the row groups whose object
+        id range holds it."""
+        _, pointer, entries = self.object_state(dataset_id, object_url, hashes)
+        return pointer, entries
+
+    def object_state(
+        self, dataset_id: str, object_url: str, hashes: Iterable[str] | None = None
+    ) -> tuple[Pointer | None, Pointer | None, dict[str, LiveEntry]]:
+        """`object_entries` with the override item as read (the condition of a write to it)."""
         wanted = None if hashes is None else sorted(set(hashes))
 
-        def read() -> tuple[Pointer | None, dict[str, LiveEntry]]:
-            pointer = self.manifest.pointer(dataset_id, object_url)
+        def read() -> tuple[Pointer | None, Pointer | None, dict[str, LiveEntry]]:
+            listed = self.manifest.listing(dataset_id)  # first: the rules docstring
+            override = self.manifest.override(dataset_id, object_url)
+            pointer = self.level0(listed).pointer(object_url, override)
             if pointer is None or not pointer.live or (wanted is not None and not wanted):
-                return pointer, {}
+                return override, pointer, {}
             bits = self.manifest.partition_bits(dataset_id) or 0
             width = self.manifest.hash_width(dataset_id)
             digests = None if wanted is None else hash_bytes(wanted, width).to_pylist()
             partitions = None if wanted is None else {partition_of(h, bits) for h in wanted}
             rows: list[Row] = []
-            for segment in self.object_segments(dataset_id, pointer, partitions):
+            for segment in self.object_segments(listed, pointer, partitions):
                 rows += self.reader.by_object(segment, object_url, digests)
             if wanted is not None:
                 rows = relabel(rows, wanted, width)
             entries = live_entries(rows, {object_url: pointer})
-            return pointer, {h: e for (h, _), e in entries.items()}
+            return override, pointer, {h: e for (h, _), e in entries.items()}
 
         return self.retrying(read)
 
     # -- a dataset
+    def all_pointers(self, dataset_id: str) -> dict[str, Pointer]:
+        """Every object of the dataset with a pointer (benchmarks, checks): its override items'
+        and those of the URLs the object tables of its active segments list (an object whose
+        rows were all erased is listed by none: it shows only when it has an override). ONE
+        listing, then the overrides (one Query), then each object table."""
+        listed = self.manifest.listing(dataset_id)
+        level0 = self.level0(listed)
+        overrides = self.manifest.all_overrides(dataset_id)
+        urls = set(overrides)
+        for segment in listed:
+            if segment.state == ACTIVE:
+                urls |= self.reader.object_urls(segment)
+        found = {u: level0.pointer(u, overrides.get(u)) for u in sorted(urls)}
+        return {u: p for u, p in found.items() if p is not None}
+
     def dataset_entries(self, dataset_id: str) -> dict[tuple[str, str], LiveEntry]:
-        """Every entry of the dataset: every consulted segment read whole, every pointer."""
+        """Every entry of the dataset: every consulted segment read whole, every override."""
 
         def read() -> dict[tuple[str, str], LiveEntry]:
             bits = self.manifest.partition_bits(dataset_id)
             if bits is None:
                 return {}
             segments: dict[str, SegmentItem] = {}
-            for group in self.consulted(dataset_id, range(1 << bits)).values():
+            consulted, level0 = self.consulted_with(dataset_id, range(1 << bits))
+            for group in consulted.values():
                 segments.update((s.key, s) for s in group)
             rows: list[Row] = []
             for segment in segments.values():
                 rows += rows_of(widen(*self.reader.whole(segment)))
-            return live_entries(rows, self.manifest.all_pointers(dataset_id))
+            overrides = self.manifest.all_overrides(dataset_id)
+            pointers = level0.pointers(overrides, {r.object_url for r in rows})
+            return live_entries(rows, pointers)
 
         return self.retrying(read)

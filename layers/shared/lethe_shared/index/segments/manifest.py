@@ -1,13 +1,13 @@
-"""The manifest: a DynamoDB table (`pk` S HASH, `sk` S RANGE) listing segments, object pointers
-and each dataset's partition configuration. No subject hash ever appears in an item.
+"""The manifest: a DynamoDB table (`pk` S HASH, `sk` S RANGE) listing segments, object pointer
+overrides and each dataset's partition configuration. No subject hash ever appears in an item.
 
 | item | pk | sk | attributes |
 |---|---|---|---|
 | dataset | `datasets` | `<dataset_id>` | `bits`, `hash_bytes` |
 | partitions | `cfg#<dataset_id>` | `partitions` | `bits` (2**bits partitions), `hash_bytes` |
-| level-0 segment | `seg#<dataset_id>` | `L0#<seq>` | SEGMENT, origin_seq |
+| level-0 segment | `seg#<dataset_id>` | `L0#<seq>` | SEGMENT, origin_seq, DESCRIBED |
 | level-1 segment | `seg#<dataset_id>` | `L1#<pppp>#<seq>` | SEGMENT, absorbed_through, LEVEL1 |
-| object pointer | `obj#<dataset_id>` | `<object_url>` | POINTER |
+| pointer override | `obj#<dataset_id>` | `<object_url>` | POINTER |
 
 SEGMENT: state, etag, objects_etag, bytes, entries, objects, created_at, writer. The dataset,
 level, partition and seq are read from pk/sk, the S3 keys derived from them
@@ -19,11 +19,18 @@ before the level-1 items, the order `lookup.consulted` relies on.
 
 LEVEL1: by_object_etag (the by-object file).
 
+DESCRIBED: `described` (binary: the 8-byte digests of the URLs of the objects the write
+describes, `segments.described`) or, for more than `described.MAX_INLINE` objects,
+`described_file` = true (the digests in S3 next to the segment). Ingestion writes no pointer:
+an object's pointer is derived from these and its override (`rules.effective`).
+
 Reads a lookup runs from its thread pool (`partition_bits`, `hash_width`, `listing`,
 `pointers_of`) go through the table's client (`table.meta.client`, thread-safe, with the
 resource's conversion of values), never through the Table resource (not thread-safe).
 
-POINTER: current, version_id, etag, floor, deleted, entries, updated_at.
+POINTER: current, version_id, etag, floor, deleted, entries, updated_at, rev. Written only by
+flag_deleted, prune_flagged, remove_object and compaction's carry-forward (`rules` docstring),
+each an UpdateItem conditional on `rev` as read (absent: no item), which it increments.
 
 `state` is `pending` (written first, before the files), `active` (committed) or `retired`
 (superseded; its files are deleted, then the item). A segment rewritten by erasure gets a new
@@ -33,6 +40,7 @@ level-0 segments by `origin_seq`, never by sk.
 
 from __future__ import annotations
 
+import builtins
 import datetime as dt
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -43,6 +51,7 @@ from botocore.exceptions import ClientError
 from lethe_shared.aws.dynamo import batch_get_all, query_all
 from lethe_shared.aws.errors import cancellation_reasons, is_condition_failed
 from lethe_shared.index.concurrent_reads import ClientTable
+from lethe_shared.index.segments.described import described_key
 from lethe_shared.index.segments.format import (
     DEFAULT_PARTITION_BITS,
     HASH_BYTES,
@@ -60,7 +69,7 @@ PENDING, ACTIVE, RETIRED = "pending", "active", "retired"
 # what readers of segment items need (fewer attributes read: smaller Query answers)
 READ_PROJECTION = {
     "ProjectionExpression": "pk, sk, #st, etag, objects_etag, origin_seq, absorbed_through, "
-    "by_object_etag, created_at, #b",
+    "by_object_etag, created_at, #b, described, described_file",
     "ExpressionAttributeNames": {"#st": "state", "#b": "bytes"},
 }
 DATASETS_PK = "datasets"
@@ -123,6 +132,8 @@ class SegmentItem:
     origin_seq: str = ""  # level 0: the seq its rows were written with
     absorbed_through: str = ""  # level 1: the highest level-0 origin whose rows it holds
     by_object_etag: str = ""  # level 1: the ETag of its by-object file
+    described: builtins.bytes = b""  # level 0: the digests of the objects it describes (DESCRIBED)
+    described_file: bool = False  # level 0: the digests are in S3 (`described_key`)
 
     @property
     def by_object_key(self) -> str:
@@ -133,7 +144,14 @@ class SegmentItem:
     def files(self) -> tuple[str, ...]:
         """Every S3 key the segment may have: entries, object table and, at level 1, the
         by-object file (deleted and checked gone even when it was not written)."""
-        return (self.key, self.objects_key) + ((self.by_object_key,) if self.level == 1 else ())
+        extra = (self.by_object_key,) if self.level == 1 else ()
+        if self.described_file:
+            extra = (self.described_key,)
+        return (self.key, self.objects_key, *extra)
+
+    @property
+    def described_key(self) -> str:
+        return described_key(self.key)
 
     @property
     def pk(self) -> str:
@@ -160,6 +178,10 @@ class SegmentItem:
         }
         if self.level == 0:
             item["origin_seq"] = self.origin_seq
+            if self.described:
+                item["described"] = self.described
+            if self.described_file:
+                item["described_file"] = True
         else:
             item["absorbed_through"] = self.absorbed_through
             item["by_object_etag"] = self.by_object_etag
@@ -192,6 +214,8 @@ class SegmentItem:
             origin_seq=str(item.get("origin_seq", "")),
             absorbed_through=str(item.get("absorbed_through", "")),
             by_object_etag=str(item.get("by_object_etag", "")),
+            described=_binary(item.get("described")),
+            described_file=bool(item.get("described_file", False)),
         )
 
     def primary(self) -> dict[str, str]:
@@ -213,6 +237,13 @@ class SegmentItem:
             "ExpressionAttributeNames": {"#s": "state"},
             "ExpressionAttributeValues": {":s": self.state, ":e": self.etag},
         }
+
+
+def _binary(value: Any) -> bytes:
+    """A binary attribute as read (boto3's Binary, or bytes); b"" when absent."""
+    if value is None:
+        return b""
+    return bytes(getattr(value, "value", value))
 
 
 class TransactionCancelled(Exception):
@@ -372,20 +403,20 @@ class Manifest:
             raise
         return True
 
-    # -- pointers
-    def pointer(self, dataset_id: str, object_url: str) -> Pointer | None:
-        item = self.table.get_item(
+    # -- pointer overrides (the pointer itself: `rules.effective`)
+    def override(self, dataset_id: str, object_url: str) -> Pointer | None:
+        item = self.reads.get_item(
             Key={"pk": pointer_pk(dataset_id), "sk": object_url}, ConsistentRead=True
         ).get("Item")
         return Pointer.of_item(item) if item else None
 
-    def pointers(self, dataset_id: str, urls: Iterable[str]) -> dict[str, Pointer | None]:
-        return self.pointers_of({(dataset_id, u) for u in urls}).get(dataset_id, {})
+    def overrides(self, dataset_id: str, urls: Iterable[str]) -> dict[str, Pointer | None]:
+        return self.overrides_of({(dataset_id, u) for u in urls}).get(dataset_id, {})
 
-    def pointers_of(
+    def overrides_of(
         self, wanted: Iterable[tuple[str, str]]
     ) -> dict[str, dict[str, Pointer | None]]:
-        """(dataset, object URL) pairs -> dataset -> URL -> pointer (None: none), read in
+        """(dataset, object URL) pairs -> dataset -> URL -> override (None: none), read in
         BatchGetItems of up to 100 keys whatever their datasets."""
         pairs = sorted(set(wanted))
         found: dict[str, dict[str, Pointer | None]] = {}
@@ -397,7 +428,7 @@ class Manifest:
             found[dataset_id][str(item["sk"])] = Pointer.of_item(item)
         return found
 
-    def all_pointers(self, dataset_id: str) -> dict[str, Pointer | None]:
+    def all_overrides(self, dataset_id: str) -> dict[str, Pointer | None]:
         return {
             str(i["sk"]): Pointer.of_item(i)
             for i in query_all(
@@ -408,7 +439,41 @@ class Manifest:
             )
         }
 
-    def delete_pointer(self, dataset_id: str, object_url: str) -> None:
+    def write_override(self, dataset_id: str, read: Pointer | None, update: Pointer) -> bool:
+        """Write the override `update` (its current, floor, deleted, version_id, etag, entries;
+        rev = the one read + 1) while the item is still as read (`read`: None, no item); False
+        when another writer changed it first. An UpdateItem (it creates the item when absent):
+        the object events function may update the manifest, not put to it (template.yaml)."""
+        rev = read.rev if read is not None else 0
+        fields: dict[str, Any] = {
+            "current": update.current,
+            "floor": update.floor,
+            "deleted": update.deleted,
+            "version_id": update.version_id,
+            "etag": update.etag,
+            "entries": update.entries,
+            "updated_at": now_iso(),
+            "rev": rev + 1,
+        }
+        values = {f":{k}": v for k, v in fields.items()}
+        condition = "attribute_not_exists(pk)"
+        if read is not None:
+            condition, values[":read"] = "#rev = :read", rev
+        try:
+            self.table.update_item(
+                Key={"pk": pointer_pk(dataset_id), "sk": update.object_url},
+                UpdateExpression="SET " + ", ".join(f"#{k} = :{k}" for k in fields),
+                ConditionExpression=condition,
+                ExpressionAttributeNames={f"#{k}": k for k in fields},
+                ExpressionAttributeValues=values,
+            )
+        except ClientError as exc:
+            if is_condition_failed(exc):
+                return False
+            raise
+        return True
+
+    def delete_override(self, dataset_id: str, object_url: str) -> None:
         self.table.delete_item(Key={"pk": pointer_pk(dataset_id), "sk": object_url})
 
     # -- transactions

@@ -17,13 +17,46 @@ current version is a delete marker (`deleted`):
 | any | floor <= o < current | older but live | deleted=True |
 
 Several live rows of (h, O): the one with the highest origin gives the entry.
+
+The pointer is DERIVED (`effective`), not written by ingestion: a level-0 segment's manifest
+item records which objects it describes (`described`: 8-byte digests of their URLs,
+`segments.described`), and committing it (the item going `active`) is the whole commit. From
+the override item of O (the manifest item `obj#<dataset>` / `<object_url>`, written only by
+flag_deleted, prune_flagged, remove_object and compaction's carry-forward; absent for most
+objects) and the origins of the `active` level-0 segments describing O:
+
+| from | rule |
+|---|---|
+| current | the highest of the override's `current` and of each describing origin >= floor |
+| floor | the override's (only ever raised) |
+| deleted | the override's `deleted`, and only while the override's `current` is the current one |
+| no override, no describing segment | no pointer |
+
+This is what the conditional pointer update of ingestion computed ("highest seq wins, never
+below the floor, a newer write clears `deleted`"), computed at read time instead.
+
+Races, and why each ends as some order of the operations would:
+- two writers of O in two segments: both commit (one write each, no shared item); the higher
+  origin is current whatever the order of the commits, the other's rows are older (flagged):
+  an out-of-order older writer never wins (max).
+- a write racing flag/prune/remove: the override write is conditional on the override item as
+  read (`rev`, retried on a change) and names the current it judged (`current`); a write that
+  committed meanwhile has a higher origin, so it is current and unflagged, above the floor: the
+  same as the write landing just after the flag/removal.
+- a write racing compaction: compaction retires level-0 segments only after writing, for each
+  object whose current comes from one of them, an override carrying that `current` forward
+  (conditional on `rev`); a newer write's origin is higher and still wins. Readers list the
+  segments BEFORE reading overrides: a reader that sees a level-0 item gone (or `retired`) finds
+  the carry-forward already written.
+- an erasure rewrite keeps the old item's `described` (and `origin_seq`): the derivation is
+  unchanged by it.
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 
@@ -35,7 +68,9 @@ class RowStatus(enum.Enum):
 
 @dataclass(frozen=True)
 class Pointer:
-    """An object's pointer (manifest item `obj#<dataset>` / `<object_url>`)."""
+    """An object's pointer: its override item (`obj#<dataset>` / `<object_url>`), or the pointer
+    derived from it and the segments describing the object (`effective`). `rev`: the override
+    item's revision (0: no item), the condition of every override write."""
 
     object_url: str
     current: str = ""
@@ -45,6 +80,7 @@ class Pointer:
     deleted: bool = False
     entries: int = 0
     updated_at: str = ""
+    rev: int = 0
 
     @property
     def live(self) -> bool:
@@ -62,7 +98,22 @@ class Pointer:
             deleted=bool(item.get("deleted", False)),
             entries=int(item.get("entries", 0)),
             updated_at=str(item.get("updated_at", "")),
+            rev=int(item.get("rev", 0)),
         )
+
+
+def effective(object_url: str, override: Pointer | None, origins: Iterable[str]) -> Pointer | None:
+    """The object's pointer from its override item (None: none) and the origins of the active
+    level-0 segments describing it (module docstring)."""
+    floor = override.floor if override else ""
+    top = max((o for o in origins if o >= floor), default="")
+    if override is not None and override.current >= top:
+        return override
+    if not top:
+        return None
+    if override is None:
+        return Pointer(object_url, current=top)
+    return replace(override, current=top, deleted=False, version_id="", etag="", entries=0)
 
 
 def row_status(origin: str, pointer: Pointer | None) -> RowStatus:

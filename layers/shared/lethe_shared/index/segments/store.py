@@ -1,32 +1,25 @@
 """Writing segments: a new level-0 segment for one object or a batch of objects, and the common
-steps every writer (compaction, erasure) takes: manifest item first, as `pending`; PUT of both
+steps every writer (compaction, erasure) takes: manifest item first, as `pending`; PUT of the
 files; commit.
 
-Commit of a level-0 write:
-- one object (`commit_object`): one TransactWriteItems: the item becomes `active` (on the
-  condition it is still `pending` with no ETag: an erasure or the sweep may have replaced or
-  removed it, then the write fails with SegmentCommitError and is to be retried), and the
-  object's pointer gets `current = seq` with the version, ETag and entry count, on the
-  condition that its `current` is absent or older than seq and its `floor` not above seq. When
-  only the pointer's condition fails (a newer write already committed, or the object was
-  removed after this write began), the item is activated alone: its rows are then older (the
-  version they describe is an older one: flagged `deleted`) or dead. An out-of-order older
-  writer never wins.
-- many objects (`commit_objects`): one conditional pointer update per object (same
-  condition), then the item becomes `active`. Until then a lookup does not read the segment.
+A level-0 item records the objects its write describes (`described`, `segments.described`),
+so its commit (`commit`) is ONE write: the item becomes `active`, on the condition it is still
+`pending` with no ETag (an erasure or the sweep may have replaced or removed it: then
+SegmentCommitError, write again). No pointer item is written: an object's pointer is derived
+from the active level-0 segments describing it and its override item (`rules.effective`), so
+the highest origin is current whatever order writers commit in, and an out-of-order older
+writer never wins. Until the commit a lookup does not read the segment.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
-from botocore.exceptions import ClientError
 
-from lethe_shared.aws.errors import is_action_condition_failed, is_condition_failed
 from lethe_shared.errors import LetheError
+from lethe_shared.index.segments.described import DIGEST_BYTES, MAX_INLINE, pack
 from lethe_shared.index.segments.format import (
     OBJECT_ROW_GROUP,
     OBJECTS_SCHEMA,
@@ -45,7 +38,6 @@ from lethe_shared.index.segments.manifest import (
     Manifest,
     SegmentItem,
     now_iso,
-    pointer_pk,
 )
 from lethe_shared.index.segments.manifest import TransactionCancelled as Cancelled
 from lethe_shared.index.segments.s3_ranges import SegmentFiles
@@ -54,16 +46,6 @@ from lethe_shared.index.segments.s3_ranges import SegmentFiles
 class SegmentCommitError(LetheError):
     """A segment write could not be committed: its pending item was replaced or removed
     (an erasure scrubbed it, or the sweep judged its writer dead). Write again."""
-
-
-@dataclass(frozen=True)
-class ObjectWrite:
-    """What one object's pointer gets when its segment commits."""
-
-    object_url: str
-    version_id: str
-    etag: str
-    entries: int
 
 
 @dataclass
@@ -86,12 +68,22 @@ class SegmentWriter:
         absorbed_through: str = "",
         created_at: str | None = None,
         state: str = ACTIVE,
+        described: bytes | None = None,
     ) -> SegmentItem:
-        """Put the pending item, then both files; the item as it is to be once committed (its
+        """Put the pending item, then the files; the item as it is to be once committed (its
         ETags set, in `state`: the caller commits it with `activate_action`). `seq` for a new
-        level-0 write is its origin."""
+        level-0 write is its origin. Level 0: `described` (packed digests) is what the item
+        records (None: the objects of `wide` and `objects_only`; an erasure rewrite passes the
+        old segment's)."""
         seq = seq or new_seq()
         key = entries_key(dataset_id, level, partition, seq)
+        if level == 0 and described is None:
+            urls = set(wide["object_url"].to_pylist())
+            if objects_only is not None:
+                urls |= set(objects_only["object_url"].to_pylist())
+            described = pack(urls)
+        digests = described or b""
+        in_file = len(digests) > MAX_INLINE * DIGEST_BYTES
         pending = SegmentItem(
             dataset_id=dataset_id,
             level=level,
@@ -104,8 +96,12 @@ class SegmentWriter:
             writer=writer_name(),
             origin_seq=(origin_seq or seq) if level == 0 else "",
             absorbed_through=absorbed_through,
+            described=b"" if in_file else digests,
+            described_file=in_file,
         )
         self.manifest.put_pending(pending)
+        if in_file:
+            self.files.put(pending.described_key, digests)
         entries, objects = build_segment(wide, objects_only)
         entries_data = to_parquet(entries, self.row_group, self.manifest.hash_width(dataset_id))
         objects_data = to_parquet(objects, OBJECT_ROW_GROUP)
@@ -156,58 +152,9 @@ class SegmentWriter:
             }
         }
 
-    def pointer_update(self, dataset_id: str, seq: str, write: ObjectWrite) -> dict[str, Any]:
-        return {
-            "TableName": self.manifest.table.name,
-            "Key": {"pk": pointer_pk(dataset_id), "sk": write.object_url},
-            "UpdateExpression": "SET #c = :s, version_id = :v, etag = :e, deleted = :f, "
-            "entries = :n, updated_at = :t",
-            "ConditionExpression": "(attribute_not_exists(#c) OR #c < :s) "
-            "AND (attribute_not_exists(#fl) OR #fl <= :s)",
-            "ExpressionAttributeNames": {"#c": "current", "#fl": "floor"},
-            "ExpressionAttributeValues": {
-                ":s": seq,
-                ":v": write.version_id,
-                ":e": write.etag,
-                ":f": False,
-                ":n": write.entries,
-                ":t": now_iso(),
-            },
-        }
-
-    def commit_object(self, segment: SegmentItem, write: ObjectWrite) -> bool:
-        """Commit a one-object level-0 segment (module docstring). True when the pointer now
-        names it; False when a newer write (or a removal) kept the pointer."""
-        pointer = {"Update": self.pointer_update(segment.dataset_id, segment.seq, write)}
-        try:
-            self.manifest.transact([self.activate_action(segment), pointer])
-        except Cancelled as exc:
-            if is_action_condition_failed(exc.reasons[0]):
-                raise SegmentCommitError(
-                    f"segment {segment.seq} was replaced before its commit"
-                ) from exc
-            if not is_action_condition_failed(exc.reasons[1]):
-                raise
-            self._activate(segment)
-            return False
-        return True
-
-    def commit_objects(self, segment: SegmentItem, writes: Sequence[ObjectWrite]) -> set[str]:
-        """Commit a many-object level-0 segment: pointers first, then the item. The URLs whose
-        pointer now names it."""
-        won: set[str] = set()
-        for write in writes:
-            try:
-                self.manifest.table.update_item(
-                    **self.pointer_update(segment.dataset_id, segment.seq, write)
-                )
-            except ClientError as exc:
-                if not is_condition_failed(exc):
-                    raise
-                continue
-            won.add(write.object_url)
+    def commit(self, segment: SegmentItem) -> None:
+        """Commit a level-0 segment (module docstring): its item becomes `active`, one write."""
         self._activate(segment)
-        return won
 
     def _activate(self, segment: SegmentItem) -> None:
         try:
