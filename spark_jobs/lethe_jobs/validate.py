@@ -323,8 +323,12 @@ def _rounding_reason(column: SchemaColumn, declared: DdlType, shown: Column) -> 
 
 
 # a decimal as Spark's cast reads it (java.math.BigDecimal, trimmed): groups 1 the fraction
-# digits without trailing zeros, 2 the exponent
-_DECIMAL_TEXT = r"^\s*[+-]?\p{Nd}*(?:\.(\p{Nd}*?)0*)?(?:[eE]([+-]?\p{Nd}+))?\s*$"
+# digits without trailing zeros, 2 the exponent. It matches the whole text: where a `$` would
+# match before a final line terminator (U+0085, U+2028, U+2029; \s takes CR and LF), the
+# terminator is part of the match, so that the rewrite of `_decimal_parts` holds nothing else.
+_DECIMAL_TEXT = (
+    r"^\s*[+-]?\p{Nd}*(?:\.(\p{Nd}*?)0*)?(?:[eE]([+-]?\p{Nd}+))?\s*[\u0085\u2028\u2029]?\z"
+)
 
 
 def _decimal_parts(text: Column) -> Column:

@@ -514,12 +514,18 @@ def test_the_rounding_check_matches_once_and_judges_as_before(spark: SparkSessio
         "1e", "e5", "1.5e-99999999999", "1.5e99999999999", "00.0100", "1.5\u0085", "1.5\x01",
         "-.50e-1", "9" * 40 + ".1", "1.5 x", None,
     ]  # fmt: skip
+    texts += [f"1.5{c}" for c in ("\u0085", "\u2028", "\u2029", "\u0085\u0085", "\r\n", "\n\u2028")]
+    texts += ["1.505\u2028", "1.5e1\u0085", " -2.50 \u2029"]
     frame = spark.createDataFrame([(t,) for t in texts], "t string")
     for scale in (0, 2, 5):
         target = T.DecimalType(12, scale)
+        # as the job asks it: only of a text the cast reads (`validate._rounds`)
+        read = F.expr(f"try_cast(t AS decimal(12,{scale}))").isNotNull()
         got = frame.select(
             "t",
-            _rounds_text(F.col("t"), target).alias("new"),
-            _old_rounds_text(F.col("t"), scale).alias("old"),
+            (read & _rounds_text(F.col("t"), target)).alias("new"),
+            (read & _old_rounds_text(F.col("t"), scale)).alias("old"),
         ).collect()
         assert [(r["t"], r["new"]) for r in got] == [(r["t"], r["old"]) for r in got]
+        assert any(r["new"] for r in got)
+        assert any(r["new"] is False for r in got)
