@@ -180,8 +180,9 @@ def rejected_rows(df: DataFrame) -> DataFrame:
 @dataclass(frozen=True)
 class _Plan:
     """How one schema column is converted. Stage 1 selects `sources` (helper columns named
-    `_lethe_raw_<i>`, `_lethe_json_<i>`, `_lethe_names_<i>`), stage 2 adds `value`; `failed`
-    (boolean, never null) and `reason` refer only to helper columns. With `named`, the helper
+    `_lethe_raw_<i>`, `_lethe_json_<i>`, `_lethe_names_<i>`, `_lethe_decimal_<i>`), stage 2
+    adds `value` (as `value_name`); `failed` (boolean, never null) and `reason` refer only to
+    helper columns and `value_name`. With `named`, the helper
     `_lethe_names_<i>` holds the row's reasons about the column's names (`struct_names`)."""
 
     column: SchemaColumn
@@ -322,19 +323,35 @@ def _rounding_reason(column: SchemaColumn, declared: DdlType, shown: Column) -> 
 
 
 # a decimal as Spark's cast reads it (java.math.BigDecimal, trimmed): groups 1 the fraction
-# digits, 2 the exponent
-_DECIMAL_TEXT = r"^\s*[+-]?\p{Nd}*(?:\.(\p{Nd}*))?(?:[eE]([+-]?\p{Nd}+))?\s*$"
+# digits without trailing zeros, 2 the exponent. It matches the whole text: where a `$` would
+# match before a final line terminator (U+0085, U+2028, U+2029; \s takes CR and LF), the
+# terminator is part of the match, so that the rewrite of `_decimal_parts` holds nothing else.
+_DECIMAL_TEXT = (
+    r"^\s*[+-]?\p{Nd}*(?:\.(\p{Nd}*?)0*)?(?:[eE]([+-]?\p{Nd}+))?\s*[\u0085\u2028\u2029]?\z"
+)
+
+
+def _decimal_parts(text: Column) -> Column:
+    """The decimal `text` as `#<fraction digits without trailing zeros>#<exponent>` where it
+    has the form `_DECIMAL_TEXT` reads (one regular expression match), else as it is (a text
+    the cast reads never holds "#")."""
+    return F.regexp_replace(text, _DECIMAL_TEXT, "#$1#$2")
+
+
+def _rounds_parts(parts: Column, target: T.DecimalType) -> Column:
+    """`_rounds_text` of the text whose `_decimal_parts` are `parts`."""
+    fraction = F.substring_index(F.substring_index(parts, "#", 2), "#", -1)
+    exponent_text = F.substring_index(parts, "#", -1)
+    exponent = F.when(exponent_text == "", F.lit(0.0)).otherwise(exponent_text.cast("double"))
+    needed = F.length(fraction).cast("double") - exponent
+    return ~parts.startswith("#") | exponent.isNull() | (needed > F.lit(float(target.scale)))
 
 
 def _rounds_text(text: Column, target: T.DecimalType) -> Column:
     """True where the decimal `text` needs more fraction digits than `target`'s scale (its cast
     would round it): the fraction's digits without trailing zeros, less the exponent. A form
     whose digits cannot be counted here counts as rounded (rejected, never altered)."""
-    fraction = F.regexp_replace(F.regexp_extract(text, _DECIMAL_TEXT, 1), "0+$", "")
-    exponent_text = F.regexp_extract(text, _DECIMAL_TEXT, 2)
-    exponent = F.when(exponent_text == "", F.lit(0.0)).otherwise(exponent_text.cast("double"))
-    needed = F.length(fraction).cast("double") - exponent
-    return ~text.rlike(_DECIMAL_TEXT) | exponent.isNull() | (needed > F.lit(float(target.scale)))
+    return _rounds_parts(_decimal_parts(text), target)
 
 
 def _rounds(source: Column, value: Column, source_type: T.DataType, target: T.DataType) -> Column:
@@ -354,13 +371,16 @@ def _from_text(
     raw = _raw(index)
     value = _try_cast(f"`_lethe_raw_{index}`", target)
     reason = _invalid(column, declared, raw)
-    failed = raw.isNotNull() & (raw != "") & value.isNull()
+    sources: tuple[tuple[str, Column], ...] = ((f"_lethe_raw_{index}", source),)
     if isinstance(target, T.DecimalType):  # a rounded decimal: rejected, and no value
-        rounded = _rounds(raw, value, T.StringType(), target)
+        # the text's digits found once per row, in stage 1 (`_decimal_parts`)
+        parts = f"_lethe_decimal_{index}"
+        sources = (*sources, (parts, _decimal_parts(source)))
+        rounded = value.isNotNull() & _rounds_parts(col(parts), target)
         value = F.when(~rounded, value)
-        failed = raw.isNotNull() & (raw != "") & (value.isNull() | rounded)
         reason = F.when(rounded, _rounding_reason(column, declared, raw)).otherwise(reason)
-    sources = ((f"_lethe_raw_{index}", source),)
+    # the value as stage 2 made it (a decimal: null where it would be rounded), not cast again
+    failed = raw.isNotNull() & (raw != "") & col(f"_lethe_value_{index}").isNull()
     return _Plan(column, index, sources, value, F.coalesce(failed, F.lit(False)), reason)
 
 

@@ -8,12 +8,15 @@ from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
 from pyspark.testing import assertDataFrameEqual
 
 from lethe_jobs.validate import (
     POSITION,
     REASONS,
     RECORD,
+    _rounds_text,
     conform,
     extra_columns,
     extract_json_fields,
@@ -488,3 +491,41 @@ def test_valid_and_rejected_rows_split_a_conformed_frame(spark: SparkSession) ->
             f"{POSITION} long, {REASONS} array<string>, {RECORD} string",
         ),
     )
+
+
+_OLD_DECIMAL_TEXT = r"^\s*[+-]?\p{Nd}*(?:\.(\p{Nd}*))?(?:[eE]([+-]?\p{Nd}+))?\s*$"
+
+
+def _old_rounds_text(text: Any, scale: int) -> Any:
+    """The rounding check as it was (four regular expression matches per value), verbatim: the
+    reference the one-match form (`validate._rounds_text`) is compared with."""
+    fraction = F.regexp_replace(F.regexp_extract(text, _OLD_DECIMAL_TEXT, 1), "0+$", "")
+    exponent_text = F.regexp_extract(text, _OLD_DECIMAL_TEXT, 2)
+    exponent = F.when(exponent_text == "", F.lit(0.0)).otherwise(exponent_text.cast("double"))
+    needed = F.length(fraction).cast("double") - exponent
+    return ~text.rlike(_OLD_DECIMAL_TEXT) | exponent.isNull() | (needed > F.lit(float(scale)))
+
+
+def test_the_rounding_check_matches_once_and_judges_as_before(spark: SparkSession) -> None:
+    texts = [
+        "1", "1.5", "1.50", "1.500", "1.505", "1.005", "12.345", "0.005", "-0.004", "+3.10",
+        " 4.20 ", "\t5.1\n", "1e-3", "1E2", "1.23e1", "1.234e1", "1.2345E+2", "5.", ".5", ".",
+        "", "abc", "1,5", "1.2.3", "#1#2", "1.5#", "\u0661.\u0662\u0663", "1.\u0660\u0660",
+        "1e", "e5", "1.5e-99999999999", "1.5e99999999999", "00.0100", "1.5\u0085", "1.5\x01",
+        "-.50e-1", "9" * 40 + ".1", "1.5 x", None,
+    ]  # fmt: skip
+    texts += [f"1.5{c}" for c in ("\u0085", "\u2028", "\u2029", "\u0085\u0085", "\r\n", "\n\u2028")]
+    texts += ["1.505\u2028", "1.5e1\u0085", " -2.50 \u2029"]
+    frame = spark.createDataFrame([(t,) for t in texts], "t string")
+    for scale in (0, 2, 5):
+        target = T.DecimalType(12, scale)
+        # as the job asks it: only of a text the cast reads (`validate._rounds`)
+        read = F.expr(f"try_cast(t AS decimal(12,{scale}))").isNotNull()
+        got = frame.select(
+            "t",
+            (read & _rounds_text(F.col("t"), target)).alias("new"),
+            (read & _old_rounds_text(F.col("t"), scale)).alias("old"),
+        ).collect()
+        assert [(r["t"], r["new"]) for r in got] == [(r["t"], r["old"]) for r in got]
+        assert any(r["new"] for r in got)
+        assert any(r["new"] is False for r in got)

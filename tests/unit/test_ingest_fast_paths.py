@@ -30,7 +30,7 @@ from lethe_jobs.ingest_tasks import (
     text_column,
 )
 from lethe_jobs.ingest_tasks.write import _runs
-from lethe_jobs.readers import csv_text, read_raw
+from lethe_jobs.readers import csv_reader, csv_text, read_raw
 from lethe_jobs.readers.records import Slice
 from lethe_jobs.validate import POSITION, REASONS
 from lethe_shared.catalog.object_catalog import Zone
@@ -297,7 +297,7 @@ def _records_the_generic_loop_gives(
     text = io.TextIOWrapper(
         io.BytesIO(data), encoding=encoding, errors=csv_text.COUNTING_SURROGATEESCAPE, newline=""
     )
-    reader = csv_text.csv_reader(text, ds.csv)
+    reader = csv_reader(text, ds.csv)
     names = list(part.header) if part.header is not None else next(reader)
     collector = csv_text._CsvCollector(names, before)
     found = []

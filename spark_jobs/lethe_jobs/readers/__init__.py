@@ -51,7 +51,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from lethe_jobs.errors import UnreadableFileError
-from lethe_jobs.readers.csv_text import RecordLines, csv_reader, read_csv
+from lethe_jobs.readers.csv_fast import csv_reader
+from lethe_jobs.readers.csv_text import RecordLines, read_csv
 from lethe_jobs.readers.json_names import JsonNames
 from lethe_jobs.readers.jsonl import complete_members, read_jsonl
 from lethe_jobs.readers.parquet import parquet_data_columns, read_parquet, read_parquet_batches

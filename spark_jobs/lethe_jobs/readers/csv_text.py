@@ -16,6 +16,7 @@ from typing import IO, Any, cast
 import pyarrow as pa
 
 from lethe_jobs.errors import UnreadableFileError
+from lethe_jobs.readers.csv_fast import csv_reader, fast_options, fast_records
 from lethe_jobs.readers.payload import cut_of, is_salvaging, refuse_cut
 from lethe_jobs.readers.records import (
     CSV_FIELD_LIMIT,
@@ -31,19 +32,7 @@ from lethe_jobs.readers.records import (
     is_blank_row,
 )
 from lethe_jobs.validate import POSITION
-from lethe_shared.datasets.document import CsvOptions, Dataset
-
-
-def csv_reader(text: IO[str], options: CsvOptions) -> Any:
-    csv.field_size_limit(max(csv.field_size_limit(), CSV_FIELD_LIMIT))
-    return csv.reader(
-        text,
-        delimiter=options.delimiter,
-        quotechar=options.quote,
-        escapechar=None if options.escape == options.quote else options.escape,
-        doublequote=True,
-        strict=False,
-    )
+from lethe_shared.datasets.document import Dataset
 
 
 def _csv_record(names: list[str], values: list[str]) -> str:
@@ -184,7 +173,10 @@ def read_csv(
             return
         declared_names(names, dataset, "header")
         if tap is None:  # a stream that ends as it should: every record as it comes
-            yield from _plain_records(reader, names, undecoded_before, offset, batch_rows)
+            yield from _whole_records(
+                payload, reader, names, dataset,
+                undecoded_before=undecoded_before, offset=offset, batch_rows=batch_rows,
+            )  # fmt: skip
             return
         collector = _CsvCollector(names, undecoded_before)
         last = HeldBack()
@@ -207,6 +199,85 @@ def read_csv(
         line, row, record_text = last.item
         collector.rejected.append(_csv_tail(names, line, row, record_text, TRUNCATED_TAIL))
     yield collector.records()
+
+
+def _whole_records(
+    payload: IO[bytes],
+    reader: Any,
+    names: list[str],
+    dataset: Dataset,
+    *,
+    undecoded_before: int,
+    offset: int,
+    batch_rows: int,
+) -> Iterator[RawRecords]:
+    """The records of a stream that is not cut, after its header: by Arrow's parser where it
+    may read them (`_fast_start`), else by Python's (`_plain_records`)."""
+    start = _fast_start(payload, reader, names, dataset)
+    if start is None:
+        yield from _plain_records(reader, names, undecoded_before, offset, batch_rows)
+    else:
+        first = reader.line_num + 1 + offset
+        yield from _fast_records(
+            payload, names, dataset, start=start, first_line=first, batch_rows=batch_rows
+        )
+
+
+def _fast_start(payload: IO[bytes], reader: Any, names: list[str], dataset: Dataset) -> int | None:
+    """Where the records start in `payload` (a local file), when Arrow's parser may read them
+    (`csv_fast`): the header, if the reader read one, was the first physical line alone (it
+    ended in LF or CRLF); else None."""
+    if not fast_options(dataset.csv, names) or not payload.seekable():
+        return None
+    if reader.line_num == 0:  # no header line in this stream (a piece, or no header)
+        return 0
+    if reader.line_num != 1:
+        return None
+    here = payload.tell()  # where the text reader's read-ahead stopped: it goes on from there
+    payload.seek(0)
+    first = payload.readline(CSV_FIELD_LIMIT)
+    if not first.endswith(b"\n") or b"\r" in first[:-2]:
+        payload.seek(here)
+        return None
+    return len(first)
+
+
+def _fast_records(
+    payload: IO[bytes],
+    names: list[str],
+    dataset: Dataset,
+    *,
+    start: int,
+    first_line: int,
+    batch_rows: int,
+) -> Iterator[RawRecords]:
+    """The records from byte `start` (line `first_line`) on, by Arrow's parser where it gives
+    what Python's does, else from the block where it may not on by Python's (`csv_fast`)."""
+    payload.seek(start)
+    before = _UNDECODED_SEEN[0]
+    for item in fast_records(
+        payload, names, dataset.csv,
+        first_line=first_line, batch_rows=batch_rows,
+        collector=lambda columns: _CsvCollector(columns, before),
+    ):  # fmt: skip
+        if isinstance(item, RawRecords):
+            yield item
+            continue
+        position, line = item  # from here on, Python's reader
+        payload.seek(position)
+        undecoded_before = _UNDECODED_SEEN[0]
+        text = io.TextIOWrapper(
+            payload, encoding="utf-8", errors=COUNTING_SURROGATEESCAPE, newline=""
+        )
+        reader = csv_reader(text, dataset.csv)
+        try:
+            yield from _plain_records(reader, names, undecoded_before, line - 1, batch_rows)
+        except csv.Error as exc:
+            raise UnreadableFileError(
+                f"not valid CSV (line {reader.line_num + line - 1}): {exc}"
+            ) from exc
+        finally:
+            text.detach()  # the payload stays open for its owner
 
 
 def _plain_records(
