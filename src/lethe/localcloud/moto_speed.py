@@ -1,7 +1,7 @@
 """What the local cloud's moto server spent CPU on per request that no answer depends on
 (moto 5.2.5; docs/LOCAL_CLOUD.md, "Other adjustments to moto"). Measured with py-spy on the
-`lethe.localcloud serve` process of a full soak beside `make test` (load about 13): about 60 %
-of one core, of which
+`lethe.localcloud serve` process of a full soak beside `make test` (load about 13; the
+process at about 60 % of one core; its `moto.log` lines are `cloud._failed_requests`):
 
 - `DomainDispatcherApplication.get_backend_for_host`: every request lists moto's package
   folder (`backends.list_of_moto_modules`: `os.listdir` and an `isdir` per entry) and then
@@ -12,7 +12,6 @@ of one core, of which
   queue's visible messages, reading the clock twice per message: O(messages) clock reads per
   send, quadratic over a burst of uploads. The clock is read once per count
   (`patch_sqs_counts`); the same messages count, as before.
-
 - DynamoDB's responses (a third of the process while erasures ran): moto's serializer walks
   each response along its botocore shape and, for every member of every attribute value
   (`AttributeValue`: ten members, S to BOOL), asks an attribute picker for the value, which
