@@ -494,6 +494,12 @@ def _lake_subjects(cloud: LocalCloud) -> set[str]:
     return found
 
 
+def _binary_text(value: object) -> str:
+    if isinstance(value, bytes):
+        return value.decode("latin-1")
+    raise TypeError(f"{type(value).__name__} in a DynamoDB item")
+
+
 def _swept_texts(cloud: LocalCloud, erased: dict[str, Any]) -> dict[str, str]:
     """Every record Lethe keeps or sends about the scenario, as text, by where it came from:
     log lines, state machine histories, emails, reports (manifests, certificates), DynamoDB
@@ -519,7 +525,11 @@ def _swept_texts(cloud: LocalCloud, erased: dict[str, Any]) -> dict[str, str]:
     dynamodb = cloud.client("dynamodb")
     for name in dynamodb.list_tables()["TableNames"]:
         items = dynamodb.get_paginator("scan").paginate(TableName=name)
-        texts[f"table {name}"] = json.dumps([i for page in items for i in page["Items"]])
+        # binary attributes (the index manifest's digests of object URLs) as their bytes, so
+        # that a raw id held in one would still be found
+        texts[f"table {name}"] = json.dumps(
+            [i for page in items for i in page["Items"]], default=_binary_text
+        )
     texts["sns"] = json.dumps(erased["sns"])
     texts["eventbridge"] = json.dumps(erased["events"])
     return texts
