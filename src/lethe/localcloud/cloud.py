@@ -137,7 +137,8 @@ def configure_moto() -> Callable[[], None]:
     """Make this process's moto behave as the local cloud needs; returns the undo callable.
 
     Applies MOTO_CONFIG to moto's process-wide user config, `patch_policy_conditions`,
-    `make_dynamodb_atomic` and the DynamoDB partition and transaction patches. The memory
+    `make_dynamodb_atomic`, the DynamoDB partition and transaction patches and moto_speed's
+    (per-request work no answer depends on: dispatch, SQS counts, DynamoDB answers). The memory
     patches of moto_instances are applied by the local cloud's own process only
     (`lethe.localcloud.__main__`, `patch_moto_memory`): in a process shared with pytest they
     let moto's finalizers run on any thread (see moto_instances).
