@@ -1,5 +1,6 @@
 """The derived pointer of the segment index (rules.effective) against moto: ingestion writes no
-pointer item, compaction carries pointers forward before it retires level-0 items, and each
+pointer item, compaction carries what retired level-0 items said in one S3 file per dataset
+(`segments.carried`) before it retires them, and each
 race the rules docstring names ends as some order of the operations would."""
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from collections.abc import Callable
 from typing import Any
 
 import boto3
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from lethe_shared.index.segments import SegmentSubjectIndex, manifest_table_definition
@@ -49,7 +52,19 @@ def seen(index: SegmentSubjectIndex, h: str) -> list[tuple[str, str, bool]]:
     return sorted((e.object_url, e.version_id, e.deleted) for e in index.lookup(h))
 
 
-def test_ingestion_writes_no_pointer_and_compaction_carries_each_forward(
+def carried_items(manifest: Any) -> list[dict[str, Any]]:
+    return [i for i in items(manifest, "seg#") if str(i["sk"]).startswith("P#")]
+
+
+def carried_table(s3: Any, item: dict[str, Any]) -> dict[bytes, str]:
+    key = f"segments/{str(item['pk']).removeprefix('seg#')}/carried/"
+    key += str(item["sk"]).removeprefix("P#") + ".parquet"
+    data = s3.get_object(Bucket=BUCKET, Key=key)["Body"].read()
+    table = pq.read_table(pa.BufferReader(data))
+    return dict(zip(table["digest"].to_pylist(), table["origin"].to_pylist(), strict=True))
+
+
+def test_ingestion_writes_no_pointer_and_compaction_carries_them_in_one_file(
     s3: Any, manifest: Any
 ) -> None:
     index = make_index(s3, manifest, partition_bits=1)
@@ -60,21 +75,37 @@ def test_ingestion_writes_no_pointer_and_compaction_carries_each_forward(
     assert items(manifest, "obj#") == []  # no pointer item
     level0 = items(manifest, "seg#")
     assert sorted(len(bytes(i["described"].value)) for i in level0) == [8, 8, 24]
+    origins = {str(i["origin_seq"]) for i in level0}
     assert urls[0] not in repr(manifest.scan()["Items"])  # digests, no URL
     before = {h: seen(index, h) for h in (A, B)}
     assert before[B] == [(urls[0], "v1", True), (urls[1], "v1", True), (urls[2], "v1", False)]
     report = index.compact("ds")
     assert report.level0_retired == 3
-    assert report.overrides_written == 3  # one per object whose current write was retired
+    assert report.carried_files_written == 1  # one file, whatever the number of objects
     assert [i for i in items(manifest, "seg#") if str(i["sk"]).startswith("L0#")] == []
-    carried = {str(i["sk"]): str(i["current"]) for i in items(manifest, "obj#")}
-    assert sorted(carried) == sorted(urls)
+    assert items(manifest, "obj#") == []  # still no pointer item
+    (first,) = carried_items(manifest)
+    assert first["state"] == "active"
+    assert int(first["entries"]) == 3
+    held = carried_table(s3, first)
+    assert set(held) == {url_digest(u) for u in urls}
+    # per object the highest origin that described it: urls[0] and urls[1] were written twice
+    assert set(held.values()) <= origins
+    assert len(set(held.values())) == 3
+    assert urls[0] not in repr(held)  # digests, no URL
     assert {h: seen(index, h) for h in (A, B)} == before
     index.replace_object(urls[2], written(urls[2], [B], "v3"))  # newer than the carried one
     assert seen(index, A)[-1] == (urls[2], "v1", True)
     assert seen(index, B)[-1] == (urls[2], "v3", False)
-    assert index.compact("ds").overrides_written == 1
+    assert index.compact("ds").carried_files_written == 1
+    (second,) = carried_items(manifest)  # the first one's file and item are gone
+    assert second["sk"] != first["sk"]
+    assert s3.list_objects_v2(Bucket=BUCKET, Prefix="segments/ds/carried/")["KeyCount"] == 1
+    assert carried_table(s3, second)[url_digest(urls[2])] > held[url_digest(urls[2])]
+    assert {h: seen(index, h) for h in (A, B)} != before
     assert seen(index, B)[-1] == (urls[2], "v3", False)
+    assert seen(index, A)[-1] == (urls[2], "v1", True)
+    assert index.compact("ds").carried_files_written == 0  # nothing retired: nothing written
 
 
 def test_two_writers_of_one_object_the_higher_origin_wins_whatever_the_commit_order(
@@ -154,25 +185,25 @@ def test_a_write_and_a_flag_racing_compaction_keep_their_effect(
     index, other = make_index(s3, manifest), make_index(s3, manifest)
     first, second = url("ds", 0), url("ds", 1)
     index.replace_objects([(u, written(u, [A, B], "v1")) for u in (first, second)])
-    write = index.manifest.write_override
+    put = index.manifest.put_carried_pending
     raced: list[str] = []
 
-    def between(dataset_id: str, read: Any, update: Any) -> bool:
-        """Before compaction's first carry-forward write: a newer write of `first` commits
-        and `second` is flagged (its override changes under the compaction's read)."""
+    def between(item: Any) -> None:
+        """When compaction starts its carried file (it has read the listing it carries): a
+        newer write of `first` commits and `second` is flagged (an override item appears)."""
         if not raced:
-            raced.append(update.object_url)
+            raced.append(item.seq)
             other.replace_object(first, written(first, [A], "v2"))
             other.flag_deleted(second)
-        return write(dataset_id, read, update)
+        put(item)
 
-    monkeypatch.setattr(index.manifest, "write_override", between)
+    monkeypatch.setattr(index.manifest, "put_carried_pending", between)
     report = index.compact("ds")
     assert raced
     assert report.level0_retired == 1  # the new write came after the horizon: not absorbed
     assert seen(other, A) == [(first, "v2", False), (second, "v1", True)]
     assert seen(other, B) == [(first, "v1", True), (second, "v1", True)]
-    monkeypatch.setattr(index.manifest, "write_override", write)
+    monkeypatch.setattr(index.manifest, "put_carried_pending", put)
     index.compact("ds")
     assert seen(other, A) == [(first, "v2", False), (second, "v1", True)]
     assert seen(other, B) == [(first, "v1", True), (second, "v1", True)]

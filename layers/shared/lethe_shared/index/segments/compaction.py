@@ -17,13 +17,16 @@ Per partition p (each restarted on a conflict, up to PARTITION_ATTEMPTS times):
 4. the old level-1 segment's files are deleted, then its item.
 
 Then every active level-0 segment that every partition has absorbed is retired (conditional),
-its files deleted, its item deleted. Before any is retired, the pointer it gives is carried
-forward (`carry_forward`): each object whose current write is one of them (`rules.effective`)
-gets an override item naming that `current` (conditional on the override as read), so the
-pointer does not change when the item goes (these are compaction's manifest writes: one per
-such object, counted apart from ingestion's); `pending` segments older than
-`pending_timeout_seconds` are swept the same way (their writer is taken as dead), and leftover
-`retired` items too.
+its files deleted, its item deleted. Before any is retired, what it says of its objects is
+carried (`carry`): the dataset's carried file (`segments.carried`) is rewritten with the
+digests and origins of the segments going (per digest the highest origin), its new item
+committed in one transaction that retires the old one; so the pointers derived from a listing
+(`rules.effective`) do not change when the items go. The writes: one pending item, one
+transaction of two actions and the old item's deletion per compaction that retires anything,
+whatever the number of objects (before: an override item per object). The old carried file and
+item go after the level-0 items. `pending` segments and carried items older than
+`pending_timeout_seconds` are swept (their writer is taken as dead), and leftover `retired`
+items too.
 
 One compaction per dataset at a time (the job that runs it must not overlap itself): two
 concurrent compactions of a partition without a level-1 segment could both create one.
@@ -34,16 +37,19 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from lethe_shared.errors import LetheError
-from lethe_shared.index.segments.described import url_digest
+from lethe_shared.index.segments import carried
+from lethe_shared.index.segments.carried import CarriedItem
 from lethe_shared.index.segments.format import (
     WIDE_SCHEMA,
     empty_wide,
+    new_seq,
     partition_bounds,
     seq_ns,
     widen,
@@ -53,12 +59,14 @@ from lethe_shared.index.segments.manifest import (
     ACTIVE,
     PENDING,
     RETIRED,
+    Listing,
     Manifest,
     SegmentItem,
     TransactionCancelled,
+    now_iso,
 )
 from lethe_shared.index.segments.reader import SegmentReader
-from lethe_shared.index.segments.rules import Pointer, effective
+from lethe_shared.index.segments.rules import Pointer
 from lethe_shared.index.segments.store import SegmentWriter
 
 MAX_INPUTS = 98  # level-0 inputs per commit: 100 actions per transaction, 2 for level 1
@@ -77,7 +85,7 @@ class CompactionReport:
     rows_in: int = 0
     rows_out: int = 0
     level0_retired: int = 0
-    overrides_written: int = 0  # carry-forward overrides (manifest writes)
+    carried_files_written: int = 0  # carried-pointer files committed (`carry`)
     pending_swept: int = 0
     restarts: int = 0
     bytes_written: int = 0
@@ -277,8 +285,10 @@ class Compactor:
         floor = min(throughs)
         listed = self.manifest.listing(dataset_id)
         going = [s for s in listed if s.level == 0 and s.state == ACTIVE and s.origin_seq <= floor]
+        replaced: list[CarriedItem] = []
         if going:
-            self.carry_forward(dataset_id, listed, going, report)
+            replaced = self.carry(dataset_id, listed, going)
+            report.carried_files_written += 1
         for segment in self.manifest.segments(dataset_id, 0):
             if segment.state == RETIRED:
                 self._remove(segment, RETIRED)
@@ -289,38 +299,74 @@ class Compactor:
                     continue  # an erasure rewrote it meanwhile: the next compaction retires it
                 self._remove(segment, RETIRED)
                 report.level0_retired += 1
+        for item in replaced:
+            self._remove_carried(item)
 
-    def carry_forward(
-        self,
-        dataset_id: str,
-        listed: list[SegmentItem],
-        going: list[SegmentItem],
-        report: CompactionReport,
-    ) -> None:
-        """An override for every object whose current write is one of `going` (module
-        docstring). The objects: every URL an active segment's object table lists whose digest
-        one of `going` holds (an object of `going` left with no row anywhere needs none: no row
-        of it remains to judge)."""
-        level0 = self.reads.level0(listed)
-        digests = frozenset().union(*(self.reads.digests(s) for s in going))
-        origins = {s.origin_seq for s in going}
-        urls: set[str] = set()
-        for segment in listed:
-            if segment.state == ACTIVE:
-                urls |= {u for u in self.reader.object_urls(segment) if url_digest(u) in digests}
-        overrides = self.manifest.overrides(dataset_id, urls)
-        for url in sorted(urls):
-            override = overrides.get(url)
-            for _ in range(PARTITION_ATTEMPTS):
-                pointer = effective(url, override, level0.of(url))
-                if pointer is None or pointer.current not in origins or pointer == override:
-                    break
-                if self.manifest.write_override(dataset_id, override, pointer):
-                    report.overrides_written += 1
-                    break
-                override = self.manifest.override(dataset_id, url)
-            else:
-                raise CompactionConflictError("an object's override kept changing")
+    def carry(
+        self, dataset_id: str, listed: Listing, going: list[SegmentItem]
+    ) -> list[CarriedItem]:
+        """Commit a carried file holding what `going` says and what the listing's active carried
+        files held (module docstring); the carried items it retired (their files and items are
+        removed after the level-0 items)."""
+        old = list(listed.active_carried)
+        held = [carried.read_whole(self.reader.files, item) for item in old]
+        table = carried.merged(
+            pa.concat_tables([carried.empty(), *held]),
+            ((s.origin_seq, self.reads.digests(s)) for s in going),
+        )
+        pending = CarriedItem(dataset_id, new_seq(), PENDING, created_at=now_iso())
+        self.manifest.put_carried_pending(pending)
+        data = carried.to_bytes(table)
+        etag = self.reader.files.put(pending.key, data)
+        actions: list[dict[str, Any]] = [
+            {
+                "Update": {
+                    "TableName": self.manifest.table.name,
+                    "Key": pending.primary(),
+                    "UpdateExpression": "SET #s = :a, etag = :e, #b = :b, entries = :n",
+                    "ConditionExpression": "attribute_exists(pk) AND #s = :p",
+                    "ExpressionAttributeNames": {"#s": "state", "#b": "bytes"},
+                    "ExpressionAttributeValues": {
+                        ":a": ACTIVE,
+                        ":p": PENDING,
+                        ":e": etag,
+                        ":b": len(data),
+                        ":n": table.num_rows,
+                    },
+                }
+            }
+        ]
+        for item in old:
+            condition = item.unchanged_condition()
+            actions.append(
+                {
+                    "Update": {
+                        "TableName": self.manifest.table.name,
+                        "Key": item.primary(),
+                        "UpdateExpression": "SET #s = :r",
+                        "ConditionExpression": condition["ConditionExpression"],
+                        "ExpressionAttributeNames": condition["ExpressionAttributeNames"],
+                        "ExpressionAttributeValues": {
+                            **condition["ExpressionAttributeValues"],  # type: ignore[dict-item]
+                            ":r": RETIRED,
+                        },
+                    }
+                }
+            )
+        try:
+            self.manifest.transact(actions)
+        except TransactionCancelled as exc:
+            self.reader.files.delete(pending.key)
+            self.manifest.delete_carried(pending)
+            raise CompactionConflictError(
+                f"the carried pointers of {dataset_id} changed under the compaction"
+            ) from exc
+        return [replace(item, state=RETIRED) for item in old]
+
+    def _remove_carried(self, item: CarriedItem) -> None:
+        """The file first, then the item (while still in its state and ETag)."""
+        self.reader.files.delete(item.key)
+        self.manifest.delete_carried(item)
 
     def _sweep(self, dataset_id: str, report: CompactionReport) -> None:
         """Pending items older than the timeout: their writer is dead."""
@@ -332,3 +378,10 @@ class Compactor:
             if created <= cutoff:
                 self._remove(segment, PENDING)
                 report.pending_swept += 1
+        for item in self.manifest.listing(dataset_id).carried:
+            # a carried item left retired (its compaction died before removing it), or pending
+            # past the timeout (its compaction died before committing it)
+            created = dt.datetime.fromisoformat(item.created_at)
+            if item.state == RETIRED or (item.state == PENDING and created <= cutoff):
+                self._remove_carried(item)
+                report.pending_swept += item.state == PENDING

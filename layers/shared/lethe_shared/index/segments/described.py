@@ -18,6 +18,7 @@ import hashlib
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from lethe_shared.index.segments.rules import Pointer, effective
 
@@ -64,29 +65,49 @@ class DescribedCache:
         return held
 
 
+class CarriedOrigins(Protocol):
+    """What retired level-0 segments said (`carried.CarriedPointers`)."""
+
+    def origins(self, digests: Iterable[bytes]) -> Mapping[bytes, str]: ...
+
+
 @dataclass(frozen=True)
 class Level0:
     """The active level-0 segments of a dataset as one listing read them: (origin, digests) of
-    each."""
+    each; and the carried pointers of the same listing (what retired ones said), read by digest
+    when a pointer is asked for."""
 
     segments: tuple[tuple[str, frozenset[bytes]], ...] = ()
+    carried: CarriedOrigins | None = None
 
-    def of(self, object_url: str) -> tuple[str, ...]:
-        """The origins of the segments describing the object."""
+    def of(self, object_url: str, carried: Mapping[bytes, str] | None = None) -> tuple[str, ...]:
+        """The origins of the segments describing the object, and its carried origin (from
+        `carried`, the carried origins already read; read now when None)."""
         digest = url_digest(object_url)
-        return tuple(origin for origin, held in self.segments if digest in held)
+        if carried is None:
+            carried = self.carried.origins([digest]) if self.carried is not None else {}
+        held = carried.get(digest)
+        return tuple(origin for origin, digests in self.segments if digest in digests) + (
+            (held,) if held else ()
+        )
 
     def pointer(self, object_url: str, override: Pointer | None) -> Pointer | None:
-        return effective(object_url, override, self.of(object_url))
+        return self.pointers({object_url: override}, [object_url])[object_url]
 
     def pointers(
         self, overrides: Mapping[str, Pointer | None], urls: Iterable[str] | None = None
     ) -> dict[str, Pointer | None]:
-        """URL -> effective pointer, for `urls` (every URL of `overrides` when None)."""
-        wanted = overrides.keys() if urls is None else urls
-        return {u: self.pointer(u, overrides.get(u)) for u in wanted}
+        """URL -> effective pointer, for `urls` (every URL of `overrides` when None); the carried
+        origins of all of them read at once."""
+        wanted = list(overrides.keys() if urls is None else urls)
+        carried: Mapping[bytes, str] = {}
+        if self.carried is not None and wanted:
+            carried = self.carried.origins({url_digest(u) for u in wanted})
+        return {u: effective(u, overrides.get(u), self.of(u, carried)) for u in wanted}
 
 
-def level0_of(segments: Iterable[tuple[str, frozenset[bytes]]]) -> Level0:
-    """From (origin, digests) of each active level-0 segment."""
-    return Level0(tuple(segments))
+def level0_of(
+    segments: Iterable[tuple[str, frozenset[bytes]]], carried: CarriedOrigins | None = None
+) -> Level0:
+    """From (origin, digests) of each active level-0 segment, and the carried pointers."""
+    return Level0(tuple(segments), carried)

@@ -6,8 +6,10 @@ level-1 segment and every `active` level-0 segment whose `origin_seq` is above t
 segments are not read: a pending write is not committed, a retired segment's rows are in its
 successor. Then the rule (`rules.live_entries`) over the rows read and the pointers of their
 objects: each derived (`rules.effective`) from the digests of the active level-0 items of the
-SAME listing and the objects' override items, read after the listing (BatchGetItem,
-consistent; a compaction writes its carry-forward overrides before it retires level-0 items).
+SAME listing, the carried pointers that listing names (`segments.carried`: what retired
+level-0 segments said; the rows of the objects' digests) and the objects' override items, read
+after the listing (BatchGetItem, consistent; a compaction commits the carried file holding the
+level-0 items it retires before it retires them).
 When a segment file named by the manifest is gone (compaction or an erasure replaced it
 meanwhile), the whole read starts again from the manifest, up to READ_ATTEMPTS times.
 
@@ -33,6 +35,7 @@ from typing import TypeVar
 
 from lethe_shared.catalog.zones import Zone
 from lethe_shared.index.concurrent_reads import READ_THREADS, run_all
+from lethe_shared.index.segments.carried import CarriedPointers
 from lethe_shared.index.segments.described import DescribedCache, Level0, level0_of
 from lethe_shared.index.segments.format import (
     HASH_BYTES,
@@ -41,7 +44,7 @@ from lethe_shared.index.segments.format import (
     subject_id,
     widen,
 )
-from lethe_shared.index.segments.manifest import ACTIVE, Manifest, SegmentItem
+from lethe_shared.index.segments.manifest import ACTIVE, Listing, Manifest, SegmentItem
 from lethe_shared.index.segments.reader import SegmentReader, rows_of
 from lethe_shared.index.segments.rules import LiveEntry, Pointer, Row, live_entries
 from lethe_shared.index.segments.s3_ranges import SegmentGoneError
@@ -136,16 +139,24 @@ class SegmentLookup:
         return self.described.digests(segment.key, segment.described, file_key)
 
     def level0(self, listed: Iterable[SegmentItem]) -> Level0:
-        """The active level-0 segments of a listing, by the objects they describe."""
+        """The active level-0 segments of a listing, by the objects they describe, and the
+        listing's carried pointers (`carried`: read by digest when a pointer is asked for)."""
+        held = listed.active_carried if isinstance(listed, Listing) else ()
         return level0_of(
-            (s.origin_seq, self.digests(s)) for s in listed if s.level == 0 and s.state == ACTIVE
+            ((s.origin_seq, self.digests(s)) for s in listed if s.level == 0 and s.state == ACTIVE),
+            CarriedPointers(self.reader.files, held) if held else None,
         )
 
     def pointers(self, dataset_id: str, urls: Iterable[str]) -> dict[str, Pointer | None]:
-        """The objects' pointers now: ONE listing, then their overrides."""
+        """The objects' pointers now: ONE listing, then their overrides (and the carried
+        pointers of the listing: a carried file replaced meanwhile restarts the read)."""
         wanted = set(urls)
-        level0 = self.level0(self.manifest.listing(dataset_id))
-        return level0.pointers(self.manifest.overrides(dataset_id, wanted), wanted)
+
+        def read() -> dict[str, Pointer | None]:
+            level0 = self.level0(self.manifest.listing(dataset_id))
+            return level0.pointers(self.manifest.overrides(dataset_id, wanted), wanted)
+
+        return self.retrying(read)
 
     def pointer(self, dataset_id: str, object_url: str) -> Pointer | None:
         return self.pointers(dataset_id, [object_url])[object_url]
@@ -244,10 +255,13 @@ class SegmentLookup:
             overrides = self.manifest.overrides_of(
                 (d, r.object_url) for d in names for r in rows[d]
             )
+            # the carried pointers of every dataset read concurrently (a footer and row groups)
+            derived = run_all(
+                [partial(level0[d].pointers, overrides.get(d, {})) for d in names], self.threads
+            )
             out: dict[str, dict[str, list[IndexEntry]]] = {}
-            for d in names:
+            for d, pointers in zip(names, derived, strict=True):
                 found: dict[str, list[IndexEntry]] = {h: [] for h in wanted}
-                pointers = level0[d].pointers(overrides.get(d, {}))
                 for (h, _), entry in sorted(live_entries(rows[d], pointers).items()):
                     found[h].append(to_entry(d, entry))
                 out[d] = found
@@ -326,15 +340,19 @@ class SegmentLookup:
         and those of the URLs the object tables of its active segments list (an object whose
         rows were all erased is listed by none: it shows only when it has an override). ONE
         listing, then the overrides (one Query), then each object table."""
-        listed = self.manifest.listing(dataset_id)
-        level0 = self.level0(listed)
-        overrides = self.manifest.all_overrides(dataset_id)
-        urls = set(overrides)
-        for segment in listed:
-            if segment.state == ACTIVE:
-                urls |= self.reader.object_urls(segment)
-        found = {u: level0.pointer(u, overrides.get(u)) for u in sorted(urls)}
-        return {u: p for u, p in found.items() if p is not None}
+
+        def read() -> dict[str, Pointer]:
+            listed = self.manifest.listing(dataset_id)
+            level0 = self.level0(listed)
+            overrides = self.manifest.all_overrides(dataset_id)
+            urls = set(overrides)
+            for segment in listed:
+                if segment.state == ACTIVE:
+                    urls |= self.reader.object_urls(segment)
+            found = level0.pointers(overrides, sorted(urls))
+            return {u: p for u, p in found.items() if p is not None}
+
+        return self.retrying(read)
 
     def dataset_entries(self, dataset_id: str) -> dict[tuple[str, str], LiveEntry]:
         """Every entry of the dataset: every consulted segment read whole, every override."""

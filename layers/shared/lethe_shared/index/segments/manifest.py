@@ -7,6 +7,7 @@ overrides and each dataset's partition configuration. No subject hash ever appea
 | partitions | `cfg#<dataset_id>` | `partitions` | `bits` (2**bits partitions), `hash_bytes` |
 | level-0 segment | `seg#<dataset_id>` | `L0#<seq>` | SEGMENT, origin_seq, DESCRIBED |
 | level-1 segment | `seg#<dataset_id>` | `L1#<pppp>#<seq>` | SEGMENT, absorbed_through, LEVEL1 |
+| carried pointers | `seg#<dataset_id>` | `P#<seq>` | state, etag, bytes, entries, created_at |
 | pointer override | `obj#<dataset_id>` | `<object_url>` | POINTER |
 
 SEGMENT: state, etag, objects_etag, bytes, entries, objects, created_at, writer. The dataset,
@@ -14,23 +15,25 @@ level, partition and seq are read from pk/sk, the S3 keys derived from them
 (`format.entries_key`); readers project the attributes they use (READ_PROJECTION).
 
 Every segment item of a dataset shares one partition key, so ONE consistent Query lists them
-all (`listing`), level 0 first (`L0#` sorts before `L1#`): a reader sees the level-0 items
-before the level-1 items, the order `lookup.consulted` relies on.
+all (`listing`), level 0 first (`L0#` sorts before `L1#`, and both before `P#`): a reader sees
+the level-0 items before the level-1 items, the order `lookup.consulted` relies on, and before
+the carried-pointers item (`segments.carried`: what retired level-0 items said, in S3).
 
 LEVEL1: by_object_etag (the by-object file).
 
 DESCRIBED: `described` (binary: the 8-byte digests of the URLs of the objects the write
 describes, `segments.described`) or, for more than `described.MAX_INLINE` objects,
 `described_file` = true (the digests in S3 next to the segment). Ingestion writes no pointer:
-an object's pointer is derived from these and its override (`rules.effective`).
+an object's pointer is derived from these, the carried pointers and its override
+(`rules.effective`).
 
 Reads a lookup runs from its thread pool (`partition_bits`, `hash_width`, `listing`,
 `pointers_of`) go through the table's client (`table.meta.client`, thread-safe, with the
 resource's conversion of values), never through the Table resource (not thread-safe).
 
 POINTER: current, version_id, etag, floor, deleted, entries, updated_at, rev. Written only by
-flag_deleted, prune_flagged, remove_object and compaction's carry-forward (`rules` docstring),
-each an UpdateItem conditional on `rev` as read (absent: no item), which it increments.
+flag_deleted, prune_flagged and remove_object (`rules` docstring), each an UpdateItem
+conditional on `rev` as read (absent: no item), which it increments.
 
 `state` is `pending` (written first, before the files), `active` (committed) or `retired`
 (superseded; its files are deleted, then the item). A segment rewritten by erasure gets a new
@@ -51,6 +54,7 @@ from botocore.exceptions import ClientError
 from lethe_shared.aws.dynamo import batch_get_all, query_all
 from lethe_shared.aws.errors import cancellation_reasons, is_condition_failed
 from lethe_shared.index.concurrent_reads import ClientTable
+from lethe_shared.index.segments.carried import CarriedItem, is_carried_sk
 from lethe_shared.index.segments.described import described_key
 from lethe_shared.index.segments.format import (
     DEFAULT_PARTITION_BITS,
@@ -246,6 +250,19 @@ def _binary(value: Any) -> bytes:
     return bytes(getattr(value, "value", value))
 
 
+class Listing(list[SegmentItem]):
+    """The segment items of one listing Query, and the carried-pointers items it met
+    (`carried`: every state; readers use the `active` ones)."""
+
+    def __init__(self, segments: Iterable[SegmentItem], carried: Iterable[CarriedItem]) -> None:
+        super().__init__(segments)
+        self.carried = tuple(carried)
+
+    @property
+    def active_carried(self) -> tuple[CarriedItem, ...]:
+        return tuple(c for c in self.carried if c.state == ACTIVE)
+
+
 class TransactionCancelled(Exception):
     """A manifest transaction was cancelled; `reasons` per action, in order."""
 
@@ -340,19 +357,24 @@ class Manifest:
         )
 
     # -- segments
-    def listing(self, dataset_id: str) -> list[SegmentItem]:
+    def listing(self, dataset_id: str) -> Listing:
         """Every segment item of the dataset, any state, in ONE consistent Query: level 0 (by
-        seq), then level 1 (by partition, then seq)."""
-        return [
-            SegmentItem.of_item(i)
-            for i in query_all(
+        seq), then level 1 (by partition, then seq); and the carried-pointers items after them
+        (`Listing.carried`)."""
+        items = list(
+            query_all(
                 self.reads,
                 KeyConditionExpression="pk = :p",
                 ExpressionAttributeValues={":p": segment_pk(dataset_id)},
                 ConsistentRead=True,
                 **READ_PROJECTION,
             )
-        ]
+        )
+        carried = [i for i in items if is_carried_sk(str(i["sk"]))]
+        return Listing(
+            (SegmentItem.of_item(i) for i in items if not is_carried_sk(str(i["sk"]))),
+            (CarriedItem.of_item(i) for i in carried),
+        )
 
     def segments(
         self, dataset_id: str, level: int, partition: int | None = None
@@ -385,6 +407,20 @@ class Manifest:
             for s in self.listing(dataset_id)
             if s.level == 0 or wanted is None or s.partition in wanted
         ]
+
+    # -- carried pointers (`segments.carried`)
+    def put_carried_pending(self, item: CarriedItem) -> None:
+        self.table.put_item(Item=item.to_item(), ConditionExpression="attribute_not_exists(pk)")
+
+    def delete_carried(self, item: CarriedItem) -> bool:
+        """Delete the item while it is still in the state and ETag read; False when not."""
+        try:
+            self.table.delete_item(Key=item.primary(), **item.unchanged_condition())
+        except ClientError as exc:
+            if is_condition_failed(exc):
+                return False
+            raise
+        return True
 
     def get_segment(self, segment: SegmentItem) -> SegmentItem | None:
         item = self.table.get_item(Key=segment.primary(), ConsistentRead=True).get("Item")

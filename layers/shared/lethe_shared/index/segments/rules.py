@@ -22,8 +22,9 @@ The pointer is DERIVED (`effective`), not written by ingestion: a level-0 segmen
 item records which objects it describes (`described`: 8-byte digests of their URLs,
 `segments.described`), and committing it (the item going `active`) is the whole commit. From
 the override item of O (the manifest item `obj#<dataset>` / `<object_url>`, written only by
-flag_deleted, prune_flagged, remove_object and compaction's carry-forward; absent for most
-objects) and the origins of the `active` level-0 segments describing O:
+flag_deleted, prune_flagged and remove_object; absent for most objects) and the describing
+origins: those of the `active` level-0 segments describing O and O's carried origin (the
+highest origin of the retired level-0 segments that described it, `segments.carried`):
 
 | from | rule |
 |---|---|
@@ -43,11 +44,11 @@ Races, and why each ends as some order of the operations would:
   read (`rev`, retried on a change) and names the current it judged (`current`); a write that
   committed meanwhile has a higher origin, so it is current and unflagged, above the floor: the
   same as the write landing just after the flag/removal.
-- a write racing compaction: compaction retires level-0 segments only after writing, for each
-  object whose current comes from one of them, an override carrying that `current` forward
-  (conditional on `rev`); a newer write's origin is higher and still wins. Readers list the
-  segments BEFORE reading overrides: a reader that sees a level-0 item gone (or `retired`) finds
-  the carry-forward already written.
+- a write racing compaction: compaction retires level-0 segments only after committing the
+  carried file that holds their origins; a newer write's origin is higher and still wins. The
+  carried item sorts after the level-0 items in the ONE listing Query, and readers list before
+  reading overrides: a reader that sees a level-0 item gone (or `retired`) reads the carried
+  item later and finds the new file, which holds it.
 - an erasure rewrite keeps the old item's `described` (and `origin_seq`): the derivation is
   unchanged by it.
 """
