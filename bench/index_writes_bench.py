@@ -28,12 +28,12 @@ Counted, not estimated: a WSGI wrapper around the moto server's app (`WriteCount
 DynamoDB write request (PutItem, UpdateItem, DeleteItem, BatchWriteItem, TransactWriteItems)
 that any process sends (the job's driver, its Spark workers, the bench itself), and counts its
 ITEMS by table and by kind of item: on the manifest table pointer overrides (`obj#`: ingestion
-writes none, a level-0 item records the objects it describes; compaction carries pointers
-forward into them when it retires level-0 items), segment
-items (`seg#`), the dataset's configuration (`datasets`, `cfg#`) and the compaction lease; on
-the catalog table catalog items and writes-ledger items (`ledger#`); condition checks of a
-transaction apart (they are not writes). A request DynamoDB refused (a failed condition) is
-counted too, and apart: DynamoDB bills it.
+writes none, a level-0 item records the objects it describes; compaction writes none either:
+what the level-0 items it retires said goes to the dataset's carried-pointers file in S3, named
+by one `seg#` item), segment items (`seg#`), the dataset's configuration (`datasets`, `cfg#`)
+and the compaction lease; on the catalog table catalog items and writes-ledger items
+(`ledger#`); condition checks of a transaction apart (they are not writes). A request DynamoDB
+refused (a failed condition) is counted too, and apart: DynamoDB bills it.
 
 Results: `--out-json` (bench/results/index_writes_latest.json) and Markdown on stdout;
 bench/report.py renders the section and two rows of the Targets table.
@@ -593,7 +593,8 @@ def targets(result: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
     ]
     if compacted is not None:
         # every ingested row is compacted once: the writes its first compaction makes for it
-        # (the pointers carried forward) belong to it as much as ingestion's do
+        # (level-1 and carried-pointer items, level-0 retirements) belong to it as much as
+        # ingestion's do
         life = per_row(first, total + compacted)
         rows.append(
             (
@@ -602,7 +603,7 @@ def targets(result: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
                 f"{first['rows_per_object']:,} rows)",
                 f"<= {result['target']}",
                 f"{life:.6f} ({total + compacted:,} writes: ingestion {total:,}, compaction "
-                f"{compacted:,}, most of them one carried-forward pointer per object)",
+                f"{compacted:,}: {_kinds(first['compaction']['writes'], 'manifest')})",
                 verdict(life, result["target"]),
             )
         )

@@ -273,7 +273,15 @@ def results(tmp_path: Path) -> Path:
     _write(
         tmp_path,
         "index_writes_latest.json",
-        {"shapes": [{"objects_indexed": 400, "ingest": {"manifest": {"writes": 420}}}]},
+        {
+            "shapes": [
+                {
+                    "objects_indexed": 400,
+                    "ingest": {"manifest": {"writes": 420}},
+                    "compaction": {"writes": {"manifest": {"writes": 22}}},
+                }
+            ]
+        },
     )
     _write(
         tmp_path,
@@ -312,7 +320,7 @@ def test_measured_reads_the_benchmark_json(results: Path) -> None:
     assert m.bench_data_bytes_per_row == pytest.approx(40.0)
     assert m.deployed_bytes_per_entry == pytest.approx(2.5)  # 0 partition bits, 6 bytes
     assert m.deployed_level0_bytes_per_entry == pytest.approx(4.0)
-    assert m.manifest_writes_per_object == pytest.approx(420 / 400)
+    assert m.manifest_writes_per_object == pytest.approx((420 + 22) / 400)  # and compaction's
     assert m.segment_bytes_per_entry == pytest.approx(9.05)
     assert m.segment_lookup_bytes == pytest.approx(200)
     assert m.segment_prefix_bytes_per_entry == pytest.approx(3.0)

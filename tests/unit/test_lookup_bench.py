@@ -82,8 +82,8 @@ def test_a_tiny_run_is_complete_bounded_and_reported(aws_env: None, tmp_path: Pa
     assert result["build"]["compactions"] == 2
     before, after = result["before_compaction"], result["after_compaction"]
     assert before["segments_consulted_by_dataset"] == {
-        "bench-ds-0": {"level1": 1, "level0": 2},
-        "bench-ds-1": {"level1": 1, "level0": 2},
+        "bench-ds-0": {"level1": 1, "level0": 2, "carried": 1},
+        "bench-ds-1": {"level1": 1, "level0": 2, "carried": 1},
     }
     assert before["segments_consulted_per_lookup"] == 6
     assert after["segments_consulted_per_lookup"] == 2
@@ -108,9 +108,12 @@ def test_a_tiny_run_is_complete_bounded_and_reported(aws_env: None, tmp_path: Pa
         assert alone["calls"] == every["calls"]
         assert (alone["s3_gets"], alone["s3_bytes"]) == (every["s3_gets"], every["s3_bytes"])
         # a cold lookup reads at most the files of the segments it consults (entries and
-        # object table of each), and lists the manifest once per dataset
+        # object table of each) and each dataset's carried pointers, and lists the manifest
+        # once per dataset
+        assert phase["carried_files_per_lookup"] == 2  # both datasets were compacted
+        bound = 2 * phase["segments_consulted_per_lookup"] + phase["carried_files_per_lookup"]
         for one in phase["cold_each"]["per_lookup"]:
-            assert 0 < one["s3_keys"] <= 2 * phase["segments_consulted_per_lookup"]
+            assert 0 < one["s3_keys"] <= bound
             assert one["s3_gets"] == one["s3_calls"]
         assert phase["cold"]["per_lookup"][0]["s3_gets"] > 0
         calls = phase["cold"]["calls"]
