@@ -37,6 +37,7 @@ from __future__ import annotations
 import io
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -102,7 +103,7 @@ class CarriedItem:
             created_at=str(item.get("created_at", "")),
         )
 
-    def unchanged_condition(self) -> dict[str, object]:
+    def unchanged_condition(self) -> dict[str, Any]:
         return {
             "ConditionExpression": "attribute_exists(pk) AND #s = :s AND etag = :e",
             "ExpressionAttributeNames": {"#s": "state"},

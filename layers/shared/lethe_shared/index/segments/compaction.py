@@ -347,7 +347,7 @@ class Compactor:
                         "ConditionExpression": condition["ConditionExpression"],
                         "ExpressionAttributeNames": condition["ExpressionAttributeNames"],
                         "ExpressionAttributeValues": {
-                            **condition["ExpressionAttributeValues"],  # type: ignore[dict-item]
+                            **condition["ExpressionAttributeValues"],
                             ":r": RETIRED,
                         },
                     }
@@ -384,4 +384,5 @@ class Compactor:
             created = dt.datetime.fromisoformat(item.created_at)
             if item.state == RETIRED or (item.state == PENDING and created <= cutoff):
                 self._remove_carried(item)
-                report.pending_swept += item.state == PENDING
+                if item.state == PENDING:
+                    report.pending_swept += 1
