@@ -331,11 +331,34 @@ _DECIMAL_TEXT = (
 )
 
 
-def _decimal_parts(text: Column) -> Column:
+_SIGNS = ("+", "-")
+_PLAIN_REST = ("", ".")  # a plain decimal's text without its ASCII digits, after its sign
+
+
+def _plainly_fits(text: Column, scale: int) -> Column:
+    """True where `text` is a plain decimal, `[+-]?[0-9]*(\\.[0-9]*)?` (ASCII digits, at most
+    one sign, first, and one point, no space, no exponent), with at most `scale` digits after
+    its point: such a text has the form `_DECIMAL_TEXT` reads, and its fraction, however many
+    of its digits are trailing zeros, needs at most `scale` digits, so it is never rounded.
+    Found without a regular expression (Spark's `translate`, `instr`, `length`: each value's
+    characters once), so that the pattern runs only on the other texts."""
+    rest = F.translate(text, "0123456789", "")
+    signed = F.substring(text, 1, 1).isin(*_SIGNS) & F.substring(rest, 2, 2).isin(*_PLAIN_REST)
+    plain = rest.isin(*_PLAIN_REST) | signed
+    point = F.instr(text, ".")
+    return plain & ((point == 0) | (F.length(text) - point <= F.lit(scale)))
+
+
+def _decimal_parts(text: Column, scale: int | None = None) -> Column:
     """The decimal `text` as `#<fraction digits without trailing zeros>#<exponent>` where it
     has the form `_DECIMAL_TEXT` reads (one regular expression match), else as it is (a text
-    the cast reads never holds "#")."""
-    return F.regexp_replace(text, _DECIMAL_TEXT, "#$1#$2")
+    the cast reads never holds "#"). With `scale`, a text that plainly fits it
+    (`_plainly_fits`) is "##" instead (no fraction digits needed: never rounded), found
+    without the match."""
+    parts = F.regexp_replace(text, _DECIMAL_TEXT, "#$1#$2")
+    if scale is None:
+        return parts
+    return F.when(_plainly_fits(text, scale), F.lit("##")).otherwise(parts)
 
 
 def _rounds_parts(parts: Column, target: T.DecimalType) -> Column:
@@ -351,7 +374,7 @@ def _rounds_text(text: Column, target: T.DecimalType) -> Column:
     """True where the decimal `text` needs more fraction digits than `target`'s scale (its cast
     would round it): the fraction's digits without trailing zeros, less the exponent. A form
     whose digits cannot be counted here counts as rounded (rejected, never altered)."""
-    return _rounds_parts(_decimal_parts(text), target)
+    return _rounds_parts(_decimal_parts(text, target.scale), target)
 
 
 def _rounds(source: Column, value: Column, source_type: T.DataType, target: T.DataType) -> Column:
@@ -375,7 +398,7 @@ def _from_text(
     if isinstance(target, T.DecimalType):  # a rounded decimal: rejected, and no value
         # the text's digits found once per row, in stage 1 (`_decimal_parts`)
         parts = f"_lethe_decimal_{index}"
-        sources = (*sources, (parts, _decimal_parts(source)))
+        sources = (*sources, (parts, _decimal_parts(source, target.scale)))
         rounded = value.isNotNull() & _rounds_parts(col(parts), target)
         value = F.when(~rounded, value)
         reason = F.when(rounded, _rounding_reason(column, declared, raw)).otherwise(reason)

@@ -16,6 +16,9 @@ from lethe_jobs.validate import (
     POSITION,
     REASONS,
     RECORD,
+    _decimal_parts,
+    _plainly_fits,
+    _rounds_parts,
     _rounds_text,
     conform,
     extra_columns,
@@ -516,6 +519,12 @@ def test_the_rounding_check_matches_once_and_judges_as_before(spark: SparkSessio
     ]  # fmt: skip
     texts += [f"1.5{c}" for c in ("\u0085", "\u2028", "\u2029", "\u0085\u0085", "\r\n", "\n\u2028")]
     texts += ["1.505\u2028", "1.5e1\u0085", " -2.50 \u2029"]
+    # plain texts (found without the pattern, `validate._plainly_fits`) and near misses
+    texts += [
+        "-", "+", "-.", "+.", "-.5", "+.123", "1-", "--1", "+-1", "-1-", ".-1", "1.2.", "-1.2.",
+        "12.34", "12.345", "-12.34500", "0.10", "100", "-0", "1 ", " 1", "1.5\u0660", "\u0661",
+        "1e2", "-1.2e-1", "12345678901.12", "1.", "+1.", "..", "-..", "1.5.", "99.999",
+    ]  # fmt: skip
     frame = spark.createDataFrame([(t,) for t in texts], "t string")
     for scale in (0, 2, 5):
         target = T.DecimalType(12, scale)
@@ -525,7 +534,14 @@ def test_the_rounding_check_matches_once_and_judges_as_before(spark: SparkSessio
             "t",
             (read & _rounds_text(F.col("t"), target)).alias("new"),
             (read & _old_rounds_text(F.col("t"), scale)).alias("old"),
+            # every text, read or not: the plain texts' shortcut judges as the match does
+            _rounds_text(F.col("t"), target).alias("shortcut"),
+            _rounds_parts(_decimal_parts(F.col("t")), target).alias("matched"),
+            _plainly_fits(F.col("t"), scale).alias("plain"),
         ).collect()
         assert [(r["t"], r["new"]) for r in got] == [(r["t"], r["old"]) for r in got]
+        assert [(r["t"], r["shortcut"]) for r in got] == [(r["t"], r["matched"]) for r in got]
         assert any(r["new"] for r in got)
         assert any(r["new"] is False for r in got)
+        assert any(r["plain"] for r in got)
+        assert any(r["plain"] is False and r["matched"] is False for r in got)

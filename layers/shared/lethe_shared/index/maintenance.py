@@ -34,7 +34,8 @@ from lethe_shared.catalog.object_catalog import CatalogItem, Zone
 from lethe_shared.catalog.writes_ledger import Writer, WritesLedger, event_time
 from lethe_shared.datasets.document import is_quarantine_key
 from lethe_shared.datasets.registry import dataset_of_key
-from lethe_shared.index.subject_index import IndexEntry, SubjectIndex
+from lethe_shared.index.counted_entries import CountedEntries
+from lethe_shared.index.subject_index import EntryBatch, IndexEntry, SubjectIndex
 
 INGEST_PRODUCER = Writer.INGEST.value  # lake objects the ingest job wrote (and indexed)
 ERASE_PRODUCER = Writer.ERASE.value  # object versions an erasure rewrote (it updates the index)
@@ -123,9 +124,11 @@ def replace_many(
         return {}
     if not isinstance(index, ObjectsReplacer):
         return {s3_url(b, k): replace_entries(index, objects, b, k, e) for b, k, e in writes}
-    by_dataset: dict[str | None, list[tuple[str, list[IndexEntry]]]] = {}
+    by_dataset: dict[str | None, list[tuple[str, Sequence[IndexEntry]]]] = {}
     for bucket, key, entries in writes:
-        by_dataset.setdefault(dataset_of_key(key), []).append((s3_url(bucket, key), list(entries)))
+        # entries as columns stay columns: the store writes them without a model per entry
+        held = entries if isinstance(entries, EntryBatch | CountedEntries) else list(entries)
+        by_dataset.setdefault(dataset_of_key(key), []).append((s3_url(bucket, key), held))
     flagged: dict[str, int] = {}
     for group in by_dataset.values():
         flagged.update(index.replace_objects(group))

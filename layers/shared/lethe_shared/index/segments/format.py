@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import secrets
 import time
 from collections.abc import Sequence
@@ -168,6 +169,41 @@ def subject_id(subject: str, width: int = HASH_BYTES) -> str:
     return subject_key(subject, width).hex()
 
 
+_LOWER_HEX = re.compile(r"[0-9a-f]*")
+
+
+def _full_hashes(hashes: Sequence[str]) -> bool:
+    """Every hash is 64 lowercase hex digits (what the subject hashing gives), checked once
+    for the whole column: then a key is the hash's first bytes, and its id its first digits."""
+    if not hashes:
+        return True
+    if set(map(len, hashes)) != {2 * HASH_BYTES}:
+        return False
+    return _LOWER_HEX.fullmatch("".join(hashes)) is not None
+
+
+def subject_ids(hashes: Sequence[str], width: int = HASH_BYTES) -> list[str]:
+    """`subject_id` of each hash (ValueError for the hashes `subject_key` refuses)."""
+    if _full_hashes(hashes):
+        return list(hashes) if width == HASH_BYTES else [h[: 2 * width] for h in hashes]
+    return [subject_id(h, width) for h in hashes]
+
+
+def _distinct_keys(hashes: Sequence[str], width: int) -> pa.Array | None:
+    """The keys of `hashes` (`subject_key` of each, as one binary column, without a Python
+    call per hash) when every hash is 64 lowercase hex digits and no two share a key; else
+    None (`wide_rows` then adds up the hashes that share a key, one by one)."""
+    if not hashes or not _full_hashes(hashes):
+        return None
+    count = len(hashes)
+    digits = "".join(hashes) if width == HASH_BYTES else "".join([h[: 2 * width] for h in hashes])
+    offsets = pa.array(range(0, count * width + 1, width), pa.int32())
+    keys = pa.Array.from_buffers(
+        pa.binary(), count, [None, offsets.buffers()[1], pa.py_buffer(bytes.fromhex(digits))]
+    )
+    return keys if pc.count_distinct(keys).as_py() == count else None
+
+
 def hash_bytes(hashes: Sequence[str], width: int = HASH_BYTES) -> pa.Array:
     """Hex subject hashes as the key column (ValueError for anything but 64 hex digits, or the
     2*width digits of a prefix)."""
@@ -184,6 +220,19 @@ def wide_rows(
     """The wide rows of one object version: its hashes' keys and row counts, its shared fields.
     Digests of the version that share a key (a prefix collision) are one row: rows summed,
     `subjects` counting them."""
+    keys = _distinct_keys(hashes, width)
+    if keys is not None:  # one row per hash, in their order (what the loop below gives)
+        count = len(keys)
+        if len(rows) != count:
+            raise ValueError("one row count per hash")
+        columns: dict[str, pa.Array] = {
+            "subject_hash": keys,
+            "rows": pa.array(rows, pa.int32()),
+            "subjects": pa.array([1] * count, pa.int32()),
+        }
+        for name in OBJECT_FIELDS:
+            columns[name] = pa.array([fields[name]] * count, pa.string())
+        return pa.Table.from_pydict({n: columns[n] for n in WIDE_SCHEMA.names}, schema=WIDE_SCHEMA)
     keyed: dict[bytes, list[int]] = {}
     seen: set[str] = set()
     for h, n in zip(hashes, rows, strict=True):
@@ -192,7 +241,7 @@ def wide_rows(
         held[1] += 0 if h in seen else 1
         seen.add(h)
     count = len(keyed)
-    columns: dict[str, pa.Array] = {
+    columns = {
         "subject_hash": pa.array(list(keyed), pa.binary()),
         "rows": pa.array([v[0] for v in keyed.values()], pa.int32()),
         "subjects": pa.array([v[1] for v in keyed.values()], pa.int32()),

@@ -40,6 +40,7 @@ import pyarrow as pa
 from lethe_shared.aws.s3 import NULL_VERSION
 from lethe_shared.datasets.registry import dataset_of_key
 from lethe_shared.errors import LetheError
+from lethe_shared.index.counted_entries import CountedEntries
 from lethe_shared.index.entry_removal import EntryState, Removal
 from lethe_shared.index.segments.compaction import CompactionReport, Compactor
 from lethe_shared.index.segments.erase import Eraser, SegmentErasure, state_of
@@ -51,7 +52,7 @@ from lethe_shared.index.segments.format import (
     empty_wide,
     new_seq,
     seq_after,
-    subject_id,
+    subject_ids,
     wide_rows,
 )
 from lethe_shared.index.segments.lookup import SegmentLookup, to_entry
@@ -78,16 +79,16 @@ def dataset_of_url(object_url: str) -> str | None:
 
 
 def object_write(
-    object_url: str, entries: Iterable[IndexEntry] | EntryBatch
+    object_url: str, entries: Iterable[IndexEntry] | EntryBatch | CountedEntries
 ) -> tuple[dict[str, str], str | None, list[str], list[int]]:
     """An object's entries as (shared fields, dataset, hashes, rows). Raises ValueError for an
     entry of another object, a flagged entry, or entries that disagree on a shared field."""
-    if isinstance(entries, EntryBatch):
+    if isinstance(entries, EntryBatch | CountedEntries):  # columns: validated once
         if entries.object_url != object_url:
             raise ValueError("every entry must belong to the object being replaced")
         first = entries._template
         fields = _fields(first)
-        return fields, entries.dataset_id, list(entries.subject_hashes), entries.rows
+        return fields, entries.dataset_id, list(entries.subject_hashes), list(entries.rows)
     wanted = list(entries)
     if any(e.object_url != object_url for e in wanted):
         raise ValueError("every entry must belong to the object being replaced")
@@ -212,7 +213,7 @@ class SegmentSubjectIndex:
             fields = {**fields, "object_url": url, "origin_seq": seq}
             self.manifest.ensure_dataset(owner, self._bits, self._hash_bytes)
             width = self.manifest.hash_width(owner)
-            writes[url] = [subject_id(h, width) for h in hashes]
+            writes[url] = subject_ids(hashes, width)
             if hashes:
                 parts.append(wide_rows(hashes, rows, fields, width))
             else:
