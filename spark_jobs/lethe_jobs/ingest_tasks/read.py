@@ -41,6 +41,7 @@ from lethe_jobs.ingest_tasks.frame import (
 )
 from lethe_jobs.ingest_tasks.index_writes import TaskIndexWriter, then_flush
 from lethe_jobs.ingest_tasks.scan import piece_from_spec
+from lethe_jobs.ingest_tasks.typed import TYPED_PREFIX, split_texts, typed_column, typed_indexes
 from lethe_jobs.ingest_tasks.write import connect
 from lethe_jobs.readers import (
     JsonNames,
@@ -54,7 +55,7 @@ from lethe_jobs.subject_rows import raw_subject_rows
 from lethe_jobs.validate import NAMED, POSITION, RECORD
 from lethe_shared.aws.s3 import S3ObjectStore
 from lethe_shared.catalog.object_catalog import Zone
-from lethe_shared.datasets.document import DataFormat, Dataset
+from lethe_shared.datasets.document import DataFormat, Dataset, parse_type
 from lethe_shared.index.arrow_entries import ObjectRef
 
 
@@ -197,7 +198,7 @@ def _row_batches(
         columns = _blank(count, ROW, obj.index, target)
         columns[POSITION] = _chunk(table, POSITION)
         columns[PREREASONS] = pa.array([[]] * count, pa.list_(pa.string()))
-        data = target.names[len(META_FIELDS) :]
+        data = [n for n in target.names[len(META_FIELDS) :] if not n.startswith(TYPED_PREFIX)]
         if dataset.format is DataFormat.JSONL:
             columns[RECORD] = _chunk(table, RECORD)
             if NAMED in data:
@@ -230,14 +231,22 @@ def _csv_columns(
     field-name rule finds for it (`readers.declared_names`: exact, else the one case
     variant), the reader's Arrow array as it is. A cell that holds a struct as JSON text is
     conformed to the declared names (`readers.JsonNames`; only such columns are turned into
-    Python values); a row where such a name is ambiguous is rejected (PREREASONS)."""
+    Python values); a row where such a name is ambiguous is rejected (PREREASONS). A column
+    with a typed column has its canonical texts converted there (`typed.split_texts`)."""
     found = declared_names(list(values), dataset, "header")
+    typed = {dataset.schema_[i].name: i for i in typed_indexes(dataset)}
     json_names = JsonNames(dataset)
     rejected: dict[int, list[str]] = {}
     for name in data:
         if name not in found:
             continue
         column = values[found[name]]
+        if name in typed:
+            index = typed[name]
+            declared = parse_type(dataset.schema_[index].type)
+            texts = column.cast(pa.string())
+            columns[typed_column(index)], columns[name] = split_texts(texts, declared)
+            continue
         if not json_names.nested(name):
             columns[name] = column.cast(pa.string())
             continue
