@@ -14,7 +14,13 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from lethe_jobs.ingest_tasks.typed import convertible, split_texts, typed_column, typed_fields
+from lethe_jobs.ingest_tasks.typed import (
+    UTC_ZONE,
+    convertible,
+    split_texts,
+    typed_column,
+    typed_fields,
+)
 from lethe_jobs.validate import POSITION, REASONS, conform, spark_type
 from lethe_shared.datasets.document import parse_dataset, parse_type
 
@@ -93,6 +99,12 @@ _NEAR = [
     "0.5",
     "5",
 ]
+_TIMESTAMPS = [
+    "2026-01-03 04:07:00.099411", "2026-01-03 04:07:00", "2026-01-03 04:07:00.50",
+    "2026-01-03 24:00:00", "2026-01-03 23:59:60", "2026-01-03T04:07:00", "2026-01-03 04:07",
+    "1969-12-31 23:59:59.999999", "2026-01-03 04:07:00.", " 2026-01-03 04:07:00",
+    "2026-02-30 00:00:00", "0999-01-01 00:00:00", "2026-01-03 04:07:00.1234567",
+]  # fmt: skip
 _LIMITS = [
     "127",
     "128",
@@ -121,7 +133,16 @@ _LIMITS = [
 TYPES = [
     "byte", "short", "int", "long", "boolean", "date",
     "decimal(12,2)", "decimal(10,0)", "decimal(2,2)", "decimal(38,6)", "decimal(5,3)",
+    "timestamp",
 ]  # fmt: skip
+
+
+def _timestamp(rng: random.Random) -> str:
+    year = rng.choice([rng.randint(1, 9999), rng.randint(1960, 2100)])
+    day = f"{year:04d}-{rng.randint(0, 13):02d}-{rng.randint(0, 31):02d}"
+    time = f"{rng.randint(0, 24):02d}:{rng.randint(0, 60):02d}:{rng.randint(0, 60):02d}"
+    fraction = "".join(rng.choice("0123456789") for _ in range(rng.randint(0, 7)))
+    return f"{day} {time}" + (f".{fraction}" if fraction or rng.random() < 0.1 else "")
 
 
 def _short_decimals(rng: random.Random) -> list[str]:
@@ -152,6 +173,7 @@ def _generated(ddl: str, seed: int, count: int = 400) -> list[str]:
             f"{year}-{rng.randint(1, 12)}-{rng.randint(1, 28)}",
             rng.choice(["true", "false"]),
             *_short_decimals(rng),
+            _timestamp(rng),
         ]
     return texts
 
@@ -174,8 +196,9 @@ def _dataset(ddl: str, nullable: bool) -> Any:
 def test_converted_texts_give_what_spark_gives(spark: SparkSession, ddl: str) -> None:
     declared = parse_type(ddl)
     assert convertible(declared)
-    texts = [*_NEAR, *_LIMITS, *_generated(ddl, seed=len(ddl) * 7 + 1)]
-    typed, rest = split_texts(pa.array(texts, pa.string()), declared)
+    texts = [*_NEAR, *_TIMESTAMPS, *_LIMITS, *_generated(ddl, seed=len(ddl) * 7 + 1)]
+    assert spark.conf.get("spark.sql.session.timeZone") == UTC_ZONE
+    typed, rest = split_texts(pa.array(texts, pa.string()), declared, UTC_ZONE)
     converted = [t is not None for t in typed.to_pylist()]
     assert sum(converted) > 20  # the comparison covers converted texts, not only the others
     assert [r is None for r in rest.to_pylist()] == converted

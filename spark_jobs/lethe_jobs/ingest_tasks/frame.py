@@ -143,6 +143,7 @@ class TaskSettings:
     batch_rows: int = BATCH_ROWS
     piece_bytes: int = pieces.PIECE_BYTES
     catalog_table: str = ""  # the writes ledger's table: every lake write is recorded there
+    time_zone: str = ""  # the Spark session's time zone (`typed`: timestamps converted in UTC)
 
     def digest(self, index: int) -> str:
         return layout.object_hash(self.raw_bucket, self.objects[index].key)

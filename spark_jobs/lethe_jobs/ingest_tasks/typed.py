@@ -14,14 +14,18 @@ puts a text in the typed column, and makes its text null, only where the text is
 - date: `yyyy-MM-dd` with a year 1000-9999, a real date (Arrow's parse formats back to the same
   text);
 - decimal(p, s), s <= 6: `0` or `-?[1-9][0-9]*` with at most p - s digits, then (s > 0) a point
-  and exactly s digits (so never a negative zero; `-0.05` is left to Spark).
+  and exactly s digits (so never a negative zero; `-0.05` is left to Spark);
+- timestamp, when the session's time zone is UTC (`UTC_ZONE`; the read task is told it):
+  `yyyy-MM-dd HH:mm:ss` with a year 1000-9999 that Arrow parses and formats back to the same
+  text, then optionally a point and 1-6 digits, the last not 0 (Spark renders a timestamp
+  without trailing zeros in its fraction, and none when it is 0), read as a UTC time.
 
 Such a text converts by Spark's `try_cast` to the same value, which passes every check of rule
 1 (in range, never rounded), and Spark renders that value (`cast(value AS string)`, what the
 quarantine writer rebuilds a rejected record's text from) as the same text again: nothing
 about a row changes. Every other text (spaces, signs, leading zeros, exponents, other
-spellings, empty) stays text and is converted and checked by Spark as before. Timestamps are
-left to Spark (their reading depends on the session's time zone).
+spellings, empty) stays text and is converted and checked by Spark as before. In another
+session time zone, timestamps are left to Spark (their reading depends on the zone).
 """
 
 from __future__ import annotations
@@ -38,6 +42,9 @@ from lethe_shared.datasets.document import DataType as DdlType
 
 TYPED_PREFIX = "_lethe_typed_"
 MAX_SCALE = 6  # Java's BigDecimal.toString is plain (no exponent) for such scales
+UTC_ZONE = "UTC"  # the session time zone in which timestamps are converted (the job's own)
+_SECONDS = "%Y-%m-%d %H:%M:%S"
+_TIMESTAMP = r"^[1-9][0-9]{3}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{0,5}[1-9])?$"
 _INTEGER_DIGITS = {"byte": 2, "short": 4, "int": 9, "long": 18}
 _ARROW_INTEGERS = {"byte": pa.int8(), "short": pa.int16(), "int": pa.int32(), "long": pa.int64()}
 
@@ -49,7 +56,7 @@ def typed_column(index: int) -> str:
 
 def convertible(declared: DdlType) -> bool:
     """Whether the read task converts canonical texts of this declared type (module doc)."""
-    if declared.name in _INTEGER_DIGITS or declared.name in ("boolean", "date"):
+    if declared.name in _INTEGER_DIGITS or declared.name in ("boolean", "date", "timestamp"):
         return True
     if declared.name == "decimal":
         precision, scale = declared.precision or 10, declared.scale or 0
@@ -72,11 +79,14 @@ def typed_fields(dataset: Dataset) -> list[T.StructField]:
     ]
 
 
-def split_texts(texts: Any, declared: DdlType) -> tuple[Any, Any]:
+def split_texts(texts: Any, declared: DdlType, time_zone: str = "") -> tuple[Any, Any]:
     """`texts` (an Arrow string array) as (the typed values of its canonical texts, null
-    elsewhere; the other texts, null where converted)."""
-    canonical = _canonical(texts, declared)
+    elsewhere; the other texts, null where converted). `time_zone`: the Spark session's (a
+    timestamp's text is converted only in `UTC_ZONE`)."""
     typed_type = _arrow_type(declared)
+    if declared.name == "timestamp" and time_zone != UTC_ZONE:
+        return pa.nulls(len(texts), typed_type), texts
+    canonical = _canonical(texts, declared)
     if not pc.any(canonical).as_py():
         return pa.nulls(len(texts), typed_type), texts
     chosen = pc.if_else(canonical, texts, pa.scalar(None, pa.string()))
@@ -84,6 +94,8 @@ def split_texts(texts: Any, declared: DdlType) -> tuple[Any, Any]:
         typed = pc.equal(chosen, "true")
     elif declared.name == "date":
         typed = pc.cast(_dates(chosen), pa.date32())
+    elif declared.name == "timestamp":
+        typed = _timestamps(chosen)
     else:
         typed = pc.cast(chosen, typed_type)
     rest = pc.if_else(canonical, pa.scalar(None, pa.string()), texts)
@@ -97,6 +109,8 @@ def _arrow_type(declared: DdlType) -> Any:
         return pa.bool_()
     if declared.name == "date":
         return pa.date32()
+    if declared.name == "timestamp":
+        return pa.timestamp("us", tz=UTC_ZONE)
     return pa.decimal128(declared.precision or 10, declared.scale or 0)
 
 
@@ -110,6 +124,21 @@ def _dates(texts: Any) -> Any:
     return pc.strptime(texts, format="%Y-%m-%d", unit="s", error_is_null=True)
 
 
+def _seconds(texts: Any) -> Any:
+    """The whole seconds of timestamp texts (`_TIMESTAMP`'s shape), as parsed (or null)."""
+    return pc.strptime(pc.utf8_slice_codeunits(texts, 0, 19), format=_SECONDS, unit="s",
+                       error_is_null=True)  # fmt: skip
+
+
+def _timestamps(texts: Any) -> Any:
+    """Canonical timestamp texts as UTC microseconds: the whole seconds, plus the fraction's
+    digits padded to 6."""
+    fraction = pc.utf8_rpad(pc.utf8_slice_codeunits(texts, 20, 26), width=6, padding="0")
+    micros = pc.multiply(pc.cast(pc.cast(_seconds(texts), pa.int64()), pa.int64()), 1_000_000)
+    total = pc.add(micros, pc.cast(fraction, pa.int64()))
+    return pc.cast(total, pa.timestamp("us", tz=UTC_ZONE))
+
+
 def _canonical(texts: Any, declared: DdlType) -> Any:
     """A boolean array, never null: which texts are canonical (module docstring)."""
     name = declared.name
@@ -121,6 +150,11 @@ def _canonical(texts: Any, declared: DdlType) -> Any:
         shaped = pc.match_substring_regex(texts, r"^[1-9][0-9]{3}-[0-9]{2}-[0-9]{2}$")
         chosen = pc.if_else(shaped, texts, pa.scalar(None, pa.string()))
         found = pc.equal(pc.strftime(_dates(chosen), format="%Y-%m-%d"), texts)
+    elif name == "timestamp":
+        shaped = pc.match_substring_regex(texts, _TIMESTAMP)
+        chosen = pc.if_else(shaped, texts, pa.scalar(None, pa.string()))
+        again = pc.strftime(_seconds(chosen), format=_SECONDS)
+        found = pc.equal(again, pc.utf8_slice_codeunits(texts, 0, 19))
     else:
         precision, scale = declared.precision or 10, declared.scale or 0
         whole = _integer_pattern(precision - scale)
