@@ -354,6 +354,7 @@ def _ingest_dataset(
         batch_rows=args.batch_rows,
         piece_bytes=args.piece_bytes,
         catalog_table=args.catalog_table,
+        time_zone=spark.conf.get("spark.sql.session.timeZone") or "",
     )
     outcomes: dict[int, ObjectResult] = {}
     for schema, piece_list in plan_pipelines(spark, aws.s3, settings):

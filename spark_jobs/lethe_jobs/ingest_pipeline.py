@@ -43,7 +43,7 @@ from lethe_jobs.validate import (
 )
 from lethe_shared.aws.s3 import S3ObjectStore, s3_url
 from lethe_shared.catalog.object_catalog import ObjectStatus
-from lethe_shared.datasets.document import HIVE_DEFAULT_PARTITION, DataFormat
+from lethe_shared.datasets.document import HIVE_DEFAULT_PARTITION, DataFormat, Dataset
 from lethe_shared.index.maintenance import replace_entries
 
 LOG = logging.getLogger("lethe.ingest")
@@ -179,7 +179,11 @@ def _conformed(
     dataset = settings.dataset
     rows = frame.where((col(KIND) == ROW) & col(OBJECT).isin(readable))
     keep = [OBJECT, PREREASONS]
-    data = [f.name for f in schema.fields[len(tasks.META_FIELDS) :]]
+    fields = [f.name for f in schema.fields[len(tasks.META_FIELDS) :]]
+    data = [name for name in fields if not name.startswith(tasks.TYPED_PREFIX)]
+    # the values the read task converted (`tasks.typed`), by schema column
+    typed = {c.name: tasks.typed_column(i) for i, c in enumerate(dataset.schema_)}
+    typed = {name: column for name, column in typed.items() if column in fields}
     if dataset.format is DataFormat.JSONL:
         source = rows.transform(extract_json_fields(dataset, keep=keep))
     elif dataset.format is DataFormat.CSV:
@@ -189,14 +193,15 @@ def _conformed(
             carried = [col(c).alias(tasks.text_column(index[c])) for c in data]
             keep = [*keep, *[tasks.text_column(index[c]) for c in data]]
         source = rows.select(
-            *[col(c) for c in (OBJECT, PREREASONS, POSITION, RECORD, *data)], *carried
+            *[col(c) for c in (OBJECT, PREREASONS, POSITION, RECORD, *data, *typed.values())],
+            *carried,
         )
     else:
         record = F.to_json(F.struct(*[col(c) for c in data])) if data else F.lit("{}")
         source = rows.select(
             *[col(c) for c in (*keep, POSITION)], record.alias(RECORD), *[col(c) for c in data]
         )
-    conformed = source.transform(conform(dataset, keep=keep))
+    conformed = source.transform(conform(dataset, keep=keep, typed=typed))
     reasons = F.when(F.size(col(PREREASONS)) > 0, col(PREREASONS)).otherwise(col(REASONS))
     conformed = conformed.withColumn(REASONS, reasons).drop(PREREASONS)
     # each valid row's lake partition path; a row whose lake key S3 would refuse is rejected
@@ -264,7 +269,8 @@ def _write_files(
         *[F.when(valid, col(c.name)).alias(c.name) for c in dataset.schema_],
         col(PART),
         col(REASONS),
-        *[F.when(~valid, col(c)).alias(c) for c in (RECORD, *texts)],
+        F.when(~valid, col(RECORD)).alias(RECORD),
+        *[F.when(~valid, _text(c, dataset)).alias(c) for c in texts],
     )
     writer = partial(tasks.write_files, settings=settings, records=records)
     if shuffle is not None:
@@ -274,6 +280,16 @@ def _write_files(
         .mapInArrow(writer, tasks.WRITE_SUMMARY)
         .collect()
     )
+
+
+def _text(name: str, dataset: Dataset) -> Column:
+    """A rejected row's text of a schema column (`tasks.text_column`). Where the read task
+    converted it (`tasks.typed`: its text is null there), the converted value as Spark renders
+    it, which is the text as read."""
+    index = int(name[len(tasks.TEXT_PREFIX) :])
+    if index not in tasks.typed_indexes(dataset):
+        return col(name)
+    return F.coalesce(col(name), col(dataset.schema_[index].name).cast("string"))
 
 
 def _outcomes(

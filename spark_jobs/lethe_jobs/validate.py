@@ -19,7 +19,9 @@ Rules, in the order their reasons are listed:
    be rounded)"), one with more integer digits than the precision allows is not a valid value;
    trailing zeros and an exponent count as written (`1.50`, `1e3` fit decimal(10,2)). Text is
    checked by its digits (`_rounds_text`), a typed source (Parquet decimal, double, float) by
-   converting the value back: it must give the source value again.
+   converting the value back: it must give the source value again. A caller may hand over
+   values it converted already where that provably gives the same (`conform`'s `typed`: the
+   ingest job's read task, `ingest_tasks.typed`); only the other texts are cast here.
 2. nullability: a column declared `nullable: false` must hold a value: "column x must not be null".
 3. subjects: every subject column (`user_id`, `customer.id`) must hold a value:
    "subject column customer.id is missing". Only null counts as missing. An empty or
@@ -52,7 +54,7 @@ from __future__ import annotations
 
 import functools
 import operator
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from pyspark.errors import AnalysisException
@@ -180,7 +182,8 @@ def rejected_rows(df: DataFrame) -> DataFrame:
 @dataclass(frozen=True)
 class _Plan:
     """How one schema column is converted. Stage 1 selects `sources` (helper columns named
-    `_lethe_raw_<i>`, `_lethe_json_<i>`, `_lethe_names_<i>`, `_lethe_decimal_<i>`), stage 2
+    `_lethe_raw_<i>`, `_lethe_json_<i>`, `_lethe_names_<i>`, `_lethe_decimal_<i>`,
+    `_lethe_converted_<i>`), stage 2
     adds `value` (as `value_name`); `failed` (boolean, never null) and `reason` refer only to
     helper columns and `value_name`. With `named`, the helper
     `_lethe_names_<i>` holds the row's reasons about the column's names (`struct_names`)."""
@@ -210,13 +213,24 @@ class _Plan:
         return self.failed | (F.size(self.names) > 0) if self.named else self.failed
 
 
-def conform(dataset: Dataset, keep: Sequence[str] = ()) -> Transform:
+def conform(
+    dataset: Dataset, keep: Sequence[str] = (), typed: Mapping[str, str] | None = None
+) -> Transform:
     """The transformation that converts and checks every row against `dataset` (module doc).
-    `keep` names columns of the caller's (not data columns) that pass through unchanged."""
+    `keep` names columns of the caller's (not data columns) that pass through unchanged.
+    `typed` maps a schema column read as text to a column of the caller's holding, already of
+    the declared type, the values of the rows whose text was converted before (their text is
+    null): such a row's value is that one, and only the other rows' texts are converted and
+    checked here. The caller converts only texts whose conversion here gives the same value
+    and no reason (`ingest_tasks.typed`)."""
+    typed = dict(typed or {})
 
     def transform(df: DataFrame) -> DataFrame:
-        data = df.drop(*keep) if keep else df
-        plans = [_plan(data, column, index) for index, column in enumerate(dataset.schema_)]
+        data = df.drop(*keep, *typed.values())
+        plans = [
+            _plan(data, column, index, typed.get(column.name))
+            for index, column in enumerate(dataset.schema_)
+        ]
         meta = [*keep, *[c for c in (POSITION, REASONS, RECORD) if c in df.columns]]
         sources = [source.alias(name) for p in plans for name, source in p.sources]
         staged = df.select(*[col(c) for c in meta], *sources)
@@ -267,7 +281,7 @@ def _reasons(dataset: Dataset, plans: Sequence[_Plan]) -> Column:
     )
 
 
-def _plan(df: DataFrame, column: SchemaColumn, index: int) -> _Plan:
+def _plan(df: DataFrame, column: SchemaColumn, index: int, typed: str | None = None) -> _Plan:
     declared = parse_type(column.type)
     target = spark_type(declared)
     raw_name = f"_lethe_raw_{index}"
@@ -288,7 +302,7 @@ def _plan(df: DataFrame, column: SchemaColumn, index: int) -> _Plan:
     if isinstance(raw_type, T.StringType):
         if isinstance(target, T.StructType | T.ArrayType | T.MapType):
             return _from_json(column, index, declared, target, source)
-        return _from_text(column, index, declared, target, source)
+        return _from_text(column, index, declared, target, source, typed=typed)
     return _from_typed(df, column, index, target, source=source, source_type=raw_type)
 
 
@@ -389,7 +403,13 @@ def _rounds(source: Column, value: Column, source_type: T.DataType, target: T.Da
 
 
 def _from_text(
-    column: SchemaColumn, index: int, declared: DdlType, target: T.DataType, source: Column
+    column: SchemaColumn,
+    index: int,
+    declared: DdlType,
+    target: T.DataType,
+    source: Column,
+    *,
+    typed: str | None = None,
 ) -> _Plan:
     raw = _raw(index)
     value = _try_cast(f"`_lethe_raw_{index}`", target)
@@ -402,6 +422,10 @@ def _from_text(
         rounded = value.isNotNull() & _rounds_parts(col(parts), target)
         value = F.when(~rounded, value)
         reason = F.when(rounded, _rounding_reason(column, declared, raw)).otherwise(reason)
+    if typed is not None:  # converted before where the text is null (`conform`)
+        converted = f"_lethe_converted_{index}"
+        sources = (*sources, (converted, col(typed)))
+        value = F.coalesce(col(converted), value)
     # the value as stage 2 made it (a decimal: null where it would be rounded), not cast again
     failed = raw.isNotNull() & (raw != "") & col(f"_lethe_value_{index}").isNull()
     return _Plan(column, index, sources, value, F.coalesce(failed, F.lit(False)), reason)

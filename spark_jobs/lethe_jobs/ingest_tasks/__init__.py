@@ -50,6 +50,7 @@ from lethe_jobs.ingest_tasks.frame import (
 )
 from lethe_jobs.ingest_tasks.read import read_pieces
 from lethe_jobs.ingest_tasks.scan import piece_from_spec, piece_spec, scan_object
+from lethe_jobs.ingest_tasks.typed import TYPED_PREFIX, typed_column, typed_indexes
 from lethe_jobs.ingest_tasks.write import (
     key_problem,
     partition_paths,
@@ -80,6 +81,7 @@ __all__ = [
     "ROW",
     "ROW_GROUP_ROWS",
     "TEXT_PREFIX",
+    "TYPED_PREFIX",
     "WRITE_SUMMARY",
     "BatchObject",
     "EntryAccumulator",
@@ -98,6 +100,8 @@ __all__ = [
     "record_columns",
     "scan_object",
     "text_column",
+    "typed_column",
+    "typed_indexes",
     "write_files",
     "write_lake_files",
     "write_quarantine",

@@ -12,6 +12,7 @@ from pyspark.sql import types as T
 
 from lethe_jobs import layout, pieces
 from lethe_jobs.errors import UnreadableFileError
+from lethe_jobs.ingest_tasks.typed import typed_fields
 from lethe_jobs.readers import BATCH_ROWS, RESERVED_PREFIX, JsonNames, declared_names
 from lethe_jobs.validate import NAMED, POSITION, RECORD
 from lethe_shared.aws.s3 import CORRELATION_METADATA, PRODUCER_METADATA
@@ -142,6 +143,7 @@ class TaskSettings:
     batch_rows: int = BATCH_ROWS
     piece_bytes: int = pieces.PIECE_BYTES
     catalog_table: str = ""  # the writes ledger's table: every lake write is recorded there
+    time_zone: str = ""  # the Spark session's time zone (`typed`: timestamps converted in UTC)
 
     def digest(self, index: int) -> str:
         return layout.object_hash(self.raw_bucket, self.objects[index].key)
@@ -194,11 +196,13 @@ def record_columns(columns: Sequence[str], dataset: Dataset) -> list[tuple[str, 
 
 def frame_schema(dataset: Dataset, parquet_fields: Sequence[T.StructField] = ()) -> T.StructType:
     """The read tasks' output: `META_FIELDS`, then the data columns: the schema's columns as
-    text for CSV, NAMED for JSON Lines (RECORD holds the line; NAMED the line with the
+    text for CSV (then the typed columns of those the read task converts: `typed`), NAMED
+    for JSON Lines (RECORD holds the line; NAMED the line with the
     schema's names, where its own differ in case: `readers.json_names`), the file's for
     Parquet."""
     if dataset.format is DataFormat.CSV:
         data = [T.StructField(c.name, T.StringType()) for c in dataset.schema_]
+        data += typed_fields(dataset)
     elif dataset.format is DataFormat.PARQUET:
         data = list(parquet_fields)
     else:

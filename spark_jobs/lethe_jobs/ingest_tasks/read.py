@@ -41,6 +41,7 @@ from lethe_jobs.ingest_tasks.frame import (
 )
 from lethe_jobs.ingest_tasks.index_writes import TaskIndexWriter, then_flush
 from lethe_jobs.ingest_tasks.scan import piece_from_spec
+from lethe_jobs.ingest_tasks.typed import TYPED_PREFIX, split_texts, typed_column, typed_indexes
 from lethe_jobs.ingest_tasks.write import connect
 from lethe_jobs.readers import (
     JsonNames,
@@ -54,7 +55,7 @@ from lethe_jobs.subject_rows import raw_subject_rows
 from lethe_jobs.validate import NAMED, POSITION, RECORD
 from lethe_shared.aws.s3 import S3ObjectStore
 from lethe_shared.catalog.object_catalog import Zone
-from lethe_shared.datasets.document import DataFormat, Dataset
+from lethe_shared.datasets.document import DataFormat, parse_type
 from lethe_shared.index.arrow_entries import ObjectRef
 
 
@@ -152,7 +153,7 @@ def _read_piece(
             for records in _records(client, piece, settings, Path(tmp)):
                 rows_read += records.rows_read
                 columns = columns or list(records.columns)
-                yield from _row_batches(records, obj, settings.dataset, target)
+                yield from _row_batches(records, obj, settings, target)
                 without_subject += _add_entries(found, records, obj, settings)
         except UnreadableFileError as exc:
             unreadable = exc.reason
@@ -189,15 +190,16 @@ def _info_batch(kind: int, index: int, infos: list[str], target: Any) -> pa.Reco
 
 
 def _row_batches(
-    records: RawRecords, obj: BatchObject, dataset: Dataset, target: Any
+    records: RawRecords, obj: BatchObject, settings: TaskSettings, target: Any
 ) -> Iterator[pa.RecordBatch]:
+    dataset = settings.dataset
     table = records.table.combine_chunks()
     count = table.num_rows
     if count:
         columns = _blank(count, ROW, obj.index, target)
         columns[POSITION] = _chunk(table, POSITION)
         columns[PREREASONS] = pa.array([[]] * count, pa.list_(pa.string()))
-        data = target.names[len(META_FIELDS) :]
+        data = [n for n in target.names[len(META_FIELDS) :] if not n.startswith(TYPED_PREFIX)]
         if dataset.format is DataFormat.JSONL:
             columns[RECORD] = _chunk(table, RECORD)
             if NAMED in data:
@@ -213,7 +215,8 @@ def _row_batches(
                 records_json = [jackson_json(names, row) for row in zip(*values, strict=True)]
                 columns[RECORD] = pa.array(records_json, pa.string())
             # else RECORD stays null: the quarantine writer rebuilds it for the rejected rows
-            _csv_columns(columns, dataset, {n: _chunk(table, n) for n in names}, data)
+            by_name = {n: _chunk(table, n) for n in names}
+            _csv_columns(columns, settings, by_name, data)
         else:
             for name in data:
                 if name in table.column_names:
@@ -224,20 +227,31 @@ def _row_batches(
 
 
 def _csv_columns(
-    columns: dict[str, Any], dataset: Dataset, values: dict[str, pa.Array], data: list[str]
+    columns: dict[str, Any], settings: TaskSettings, values: dict[str, pa.Array], data: list[str]
 ) -> None:
     """The frame's CSV data columns (the schema's, as text): each from the header column the
     field-name rule finds for it (`readers.declared_names`: exact, else the one case
     variant), the reader's Arrow array as it is. A cell that holds a struct as JSON text is
     conformed to the declared names (`readers.JsonNames`; only such columns are turned into
-    Python values); a row where such a name is ambiguous is rejected (PREREASONS)."""
+    Python values); a row where such a name is ambiguous is rejected (PREREASONS). A column
+    with a typed column has its canonical texts converted there (`typed.split_texts`)."""
+    dataset = settings.dataset
     found = declared_names(list(values), dataset, "header")
+    typed = {dataset.schema_[i].name: i for i in typed_indexes(dataset)}
     json_names = JsonNames(dataset)
     rejected: dict[int, list[str]] = {}
     for name in data:
         if name not in found:
             continue
         column = values[found[name]]
+        if name in typed:
+            index = typed[name]
+            declared = parse_type(dataset.schema_[index].type)
+            texts = column.cast(pa.string())
+            columns[typed_column(index)], columns[name] = split_texts(
+                texts, declared, settings.time_zone
+            )
+            continue
         if not json_names.nested(name):
             columns[name] = column.cast(pa.string())
             continue
