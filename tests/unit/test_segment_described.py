@@ -33,9 +33,10 @@ def test_digests_are_packed_sorted_once_each_and_unpacked_back() -> None:
 
 def test_an_object_gets_the_origins_of_the_writes_describing_it_and_its_pointer() -> None:
     level0 = level0_of([(S1, unpack(pack([A, B]))), (S3, unpack(pack([A]))), (S2, unpack(b""))])
-    assert sorted(level0.of(A)) == [S1, S3]
-    assert level0.of(B) == (S1,)
-    assert level0.of(C) == ()
+    assert sorted(level0.of(A, {})) == [S1, S3]
+    assert level0.of(B, {}) == (S1,)
+    assert level0.of(C, {}) == ()
+    assert level0.of(C, {url_digest(C): S2}) == (S2,)  # its carried origin (a retired write)
     pointers = level0.pointers({A: None, C: None}, [A, B, C])
     assert pointers[C] is None
     found_a, found_b = pointers[A], pointers[B]

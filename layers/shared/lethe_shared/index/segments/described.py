@@ -80,12 +80,10 @@ class Level0:
     segments: tuple[tuple[str, frozenset[bytes]], ...] = ()
     carried: CarriedOrigins | None = None
 
-    def of(self, object_url: str, carried: Mapping[bytes, str] | None = None) -> tuple[str, ...]:
+    def of(self, object_url: str, carried: Mapping[bytes, str]) -> tuple[str, ...]:
         """The origins of the segments describing the object, and its carried origin (from
-        `carried`, the carried origins already read; read now when None)."""
+        `carried`: the carried origins `pointers` read for all its objects at once)."""
         digest = url_digest(object_url)
-        if carried is None:
-            carried = self.carried.origins([digest]) if self.carried is not None else {}
         held = carried.get(digest)
         return tuple(origin for origin, digests in self.segments if digest in digests) + (
             (held,) if held else ()
