@@ -23,6 +23,7 @@ from lethe_jobs.ingest_tasks.typed import (
 )
 from lethe_jobs.validate import POSITION, REASONS, conform, spark_type
 from lethe_shared.datasets.document import parse_dataset, parse_type
+from tests.unit.test_ingest_typed import short_decimal_texts, timestamp_text
 
 _NEAR = [
     "",
@@ -137,24 +138,6 @@ TYPES = [
 ]  # fmt: skip
 
 
-def _timestamp(rng: random.Random) -> str:
-    year = rng.choice([rng.randint(1, 9999), rng.randint(1960, 2100)])
-    day = f"{year:04d}-{rng.randint(0, 13):02d}-{rng.randint(0, 31):02d}"
-    time = f"{rng.randint(0, 24):02d}:{rng.randint(0, 60):02d}:{rng.randint(0, 60):02d}"
-    fraction = "".join(rng.choice("0123456789") for _ in range(rng.randint(0, 7)))
-    return f"{day} {time}" + (f".{fraction}" if fraction or rng.random() < 0.1 else "")
-
-
-def _short_decimals(rng: random.Random) -> list[str]:
-    sign = rng.choice(["", "-"])
-    return [
-        rng.choice(["true", "false"]),
-        f"{sign}{rng.randint(0, 99)}.{rng.randint(0, 999):03d}",
-        f"{sign}{rng.randint(0, 99)}.{rng.randint(0, 99):02d}",
-        f"0.{rng.randint(0, 99):02d}",
-    ]
-
-
 def _generated(ddl: str, seed: int, count: int = 400) -> list[str]:
     """Canonical texts of the type and near misses, at random."""
     rng = random.Random(seed)
@@ -172,8 +155,8 @@ def _generated(ddl: str, seed: int, count: int = 400) -> list[str]:
             date,
             f"{year}-{rng.randint(1, 12)}-{rng.randint(1, 28)}",
             rng.choice(["true", "false"]),
-            *_short_decimals(rng),
-            _timestamp(rng),
+            *short_decimal_texts(rng),
+            timestamp_text(rng),
         ]
     return texts
 

@@ -68,7 +68,7 @@ def reference(text: str, ddl: str) -> Any:  # noqa: C901 (one branch per type, a
     return Decimal(text)
 
 
-def _timestamp(rng: random.Random) -> str:
+def timestamp_text(rng: random.Random) -> str:
     year = rng.choice([rng.randint(1, 9999), rng.randint(1960, 2100)])
     day = f"{year:04d}-{rng.randint(0, 13):02d}-{rng.randint(0, 31):02d}"
     time = f"{rng.randint(0, 24):02d}:{rng.randint(0, 60):02d}:{rng.randint(0, 60):02d}"
@@ -76,7 +76,7 @@ def _timestamp(rng: random.Random) -> str:
     return f"{day} {time}" + (f".{fraction}" if fraction or rng.random() < 0.1 else "")
 
 
-def _short_decimals(rng: random.Random) -> list[str]:
+def short_decimal_texts(rng: random.Random) -> list[str]:
     sign = rng.choice(["", "-"])
     return [
         rng.choice(["true", "false"]),
@@ -103,8 +103,8 @@ def _texts(seed: int) -> list[str]:
             sign + digits,
             f"{sign}{digits.lstrip('0') or '0'}.{fraction}",
             f"{rng.randint(1, 9999):04d}-{rng.randint(0, 13):02d}-{rng.randint(0, 32):02d}",
-            _timestamp(rng),
-            *_short_decimals(rng),
+            timestamp_text(rng),
+            *short_decimal_texts(rng),
         ]
     return out
 
