@@ -380,6 +380,8 @@ def profile_lethe(
             },
         }
     finally:
+        if args.keep_profile is not None:
+            shutil.copytree(target, args.keep_profile / case, dirs_exist_ok=True)
         shutil.rmtree(target, ignore_errors=True)
 
 
@@ -702,6 +704,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         const="big,batch",
         default="",
         help="one more Lethe run of these cases (default both), profiled",
+    )
+    parser.add_argument(
+        "--keep-profile",
+        type=Path,
+        default=None,
+        help="copy the profiled run's files (cProfile, event log, JFR) to DIR/<case>",
     )
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--driver-memory", default="2g")

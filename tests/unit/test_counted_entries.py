@@ -182,6 +182,56 @@ def test_accumulated_entries_equal_the_reference(seed: int) -> None:
     assert comparable([built[0], *built[1:]]) == comparable(expected)
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_a_single_batch_gives_its_own_columns_as_the_reference_does(seed: int) -> None:
+    """One batch (most objects and files): held as it is, its entries cut from its columns;
+    with an offset, and equal whether or not `rows` was read first (which adds it up)."""
+    rng = random.Random(seed)
+    subjects = [digest(rng.randrange(10_000)) for _ in range(rng.randint(1, 60))]
+    found = random_batch(rng, subjects, rng.randint(1, 400))
+    at = rng.choice([0, 17, 1_000])
+    held, spread, old = EntryAccumulator(), EntryAccumulator(), ReferenceAccumulator()
+    for accumulator in (held, spread, old):
+        accumulator.add_batch(found, at)
+    assert spread.rows == old.rows  # read: added up
+    assert spread.hints == old.hints
+
+    built, expected = held.entries(REF, DATASET, KEY), old.entries(REF, DATASET, KEY)
+
+    assert held._held is not None  # still the batch: nothing read its dictionaries
+    assert isinstance(built, CountedEntries)
+    assert comparable(built) == comparable(expected)
+    assert list(built.subject_hashes) == [e.subject_hash for e in expected]
+    assert built.rows == [e.rows for e in expected]
+    assert comparable(spread.entries(REF, DATASET, KEY)) == comparable(expected)
+
+
+def test_a_single_batch_whose_hashes_do_not_ascend_is_added_up() -> None:
+    ordered = random_batch(random.Random(3), [digest(i) for i in range(30)], 200)
+    hashes = list(reversed(ordered.subject_hashes))
+    ends: list[int] = []
+    hints: list[int] = []
+    starts = [0, *ordered.ends[:-1]]
+    by_hash = dict(zip(ordered.subject_hashes, zip(starts, ordered.ends, strict=True), strict=True))
+    for h in hashes:
+        first, last = by_hash[h]
+        hints.extend(ordered.row_hints[first:last])
+        ends.append(len(hints))
+    reversed_batch = EntryBatch(
+        object_url=REF.object_url, dataset_id="ds", zone=Zone.LAKE, format="parquet",
+        subject_hashes=hashes, ends=ends, row_hints=hints,
+    )  # fmt: skip
+    found, old = EntryAccumulator(), ReferenceAccumulator()
+    found.add_batch(reversed_batch)
+    old.add_batch(reversed_batch)
+
+    built = found.entries(REF, DATASET, KEY)
+
+    assert isinstance(built, CountedEntries)
+    assert list(built.subject_hashes) == sorted(hashes)
+    assert comparable(built) == comparable(old.entries(REF, DATASET, KEY))
+
+
 def test_an_accumulator_without_rows_has_no_entries() -> None:
     assert EntryAccumulator().entries(REF, DATASET, KEY) == []
 

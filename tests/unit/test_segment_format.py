@@ -14,11 +14,16 @@ import pytest
 
 from lethe_shared.index.segments.format import (
     ENTRIES_SCHEMA,
+    HASH_BYTES,
     OBJECTS_SCHEMA,
+    PREFIX_BYTES,
     build_segment,
+    build_segment_of,
+    empty_wide,
     entries_key,
     from_parquet,
     new_seq,
+    object_part,
     objects_key,
     partition_bounds,
     partition_of,
@@ -140,6 +145,45 @@ def test_one_object_version_has_one_set_of_fields() -> None:
     other = wide_rows([subject(2)], [1], fields("s3://l/ds/a", "1", "v2"))
     with pytest.raises(ValueError, match="two sets of fields"):
         build_segment(pa.concat_tables([one, other]))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_segment_of_parts_is_the_segment_of_their_wide_rows(seed: int) -> None:
+    """`build_segment_of` (a new level-0 write's objects, each one's fields once) equals
+    `build_segment` of the same objects' wide rows end to end: the same two tables, with
+    prefix collisions, an object in two parts, objects without entries, any order."""
+    rng = random.Random(seed)
+    width = rng.choice([HASH_BYTES, PREFIX_BYTES])
+    pool = [subject(i) for i in range(rng.randint(1, 400))]
+    if width == PREFIX_BYTES and len(pool) > 1:  # two digests sharing a 6-byte prefix
+        pool[1] = pool[0][:12] + pool[1][12:]
+    parts = []
+    for _ in range(rng.randint(0, 8)):
+        chosen = rng.sample(pool, rng.randint(1, len(pool)))
+        url = f"s3://l/ds/{rng.randrange(5):03d}-é"
+        origin = f"{rng.randrange(2):020d}-00000000"
+        held = fields(url, origin, f"v-{url}-{origin}")
+        parts.append(object_part(chosen, [rng.randint(1, 9) for _ in chosen], held, width))
+    empty = pa.Table.from_pylist(
+        [fields(f"s3://l/ds/empty-{i}", "0" * 20 + "-00000000") for i in range(rng.randint(0, 2))],
+        schema=pa.schema([pa.field(n, pa.string()) for n in fields("u", "o")]),
+    )
+    wide = pa.concat_tables([p.wide() for p in parts]) if parts else empty_wide()
+
+    expected = build_segment(wide, empty)
+    built = build_segment_of(parts, empty)
+
+    assert built[0].equals(expected[0])
+    assert built[1].equals(expected[1])
+    assert built[0].schema == ENTRIES_SCHEMA
+    assert built[1].schema == OBJECTS_SCHEMA
+
+
+def test_a_segment_of_parts_refuses_two_sets_of_fields_for_one_version() -> None:
+    one = object_part([subject(1)], [1], fields("s3://l/ds/a", "1", "v1"))
+    other = object_part([subject(2)], [1], fields("s3://l/ds/a", "1", "v2"))
+    with pytest.raises(ValueError, match="two sets of fields"):
+        build_segment_of([one, other])
 
 
 def test_row_group_statistics_prune_to_the_groups_holding_a_hash() -> None:

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import io
 import os
-import re
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -169,17 +169,25 @@ def subject_id(subject: str, width: int = HASH_BYTES) -> str:
     return subject_key(subject, width).hex()
 
 
-_LOWER_HEX = re.compile(r"[0-9a-f]*")
+_HEX_DIGITS = b"0123456789abcdef"
+
+
+def _joined_hex(hashes: Sequence[str]) -> str | None:
+    """The hashes end to end when every one is 64 lowercase hex digits (what the subject
+    hashing gives), checked once for the whole column (ASCII, and nothing left once the hex
+    digits are deleted); else None."""
+    if set(map(len, hashes)) != {2 * HASH_BYTES}:
+        return None
+    joined = "".join(hashes)
+    if not joined.isascii() or joined.encode("ascii").translate(None, _HEX_DIGITS):
+        return None
+    return joined
 
 
 def _full_hashes(hashes: Sequence[str]) -> bool:
-    """Every hash is 64 lowercase hex digits (what the subject hashing gives), checked once
-    for the whole column: then a key is the hash's first bytes, and its id its first digits."""
-    if not hashes:
-        return True
-    if set(map(len, hashes)) != {2 * HASH_BYTES}:
-        return False
-    return _LOWER_HEX.fullmatch("".join(hashes)) is not None
+    """Every hash is 64 lowercase hex digits: then a key is the hash's first bytes, and its id
+    its first digits."""
+    return not hashes or _joined_hex(hashes) is not None
 
 
 def subject_ids(hashes: Sequence[str], width: int = HASH_BYTES) -> list[str]:
@@ -192,14 +200,21 @@ def subject_ids(hashes: Sequence[str], width: int = HASH_BYTES) -> list[str]:
 def _distinct_keys(hashes: Sequence[str], width: int) -> pa.Array | None:
     """The keys of `hashes` (`subject_key` of each, as one binary column, without a Python
     call per hash) when every hash is 64 lowercase hex digits and no two share a key; else
-    None (`wide_rows` then adds up the hashes that share a key, one by one)."""
-    if not hashes or not _full_hashes(hashes):
+    None (`object_part` then adds up the hashes that share a key, one by one)."""
+    joined = _joined_hex(hashes) if hashes else None
+    if joined is None:
         return None
     count = len(hashes)
-    digits = "".join(hashes) if width == HASH_BYTES else "".join([h[: 2 * width] for h in hashes])
+    if width == HASH_BYTES:
+        data = bytes.fromhex(joined)
+    else:
+        step = 2 * HASH_BYTES
+        data = bytes.fromhex(
+            "".join([joined[i : i + 2 * width] for i in range(0, len(joined), step)])
+        )
     offsets = pa.array(range(0, count * width + 1, width), pa.int32())
     keys = pa.Array.from_buffers(
-        pa.binary(), count, [None, offsets.buffers()[1], pa.py_buffer(bytes.fromhex(digits))]
+        pa.binary(), count, [None, offsets.buffers()[1], pa.py_buffer(data)]
     )
     return keys if pc.count_distinct(keys).as_py() == count else None
 
@@ -214,10 +229,34 @@ def empty_wide() -> pa.Table:
     return WIDE_SCHEMA.empty_table()
 
 
-def wide_rows(
-    hashes: Sequence[str], rows: Sequence[int], fields: dict[str, str], width: int = HASH_BYTES
-) -> pa.Table:
-    """The wide rows of one object version: its hashes' keys and row counts, its shared fields.
+@dataclass(frozen=True)
+class ObjectPart:
+    """The wide rows of one object version before its fields are inlined in every row
+    (`object_part`): its keys, row counts and subject counts, and its fields once.
+    `build_segment_of` builds a segment from several without a row of fields per entry."""
+
+    fields: Mapping[str, str]
+    keys: pa.Array  # binary
+    rows: pa.Array  # int32
+    subjects: pa.Array  # int32
+
+    def wide(self) -> pa.Table:
+        """The wide rows (`wide_rows`)."""
+        count = len(self.keys)
+        columns: dict[str, pa.Array] = {
+            "subject_hash": self.keys,
+            "rows": self.rows,
+            "subjects": self.subjects,
+        }
+        for name in OBJECT_FIELDS:
+            columns[name] = pa.array([self.fields[name]] * count, pa.string())
+        return pa.Table.from_pydict({n: columns[n] for n in WIDE_SCHEMA.names}, schema=WIDE_SCHEMA)
+
+
+def object_part(
+    hashes: Sequence[str], rows: Sequence[int], fields: Mapping[str, str], width: int = HASH_BYTES
+) -> ObjectPart:
+    """One object version's keys and row counts (`wide_rows` before its fields are inlined).
     Digests of the version that share a key (a prefix collision) are one row: rows summed,
     `subjects` counting them."""
     keys = _distinct_keys(hashes, width)
@@ -225,14 +264,8 @@ def wide_rows(
         count = len(keys)
         if len(rows) != count:
             raise ValueError("one row count per hash")
-        columns: dict[str, pa.Array] = {
-            "subject_hash": keys,
-            "rows": pa.array(rows, pa.int32()),
-            "subjects": pa.array([1] * count, pa.int32()),
-        }
-        for name in OBJECT_FIELDS:
-            columns[name] = pa.array([fields[name]] * count, pa.string())
-        return pa.Table.from_pydict({n: columns[n] for n in WIDE_SCHEMA.names}, schema=WIDE_SCHEMA)
+        ones = pc.fill_null(pa.nulls(count, pa.int32()), 1)
+        return ObjectPart(fields, keys, pa.array(rows, pa.int32()), ones)
     keyed: dict[bytes, list[int]] = {}
     seen: set[str] = set()
     for h, n in zip(hashes, rows, strict=True):
@@ -240,15 +273,21 @@ def wide_rows(
         held[0] += n
         held[1] += 0 if h in seen else 1
         seen.add(h)
-    count = len(keyed)
-    columns = {
-        "subject_hash": pa.array(list(keyed), pa.binary()),
-        "rows": pa.array([v[0] for v in keyed.values()], pa.int32()),
-        "subjects": pa.array([v[1] for v in keyed.values()], pa.int32()),
-    }
-    for name in OBJECT_FIELDS:
-        columns[name] = pa.array([fields[name]] * count, pa.string())
-    return pa.Table.from_pydict({n: columns[n] for n in WIDE_SCHEMA.names}, schema=WIDE_SCHEMA)
+    return ObjectPart(
+        fields,
+        pa.array(list(keyed), pa.binary()),
+        pa.array([v[0] for v in keyed.values()], pa.int32()),
+        pa.array([v[1] for v in keyed.values()], pa.int32()),
+    )
+
+
+def wide_rows(
+    hashes: Sequence[str], rows: Sequence[int], fields: Mapping[str, str], width: int = HASH_BYTES
+) -> pa.Table:
+    """The wide rows of one object version: its hashes' keys and row counts, its shared fields.
+    Digests of the version that share a key (a prefix collision) are one row: rows summed,
+    `subjects` counting them."""
+    return object_part(hashes, rows, fields, width).wide()
 
 
 def build_segment(
@@ -284,6 +323,48 @@ def build_segment(
         [wide["subject_hash"], object_ids, wide["rows"], wide["subjects"]], schema=ENTRIES_SCHEMA
     ).sort_by([("subject_hash", "ascending"), ("object_id", "ascending")])
     return entries, table
+
+
+def build_segment_of(
+    parts: Sequence[ObjectPart], objects_only: pa.Table | None = None
+) -> tuple[pa.Table, pa.Table]:
+    """`build_segment` of the parts' wide rows (`ObjectPart.wide`, end to end), equal table
+    for table, built from each part's fields once instead of from a row of fields per entry."""
+    versions = [tuple(str(p.fields[n]) for n in OBJECT_FIELDS) for p in parts]
+    others: list[tuple[str, ...]] = []
+    if objects_only is not None and objects_only.num_rows:
+        columns = [objects_only[n].cast(pa.string()).to_pylist() for n in OBJECT_FIELDS]
+        others = list(zip(*columns, strict=True))
+    url, origin = OBJECT_FIELDS.index("object_url"), OBJECT_FIELDS.index("origin_seq")
+    distinct = sorted(set(versions) | set(others), key=lambda v: (v[url], v[origin]))
+    if len({(v[url], v[origin]) for v in distinct}) != len(distinct):
+        raise ValueError("one object version (url, origin) has two sets of fields")
+    ids = {version: i for i, version in enumerate(distinct)}
+    table = pa.Table.from_arrays(
+        [pa.array(range(len(distinct)), pa.int32())]
+        + [pa.array([v[i] for v in distinct], pa.string()) for i in range(len(OBJECT_FIELDS))],
+        schema=OBJECTS_SCHEMA,
+    )
+    object_ids = [
+        pc.fill_null(pa.nulls(len(p.keys), pa.int32()), ids[v])
+        for p, v in zip(parts, versions, strict=True)
+    ]
+    entries = pa.Table.from_arrays(
+        [
+            _joined_arrays([p.keys for p in parts], pa.binary()),
+            _joined_arrays(object_ids, pa.int32()),
+            _joined_arrays([p.rows for p in parts], pa.int32()),
+            _joined_arrays([p.subjects for p in parts], pa.int32()),
+        ],
+        schema=ENTRIES_SCHEMA,
+    ).sort_by([("subject_hash", "ascending"), ("object_id", "ascending")])
+    return entries, table
+
+
+def _joined_arrays(arrays: Sequence[pa.Array], kind: pa.DataType) -> pa.Array:
+    if not arrays:
+        return pa.array([], kind)
+    return pa.concat_arrays([a.cast(kind) for a in arrays])
 
 
 def widen(entries: pa.Table, objects: pa.Table) -> pa.Table:

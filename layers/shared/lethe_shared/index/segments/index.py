@@ -48,12 +48,12 @@ from lethe_shared.index.segments.format import (
     DEFAULT_PARTITION_BITS,
     HASH_BYTES,
     ROW_GROUP_ENTRIES,
+    ObjectPart,
     check_width,
-    empty_wide,
     new_seq,
+    object_part,
     seq_after,
     subject_ids,
-    wide_rows,
 )
 from lethe_shared.index.segments.lookup import SegmentLookup, to_entry
 from lethe_shared.index.segments.manifest import Manifest, now_iso
@@ -197,9 +197,9 @@ class SegmentSubjectIndex:
         pointers of all the objects are read at once (one listing, BatchGetItems of overrides),
         the entries of those with a live pointer one object at a time."""
         seq = new_seq()
-        parts: list[pa.Table] = []
+        parts: list[ObjectPart] = []
         empty: list[dict[str, str]] = []
-        writes: dict[str, list[str]] = {}
+        writes: dict[str, tuple[list[str], int]] = {}  # the hashes written, the key width
         dataset: str | None = None
         for batch in batches:
             url, entries = (batch.object_url, batch) if isinstance(batch, EntryBatch) else batch
@@ -213,23 +213,24 @@ class SegmentSubjectIndex:
             fields = {**fields, "object_url": url, "origin_seq": seq}
             self.manifest.ensure_dataset(owner, self._bits, self._hash_bytes)
             width = self.manifest.hash_width(owner)
-            writes[url] = subject_ids(hashes, width)
+            writes[url] = (hashes, width)
             if hashes:
-                parts.append(wide_rows(hashes, rows, fields, width))
+                parts.append(object_part(hashes, rows, fields, width))
             else:
                 empty.append(fields)
         if dataset is None:
             return {}
         pointers = self.reads.pointers(dataset, writes)
         flagged: dict[str, int] = {}
-        for url, keys in writes.items():
+        for url, (hashes, width) in writes.items():
             pointer = pointers[url]
-            live = pointer is not None and pointer.live
-            before = set(self.reads.object_entries(dataset, url)[1]) if live else set()
-            flagged[url] = len(before - set(keys))
-        wide = pa.concat_tables(parts) if parts else empty_wide()
+            if pointer is None or not pointer.live:  # a new object: nothing to flag
+                flagged[url] = 0
+                continue
+            before = set(self.reads.object_entries(dataset, url)[1])
+            flagged[url] = len(before - set(subject_ids(hashes, width)))
         objects_only = pa.Table.from_pylist(empty, schema=no_objects().schema) if empty else None
-        segment = self.writer.write(dataset, 0, None, wide, seq=seq, objects_only=objects_only)
+        segment = self.writer.write(dataset, 0, None, parts, seq=seq, objects_only=objects_only)
         self.writer.commit(segment)
         return flagged
 

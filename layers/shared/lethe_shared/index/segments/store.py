@@ -13,6 +13,7 @@ writer never wins. Until the commit a lookup does not read the segment.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -24,7 +25,9 @@ from lethe_shared.index.segments.format import (
     OBJECT_ROW_GROUP,
     OBJECTS_SCHEMA,
     ROW_GROUP_ENTRIES,
+    ObjectPart,
     build_segment,
+    build_segment_of,
     by_object,
     entries_key,
     new_seq,
@@ -60,7 +63,7 @@ class SegmentWriter:
         dataset_id: str,
         level: int,
         partition: int | None,
-        wide: pa.Table,
+        wide: pa.Table | Sequence[ObjectPart],
         *,
         seq: str | None = None,
         objects_only: pa.Table | None = None,
@@ -78,7 +81,11 @@ class SegmentWriter:
         seq = seq or new_seq()
         key = entries_key(dataset_id, level, partition, seq)
         if level == 0 and described is None:
-            urls = set(wide["object_url"].to_pylist())
+            urls = (
+                set(wide["object_url"].to_pylist())
+                if isinstance(wide, pa.Table)
+                else {str(p.fields["object_url"]) for p in wide}
+            )
             if objects_only is not None:
                 urls |= set(objects_only["object_url"].to_pylist())
             described = pack(urls)
@@ -102,7 +109,11 @@ class SegmentWriter:
         self.manifest.put_pending(pending)
         if in_file:
             self.files.put(pending.described_key, digests)
-        entries, objects = build_segment(wide, objects_only)
+        entries, objects = (
+            build_segment(wide, objects_only)
+            if isinstance(wide, pa.Table)
+            else build_segment_of(wide, objects_only)
+        )
         entries_data = to_parquet(entries, self.row_group, self.manifest.hash_width(dataset_id))
         objects_data = to_parquet(objects, OBJECT_ROW_GROUP)
         etag = self.files.put(pending.key, entries_data)
