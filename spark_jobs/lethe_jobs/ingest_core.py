@@ -59,7 +59,7 @@ from lethe_jobs.errors import InvalidObjectListError
 from lethe_jobs.ingest_outcomes import AwsPorts, BatchRequest, ObjectResult, PlannedObject
 from lethe_jobs.ingest_pipeline import run_pipeline
 from lethe_jobs.ingest_planning import HEAD_THREADS, plan_pipelines
-from lethe_jobs.ingest_tasks import BatchObject, TaskSettings
+from lethe_jobs.ingest_tasks import PACK_ROWS, BatchObject, TaskSettings
 from lethe_jobs.job_args import INDEX_ARGUMENTS, add_index, index_location
 from lethe_jobs.objects import object_list
 from lethe_jobs.readers import BATCH_ROWS
@@ -90,6 +90,7 @@ class IngestArgs:
     objects_manifest: str | None = None
     piece_bytes: int = pieces.PIECE_BYTES  # a larger object is split (docs/INGESTION.md)
     batch_rows: int = BATCH_ROWS  # records a read task holds at a time
+    pack_rows: int = PACK_ROWS  # plain CSV rows packed in runs of this many (0: none)
     # where the subject index is (lethe_jobs.job_args.add_index, lethe_shared.index.opening)
     index_store: str = DEFAULT_STORE.value
     index_bucket: str = ""
@@ -106,7 +107,12 @@ def parse_args(argv: Sequence[str] | None) -> tuple[IngestArgs, list[str]]:
     --job-bookmark-option, ...) are returned apart and ignored."""
     parser = argparse.ArgumentParser(prog="ingest", description="Lethe ingest job")
     for name in IngestArgs.__dataclass_fields__:
-        if name.startswith("objects_") or name in {"piece_bytes", "batch_rows", *INDEX_ARGUMENTS}:
+        if name.startswith("objects_") or name in {
+            "piece_bytes",
+            "batch_rows",
+            "pack_rows",
+            *INDEX_ARGUMENTS,
+        }:
             continue
         flag = name.replace("_", "-")
         parser.add_argument(f"--{flag}", f"--{name}", dest=name, required=True)
@@ -117,11 +123,22 @@ def parse_args(argv: Sequence[str] | None) -> tuple[IngestArgs, list[str]]:
         "--piece-bytes", dest="piece_bytes", type=_positive, default=pieces.PIECE_BYTES
     )
     parser.add_argument("--batch-rows", dest="batch_rows", type=_positive, default=BATCH_ROWS)
+    parser.add_argument(
+        "--pack-rows", dest="pack_rows", type=_not_negative, default=PACK_ROWS,
+        help="plain CSV rows travel packed in runs of at most this many; 0: every row alone",
+    )  # fmt: skip
     add_index(parser)
     known, unknown = parser.parse_known_args(argv)
     args = IngestArgs(**vars(known))
     _ = args.index_location  # an incomplete index location fails here, before anything is read
     return args, unknown
+
+
+def _not_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is a negative number")
+    return value
 
 
 def _positive(text: str) -> int:
@@ -353,6 +370,7 @@ def _ingest_dataset(
         hash_key=aws.hash_key,
         batch_rows=args.batch_rows,
         piece_bytes=args.piece_bytes,
+        pack_rows=args.pack_rows,
         catalog_table=args.catalog_table,
         time_zone=spark.conf.get("spark.sql.session.timeZone") or "",
     )

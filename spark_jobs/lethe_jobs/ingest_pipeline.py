@@ -25,6 +25,8 @@ from lethe_jobs.ingest_tasks import (
     INFO,
     KIND,
     OBJECT,
+    PACKED,
+    PACKED_ROWS,
     PART,
     PIECE,
     PREREASONS,
@@ -32,6 +34,7 @@ from lethe_jobs.ingest_tasks import (
     BatchObject,
     TaskSettings,
 )
+from lethe_jobs.ingest_tasks.packed import ARROW_RECORDS, arrow_records
 from lethe_jobs.tasks import wave_groups
 from lethe_jobs.validate import (
     POSITION,
@@ -62,6 +65,8 @@ class _PieceTotals:
     unreadable: str | None = None
     columns: list[str] = field(default_factory=list)
     entries: int = 0  # the raw object's entries its read task wrote (an object read whole)
+    packed_bytes: int = 0  # its largest packed run (`ingest_tasks.packed`), in bytes
+    packed_rows: int = 0  # its rows that travelled packed
 
 
 def run_pipeline(
@@ -91,7 +96,7 @@ def run_pipeline(
     # on every value (a hash map of a column's distinct values), which cost more CPU than the
     # rest of caching; the read is written to local disk as it is, a few times its text's size
     # at most, and read back once per action.
-    previous = {key: spark.conf.get(key, None) for key in PIPELINE_CONF}
+    previous = {key: spark.conf.get(key, None) for key in (*PIPELINE_CONF, ARROW_RECORDS)}
     for key, value in PIPELINE_CONF.items():
         spark.conf.set(key, value)
     frame = source.mapInArrow(reader, schema)
@@ -107,7 +112,10 @@ def run_pipeline(
             raw_entries.update(_write_raw_entries(frame, settings, split, shuffle))
         records = {i: tasks.record_columns(totals[i].columns, settings.dataset) for i in readable}
         texts = any(pairs is not None for pairs in records.values())
-        conformed = _conformed(frame, settings, schema, readable, texts=texts)
+        packed = max((totals[i].packed_bytes for i in readable), default=0)
+        conformed = _conformed(frame, settings, schema, readable, texts=texts, packed=packed > 0)
+        # the writer tasks get Arrow batches of about PACK_BATCH_BYTES while packed runs travel
+        spark.conf.set(ARROW_RECORDS, str(arrow_records(packed)))
         # every object read whole: each object's rows are in one partition already, which
         # writes its files without a shuffle; a split object's pieces are shuffled together
         written = _write_files(conformed, settings, shuffle if split else None, records)
@@ -134,6 +142,8 @@ def _piece_totals(frame: DataFrame, settings: TaskSettings) -> dict[int, _PieceT
         total.rows_without_subject += info.get("rows_without_subject", 0)
         total.columns = total.columns or info["columns"]
         total.entries += info.get("entries") or 0
+        total.packed_bytes = max(total.packed_bytes, info.get("packed_bytes") or 0)
+        total.packed_rows += info.get("packed_rows") or 0
         if info["unreadable"] and total.unreadable is None:
             total.unreadable = info["unreadable"]
     return totals
@@ -171,14 +181,20 @@ def _conformed(
     readable: list[int],
     *,
     texts: bool = False,
+    packed: bool = False,
 ) -> DataFrame:
     """Every record of the readable objects conformed (`validate.conform`): OBJECT, POSITION,
     the schema's columns, REASONS (the reader's, when it rejected the record) and RECORD; with
     `texts` (CSV), also each schema column's text as read (`tasks.text_column`), from which the
-    quarantine writer rebuilds the RECORD the read task left null (`tasks.record_columns`)."""
+    quarantine writer rebuilds the RECORD the read task left null (`tasks.record_columns`).
+    With `packed` (CSV: the read tasks packed plain rows, `ingest_tasks.packed`), the packed
+    runs too: valid, their partition path the one the read task gave them (INFO), PACKED
+    set; they pass the conforming untouched, as rows whose values are all null."""
     dataset = settings.dataset
-    rows = frame.where((col(KIND) == ROW) & col(OBJECT).isin(readable))
-    keep = [OBJECT, PREREASONS]
+    kinds = [ROW, PACKED_ROWS] if packed else [ROW]
+    rows = frame.where(col(KIND).isin(kinds) & col(OBJECT).isin(readable))
+    passing = [OBJECT, PREREASONS, *([KIND, INFO, PACKED] if packed else [])]
+    keep = list(passing)
     fields = [f.name for f in schema.fields[len(tasks.META_FIELDS) :]]
     data = [name for name in fields if not name.startswith(tasks.TYPED_PREFIX)]
     # the values the read task converted (`tasks.typed`), by schema column
@@ -193,7 +209,7 @@ def _conformed(
             carried = [col(c).alias(tasks.text_column(index[c])) for c in data]
             keep = [*keep, *[tasks.text_column(index[c]) for c in data]]
         source = rows.select(
-            *[col(c) for c in (OBJECT, PREREASONS, POSITION, RECORD, *data, *typed.values())],
+            *[col(c) for c in (*passing, POSITION, RECORD, *data, *typed.values())],
             *carried,
         )
     else:
@@ -203,12 +219,21 @@ def _conformed(
         )
     conformed = source.transform(conform(dataset, keep=keep, typed=typed))
     reasons = F.when(F.size(col(PREREASONS)) > 0, col(PREREASONS)).otherwise(col(REASONS))
+    if packed:  # a packed run is valid rows
+        run = col(KIND) == F.lit(PACKED_ROWS)
+        reasons = F.when(run, F.array().cast("array<string>")).otherwise(reasons)
     conformed = conformed.withColumn(REASONS, reasons).drop(PREREASONS)
     # each valid row's lake partition path; a row whose lake key S3 would refuse is rejected
     rendered = sql_partition_path(conformed, settings)
     if rendered is not None:  # in Spark SQL, where it renders exactly what `place_rows` does
         valid = col(REASONS).isNull() | (F.size(col(REASONS)) == 0)
-        return conformed.withColumn(PART, F.when(valid, rendered))
+        part = F.when(valid, rendered)
+        if packed:  # a packed run's path is the one its read task rendered
+            part = F.when(col(KIND) == F.lit(PACKED_ROWS), col(INFO)).otherwise(part)
+            return conformed.withColumn(PART, part).drop(KIND, INFO)
+        return conformed.withColumn(PART, part)
+    if packed:  # `tasks.pack_plan` packs only where the path is rendered in Spark SQL
+        raise AssertionError("packed rows of a dataset whose partition path is not in SQL")
     placed = T.StructType([*conformed.schema.fields, T.StructField(PART, T.StringType())])
     return conformed.mapInArrow(partial(tasks.place_rows, settings=settings), placed)
 
@@ -228,12 +253,7 @@ def sql_partition_path(conformed: DataFrame, settings: TaskSettings) -> Column |
         return F.lit("")
     if not all(isinstance(conformed.schema[n].dataType, T.DateType) for n in names):
         return None
-    longest = layout.lake_key(
-        dataset.dataset_id,
-        layout.partition_path(names, [None] * len(names)),  # HIVE_DEFAULT_PARTITION: the longest
-        settings.digest(next(iter(settings.objects))),
-    )
-    if tasks.key_problem(settings.lake_bucket, longest) is not None:
+    if not tasks.dated_partitions(settings):  # the longest lake key is too long
         return None
     parts = []
     for name in names:
@@ -271,6 +291,7 @@ def _write_files(
         col(REASONS),
         F.when(~valid, col(RECORD)).alias(RECORD),
         *[F.when(~valid, _text(c, dataset)).alias(c) for c in texts],
+        *([col(PACKED)] if PACKED in conformed.columns else []),
     )
     writer = partial(tasks.write_files, settings=settings, records=records)
     if shuffle is not None:
@@ -343,9 +364,9 @@ def _outcomes(
         )
         LOG.info(
             "%s version %s: %s, %d rows read, %d written to %d file(s), %d quarantined, "
-            "%d without a subject (not indexed)",
+            "%d without a subject (not indexed), %d valid without Spark's checks (packed)",
             obj.url, obj.version_id, status.value, total.rows_read, rows_written, len(files),
-            results[index_of].rows_quarantined, total.rows_without_subject,
+            results[index_of].rows_quarantined, total.rows_without_subject, total.packed_rows,
         )  # fmt: skip
     return results
 

@@ -14,7 +14,8 @@ first row hints), which Spark then adds up per object and subject.
 Modules: `frame` (the frame, settings and summaries), `scan` (split points of large text
 objects), `read` (pieces into the frame), `write` (lake files, quarantine, raw objects' entries),
 `entries` (an object's index entries added up over its batches), `index_writes` (a task's
-index writes, together).
+index writes, together), `typed` (CSV texts converted by the read task), `packed` (plain CSV
+rows packed in runs by the read task).
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ from lethe_jobs.ingest_tasks.frame import (
     MAX_KEY_BYTES,
     META_FIELDS,
     OBJECT,
+    PACK_ROWS,
+    PACKED,
+    PACKED_ROWS,
     PARQUET_CONTENT_TYPE,
     PART,
     PIECE,
@@ -48,6 +52,7 @@ from lethe_jobs.ingest_tasks.frame import (
     record_columns,
     text_column,
 )
+from lethe_jobs.ingest_tasks.packed import dated_partitions, pack_plan
 from lethe_jobs.ingest_tasks.read import read_pieces
 from lethe_jobs.ingest_tasks.scan import piece_from_spec, piece_spec, scan_object
 from lethe_jobs.ingest_tasks.typed import TYPED_PREFIX, typed_column, typed_indexes
@@ -73,6 +78,9 @@ __all__ = [
     "MAX_KEY_BYTES",
     "META_FIELDS",
     "OBJECT",
+    "PACKED",
+    "PACKED_ROWS",
+    "PACK_ROWS",
     "PARQUET_CONTENT_TYPE",
     "PART",
     "PIECE",
@@ -86,11 +94,13 @@ __all__ = [
     "BatchObject",
     "EntryAccumulator",
     "TaskSettings",
+    "dated_partitions",
     "frame_schema",
     "ingest_metadata",
     "jackson_json",
     "key_problem",
     "models_like",
+    "pack_plan",
     "partition_paths",
     "piece_from_spec",
     "piece_spec",

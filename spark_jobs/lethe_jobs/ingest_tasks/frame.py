@@ -39,7 +39,13 @@ INFO = "_lethe_info"
 PART = "_lethe_partition"
 
 
-ROW, PIECE, ENTRY = 0, 1, 2
+PACKED = "_lethe_packed"  # a run of plain rows, as an Arrow IPC stream (ingest_tasks.packed)
+
+
+ROW, PIECE, ENTRY, PACKED_ROWS = 0, 1, 2, 3
+
+
+PACK_ROWS = 4096  # rows of one packed run at most (ingest_tasks.packed): about half a megabyte
 
 
 HINTS_KEPT = MAX_ROW_HINTS + 1  # one more than stored: IndexEntry then says hints are incomplete
@@ -73,6 +79,7 @@ META_FIELDS = (
     T.StructField(PREREASONS, T.ArrayType(T.StringType())),
     T.StructField(RECORD, T.StringType()),
     T.StructField(INFO, T.StringType()),
+    T.StructField(PACKED, T.BinaryType()),
 )
 
 
@@ -144,6 +151,7 @@ class TaskSettings:
     piece_bytes: int = pieces.PIECE_BYTES
     catalog_table: str = ""  # the writes ledger's table: every lake write is recorded there
     time_zone: str = ""  # the Spark session's time zone (`typed`: timestamps converted in UTC)
+    pack_rows: int = PACK_ROWS  # rows of a packed run at most; 0: no row is packed (`packed`)
 
     def digest(self, index: int) -> str:
         return layout.object_hash(self.raw_bucket, self.objects[index].key)

@@ -31,6 +31,8 @@ from lethe_jobs.ingest_tasks.frame import (
     KIND,
     META_FIELDS,
     OBJECT,
+    PACKED,
+    PACKED_ROWS,
     PIECE,
     PREREASONS,
     ROW,
@@ -40,6 +42,7 @@ from lethe_jobs.ingest_tasks.frame import (
     record_columns,
 )
 from lethe_jobs.ingest_tasks.index_writes import TaskIndexWriter, then_flush
+from lethe_jobs.ingest_tasks.packed import PackPlan, pack_plan, pack_rows
 from lethe_jobs.ingest_tasks.scan import piece_from_spec
 from lethe_jobs.ingest_tasks.typed import TYPED_PREFIX, split_texts, typed_column, typed_indexes
 from lethe_jobs.ingest_tasks.write import connect
@@ -80,10 +83,12 @@ def _read_pieces(
 ) -> Iterator[pa.RecordBatch]:
     client = boto3.client("s3")
     target = arrow_schema(schema)
+    plan = pack_plan(settings)
     for batch in batches:
         for text in batch.column(0).to_pylist():
             for spec in json.loads(text):
-                yield from _read_piece(client, piece_from_spec(spec), settings, target, index)
+                piece = piece_from_spec(spec)
+                yield from _read_piece(client, piece, settings, target, index, plan=plan)
 
 
 class RawIndexWrites:
@@ -134,15 +139,52 @@ def _records(
     )
 
 
+class _Packing:
+    """A read task's packing of plain rows (`packed`): its plan (None: no row is packed) and
+    the largest run it packed, in bytes, and the rows it packed, per piece (what the piece's
+    summary reports)."""
+
+    def __init__(self, plan: PackPlan | None) -> None:
+        self.plan = plan
+        self.biggest = 0
+        self.rows = 0
+
+    def batches(
+        self, columns: dict[str, Any], obj: BatchObject, target: Any
+    ) -> Iterator[pa.RecordBatch]:
+        """A CSV batch as frame rows: its plain rows as packed runs (one PACKED_ROWS row each:
+        POSITION its first row's, INFO its partition path), then its other rows."""
+        if self.plan is None:
+            yield _batch(columns, target)
+            return
+        rest, runs = pack_rows(columns, self.plan)
+        if runs:
+            packed = _blank(len(runs), PACKED_ROWS, obj.index, target)
+            packed[POSITION] = pa.array([r.position for r in runs], pa.int64())
+            packed[INFO] = pa.array([r.part for r in runs], pa.string())
+            packed[PACKED] = pa.array([r.data for r in runs], pa.binary())
+            self.biggest = max(self.biggest, *(len(r.data) for r in runs))
+            self.rows += sum(r.rows for r in runs)
+            yield _batch(packed, target)
+        batch = _batch(columns, target)
+        if runs:
+            batch = batch.filter(rest)
+        if batch.num_rows:
+            yield batch
+
+
 def _read_piece(
     client: Any,
     piece: pieces.Piece,
     settings: TaskSettings,
     target: Any,
     index: RawIndexWrites,
+    *,
+    plan: PackPlan | None = None,
 ) -> Iterator[pa.RecordBatch]:
     obj = settings.objects[piece.object_index]
     rows_read, without_subject, unreadable = 0, 0, None
+    packing = _Packing(plan)
     columns: list[str] = []
     # the piece's index entries, added up over its batches: written by this task when the
     # piece is the whole object, else sent once, one ENTRY row per subject of the piece
@@ -153,11 +195,11 @@ def _read_piece(
             for records in _records(client, piece, settings, Path(tmp)):
                 rows_read += records.rows_read
                 columns = columns or list(records.columns)
-                yield from _row_batches(records, obj, settings, target)
+                yield from _row_batches(records, obj, settings, target, packing)
                 without_subject += _add_entries(found, records, obj, settings)
         except UnreadableFileError as exc:
             unreadable = exc.reason
-    if unreadable is None and found.rows:
+    if unreadable is None and found:
         if piece.whole:
             written = index.add(obj, found)
         else:
@@ -168,6 +210,8 @@ def _read_piece(
         "columns": columns,
         "unreadable": unreadable,
         "entries": written,
+        "packed_bytes": packing.biggest,
+        "packed_rows": packing.rows,
     }
     yield _info_batch(PIECE, obj.index, [json.dumps(info)], target)
 
@@ -190,7 +234,11 @@ def _info_batch(kind: int, index: int, infos: list[str], target: Any) -> pa.Reco
 
 
 def _row_batches(
-    records: RawRecords, obj: BatchObject, settings: TaskSettings, target: Any
+    records: RawRecords,
+    obj: BatchObject,
+    settings: TaskSettings,
+    target: Any,
+    packing: _Packing | None = None,
 ) -> Iterator[pa.RecordBatch]:
     dataset = settings.dataset
     table = records.table.combine_chunks()
@@ -207,23 +255,40 @@ def _row_batches(
                 named = [records.named.get(p) for p in positions] if records.named else None
                 columns[NAMED] = pa.array(named or [None] * count, pa.string())
         elif dataset.format is DataFormat.CSV:
-            names = [n for n in table.column_names if n != POSITION]
-            if not names:
-                columns[RECORD] = pa.array(["{}"] * count, pa.string())
-            elif record_columns(records.columns, dataset) is None:
-                values = [table.column(n).to_pylist() for n in names]
-                records_json = [jackson_json(names, row) for row in zip(*values, strict=True)]
-                columns[RECORD] = pa.array(records_json, pa.string())
-            # else RECORD stays null: the quarantine writer rebuilds it for the rejected rows
-            by_name = {n: _chunk(table, n) for n in names}
-            _csv_columns(columns, settings, by_name, data)
+            _csv_batch(columns, records, table, settings, data)
+            if packing is not None:
+                yield from packing.batches(columns, obj, target)
+                columns = {}
         else:
             for name in data:
                 if name in table.column_names:
                     columns[name] = _chunk(table, name).cast(target.field(name).type)
-        yield _batch(columns, target)
+        if columns:
+            yield _batch(columns, target)
     if records.rejected:
         yield _rejected_batch(records, obj, target)
+
+
+def _csv_batch(
+    columns: dict[str, Any],
+    records: RawRecords,
+    table: Any,
+    settings: TaskSettings,
+    data: list[str],
+) -> None:
+    """A CSV batch's frame columns: RECORD where it is built here, and the data columns."""
+    dataset = settings.dataset
+    count = table.num_rows
+    names = [n for n in table.column_names if n != POSITION]
+    if not names:
+        columns[RECORD] = pa.array(["{}"] * count, pa.string())
+    elif record_columns(records.columns, dataset) is None:
+        values = [table.column(n).to_pylist() for n in names]
+        records_json = [jackson_json(names, row) for row in zip(*values, strict=True)]
+        columns[RECORD] = pa.array(records_json, pa.string())
+    # else RECORD stays null: the quarantine writer rebuilds it for the rejected rows
+    by_name = {n: _chunk(table, n) for n in names}
+    _csv_columns(columns, settings, by_name, data)
 
 
 def _csv_columns(

@@ -27,6 +27,7 @@ from lethe_jobs.ingest_tasks.frame import (
     LOG,
     MAX_KEY_BYTES,
     OBJECT,
+    PACKED,
     PARQUET_CONTENT_TYPE,
     PART,
     RAW_SUMMARY,
@@ -38,6 +39,7 @@ from lethe_jobs.ingest_tasks.frame import (
     jackson_json,
 )
 from lethe_jobs.ingest_tasks.index_writes import TaskIndexWriter, then_flush
+from lethe_jobs.ingest_tasks.packed import unpack
 from lethe_jobs.session import logging_shown_keys
 from lethe_jobs.subject_rows import quarantine_subject_rows
 from lethe_jobs.validate import POSITION, REASONS, RECORD, schema_of
@@ -211,7 +213,13 @@ def _summary(values: dict[str, Any], schema: T.StructType) -> pa.RecordBatch:
 
 
 class _LakeFile:
-    """One lake file being written: rows buffered into row groups, entries accumulated."""
+    """One lake file being written: rows buffered into row groups, entries accumulated.
+
+    Its rows arrive sorted by source position, a packed run of plain rows (`packed`: one
+    input row, PACKED set, its POSITION the run's first) among the others: a run and the rows
+    that follow it up to the next run (their positions are all above the run's first, and
+    below the next run's) are merged by POSITION, so that the file's rows are in source order
+    as if every row had arrived on its own."""
 
     def __init__(self, settings: TaskSettings, index: int, part: str, workdir: Path) -> None:
         obj = settings.objects[index]
@@ -222,6 +230,8 @@ class _LakeFile:
         self.schema = pa.schema(fields).with_metadata(
             {"lethe.source_object": obj.url, "lethe.source_version_id": obj.version_id}
         )
+        self.positioned = pa.schema([pa.field(POSITION, pa.int64()), *fields])
+        self.window: list[Any] | None = None  # a packed run and the rows after it
         self.path = workdir / "part.parquet"
         self.writer = pq.ParquetWriter(self.path, self.schema, compression="snappy")
         self.pending: list[Any] = []
@@ -233,8 +243,38 @@ class _LakeFile:
         )  # fmt: skip
 
     def add(self, table: Any) -> None:
-        self.pending.append(table.select(self.schema.names).cast(self.schema))
-        self.pending_rows += table.num_rows
+        if PACKED not in table.column_names or table.column(PACKED).null_count == len(table):
+            self._add_rows(table)
+            return
+        runs = table.column(PACKED)
+        at = 0
+        for row in pc.indices_nonzero(pc.is_valid(runs)).to_pylist():
+            if row > at:
+                self._add_rows(table.slice(at, row - at))
+            self._close_window()
+            self.window = [unpack(runs[row].as_buffer())]
+            at = row + 1
+        if at < len(table):
+            self._add_rows(table.slice(at))
+
+    def _add_rows(self, table: Any) -> None:
+        if self.window is not None:
+            self.window.append(table.select(self.positioned.names).cast(self.positioned))
+            return
+        self._pend(table.select(self.schema.names).cast(self.schema), table.num_rows)
+
+    def _close_window(self) -> None:
+        if self.window is None:
+            return
+        merged = pa.concat_tables(self.window)
+        self.window = None
+        if len(merged) > 1:
+            merged = merged.take(pc.sort_indices(merged.column(POSITION)))
+        self._pend(merged.select(self.schema.names).cast(self.schema), merged.num_rows)
+
+    def _pend(self, table: Any, rows: int) -> None:
+        self.pending.append(table)
+        self.pending_rows += rows
         if self.pending_rows >= ROW_GROUP_ROWS:
             self._flush()
 
@@ -249,6 +289,7 @@ class _LakeFile:
         self.pending, self.pending_rows = [], 0
 
     def finish(self, store: S3ObjectStore, index: TaskIndexWriter) -> dict[str, Any]:
+        self._close_window()
         self._flush()
         self.writer.close()
         stored = store.upload(
