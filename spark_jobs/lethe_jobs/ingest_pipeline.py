@@ -56,6 +56,7 @@ JSON_CONTENT_TYPE = "application/json"
 CACHE_COMPRESSED = "spark.sql.inMemoryColumnarStorage.compressed"  # the persisted read's columns
 # the Spark SQL settings the pipeline runs with (the session's own are put back after it)
 PIPELINE_CONF = {CACHE_COMPRESSED: "false"}
+RAW_ENTRY_RECORDS = 2  # pieces' partial entries per Arrow batch of a raw entries writer
 
 
 @dataclass
@@ -149,28 +150,31 @@ def _piece_totals(frame: DataFrame, settings: TaskSettings) -> dict[int, _PieceT
     return totals
 
 
-_ENTRY_STRUCT = "struct<s:string,r:bigint,h:array<bigint>>"
-
-
 def _write_raw_entries(
     frame: DataFrame, settings: TaskSettings, readable: list[int], shuffle: int
 ) -> dict[int, int]:
     """The entries of the raw objects read in several pieces (`readable`: those of them that
-    could be read): the pieces' partial entries added up per (object, subject), the first hints
-    kept, then written per object by `write_raw_entries`."""
+    could be read): each piece's partial entries (one ENTRY row, an Arrow IPC stream) go to
+    the writer task of their object, which adds them up per subject (`write_raw_entries`)."""
+    spark = frame.sparkSession
+    before = spark.conf.get(ARROW_RECORDS, None)
     entries = frame.where((col(KIND) == ENTRY) & col(OBJECT).isin(readable)).select(
-        col(OBJECT).alias("object"), F.from_json(col(INFO), _ENTRY_STRUCT).alias("e")
+        col(OBJECT).alias("object"), col(POSITION).alias("position"), col(PACKED).alias("entries")
     )
-    added = entries.groupBy("object", F.col("e.s").alias("subject")).agg(
-        F.sum("e.r").alias("rows"),
-        F.slice(F.array_sort(F.flatten(F.collect_list("e.h"))), 1, tasks.HINTS_KEPT).alias("hints"),
-    )
-    written = (
-        added.repartition(shuffle, "object")
-        .sortWithinPartitions("object", "subject")
-        .mapInArrow(partial(tasks.write_raw_entries, settings=settings), tasks.RAW_SUMMARY)
-        .collect()
-    )
+    # a piece's entries can be tens of megabytes: a few per Arrow batch
+    spark.conf.set(ARROW_RECORDS, str(RAW_ENTRY_RECORDS))
+    try:
+        written = (
+            entries.repartition(shuffle, "object")
+            .sortWithinPartitions("object")
+            .mapInArrow(partial(tasks.write_raw_entries, settings=settings), tasks.RAW_SUMMARY)
+            .collect()
+        )
+    finally:
+        if before is None:
+            spark.conf.unset(ARROW_RECORDS)
+        else:
+            spark.conf.set(ARROW_RECORDS, before)
     return {row["object"]: row["entries"] for row in written}
 
 

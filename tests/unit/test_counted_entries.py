@@ -158,21 +158,24 @@ def comparable(entries: Iterable[IndexEntry]) -> list[tuple[dict[str, Any], dict
 # ---------------------------------------------------------------- the accumulator
 @pytest.mark.parametrize("seed", range(40))
 def test_accumulated_entries_equal_the_reference(seed: int) -> None:
+    """Batches added up with Arrow (held, merged every few batches and at the end) give the
+    entries the dictionaries gave, and so do the dictionaries once read (`rows`)."""
     rng = random.Random(seed)
     subjects = [digest(rng.randrange(10_000)) for _ in range(rng.randint(1, 60))]
-    new, old = EntryAccumulator(), ReferenceAccumulator()
+    new, spread, old = EntryAccumulator(), EntryAccumulator(), ReferenceAccumulator()
     offset = 0
-    for _ in range(rng.randint(1, 5)):
+    for _ in range(rng.choice([rng.randint(1, 5), rng.randint(9, 25)])):
         found = random_batch(rng, subjects, rng.randint(1, 400))
         at = rng.choice([0, offset])  # offsets: 0 (a raw object's lines), or rows before
-        new.add_batch(found, at)
-        old.add_batch(found, at)
+        for accumulator in (new, spread, old):
+            accumulator.add_batch(found, at)
         offset += found.total_rows
-    assert new.rows == old.rows
-    assert new.hints == old.hints
+    assert spread.rows == old.rows
+    assert spread.hints == old.hints
 
     built, expected = new.entries(REF, DATASET, KEY), old.entries(REF, DATASET, KEY)
 
+    assert not new._rows  # added up with Arrow: no dictionary was built
     assert isinstance(built, CountedEntries)
     assert len(built) == len(expected)
     assert comparable(built) == comparable(expected)
@@ -180,6 +183,40 @@ def test_accumulated_entries_equal_the_reference(seed: int) -> None:
     assert list(built.subject_hashes) == [e.subject_hash for e in expected]
     assert built.rows == [e.rows for e in expected]
     assert comparable([built[0], *built[1:]]) == comparable(expected)
+    assert comparable(spread.entries(REF, DATASET, KEY)) == comparable(expected)
+    assert new.rows == old.rows  # read after the merge: the dictionaries from it
+    assert new.hints == old.hints
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_pieces_partial_entries_add_up_to_the_whole_objects(seed: int) -> None:
+    """A split object: each piece's accumulator over its own lines, its `partial` table added
+    to one accumulator in line order (`add_partial`, as the raw entries writer does), gives
+    the entries of one accumulator over every batch; so does a table added to dictionaries."""
+    rng = random.Random(seed)
+    subjects = [digest(rng.randrange(10_000)) for _ in range(rng.randint(1, 40))]
+    whole, pieces, offset = ReferenceAccumulator(), [], 0
+    for _ in range(rng.randint(1, 4)):  # the pieces, in line order
+        piece = EntryAccumulator()
+        for _ in range(rng.randint(1, 12)):
+            found = random_batch(rng, subjects, rng.randint(1, 300))
+            piece.add_batch(found, offset)
+            whole.add_batch(found, offset)
+            offset += found.total_rows
+        pieces.append(piece.partial())
+    added, by_dictionaries = EntryAccumulator(), EntryAccumulator()
+    by_dictionaries.add(digest(10_001), 1, [offset])  # dictionaries from the start
+    for table in pieces:
+        added.add_partial(table)
+        by_dictionaries.add_partial(table)
+
+    expected = whole.entries(REF, DATASET, KEY)
+
+    assert comparable(added.entries(REF, DATASET, KEY)) == comparable(expected)
+    with_extra = by_dictionaries.entries(REF, DATASET, KEY)
+    assert comparable([e for e in with_extra if e.subject_hash != digest(10_001)]) == comparable(
+        expected
+    )
 
 
 @pytest.mark.parametrize("seed", range(20))

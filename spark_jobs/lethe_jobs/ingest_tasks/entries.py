@@ -8,6 +8,9 @@ import operator
 from collections.abc import Iterable, Sequence
 from typing import overload
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from lethe_jobs.ingest_tasks.frame import HINTS_KEPT
 from lethe_shared.datasets.document import Dataset
 from lethe_shared.index.arrow_entries import ObjectRef, entry_pin
@@ -17,22 +20,25 @@ from lethe_shared.index.subject_index import EntryBatch, IndexEntry
 __all__ = ["EntryAccumulator", "models_like"]
 
 _TEMPLATE_HASH = "0" * 64  # the validated template's subject hash: every model replaces it
+_MERGE_EVERY = 8  # held batches merged into one table (memory: about the distinct subjects)
 
 
 class EntryAccumulator:
     """Index entries of one object built a batch at a time: rows added up, the first hints
     kept (one more than stored, so that the entry knows its hints are incomplete).
 
-    Most objects and files arrive in one batch (an object of up to `batch_rows` records, a
-    lake file of up to a row group): the first batch is held as it is, and added up into the
-    per-subject dictionaries only when a second one arrives (or `rows`/`hints` are read), so
-    that a single batch's entries are taken from its columns (`entries`) without a dictionary
-    step per subject."""
+    The batches are held as they come and added up with Arrow, not subject by subject: a
+    single batch (most objects up to `batch_rows` records, most lake files) gives its entries
+    from its own columns (`entries`); several are reduced to one table per subject (`_Merged`:
+    rows summed, each subject's first hints in arrival order), every `_MERGE_EVERY` batches
+    and at the end. The per-subject dictionaries (`rows`, `hints`, and `add` of one subject's
+    entry) are built only where they are read or added to."""
 
     def __init__(self) -> None:
         self._rows: dict[str, int] = {}
         self._hints: dict[str, list[int]] = {}
-        self._held: tuple[EntryBatch, int] | None = None  # the first batch, and its offset
+        self._held: list[tuple[EntryBatch, int]] = []  # batches, each with its hints' offset
+        self._merged: _Merged | None = None  # the batches reduced before those held
 
     @property
     def rows(self) -> dict[str, int]:
@@ -59,17 +65,52 @@ class EntryAccumulator:
         """`add_entries` of an EntryBatch, from its columns (no model per entry)."""
         if not len(batch):
             return
-        if self._held is None and not self._rows:
-            self._held = (batch, offset)
+        if self._rows:  # dictionaries already: added there
+            self._add_columns(batch, offset)
             return
-        self._spread()
-        self._add_columns(batch, offset)
+        self._held.append((batch, offset))
+        if len(self._held) > _MERGE_EVERY:
+            self._merged = _Merged.of(self._merged, self._held)
+            self._held = []
+
+    def add_partial(self, table: pa.Table) -> None:
+        """Add a table of partial entries (`partial`'s: another accumulator's), after what was
+        added before: its hints count as arriving after theirs."""
+        if self._rows:
+            for subject, rows, hints in zip(
+                table.column("s").to_pylist(),
+                table.column("r").to_pylist(),
+                table.column("h").to_pylist(),
+                strict=True,
+            ):
+                self.add(subject, rows, hints)
+            return
+        self._merged = _Merged.of(self._merged, self._held, table)
+        self._held = []
+
+    def partial(self) -> pa.Table:
+        """What was added, as a table of partial entries (s: the hash, r: the rows, h: the
+        first HINTS_KEPT hints in arrival order): what `add_partial` adds to another."""
+        if self._rows:
+            hashes = sorted(self._rows)
+            return pa.table(
+                {
+                    "s": pa.array(hashes, pa.string()),
+                    "r": pa.array([self._rows[h] for h in hashes], pa.int64()),
+                    "h": pa.array([self._hints[h] for h in hashes], pa.list_(pa.int64())),
+                }
+            )
+        return _Merged.of(self._merged, self._held).table
 
     def _spread(self) -> None:
-        """The held batch added up into the dictionaries."""
-        if self._held is not None:
-            batch, offset = self._held
-            self._held = None
+        """What is held added up into the dictionaries."""
+        if self._merged is not None:
+            merged, self._merged = self._merged, None
+            for subject, rows, hints in zip(merged.hashes, merged.rows, merged.hints, strict=True):
+                self._rows[subject] = rows
+                self._hints[subject] = list(hints)
+        held, self._held = self._held, []
+        for batch, offset in held:
             self._add_columns(batch, offset)
 
     def _add_columns(self, batch: EntryBatch, offset: int) -> None:
@@ -92,7 +133,7 @@ class EntryAccumulator:
 
     def __bool__(self) -> bool:
         """Whether any subject has rows."""
-        return self._held is not None or bool(self._rows)
+        return bool(self._held) or self._merged is not None or bool(self._rows)
 
     def entries(self, ref: ObjectRef, dataset: Dataset, key: bytes) -> Sequence[IndexEntry]:
         """The object's entries, ordered by subject hash, pinned to the dataset definition and
@@ -101,8 +142,9 @@ class EntryAccumulator:
         validated and the others built from its fields (`models_like`, sharing its
         `updated_at`), are built only if something iterates them. A single batch's entries are
         its own columns (its hashes are ascending and distinct): its row counts, and each
-        subject's first HINTS_KEPT hints, cut from its hints when they are read."""
-        if self._held is None and not self._rows:
+        subject's first HINTS_KEPT hints, cut from its hints when they are read; several
+        batches' are their merged table's (`_Merged`)."""
+        if not self:
             return []
         pin = entry_pin(dataset, key)
         template = IndexEntry(
@@ -118,13 +160,18 @@ class EntryAccumulator:
             matching_fingerprint=pin.matching_fingerprint,
             key_fingerprint=pin.key_fingerprint,
         )
-        if self._held is not None and _ascending(self._held[0].subject_hashes):
-            batch, offset = self._held
-            ends = list(batch.ends)
-            starts = [0, *ends[:-1]]
-            rows = [end - start for start, end in zip(starts, ends, strict=True)]
-            cut = _FirstHints(batch.row_hints, starts, ends, offset)
-            return CountedEntries(template, batch.subject_hashes, rows, cut, HINTS_KEPT)
+        held = self._held
+        if not self._rows and self._merged is None and len(held) == 1:
+            batch, offset = held[0]
+            if _ascending(batch.subject_hashes):
+                ends = list(batch.ends)
+                starts = [0, *ends[:-1]]
+                rows = [end - start for start, end in zip(starts, ends, strict=True)]
+                cut = _FirstHints(batch.row_hints, starts, ends, offset)
+                return CountedEntries(template, batch.subject_hashes, rows, cut, HINTS_KEPT)
+        if not self._rows:
+            merged = _Merged.of(self._merged, held)
+            return CountedEntries(template, merged.hashes, merged.rows, merged.hints, HINTS_KEPT)
         self._spread()
         hashes = sorted(self._rows)
         counted, hints = self._rows, self._hints
@@ -136,6 +183,93 @@ class EntryAccumulator:
 def _ascending(hashes: Sequence[str]) -> bool:
     """Whether `hashes` ascend strictly (what `arrow_entries.entry_batches` gives)."""
     return all(map(operator.lt, hashes, hashes[1:]))
+
+
+_PARTIAL = pa.schema(
+    [pa.field("s", pa.string()), pa.field("r", pa.int64()), pa.field("h", pa.list_(pa.int64()))]
+)
+
+
+class _Merged:
+    """Batches of entries reduced with Arrow: per subject (hashes ascending), its rows summed
+    and its first HINTS_KEPT hints in arrival order (what the dictionaries keep)."""
+
+    def __init__(self, table: pa.Table) -> None:
+        self.table = table  # s (hex), r (rows), h (the first hints, a list per subject)
+
+    @property
+    def hashes(self) -> list[str]:
+        return self.table.column("s").to_pylist()  # type: ignore[no-any-return]
+
+    @property
+    def rows(self) -> list[int]:
+        return self.table.column("r").to_pylist()  # type: ignore[no-any-return]
+
+    @property
+    def hints(self) -> Sequence[list[int]]:
+        return _ListHints(self.table.column("h").combine_chunks())
+
+    @staticmethod
+    def of(
+        before: _Merged | None,
+        batches: Sequence[tuple[EntryBatch, int]],
+        partial: pa.Table | None = None,
+    ) -> _Merged:
+        """`before`, then `batches`, then a `partial` table, in that order of arrival."""
+        parts = [] if before is None else [before.table]
+        parts += [_batch_table(batch, offset) for batch, offset in batches]
+        if partial is not None:
+            parts.append(partial.select(["s", "r", "h"]).cast(_PARTIAL))
+        table = pa.concat_tables(parts)
+        counts = table.group_by("s", use_threads=False).aggregate([("r", "sum")])
+        lists = table.column("h").combine_chunks()
+        exploded = pa.table(
+            {
+                "s": pc.take(table.column("s"), pc.list_parent_indices(lists)),
+                "h": pc.list_flatten(lists),
+            }
+        )
+        firsts = exploded.group_by("s", use_threads=False).aggregate([("h", "list")])
+        counts = counts.sort_by("s")
+        firsts = firsts.sort_by("s")
+        if not counts.column("s").equals(firsts.column("s")):
+            raise AssertionError("every entry has a hint")
+        kept = pc.list_slice(firsts.column("h_list").combine_chunks(), 0, HINTS_KEPT)
+        columns = [counts.column("s"), counts.column("r_sum"), kept]
+        return _Merged(pa.Table.from_arrays(columns, schema=_PARTIAL))
+
+
+def _batch_table(batch: EntryBatch, offset: int) -> pa.Table:
+    """A batch as (s, r, h): its hashes, row counts and each subject's first hints."""
+    ends = pa.array([0, *batch.ends], pa.int32())
+    hints = pa.array(batch.row_hints, pa.int64())
+    if offset:
+        hints = pc.add(hints, offset)
+    lists = pc.list_slice(pa.ListArray.from_arrays(ends, hints), 0, HINTS_KEPT)
+    rows = pc.subtract(ends.slice(1), ends.slice(0, len(ends) - 1)).cast(pa.int64())
+    columns = [pa.array(batch.subject_hashes, pa.string()), rows, lists]
+    return pa.Table.from_arrays(columns, schema=_PARTIAL)
+
+
+class _ListHints(Sequence[list[int]]):
+    """Each subject's hints of a list array, as a Python list when read."""
+
+    def __init__(self, lists: pa.ListArray) -> None:
+        self._lists = lists
+
+    def __len__(self) -> int:
+        return len(self._lists)
+
+    @overload
+    def __getitem__(self, index: int) -> list[int]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[list[int]]: ...
+
+    def __getitem__(self, index: int | slice) -> list[int] | Sequence[list[int]]:
+        if isinstance(index, slice):
+            return self._lists[index].to_pylist()  # type: ignore[no-any-return]
+        return self._lists[index].as_py()  # type: ignore[no-any-return]
 
 
 class _FirstHints(Sequence[list[int]]):

@@ -161,7 +161,7 @@ def pack_rows(columns: dict[str, Any], plan: PackPlan) -> tuple[Any, list[Packed
         for start in range(0, rows.num_rows, plan.rows):
             run = rows.slice(start, plan.rows)
             first = int(run.column(0)[0].as_py())
-            runs.append(PackedRun(part, first, run.num_rows, _ipc(run)))
+            runs.append(PackedRun(part, first, run.num_rows, ipc_bytes(run)))
     return pc.invert(plain), runs
 
 
@@ -180,7 +180,8 @@ def _by_path(table: pa.Table, values: dict[str, Any], plan: PackPlan) -> Iterato
         yield path, table.filter(pc.equal(paths, path))
 
 
-def _ipc(table: pa.Table) -> bytes:
+def ipc_bytes(table: pa.Table) -> bytes:
+    """A table as an Arrow IPC stream (what `unpack` reads)."""
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)

@@ -4,8 +4,9 @@ frame, with the raw objects' index entries and one summary per piece.
 An object read whole (one piece) has all its entries in the task that reads it: the task writes
 them itself, with the entries of its other whole objects (`index_writes.TaskIndexWriter`: one
 segment per task), before its last summary leaves it, and the piece's summary says how many it
-wrote. The pieces of a split object send their partial entries (ENTRY rows), which the
-pipeline adds up per subject and writes (`write.write_raw_entries`)."""
+wrote. The pieces of a split object send their partial entries (one ENTRY row each, the
+entries as an Arrow IPC stream), which a writer task adds up per object and subject and writes
+(`write.write_raw_entries`)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Any
 
 import boto3
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import types as T
 
 from lethe_jobs import pieces
@@ -26,7 +28,6 @@ from lethe_jobs.indexing import batch_of_rows
 from lethe_jobs.ingest_tasks.entries import EntryAccumulator
 from lethe_jobs.ingest_tasks.frame import (
     ENTRY,
-    HINTS_KEPT,
     INFO,
     KIND,
     META_FIELDS,
@@ -42,7 +43,7 @@ from lethe_jobs.ingest_tasks.frame import (
     record_columns,
 )
 from lethe_jobs.ingest_tasks.index_writes import TaskIndexWriter, then_flush
-from lethe_jobs.ingest_tasks.packed import PackPlan, pack_plan, pack_rows
+from lethe_jobs.ingest_tasks.packed import PackPlan, ipc_bytes, pack_plan, pack_rows
 from lethe_jobs.ingest_tasks.scan import piece_from_spec
 from lethe_jobs.ingest_tasks.typed import TYPED_PREFIX, split_texts, typed_column, typed_indexes
 from lethe_jobs.ingest_tasks.write import connect
@@ -366,9 +367,12 @@ def _add_entries(
 
 
 def _entry_batch(found: EntryAccumulator, obj: BatchObject, target: Any) -> pa.RecordBatch:
-    """The piece's partial entries, one ENTRY row per subject: rows and the first hints."""
-    infos = [
-        json.dumps({"s": subject, "r": rows, "h": sorted(found.hints[subject])[:HINTS_KEPT]})
-        for subject, rows in found.rows.items()
-    ]
-    return _info_batch(ENTRY, obj.index, infos, target)
+    """The piece's partial entries as ONE ENTRY row: PACKED holds them as an Arrow IPC stream
+    (`EntryAccumulator.partial`: per subject its rows and its first hints), POSITION the
+    piece's first hint (pieces of an object hold disjoint, ordered ranges of lines)."""
+    table = found.partial()
+    first = pc.min(pc.list_flatten(table.column("h"))).as_py()
+    columns = _blank(1, ENTRY, obj.index, target)
+    columns[POSITION] = pa.array([first], pa.int64())
+    columns[PACKED] = pa.array([ipc_bytes(table)], pa.binary())
+    return _batch(columns, target)

@@ -511,8 +511,10 @@ def _written(
 def write_raw_entries(
     batches: Iterable[pa.RecordBatch], settings: TaskSettings
 ) -> Iterator[pa.RecordBatch]:
-    """A task over the raw objects' added-up entries (object, subject, rows, hints) sorted by
-    object: each object's entries become its index entries; one summary row per object."""
+    """A task over the raw objects' partial entries (object; entries: one piece's, as an Arrow
+    IPC stream, `EntryAccumulator.partial`; position: the piece's first hint) sorted by object:
+    each object's pieces added up, in the order of their lines, become its index entries; one
+    summary row per object."""
     store, index = connect(settings)
     return then_flush(_write_raw_entries(store, index, batches, settings), index)
 
@@ -523,9 +525,13 @@ def _write_raw_entries(
     batches: Iterable[pa.RecordBatch],
     settings: TaskSettings,
 ) -> Iterator[pa.RecordBatch]:
-    accumulator, current = EntryAccumulator(), None
+    parts: list[tuple[int, Any]] = []
+    current = None
 
-    def done(obj: int, found: EntryAccumulator) -> pa.RecordBatch:
+    def done(obj: int, parts: list[tuple[int, Any]]) -> pa.RecordBatch:
+        found = EntryAccumulator()
+        for _, part in sorted(parts, key=lambda p: p[0]):  # the pieces in line order
+            found.add_partial(part)
         raw = settings.objects[obj]
         ref = ObjectRef(raw.url, Zone.RAW, settings.dataset.format.value, raw.version_id, raw.etag)
         entries = found.entries(ref, settings.dataset, settings.hash_key)
@@ -536,16 +542,13 @@ def _write_raw_entries(
         table = pa.Table.from_batches([batch])
         for (obj,), start, length in _runs(table, ["object"]):
             if current is not None and current != obj:
-                yield done(current, accumulator)
-                accumulator = EntryAccumulator()
+                yield done(current, parts)
+                parts = []
             current = obj
             chunk = table.slice(start, length)
-            for subject, rows, hints in zip(
-                chunk.column("subject").to_pylist(),
-                chunk.column("rows").to_pylist(),
-                chunk.column("hints").to_pylist(),
-                strict=True,
+            for first, data in zip(
+                chunk.column("position").to_pylist(), chunk.column("entries"), strict=True
             ):
-                accumulator.add(subject, rows, hints)
+                parts.append((first, unpack(data.as_buffer())))
     if current is not None:
-        yield done(current, accumulator)
+        yield done(current, parts)
