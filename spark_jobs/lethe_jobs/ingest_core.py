@@ -63,7 +63,14 @@ from lethe_jobs.ingest_tasks import PACK_ROWS, BatchObject, TaskSettings
 from lethe_jobs.job_args import INDEX_ARGUMENTS, add_index, index_location
 from lethe_jobs.objects import object_list
 from lethe_jobs.readers import BATCH_ROWS
-from lethe_shared.aws.s3 import ObjectStore, S3ObjectStore, s3_url, split_s3_url
+from lethe_shared.aws.s3 import (
+    KeyState,
+    ObjectStore,
+    S3ObjectStore,
+    key_state,
+    s3_url,
+    split_s3_url,
+)
 from lethe_shared.catalog.object_catalog import IngestionRecord, ObjectCatalog, ObjectStatus
 from lethe_shared.datasets.document import Dataset
 from lethe_shared.datasets.registry import dataset_of_key
@@ -398,22 +405,29 @@ def _remove_stale(
         if bucket != lake or not layout.is_lake_object_of(key, dataset_id, digest):
             LOG.warning("not removing %s: not a lake file of this raw object", url)
             continue
-        if aws.s3.delete_current(bucket, key):
+        if _remove(aws, bucket, key):
             LOG.info("removed stale lake object %s", url)
-        _unindex(aws, bucket, key)
     for key in (
         layout.quarantine_rows_key(dataset_id, digest),
         layout.quarantine_file_key(dataset_id, digest),
     ):
         if s3_url(lake, key) == result.quarantine_object:
             continue
-        if aws.s3.delete_current(lake, key):
+        if _remove(aws, lake, key):
             LOG.info("removed stale quarantine object %s", s3_url(lake, key))
-        _unindex(aws, lake, key)
 
 
-def _unindex(aws: AwsPorts, bucket: str, key: str) -> None:
+def _remove(aws: AwsPorts, bucket: str, key: str) -> bool:
+    """Delete the key's current version (a delete marker), if it has one, and settle its
+    index entries by its versions then (`settle_missing_key`). The versions are listed first:
+    a key that has none (a first ingestion's other quarantine kind) costs one listing, not a
+    HEAD as well. Returns whether a version was deleted."""
     url = s3_url(bucket, key)
-    action, count = settle_missing_key(aws.index, url, aws.s3.versions_of(bucket, key))
+    versions = aws.s3.versions_of(bucket, key)
+    deleted = key_state(versions) is KeyState.CURRENT and aws.s3.delete_current(bucket, key)
+    if deleted:
+        versions = aws.s3.versions_of(bucket, key)
+    action, count = settle_missing_key(aws.index, url, versions)
     if count:
         LOG.info("%s: %d index entries of %s", action.value, count, url)
+    return deleted

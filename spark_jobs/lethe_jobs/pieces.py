@@ -60,7 +60,8 @@ def _breaks(chunk: bytes, csv_lines: bool) -> int:
     ends lines at \\n, \\r\\n and a lone \\r; JSON Lines at \\n only."""
     if not csv_lines:
         return chunk.count(b"\n")
-    return chunk.count(b"\n") + chunk.count(b"\r") - chunk.count(b"\r\n")
+    returns = chunk.count(b"\r")  # most files have none: then no \r\n to count either
+    return chunk.count(b"\n") + returns - (chunk.count(b"\r\n") if returns else 0)
 
 
 def scan_splits(

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
 from lethe_shared.aws.scrub import UrlNamer, shown_urls
@@ -80,12 +81,26 @@ class _ShownKeysFilter(logging.Filter):
         return True
 
 
+DAEMON_MODULE = "spark.python.daemon.module"
+DAEMON = "lethe_jobs.daemon"  # Spark's daemon, the task modules imported before it forks
+
+
+def _submitted(name: str) -> bool:
+    """Whether the JVM was started with the setting `name` (spark-submit's --conf, the
+    cluster's defaults): the JVM is started first, its settings read as SparkConf reads them."""
+    SparkContext._ensure_initialized()
+    return bool(SparkConf().contains(name))
+
+
 def build_session(app_name: str, master: str | None) -> SparkSession:
     """The job's SparkSession.
 
     `master` comes from LETHE_SPARK_MASTER (read by the entry script): set on this machine, unset
     on Glue and EMR Serverless, where the cluster decides. Times are UTC whatever the host says.
     An already active session (the test suite's) is reused; runtime settings still apply.
+    A new one runs its Python workers from `lethe_jobs.daemon` (the task modules imported
+    once, before the daemon forks them) unless the submit arguments name another daemon (the
+    benchmark's profiler does).
     """
     builder = (
         SparkSession.builder.appName(app_name)
@@ -93,6 +108,8 @@ def build_session(app_name: str, master: str | None) -> SparkSession:
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.ui.showConsoleProgress", "false")
     )
+    if SparkSession.getActiveSession() is None and not _submitted(DAEMON_MODULE):
+        builder = builder.config(DAEMON_MODULE, DAEMON)
     if master:
         builder = (
             builder.master(master)

@@ -25,6 +25,7 @@ import requests
 from moto.server import ThreadedMotoServer
 from pyspark.sql import SparkSession
 
+from lethe_jobs.session import DAEMON, DAEMON_MODULE
 from tests.conftest import REPO_ROOT
 from tests.spark.cloud import REGION, Cloud, new_cloud
 
@@ -86,6 +87,7 @@ def spark(moto_endpoint: str) -> Iterator[SparkSession]:
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config(DAEMON_MODULE, DAEMON)  # the jobs' daemon (lethe_jobs.session.build_session)
     )
     for name, value in worker_env.items():
         builder = builder.config(f"spark.executorEnv.{name}", value)

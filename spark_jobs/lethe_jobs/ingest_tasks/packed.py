@@ -180,10 +180,14 @@ def _by_path(table: pa.Table, values: dict[str, Any], plan: PackPlan) -> Iterato
         yield path, table.filter(pc.equal(paths, path))
 
 
+_IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
+
+
 def ipc_bytes(table: pa.Table) -> bytes:
-    """A table as an Arrow IPC stream (what `unpack` reads)."""
+    """A table as an Arrow IPC stream, its buffers LZ4-compressed (what `unpack` reads): the
+    JVM caches, shuffles and hands over these bytes, a third of the rows' size or less."""
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
+    with pa.ipc.new_stream(sink, table.schema, options=_IPC_OPTIONS) as writer:
         writer.write_table(table)
     return sink.getvalue().to_pybytes()  # type: ignore[no-any-return]
 

@@ -50,6 +50,8 @@ from lethe_shared.datasets.document import DataFormat, hive_partition_values
 from lethe_shared.index.arrow_entries import ObjectRef, entry_batch
 from lethe_shared.index.opening import open_subject_index
 
+INDEX_ROWS = 1_048_576  # rows of a lake file whose entries are computed at once (`_LakeFile`)
+
 
 def connect(settings: TaskSettings) -> tuple[S3ObjectStore, TaskIndexWriter]:
     """The task's store records every lake and quarantine file it writes in the writes ledger
@@ -237,6 +239,11 @@ class _LakeFile:
         self.pending: list[Any] = []
         self.pending_rows = self.rows = 0
         self.entries = EntryAccumulator()
+        # the subject columns of the rows written and not yet indexed (`_index`)
+        heads = {path.split(".")[0] for path in dataset.subject_columns}
+        self.subjects = [n for n in self.schema.names if n in heads]
+        self.unindexed: list[Any] = []
+        self.indexed = 0
         self.ref = ObjectRef(
             s3_url(settings.lake_bucket, self.key), Zone.LAKE, "parquet",
             constants=hive_partition_values(self.key, dataset),
@@ -283,14 +290,28 @@ class _LakeFile:
             return
         chunk = pa.concat_tables(self.pending)
         self.writer.write_table(chunk, row_group_size=ROW_GROUP_ROWS)
-        dataset, key = self.settings.dataset, self.settings.hash_key
-        self.entries.add_batch(entry_batch(chunk, dataset, self.ref, key=key), self.rows)
+        self.unindexed.append(chunk.select(self.subjects))
         self.rows += chunk.num_rows
         self.pending, self.pending_rows = [], 0
+        if self.rows - self.indexed >= INDEX_ROWS:
+            self._index()
+
+    def _index(self) -> None:
+        """The entries of the rows written since the last time, added up: every INDEX_ROWS
+        rows (a row group's worth would hash and add up each subject of a large file many
+        times over), and at the end."""
+        if not self.unindexed:
+            return
+        rows = pa.concat_tables(self.unindexed)
+        dataset, key = self.settings.dataset, self.settings.hash_key
+        self.entries.add_batch(entry_batch(rows, dataset, self.ref, key=key), self.indexed)
+        self.indexed += rows.num_rows
+        self.unindexed = []
 
     def finish(self, store: S3ObjectStore, index: TaskIndexWriter) -> dict[str, Any]:
         self._close_window()
         self._flush()
+        self._index()
         self.writer.close()
         stored = store.upload(
             self.settings.lake_bucket, self.key, self.path,
