@@ -239,9 +239,11 @@ class _LakeFile:
         self.pending: list[Any] = []
         self.pending_rows = self.rows = 0
         self.entries = EntryAccumulator()
-        # the subject columns of the rows written and not yet indexed (`_index`)
+        # the subject columns of the rows written and not yet indexed (`_index`); a subject
+        # that is a partition column comes from the path (`ref.constants`): then one other
+        # column carries the rows (Arrow loses the rows of tables without columns)
         heads = {path.split(".")[0] for path in dataset.subject_columns}
-        self.subjects = [n for n in self.schema.names if n in heads]
+        self.subjects = [n for n in self.schema.names if n in heads] or self.schema.names[:1]
         self.unindexed: list[Any] = []
         self.indexed = 0
         self.ref = ObjectRef(
