@@ -4,8 +4,9 @@ built from one validated entry (`models_like`), not validated one by one."""
 
 from __future__ import annotations
 
+import functools
 import operator
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import overload
 
 import pyarrow as pa
@@ -164,11 +165,9 @@ class EntryAccumulator:
         if not self._rows and self._merged is None and len(held) == 1:
             batch, offset = held[0]
             if _ascending(batch.subject_hashes):
-                ends = list(batch.ends)
-                starts = [0, *ends[:-1]]
-                rows = [end - start for start, end in zip(starts, ends, strict=True)]
-                cut = _FirstHints(batch.row_hints, starts, ends, offset)
-                return CountedEntries(template, batch.subject_hashes, rows, cut, HINTS_KEPT)
+                first = functools.partial(_first_hints, batch, offset)  # built only if read
+                cut = _ListHints(len(batch), first)
+                return CountedEntries(template, batch.subject_hashes, batch.rows, cut, HINTS_KEPT)
         if not self._rows:
             merged = _Merged.of(self._merged, held)
             return CountedEntries(template, merged.hashes, merged.rows, merged.hints, HINTS_KEPT)
@@ -207,7 +206,8 @@ class _Merged:
 
     @property
     def hints(self) -> Sequence[list[int]]:
-        return _ListHints(self.table.column("h").combine_chunks())
+        lists = self.table.column("h").combine_chunks()
+        return _ListHints(len(lists), lambda: lists)
 
     @staticmethod
     def of(
@@ -239,26 +239,34 @@ class _Merged:
         return _Merged(pa.Table.from_arrays(columns, schema=_PARTIAL))
 
 
-def _batch_table(batch: EntryBatch, offset: int) -> pa.Table:
-    """A batch as (s, r, h): its hashes, row counts and each subject's first hints."""
+def _first_hints(batch: EntryBatch, offset: int) -> pa.ListArray:
+    """Each subject's first HINTS_KEPT hints of a batch, plus `offset`."""
     ends = pa.array([0, *batch.ends], pa.int32())
     hints = pa.array(batch.row_hints, pa.int64())
     if offset:
         hints = pc.add(hints, offset)
-    lists = pc.list_slice(pa.ListArray.from_arrays(ends, hints), 0, HINTS_KEPT)
-    rows = pc.subtract(ends.slice(1), ends.slice(0, len(ends) - 1)).cast(pa.int64())
-    columns = [pa.array(batch.subject_hashes, pa.string()), rows, lists]
+    return pc.list_slice(pa.ListArray.from_arrays(ends, hints), 0, HINTS_KEPT)
+
+
+def _batch_table(batch: EntryBatch, offset: int) -> pa.Table:
+    """A batch as (s, r, h): its hashes, row counts and each subject's first hints."""
+    columns = [
+        pa.array(batch.subject_hashes, pa.string()),
+        pa.array(batch.rows, pa.int64()),
+        _first_hints(batch, offset),
+    ]
     return pa.Table.from_arrays(columns, schema=_PARTIAL)
 
 
 class _ListHints(Sequence[list[int]]):
-    """Each subject's hints of a list array, as a Python list when read."""
+    """`count` subjects' hints, a list array built when first read, each a Python list."""
 
-    def __init__(self, lists: pa.ListArray) -> None:
-        self._lists = lists
+    def __init__(self, count: int, build: Callable[[], pa.ListArray]) -> None:
+        self._count, self._build = count, build
+        self._lists: pa.ListArray | None = None
 
     def __len__(self) -> int:
-        return len(self._lists)
+        return self._count
 
     @overload
     def __getitem__(self, index: int) -> list[int]: ...
@@ -267,34 +275,8 @@ class _ListHints(Sequence[list[int]]):
     def __getitem__(self, index: slice) -> Sequence[list[int]]: ...
 
     def __getitem__(self, index: int | slice) -> list[int] | Sequence[list[int]]:
+        if self._lists is None:
+            self._lists = self._build()
         if isinstance(index, slice):
             return self._lists[index].to_pylist()  # type: ignore[no-any-return]
         return self._lists[index].as_py()  # type: ignore[no-any-return]
-
-
-class _FirstHints(Sequence[list[int]]):
-    """Each subject's first HINTS_KEPT row hints of a batch (the hints of subject `i` are
-    `hints[starts[i]:ends[i]]`), plus `offset`, cut only when read."""
-
-    def __init__(
-        self, hints: Sequence[int], starts: list[int], ends: list[int], offset: int
-    ) -> None:
-        self._hints, self._starts, self._ends, self._offset = hints, starts, ends, offset
-
-    def __len__(self) -> int:
-        return len(self._starts)
-
-    @overload
-    def __getitem__(self, index: int) -> list[int]: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[list[int]]: ...
-
-    def __getitem__(self, index: int | slice) -> list[int] | Sequence[list[int]]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        start, end = self._starts[index], self._ends[index]
-        kept = list(self._hints[start : min(end, start + HINTS_KEPT)])
-        if self._offset:
-            return [h + self._offset for h in kept]
-        return kept
