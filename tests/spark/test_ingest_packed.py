@@ -11,11 +11,10 @@ from typing import Any
 
 import pytest
 
-from ingest import main
 from lethe_jobs.ingest_tasks import TaskSettings, pack_plan
 from lethe_shared.datasets.document import parse_dataset
-from tests.spark.cloud import GLUE_ARGS, Cloud, JobRunner, batch_args
-from tests.spark.test_ingest_batch import _snapshot
+from tests.spark.cloud import Cloud
+from tests.spark.test_ingest_batch import Runner, _snapshot
 
 ORDERS: dict[str, Any] = {
     "dataset_id": "orders",
@@ -68,20 +67,6 @@ def _orders_csv(rng: random.Random, rows: int, *, extra: bool) -> bytes:
         values["undeclared"] = str(i)
         lines.append(",".join(values[name] for name in header))
     return ("\n".join(lines) + "\n").encode()
-
-
-class Runner:
-    def __init__(self, capsys: pytest.CaptureFixture[str]) -> None:
-        self._runner = JobRunner(main, GLUE_ARGS, capsys)
-        self.runs = 0
-
-    @property
-    def logs(self) -> str:
-        return self._runner.logs
-
-    def __call__(self, objects: list[tuple[str, str, str]], *extra: str) -> Any:
-        self.runs += 1
-        return self._runner(*batch_args(objects, f"exec-packed-{self.runs}"), *extra)
 
 
 @pytest.fixture
