@@ -40,9 +40,13 @@ DRIVER_PHASES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         "read and parse the raw objects, partial index entries (first Spark action, cached)",
         (("lethe_jobs/ingest_pipeline.py", "_piece_totals"),),
     ),
-    (
+    (  # when that job ran in the driver's thread, between the read and the lake writes
         "raw objects' index entries: added up, written to the subject index",
         (("lethe_jobs/ingest_pipeline.py", "_write_raw_entries"),),
+    ),
+    (  # since their job runs beside the lake writes (ingest_pipeline._Beside): the wait after
+        "raw objects' index entries (beside the lake writes): waited for after them",
+        (("lethe_jobs/ingest_pipeline.py", "result"),),
     ),
     (
         "validate and conform (Spark SQL), lake Parquet files to S3, their index entries",

@@ -8,11 +8,12 @@ from __future__ import annotations
 import json
 import logging
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from pyspark import StorageLevel
+from pyspark import InheritableThread, StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -56,7 +57,6 @@ JSON_CONTENT_TYPE = "application/json"
 CACHE_COMPRESSED = "spark.sql.inMemoryColumnarStorage.compressed"  # the persisted read's columns
 # the Spark SQL settings the pipeline runs with (the session's own are put back after it)
 PIPELINE_CONF = {CACHE_COMPRESSED: "false"}
-RAW_ENTRY_RECORDS = 2  # pieces' partial entries per Arrow batch of a raw entries writer
 
 
 @dataclass
@@ -101,16 +101,18 @@ def run_pipeline(
     for key, value in PIPELINE_CONF.items():
         spark.conf.set(key, value)
     frame = source.mapInArrow(reader, schema)
+    beside: _Beside | None = None
     try:
         frame = frame.persist(StorageLevel.DISK_ONLY)
         totals = _piece_totals(frame, settings)
         readable = sorted(i for i, t in totals.items() if t.unreadable is None)
         # an object read whole had its entries written by its read task; a split object's
-        # pieces sent theirs, added up and written here
+        # pieces sent theirs, added up and written by a job that runs beside the writes
+        # (`_Beside`: its few tasks take the cores the lake writers leave idle)
         raw_entries = {i: totals[i].entries for i in readable if totals[i].entries}
         split = sorted({p.object_index for p in piece_list if not p.whole} & set(readable))
         if split:
-            raw_entries.update(_write_raw_entries(frame, settings, split, shuffle))
+            beside = _Beside(partial(_write_raw_entries, frame, settings, split, shuffle))
         records = {i: tasks.record_columns(totals[i].columns, settings.dataset) for i in readable}
         texts = any(pairs is not None for pairs in records.values())
         packed = max((totals[i].packed_bytes for i in readable), default=0)
@@ -122,7 +124,11 @@ def run_pipeline(
         written = _write_files(conformed, settings, shuffle if split else None, records)
         lake = [row for row in written if row["kind"] == "lake"]
         quarantine = [row for row in written if row["kind"] == "quarantine"]
+        if beside is not None:
+            raw_entries.update(beside.result())
     finally:
+        if beside is not None:
+            beside.join()  # before the read it scans is dropped, also when the writes failed
         frame.unpersist()
         for key, before in previous.items():
             if before is None:
@@ -150,32 +156,55 @@ def _piece_totals(frame: DataFrame, settings: TaskSettings) -> dict[int, _PieceT
     return totals
 
 
+class _Beside:
+    """A Spark action run in a driver thread beside the job's next ones: Spark schedules the
+    tasks of both jobs on the same executors, the earlier job's first (FIFO), so that the
+    action's tasks take the cores the other job leaves idle. `result` waits for it and raises
+    what it raised."""
+
+    def __init__(self, action: Callable[[], dict[int, int]]) -> None:
+        self.action = action
+        self.value: dict[int, int] | None = None
+        self.error: BaseException | None = None
+        self.thread = InheritableThread(target=self._run, name="lethe-beside")
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.value = self.action()
+        except BaseException as exc:  # re-raised in the driver's thread by `result`
+            self.error = exc
+
+    def join(self) -> None:
+        self.thread.join()
+
+    def result(self) -> dict[int, int]:
+        self.join()
+        if self.error is not None:
+            raise self.error
+        assert self.value is not None
+        return self.value
+
+
 def _write_raw_entries(
     frame: DataFrame, settings: TaskSettings, readable: list[int], shuffle: int
 ) -> dict[int, int]:
     """The entries of the raw objects read in several pieces (`readable`: those of them that
-    could be read): each piece's partial entries (one ENTRY row, an Arrow IPC stream) go to
-    the writer task of their object, which adds them up per subject (`write_raw_entries`)."""
-    spark = frame.sparkSession
-    before = spark.conf.get(ARROW_RECORDS, None)
+    could be read): each piece's partial entries (one ENTRY row, an Arrow IPC stream) go, as a
+    pair (object, (first hint, bytes)), to the writer task of their object, which adds them up
+    per subject (`tasks.write_raw_entries`). A Python shuffle, not an Arrow one: a piece's
+    entries can be tens of megabytes, and an Arrow batch size for them (the session's setting)
+    would be the lake writers' too, whose job runs at the same time (`_Beside`)."""
     entries = frame.where((col(KIND) == ENTRY) & col(OBJECT).isin(readable)).select(
-        col(OBJECT).alias("object"), col(POSITION).alias("position"), col(PACKED).alias("entries")
+        OBJECT, POSITION, PACKED
     )
-    # a piece's entries can be tens of megabytes: a few per Arrow batch
-    spark.conf.set(ARROW_RECORDS, str(RAW_ENTRY_RECORDS))
-    try:
-        written = (
-            entries.repartition(shuffle, "object")
-            .sortWithinPartitions("object")
-            .mapInArrow(partial(tasks.write_raw_entries, settings=settings), tasks.RAW_SUMMARY)
-            .collect()
-        )
-    finally:
-        if before is None:
-            spark.conf.unset(ARROW_RECORDS)
-        else:
-            spark.conf.set(ARROW_RECORDS, before)
-    return {row["object"]: row["entries"] for row in written}
+    # by object, sorted (a writer streams its objects one at a time; Python's sorter spills)
+    by_object = entries.rdd.map(tasks.entry_pair).repartitionAndSortWithinPartitions(
+        min(shuffle, len(readable)),
+        keyfunc=int,  # type: ignore[type-var]  # pyspark's stub: int is no `SupportsOrdering`
+    )
+    written = by_object.mapPartitions(partial(tasks.write_raw_entries, settings=settings)).collect()
+    return dict(written)
 
 
 def _conformed(

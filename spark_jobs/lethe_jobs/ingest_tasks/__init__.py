@@ -7,12 +7,14 @@ time, writers stream row groups of `ROW_GROUP_ROWS` to a local file before one u
 driver only sees the small summary rows these tasks yield.
 
 The frame the read tasks produce (`frame_schema`) carries, per row, its kind: a record of an
-object (`ROW`), the summary of one piece (`PIECE`: rows read, columns, or why the object is
-unreadable), or one subject's partial index entry over one batch of records (`ENTRY`: rows and
-first row hints), which Spark then adds up per object and subject.
+object (`ROW`), a packed run of plain CSV rows (`PACKED_ROWS`), the summary of one piece
+(`PIECE`: rows read, columns, or why the object is unreadable), or the partial index entries of
+one piece of a split object (`ENTRY`: an Arrow IPC stream, per subject its rows and first row
+hints), which a writer task adds up per object (`raw_entries`).
 
 Modules: `frame` (the frame, settings and summaries), `scan` (split points of large text
-objects), `read` (pieces into the frame), `write` (lake files, quarantine, raw objects' entries),
+objects), `read` (pieces into the frame), `write` (lake files, quarantine), `raw_entries` (the
+raw objects' entries: written by a read task, or added up over a split object's pieces),
 `entries` (an object's index entries added up over its batches), `index_writes` (a task's
 index writes, together), `typed` (CSV texts converted by the read task), `packed` (plain CSV
 rows packed in runs by the read task).
@@ -39,7 +41,6 @@ from lethe_jobs.ingest_tasks.frame import (
     PART,
     PIECE,
     PREREASONS,
-    RAW_SUMMARY,
     ROW,
     ROW_GROUP_ROWS,
     TEXT_PREFIX,
@@ -53,6 +54,7 @@ from lethe_jobs.ingest_tasks.frame import (
     text_column,
 )
 from lethe_jobs.ingest_tasks.packed import dated_partitions, pack_plan
+from lethe_jobs.ingest_tasks.raw_entries import entry_pair, write_raw_entries
 from lethe_jobs.ingest_tasks.read import read_pieces
 from lethe_jobs.ingest_tasks.scan import piece_from_spec, piece_spec, scan_object
 from lethe_jobs.ingest_tasks.typed import TYPED_PREFIX, typed_column, typed_indexes
@@ -64,7 +66,6 @@ from lethe_jobs.ingest_tasks.write import (
     write_files,
     write_lake_files,
     write_quarantine,
-    write_raw_entries,
 )
 
 __all__ = [
@@ -85,7 +86,6 @@ __all__ = [
     "PART",
     "PIECE",
     "PREREASONS",
-    "RAW_SUMMARY",
     "ROW",
     "ROW_GROUP_ROWS",
     "TEXT_PREFIX",
@@ -95,6 +95,7 @@ __all__ = [
     "EntryAccumulator",
     "TaskSettings",
     "dated_partitions",
+    "entry_pair",
     "frame_schema",
     "ingest_metadata",
     "jackson_json",

@@ -104,11 +104,6 @@ WRITE_SUMMARY = T.StructType(  # one row per lake or quarantine file written (wr
 )
 
 
-RAW_SUMMARY = T.StructType(
-    [T.StructField("object", T.IntegerType()), T.StructField("entries", T.LongType())]
-)
-
-
 # Jackson's escaping, as Spark's to_json writes a string: short escapes for \b \t \n \f \r,
 # \u00XX (upper-case hex) for other control characters, and " and \ escaped.
 _JACKSON = {i: f"\\u{i:04X}" for i in range(0x20)} | {

@@ -6,7 +6,7 @@ them itself, with the entries of its other whole objects (`index_writes.TaskInde
 segment per task), before its last summary leaves it, and the piece's summary says how many it
 wrote. The pieces of a split object send their partial entries (one ENTRY row each, the
 entries as an Arrow IPC stream), which a writer task adds up per object and subject and writes
-(`write.write_raw_entries`)."""
+(`raw_entries.write_raw_entries`)."""
 
 from __future__ import annotations
 
@@ -42,11 +42,11 @@ from lethe_jobs.ingest_tasks.frame import (
     jackson_json,
     record_columns,
 )
-from lethe_jobs.ingest_tasks.index_writes import TaskIndexWriter, then_flush
+from lethe_jobs.ingest_tasks.index_writes import then_flush
 from lethe_jobs.ingest_tasks.packed import PackPlan, ipc_bytes, pack_plan, pack_rows
+from lethe_jobs.ingest_tasks.raw_entries import RawIndexWrites
 from lethe_jobs.ingest_tasks.scan import piece_from_spec
 from lethe_jobs.ingest_tasks.typed import TYPED_PREFIX, split_texts, typed_column, typed_indexes
-from lethe_jobs.ingest_tasks.write import connect
 from lethe_jobs.readers import (
     JsonNames,
     RawRecords,
@@ -90,29 +90,6 @@ def _read_pieces(
             for spec in json.loads(text):
                 piece = piece_from_spec(spec)
                 yield from _read_piece(client, piece, settings, target, index, plan=plan)
-
-
-class RawIndexWrites:
-    """The raw objects' entries a read task writes (those of the objects it reads whole), with
-    the task's index writer, opened at the first object that has entries."""
-
-    def __init__(self, settings: TaskSettings) -> None:
-        self.settings = settings
-        self.writer: TaskIndexWriter | None = None
-
-    def add(self, obj: BatchObject, found: EntryAccumulator) -> int:
-        """Hold the object's entries for the task's index write; how many."""
-        settings = self.settings
-        ref = ObjectRef(obj.url, Zone.RAW, settings.dataset.format.value, obj.version_id, obj.etag)
-        entries = found.entries(ref, settings.dataset, settings.hash_key)
-        if self.writer is None:
-            self.writer = connect(settings)[1]
-        self.writer.add(settings.raw_bucket, obj.key, entries)
-        return len(entries)
-
-    def flush(self) -> None:
-        if self.writer is not None:
-            self.writer.flush()
 
 
 def _records(

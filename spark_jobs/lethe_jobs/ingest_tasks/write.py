@@ -30,7 +30,6 @@ from lethe_jobs.ingest_tasks.frame import (
     PACKED,
     PARQUET_CONTENT_TYPE,
     PART,
-    RAW_SUMMARY,
     ROW_GROUP_ROWS,
     WRITE_SUMMARY,
     BatchObject,
@@ -73,6 +72,25 @@ def connect(settings: TaskSettings) -> tuple[S3ObjectStore, TaskIndexWriter]:
     store = S3ObjectStore(s3, writes=writes)
     index = open_subject_index(settings.index, s3=s3, dynamodb=dynamodb, datasets=settings.dataset)
     return store, TaskIndexWriter(index, store)
+
+
+class _Connection:
+    """A writer task's store and index writer (`connect`), opened when the task finishes its
+    first file: a task whose partition is empty (a shuffle's spare partitions) opens no AWS
+    client and writes no index segment."""
+
+    def __init__(self, settings: TaskSettings) -> None:
+        self.settings = settings
+        self.opened: tuple[S3ObjectStore, TaskIndexWriter] | None = None
+
+    def finish(self, current: _LakeFile | _QuarantineFile) -> dict[str, Any]:
+        if self.opened is None:
+            self.opened = connect(self.settings)
+        return current.finish(*self.opened)
+
+    def flush(self) -> None:
+        if self.opened is not None:
+            self.opened[1].flush()
 
 
 def partition_paths(
@@ -339,13 +357,12 @@ def write_lake_files(
 ) -> Iterator[pa.RecordBatch]:
     """A write task over valid rows sorted by (object, partition path, position): one lake
     file per (object, partition), streamed; yields one summary row per file."""
-    store, index = connect(settings)
-    return then_flush(_write_lake_files(store, index, batches, settings), index)
+    connection = _Connection(settings)
+    return then_flush(_write_lake_files(connection, batches, settings), connection)
 
 
 def _write_lake_files(
-    store: S3ObjectStore,
-    index: TaskIndexWriter,
+    connection: _Connection,
     batches: Iterable[pa.RecordBatch],
     settings: TaskSettings,
 ) -> Iterator[pa.RecordBatch]:
@@ -356,11 +373,11 @@ def _write_lake_files(
             for (obj, part), start, length in _runs(table, [OBJECT, PART]):
                 if current is None or (current.index, current.part) != (obj, part):
                     if current is not None:
-                        yield _summary(current.finish(store, index), LAKE_SUMMARY)
+                        yield _summary(connection.finish(current), LAKE_SUMMARY)
                     current = _LakeFile(settings, obj, part, Path(tmp))
                 current.add(table.slice(start, length))
         if current is not None:
-            yield _summary(current.finish(store, index), LAKE_SUMMARY)
+            yield _summary(connection.finish(current), LAKE_SUMMARY)
 
 
 def quarantine_line(
@@ -456,13 +473,12 @@ def write_quarantine(
     """A write task over rejected rows sorted by (object, position): one quarantine file of
     JSON Lines per object, streamed; yields one summary row per file. `records`: per object,
     how its rows' RECORD is rebuilt where the read task left it null (`frame.record_columns`)."""
-    store, index = connect(settings)
-    return then_flush(_write_quarantine(store, index, batches, settings, records), index)
+    connection = _Connection(settings)
+    return then_flush(_write_quarantine(connection, batches, settings, records), connection)
 
 
 def _write_quarantine(
-    store: S3ObjectStore,
-    index: TaskIndexWriter,
+    connection: _Connection,
     batches: Iterable[pa.RecordBatch],
     settings: TaskSettings,
     records: dict[int, list[tuple[str, str]] | None] | None = None,
@@ -474,12 +490,12 @@ def _write_quarantine(
             for (obj,), start, length in _runs(table, [OBJECT]):
                 if current is None or current.index != obj:
                     if current is not None:
-                        yield _summary(current.finish(store, index), FILE_SUMMARY)
+                        yield _summary(connection.finish(current), FILE_SUMMARY)
                     rebuild = (records or {}).get(obj)
                     current = _QuarantineFile(settings, obj, Path(tmp), rebuild)
                 current.add(table.slice(start, length))
         if current is not None:
-            yield _summary(current.finish(store, index), FILE_SUMMARY)
+            yield _summary(connection.finish(current), FILE_SUMMARY)
 
 
 def write_files(
@@ -493,13 +509,12 @@ def write_files(
     yields one summary row per file (`WRITE_SUMMARY`: its kind, "lake" or "quarantine").
     `write_lake_files` and `write_quarantine` in one pass over the rows, so that the job
     neither keeps the conformed rows nor reads them twice."""
-    store, index = connect(settings)
-    return then_flush(_write_files(store, index, batches, settings, records), index)
+    connection = _Connection(settings)
+    return then_flush(_write_files(connection, batches, settings, records), connection)
 
 
 def _write_files(
-    store: S3ObjectStore,
-    index: TaskIndexWriter,
+    connection: _Connection,
     batches: Iterable[pa.RecordBatch],
     settings: TaskSettings,
     records: dict[int, list[tuple[str, str]] | None] | None = None,
@@ -512,7 +527,7 @@ def _write_files(
             for (obj, part), start, length in _runs(table, [OBJECT, PART]):
                 if current is None or at != (obj, part):
                     if current is not None:
-                        yield _written(current, store, index)
+                        yield _written(current, connection)
                     at = (obj, part)
                     current = (
                         _QuarantineFile(settings, obj, Path(tmp), (records or {}).get(obj))
@@ -521,57 +536,9 @@ def _write_files(
                     )
                 current.add(table.slice(start, length))
         if current is not None:
-            yield _written(current, store, index)
+            yield _written(current, connection)
 
 
-def _written(
-    current: _LakeFile | _QuarantineFile, store: S3ObjectStore, index: TaskIndexWriter
-) -> pa.RecordBatch:
+def _written(current: _LakeFile | _QuarantineFile, connection: _Connection) -> pa.RecordBatch:
     kind = "lake" if isinstance(current, _LakeFile) else "quarantine"
-    return _summary({**current.finish(store, index), "kind": kind}, WRITE_SUMMARY)
-
-
-def write_raw_entries(
-    batches: Iterable[pa.RecordBatch], settings: TaskSettings
-) -> Iterator[pa.RecordBatch]:
-    """A task over the raw objects' partial entries (object; entries: one piece's, as an Arrow
-    IPC stream, `EntryAccumulator.partial`; position: the piece's first hint) sorted by object:
-    each object's pieces added up, in the order of their lines, become its index entries; one
-    summary row per object."""
-    store, index = connect(settings)
-    return then_flush(_write_raw_entries(store, index, batches, settings), index)
-
-
-def _write_raw_entries(
-    store: S3ObjectStore,
-    index: TaskIndexWriter,
-    batches: Iterable[pa.RecordBatch],
-    settings: TaskSettings,
-) -> Iterator[pa.RecordBatch]:
-    parts: list[tuple[int, Any]] = []
-    current = None
-
-    def done(obj: int, parts: list[tuple[int, Any]]) -> pa.RecordBatch:
-        found = EntryAccumulator()
-        for _, part in sorted(parts, key=lambda p: p[0]):  # the pieces in line order
-            found.add_partial(part)
-        raw = settings.objects[obj]
-        ref = ObjectRef(raw.url, Zone.RAW, settings.dataset.format.value, raw.version_id, raw.etag)
-        entries = found.entries(ref, settings.dataset, settings.hash_key)
-        index.add(settings.raw_bucket, raw.key, entries)
-        return _summary({"object": obj, "entries": len(entries)}, RAW_SUMMARY)
-
-    for batch in batches:
-        table = pa.Table.from_batches([batch])
-        for (obj,), start, length in _runs(table, ["object"]):
-            if current is not None and current != obj:
-                yield done(current, parts)
-                parts = []
-            current = obj
-            chunk = table.slice(start, length)
-            for first, data in zip(
-                chunk.column("position").to_pylist(), chunk.column("entries"), strict=True
-            ):
-                parts.append((first, unpack(data.as_buffer())))
-    if current is not None:
-        yield done(current, parts)
+    return _summary({**connection.finish(current), "kind": kind}, WRITE_SUMMARY)
