@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -112,7 +113,7 @@ def run_pipeline(
         raw_entries = {i: totals[i].entries for i in readable if totals[i].entries}
         split = sorted({p.object_index for p in piece_list if not p.whole} & set(readable))
         if split:
-            beside = _Beside(partial(_write_raw_entries, frame, settings, split, shuffle))
+            beside = _Beside(spark, partial(_write_raw_entries, frame, settings, split, shuffle))
         records = {i: tasks.record_columns(totals[i].columns, settings.dataset) for i in readable}
         texts = any(pairs is not None for pairs in records.values())
         packed = max((totals[i].packed_bytes for i in readable), default=0)
@@ -157,25 +158,33 @@ def _piece_totals(frame: DataFrame, settings: TaskSettings) -> dict[int, _PieceT
 
 
 class _Beside:
-    """A Spark action run in a driver thread beside the job's next ones: Spark schedules the
-    tasks of both jobs on the same executors, the earlier job's first (FIFO), so that the
-    action's tasks take the cores the other job leaves idle. `result` waits for it and raises
-    what it raised."""
+    """A Spark action run in a driver thread beside the job's next one: submitted once that
+    job runs (or has ended), so that Spark's FIFO scheduler gives that job's tasks the cores
+    first and the action's tasks take the cores it leaves idle (the last lake files'
+    writers), instead of slowing the planning of that job down on the same cores. `result`
+    waits for the action and raises what it raised."""
 
-    def __init__(self, action: Callable[[], dict[int, int]]) -> None:
+    WAIT_S = 0.02  # how often the thread looks for the next job
+
+    def __init__(self, spark: SparkSession, action: Callable[[], dict[int, int]]) -> None:
+        self.tracker = spark.sparkContext.statusTracker()
         self.action = action
         self.value: dict[int, int] | None = None
         self.error: BaseException | None = None
+        self.next_done = threading.Event()
         self.thread = InheritableThread(target=self._run, name="lethe-beside")
         self.thread.start()
 
     def _run(self) -> None:
         try:
+            while not self.next_done.wait(self.WAIT_S) and not self.tracker.getActiveJobsIds():
+                pass
             self.value = self.action()
         except BaseException as exc:  # re-raised in the driver's thread by `result`
             self.error = exc
 
     def join(self) -> None:
+        self.next_done.set()
         self.thread.join()
 
     def result(self) -> dict[int, int]:
@@ -190,20 +199,21 @@ def _write_raw_entries(
     frame: DataFrame, settings: TaskSettings, readable: list[int], shuffle: int
 ) -> dict[int, int]:
     """The entries of the raw objects read in several pieces (`readable`: those of them that
-    could be read): each piece's partial entries (one ENTRY row, an Arrow IPC stream) go, as a
-    pair (object, (first hint, bytes)), to the writer task of their object, which adds them up
-    per subject (`tasks.write_raw_entries`). A Python shuffle, not an Arrow one: a piece's
-    entries can be tens of megabytes, and an Arrow batch size for them (the session's setting)
-    would be the lake writers' too, whose job runs at the same time (`_Beside`)."""
+    could be read): each piece's partial entries (one ENTRY row, an Arrow IPC stream) go to the
+    writer task of their object, which adds them up per subject (`tasks.write_raw_entries`).
+    They reach Python as rows, not Arrow batches: a piece's entries can be tens of megabytes,
+    and an Arrow batch size for them (a session setting) would be the lake writers' too, whose
+    job runs at the same time (`_Beside`)."""
     entries = frame.where((col(KIND) == ENTRY) & col(OBJECT).isin(readable)).select(
         OBJECT, POSITION, PACKED
     )
-    # by object, sorted (a writer streams its objects one at a time; Python's sorter spills)
-    by_object = entries.rdd.map(tasks.entry_pair).repartitionAndSortWithinPartitions(
-        min(shuffle, len(readable)),
-        keyfunc=int,  # type: ignore[type-var]  # pyspark's stub: int is no `SupportsOrdering`
+    # shuffled by object in the JVM, then handed to Python as rows (a few large ones)
+    by_object = entries.repartition(min(shuffle, len(readable)), OBJECT).sortWithinPartitions(
+        OBJECT
     )
-    written = by_object.mapPartitions(partial(tasks.write_raw_entries, settings=settings)).collect()
+    written = by_object.rdd.mapPartitions(
+        partial(tasks.write_raw_entries, settings=settings)
+    ).collect()
     return dict(written)
 
 

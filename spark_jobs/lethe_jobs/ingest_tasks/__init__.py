@@ -54,7 +54,7 @@ from lethe_jobs.ingest_tasks.frame import (
     text_column,
 )
 from lethe_jobs.ingest_tasks.packed import dated_partitions, pack_plan
-from lethe_jobs.ingest_tasks.raw_entries import entry_pair, write_raw_entries
+from lethe_jobs.ingest_tasks.raw_entries import write_raw_entries
 from lethe_jobs.ingest_tasks.read import read_pieces
 from lethe_jobs.ingest_tasks.scan import piece_from_spec, piece_spec, scan_object
 from lethe_jobs.ingest_tasks.typed import TYPED_PREFIX, typed_column, typed_indexes
@@ -95,7 +95,6 @@ __all__ = [
     "EntryAccumulator",
     "TaskSettings",
     "dated_partitions",
-    "entry_pair",
     "frame_schema",
     "ingest_metadata",
     "jackson_json",

@@ -4,9 +4,10 @@ pieces and write them (`write_raw_entries`).
 
 A split object's pieces each send their partial entries as one ENTRY row of the task frame (an
 Arrow IPC stream: per subject its rows and first hints, `EntryAccumulator.partial`). The job
-sends them as pairs `(object, (first hint, IPC bytes))` through a Python shuffle by object
-(`entry_pair`; no Arrow batch of the frame's size holds them: a piece's entries can be tens of
-megabytes), and a writer task adds each object's pieces up in the order of their lines."""
+shuffles them by object and hands them to Python as rows (OBJECT, POSITION: the piece's first
+hint, PACKED: the stream), not Arrow batches, whose size would have to suit the lake writers as
+well (a piece's entries can be tens of megabytes); a writer task adds each object's pieces up
+in the order of their lines."""
 
 from __future__ import annotations
 
@@ -45,25 +46,18 @@ class RawIndexWrites:
             self.writer.flush()
 
 
-def entry_pair(row: Any) -> tuple[int, tuple[int, bytes]]:
-    """A frame row (OBJECT, POSITION, PACKED) of a piece's partial entries as the pair the
-    writer tasks are shuffled by: (object, (the piece's first hint, the entries' IPC bytes))."""
-    return row[0], (row[1], bytes(row[2]))
-
-
-def write_raw_entries(
-    pairs: Iterable[tuple[int, tuple[int, bytes]]], settings: TaskSettings
-) -> Iterator[tuple[int, int]]:
-    """A task over pieces' partial entries (`entry_pair`) sorted by object: each object's
-    pieces added up, in the order of their lines, become its index entries, written before the
-    task's last result leaves it; yields (object, entries) per object."""
+def write_raw_entries(rows: Iterable[Any], settings: TaskSettings) -> Iterator[tuple[int, int]]:
+    """A task over pieces' partial entries (rows: object, first hint, IPC stream) sorted by
+    object: each object's pieces added up, in the order of their lines, become its index
+    entries, written before the task's last result leaves it; yields (object, entries) per
+    object."""
     index = RawIndexWrites(settings)
-    return then_flush(_write_raw_entries(index, pairs, settings), index)
+    return then_flush(_write_raw_entries(index, rows, settings), index)
 
 
 def _write_raw_entries(
     index: RawIndexWrites,
-    pairs: Iterable[tuple[int, tuple[int, bytes]]],
+    rows: Iterable[Any],
     settings: TaskSettings,
 ) -> Iterator[tuple[int, int]]:
     parts: list[tuple[int, bytes]] = []
@@ -75,11 +69,11 @@ def _write_raw_entries(
             found.add_partial(unpack(data))
         return obj, index.add(settings.objects[obj], found)
 
-    for obj, part in pairs:
+    for obj, first, data in rows:
         if current is not None and current != obj:
             yield done(current, parts)
             parts = []
         current = obj
-        parts.append(part)
+        parts.append((first, data))
     if current is not None:
         yield done(current, parts)
