@@ -11,7 +11,9 @@ hash key as a secret, and the dataset registered. A job is pointed at the Dynamo
 moto's version listing under a prefix is patched while the server runs
 (`lethe.localcloud.moto_instances.patch_version_listing`, as the local cloud does): unpatched,
 each of the ingest job's `versions_of(bucket, key)` calls deep-copied every version of every key
-of the bucket, bodies included, and a 100-object batch ran the benchmark out of memory.
+of the bucket, bodies included, and a 100-object batch ran the benchmark out of memory. Its
+ranged GETs read only their range (`lethe.localcloud.moto_ranges`, as the local cloud does):
+unpatched, each range of a large object cost the server the whole object, on the job's cores.
 
     with MotoCloud.start() as cloud:
         cloud.reset()                        # a fresh state: buckets, tables, secret
@@ -38,6 +40,7 @@ from boto3.s3.transfer import TransferConfig
 from moto.server import ThreadedMotoServer
 
 from lethe.localcloud.moto_instances import patch_version_listing
+from lethe.localcloud.moto_ranges import patch_range_reads
 from lethe.localcloud.template import load_template
 from lethe_shared.catalog.object_catalog import CatalogItem, ObjectStatus, Zone, normalize_sequencer
 from lethe_shared.datasets.document import parse_dataset
@@ -84,6 +87,7 @@ class MotoCloud:
         clients point at it (environment), as a job's do. `index_store`: where the jobs keep the
         subject index (`dynamodb` or `segments`)."""
         unlisted = patch_version_listing()
+        unranged = patch_range_reads()
         port = free_port()
         server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
         server.start()
@@ -101,6 +105,7 @@ class MotoCloud:
             yield cls(endpoint, index_store=parse_store(index_store).value)
         finally:
             server.stop()
+            unranged()
             unlisted()
             for key, value in saved.items():
                 if value is None:

@@ -25,6 +25,7 @@ import requests
 from moto.server import ThreadedMotoServer
 from pyspark.sql import SparkSession
 
+from lethe.localcloud.moto_ranges import patch_range_reads
 from lethe_jobs.session import DAEMON, DAEMON_MODULE
 from tests.conftest import REPO_ROOT
 from tests.spark.cloud import REGION, Cloud, new_cloud
@@ -58,11 +59,13 @@ def _free_port() -> int:
 @pytest.fixture(scope="session")
 def moto_endpoint() -> Iterator[str]:
     port = _free_port()
+    unranged = patch_range_reads()  # a ranged GET reads its range only, as the local cloud's
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # the server's request log
     yield f"http://127.0.0.1:{port}"
     server.stop()
+    unranged()
 
 
 @pytest.fixture(scope="session")

@@ -27,6 +27,7 @@ from lethe.localcloud.heap_profile import forget_preload, reexec_under_heaptrack
 from lethe.localcloud.memory_report import start_from_environment
 from lethe.localcloud.memory_trim import start_trimming
 from lethe.localcloud.moto_instances import patch_moto_memory
+from lethe.localcloud.moto_ranges import patch_range_reads
 
 logger = logging.getLogger("lethe.localcloud")
 
@@ -83,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     start_from_environment(threading.Event())  # LETHE_LOCAL_TRACEMALLOC: an opt-in diagnostic
     start_trimming(threading.Event())  # LETHE_LOCAL_MALLOC_TRIM_SECONDS: freed memory given back
     patch_moto_memory()  # moto's temporaries freed (moto_instances); this process only
+    patch_range_reads()  # a ranged GET reads only its range (moto_ranges)
     try:
         state = cloud.start()
     except KeyboardInterrupt:
