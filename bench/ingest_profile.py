@@ -70,7 +70,8 @@ RUN_INGEST = ("lethe_jobs/ingest_core.py", "run_ingest")
 MAIN = ("spark_jobs/ingest.py", "main")
 
 WORKER_TASKS = (
-    "scan_object",
+    "scan_object",  # the split scan of a whole object, in one task (until the ranges)
+    "scan_range",
     "read_pieces",
     "write_raw_entries",
     "partition_paths",

@@ -6,7 +6,6 @@ scan of a large text object runs in a task), in groups that share one frame sche
 from __future__ import annotations
 
 import gzip
-import json
 import logging
 import shutil
 import tempfile
@@ -49,7 +48,7 @@ def plan_pipelines(
     objects = list(settings.objects.values())
     if dataset.format is not DataFormat.PARQUET:
         large = [o for o in objects if o.size > settings.piece_bytes]
-        split = _scan_large_text(spark, settings, large) if large else {}
+        split = _scan_large_text(spark, s3.client, settings, large) if large else {}
         found = [
             p for o in objects for p in split.get(o.index, [pieces.Piece(o.index, size=o.size)])
         ]
@@ -129,24 +128,34 @@ def _gzipped_footer(client: Any, settings: TaskSettings, obj: BatchObject) -> An
 
 
 def _scan_large_text(
-    spark: SparkSession, settings: TaskSettings, large: list[BatchObject]
+    spark: SparkSession, client: Any, settings: TaskSettings, large: list[BatchObject]
 ) -> dict[int, list[pieces.Piece]]:
-    """Where each large text object may be cut: one scan task per object, on the executors."""
-    LOG.info("scanning %d large object(s) for split points", len(large))
-    context = spark.sparkContext
-    specs = [obj.index for obj in large]
-    scanned = (
-        context.parallelize(specs, len(specs))
-        .map(partial(tasks.scan_object, settings=settings))
-        .collect()
-    )
-    found: dict[int, list[pieces.Piece]] = {}
-    for text in scanned:
-        pieces_of = [tasks.piece_from_spec(s) for s in json.loads(text)]
-        found[pieces_of[0].object_index] = pieces_of
+    """Where each large text object may be cut (`ingest_tasks.scan`): the driver reads its
+    head (and CSV header), scan tasks on the executors count its byte ranges, all objects'
+    ranges in one Spark job, and the driver reads a few kilobytes after each target for its
+    cut. An object that may not be cut is one piece."""
+    with ThreadPoolExecutor(max_workers=HEAD_THREADS) as pool:
+        heads = list(pool.map(partial(tasks.splittable_object, client, settings), large))
+    splittable = [text for text in heads if text is not None]
+    found = {obj.index: [pieces.Piece(obj.index, size=obj.size)] for obj in large}
+    if splittable:
+        context = spark.sparkContext
+        cores = max(1, context.defaultParallelism)
+        specs = [s for text in splittable for s in tasks.range_specs(text, settings, cores)]
         LOG.info(
-            "object %s: %d piece(s)",
-            settings.objects[pieces_of[0].object_index].url,
-            len(pieces_of),
+            "scanning %d large object(s) for split points: %d range(s)",
+            len(splittable), len(specs),
+        )  # fmt: skip
+        scanned = (
+            context.parallelize(specs, len(specs))
+            .map(partial(tasks.scan_range, settings=settings))
+            .collect()
         )
+        counts: dict[int, list[pieces.RangeCount]] = {t.index: [] for t in splittable}
+        for index, counted in map(tasks.range_count, scanned):
+            counts[index].append(counted)
+        for text in splittable:
+            found[text.index] = tasks.text_pieces(client, settings, text, counts[text.index])
+    for obj in large:
+        LOG.info("object %s: %d piece(s)", obj.url, len(found[obj.index]))
     return found

@@ -1,11 +1,14 @@
-"""Large raw objects in pieces (lethe_jobs.pieces): split points found by one streaming scan,
-and the pieces read back give exactly the records, coordinates and rejections of one read of
-the whole object."""
+"""Large raw objects in pieces (lethe_jobs.pieces): split points found by a scan of byte ranges
+counted apart (as its Spark tasks count them) are those of one serial reading of the object, and
+the pieces read back give exactly the records, coordinates and rejections of one read of the
+whole object."""
 
 from __future__ import annotations
 
 import io
+import itertools
 import random
+import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -50,15 +53,47 @@ def _view(
     return rows, rejected
 
 
+def _splits(
+    data: bytes, dataset: Dataset, piece_bytes: int, min_ranges: int = 4
+) -> list[pieces.Split]:
+    """The split scan as the job runs it: each range counted on its own (`count_range`, as a
+    scan task does), then the cuts found from the counts (`find_splits`, as the driver does)."""
+    csv = dataset.format.value == "csv"
+    quote = dataset.csv.quote.encode() if csv else None
+    counts = [
+        pieces.count_range(io.BytesIO(data[start:end]), start, quote=quote, csv_lines=csv)
+        for start, end in pieces.scan_ranges(len(data), piece_bytes, min_ranges)
+    ]
+    return pieces.find_splits(
+        counts, len(data), piece_bytes, lambda at, n: data[at : at + n], quote=quote, csv_lines=csv
+    )
+
+
+def _serial_splits(
+    data: bytes, piece_bytes: int, quote: bytes | None, csv: bool
+) -> list[pieces.Split]:
+    """What the scan must find, by the plainest reading of the whole object: after the first
+    \n at or beyond each multiple of `piece_bytes` with an even number of quotes before it; its
+    line number one more than the line breaks before it (CSV: \r\n, \r and \n)."""
+    breaks = re.compile(rb"\r\n|\r|\n" if csv else rb"\n")
+    found: list[pieces.Split] = []
+    for target in range(piece_bytes, len(data), piece_bytes):
+        at = data.find(b"\n", target)
+        while at >= 0 and quote is not None and data.count(quote, 0, at) % 2:
+            at = data.find(b"\n", at + 1)
+        if at < 0:
+            break
+        cut = pieces.Split(at + 1, len(breaks.findall(data, 0, at + 1)) + 1)
+        if cut.offset < len(data) and cut not in found:
+            found.append(cut)
+    return found
+
+
 def _read_in_pieces(
     path: Path, dataset: Dataset, tmp_path: Path, piece_bytes: int
 ) -> tuple[RawRecords, list[pieces.Piece]]:
     data = path.read_bytes()
-    quote = dataset.csv.quote.encode() if dataset.format.value == "csv" else None
-    splits = pieces.scan_splits(
-        io.BytesIO(data), piece_bytes=piece_bytes, quote=quote,
-        csv_lines=dataset.format.value == "csv",
-    )  # fmt: skip
+    splits = _splits(data, dataset, piece_bytes)
     header = pieces.csv_header(io.BytesIO(data), dataset) if dataset.format.value == "csv" else None
     planned = pieces.text_pieces(0, len(data), splits, header)
     parts: list[RawRecords] = []
@@ -111,10 +146,52 @@ def test_csv_pieces_read_exactly_as_the_whole_file(
 
 def test_a_quoted_line_break_is_never_a_cut(tmp_path: Path) -> None:
     data = b'user_id,text\nu1,"a\nb\nc\nd"\nu2,x\n'
-    splits = pieces.scan_splits(io.BytesIO(data), piece_bytes=14, quote=b'"', csv_lines=True)
+    splits = _splits(data, _csv_dataset(), piece_bytes=14)
 
     # Then the first cut is after u1's whole record (line 6 starts u2), not inside its quotes
     assert splits == [pieces.Split(offset=data.index(b"u2"), line=6)]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_ranges_counted_apart_cut_where_one_serial_reading_cuts(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given objects with quoted line breaks, \r\n, lone \r, blank lines, ranges and chunks
+    # that end anywhere (inside a \r\n, inside quotes), and cut reads of a few bytes
+    rng = random.Random(seed)
+    monkeypatch.setattr(pieces, "SCAN_CHUNK_BYTES", rng.choice([3, 7, 64, 4096]))
+    monkeypatch.setattr(pieces, "CUT_WINDOW_BYTES", rng.choice([1, 2, 5, 64]))
+    data = _random_csv(rng, rng.randrange(20, 200))
+    piece_bytes = rng.choice([16, 50, 200, 999])
+    for dataset, csv in ((_csv_dataset(), True), (JSONL, False)):
+        quote = b'"' if csv else None
+        expected = _serial_splits(data, piece_bytes, quote, csv)
+
+        # When the scan counts ranges apart (one to eight per piece) and cuts from the counts
+        found = _splits(data, dataset, piece_bytes, min_ranges=rng.randrange(1, 40))
+
+        # Then it cuts where a serial reading of the whole object cuts, with the same lines
+        assert found == expected
+        if len(data) > 2 * piece_bytes and csv:
+            assert found  # really cut
+
+
+def test_a_target_inside_a_quoted_field_to_the_end_has_no_cut() -> None:
+    data = b'user_id,text\nu1,"' + b"x\n" * 100 + b'"\n'
+    assert _splits(data, _csv_dataset(), piece_bytes=20) == []
+    assert _serial_splits(data, 20, b'"', True) == []
+
+
+def test_scan_ranges_start_at_every_target() -> None:
+    ranges = pieces.scan_ranges(1000, 300, 8)
+    starts = [start for start, _ in ranges]
+    assert {300, 600, 900} <= set(starts)
+    assert ranges[0][0] == 0
+    assert ranges[-1][1] == 1000
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
+    # each piece's worth in two (8 ranges for 4 pieces), but nothing beyond the end
+    assert len(ranges) == 7
+    assert pieces.scan_ranges(1000, 300, 1) == [(0, 300), (300, 600), (600, 900), (900, 1000)]
 
 
 def test_csv_with_a_backslash_escape_is_one_piece() -> None:

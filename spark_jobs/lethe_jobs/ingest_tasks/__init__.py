@@ -56,7 +56,16 @@ from lethe_jobs.ingest_tasks.frame import (
 from lethe_jobs.ingest_tasks.packed import dated_partitions, pack_plan
 from lethe_jobs.ingest_tasks.raw_entries import write_raw_entries
 from lethe_jobs.ingest_tasks.read import read_pieces
-from lethe_jobs.ingest_tasks.scan import piece_from_spec, piece_spec, scan_object
+from lethe_jobs.ingest_tasks.scan import (
+    TextObject,
+    piece_from_spec,
+    piece_spec,
+    range_count,
+    range_specs,
+    scan_range,
+    splittable_object,
+    text_pieces,
+)
 from lethe_jobs.ingest_tasks.typed import TYPED_PREFIX, typed_column, typed_indexes
 from lethe_jobs.ingest_tasks.write import (
     key_problem,
@@ -94,6 +103,7 @@ __all__ = [
     "BatchObject",
     "EntryAccumulator",
     "TaskSettings",
+    "TextObject",
     "dated_partitions",
     "frame_schema",
     "ingest_metadata",
@@ -106,10 +116,14 @@ __all__ = [
     "piece_spec",
     "place_rows",
     "quarantine_line",
+    "range_count",
+    "range_specs",
     "read_pieces",
     "record_columns",
-    "scan_object",
+    "scan_range",
+    "splittable_object",
     "text_column",
+    "text_pieces",
     "typed_column",
     "typed_indexes",
     "write_files",
