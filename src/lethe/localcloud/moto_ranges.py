@@ -86,9 +86,7 @@ def patch_range_reads() -> Callable[[], None]:
         ranged = _one_range(request)
         _RANGED.on = ranged
         try:
-            status, response_headers, content = original_response(
-                self, request, full_url, headers
-            )
+            status, response_headers, content = original_response(self, request, full_url, headers)
         finally:
             _RANGED.on = False
         if isinstance(content, _RangeView):  # answered whole: the body, as moto gives it
