@@ -102,18 +102,18 @@ def run_pipeline(
     for key, value in PIPELINE_CONF.items():
         spark.conf.set(key, value)
     frame = source.mapInArrow(reader, schema)
-    beside: _Beside | None = None
+    beside: Beside | None = None
     try:
         frame = frame.persist(StorageLevel.DISK_ONLY)
         totals = _piece_totals(frame, settings)
         readable = sorted(i for i, t in totals.items() if t.unreadable is None)
         # an object read whole had its entries written by its read task; a split object's
         # pieces sent theirs, added up and written by a job that runs beside the writes
-        # (`_Beside`: its few tasks take the cores the lake writers leave idle)
+        # (`Beside`: its few tasks take the cores the lake writers leave idle)
         raw_entries = {i: totals[i].entries for i in readable if totals[i].entries}
         split = sorted({p.object_index for p in piece_list if not p.whole} & set(readable))
         if split:
-            beside = _Beside(spark, partial(_write_raw_entries, frame, settings, split, shuffle))
+            beside = Beside(spark, partial(_write_raw_entries, frame, settings, split, shuffle))
         records = {i: tasks.record_columns(totals[i].columns, settings.dataset) for i in readable}
         texts = any(pairs is not None for pairs in records.values())
         packed = max((totals[i].packed_bytes for i in readable), default=0)
@@ -129,7 +129,7 @@ def run_pipeline(
             raw_entries.update(beside.result())
     finally:
         if beside is not None:
-            beside.join()  # before the read it scans is dropped, also when the writes failed
+            beside.abandon()  # before the read it scans is dropped (done already, unless failed)
         frame.unpersist()
         for key, before in previous.items():
             if before is None:
@@ -157,12 +157,13 @@ def _piece_totals(frame: DataFrame, settings: TaskSettings) -> dict[int, _PieceT
     return totals
 
 
-class _Beside:
+class Beside:
     """A Spark action run in a driver thread beside the job's next one: submitted once that
     job runs (or has ended), so that Spark's FIFO scheduler gives that job's tasks the cores
     first and the action's tasks take the cores it leaves idle (the last lake files'
     writers), instead of slowing the planning of that job down on the same cores. `result`
-    waits for the action and raises what it raised."""
+    waits for the action and raises what it raised; `abandon` (the next job failed) waits for
+    an action that started, and keeps one that has not from starting."""
 
     WAIT_S = 0.02  # how often the thread looks for the next job
 
@@ -171,28 +172,33 @@ class _Beside:
         self.action = action
         self.value: dict[int, int] | None = None
         self.error: BaseException | None = None
-        self.next_done = threading.Event()
+        self.wanted = True
+        self.released = threading.Event()  # the next job ended (or failed)
         self.thread = InheritableThread(target=self._run, name="lethe-beside")
         self.thread.start()
 
     def _run(self) -> None:
         try:
-            while not self.next_done.wait(self.WAIT_S) and not self.tracker.getActiveJobsIds():
+            while not self.released.wait(self.WAIT_S) and not self.tracker.getActiveJobsIds():
                 pass
-            self.value = self.action()
+            if self.wanted:
+                self.value = self.action()
         except BaseException as exc:  # re-raised in the driver's thread by `result`
             self.error = exc
 
-    def join(self) -> None:
-        self.next_done.set()
-        self.thread.join()
-
     def result(self) -> dict[int, int]:
-        self.join()
+        self.released.set()
+        self.thread.join()
         if self.error is not None:
             raise self.error
-        assert self.value is not None
+        if self.value is None:
+            raise RuntimeError("the action beside the lake writes was abandoned")
         return self.value
+
+    def abandon(self) -> None:
+        self.wanted = False
+        self.released.set()
+        self.thread.join()
 
 
 def _write_raw_entries(
@@ -203,7 +209,7 @@ def _write_raw_entries(
     writer task of their object, which adds them up per subject (`tasks.write_raw_entries`).
     They reach Python as rows, not Arrow batches: a piece's entries can be tens of megabytes,
     and an Arrow batch size for them (a session setting) would be the lake writers' too, whose
-    job runs at the same time (`_Beside`)."""
+    job runs at the same time (`Beside`)."""
     entries = frame.where((col(KIND) == ENTRY) & col(OBJECT).isin(readable)).select(
         OBJECT, POSITION, PACKED
     )
