@@ -53,8 +53,8 @@ def piece_from_spec(spec: dict[str, Any]) -> pieces.Piece:
 
 @dataclass(frozen=True)
 class TextObject:
-    """A large text object the split scan may cut (`splittable`): what the driver read of it
-    before the scan tasks run (its header, for CSV with a header)."""
+    """A large text object the split scan may cut (`splittable_object`): what the driver read
+    of it before the scan tasks run (its header, for CSV with a header)."""
 
     index: int
     size: int
@@ -136,6 +136,7 @@ def text_pieces(
 
 
 def range_count(text: str) -> tuple[int, pieces.RangeCount]:
+    """A scan task's result (`scan_range`): the object's index and its range's count."""
     index, fields = json.loads(text)
     return index, pieces.RangeCount(**fields)
 
