@@ -15,7 +15,7 @@ reader of the whole object would give. The split scan reads the object once, in 
 tasks count the quotes and line breaks of its byte ranges (`scan_ranges`, `count_range`: every
 multiple of the piece size starts a range), the driver adds the counts up into the quote parity
 and the line number at each target (`lines_before`) and reads a few kilobytes after each target
-for its cut (`cut_after`: the first line start after a \n outside quotes). The pieces are then
+for its cut (`cut_after`: the first line start after a \\n outside quotes). The pieces are then
 read in parallel, text ones by an S3 range request of their bytes, Parquet ones through
 `S3RangeFile` (only the footer and their row groups are fetched).
 """
@@ -73,8 +73,8 @@ def _breaks(chunk: bytes, csv_lines: bool) -> int:
 @dataclass(frozen=True)
 class RangeCount:
     """What a scan task counts in one byte range of a text object (`count_range`): its quotes
-    and line breaks, a \r that ends it counted as a line break of its own (`lines_before`
-    corrects that when the next range starts with the \n of a \r\n)."""
+    and line breaks, a \\r that ends it counted as a line break of its own (`lines_before`
+    corrects that when the next range starts with the \\n of a \\r\\n)."""
 
     start: int
     quotes: int
@@ -118,8 +118,8 @@ def count_range(
 
 def lines_before(counts: list[RangeCount]) -> list[tuple[int, int]]:
     """Per range (`counts` in object order, covering it), the parity of the quotes before its
-    start and the line breaks before it (a \r at its end counted as one: `cut_after` corrects
-    a \r\n across its start)."""
+    start and the line breaks before it (a \\r at its end counted as one: `cut_after` corrects
+    a \\r\\n across its start)."""
     found = []
     quotes = lines = 0
     previous: RangeCount | None = None
@@ -142,8 +142,8 @@ def cut_after(
     quote: bytes | None,
     csv_lines: bool,
 ) -> Split | None:
-    """The first line start after a \n at or beyond `target` (> 0) that is outside quotes,
-    given the parity of the quotes before `target` and the line breaks before it (a \r just
+    """The first line start after a \\n at or beyond `target` (> 0) that is outside quotes,
+    given the parity of the quotes before `target` and the line breaks before it (a \\r just
     before it counted as one); None when there is none. Reads the object from `target` - 1
     (`read_at(offset, length)`), in windows that double from CUT_WINDOW_BYTES: usually one
     small read."""
@@ -185,9 +185,9 @@ def find_splits(
     csv_lines: bool,
 ) -> list[Split]:
     """Where a text object may be cut into pieces of about `piece_bytes`, from its ranges'
-    counts (`scan_ranges`, `count_range`): after the first \n at or beyond each multiple of
+    counts (`scan_ranges`, `count_range`): after the first \\n at or beyond each multiple of
     `piece_bytes` that is outside quotes (`quote`, for CSV). A target whose cut an earlier
-    target's cut passes has that same cut (the \n of the earlier cut is at or beyond it, and
+    target's cut passes has that same cut (the \\n of the earlier cut is at or beyond it, and
     outside quotes), and is not read again."""
     splits: list[Split] = []
     for count, (parity, lines) in zip(counts, lines_before(counts), strict=True):
