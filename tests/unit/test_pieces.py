@@ -73,8 +73,8 @@ def _serial_splits(
     data: bytes, piece_bytes: int, quote: bytes | None, csv: bool
 ) -> list[pieces.Split]:
     """What the scan must find, by the plainest reading of the whole object: after the first
-    \n at or beyond each multiple of `piece_bytes` with an even number of quotes before it; its
-    line number one more than the line breaks before it (CSV: \r\n, \r and \n)."""
+    LF at or beyond each multiple of `piece_bytes` with an even number of quotes before it; its
+    line number one more than the line breaks before it (CSV: CRLF, CR and LF)."""
     breaks = re.compile(rb"\r\n|\r|\n" if csv else rb"\n")
     found: list[pieces.Split] = []
     for target in range(piece_bytes, len(data), piece_bytes):
