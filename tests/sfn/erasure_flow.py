@@ -131,11 +131,19 @@ class ErasureDriver:
         )
         return request_id
 
-    def link(self, request_id: str) -> str:
-        """The approval link of the email about this request."""
-        mail = fetch_mail(self.cloud.state["control_url"])
-        found = [m for m in mail if request_id in m["subject"]]
-        assert found, f"no email about {request_id}"
+    def link(self, request_id: str, timeout: float = 30) -> str:
+        """The approval link of the email about this request. The workflow records the request
+        AWAITING_APPROVAL (with its task token) before it sends the email
+        (`approval_flow.request_approval`), so the email may follow the status by a moment: it
+        is waited for."""
+        deadline = time.monotonic() + timeout
+        while True:
+            mail = fetch_mail(self.cloud.state["control_url"])
+            found = [m for m in mail if request_id in m["subject"]]
+            if found or time.monotonic() >= deadline:
+                break
+            time.sleep(0.25)
+        assert found, f"no email about {request_id} within {timeout:.0f} s"
         (link,) = found[-1]["links"]
         return str(link)
 
