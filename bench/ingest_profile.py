@@ -44,7 +44,7 @@ DRIVER_PHASES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         "raw objects' index entries: added up, written to the subject index",
         (("lethe_jobs/ingest_pipeline.py", "_write_raw_entries"),),
     ),
-    (  # since their job runs beside the lake writes (ingest_pipeline._Beside): the wait after
+    (  # since their job runs beside the lake writes (ingest_pipeline.Beside): the wait after
         "raw objects' index entries (beside the lake writes): waited for after them",
         (("lethe_jobs/ingest_pipeline.py", "result"),),
     ),
