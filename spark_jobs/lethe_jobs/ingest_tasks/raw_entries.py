@@ -16,34 +16,32 @@ from typing import Any
 
 from lethe_jobs.ingest_tasks.entries import EntryAccumulator
 from lethe_jobs.ingest_tasks.frame import BatchObject, TaskSettings
-from lethe_jobs.ingest_tasks.index_writes import TaskIndexWriter, then_flush
+from lethe_jobs.ingest_tasks.index_writes import then_flush
 from lethe_jobs.ingest_tasks.packed import unpack
-from lethe_jobs.ingest_tasks.write import connect
+from lethe_jobs.ingest_tasks.write import TaskConnection
 from lethe_shared.catalog.object_catalog import Zone
 from lethe_shared.index.arrow_entries import ObjectRef
 
 
 class RawIndexWrites:
     """The raw objects' entries a task writes, with the task's index writer, opened at the
-    first object that has entries (a task that has none opens no AWS client)."""
+    first object that has entries (`write.TaskConnection`: a task that has none opens no AWS
+    client)."""
 
     def __init__(self, settings: TaskSettings) -> None:
         self.settings = settings
-        self.writer: TaskIndexWriter | None = None
+        self.connection = TaskConnection(settings)
 
     def add(self, obj: BatchObject, found: EntryAccumulator) -> int:
         """Hold the object's entries for the task's index write; how many."""
         settings = self.settings
         ref = ObjectRef(obj.url, Zone.RAW, settings.dataset.format.value, obj.version_id, obj.etag)
         entries = found.entries(ref, settings.dataset, settings.hash_key)
-        if self.writer is None:
-            self.writer = connect(settings)[1]
-        self.writer.add(settings.raw_bucket, obj.key, entries)
+        self.connection.open()[1].add(settings.raw_bucket, obj.key, entries)
         return len(entries)
 
     def flush(self) -> None:
-        if self.writer is not None:
-            self.writer.flush()
+        self.connection.flush()
 
 
 def write_raw_entries(rows: Iterable[Any], settings: TaskSettings) -> Iterator[tuple[int, int]]:

@@ -74,19 +74,22 @@ def connect(settings: TaskSettings) -> tuple[S3ObjectStore, TaskIndexWriter]:
     return store, TaskIndexWriter(index, store)
 
 
-class _Connection:
-    """A writer task's store and index writer (`connect`), opened when the task finishes its
-    first file: a task whose partition is empty (a shuffle's spare partitions) opens no AWS
-    client and writes no index segment."""
+class TaskConnection:
+    """A task's store and index writer (`connect`), opened at their first use: a task that
+    writes nothing (a shuffle's spare partitions, a read task of split pieces only) opens no
+    AWS client and writes no index segment."""
 
     def __init__(self, settings: TaskSettings) -> None:
         self.settings = settings
         self.opened: tuple[S3ObjectStore, TaskIndexWriter] | None = None
 
-    def finish(self, current: _LakeFile | _QuarantineFile) -> dict[str, Any]:
+    def open(self) -> tuple[S3ObjectStore, TaskIndexWriter]:
         if self.opened is None:
             self.opened = connect(self.settings)
-        return current.finish(*self.opened)
+        return self.opened
+
+    def finish(self, current: _LakeFile | _QuarantineFile) -> dict[str, Any]:
+        return current.finish(*self.open())
 
     def flush(self) -> None:
         if self.opened is not None:
@@ -357,12 +360,12 @@ def write_lake_files(
 ) -> Iterator[pa.RecordBatch]:
     """A write task over valid rows sorted by (object, partition path, position): one lake
     file per (object, partition), streamed; yields one summary row per file."""
-    connection = _Connection(settings)
+    connection = TaskConnection(settings)
     return then_flush(_write_lake_files(connection, batches, settings), connection)
 
 
 def _write_lake_files(
-    connection: _Connection,
+    connection: TaskConnection,
     batches: Iterable[pa.RecordBatch],
     settings: TaskSettings,
 ) -> Iterator[pa.RecordBatch]:
@@ -473,12 +476,12 @@ def write_quarantine(
     """A write task over rejected rows sorted by (object, position): one quarantine file of
     JSON Lines per object, streamed; yields one summary row per file. `records`: per object,
     how its rows' RECORD is rebuilt where the read task left it null (`frame.record_columns`)."""
-    connection = _Connection(settings)
+    connection = TaskConnection(settings)
     return then_flush(_write_quarantine(connection, batches, settings, records), connection)
 
 
 def _write_quarantine(
-    connection: _Connection,
+    connection: TaskConnection,
     batches: Iterable[pa.RecordBatch],
     settings: TaskSettings,
     records: dict[int, list[tuple[str, str]] | None] | None = None,
@@ -509,12 +512,12 @@ def write_files(
     yields one summary row per file (`WRITE_SUMMARY`: its kind, "lake" or "quarantine").
     `write_lake_files` and `write_quarantine` in one pass over the rows, so that the job
     neither keeps the conformed rows nor reads them twice."""
-    connection = _Connection(settings)
+    connection = TaskConnection(settings)
     return then_flush(_write_files(connection, batches, settings, records), connection)
 
 
 def _write_files(
-    connection: _Connection,
+    connection: TaskConnection,
     batches: Iterable[pa.RecordBatch],
     settings: TaskSettings,
     records: dict[int, list[tuple[str, str]] | None] | None = None,
@@ -539,6 +542,6 @@ def _write_files(
             yield _written(current, connection)
 
 
-def _written(current: _LakeFile | _QuarantineFile, connection: _Connection) -> pa.RecordBatch:
+def _written(current: _LakeFile | _QuarantineFile, connection: TaskConnection) -> pa.RecordBatch:
     kind = "lake" if isinstance(current, _LakeFile) else "quarantine"
     return _summary({**connection.finish(current), "kind": kind}, WRITE_SUMMARY)
